@@ -1,0 +1,325 @@
+package apis_test
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/discovery/cached/memory"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+
+	"github.com/staticip/staticip/tools/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// TestControlPlaneIsReal proves the tests talk to the kube-apiserver built from the pinned module.
+func TestControlPlaneIsReal(t *testing.T) {
+	env := testenv.Get(t)
+	if !strings.HasPrefix(env.ServerVersion, "v1.36.") {
+		t.Fatalf("API server version %q, want the pinned v1.36.x", env.ServerVersion)
+	}
+}
+
+func dynamicClients(t *testing.T) (dynamic.Interface, meta.RESTMapper) {
+	t.Helper()
+	env := testenv.Get(t)
+	dc, err := discovery.NewDiscoveryClientForConfig(env.Config)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(dc))
+	return dynamic.NewForConfigOrDie(env.Config), mapper
+}
+
+func readObjects(t *testing.T, path string) []*unstructured.Unstructured {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		u := &unstructured.Unstructured{}
+		if err := dec.Decode(&u.Object); err != nil {
+			if err.Error() == "EOF" {
+				break
+			}
+			t.Fatalf("%s: %v", path, err)
+		}
+		if len(u.Object) > 0 {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
+// containsAll reports the first path at which want has a value got lacks or differs in:
+// read back equal means nothing the user wrote was pruned or changed (the server may add
+// defaults and metadata).
+func containsAll(path string, want, got interface{}) string {
+	switch w := want.(type) {
+	case map[string]interface{}:
+		g, ok := got.(map[string]interface{})
+		if !ok {
+			return fmt.Sprintf("%s: want object, got %T", path, got)
+		}
+		for k, wv := range w {
+			gv, ok := g[k]
+			if !ok {
+				return fmt.Sprintf("%s.%s: missing (pruned?)", path, k)
+			}
+			if d := containsAll(path+"."+k, wv, gv); d != "" {
+				return d
+			}
+		}
+		return ""
+	case []interface{}:
+		g, ok := got.([]interface{})
+		if !ok || len(g) != len(w) {
+			return fmt.Sprintf("%s: want list of %d, got %v", path, len(w), got)
+		}
+		for i := range w {
+			if d := containsAll(fmt.Sprintf("%s[%d]", path, i), w[i], g[i]); d != "" {
+				return d
+			}
+		}
+		return ""
+	default:
+		// JSON numbers decode as int64 or float64 depending on the path taken.
+		if fmt.Sprint(want) != fmt.Sprint(got) {
+			return fmt.Sprintf("%s: want %v, got %v", path, want, got)
+		}
+		return ""
+	}
+}
+
+func examplesDir(t *testing.T) string {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return filepath.Join(root, "manifests", "examples")
+}
+
+// TestExamplesApplyAndReadBack creates every published example unchanged and reads it back.
+func TestExamplesApplyAndReadBack(t *testing.T) {
+	dyn, mapper := dynamicClients(t)
+	ctx := testenv.Context(t, 2*time.Minute)
+	files, _ := filepath.Glob(filepath.Join(examplesDir(t), "*.yaml"))
+	if len(files) < 6 {
+		t.Fatalf("found %d examples, want the 6 published ones", len(files))
+	}
+	for _, f := range files {
+		for _, obj := range readObjects(t, f) {
+			t.Run(filepath.Base(f), func(t *testing.T) {
+				gvk := obj.GroupVersionKind()
+				m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+				if err != nil {
+					t.Fatalf("no REST mapping for %s (CRD not installed?): %v", gvk, err)
+				}
+				ns := obj.GetNamespace()
+				if ns == "" && m.Scope.Name() == meta.RESTScopeNameNamespace {
+					ns = "default"
+				}
+				res := dyn.Resource(m.Resource).Namespace(ns)
+				if _, err := res.Create(ctx, obj.DeepCopy(), metav1.CreateOptions{FieldValidation: "Strict"}); err != nil {
+					t.Fatalf("create %s %s: %v", gvk.Kind, obj.GetName(), err)
+				}
+				got, err := res.Get(ctx, obj.GetName(), metav1.GetOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if d := containsAll("spec", obj.Object["spec"], got.Object["spec"]); d != "" {
+					t.Errorf("%s %s does not read back equal: %s", gvk.Kind, obj.GetName(), d)
+				}
+				for k, v := range obj.GetAnnotations() {
+					if got.GetAnnotations()[k] != v {
+						t.Errorf("annotation %s lost", k)
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestSharedExamplesUnchanged keeps manifests/examples identical to the design's examples
+// (../shared/examples beside the repository) wherever that folder exists.
+func TestSharedExamplesUnchanged(t *testing.T) {
+	root, _ := testenv.RepoRoot()
+	shared := filepath.Join(root, "..", "shared", "examples")
+	files, _ := filepath.Glob(filepath.Join(shared, "*.yaml"))
+	if len(files) == 0 {
+		t.Skipf("no %s beside this checkout; manifests/examples is the reference", shared)
+	}
+	for _, f := range files {
+		want, _ := os.ReadFile(f)
+		got, err := os.ReadFile(filepath.Join(examplesDir(t), filepath.Base(f)))
+		if err != nil || !bytes.Equal(want, got) {
+			t.Errorf("manifests/examples/%s differs from %s", filepath.Base(f), f)
+		}
+	}
+}
+
+type badCase struct {
+	name string
+	// obj is created; when update is set, obj is created first and then update is applied to it.
+	obj    string
+	update func(u *unstructured.Unstructured)
+	// wantField is the field path the API server must name in its error.
+	wantField string
+}
+
+const (
+	sipTmpl   = "apiVersion: jke.jdcloud.com/v1\nkind: StaticIP\nmetadata: {name: %s, namespace: default}\nspec: %s\n"
+	iprTmpl   = "apiVersion: jke.jdcloud.com/v1\nkind: IPRange\nmetadata: {name: %s}\nspec: %s\n"
+	estsTmpl  = "apiVersion: jke.jdcloud.com/v1alpha1\nkind: EnhancedStatefulSet\nmetadata: {name: %s, namespace: default}\nspec: {selector: {matchLabels: {a: b}}, template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c, image: i}]}}, %s}\n"
+	gridTmpl  = "apiVersion: superedge.io/v1\nkind: %s\nmetadata: {name: %s, namespace: default}\nspec: {gridUniqKey: %s, template: %s}\n"
+	podTmplOK = "{selector: {matchLabels: {a: b}}, template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c, image: i}]}}}"
+)
+
+func badCases() []badCase {
+	return []badCase{
+		{name: "staticip-ip-not-an-ip", obj: fmt.Sprintf(sipTmpl, "bad-ip-1", "{ip: not-an-ip}"), wantField: "spec.ip"},
+		{name: "staticip-ip-octet-out-of-range", obj: fmt.Sprintf(sipTmpl, "bad-ip-2", "{ip: 10.10.0.300}"), wantField: "spec.ip"},
+		{name: "staticip-ip-with-prefix", obj: fmt.Sprintf(sipTmpl, "bad-ip-3", "{ip: 10.10.0.1/24}"), wantField: "spec.ip"},
+		{name: "staticip-ip-changes-once-set", obj: fmt.Sprintf(sipTmpl, "bad-ip-4", "{ip: 10.10.0.4}"),
+			update: func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, "10.10.0.5", "spec", "ip") }, wantField: "spec"},
+		{name: "staticip-ip-removed-once-set", obj: fmt.Sprintf(sipTmpl, "bad-ip-5", "{ip: 10.10.0.6}"),
+			update: func(u *unstructured.Unstructured) { unstructured.RemoveNestedField(u.Object, "spec", "ip") }, wantField: "spec"},
+		{name: "staticip-bad-retention", obj: fmt.Sprintf(sipTmpl, "bad-ret", "{retentionPolicy: {whenScaled: Maybe}}"), wantField: "spec.retentionPolicy.whenScaled"},
+		{name: "staticip-bad-phase", obj: fmt.Sprintf(sipTmpl, "bad-phase", "{ip: 10.10.0.7}"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "Lost", "status", "phase")
+			}, wantField: "status.phase"},
+		{name: "iprange-cidr-missing", obj: fmt.Sprintf(iprTmpl, "bad-cidr-0", "{node: n1}"), wantField: "spec.cidr"},
+		{name: "iprange-cidr-not-a-cidr", obj: fmt.Sprintf(iprTmpl, "bad-cidr-1", "{cidr: 10.1.0.0}"), wantField: "spec.cidr"},
+		{name: "iprange-cidr-garbage", obj: fmt.Sprintf(iprTmpl, "bad-cidr-2", "{cidr: ten.one/24}"), wantField: "spec.cidr"},
+		{name: "iprange-cidr-not-aligned", obj: fmt.Sprintf(iprTmpl, "bad-cidr-3", "{cidr: 10.1.0.1/24}"), wantField: "spec.cidr"},
+		{name: "iprange-ipv6-not-aligned", obj: fmt.Sprintf(iprTmpl, "bad-cidr-4", "{cidr: 'fd00::1/64'}"), wantField: "spec.cidr"},
+		{name: "iprange-gateway-outside", obj: fmt.Sprintf(iprTmpl, "bad-gw-1", "{cidr: 10.1.0.0/24, gateway: 10.2.0.1}"), wantField: "spec.gateway"},
+		{name: "iprange-gateway-not-ip", obj: fmt.Sprintf(iprTmpl, "bad-gw-2", "{cidr: 10.1.0.0/24, gateway: gw}"), wantField: "spec.gateway"},
+		{name: "iprange-exclude-not-ip", obj: fmt.Sprintf(iprTmpl, "bad-ex-1", "{cidr: 10.1.0.0/24, excludeIPs: [10.1.0.9, nine]}"), wantField: "spec.excludeIPs[1]"},
+		{name: "iprange-exclude-outside", obj: fmt.Sprintf(iprTmpl, "bad-ex-2", "{cidr: 10.1.0.0/24, excludeIPs: [10.9.0.9]}"), wantField: "spec.excludeIPs"},
+		{name: "iprange-rangestart-outside", obj: fmt.Sprintf(iprTmpl, "bad-rs", "{cidr: 10.1.0.0/24, rangeStart: 10.1.1.1}"), wantField: "spec.rangeStart"},
+		{name: "ests-negative-partition", obj: fmt.Sprintf(estsTmpl, "bad-part", "updateStrategy: {rollingUpdate: {partition: -1}}"), wantField: "spec.updateStrategy.rollingUpdate.partition"},
+		{name: "ests-maxunavailable-zero", obj: fmt.Sprintf(estsTmpl, "bad-mu-1", "updateStrategy: {rollingUpdate: {maxUnavailable: 0}}"), wantField: "spec.updateStrategy.rollingUpdate.maxUnavailable"},
+		{name: "ests-maxunavailable-zero-percent", obj: fmt.Sprintf(estsTmpl, "bad-mu-2", "updateStrategy: {rollingUpdate: {maxUnavailable: '0%'}}"), wantField: "spec.updateStrategy.rollingUpdate.maxUnavailable"},
+		{name: "ests-maxunavailable-over-100-percent", obj: fmt.Sprintf(estsTmpl, "bad-mu-3", "updateStrategy: {rollingUpdate: {maxUnavailable: '150%'}}"), wantField: "spec.updateStrategy.rollingUpdate.maxUnavailable"},
+		{name: "ests-maxunavailable-negative", obj: fmt.Sprintf(estsTmpl, "bad-mu-4", "updateStrategy: {rollingUpdate: {maxUnavailable: -2}}"), wantField: "spec.updateStrategy.rollingUpdate.maxUnavailable"},
+		{name: "ests-maxunavailable-word", obj: fmt.Sprintf(estsTmpl, "bad-mu-5", "updateStrategy: {rollingUpdate: {maxUnavailable: two}}"), wantField: "spec.updateStrategy.rollingUpdate.maxUnavailable"},
+		{name: "ests-bad-pod-update-policy", obj: fmt.Sprintf(estsTmpl, "bad-pup", "updateStrategy: {rollingUpdate: {podUpdatePolicy: Sometimes}}"), wantField: "spec.updateStrategy.rollingUpdate.podUpdatePolicy"},
+		{name: "ests-rollingupdate-with-ondelete", obj: fmt.Sprintf(estsTmpl, "bad-ondel", "updateStrategy: {type: OnDelete, rollingUpdate: {partition: 1}}"), wantField: "spec.updateStrategy"},
+		{name: "ests-negative-replicas", obj: fmt.Sprintf(estsTmpl, "bad-rep", "replicas: -1"), wantField: "spec.replicas"},
+		{name: "ests-bad-pod-management", obj: fmt.Sprintf(estsTmpl, "bad-pmp", "podManagementPolicy: Random"), wantField: "spec.podManagementPolicy"},
+		{name: "deploymentgrid-key-with-space", obj: fmt.Sprintf(gridTmpl, "DeploymentGrid", "bad-key-1", "'zone 1'", podTmplOK), wantField: "spec.gridUniqKey"},
+		{name: "statefulsetgrid-key-empty", obj: fmt.Sprintf(gridTmpl, "StatefulSetGrid", "bad-key-2", "''", podTmplOK), wantField: "spec.gridUniqKey"},
+		{name: "statefulsetgrid-key-leading-dash", obj: fmt.Sprintf(gridTmpl, "StatefulSetGrid", "bad-key-3", "-zone", podTmplOK), wantField: "spec.gridUniqKey"},
+		{name: "servicegrid-key-bad-prefix", obj: fmt.Sprintf(gridTmpl, "ServiceGrid", "bad-key-4", "'Bad_Prefix/zone'", "{ports: [{port: 80}]}"), wantField: "spec.gridUniqKey"},
+		{name: "servicegrid-key-two-slashes", obj: fmt.Sprintf(gridTmpl, "ServiceGrid", "bad-key-5", "'a.io/b/c'", "{ports: [{port: 80}]}"), wantField: "spec.gridUniqKey"},
+	}
+}
+
+// TestInvalidObjectsRejected: the API server itself (OpenAPI + CEL in the CRDs) rejects
+// bad objects and names the offending field.
+func TestInvalidObjectsRejected(t *testing.T) {
+	dyn, mapper := dynamicClients(t)
+	ctx := testenv.Context(t, 2*time.Minute)
+	for _, tc := range badCases() {
+		t.Run(tc.name, func(t *testing.T) {
+			dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(tc.obj), 4096)
+			obj := &unstructured.Unstructured{}
+			if err := dec.Decode(&obj.Object); err != nil {
+				t.Fatalf("test object does not parse: %v", err)
+			}
+			gvk := obj.GroupVersionKind()
+			m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var res dynamic.ResourceInterface = dyn.Resource(m.Resource)
+			if m.Scope.Name() == meta.RESTScopeNameNamespace {
+				res = dyn.Resource(m.Resource).Namespace("default")
+			}
+			if tc.update != nil {
+				created, err := res.Create(ctx, obj, metav1.CreateOptions{})
+				if err != nil {
+					t.Fatalf("the valid original must be accepted: %v", err)
+				}
+				tc.update(created)
+				if strings.HasPrefix(tc.wantField, "status") {
+					_, err = res.UpdateStatus(ctx, created, metav1.UpdateOptions{})
+				} else {
+					_, err = res.Update(ctx, created, metav1.UpdateOptions{})
+				}
+				assertInvalid(t, err, tc.wantField)
+				return
+			}
+			_, err = res.Create(ctx, obj, metav1.CreateOptions{})
+			assertInvalid(t, err, tc.wantField)
+		})
+	}
+}
+
+func assertInvalid(t *testing.T, err error, wantField string) {
+	t.Helper()
+	if err == nil {
+		t.Fatalf("accepted; want Invalid on %s", wantField)
+	}
+	if !apierrors.IsInvalid(err) {
+		t.Fatalf("want an Invalid error on %s, got %v", wantField, err)
+	}
+	status, ok := err.(apierrors.APIStatus)
+	if !ok || status.Status().Details == nil {
+		t.Fatalf("no details in %v", err)
+	}
+	var fields []string
+	for _, c := range status.Status().Details.Causes {
+		fields = append(fields, c.Field)
+		if c.Field == wantField {
+			t.Logf("rejected as expected: %s", c.Message)
+			return
+		}
+	}
+	sort.Strings(fields)
+	t.Fatalf("error names fields %v, want %s: %v", fields, wantField, err)
+}
+
+// TestCRDsServed: every kind the design names is served, with its short name.
+func TestCRDsServed(t *testing.T) {
+	_, mapper := dynamicClients(t)
+	want := map[schema.GroupVersionKind]string{
+		{Group: "jke.jdcloud.com", Version: "v1", Kind: "StaticIP"}:                 "sip",
+		{Group: "jke.jdcloud.com", Version: "v1", Kind: "IPRange"}:                  "ipr",
+		{Group: "jke.jdcloud.com", Version: "v1alpha1", Kind: "EnhancedStatefulSet"}: "ests",
+		{Group: "superedge.io", Version: "v1", Kind: "DeploymentGrid"}:              "dg",
+		{Group: "superedge.io", Version: "v1", Kind: "StatefulSetGrid"}:             "ssg",
+		{Group: "superedge.io", Version: "v1", Kind: "ServiceGrid"}:                 "sg",
+	}
+	for gvk, short := range want {
+		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Errorf("%s not served: %v", gvk, err)
+			continue
+		}
+		gvr, err := mapper.ResourceFor(schema.GroupVersionResource{Resource: short})
+		if err != nil || !reflect.DeepEqual(gvr, m.Resource) {
+			t.Errorf("short name %s resolves to %v (%v), want %v", short, gvr, err, m.Resource)
+		}
+	}
+}

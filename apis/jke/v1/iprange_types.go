@@ -1,0 +1,104 @@
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// IPRangeSpec is one CIDR and the node that owns it ("IP range mode": a node holds whole
+// CIDRs, and node failover moves a whole CIDR).
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || self.gateway == '' || !isCIDR(self.cidr) || !isIP(self.gateway) || cidr(self.cidr).containsIP(self.gateway)",message="gateway must lie inside cidr",fieldPath=".gateway"
+// +kubebuilder:validation:XValidation:rule="!has(self.rangeStart) || !isCIDR(self.cidr) || !isIP(self.rangeStart) || cidr(self.cidr).containsIP(self.rangeStart)",message="rangeStart must lie inside cidr",fieldPath=".rangeStart"
+// +kubebuilder:validation:XValidation:rule="!has(self.rangeEnd) || !isCIDR(self.cidr) || !isIP(self.rangeEnd) || cidr(self.cidr).containsIP(self.rangeEnd)",message="rangeEnd must lie inside cidr",fieldPath=".rangeEnd"
+// +kubebuilder:validation:XValidation:rule="!has(self.excludeIPs) || !isCIDR(self.cidr) || self.excludeIPs.all(e, !isIP(e) || cidr(self.cidr).containsIP(e))",message="every excluded IP must lie inside cidr",fieldPath=".excludeIPs"
+type IPRangeSpec struct {
+	// CIDR is the network, e.g. 10.10.0.0/24. It must be network-aligned (no host bits set).
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.10.0.0/24"
+	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="must be network-aligned: no host bits may be set after the prefix length"
+	CIDR string `json:"cidr"`
+	// Node is the node that currently owns the range. Empty: not assigned.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node,omitempty"`
+	// Gateway is the pods' default gateway inside the range; never given to a pod.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="self == '' || isIP(self)",message="must be a valid IP address"
+	Gateway string `json:"gateway,omitempty"`
+	// RangeStart is the first allocatable IP (default: the first host address of cidr).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be a valid IP address"
+	RangeStart string `json:"rangeStart,omitempty"`
+	// RangeEnd is the last allocatable IP (default: the last host address of cidr).
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="isIP(self)",message="must be a valid IP address"
+	RangeEnd string `json:"rangeEnd,omitempty"`
+	// ExcludeIPs are addresses inside cidr that are never given to a pod.
+	// +optional
+	// +listType=set
+	// +kubebuilder:validation:MaxItems=4096
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:XValidation:rule="isIP(self)",message="must be a valid IP address"
+	ExcludeIPs []string `json:"excludeIPs,omitempty"`
+}
+
+// IPRangeStatus counts the addresses of the range, as the owning node's agent sees them.
+type IPRangeStatus struct {
+	// Total is the number of addresses pods can get: the range minus gateway and excluded IPs.
+	// +optional
+	Total int32 `json:"total,omitempty"`
+	// Used is the number of addresses held by live pods.
+	// +optional
+	Used int32 `json:"used,omitempty"`
+	// Reserved is the number of addresses kept for absent pods by their StaticIP.
+	// +optional
+	Reserved int32 `json:"reserved,omitempty"`
+	// Free is Total - Used - Reserved.
+	// +optional
+	Free int32 `json:"free,omitempty"`
+	// ObservedGeneration is the generation of the spec these counts describe.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// Conditions, e.g. Synced when the owning node's IPAM holds this range.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
+// IPRange is a CIDR owned by one node; that node's CNI allocates pod IPs from it.
+//
+// +genclient
+// +genclient:nonNamespaced
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+// +kubebuilder:subresource:status
+// +kubebuilder:resource:scope=Cluster,shortName=ipr,categories=staticip
+// +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=`.spec.cidr`
+// +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.node`
+// +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.spec.gateway`,priority=1
+// +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.total`
+// +kubebuilder:printcolumn:name="Used",type=integer,JSONPath=`.status.used`
+// +kubebuilder:printcolumn:name="Reserved",type=integer,JSONPath=`.status.reserved`
+// +kubebuilder:printcolumn:name="Free",type=integer,JSONPath=`.status.free`
+// +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
+type IPRange struct {
+	metav1.TypeMeta   `json:",inline"`
+	metav1.ObjectMeta `json:"metadata,omitempty"`
+
+	Spec   IPRangeSpec   `json:"spec"`
+	Status IPRangeStatus `json:"status,omitempty"`
+}
+
+// IPRangeList is a list of IPRanges.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
+// +kubebuilder:object:root=true
+type IPRangeList struct {
+	metav1.TypeMeta `json:",inline"`
+	metav1.ListMeta `json:"metadata,omitempty"`
+	Items           []IPRange `json:"items"`
+}

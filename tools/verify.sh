@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# make verify: fails when anything generated is stale, gofmt or go vet complain, or any
+# go.mod is untidy. It regenerates into the working tree and asks git what changed, so run
+# it on a clean tree (CI does).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+cd "$root"
+fail=0
+
+unformatted=$(gofmt -l $(git ls-files '*.go') 2>/dev/null || true)
+if [ -n "$unformatted" ]; then
+  echo "verify: gofmt would change:"; echo "$unformatted"; fail=1
+fi
+
+if ! go vet ./...; then echo "verify: go vet failed"; fail=1; fi
+
+before=$(git status --porcelain -- go.mod go.sum apis manifests/crds tools/controller-gen tools/coredns)
+for mod in . tools/controller-gen tools/coredns; do
+  (cd "$mod" && go mod tidy)
+done
+./tools/codegen.sh >/dev/null
+after=$(git status --porcelain -- go.mod go.sum apis manifests/crds tools/controller-gen tools/coredns)
+if [ "$before" != "$after" ] || [ -n "$(git diff --stat -- go.mod go.sum apis manifests/crds tools/controller-gen tools/coredns)" ]; then
+  echo "verify: generated code, CRDs or go.mod/go.sum are stale; run 'make generate' and commit:"
+  git status --porcelain -- go.mod go.sum apis manifests/crds tools/controller-gen tools/coredns
+  git --no-pager diff --stat -- go.mod go.sum apis manifests/crds tools/controller-gen tools/coredns
+  fail=1
+fi
+[ $fail -eq 0 ] && echo "verify: clean"
+exit $fail
