@@ -122,8 +122,8 @@ func TestExamplesApplyAndReadBack(t *testing.T) {
 	dyn, mapper := dynamicClients(t)
 	ctx := testenv.Context(t, 2*time.Minute)
 	files, _ := filepath.Glob(filepath.Join(examplesDir(t), "*.yaml"))
-	if len(files) < 6 {
-		t.Fatalf("found %d examples, want the 6 published ones", len(files))
+	if len(files) < 5 {
+		t.Fatalf("found %d examples, want the 5 published ones", len(files))
 	}
 	for _, f := range files {
 		for _, obj := range readObjects(t, f) {
@@ -199,7 +199,9 @@ func badCases() []badCase {
 		{name: "staticip-ip-octet-out-of-range", obj: fmt.Sprintf(sipTmpl, "bad-ip-2", "{ip: 10.10.0.300}"), wantField: "spec.ip"},
 		{name: "staticip-ip-with-prefix", obj: fmt.Sprintf(sipTmpl, "bad-ip-3", "{ip: 10.10.0.1/24}"), wantField: "spec.ip"},
 		{name: "staticip-ip-changes-once-set", obj: fmt.Sprintf(sipTmpl, "bad-ip-4", "{ip: 10.10.0.4}"),
-			update: func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, "10.10.0.5", "spec", "ip") }, wantField: "spec"},
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "10.10.0.5", "spec", "ip")
+			}, wantField: "spec"},
 		{name: "staticip-ip-removed-once-set", obj: fmt.Sprintf(sipTmpl, "bad-ip-5", "{ip: 10.10.0.6}"),
 			update: func(u *unstructured.Unstructured) { unstructured.RemoveNestedField(u.Object, "spec", "ip") }, wantField: "spec"},
 		{name: "staticip-bad-retention", obj: fmt.Sprintf(sipTmpl, "bad-ret", "{retentionPolicy: {whenScaled: Maybe}}"), wantField: "spec.retentionPolicy.whenScaled"},
@@ -300,26 +302,65 @@ func assertInvalid(t *testing.T, err error, wantField string) {
 	t.Fatalf("error names fields %v, want %s: %v", fields, wantField, err)
 }
 
-// TestCRDsServed: every kind the design names is served, with its short name.
+// TestStaticIPIPSetOnce: a Pending StaticIP is created without an IP, gets one later, and
+// keeps it from then on.
+func TestStaticIPIPSetOnce(t *testing.T) {
+	dyn, mapper := dynamicClients(t)
+	ctx := testenv.Context(t, time.Minute)
+	m, err := mapper.RESTMapping(schema.GroupKind{Group: "jke.jdcloud.com", Kind: "StaticIP"}, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := dyn.Resource(m.Resource).Namespace("default")
+	obj := &unstructured.Unstructured{}
+	if err := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(fmt.Sprintf(sipTmpl, "set-once", "{pod: set-once}")), 4096).Decode(&obj.Object); err != nil {
+		t.Fatal(err)
+	}
+	created, err := res.Create(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatalf("a StaticIP without ip must be accepted: %v", err)
+	}
+	_ = unstructured.SetNestedField(created.Object, "10.10.0.77", "spec", "ip")
+	updated, err := res.Update(ctx, created, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("setting the ip of a Pending StaticIP must be accepted: %v", err)
+	}
+	_ = unstructured.SetNestedField(updated.Object, "node-9", "spec", "node")
+	if _, err := res.Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("moving the StaticIP to another node (failover) must be accepted: %v", err)
+	}
+}
+
+// TestCRDsServed: every kind the design names is served, with its short name, as discovery
+// (and so kubectl) sees it.
 func TestCRDsServed(t *testing.T) {
-	_, mapper := dynamicClients(t)
+	env := testenv.Get(t)
+	dc := discovery.NewDiscoveryClientForConfigOrDie(env.Config)
 	want := map[schema.GroupVersionKind]string{
-		{Group: "jke.jdcloud.com", Version: "v1", Kind: "StaticIP"}:                 "sip",
-		{Group: "jke.jdcloud.com", Version: "v1", Kind: "IPRange"}:                  "ipr",
+		{Group: "jke.jdcloud.com", Version: "v1", Kind: "StaticIP"}:                  "sip",
+		{Group: "jke.jdcloud.com", Version: "v1", Kind: "IPRange"}:                   "ipr",
 		{Group: "jke.jdcloud.com", Version: "v1alpha1", Kind: "EnhancedStatefulSet"}: "ests",
-		{Group: "superedge.io", Version: "v1", Kind: "DeploymentGrid"}:              "dg",
-		{Group: "superedge.io", Version: "v1", Kind: "StatefulSetGrid"}:             "ssg",
-		{Group: "superedge.io", Version: "v1", Kind: "ServiceGrid"}:                 "sg",
+		{Group: "superedge.io", Version: "v1", Kind: "DeploymentGrid"}:               "dg",
+		{Group: "superedge.io", Version: "v1", Kind: "StatefulSetGrid"}:              "ssg",
+		{Group: "superedge.io", Version: "v1", Kind: "ServiceGrid"}:                  "sg",
 	}
 	for gvk, short := range want {
-		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		list, err := dc.ServerResourcesForGroupVersion(gvk.GroupVersion().String())
 		if err != nil {
-			t.Errorf("%s not served: %v", gvk, err)
+			t.Errorf("%s not served: %v", gvk.GroupVersion(), err)
 			continue
 		}
-		gvr, err := mapper.ResourceFor(schema.GroupVersionResource{Resource: short})
-		if err != nil || !reflect.DeepEqual(gvr, m.Resource) {
-			t.Errorf("short name %s resolves to %v (%v), want %v", short, gvr, err, m.Resource)
+		found := false
+		for _, r := range list.APIResources {
+			if r.Kind == gvk.Kind && !strings.Contains(r.Name, "/") {
+				found = true
+				if !reflect.DeepEqual(r.ShortNames, []string{short}) {
+					t.Errorf("%s short names %v, want [%s]", gvk.Kind, r.ShortNames, short)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("%s not served", gvk)
 		}
 	}
 }

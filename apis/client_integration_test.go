@@ -15,11 +15,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/utils/ptr"
 
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	"github.com/staticip/staticip/apis/generated/informers/externalversions"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
-	"github.com/staticip/staticip/apis/generated/clientset/versioned"
-	"github.com/staticip/staticip/apis/generated/informers/externalversions"
 	"github.com/staticip/staticip/tools/testenv"
 )
 
@@ -229,9 +229,18 @@ func TestTypedClientRoundTrip(t *testing.T) {
 		expectAdded(t, ssgAdded, "rt-ssg")
 		expectAdded(t, sgAdded, "rt-sg")
 		for _, l := range []func() (int, error){
-			func() (int, error) { l, err := cs.SuperedgeV1().DeploymentGrids(ns).List(ctx, metav1.ListOptions{}); return len(l.Items), err },
-			func() (int, error) { l, err := cs.SuperedgeV1().StatefulSetGrids(ns).List(ctx, metav1.ListOptions{}); return len(l.Items), err },
-			func() (int, error) { l, err := cs.SuperedgeV1().ServiceGrids(ns).List(ctx, metav1.ListOptions{}); return len(l.Items), err },
+			func() (int, error) {
+				l, err := cs.SuperedgeV1().DeploymentGrids(ns).List(ctx, metav1.ListOptions{})
+				return len(l.Items), err
+			},
+			func() (int, error) {
+				l, err := cs.SuperedgeV1().StatefulSetGrids(ns).List(ctx, metav1.ListOptions{})
+				return len(l.Items), err
+			},
+			func() (int, error) {
+				l, err := cs.SuperedgeV1().ServiceGrids(ns).List(ctx, metav1.ListOptions{})
+				return len(l.Items), err
+			},
 		} {
 			if n, err := l(); err != nil || n == 0 {
 				t.Fatalf("list: %d %v", n, err)

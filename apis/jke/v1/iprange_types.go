@@ -6,7 +6,7 @@ import (
 
 // IPRangeSpec is one CIDR and the node that owns it ("IP range mode": a node holds whole
 // CIDRs, and node failover moves a whole CIDR).
-// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || self.gateway == '' || !isCIDR(self.cidr) || !isIP(self.gateway) || cidr(self.cidr).containsIP(self.gateway)",message="gateway must lie inside cidr",fieldPath=".gateway"
+// +kubebuilder:validation:XValidation:rule="!has(self.gateway) || size(self.gateway) == 0 || !isCIDR(self.cidr) || !isIP(self.gateway) || cidr(self.cidr).containsIP(self.gateway)",message="gateway must lie inside cidr",fieldPath=".gateway"
 // +kubebuilder:validation:XValidation:rule="!has(self.rangeStart) || !isCIDR(self.cidr) || !isIP(self.rangeStart) || cidr(self.cidr).containsIP(self.rangeStart)",message="rangeStart must lie inside cidr",fieldPath=".rangeStart"
 // +kubebuilder:validation:XValidation:rule="!has(self.rangeEnd) || !isCIDR(self.cidr) || !isIP(self.rangeEnd) || cidr(self.cidr).containsIP(self.rangeEnd)",message="rangeEnd must lie inside cidr",fieldPath=".rangeEnd"
 // +kubebuilder:validation:XValidation:rule="!has(self.excludeIPs) || !isCIDR(self.cidr) || self.excludeIPs.all(e, !isIP(e) || cidr(self.cidr).containsIP(e))",message="every excluded IP must lie inside cidr",fieldPath=".excludeIPs"
@@ -24,7 +24,7 @@ type IPRangeSpec struct {
 	// Gateway is the pods' default gateway inside the range; never given to a pod.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule="self == '' || isIP(self)",message="must be a valid IP address"
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || isIP(self)",message="must be a valid IP address"
 	Gateway string `json:"gateway,omitempty"`
 	// RangeStart is the first allocatable IP (default: the first host address of cidr).
 	// +optional

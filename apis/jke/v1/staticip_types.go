@@ -55,7 +55,7 @@ type StaticIPRetentionPolicy struct {
 }
 
 // StaticIPSpec is the desired fixed IP of one pod.
-// +kubebuilder:validation:XValidation:rule="!has(oldSelf.ip) || oldSelf.ip == '' || (has(self.ip) && self.ip == oldSelf.ip)",message="ip is immutable once set"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.ip) || size(oldSelf.ip) == 0 || (has(self.ip) && self.ip == oldSelf.ip)",message="ip is immutable once set"
 type StaticIPSpec struct {
 	// Ref is the name of the workload that owns the pod.
 	// +optional
@@ -72,7 +72,7 @@ type StaticIPSpec struct {
 	// IP is the fixed IP address. Empty until the first pod gets one; immutable once set.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
-	// +kubebuilder:validation:XValidation:rule="self == '' || isIP(self)",message="must be a valid IP address such as 10.10.0.1"
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || isIP(self)",message="must be a valid IP address such as 10.10.0.1"
 	IP string `json:"ip,omitempty"`
 	// Pod is the name of the pod that owns the IP (normally equal to the record's name).
 	// +optional
