@@ -42,7 +42,16 @@ test: deps k8s-bins ## unit + integration tests (race), then the e2e suite on th
 	@if $(MAKE) -n e2e >/dev/null 2>&1; then $(MAKE) e2e; fi
 
 test-unit-integration: ## go test -race ./... (integration tests start a real kube-apiserver)
-	$(GO) test $(GOTEST_FLAGS) ./...
+	@mkdir -p $(OUT)
+	@echo "test: go test $(GOTEST_FLAGS) ./... (full log: $(OUT)/test.log)"
+	@# -v so that skips and the control plane each test binary starts are visible; the
+	@# filter keeps the console readable.
+	@rc=0; $(GO) test -v $(GOTEST_FLAGS) ./... > $(OUT)/test.log 2>&1 || rc=$$?; \
+	  grep -E '^(ok|FAIL|--- SKIP|panic:|testenv:)' $(OUT)/test.log || true; \
+	  if [ $$rc -ne 0 ]; then echo "test: failures (from $(OUT)/test.log):"; grep -E -A20 -- '--- FAIL|^panic:' $(OUT)/test.log | head -300 || true; fi; \
+	  passed=$$(grep -c -- '--- PASS' $(OUT)/test.log || true); failed=$$(grep -c -- '--- FAIL' $(OUT)/test.log || true); \
+	  skipped=$$(grep -c -- '--- SKIP' $(OUT)/test.log || true); \
+	  echo "unit+integration: $$passed passed, $$failed failed, $$skipped skipped"; exit $$rc
 
 clean: ## remove _output
 	rm -rf $(OUT)
