@@ -56,6 +56,9 @@ const (
 // expectationTTL bounds how long a sync waits for the informer to see its own writes.
 const expectationTTL = time.Minute
 
+// conflictRetry is how often a set whose pod is blocked by a StaticIP conflict is retried.
+const conflictRetry = 30 * time.Second
+
 // Controller syncs EnhancedStatefulSets.
 type Controller struct {
 	kubeClient kubernetes.Interface
@@ -252,6 +255,10 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 
 	conflicts, actErr := c.execute(ctx, set, plan, pods, templates)
+	if len(conflicts) > 0 && (plan.RequeueAfter == 0 || plan.RequeueAfter > conflictRetry) {
+		// A human must resolve a StaticIP conflict; look again now and then, not in a hot loop.
+		plan.RequeueAfter = conflictRetry
+	}
 	if err := c.deleteScaledPVCs(ctx, set, pods); err != nil && actErr == nil {
 		actErr = err
 	}
@@ -400,6 +407,10 @@ func (c *Controller) execute(ctx context.Context, set *jkev1alpha1.EnhancedState
 				err = c.updateInPlace(ctx, set, byName[a.Pod], a)
 			}
 			metrics.PodActions.WithLabelValues(string(a.Type), string(a.Reason), resultOf(err)).Inc()
+			var conflict *staticip.ConflictError
+			if errors.As(err, &conflict) {
+				return // reported in the StaticIPConflict condition; retried on the slow requeue
+			}
 			if err != nil {
 				mu.Lock()
 				errs = append(errs, err)

@@ -3,6 +3,7 @@ package staticip
 import (
 	"context"
 	"fmt"
+	"sort"
 	"strings"
 	"sync"
 	"time"
@@ -109,7 +110,12 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 		return err
 	}
 	sipHandler := cache.ResourceEventHandlerFuncs{
-		AddFunc: c.enqueueKey,
+		AddFunc: func(obj any) {
+			c.enqueueKey(obj)
+			if s, ok := obj.(*jkev1.StaticIP); ok {
+				c.enqueueIP(s.Spec.IP) // a new record may duplicate an existing one's IP
+			}
+		},
 		UpdateFunc: func(old, cur any) {
 			c.enqueueKey(cur)
 			// Another record with the old or new IP may now be (or no longer be) in conflict.
@@ -328,14 +334,26 @@ func (c *Controller) adoptPod(ctx context.Context, pod *corev1.Pod) error {
 func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *corev1.Pod) error {
 	orig := sip.DeepCopy()
 	podIP, annotated := pod.Status.PodIP, pod.Annotations[jkev1.AnnotationIPAddress]
-	var conflicts []string
+	var conflicts, kinds []string
 	conflict := func(kind, format string, args ...any) {
-		msg := fmt.Sprintf(format, args...)
-		conflicts = append(conflicts, msg)
-		metrics.StaticIPConflicts.WithLabelValues(kind).Inc()
-		c.recorder.Event(sip, corev1.EventTypeWarning, "Conflict"+kind, msg)
-		c.recorder.Event(pod, corev1.EventTypeWarning, "StaticIPConflict", msg)
+		conflicts = append(conflicts, fmt.Sprintf(format, args...))
+		kinds = append(kinds, kind)
 	}
+	// Events and the metric fire when a conflict appears or changes, not on every resync.
+	defer func() {
+		if len(conflicts) == 0 {
+			return
+		}
+		if cond := meta.FindStatusCondition(orig.Status.Conditions, jkev1.StaticIPConditionConflict); cond != nil &&
+			cond.Status == metav1.ConditionTrue && cond.Message == strings.Join(conflicts, "; ") {
+			return
+		}
+		for i, msg := range conflicts {
+			metrics.StaticIPConflicts.WithLabelValues(kinds[i]).Inc()
+			c.recorder.Event(sip, corev1.EventTypeWarning, "Conflict"+kinds[i], msg)
+			c.recorder.Event(pod, corev1.EventTypeWarning, "StaticIPConflict", msg)
+		}
+	}()
 
 	if sip.Spec.IP != "" && annotated != "" && annotated != sip.Spec.IP {
 		conflict(ConflictAnnotationMismatch, "pod %s has %s=%s but StaticIP %s records %s", pod.Name, jkev1.AnnotationIPAddress, annotated, sip.Name, sip.Spec.IP)
@@ -351,14 +369,8 @@ func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *
 			candidate = podIP
 		}
 	}
-	if candidate != "" {
-		others, _ := c.sipIndexer.ByIndex(ipIndex, candidate)
-		for _, o := range others {
-			other := o.(*jkev1.StaticIP)
-			if other.UID != sip.UID && other.DeletionTimestamp == nil {
-				conflict(ConflictDuplicateIP, "IP %s is also claimed by StaticIP %s/%s", candidate, other.Namespace, other.Name)
-			}
-		}
+	for _, other := range c.duplicates(sip, candidate) {
+		conflict(ConflictDuplicateIP, "IP %s is also claimed by StaticIP %s", candidate, other)
 	}
 
 	if len(conflicts) == 0 && podIP != "" && pod.Spec.NodeName != "" {
@@ -428,7 +440,35 @@ func (c *Controller) syncAbsentPod(ctx context.Context, sip *jkev1.StaticIP) err
 		st.Phase = jkev1.StaticIPPending
 	}
 	st.ObservedGeneration = sip.Generation
+	if dups := c.duplicates(sip, sip.Spec.IP); len(dups) > 0 {
+		msg := fmt.Sprintf("IP %s is also claimed by StaticIP %s", sip.Spec.IP, strings.Join(dups, ", "))
+		if cond := meta.FindStatusCondition(st.Conditions, jkev1.StaticIPConditionConflict); cond == nil || cond.Status != metav1.ConditionTrue || cond.Message != msg {
+			metrics.StaticIPConflicts.WithLabelValues(ConflictDuplicateIP).Inc()
+			c.recorder.Event(sip, corev1.EventTypeWarning, "Conflict"+ConflictDuplicateIP, msg)
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: jkev1.StaticIPConditionConflict, Status: metav1.ConditionTrue,
+			Reason: "Conflict", Message: msg, ObservedGeneration: sip.Generation})
+	} else if meta.FindStatusCondition(st.Conditions, jkev1.StaticIPConditionConflict) != nil {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: jkev1.StaticIPConditionConflict, Status: metav1.ConditionFalse, Reason: "NoConflict", ObservedGeneration: sip.Generation})
+	}
 	return c.updateStatus(ctx, sip, st)
+}
+
+// duplicates names the other live records that claim ip.
+func (c *Controller) duplicates(sip *jkev1.StaticIP, ip string) []string {
+	if ip == "" {
+		return nil
+	}
+	var out []string
+	others, _ := c.sipIndexer.ByIndex(ipIndex, ip)
+	for _, o := range others {
+		other := o.(*jkev1.StaticIP)
+		if other.UID != sip.UID && other.DeletionTimestamp == nil {
+			out = append(out, other.Namespace+"/"+other.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 // scaledAway says whether the record's ordinal is at or above its workload's replicas and the

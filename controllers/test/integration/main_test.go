@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -119,15 +120,20 @@ type kubelet struct {
 	notReady map[string]bool
 	seen     map[string]time.Time // UID -> first seen
 	nextIP   int
+	subnet   int
 	onNewPod func(*corev1.Pod) error
 	problems []error
 	stopped  chan struct{}
 	ipsInUse map[string]string // ip -> pod UID
 }
 
+// subnets gives every simulated node its own addresses: IPs are cluster-wide, and the
+// records of earlier tests stay (no namespace controller deletes them).
+var subnets atomic.Int32
+
 func (f *fixture) startKubelet(node string, readyDelay time.Duration, onNewPod func(*corev1.Pod) error) *kubelet {
 	k := &kubelet{f: f, node: node, readyDelay: readyDelay, notReady: map[string]bool{}, seen: map[string]time.Time{},
-		nextIP: 10, onNewPod: onNewPod, stopped: make(chan struct{}), ipsInUse: map[string]string{}}
+		nextIP: 10, subnet: int(subnets.Add(1)), onNewPod: onNewPod, stopped: make(chan struct{}), ipsInUse: map[string]string{}}
 	ctx, cancel := context.WithCancel(f.ctx)
 	go func() {
 		defer close(k.stopped)
@@ -267,7 +273,7 @@ func (k *kubelet) setStatus(ctx context.Context, cached *corev1.Pod, ready bool)
 		if owner, used := k.ipsInUse[ip]; ip == "" || (used && owner != string(pod.UID)) {
 			for {
 				k.nextIP++
-				ip = fmt.Sprintf("10.77.0.%d", k.nextIP)
+				ip = fmt.Sprintf("10.77.%d.%d", k.subnet, k.nextIP)
 				if _, used := k.ipsInUse[ip]; !used {
 					break
 				}
