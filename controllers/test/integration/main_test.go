@@ -292,3 +292,7 @@ func (k *kubelet) setStatus(ctx context.Context, cached *corev1.Pod, ready bool)
 		k.problem(fmt.Errorf("kubelet: update status of %s: %w", pod.Name, err))
 	}
 }
+
+func (f *fixture) kubeFor(cfg *rest.Config) kubernetes.Interface {
+	return kubernetes.NewForConfigOrDie(cfg)
+}
