@@ -252,7 +252,15 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
 		return err
 	}
 	var lost atomic.Bool
-	var runErr error
+	// client-go starts OnStartedLeading in its own goroutine and does not wait for it when
+	// Run returns; the manager does, so no controller outlives Run (or the lease).
+	var (
+		leadMu   sync.Mutex
+		returned bool
+		leading  bool
+		runErr   error
+		runDone  = make(chan struct{})
+	)
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   o.LeaderElectLeaseDuration,
@@ -263,6 +271,14 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
 		WatchDog:        electionHealth,
 		Callbacks: leaderelection.LeaderCallbacks{
 			OnStartedLeading: func(ctx context.Context) {
+				leadMu.Lock()
+				if returned {
+					leadMu.Unlock()
+					return
+				}
+				leading = true
+				leadMu.Unlock()
+				defer close(runDone)
 				logger.Info("Started leading", "identity", identity)
 				runErr = runControllers(ctx)
 			},
@@ -283,7 +299,14 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	le.Run(ctx) // returns when ctx is done or leadership is lost; controllers stop with it
+	le.Run(ctx) // returns when ctx is done or leadership is lost; the controllers' ctx ends with it
+	leadMu.Lock()
+	returned = true
+	wait := leading
+	leadMu.Unlock()
+	if wait {
+		<-runDone
+	}
 	if lost.Load() {
 		return ErrLeaderLost
 	}
