@@ -1,0 +1,765 @@
+// Package enhancedstatefulset is the EnhancedStatefulSet controller: a thin sync loop over
+// the pure update planner (planner.go), in the style of Kubernetes' StatefulSet controller.
+package enhancedstatefulset
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strconv"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	appsinformers "k8s.io/client-go/informers/apps/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	"k8s.io/klog/v2"
+	"k8s.io/kubernetes/pkg/controller/history"
+
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	jkev1informers "github.com/staticip/staticip/apis/generated/informers/externalversions/jke/v1"
+	jkev1alpha1informers "github.com/staticip/staticip/apis/generated/informers/externalversions/jke/v1alpha1"
+	jkev1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1"
+	jkev1alpha1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1alpha1"
+	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/controllers/pkg/metrics"
+	"github.com/staticip/staticip/controllers/pkg/staticip"
+)
+
+// Name is the controller's name for --controllers, metrics and Events.
+const Name = "enhancedstatefulset"
+
+// Condition types on EnhancedStatefulSet status.
+const (
+	ConditionProgressing      = "Progressing"
+	ConditionAvailable        = "Available"
+	ConditionPaused           = "Paused"
+	ConditionStaticIPConflict = "StaticIPConflict"
+)
+
+// expectationTTL bounds how long a sync waits for the informer to see its own writes.
+const expectationTTL = time.Minute
+
+// conflictRetry is how often a set whose pod is blocked by a StaticIP conflict is retried.
+const conflictRetry = 30 * time.Second
+
+// Controller syncs EnhancedStatefulSets.
+type Controller struct {
+	kubeClient kubernetes.Interface
+	client     versioned.Interface
+	history    history.Interface
+	recorder   record.EventRecorder
+
+	setLister jkev1alpha1listers.EnhancedStatefulSetLister
+	podLister corelisters.PodLister
+	pvcLister corelisters.PersistentVolumeClaimLister
+	sipLister jkev1listers.StaticIPLister
+	synced    []cache.InformerSynced
+
+	queue workqueue.TypedRateLimitingInterface[string]
+	// expectations: per set, the writes of the last sync the informer has not shown yet. The
+	// planner must not run on a cache that still shows a pod it deleted as healthy: it would
+	// take more pods down than maxUnavailable allows.
+	mu           sync.Mutex
+	expectations map[string]map[string]expectation
+
+	// now is the clock (tests may replace it).
+	now func() time.Time
+}
+
+type expectation struct {
+	// deleted: the pod with this UID must be gone or terminating; otherwise the pod must exist
+	// with a resourceVersion other than staleRV ("" = just exist).
+	deletedUID types.UID
+	staleRV    string
+	deadline   time.Time
+}
+
+// NewController wires the controller to its informers.
+func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
+	setInformer jkev1alpha1informers.EnhancedStatefulSetInformer, podInformer coreinformers.PodInformer,
+	revInformer appsinformers.ControllerRevisionInformer, pvcInformer coreinformers.PersistentVolumeClaimInformer,
+	sipInformer jkev1informers.StaticIPInformer, recorder record.EventRecorder) (*Controller, error) {
+	if err := history.AddControllerRevisionControllerIndexer(revInformer.Informer()); err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		kubeClient: kubeClient, client: client, recorder: recorder,
+		history:   history.NewHistory(kubeClient, revInformer.Lister(), revInformer.Informer().GetIndexer()),
+		setLister: setInformer.Lister(), podLister: podInformer.Lister(), pvcLister: pvcInformer.Lister(), sipLister: sipInformer.Lister(),
+		synced: []cache.InformerSynced{setInformer.Informer().HasSynced, podInformer.Informer().HasSynced,
+			revInformer.Informer().HasSynced, pvcInformer.Informer().HasSynced, sipInformer.Informer().HasSynced},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name}),
+		expectations: map[string]map[string]expectation{},
+		now:          time.Now,
+	}
+	if _, err := setInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueue,
+		UpdateFunc: func(_, obj any) { c.enqueue(obj) },
+		DeleteFunc: c.enqueue,
+	}); err != nil {
+		return nil, err
+	}
+	if _, err := podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueueOwner,
+		UpdateFunc: func(_, obj any) { c.enqueueOwner(obj) },
+		DeleteFunc: c.enqueueOwner,
+	}); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Controller) enqueue(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	c.queue.Add(key)
+}
+
+func (c *Controller) enqueueOwner(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.Kind != controllerKind.Kind || ref.APIVersion != controllerKind.GroupVersion().String() {
+		return
+	}
+	c.queue.Add(pod.Namespace + "/" + ref.Name)
+}
+
+// Run starts workers and blocks until ctx is done.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx).WithValues("controller", Name)
+	logger.Info("Starting")
+	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced...) {
+		return
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < workers; i++ {
+		wg.Go(func() { wait.UntilWithContext(ctx, c.worker, time.Second) })
+	}
+	<-ctx.Done()
+	logger.Info("Stopping")
+	c.queue.ShutDown()
+	wg.Wait()
+}
+
+func (c *Controller) worker(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	start := time.Now()
+	requeue, err := c.sync(ctx, key)
+	metrics.ObserveSync(Name, start, err)
+	switch {
+	case err != nil:
+		utilruntime.HandleErrorWithContext(ctx, err, "syncing EnhancedStatefulSet", "key", key)
+		c.queue.AddRateLimited(key)
+	case requeue > 0:
+		c.queue.Forget(key)
+		c.queue.AddAfter(key, requeue)
+	default:
+		c.queue.Forget(key)
+	}
+	return true
+}
+
+// sync reconciles one set and says when to look again.
+func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error) {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return 0, nil
+	}
+	cached, err := c.setLister.EnhancedStatefulSets(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		c.clearExpectations(key)
+		return 0, nil // pods, revisions, PVCs and StaticIPs go with it through owner references
+	}
+	if err != nil {
+		return 0, err
+	}
+	if cached.DeletionTimestamp != nil {
+		return 0, nil
+	}
+	set := cached.DeepCopy()
+	if wait := c.pendingExpectations(key); wait {
+		return 200 * time.Millisecond, nil
+	}
+
+	selector, err := metav1.LabelSelectorAsSelector(set.Spec.Selector)
+	if err != nil || selector.Empty() {
+		c.recorder.Eventf(set, corev1.EventTypeWarning, "InvalidSelector", "spec.selector: %v", errOr(err, "must not be empty"))
+		return 0, nil
+	}
+	if !selector.Matches(labels.Set(set.Spec.Template.Labels)) {
+		c.recorder.Event(set, corev1.EventTypeWarning, "InvalidSelector", "spec.selector does not match spec.template.metadata.labels")
+		return 0, nil
+	}
+	pods, err := c.ownedPods(set, selector)
+	if err != nil {
+		return 0, err
+	}
+	revisions, err := c.ownedRevisions(set, selector)
+	if err != nil {
+		return 0, err
+	}
+	current, update, collisionCount, err := c.getRevisions(set, revisions)
+	if err != nil {
+		c.recorder.Eventf(set, corev1.EventTypeWarning, "FailedRevision", "creating ControllerRevision: %v", err)
+		return 0, err
+	}
+	templates := map[string]*corev1.PodTemplateSpec{}
+	for _, r := range append(revisions, update) {
+		if t, err := TemplateOf(r); err == nil {
+			templates[r.Name] = t
+		}
+	}
+	plan, err := ComputePlan(PlanInput{Spec: &set.Spec, SetName: set.Name, Pods: pods,
+		CurrentRevision: current.Name, UpdateRevision: update.Name, Templates: templates, Now: c.now()})
+	if err != nil {
+		c.recorder.Eventf(set, corev1.EventTypeWarning, "InvalidSpec", "%v", err)
+		return 0, nil
+	}
+
+	conflicts, actErr := c.execute(ctx, set, plan, pods, templates)
+	if len(conflicts) > 0 && (plan.RequeueAfter == 0 || plan.RequeueAfter > conflictRetry) {
+		// A human must resolve a StaticIP conflict; look again now and then, not in a hot loop.
+		plan.RequeueAfter = conflictRetry
+	}
+	if err := c.deleteScaledPVCs(ctx, set, pods); err != nil && actErr == nil {
+		actErr = err
+	}
+	if err := c.truncateHistory(set, pods, revisions, current, update); err != nil && actErr == nil {
+		actErr = err
+	}
+	if err := c.updateStatus(ctx, set, plan, current, update, collisionCount, selector, conflicts); err != nil && actErr == nil {
+		actErr = err
+	}
+	return plan.RequeueAfter, actErr
+}
+
+func errOr(err error, msg string) string {
+	if err != nil {
+		return err.Error()
+	}
+	return msg
+}
+
+// ownedPods are the pods whose controller reference is set. Orphans are not adopted: a pod
+// named like ours but owned by nobody is left alone and its ordinal is not created.
+func (c *Controller) ownedPods(set *jkev1alpha1.EnhancedStatefulSet, selector labels.Selector) ([]*corev1.Pod, error) {
+	all, err := c.podLister.Pods(set.Namespace).List(selector)
+	if err != nil {
+		return nil, err
+	}
+	var out []*corev1.Pod
+	for _, p := range all {
+		if ref := metav1.GetControllerOf(p); ref != nil && ref.UID == set.UID {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// ownedRevisions lists the set's ControllerRevisions and adopts orphans that match, as the
+// StatefulSet controller does.
+func (c *Controller) ownedRevisions(set *jkev1alpha1.EnhancedStatefulSet, selector labels.Selector) ([]*appsv1.ControllerRevision, error) {
+	revs, err := c.history.ListControllerRevisions(set, controllerKind, selector)
+	if err != nil {
+		return nil, err
+	}
+	var out []*appsv1.ControllerRevision
+	for _, r := range revs {
+		if metav1.GetControllerOf(r) == nil {
+			adopted, err := c.history.AdoptControllerRevision(set, controllerKind, r)
+			if err != nil {
+				continue
+			}
+			r = adopted
+		}
+		out = append(out, r)
+	}
+	history.SortControllerRevisions(out)
+	return out, nil
+}
+
+// getRevisions is the StatefulSet controller's getStatefulSetRevisions: the update revision is
+// the revision equal to the current template (re-used, and renumbered when it is an older
+// one — that is how a rollback re-uses the old revision name); the current revision is
+// status.currentRevision, or the update revision on the first sync.
+func (c *Controller) getRevisions(set *jkev1alpha1.EnhancedStatefulSet, revisions []*appsv1.ControllerRevision) (current, update *appsv1.ControllerRevision, collisionCount int32, err error) {
+	if set.Status.CollisionCount != nil {
+		collisionCount = *set.Status.CollisionCount
+	}
+	update, err = newRevision(set, nextRevision(revisions), &collisionCount)
+	if err != nil {
+		return nil, nil, collisionCount, err
+	}
+	equal := history.FindEqualRevisions(revisions, update)
+	switch n := len(equal); {
+	case n > 0 && history.EqualRevision(revisions[len(revisions)-1], equal[n-1]):
+		update = revisions[len(revisions)-1]
+	case n > 0:
+		update, err = c.history.UpdateControllerRevision(equal[n-1], update.Revision)
+	default:
+		update, err = c.history.CreateControllerRevision(set, update, &collisionCount)
+	}
+	if err != nil {
+		return nil, nil, collisionCount, err
+	}
+	for _, r := range revisions {
+		if r.Name == set.Status.CurrentRevision {
+			current = r
+		}
+	}
+	if current == nil {
+		current = update
+	}
+	return current, update, collisionCount, nil
+}
+
+// truncateHistory deletes the oldest revisions beyond revisionHistoryLimit that no pod, and
+// neither the current nor the update revision, uses.
+func (c *Controller) truncateHistory(set *jkev1alpha1.EnhancedStatefulSet, pods []*corev1.Pod, revisions []*appsv1.ControllerRevision, current, update *appsv1.ControllerRevision) error {
+	live := map[string]bool{current.Name: true, update.Name: true}
+	for _, p := range pods {
+		live[PodRevision(p)] = true
+	}
+	var history []*appsv1.ControllerRevision
+	for _, r := range revisions {
+		if !live[r.Name] {
+			history = append(history, r)
+		}
+	}
+	limit := 10
+	if set.Spec.RevisionHistoryLimit != nil {
+		limit = int(*set.Spec.RevisionHistoryLimit)
+	}
+	for i := 0; i < len(history)-limit; i++ {
+		if err := c.history.DeleteControllerRevision(history[i]); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// execute carries out the plan. Creations and deletions of one plan are independent, so they
+// run concurrently: a batch of maxUnavailable pods starts at once.
+func (c *Controller) execute(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, plan *Plan, pods []*corev1.Pod, templates map[string]*corev1.PodTemplateSpec) ([]string, error) {
+	byName := map[string]*corev1.Pod{}
+	for _, p := range pods {
+		byName[p.Name] = p
+	}
+	var (
+		mu        sync.Mutex
+		errs      []error
+		conflicts []string
+		wg        sync.WaitGroup
+	)
+	for _, a := range plan.Actions {
+		wg.Go(func() {
+			var err error
+			switch a.Type {
+			case ActionCreate:
+				err = c.createPod(ctx, set, a, templates[a.Revision])
+				var conflict *staticip.ConflictError
+				if errors.As(err, &conflict) {
+					mu.Lock()
+					conflicts = append(conflicts, conflict.Error())
+					mu.Unlock()
+				}
+			case ActionDelete:
+				err = c.deletePod(ctx, set, byName[a.Pod], a.Reason)
+			case ActionInPlaceUpdate:
+				err = c.updateInPlace(ctx, set, byName[a.Pod], a)
+			}
+			metrics.PodActions.WithLabelValues(string(a.Type), string(a.Reason), resultOf(err)).Inc()
+			var conflict *staticip.ConflictError
+			if errors.As(err, &conflict) {
+				return // reported in the StaticIPConflict condition; retried on the slow requeue
+			}
+			if err != nil {
+				mu.Lock()
+				errs = append(errs, err)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	sort.Strings(conflicts)
+	return conflicts, errors.Join(errs...)
+}
+
+func resultOf(err error) string {
+	if err != nil {
+		return "error"
+	}
+	return "success"
+}
+
+// newPod builds the pod of ordinal from template: name {set}-{ordinal}, stable hostname and
+// subdomain, the StatefulSet labels, the revision label and PVC volumes.
+func newPod(set *jkev1alpha1.EnhancedStatefulSet, template *corev1.PodTemplateSpec, ordinal int, revision string) *corev1.Pod {
+	name := PodName(set.Name, ordinal)
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: name, Namespace: set.Namespace,
+			Labels:          map[string]string{},
+			Annotations:     map[string]string{},
+			OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(set, controllerKind)},
+		},
+		Spec: *template.Spec.DeepCopy(),
+	}
+	for k, v := range template.Labels {
+		pod.Labels[k] = v
+	}
+	for k, v := range template.Annotations {
+		pod.Annotations[k] = v
+	}
+	pod.Labels[PodNameLabel] = name
+	pod.Labels[PodIndexLabel] = strconv.Itoa(ordinal)
+	pod.Labels[RevisionLabel] = revision
+	pod.Spec.Hostname = name
+	pod.Spec.Subdomain = set.Spec.ServiceName
+	// Volumes of the claim templates replace template volumes of the same name.
+	claims := map[string]bool{}
+	for _, claim := range set.Spec.VolumeClaimTemplates {
+		claims[claim.Name] = true
+	}
+	var volumes []corev1.Volume
+	for _, v := range pod.Spec.Volumes {
+		if !claims[v.Name] {
+			volumes = append(volumes, v)
+		}
+	}
+	for _, claim := range set.Spec.VolumeClaimTemplates {
+		volumes = append(volumes, corev1.Volume{Name: claim.Name, VolumeSource: corev1.VolumeSource{
+			PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: ClaimName(set, claim.Name, ordinal)}}})
+	}
+	pod.Spec.Volumes = volumes
+	return pod
+}
+
+// ClaimName is the PVC of claim template claim for ordinal: {claim}-{set}-{ordinal}.
+func ClaimName(set *jkev1alpha1.EnhancedStatefulSet, claim string, ordinal int) string {
+	return fmt.Sprintf("%s-%s-%d", claim, set.Name, ordinal)
+}
+
+func pvcRetention(set *jkev1alpha1.EnhancedStatefulSet) appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy {
+	p := appsv1.StatefulSetPersistentVolumeClaimRetentionPolicy{WhenDeleted: appsv1.RetainPersistentVolumeClaimRetentionPolicyType, WhenScaled: appsv1.RetainPersistentVolumeClaimRetentionPolicyType}
+	if r := set.Spec.PersistentVolumeClaimRetentionPolicy; r != nil {
+		if r.WhenDeleted != "" {
+			p.WhenDeleted = r.WhenDeleted
+		}
+		if r.WhenScaled != "" {
+			p.WhenScaled = r.WhenScaled
+		}
+	}
+	return p
+}
+
+// createPod creates the PVCs and the StaticIP of an ordinal, then the pod itself.
+func (c *Controller) createPod(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, a Action, template *corev1.PodTemplateSpec) error {
+	if template == nil {
+		return fmt.Errorf("no template for revision %s", a.Revision)
+	}
+	pod := newPod(set, template, a.Ordinal, a.Revision)
+	if err := c.ensureClaims(ctx, set, a.Ordinal); err != nil {
+		c.recorder.Eventf(set, corev1.EventTypeWarning, "FailedCreate", "create claims for pod %s: %v", pod.Name, err)
+		return err
+	}
+	if staticip.Enabled(set.Annotations, set.Spec.Template.Annotations) {
+		w := staticip.Workload{Object: set, GVK: controllerKind, Retention: staticip.RetentionPolicy(set.Spec.StaticIPRetentionPolicy)}
+		sip, err := staticip.Ensure(ctx, c.client, c.sipLister, w, pod.Name)
+		if err != nil {
+			reason := "FailedCreateStaticIP"
+			var conflict *staticip.ConflictError
+			if errors.As(err, &conflict) {
+				reason = "StaticIPConflict"
+			}
+			// The pod is not created without its record: it would get an IP nobody keeps.
+			c.recorder.Eventf(set, corev1.EventTypeWarning, reason, "pod %s: %v", pod.Name, err)
+			return err
+		}
+		staticip.DecoratePod(pod, sip)
+	}
+	c.expect(set, pod.Name, expectation{})
+	_, err := c.kubeClient.CoreV1().Pods(set.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	if err != nil {
+		c.forget(set, pod.Name)
+		c.recorder.Eventf(set, corev1.EventTypeWarning, "FailedCreate", "create Pod %s: %v", pod.Name, err)
+		return err
+	}
+	c.recorder.Eventf(set, corev1.EventTypeNormal, "SuccessfulCreate", "create Pod %s at revision %s", pod.Name, a.Revision)
+	return nil
+}
+
+func (c *Controller) ensureClaims(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, ordinal int) error {
+	policy := pvcRetention(set)
+	for _, tmpl := range set.Spec.VolumeClaimTemplates {
+		name := ClaimName(set, tmpl.Name, ordinal)
+		if _, err := c.pvcLister.PersistentVolumeClaims(set.Namespace).Get(name); err == nil {
+			continue
+		}
+		claim := tmpl.DeepCopy()
+		claim.ObjectMeta = metav1.ObjectMeta{Name: name, Namespace: set.Namespace, Labels: map[string]string{}, Annotations: tmpl.Annotations}
+		for k, v := range set.Spec.Selector.MatchLabels {
+			claim.Labels[k] = v
+		}
+		for k, v := range tmpl.Labels {
+			claim.Labels[k] = v
+		}
+		if policy.WhenDeleted == appsv1.DeletePersistentVolumeClaimRetentionPolicyType {
+			claim.OwnerReferences = []metav1.OwnerReference{{APIVersion: controllerKind.GroupVersion().String(), Kind: controllerKind.Kind,
+				Name: set.Name, UID: set.UID, BlockOwnerDeletion: new(true)}}
+		}
+		if _, err := c.kubeClient.CoreV1().PersistentVolumeClaims(set.Namespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+			return err
+		}
+	}
+	return nil
+}
+
+// deleteScaledPVCs deletes the PVCs of ordinals at or above replicas whose pod is gone, when
+// persistentVolumeClaimRetentionPolicy.whenScaled is Delete.
+func (c *Controller) deleteScaledPVCs(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, pods []*corev1.Pod) error {
+	if len(set.Spec.VolumeClaimTemplates) == 0 || pvcRetention(set).WhenScaled != appsv1.DeletePersistentVolumeClaimRetentionPolicyType {
+		return nil
+	}
+	replicas := 1
+	if set.Spec.Replicas != nil {
+		replicas = int(*set.Spec.Replicas)
+	}
+	present := map[int]bool{}
+	for _, p := range pods {
+		present[ParseOrdinal(set.Name, p.Name)] = true
+	}
+	claims, err := c.pvcLister.PersistentVolumeClaims(set.Namespace).List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, claim := range claims {
+		for _, tmpl := range set.Spec.VolumeClaimTemplates {
+			ord := ParseOrdinal(tmpl.Name+"-"+set.Name, claim.Name)
+			if ord < replicas || present[ord] || claim.DeletionTimestamp != nil {
+				continue
+			}
+			err := c.kubeClient.CoreV1().PersistentVolumeClaims(set.Namespace).Delete(ctx, claim.Name,
+				metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &claim.UID}})
+			if err != nil && !apierrors.IsNotFound(err) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Controller) deletePod(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, pod *corev1.Pod, reason DeleteReason) error {
+	if pod == nil {
+		return nil
+	}
+	c.expect(set, pod.Name, expectation{deletedUID: pod.UID})
+	err := c.kubeClient.CoreV1().Pods(set.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		c.forget(set, pod.Name)
+		c.recorder.Eventf(set, corev1.EventTypeWarning, "FailedDelete", "delete Pod %s (%s): %v", pod.Name, reason, err)
+		return err
+	}
+	c.recorder.Eventf(set, corev1.EventTypeNormal, "SuccessfulDelete", "delete Pod %s (%s)", pod.Name, reason)
+	return nil
+}
+
+// updateInPlace patches the images of a pod and moves its revision label, so the pod keeps
+// its node and IP. The images the kubelet reported before are recorded so the planner counts
+// the pod as unavailable until the kubelet runs the new ones.
+func (c *Controller) updateInPlace(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, cached *corev1.Pod, a Action) error {
+	if cached == nil {
+		return nil
+	}
+	pod := cached.DeepCopy()
+	old := map[string]string{}
+	for _, st := range pod.Status.ContainerStatuses {
+		if _, ok := a.Images[st.Name]; ok {
+			old[st.Name] = st.Image
+		}
+	}
+	for i := range pod.Spec.Containers {
+		if img, ok := a.Images[pod.Spec.Containers[i].Name]; ok {
+			if _, seen := old[pod.Spec.Containers[i].Name]; !seen {
+				old[pod.Spec.Containers[i].Name] = pod.Spec.Containers[i].Image
+			}
+			pod.Spec.Containers[i].Image = img
+		}
+	}
+	raw, _ := json.Marshal(old)
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[AnnotationInPlaceOldImages] = string(raw)
+	pod.Labels[RevisionLabel] = a.Revision
+	c.expect(set, pod.Name, expectation{staleRV: cached.ResourceVersion})
+	_, err := c.kubeClient.CoreV1().Pods(set.Namespace).Update(ctx, pod, metav1.UpdateOptions{})
+	if err != nil {
+		c.forget(set, pod.Name)
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil // the next sync sees the newer pod
+		}
+		c.recorder.Eventf(set, corev1.EventTypeWarning, "FailedUpdate", "update Pod %s in place: %v", pod.Name, err)
+		return err
+	}
+	c.recorder.Eventf(set, corev1.EventTypeNormal, "SuccessfulUpdateInPlace", "update Pod %s in place to revision %s", pod.Name, a.Revision)
+	return nil
+}
+
+// updateStatus writes the observed status and conditions, completing the rollout (current
+// revision := update revision) once every replica runs the update revision and is ready.
+func (c *Controller) updateStatus(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, plan *Plan, current, update *appsv1.ControllerRevision,
+	collisionCount int32, selector labels.Selector, conflicts []string) error {
+	replicas := int32(1)
+	if set.Spec.Replicas != nil {
+		replicas = *set.Spec.Replicas
+	}
+	st := set.Status.DeepCopy()
+	st.ObservedGeneration = set.Generation
+	st.Replicas, st.ReadyReplicas, st.AvailableReplicas = plan.Replicas, plan.ReadyReplicas, plan.AvailableReplicas
+	st.CurrentReplicas, st.UpdatedReplicas = plan.CurrentReplicas, plan.UpdatedReplicas
+	st.CurrentRevision, st.UpdateRevision = current.Name, update.Name
+	st.CollisionCount = &collisionCount
+	st.LabelSelector = selector.String()
+	if st.UpdatedReplicas == replicas && st.ReadyReplicas == replicas && st.Replicas == replicas {
+		st.CurrentRevision, st.CurrentReplicas = update.Name, st.UpdatedReplicas
+	}
+
+	gen := set.Generation
+	ru := set.Spec.UpdateStrategy.RollingUpdate
+	paused := ru != nil && ru.Paused && set.Spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType
+	if paused {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionPaused, Status: metav1.ConditionTrue, Reason: "Paused", Message: "updateStrategy.rollingUpdate.paused is true: no pod moves to a new revision", ObservedGeneration: gen})
+	} else {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionPaused, Status: metav1.ConditionFalse, Reason: "NotPaused", ObservedGeneration: gen})
+	}
+	done := st.Replicas == replicas && st.ReadyReplicas == replicas && len(plan.Actions) == 0
+	switch {
+	case paused && !done:
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionProgressing, Status: metav1.ConditionFalse, Reason: "Paused", ObservedGeneration: gen})
+	case done:
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionProgressing, Status: metav1.ConditionFalse, Reason: "Settled",
+			Message: fmt.Sprintf("%d/%d pods at revision %s", st.UpdatedReplicas, replicas, update.Name), ObservedGeneration: gen})
+	default:
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionProgressing, Status: metav1.ConditionTrue, Reason: "Updating",
+			Message: fmt.Sprintf("%d/%d pods at revision %s, %d unavailable of budget %d", st.UpdatedReplicas, replicas, update.Name, plan.Unavailable, plan.MaxUnavailable), ObservedGeneration: gen})
+	}
+	if st.AvailableReplicas >= replicas-int32(plan.MaxUnavailable) {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionAvailable, Status: metav1.ConditionTrue, Reason: "MinimumReplicasAvailable", ObservedGeneration: gen})
+	} else {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionAvailable, Status: metav1.ConditionFalse, Reason: "MinimumReplicasUnavailable",
+			Message: fmt.Sprintf("%d available, %d required", st.AvailableReplicas, replicas-int32(plan.MaxUnavailable)), ObservedGeneration: gen})
+	}
+	if len(conflicts) > 0 {
+		b, _ := json.Marshal(conflicts)
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionStaticIPConflict, Status: metav1.ConditionTrue, Reason: "StaticIPOwnedElsewhere", Message: string(b), ObservedGeneration: gen})
+	} else if meta.FindStatusCondition(st.Conditions, ConditionStaticIPConflict) != nil && plan.Replicas == replicas {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionStaticIPConflict, Status: metav1.ConditionFalse, Reason: "NoConflict", ObservedGeneration: gen})
+	}
+	if apiequality.Semantic.DeepEqual(st, &set.Status) {
+		return nil
+	}
+	upd := set.DeepCopy()
+	upd.Status = *st
+	_, err := c.client.JkeV1alpha1().EnhancedStatefulSets(set.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		c.queue.Add(set.Namespace + "/" + set.Name)
+		return nil
+	}
+	return err
+}
+
+// --- expectations ---
+
+func (c *Controller) expect(set *jkev1alpha1.EnhancedStatefulSet, pod string, e expectation) {
+	key := set.Namespace + "/" + set.Name
+	e.deadline = c.now().Add(expectationTTL)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.expectations[key] == nil {
+		c.expectations[key] = map[string]expectation{}
+	}
+	c.expectations[key][pod] = e
+}
+
+func (c *Controller) forget(set *jkev1alpha1.EnhancedStatefulSet, pod string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.expectations[set.Namespace+"/"+set.Name], pod)
+}
+
+func (c *Controller) clearExpectations(key string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	delete(c.expectations, key)
+}
+
+// pendingExpectations says whether the pod cache still lags behind this controller's writes.
+func (c *Controller) pendingExpectations(key string) bool {
+	ns, _, _ := cache.SplitMetaNamespaceKey(key)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for name, e := range c.expectations[key] {
+		pod, err := c.podLister.Pods(ns).Get(name)
+		var met bool
+		switch {
+		case e.deletedUID != "":
+			met = err != nil || pod.UID != e.deletedUID || pod.DeletionTimestamp != nil
+		case e.staleRV != "":
+			met = err != nil || pod.ResourceVersion != e.staleRV
+		default:
+			met = err == nil
+		}
+		if met || c.now().After(e.deadline) {
+			delete(c.expectations[key], name)
+			continue
+		}
+		return true
+	}
+	return false
+}

@@ -1,0 +1,352 @@
+package enhancedstatefulset
+
+import (
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+)
+
+var now = time.Date(2026, 1, 1, 12, 0, 0, 0, time.UTC)
+
+// podState is a compact pod description: ordinal, revision and health.
+type podState struct {
+	ord         int
+	rev         string
+	state       string // "ready" (default), "notready", "pending", "failed", "terminating", "inplace", "justready"
+	readySecAgo int    // for minReadySeconds cases; default 1h
+}
+
+func mkPod(p podState) *corev1.Pod {
+	pod := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: PodName("web", p.ord), Labels: map[string]string{RevisionLabel: p.rev}},
+		Status:     corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+	ago := time.Hour
+	if p.readySecAgo > 0 {
+		ago = time.Duration(p.readySecAgo) * time.Second
+	}
+	ready := corev1.PodCondition{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.NewTime(now.Add(-ago))}
+	switch p.state {
+	case "", "ready":
+	case "notready":
+		ready.Status = corev1.ConditionFalse
+	case "pending":
+		pod.Status.Phase = corev1.PodPending
+		ready.Status = corev1.ConditionFalse
+	case "failed":
+		pod.Status.Phase = corev1.PodFailed
+		ready.Status = corev1.ConditionFalse
+	case "terminating":
+		pod.DeletionTimestamp = ptr.To(metav1.NewTime(now))
+	case "inplace":
+		pod.Annotations = map[string]string{AnnotationInPlaceOldImages: `{"app":"img:v1"}`}
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", Image: "img:v1", Ready: true}}
+	}
+	pod.Status.Conditions = []corev1.PodCondition{ready}
+	return pod
+}
+
+func tmpl(image, env string) *corev1.PodTemplateSpec {
+	t := &corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: image}}}}
+	if env != "" {
+		t.Spec.Containers[0].Env = []corev1.EnvVar{{Name: "X", Value: env}}
+	}
+	return t
+}
+
+type specOpt func(*jkev1alpha1.EnhancedStatefulSetSpec)
+
+func replicas(n int32) specOpt {
+	return func(s *jkev1alpha1.EnhancedStatefulSetSpec) { s.Replicas = ptr.To(n) }
+}
+func parallel(s *jkev1alpha1.EnhancedStatefulSetSpec) {
+	s.PodManagementPolicy = appsv1.ParallelPodManagement
+}
+func onDelete(s *jkev1alpha1.EnhancedStatefulSetSpec) {
+	s.UpdateStrategy.Type = appsv1.OnDeleteStatefulSetStrategyType
+	s.UpdateStrategy.RollingUpdate = nil
+}
+func partition(n int32) specOpt {
+	return func(s *jkev1alpha1.EnhancedStatefulSetSpec) { s.UpdateStrategy.RollingUpdate.Partition = ptr.To(n) }
+}
+func maxUnav(v intstr.IntOrString) specOpt {
+	return func(s *jkev1alpha1.EnhancedStatefulSetSpec) { s.UpdateStrategy.RollingUpdate.MaxUnavailable = &v }
+}
+func paused(s *jkev1alpha1.EnhancedStatefulSetSpec) { s.UpdateStrategy.RollingUpdate.Paused = true }
+func inPlace(s *jkev1alpha1.EnhancedStatefulSetSpec) {
+	s.UpdateStrategy.RollingUpdate.PodUpdatePolicy = jkev1alpha1.InPlaceIfPossiblePodUpdatePolicy
+}
+func minReady(n int32) specOpt {
+	return func(s *jkev1alpha1.EnhancedStatefulSetSpec) { s.MinReadySeconds = n }
+}
+
+// ready pods 0..n-1 at rev.
+func readyPods(n int, rev string) []podState {
+	var out []podState
+	for i := 0; i < n; i++ {
+		out = append(out, podState{ord: i, rev: rev})
+	}
+	return out
+}
+
+func with(base []podState, changes ...podState) []podState {
+	out := append([]podState(nil), base...)
+	for _, c := range changes {
+		found := false
+		for i := range out {
+			if out[i].ord == c.ord {
+				out[i], found = c, true
+			}
+		}
+		if !found {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
+func without(base []podState, ords ...int) []podState {
+	var out []podState
+	for _, p := range base {
+		drop := false
+		for _, o := range ords {
+			drop = drop || p.ord == o
+		}
+		if !drop {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func TestComputePlan(t *testing.T) {
+	templates := map[string]*corev1.PodTemplateSpec{
+		"r1": tmpl("img:v1", ""), "r2": tmpl("img:v2", ""), "r3": tmpl("img:v2", "changed"),
+	}
+	pct := func(s string) intstr.IntOrString { return intstr.FromString(s) }
+	num := func(n int) intstr.IntOrString { return intstr.FromInt32(int32(n)) }
+	cases := []struct {
+		name            string
+		opts            []specOpt
+		pods            []podState
+		current, update string
+		want            []string
+		wantUnavailable int
+		wantMax         int
+	}{
+		{name: "empty set OrderedReady creates ordinal 0 only", opts: []specOpt{replicas(3)},
+			current: "r1", update: "r1", want: []string{"create 0@r1"}, wantUnavailable: 3, wantMax: 1},
+		{name: "empty set Parallel creates all", opts: []specOpt{replicas(3), parallel},
+			current: "r1", update: "r1", want: []string{"create 0@r1", "create 1@r1", "create 2@r1"}, wantUnavailable: 3, wantMax: 1},
+		{name: "OrderedReady waits for a not ready lower ordinal", opts: []specOpt{replicas(3)},
+			pods: []podState{{ord: 0, rev: "r1", state: "notready"}}, current: "r1", update: "r1", want: nil, wantUnavailable: 3, wantMax: 1},
+		{name: "OrderedReady creates next when lower is ready", opts: []specOpt{replicas(3)},
+			pods: readyPods(1, "r1"), current: "r1", update: "r1", want: []string{"create 1@r1"}, wantUnavailable: 2, wantMax: 1},
+		{name: "steady state does nothing", opts: []specOpt{replicas(3)},
+			pods: readyPods(3, "r1"), current: "r1", update: "r1", want: nil, wantMax: 1},
+		{name: "failed pod is replaced", opts: []specOpt{replicas(3)},
+			pods: with(readyPods(3, "r1"), podState{ord: 1, rev: "r1", state: "failed"}), current: "r1", update: "r1",
+			want: []string{"delete 1 (Failed)"}, wantUnavailable: 1, wantMax: 1},
+		{name: "terminating pod is waited for, not recreated", opts: []specOpt{replicas(3), parallel},
+			pods: with(readyPods(3, "r1"), podState{ord: 1, rev: "r1", state: "terminating"}), current: "r1", update: "r1",
+			want: nil, wantUnavailable: 1, wantMax: 1},
+		{name: "OrderedReady scale down deletes highest condemned only", opts: []specOpt{replicas(2)},
+			pods: readyPods(5, "r1"), current: "r1", update: "r1", want: []string{"delete 4 (Condemned)"}, wantMax: 1},
+		{name: "OrderedReady scale down waits for unhealthy replica", opts: []specOpt{replicas(2)},
+			pods: with(readyPods(4, "r1"), podState{ord: 0, rev: "r1", state: "notready"}), current: "r1", update: "r1", want: nil, wantUnavailable: 1, wantMax: 1},
+		{name: "Parallel scale down deletes all condemned", opts: []specOpt{replicas(2), parallel},
+			pods: readyPods(5, "r1"), current: "r1", update: "r1",
+			want: []string{"delete 4 (Condemned)", "delete 3 (Condemned)", "delete 2 (Condemned)"}, wantMax: 1},
+		{name: "default rolling update: one pod, highest ordinal", opts: []specOpt{replicas(3)},
+			pods: readyPods(3, "r1"), current: "r1", update: "r2", want: []string{"delete 2 (Update)"}, wantMax: 1},
+		{name: "maxUnavailable 2 updates two highest", opts: []specOpt{replicas(6), maxUnav(num(2))},
+			pods: readyPods(6, "r1"), current: "r1", update: "r2", want: []string{"delete 5 (Update)", "delete 4 (Update)"}, wantMax: 2},
+		{name: "partition 3 maxUnavailable 2 (published scenario, first batch)", opts: []specOpt{replicas(6), parallel, partition(3), maxUnav(num(2))},
+			pods: readyPods(6, "r1"), current: "r1", update: "r2", want: []string{"delete 5 (Update)", "delete 4 (Update)"}, wantMax: 2},
+		{name: "partition 3: second batch only ordinal 3 (0-2 stay)", opts: []specOpt{replicas(6), parallel, partition(3), maxUnav(num(2))},
+			pods: with(readyPods(6, "r1"), podState{ord: 4, rev: "r2"}, podState{ord: 5, rev: "r2"}), current: "r1", update: "r2",
+			want: []string{"delete 3 (Update)"}, wantMax: 2},
+		{name: "partition 3 done: nothing below the partition moves", opts: []specOpt{replicas(6), parallel, partition(3), maxUnav(num(2))},
+			pods: with(readyPods(6, "r1"), podState{ord: 3, rev: "r2"}, podState{ord: 4, rev: "r2"}, podState{ord: 5, rev: "r2"}), current: "r1", update: "r2",
+			want: nil, wantMax: 2},
+		{name: "partition 0 finishes the rest", opts: []specOpt{replicas(6), parallel, partition(0), maxUnav(num(2))},
+			pods: with(readyPods(6, "r1"), podState{ord: 3, rev: "r2"}, podState{ord: 4, rev: "r2"}, podState{ord: 5, rev: "r2"}), current: "r1", update: "r2",
+			want: []string{"delete 2 (Update)", "delete 1 (Update)"}, wantMax: 2},
+		{name: "recreated pod above partition created at update revision", opts: []specOpt{replicas(6), parallel, partition(3), maxUnav(num(2))},
+			pods: without(readyPods(6, "r1"), 5, 4), current: "r1", update: "r2",
+			want: []string{"create 4@r2", "create 5@r2"}, wantUnavailable: 2, wantMax: 2},
+		{name: "missing pod below partition created at current revision", opts: []specOpt{replicas(6), parallel, partition(3), maxUnav(num(2))},
+			pods: without(readyPods(6, "r1"), 1), current: "r1", update: "r2",
+			want: []string{"create 1@r1", "delete 5 (Update)"}, wantUnavailable: 1, wantMax: 2},
+		{name: "two already down with budget 2: lowering partition starts nothing", opts: []specOpt{replicas(6), parallel, partition(0), maxUnav(num(2))},
+			pods: with(readyPods(6, "r1"), podState{ord: 0, rev: "r1", state: "notready"}, podState{ord: 1, rev: "r1", state: "notready"}), current: "r1", update: "r2",
+			want: nil, wantUnavailable: 2, wantMax: 2},
+		{name: "one already down with budget 3: two updates", opts: []specOpt{replicas(6), parallel, maxUnav(num(3))},
+			pods: with(readyPods(6, "r1"), podState{ord: 0, rev: "r1", state: "notready"}), current: "r1", update: "r2",
+			want: []string{"delete 5 (Update)", "delete 4 (Update)"}, wantUnavailable: 1, wantMax: 3},
+		{name: "updated pods not yet ready consume the budget", opts: []specOpt{replicas(6), parallel, maxUnav(num(2))},
+			pods: with(readyPods(6, "r1"), podState{ord: 5, rev: "r2", state: "pending"}), current: "r1", update: "r2",
+			want: []string{"delete 4 (Update)"}, wantUnavailable: 1, wantMax: 2},
+		{name: "broken new revision stops at the budget", opts: []specOpt{replicas(6), parallel, maxUnav(num(2))},
+			pods: with(readyPods(6, "r1"), podState{ord: 5, rev: "r2", state: "notready"}, podState{ord: 4, rev: "r2", state: "notready"}), current: "r1", update: "r2",
+			want: nil, wantUnavailable: 2, wantMax: 2},
+		{name: "percent 50% of 6 = 3", opts: []specOpt{replicas(6), parallel, maxUnav(pct("50%"))},
+			pods: readyPods(6, "r1"), current: "r1", update: "r2",
+			want: []string{"delete 5 (Update)", "delete 4 (Update)", "delete 3 (Update)"}, wantMax: 3},
+		{name: "percent rounds down: 40% of 6 = 2", opts: []specOpt{replicas(6), parallel, maxUnav(pct("40%"))},
+			pods: readyPods(6, "r1"), current: "r1", update: "r2",
+			want: []string{"delete 5 (Update)", "delete 4 (Update)"}, wantMax: 2},
+		{name: "percent at least 1: 10% of 3", opts: []specOpt{replicas(3), parallel, maxUnav(pct("10%"))},
+			pods: readyPods(3, "r1"), current: "r1", update: "r2", want: []string{"delete 2 (Update)"}, wantMax: 1},
+		{name: "paused: no updates", opts: []specOpt{replicas(6), parallel, maxUnav(num(2)), paused},
+			pods: readyPods(6, "r1"), current: "r1", update: "r2", want: nil, wantMax: 2},
+		{name: "paused: scale up still works, new pods at update revision", opts: []specOpt{replicas(8), parallel, maxUnav(num(2)), paused},
+			pods: readyPods(6, "r1"), current: "r1", update: "r2", want: []string{"create 6@r2", "create 7@r2"}, wantUnavailable: 2, wantMax: 2},
+		{name: "paused: scale down still works", opts: []specOpt{replicas(4), parallel, maxUnav(num(2)), paused},
+			pods: readyPods(6, "r1"), current: "r1", update: "r2", want: []string{"delete 5 (Condemned)", "delete 4 (Condemned)"}, wantMax: 2},
+		{name: "OrderedReady update waits while a recreated pod is not ready", opts: []specOpt{replicas(6), maxUnav(num(2))},
+			pods: with(readyPods(6, "r1"), podState{ord: 5, rev: "r2", state: "pending"}), current: "r1", update: "r2",
+			want: nil, wantUnavailable: 1, wantMax: 2},
+		{name: "OrderedReady recreates missing updated pods lowest first, one at a time", opts: []specOpt{replicas(6), maxUnav(num(2))},
+			pods: without(readyPods(6, "r1"), 4, 5), current: "r1", update: "r2",
+			want: []string{"create 4@r2"}, wantUnavailable: 2, wantMax: 2},
+		{name: "scale up during update: new ordinals at update revision, budget counts them", opts: []specOpt{replicas(6), parallel, maxUnav(num(3))},
+			pods: readyPods(4, "r1"), current: "r1", update: "r2",
+			want: []string{"create 4@r2", "create 5@r2", "delete 3 (Update)"}, wantUnavailable: 2, wantMax: 3},
+		{name: "scale down during update: condemned deleted, update continues within budget", opts: []specOpt{replicas(3), parallel, maxUnav(num(1))},
+			pods: with(readyPods(5, "r1"), podState{ord: 4, rev: "r2"}), current: "r1", update: "r2",
+			want: []string{"delete 4 (Condemned)", "delete 3 (Condemned)", "delete 2 (Update)"}, wantMax: 1},
+		{name: "rollback: update revision back to r1, pods at r2 recreated", opts: []specOpt{replicas(4), parallel, maxUnav(num(2))},
+			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2"}, podState{ord: 2, rev: "r2"}), current: "r2", update: "r1",
+			want: []string{"delete 3 (Update)", "delete 2 (Update)"}, wantMax: 2},
+		{name: "rollback respects an already unavailable pod", opts: []specOpt{replicas(4), parallel, maxUnav(num(2))},
+			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", state: "notready"}, podState{ord: 2, rev: "r2"}), current: "r2", update: "r1",
+			want: []string{"delete 3 (Update)"}, wantUnavailable: 1, wantMax: 2},
+		{name: "OnDelete: no updates, recreated pods at update revision", opts: []specOpt{replicas(3), parallel, onDelete},
+			pods: without(readyPods(3, "r1"), 0), current: "r1", update: "r2", want: []string{"create 0@r2"}, wantUnavailable: 1, wantMax: 1},
+		{name: "OnDelete ignores partition-like state", opts: []specOpt{replicas(3), onDelete},
+			pods: readyPods(3, "r1"), current: "r1", update: "r2", want: nil, wantMax: 1},
+		{name: "minReadySeconds: just ready pod is unavailable and blocks the budget", opts: []specOpt{replicas(4), parallel, maxUnav(num(1)), minReady(30)},
+			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", readySecAgo: 5}), current: "r1", update: "r2",
+			want: nil, wantUnavailable: 1, wantMax: 1},
+		{name: "minReadySeconds: pod ready long enough frees the budget", opts: []specOpt{replicas(4), parallel, maxUnav(num(1)), minReady(30)},
+			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", readySecAgo: 31}), current: "r1", update: "r2",
+			want: []string{"delete 2 (Update)"}, wantMax: 1},
+		{name: "InPlaceIfPossible: image only change patches in place", opts: []specOpt{replicas(4), parallel, maxUnav(num(2)), inPlace},
+			pods: readyPods(4, "r1"), current: "r1", update: "r2", want: []string{"inplace 3@r2", "inplace 2@r2"}, wantMax: 2},
+		{name: "InPlaceIfPossible: other changes recreate", opts: []specOpt{replicas(4), parallel, maxUnav(num(2)), inPlace},
+			pods: readyPods(4, "r1"), current: "r1", update: "r3", want: []string{"delete 3 (Update)", "delete 2 (Update)"}, wantMax: 2},
+		{name: "InPlaceIfPossible: unknown old revision recreates", opts: []specOpt{replicas(2), parallel, inPlace},
+			pods: readyPods(2, "r0"), current: "r0", update: "r2", want: []string{"delete 1 (Update)"}, wantMax: 1},
+		{name: "InPlaceIfPossible: pending in-place update counts as unavailable", opts: []specOpt{replicas(4), parallel, maxUnav(num(2)), inPlace},
+			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", state: "inplace"}), current: "r1", update: "r2",
+			want: []string{"inplace 2@r2"}, wantUnavailable: 1, wantMax: 2},
+		{name: "pods with foreign names are ignored", opts: []specOpt{replicas(1)},
+			pods: readyPods(1, "r1"), current: "r1", update: "r1", want: nil, wantMax: 1},
+		{name: "scale to zero Parallel", opts: []specOpt{replicas(0), parallel},
+			pods: readyPods(2, "r1"), current: "r1", update: "r2", want: []string{"delete 1 (Condemned)", "delete 0 (Condemned)"}, wantMax: 1},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := &jkev1alpha1.EnhancedStatefulSetSpec{
+				UpdateStrategy: jkev1alpha1.EnhancedStatefulSetUpdateStrategy{
+					Type:          appsv1.RollingUpdateStatefulSetStrategyType,
+					RollingUpdate: &jkev1alpha1.RollingUpdateEnhancedStatefulSetStrategy{},
+				},
+			}
+			for _, o := range tc.opts {
+				o(spec)
+			}
+			var pods []*corev1.Pod
+			for _, p := range tc.pods {
+				pods = append(pods, mkPod(p))
+			}
+			pods = append(pods, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-x"}}, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "other-0"}})
+			plan, err := ComputePlan(PlanInput{Spec: spec, SetName: "web", Pods: pods, CurrentRevision: tc.current,
+				UpdateRevision: tc.update, Templates: templates, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got []string
+			for _, a := range plan.Actions {
+				got = append(got, a.String())
+			}
+			if !reflect.DeepEqual(got, tc.want) {
+				t.Errorf("actions:\n got  %s\n want %s", strings.Join(got, ", "), strings.Join(tc.want, ", "))
+			}
+			if plan.Unavailable != tc.wantUnavailable || plan.MaxUnavailable != tc.wantMax {
+				t.Errorf("unavailable/max = %d/%d, want %d/%d", plan.Unavailable, plan.MaxUnavailable, tc.wantUnavailable, tc.wantMax)
+			}
+			// Invariant: pods taken down by this plan never push unavailability past the budget.
+			down := 0
+			for _, a := range plan.Actions {
+				if a.Reason == ReasonUpdate || a.Type == ActionInPlaceUpdate {
+					down++
+				}
+			}
+			if down > 0 && plan.Unavailable+down > plan.MaxUnavailable {
+				t.Errorf("plan takes %d pods down with %d unavailable, budget %d", down, plan.Unavailable, plan.MaxUnavailable)
+			}
+		})
+	}
+}
+
+func TestComputePlanStatusAndRequeue(t *testing.T) {
+	spec := &jkev1alpha1.EnhancedStatefulSetSpec{Replicas: ptr.To[int32](4), MinReadySeconds: 10}
+	pods := []*corev1.Pod{
+		mkPod(podState{ord: 0, rev: "r1"}),
+		mkPod(podState{ord: 1, rev: "r1", readySecAgo: 4}),
+		mkPod(podState{ord: 2, rev: "r2", state: "notready"}),
+		mkPod(podState{ord: 3, rev: "r2"}),
+	}
+	plan, err := ComputePlan(PlanInput{Spec: spec, SetName: "web", Pods: pods, CurrentRevision: "r1", UpdateRevision: "r2", Now: now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := []int32{plan.Replicas, plan.ReadyReplicas, plan.AvailableReplicas, plan.CurrentReplicas, plan.UpdatedReplicas}
+	if want := []int32{4, 3, 2, 2, 2}; !reflect.DeepEqual(got, want) {
+		t.Errorf("replicas/ready/available/current/updated = %v, want %v", got, want)
+	}
+	if plan.RequeueAfter < 5*time.Second || plan.RequeueAfter > 7*time.Second {
+		t.Errorf("RequeueAfter = %v, want about 6s (pod 1 becomes available then)", plan.RequeueAfter)
+	}
+}
+
+func TestResolveMaxUnavailableRejectsGarbage(t *testing.T) {
+	v := intstr.FromString("lots")
+	if _, err := ResolveMaxUnavailable(&v, 5); err == nil {
+		t.Fatal("want an error for maxUnavailable \"lots\"")
+	}
+}
+
+func TestParseOrdinal(t *testing.T) {
+	for name, want := range map[string]int{"web-0": 0, "web-12": 12, "web-": -1, "web-01": -1, "web-x": -1, "webx-1": -1, "web-1-2": -1, "web-web-1": -1} {
+		if got := ParseOrdinal("web", name); got != want {
+			t.Errorf("ParseOrdinal(web, %s) = %d, want %d", name, got, want)
+		}
+	}
+	if got := ParseOrdinal("web-web", "web-web-1"); got != 1 {
+		t.Errorf("ParseOrdinal(web-web, web-web-1) = %d", got)
+	}
+}
+
+func TestImageOnlyChange(t *testing.T) {
+	if imgs, ok := ImageOnlyChange(tmpl("a:1", ""), tmpl("a:2", "")); !ok || imgs["app"] != "a:2" {
+		t.Errorf("image change: %v %v", imgs, ok)
+	}
+	if _, ok := ImageOnlyChange(tmpl("a:1", ""), tmpl("a:2", "e")); ok {
+		t.Error("env change must not be in place")
+	}
+	if _, ok := ImageOnlyChange(nil, tmpl("a:2", "")); ok {
+		t.Error("unknown revision must not be in place")
+	}
+}

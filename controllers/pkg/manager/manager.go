@@ -1,0 +1,413 @@
+// Package manager runs the staticip controllers in one process: flags, clients, informers,
+// Lease leader election, metrics and health endpoints. main only parses flags and calls Run.
+package manager
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/tools/leaderelection"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/klog/v2"
+
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	jkescheme "github.com/staticip/staticip/apis/generated/clientset/versioned/scheme"
+	"github.com/staticip/staticip/apis/generated/informers/externalversions"
+	"github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
+	"github.com/staticip/staticip/controllers/pkg/metrics"
+	"github.com/staticip/staticip/controllers/pkg/staticip"
+)
+
+// ComponentName names the lease, the event source and the user agent.
+const ComponentName = "staticip-controller-manager"
+
+// KnownControllers are the names --controllers accepts.
+var KnownControllers = []string{enhancedstatefulset.Name, staticip.Name}
+
+// ErrLeaderLost is returned when this replica loses the lease: it must exit so that it never
+// acts next to the new leader.
+var ErrLeaderLost = errors.New("leader election lost")
+
+// Options are the manager's flags.
+type Options struct {
+	Kubeconfig  string
+	Controllers []string
+	Workers     int
+
+	LeaderElect                bool
+	LeaderElectNamespace       string
+	LeaderElectLeaseName       string
+	LeaderElectLeaseDuration   time.Duration
+	LeaderElectRenewDeadline   time.Duration
+	LeaderElectRetryPeriod     time.Duration
+	LeaderElectReleaseOnCancel bool
+
+	MetricsBindAddress string
+	HealthBindAddress  string
+
+	// Identity overrides hostname + unique suffix (tests).
+	Identity string
+	// OnStartedLeading, when set, is told the identity when this replica starts leading (tests).
+	OnStartedLeading func(identity string)
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		Controllers:                []string{"*"},
+		Workers:                    4,
+		LeaderElect:                true,
+		LeaderElectLeaseName:       ComponentName,
+		LeaderElectLeaseDuration:   15 * time.Second,
+		LeaderElectRenewDeadline:   10 * time.Second,
+		LeaderElectRetryPeriod:     2 * time.Second,
+		LeaderElectReleaseOnCancel: true,
+		MetricsBindAddress:         ":10260",
+		HealthBindAddress:          ":10261",
+	}
+}
+
+// AddFlags registers the flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig; empty means in-cluster configuration.")
+	fs.StringSliceVar(&o.Controllers, "controllers", o.Controllers, fmt.Sprintf("Controllers to run: '*' for all, a name to enable, '-name' to disable. Known: %s.", strings.Join(KnownControllers, ", ")))
+	fs.IntVar(&o.Workers, "workers", o.Workers, "Concurrent reconciles per controller.")
+	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader through a Lease before running the controllers (keep it on with more than one replica).")
+	fs.StringVar(&o.LeaderElectNamespace, "leader-elect-namespace", o.LeaderElectNamespace, "Namespace of the Lease; default $POD_NAMESPACE, else kube-system.")
+	fs.StringVar(&o.LeaderElectLeaseName, "leader-elect-lease-name", o.LeaderElectLeaseName, "Name of the Lease.")
+	fs.DurationVar(&o.LeaderElectLeaseDuration, "leader-elect-lease-duration", o.LeaderElectLeaseDuration, "How long a standby waits after the last renewal before taking the lease.")
+	fs.DurationVar(&o.LeaderElectRenewDeadline, "leader-elect-renew-deadline", o.LeaderElectRenewDeadline, "How long the leader keeps retrying to renew before it gives up and exits.")
+	fs.DurationVar(&o.LeaderElectRetryPeriod, "leader-elect-retry-period", o.LeaderElectRetryPeriod, "How often to try to acquire or renew the lease.")
+	fs.BoolVar(&o.LeaderElectReleaseOnCancel, "leader-elect-release-on-cancel", o.LeaderElectReleaseOnCancel, "Release the lease on a clean shutdown so a standby takes over at once.")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address of the Prometheus /metrics endpoint; empty or 0 disables it.")
+	fs.StringVar(&o.HealthBindAddress, "health-bind-address", o.HealthBindAddress, "Address of /healthz and /readyz; empty or 0 disables it.")
+}
+
+// Validate checks the options.
+func (o *Options) Validate() error {
+	var errs []error
+	if _, err := o.EnabledControllers(); err != nil {
+		errs = append(errs, err)
+	}
+	if o.Workers < 1 {
+		errs = append(errs, fmt.Errorf("--workers must be at least 1, got %d", o.Workers))
+	}
+	if o.LeaderElect {
+		if o.LeaderElectLeaseDuration <= o.LeaderElectRenewDeadline {
+			errs = append(errs, fmt.Errorf("--leader-elect-lease-duration (%v) must be greater than --leader-elect-renew-deadline (%v)", o.LeaderElectLeaseDuration, o.LeaderElectRenewDeadline))
+		}
+		if o.LeaderElectRenewDeadline <= o.LeaderElectRetryPeriod {
+			errs = append(errs, fmt.Errorf("--leader-elect-renew-deadline (%v) must be greater than --leader-elect-retry-period (%v)", o.LeaderElectRenewDeadline, o.LeaderElectRetryPeriod))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// EnabledControllers resolves --controllers into controller names.
+func (o *Options) EnabledControllers() ([]string, error) {
+	enabled := map[string]bool{}
+	star := false
+	for _, c := range o.Controllers {
+		name := strings.TrimPrefix(c, "-")
+		switch {
+		case c == "*":
+			star = true
+		case !slices.Contains(KnownControllers, name):
+			return nil, fmt.Errorf("--controllers: unknown controller %q (known: %s)", c, strings.Join(KnownControllers, ", "))
+		case strings.HasPrefix(c, "-"):
+			enabled[name] = false
+		default:
+			enabled[name] = true
+		}
+	}
+	var out []string
+	for _, name := range KnownControllers {
+		on, set := enabled[name]
+		if (set && on) || (!set && star) {
+			out = append(out, name)
+		}
+	}
+	return out, nil
+}
+
+// RestConfig loads the kubeconfig (or the in-cluster config).
+func (o *Options) RestConfig() (*rest.Config, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.UserAgent = ComponentName
+	if cfg.QPS == 0 {
+		cfg.QPS, cfg.Burst = 50, 100
+	}
+	return cfg, nil
+}
+
+// Identity is hostname + a unique suffix, so two replicas on one host never share it.
+func (o *Options) identity() string {
+	if o.Identity != "" {
+		return o.Identity
+	}
+	host, err := os.Hostname()
+	if err != nil || host == "" {
+		host = "unknown"
+	}
+	return host + "_" + uuid.NewString()
+}
+
+func (o *Options) leaseNamespace() string {
+	if o.LeaderElectNamespace != "" {
+		return o.LeaderElectNamespace
+	}
+	if ns := os.Getenv("POD_NAMESPACE"); ns != "" {
+		return ns
+	}
+	return "kube-system"
+}
+
+// Scheme knows the core types and ours, for Events about our objects.
+func Scheme() *runtime.Scheme {
+	s := runtime.NewScheme()
+	utilruntime.Must(clientgoscheme.AddToScheme(s))
+	utilruntime.Must(jkescheme.AddToScheme(s))
+	return s
+}
+
+// Run runs the manager until ctx is done (nil) or the lease is lost (ErrLeaderLost).
+func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
+	if err := o.Validate(); err != nil {
+		return err
+	}
+	logger := klog.FromContext(ctx)
+	kubeClient, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	client, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
+	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kubeClient.CoreV1().Events("")})
+	defer broadcaster.Shutdown()
+	recorder := broadcaster.NewRecorder(Scheme(), corev1.EventSource{Component: ComponentName})
+
+	identity := o.identity()
+	var electionHealth *leaderelection.HealthzAdaptor
+	if o.LeaderElect {
+		electionHealth = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
+	}
+	var ready atomic.Bool
+	servers, err := serve(ctx, o, electionHealth, &ready)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for _, s := range servers {
+			_ = s.Close()
+		}
+	}()
+
+	runControllers := func(ctx context.Context) error {
+		metrics.IsLeader.Set(1)
+		defer metrics.IsLeader.Set(0)
+		if o.OnStartedLeading != nil {
+			o.OnStartedLeading(identity)
+		}
+		return startControllers(ctx, o, kubeClient, client, recorder, &ready)
+	}
+	ready.Store(!o.LeaderElect) // a standby is ready to take over as soon as it runs
+
+	if !o.LeaderElect {
+		return runControllers(ctx)
+	}
+	ready.Store(true)
+	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.leaseNamespace(), o.LeaderElectLeaseName,
+		kubeClient.CoreV1(), kubeClient.CoordinationV1(), resourcelock.ResourceLockConfig{
+			Identity: identity, EventRecorder: recorder,
+		})
+	if err != nil {
+		return err
+	}
+	var lost atomic.Bool
+	// client-go starts OnStartedLeading in its own goroutine and does not wait for it when
+	// Run returns; the manager does, so no controller outlives Run (or the lease).
+	var (
+		leadMu   sync.Mutex
+		returned bool
+		leading  bool
+		runErr   error
+		runDone  = make(chan struct{})
+	)
+	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
+		Lock:            lock,
+		LeaseDuration:   o.LeaderElectLeaseDuration,
+		RenewDeadline:   o.LeaderElectRenewDeadline,
+		RetryPeriod:     o.LeaderElectRetryPeriod,
+		ReleaseOnCancel: o.LeaderElectReleaseOnCancel,
+		Name:            ComponentName,
+		WatchDog:        electionHealth,
+		Callbacks: leaderelection.LeaderCallbacks{
+			OnStartedLeading: func(ctx context.Context) {
+				leadMu.Lock()
+				if returned {
+					leadMu.Unlock()
+					return
+				}
+				leading = true
+				leadMu.Unlock()
+				defer close(runDone)
+				logger.Info("Started leading", "identity", identity)
+				runErr = runControllers(ctx)
+			},
+			OnStoppedLeading: func() {
+				// Called on shutdown too; only a loss while we still want to run is fatal.
+				if ctx.Err() == nil {
+					lost.Store(true)
+					logger.Error(nil, "Lost the leader lease; stopping", "identity", identity)
+				}
+			},
+			OnNewLeader: func(current string) {
+				if current != identity {
+					logger.Info("New leader elected", "leader", current)
+				}
+			},
+		},
+	})
+	if err != nil {
+		return err
+	}
+	le.Run(ctx) // returns when ctx is done or leadership is lost; the controllers' ctx ends with it
+	leadMu.Lock()
+	returned = true
+	wait := leading
+	leadMu.Unlock()
+	if wait {
+		<-runDone
+	}
+	if lost.Load() {
+		return ErrLeaderLost
+	}
+	return runErr
+}
+
+// startControllers creates the informers and runs the enabled controllers until ctx is done.
+func startControllers(ctx context.Context, o *Options, kubeClient kubernetes.Interface, client versioned.Interface,
+	recorder record.EventRecorder, ready *atomic.Bool) error {
+	names, err := o.EnabledControllers()
+	if err != nil {
+		return err
+	}
+	kubeInformers := informers.NewSharedInformerFactory(kubeClient, 0)
+	jkeInformers := externalversions.NewSharedInformerFactory(client, 0)
+	var runs []func(context.Context)
+	for _, name := range names {
+		switch name {
+		case enhancedstatefulset.Name:
+			c, err := enhancedstatefulset.NewController(kubeClient, client,
+				jkeInformers.Jke().V1alpha1().EnhancedStatefulSets(), kubeInformers.Core().V1().Pods(),
+				kubeInformers.Apps().V1().ControllerRevisions(), kubeInformers.Core().V1().PersistentVolumeClaims(),
+				jkeInformers.Jke().V1().StaticIPs(), recorder)
+			if err != nil {
+				return err
+			}
+			runs = append(runs, func(ctx context.Context) { c.Run(ctx, o.Workers) })
+		case staticip.Name:
+			c, err := staticip.NewController(kubeClient, client, jkeInformers.Jke().V1().StaticIPs(),
+				kubeInformers.Core().V1().Pods(), jkeInformers.Jke().V1alpha1().EnhancedStatefulSets(),
+				kubeInformers.Apps().V1().StatefulSets(), recorder)
+			if err != nil {
+				return err
+			}
+			runs = append(runs, func(ctx context.Context) { c.Run(ctx, o.Workers) })
+		}
+	}
+	kubeInformers.Start(ctx.Done())
+	jkeInformers.Start(ctx.Done())
+	defer kubeInformers.Shutdown()
+	defer jkeInformers.Shutdown()
+	var wg sync.WaitGroup
+	for _, run := range runs {
+		wg.Go(func() { run(ctx) })
+	}
+	klog.FromContext(ctx).Info("Controllers started", "controllers", names)
+	wg.Wait()
+	return nil
+}
+
+// serve starts /metrics and /healthz, /readyz.
+func serve(ctx context.Context, o *Options, election *leaderelection.HealthzAdaptor, ready *atomic.Bool) ([]*http.Server, error) {
+	var servers []*http.Server
+	listen := func(addr string, mux *http.ServeMux) error {
+		if addr == "" || addr == "0" {
+			return nil
+		}
+		ln, err := net.Listen("tcp", addr)
+		if err != nil {
+			return fmt.Errorf("listen %s: %w", addr, err)
+		}
+		s := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		servers = append(servers, s)
+		go func() {
+			if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+				klog.FromContext(ctx).Error(err, "HTTP server stopped", "address", addr)
+			}
+		}()
+		return nil
+	}
+	metricsMux := http.NewServeMux()
+	metricsMux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
+	healthMux := http.NewServeMux()
+	healthMux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		if election != nil {
+			if err := election.Check(r); err != nil {
+				http.Error(w, "leader election: "+err.Error(), http.StatusInternalServerError)
+				return
+			}
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	healthMux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !ready.Load() {
+			http.Error(w, "not ready", http.StatusServiceUnavailable)
+			return
+		}
+		_, _ = w.Write([]byte("ok"))
+	})
+	if o.MetricsBindAddress == o.HealthBindAddress && o.MetricsBindAddress != "" && o.MetricsBindAddress != "0" {
+		healthMux.Handle("/metrics", metricsMux)
+		return servers, listen(o.HealthBindAddress, healthMux)
+	}
+	if err := listen(o.MetricsBindAddress, metricsMux); err != nil {
+		return servers, err
+	}
+	if err := listen(o.HealthBindAddress, healthMux); err != nil {
+		for _, s := range servers {
+			_ = s.Close()
+		}
+		return nil, err
+	}
+	return servers, nil
+}

@@ -1,0 +1,551 @@
+package staticip
+
+import (
+	"context"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	appsinformers "k8s.io/client-go/informers/apps/v1"
+	coreinformers "k8s.io/client-go/informers/core/v1"
+	"k8s.io/client-go/kubernetes"
+	appslisters "k8s.io/client-go/listers/apps/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/klog/v2"
+
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	jkev1informers "github.com/staticip/staticip/apis/generated/informers/externalversions/jke/v1"
+	jkev1alpha1informers "github.com/staticip/staticip/apis/generated/informers/externalversions/jke/v1alpha1"
+	jkev1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1"
+	jkev1alpha1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1alpha1"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/controllers/pkg/metrics"
+)
+
+// Name is the controller's name for --controllers, metrics and Events.
+const Name = "staticip"
+
+// Workload kinds whose pods can have StaticIPs.
+var (
+	EnhancedStatefulSetKind = jkev1alpha1.SchemeGroupVersion.WithKind("EnhancedStatefulSet")
+	StatefulSetKind         = appsv1.SchemeGroupVersion.WithKind("StatefulSet")
+)
+
+const (
+	ipIndex       = "staticip.jke.jdcloud.com/ip"
+	workloadIndex = "staticip.jke.jdcloud.com/workload"
+)
+
+// Conflict reasons, also the label of staticip_conflicts_total.
+const (
+	ConflictDuplicateIP        = "DuplicateIP"
+	ConflictAnnotationMismatch = "AnnotationMismatch"
+	ConflictPodIPMismatch      = "PodIPMismatch"
+)
+
+// Controller keeps StaticIP records in step with their pods and workloads.
+type Controller struct {
+	kubeClient kubernetes.Interface
+	client     versioned.Interface
+	recorder   record.EventRecorder
+
+	sipLister  jkev1listers.StaticIPLister
+	sipIndexer cache.Indexer
+	podLister  corelisters.PodLister
+	setLister  jkev1alpha1listers.EnhancedStatefulSetLister
+	stsLister  appslisters.StatefulSetLister
+	synced     []cache.InformerSynced
+
+	queue workqueue.TypedRateLimitingInterface[string]
+}
+
+// NewController wires the StaticIP controller to its informers.
+func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
+	sipInformer jkev1informers.StaticIPInformer, podInformer coreinformers.PodInformer,
+	setInformer jkev1alpha1informers.EnhancedStatefulSetInformer, stsInformer appsinformers.StatefulSetInformer,
+	recorder record.EventRecorder) (*Controller, error) {
+	if err := sipInformer.Informer().AddIndexers(cache.Indexers{
+		ipIndex: func(obj any) ([]string, error) {
+			if s, ok := obj.(*jkev1.StaticIP); ok && s.Spec.IP != "" {
+				return []string{s.Spec.IP}, nil
+			}
+			return nil, nil
+		},
+		workloadIndex: func(obj any) ([]string, error) {
+			if s, ok := obj.(*jkev1.StaticIP); ok && s.Spec.Ref != "" {
+				return []string{workloadKey(s.Namespace, s.Spec.Kind, s.Spec.Ref)}, nil
+			}
+			return nil, nil
+		},
+	}); err != nil {
+		return nil, err
+	}
+	c := &Controller{
+		kubeClient: kubeClient, client: client, recorder: recorder,
+		sipLister: sipInformer.Lister(), sipIndexer: sipInformer.Informer().GetIndexer(),
+		podLister: podInformer.Lister(), setLister: setInformer.Lister(), stsLister: stsInformer.Lister(),
+		synced: []cache.InformerSynced{sipInformer.Informer().HasSynced, podInformer.Informer().HasSynced,
+			setInformer.Informer().HasSynced, stsInformer.Informer().HasSynced},
+		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name}),
+	}
+	add := func(h cache.ResourceEventHandler, inf cache.SharedIndexInformer) error {
+		_, err := inf.AddEventHandler(h)
+		return err
+	}
+	sipHandler := cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			c.enqueueKey(obj)
+			if s, ok := obj.(*jkev1.StaticIP); ok {
+				c.enqueueIP(s.Spec.IP) // a new record may duplicate an existing one's IP
+			}
+		},
+		UpdateFunc: func(old, cur any) {
+			c.enqueueKey(cur)
+			// Another record with the old or new IP may now be (or no longer be) in conflict.
+			for _, o := range []any{old, cur} {
+				if s, ok := o.(*jkev1.StaticIP); ok {
+					c.enqueueIP(s.Spec.IP)
+				}
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			if s, ok := obj.(*jkev1.StaticIP); ok {
+				c.enqueueIP(s.Spec.IP)
+				c.queue.Add(s.Namespace + "/" + s.Name) // a pod that still wants one gets it back
+			}
+		},
+	}
+	podHandler := cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueuePod,
+		UpdateFunc: func(_, cur any) { c.enqueuePod(cur) },
+		DeleteFunc: c.enqueuePod,
+	}
+	workloadHandler := cache.ResourceEventHandlerFuncs{
+		UpdateFunc: func(_, cur any) { c.enqueueWorkload(cur) },
+		DeleteFunc: c.enqueueWorkload,
+	}
+	for _, e := range []error{
+		add(sipHandler, sipInformer.Informer()), add(podHandler, podInformer.Informer()),
+		add(workloadHandler, setInformer.Informer()), add(workloadHandler, stsInformer.Informer()),
+	} {
+		if e != nil {
+			return nil, e
+		}
+	}
+	return c, nil
+}
+
+func workloadKey(ns, kind, name string) string { return ns + "/" + kind + "/" + name }
+
+func (c *Controller) enqueueKey(obj any) {
+	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
+		c.queue.Add(key)
+	}
+}
+
+func (c *Controller) enqueueIP(ip string) {
+	if ip == "" {
+		return
+	}
+	objs, _ := c.sipIndexer.ByIndex(ipIndex, ip)
+	for _, o := range objs {
+		c.enqueueKey(o)
+	}
+}
+
+// enqueuePod queues the StaticIP of a pod that has one or asks for one.
+func (c *Controller) enqueuePod(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if pod.Annotations[jkev1.AnnotationEnable] == "true" || pod.Annotations[jkev1.AnnotationIPAddress] != "" {
+		c.queue.Add(pod.Namespace + "/" + pod.Name)
+		return
+	}
+	if _, err := c.sipLister.StaticIPs(pod.Namespace).Get(pod.Name); err == nil {
+		c.queue.Add(pod.Namespace + "/" + pod.Name)
+	}
+}
+
+// enqueueWorkload queues the StaticIPs of a workload that scaled or went away.
+func (c *Controller) enqueueWorkload(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	var key string
+	switch w := obj.(type) {
+	case *jkev1alpha1.EnhancedStatefulSet:
+		key = workloadKey(w.Namespace, EnhancedStatefulSetKind.Kind, w.Name)
+	case *appsv1.StatefulSet:
+		key = workloadKey(w.Namespace, StatefulSetKind.Kind, w.Name)
+	default:
+		return
+	}
+	objs, _ := c.sipIndexer.ByIndex(workloadIndex, key)
+	for _, o := range objs {
+		c.enqueueKey(o)
+	}
+}
+
+// Run starts workers and blocks until ctx is done.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer utilruntime.HandleCrash()
+	defer c.queue.ShutDown()
+	logger := klog.FromContext(ctx).WithValues("controller", Name)
+	logger.Info("Starting")
+	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced...) {
+		return
+	}
+	var wg sync.WaitGroup
+	for i := 0; i < workers; i++ {
+		wg.Go(func() {
+			wait.UntilWithContext(ctx, func(ctx context.Context) {
+				for c.processNext(ctx) {
+				}
+			}, time.Second)
+		})
+	}
+	<-ctx.Done()
+	logger.Info("Stopping")
+	c.queue.ShutDown()
+	wg.Wait()
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	start := time.Now()
+	err := c.sync(ctx, key)
+	metrics.ObserveSync(Name, start, err)
+	if err != nil {
+		utilruntime.HandleErrorWithContext(ctx, err, "syncing StaticIP", "key", key)
+		c.queue.AddRateLimited(key)
+		return true
+	}
+	c.queue.Forget(key)
+	return true
+}
+
+// podWorkload finds the workload a pod belongs to, if it is one whose pods can have StaticIPs.
+func (c *Controller) podWorkload(pod *corev1.Pod) (*Workload, error) {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil {
+		return nil, nil
+	}
+	switch {
+	case ref.Kind == EnhancedStatefulSetKind.Kind && ref.APIVersion == EnhancedStatefulSetKind.GroupVersion().String():
+		set, err := c.setLister.EnhancedStatefulSets(pod.Namespace).Get(ref.Name)
+		if err != nil || set.UID != ref.UID {
+			return nil, err
+		}
+		return &Workload{Object: set, GVK: EnhancedStatefulSetKind, Retention: RetentionPolicy(set.Spec.StaticIPRetentionPolicy)}, nil
+	case ref.Kind == StatefulSetKind.Kind && ref.APIVersion == StatefulSetKind.GroupVersion().String():
+		sts, err := c.stsLister.StatefulSets(pod.Namespace).Get(ref.Name)
+		if err != nil || sts.UID != ref.UID {
+			return nil, err
+		}
+		return &Workload{Object: sts, GVK: StatefulSetKind, Retention: RetentionPolicy(nil)}, nil
+	}
+	return nil, nil
+}
+
+func (c *Controller) sync(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return nil
+	}
+	pod, err := c.podLister.Pods(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		pod = nil
+	} else if err != nil {
+		return err
+	}
+	cached, err := c.sipLister.StaticIPs(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		return c.adoptPod(ctx, pod)
+	}
+	if err != nil {
+		return err
+	}
+	if cached.DeletionTimestamp != nil {
+		return nil
+	}
+	sip := cached.DeepCopy()
+	if pod != nil && pod.DeletionTimestamp == nil && !isPodTerminal(pod) {
+		return c.syncLivePod(ctx, sip, pod)
+	}
+	return c.syncAbsentPod(ctx, sip)
+}
+
+func isPodTerminal(pod *corev1.Pod) bool {
+	return pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded
+}
+
+// adoptPod creates the record for a pod that asks for a fixed IP but has none: the pod of a
+// native StatefulSet whose template carries the enable annotation (the StatefulSet controller
+// creates pods without asking us), or a pod whose record a user deleted.
+func (c *Controller) adoptPod(ctx context.Context, pod *corev1.Pod) error {
+	if pod == nil || pod.DeletionTimestamp != nil || pod.Annotations[jkev1.AnnotationEnable] != "true" {
+		return nil
+	}
+	w, err := c.podWorkload(pod)
+	if err != nil || w == nil {
+		return err
+	}
+	if !Enabled(w.Object.GetAnnotations(), pod.Annotations) {
+		return nil
+	}
+	_, err = Ensure(ctx, c.client, c.sipLister, *w, pod.Name)
+	if err != nil {
+		c.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedCreateStaticIP", "%v", err)
+	}
+	return err
+}
+
+// syncLivePod records a live pod's IP, node, workload and requests (Bound), or reports a
+// conflict without overwriting anything.
+func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *corev1.Pod) error {
+	orig := sip.DeepCopy()
+	podIP, annotated := pod.Status.PodIP, pod.Annotations[jkev1.AnnotationIPAddress]
+	var conflicts, kinds []string
+	conflict := func(kind, format string, args ...any) {
+		conflicts = append(conflicts, fmt.Sprintf(format, args...))
+		kinds = append(kinds, kind)
+	}
+	// Events and the metric fire when a conflict appears or changes, not on every resync.
+	defer func() {
+		if len(conflicts) == 0 {
+			return
+		}
+		if cond := meta.FindStatusCondition(orig.Status.Conditions, jkev1.StaticIPConditionConflict); cond != nil &&
+			cond.Status == metav1.ConditionTrue && cond.Message == strings.Join(conflicts, "; ") {
+			return
+		}
+		for i, msg := range conflicts {
+			metrics.StaticIPConflicts.WithLabelValues(kinds[i]).Inc()
+			c.recorder.Event(sip, corev1.EventTypeWarning, "Conflict"+kinds[i], msg)
+			c.recorder.Event(pod, corev1.EventTypeWarning, "StaticIPConflict", msg)
+		}
+	}()
+
+	if sip.Spec.IP != "" && annotated != "" && annotated != sip.Spec.IP {
+		conflict(ConflictAnnotationMismatch, "pod %s has %s=%s but StaticIP %s records %s", pod.Name, jkev1.AnnotationIPAddress, annotated, sip.Name, sip.Spec.IP)
+	}
+	// The record's IP, once set, is the truth: a pod that came up with another IP is a
+	// conflict for a human (or the CNI) to resolve, never a silent rewrite.
+	candidate := sip.Spec.IP
+	if podIP != "" {
+		if sip.Spec.IP != "" && podIP != sip.Spec.IP {
+			conflict(ConflictPodIPMismatch, "pod %s runs with IP %s but StaticIP %s records %s", pod.Name, podIP, sip.Name, sip.Spec.IP)
+		}
+		if candidate == "" {
+			candidate = podIP
+		}
+	}
+	for _, other := range c.duplicates(sip, candidate) {
+		conflict(ConflictDuplicateIP, "IP %s is also claimed by StaticIP %s", candidate, other)
+	}
+
+	if len(conflicts) == 0 && podIP != "" && pod.Spec.NodeName != "" {
+		sip.Spec.IP = podIP
+		sip.Spec.Node = pod.Spec.NodeName // the IP followed the pod (e.g. a failover moved its range)
+		sip.Spec.Pod = pod.Name
+		if w, _ := c.podWorkload(pod); w != nil {
+			sip.Spec.Kind, sip.Spec.Ref = w.GVK.Kind, w.Object.GetName()
+		}
+		sip.Spec.Resources = resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
+		if !apiequality.Semantic.DeepEqual(orig.Spec, sip.Spec) {
+			updated, err := c.client.JkeV1().StaticIPs(sip.Namespace).Update(ctx, sip, metav1.UpdateOptions{})
+			if err != nil {
+				c.recorder.Eventf(sip, corev1.EventTypeWarning, "FailedRecord", "record pod %s: %v", pod.Name, err)
+				return err
+			}
+			sip = updated
+		}
+	} else if podIP == "" && sip.Spec.IP != "" && annotated == "" && pod.Spec.NodeName == "" {
+		// A pod created without our annotation (a native StatefulSet's): tell the CNI which IP
+		// to give it, as long as it has no sandbox yet. The node is the scheduler's business
+		// (it finds the StaticIP by pod name); a pod's affinity cannot change after creation.
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, jkev1.AnnotationIPAddress, sip.Spec.IP)
+		if _, err := c.kubeClient.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+	}
+
+	st := sip.Status.DeepCopy()
+	gen := sip.Generation
+	if len(conflicts) > 0 {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: jkev1.StaticIPConditionConflict, Status: metav1.ConditionTrue,
+			Reason: "Conflict", Message: strings.Join(conflicts, "; "), ObservedGeneration: gen})
+	} else {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: jkev1.StaticIPConditionConflict, Status: metav1.ConditionFalse, Reason: "NoConflict", ObservedGeneration: gen})
+	}
+	switch {
+	case len(conflicts) == 0 && podIP != "" && podIP == sip.Spec.IP:
+		st.Phase, st.PodUID = jkev1.StaticIPBound, pod.UID
+	case st.Phase == "":
+		st.Phase = jkev1.StaticIPPending
+	}
+	st.ObservedGeneration = gen
+	return c.updateStatus(ctx, sip, st)
+}
+
+// syncAbsentPod keeps the record of an absent pod Reserved (or Pending when it never had an
+// IP) and applies whenScaled: the records of ordinals the workload scaled away are deleted.
+func (c *Controller) syncAbsentPod(ctx context.Context, sip *jkev1.StaticIP) error {
+	if c.scaledAway(ctx, sip) {
+		st := sip.Status.DeepCopy()
+		st.Phase = jkev1.StaticIPReleased
+		if err := c.updateStatus(ctx, sip, st); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		err := c.client.JkeV1().StaticIPs(sip.Namespace).Delete(ctx, sip.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &sip.UID}})
+		if err != nil && !apierrors.IsNotFound(err) {
+			c.recorder.Eventf(sip, corev1.EventTypeWarning, "FailedRelease", "delete after scale-down: %v", err)
+			return err
+		}
+		return nil
+	}
+	st := sip.Status.DeepCopy()
+	if sip.Spec.IP != "" {
+		st.Phase = jkev1.StaticIPReserved
+	} else {
+		st.Phase = jkev1.StaticIPPending
+	}
+	st.ObservedGeneration = sip.Generation
+	if dups := c.duplicates(sip, sip.Spec.IP); len(dups) > 0 {
+		msg := fmt.Sprintf("IP %s is also claimed by StaticIP %s", sip.Spec.IP, strings.Join(dups, ", "))
+		if cond := meta.FindStatusCondition(st.Conditions, jkev1.StaticIPConditionConflict); cond == nil || cond.Status != metav1.ConditionTrue || cond.Message != msg {
+			metrics.StaticIPConflicts.WithLabelValues(ConflictDuplicateIP).Inc()
+			c.recorder.Event(sip, corev1.EventTypeWarning, "Conflict"+ConflictDuplicateIP, msg)
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: jkev1.StaticIPConditionConflict, Status: metav1.ConditionTrue,
+			Reason: "Conflict", Message: msg, ObservedGeneration: sip.Generation})
+	} else if meta.FindStatusCondition(st.Conditions, jkev1.StaticIPConditionConflict) != nil {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: jkev1.StaticIPConditionConflict, Status: metav1.ConditionFalse, Reason: "NoConflict", ObservedGeneration: sip.Generation})
+	}
+	return c.updateStatus(ctx, sip, st)
+}
+
+// duplicates names the other live records that claim ip.
+func (c *Controller) duplicates(sip *jkev1.StaticIP, ip string) []string {
+	if ip == "" {
+		return nil
+	}
+	var out []string
+	others, _ := c.sipIndexer.ByIndex(ipIndex, ip)
+	for _, o := range others {
+		other := o.(*jkev1.StaticIP)
+		if other.UID != sip.UID && other.DeletionTimestamp == nil {
+			out = append(out, other.Namespace+"/"+other.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// scaledAway says whether the record's ordinal is at or above its workload's replicas and the
+// workload's policy deletes records on scale-down. The workload is read from the API server,
+// not the cache: deleting the record of an ordinal that just came back would lose its IP.
+func (c *Controller) scaledAway(ctx context.Context, sip *jkev1.StaticIP) bool {
+	if sip.Spec.Ref == "" {
+		return false
+	}
+	ordinal := parseOrdinal(sip.Spec.Ref, sip.Name)
+	if ordinal < 0 {
+		return false
+	}
+	var replicas int32
+	policy := RetentionPolicy(sip.Spec.RetentionPolicy)
+	switch sip.Spec.Kind {
+	case EnhancedStatefulSetKind.Kind:
+		if _, err := c.setLister.EnhancedStatefulSets(sip.Namespace).Get(sip.Spec.Ref); err != nil {
+			return false
+		}
+		set, err := c.client.JkeV1alpha1().EnhancedStatefulSets(sip.Namespace).Get(ctx, sip.Spec.Ref, metav1.GetOptions{})
+		if err != nil || set.DeletionTimestamp != nil {
+			return false // deletion is the garbage collector's job (owner reference)
+		}
+		replicas = ptrOr(set.Spec.Replicas, 1)
+		policy = RetentionPolicy(set.Spec.StaticIPRetentionPolicy)
+	case StatefulSetKind.Kind:
+		if _, err := c.stsLister.StatefulSets(sip.Namespace).Get(sip.Spec.Ref); err != nil {
+			return false
+		}
+		sts, err := c.kubeClient.AppsV1().StatefulSets(sip.Namespace).Get(ctx, sip.Spec.Ref, metav1.GetOptions{})
+		if err != nil || sts.DeletionTimestamp != nil {
+			return false
+		}
+		replicas = ptrOr(sts.Spec.Replicas, 1)
+		if sts.Spec.Ordinals != nil {
+			ordinal -= int(sts.Spec.Ordinals.Start)
+		}
+	default:
+		return false
+	}
+	return policy.WhenScaled == jkev1.DeleteStaticIP && ordinal >= int(replicas)
+}
+
+func ptrOr(p *int32, def int32) int32 {
+	if p == nil {
+		return def
+	}
+	return *p
+}
+
+// parseOrdinal returns n for a name {parent}-{n}, or -1.
+func parseOrdinal(parent, name string) int {
+	rest, ok := strings.CutPrefix(name, parent+"-")
+	if !ok || rest == "" || (len(rest) > 1 && rest[0] == '0') {
+		return -1
+	}
+	n := 0
+	for _, ch := range rest {
+		if ch < '0' || ch > '9' || n > 1<<30 {
+			return -1
+		}
+		n = n*10 + int(ch-'0')
+	}
+	return n
+}
+
+func (c *Controller) updateStatus(ctx context.Context, sip *jkev1.StaticIP, st *jkev1.StaticIPStatus) error {
+	if apiequality.Semantic.DeepEqual(*st, sip.Status) {
+		return nil
+	}
+	upd := sip.DeepCopy()
+	upd.Status = *st
+	_, err := c.client.JkeV1().StaticIPs(sip.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+	if apierrors.IsConflict(err) {
+		c.queue.Add(sip.Namespace + "/" + sip.Name)
+		return nil
+	}
+	return err
+}

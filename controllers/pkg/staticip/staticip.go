@@ -1,0 +1,188 @@
+// Package staticip keeps the StaticIP records of pods with fixed IPs: the helpers a
+// workload controller calls before it creates a pod, and the controller that records a
+// live pod's IP, node and resource requests and applies the retention policy.
+package staticip
+
+import (
+	"context"
+	"fmt"
+	"reflect"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	jkev1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+)
+
+// Enabled says whether a workload's pods get fixed IPs: the enable annotation is "true" on
+// the workload or on its pod template.
+func Enabled(workload, template map[string]string) bool {
+	return workload[jkev1.AnnotationEnable] == "true" || template[jkev1.AnnotationEnable] == "true"
+}
+
+// RetentionPolicy returns p with the defaults (Delete, Delete) filled in.
+func RetentionPolicy(p *jkev1.StaticIPRetentionPolicy) jkev1.StaticIPRetentionPolicy {
+	out := jkev1.StaticIPRetentionPolicy{WhenScaled: jkev1.DeleteStaticIP, WhenDeleted: jkev1.DeleteStaticIP}
+	if p != nil {
+		if p.WhenScaled != "" {
+			out.WhenScaled = p.WhenScaled
+		}
+		if p.WhenDeleted != "" {
+			out.WhenDeleted = p.WhenDeleted
+		}
+	}
+	return out
+}
+
+// Workload identifies the owner of the pods a StaticIP belongs to.
+type Workload struct {
+	Object    metav1.Object
+	GVK       schema.GroupVersionKind
+	Retention jkev1.StaticIPRetentionPolicy
+}
+
+// ConflictError says a StaticIP with the pod's name belongs to another workload.
+type ConflictError struct{ Name, Kind, Ref string }
+
+func (e *ConflictError) Error() string {
+	return fmt.Sprintf("StaticIP %s belongs to %s %q, not to this workload", e.Name, e.Kind, e.Ref)
+}
+
+// desiredOwnerRefs returns sip's owner references with the workload's reference added (when
+// whenDeleted is Delete, so the garbage collector deletes the record with the workload) or
+// removed (Retain).
+func desiredOwnerRefs(refs []metav1.OwnerReference, w Workload) []metav1.OwnerReference {
+	var out []metav1.OwnerReference
+	for _, r := range refs {
+		if r.Kind == w.GVK.Kind && r.APIVersion == w.GVK.GroupVersion().String() && r.Name == w.Object.GetName() {
+			continue // ours, possibly of an earlier incarnation (other UID): replaced below
+		}
+		out = append(out, r)
+	}
+	if w.Retention.WhenDeleted == jkev1.DeleteStaticIP {
+		out = append(out, metav1.OwnerReference{
+			APIVersion: w.GVK.GroupVersion().String(), Kind: w.GVK.Kind, Name: w.Object.GetName(), UID: w.Object.GetUID(),
+			BlockOwnerDeletion: new(true),
+		})
+	}
+	return out
+}
+
+// NewStaticIP is the Pending record for pod podName of w.
+func NewStaticIP(w Workload, podName string) *jkev1.StaticIP {
+	policy := w.Retention
+	return &jkev1.StaticIP{
+		ObjectMeta: metav1.ObjectMeta{
+			Name: podName, Namespace: w.Object.GetNamespace(),
+			OwnerReferences: desiredOwnerRefs(nil, w),
+		},
+		Spec: jkev1.StaticIPSpec{Ref: w.Object.GetName(), Kind: w.GVK.Kind, Pod: podName, RetentionPolicy: &policy},
+	}
+}
+
+// Ensure makes sure StaticIP podName exists for w before the pod is created and returns it:
+// it creates a Pending record, or re-uses a retained one of the same workload (updating the
+// owner reference and retention policy). A record of another workload is a *ConflictError;
+// it is never taken over.
+func Ensure(ctx context.Context, client versioned.Interface, lister jkev1listers.StaticIPLister, w Workload, podName string) (*jkev1.StaticIP, error) {
+	ns := w.Object.GetNamespace()
+	sip, err := lister.StaticIPs(ns).Get(podName)
+	if apierrors.IsNotFound(err) {
+		// The cache may lag behind a record created a moment ago: ask the API server.
+		sip, err = client.JkeV1().StaticIPs(ns).Get(ctx, podName, metav1.GetOptions{})
+	}
+	if apierrors.IsNotFound(err) {
+		created, err := client.JkeV1().StaticIPs(ns).Create(ctx, NewStaticIP(w, podName), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return Ensure(ctx, client, lister, w, podName)
+		}
+		if err != nil {
+			return nil, fmt.Errorf("creating StaticIP %s/%s: %w", ns, podName, err)
+		}
+		created.Status.Phase = jkev1.StaticIPPending
+		if withStatus, err := client.JkeV1().StaticIPs(ns).UpdateStatus(ctx, created, metav1.UpdateOptions{}); err == nil {
+			created = withStatus
+		} // else: the StaticIP controller sets the phase on its next sync.
+		return created, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	if (sip.Spec.Ref != "" && sip.Spec.Ref != w.Object.GetName()) || (sip.Spec.Kind != "" && sip.Spec.Kind != w.GVK.Kind) {
+		return sip, &ConflictError{Name: podName, Kind: sip.Spec.Kind, Ref: sip.Spec.Ref}
+	}
+	policy := w.Retention
+	refs := desiredOwnerRefs(sip.OwnerReferences, w)
+	if reflect.DeepEqual(refs, sip.OwnerReferences) && sip.Spec.RetentionPolicy != nil && *sip.Spec.RetentionPolicy == policy &&
+		sip.Spec.Ref == w.Object.GetName() && sip.Spec.Kind == w.GVK.Kind {
+		return sip, nil
+	}
+	upd := sip.DeepCopy()
+	upd.OwnerReferences = refs
+	upd.Spec.RetentionPolicy = &policy
+	upd.Spec.Ref, upd.Spec.Kind = w.Object.GetName(), w.GVK.Kind
+	if upd.Spec.Pod == "" {
+		upd.Spec.Pod = podName
+	}
+	return client.JkeV1().StaticIPs(ns).Update(ctx, upd, metav1.UpdateOptions{})
+}
+
+// NodeAffinityRequired reports whether pod is already pinned to node by a required node
+// affinity on metadata.name in every term.
+func NodeAffinityRequired(pod *corev1.Pod, node string) bool {
+	a := pod.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return false
+	}
+	terms := a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	if len(terms) == 0 {
+		return false
+	}
+	for _, t := range terms {
+		found := false
+		for _, f := range t.MatchFields {
+			if f.Key == "metadata.name" && f.Operator == corev1.NodeSelectorOpIn && len(f.Values) == 1 && f.Values[0] == node {
+				found = true
+			}
+		}
+		if !found {
+			return false
+		}
+	}
+	return true
+}
+
+// DecoratePod gives a pod about to be created the IP and node of its StaticIP: the
+// ip-address annotation for the CNI and a required node affinity to the node that holds the
+// IP. Node selector terms are ORed, so the node requirement is added to every term.
+func DecoratePod(pod *corev1.Pod, sip *jkev1.StaticIP) {
+	if sip == nil || sip.Spec.IP == "" || sip.Spec.Node == "" {
+		return
+	}
+	if pod.Annotations == nil {
+		pod.Annotations = map[string]string{}
+	}
+	pod.Annotations[jkev1.AnnotationIPAddress] = sip.Spec.IP
+	if NodeAffinityRequired(pod, sip.Spec.Node) {
+		return
+	}
+	req := corev1.NodeSelectorRequirement{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{sip.Spec.Node}}
+	if pod.Spec.Affinity == nil {
+		pod.Spec.Affinity = &corev1.Affinity{}
+	}
+	if pod.Spec.Affinity.NodeAffinity == nil {
+		pod.Spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := pod.Spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{}}}
+	}
+	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for i := range terms {
+		terms[i].MatchFields = append(terms[i].MatchFields, req)
+	}
+}

@@ -1,0 +1,298 @@
+// Package integration runs the staticip controllers against a real etcd + kube-apiserver
+// (tools/testenv). There is no kubelet and no kube-controller-manager: a small simulated
+// kubelet in this file binds pods, gives them IPs (honouring the ip-address annotation, like
+// the CNI), sets Ready/NotReady as each test asks, and finishes graceful deletions. There is
+// no garbage collector either, so tests check owner references rather than GC deletions.
+package integration
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/controllers/pkg/manager"
+	"github.com/staticip/staticip/tools/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+type fixture struct {
+	t      *testing.T
+	ctx    context.Context
+	cfg    *rest.Config
+	kube   kubernetes.Interface
+	client versioned.Interface
+	ns     string
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	env := testenv.Get(t)
+	ctx := testenv.Context(t, 5*time.Minute)
+	f := &fixture{t: t, ctx: ctx, cfg: rest.CopyConfig(env.Config)}
+	f.kube = kubernetes.NewForConfigOrDie(f.cfg)
+	f.client = versioned.NewForConfigOrDie(f.cfg)
+	f.ns = "ctrl-" + rand.String(6)
+	if _, err := f.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// No kube-controller-manager creates the default ServiceAccount.
+	if _, err := f.kube.CoreV1().ServiceAccounts(f.ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "default"}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = f.kube.CoreV1().Namespaces().Delete(context.Background(), f.ns, metav1.DeleteOptions{})
+	})
+	return f
+}
+
+// startManager runs the controllers in-process without leader election until the test ends.
+func (f *fixture) startManager(controllers ...string) {
+	o := manager.NewOptions()
+	o.LeaderElect = false
+	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
+	o.Workers = 4
+	if len(controllers) > 0 {
+		o.Controllers = controllers
+	}
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- manager.Run(ctx, o, f.cfg) }()
+	f.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			f.t.Errorf("manager: %v", err)
+		}
+	})
+}
+
+// eventually polls cond until it holds or the timeout passes.
+func (f *fixture) eventually(timeout time.Duration, what string, cond func() (bool, error)) {
+	f.t.Helper()
+	var last error
+	err := wait.PollUntilContextTimeout(f.ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		ok, err := cond()
+		if err != nil {
+			last = err
+			return false, nil
+		}
+		return ok, nil
+	})
+	if err != nil {
+		f.t.Fatalf("timed out waiting for %s: %v (last error: %v)", what, err, last)
+	}
+}
+
+func (f *fixture) pods() map[string]*corev1.Pod {
+	list, err := f.kube.CoreV1().Pods(f.ns).List(f.ctx, metav1.ListOptions{})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	out := map[string]*corev1.Pod{}
+	for i := range list.Items {
+		out[list.Items[i].Name] = &list.Items[i]
+	}
+	return out
+}
+
+// kubelet is the simulated node side: it binds pods, assigns IPs, drives readiness and
+// finishes graceful deletions.
+type kubelet struct {
+	f          *fixture
+	node       string // bind pods here when set; pods with a node affinity go to that node
+	readyDelay time.Duration
+
+	mu       sync.Mutex
+	notReady map[string]bool
+	seen     map[string]time.Time // UID -> first seen
+	nextIP   int
+	subnet   int
+	onNewPod func(*corev1.Pod) error
+	problems []error
+	stopped  chan struct{}
+	ipsInUse map[string]string // ip -> pod UID
+}
+
+// subnets gives every simulated node its own addresses: IPs are cluster-wide, and the
+// records of earlier tests stay (no namespace controller deletes them).
+var subnets atomic.Int32
+
+func (f *fixture) startKubelet(node string, readyDelay time.Duration, onNewPod func(*corev1.Pod) error) *kubelet {
+	k := &kubelet{f: f, node: node, readyDelay: readyDelay, notReady: map[string]bool{}, seen: map[string]time.Time{},
+		nextIP: 10, subnet: int(subnets.Add(1)), onNewPod: onNewPod, stopped: make(chan struct{}), ipsInUse: map[string]string{}}
+	ctx, cancel := context.WithCancel(f.ctx)
+	go func() {
+		defer close(k.stopped)
+		_ = wait.PollUntilContextCancel(ctx, 30*time.Millisecond, true, func(context.Context) (bool, error) {
+			k.tick(ctx)
+			return false, nil
+		})
+	}()
+	f.t.Cleanup(func() {
+		cancel()
+		<-k.stopped
+		k.mu.Lock()
+		defer k.mu.Unlock()
+		for _, p := range k.problems {
+			f.t.Error(p)
+		}
+	})
+	return k
+}
+
+func (k *kubelet) setNotReady(name string, notReady bool) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.notReady[name] = notReady
+}
+
+func (k *kubelet) problem(err error) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.problems = append(k.problems, err)
+}
+
+func affinityNode(pod *corev1.Pod) string {
+	a := pod.Spec.Affinity
+	if a == nil || a.NodeAffinity == nil || a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution == nil {
+		return ""
+	}
+	for _, t := range a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms {
+		for _, m := range t.MatchFields {
+			if m.Key == "metadata.name" && len(m.Values) == 1 {
+				return m.Values[0]
+			}
+		}
+	}
+	return ""
+}
+
+func (k *kubelet) tick(ctx context.Context) {
+	kube := k.f.kube
+	list, err := kube.CoreV1().Pods(k.f.ns).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return
+	}
+	for i := range list.Items {
+		pod := &list.Items[i]
+		if pod.DeletionTimestamp != nil {
+			_ = kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0)),
+				Preconditions: &metav1.Preconditions{UID: &pod.UID}})
+			k.mu.Lock()
+			for ip, uid := range k.ipsInUse {
+				if uid == string(pod.UID) {
+					delete(k.ipsInUse, ip)
+				}
+			}
+			k.mu.Unlock()
+			continue
+		}
+		k.mu.Lock()
+		first, seen := k.seen[string(pod.UID)]
+		if !seen {
+			first = time.Now()
+			k.seen[string(pod.UID)] = first
+		}
+		notReady := k.notReady[pod.Name]
+		k.mu.Unlock()
+		if !seen && k.onNewPod != nil {
+			if err := k.onNewPod(pod); err != nil {
+				k.problem(err)
+			}
+		}
+		if k.node != "" && pod.Spec.NodeName == "" {
+			node := k.node
+			if n := affinityNode(pod); n != "" {
+				node = n
+			}
+			err := kube.CoreV1().Pods(pod.Namespace).Bind(ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, UID: pod.UID},
+				Target: corev1.ObjectReference{Kind: "Node", Name: node}}, metav1.CreateOptions{})
+			if err != nil {
+				continue
+			}
+			if pod, err = kube.CoreV1().Pods(pod.Namespace).Get(ctx, pod.Name, metav1.GetOptions{}); err != nil {
+				continue
+			}
+		}
+		ready := !notReady && time.Since(first) >= k.readyDelay
+		k.setStatus(ctx, pod, ready)
+	}
+}
+
+// setStatus writes what a kubelet would: Running, Ready (or not), the container images and,
+// on a node, the pod IP (the annotated one, like the CNI, else a fresh one).
+func (k *kubelet) setStatus(ctx context.Context, cached *corev1.Pod, ready bool) {
+	pod := cached.DeepCopy()
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	changed := pod.Status.Phase != corev1.PodRunning
+	pod.Status.Phase = corev1.PodRunning
+	found := false
+	for i := range pod.Status.Conditions {
+		c := &pod.Status.Conditions[i]
+		if c.Type == corev1.PodReady {
+			found = true
+			if c.Status != status {
+				c.Status, c.LastTransitionTime, changed = status, metav1.Now(), true
+			}
+		}
+	}
+	if !found {
+		pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()})
+		changed = true
+	}
+	var statuses []corev1.ContainerStatus
+	for _, c := range pod.Spec.Containers {
+		statuses = append(statuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: ready})
+	}
+	for i := range statuses {
+		if i >= len(pod.Status.ContainerStatuses) || pod.Status.ContainerStatuses[i].Image != statuses[i].Image || pod.Status.ContainerStatuses[i].Ready != ready {
+			changed = true
+		}
+	}
+	pod.Status.ContainerStatuses = statuses
+	if pod.Spec.NodeName != "" && pod.Status.PodIP == "" {
+		k.mu.Lock()
+		ip := pod.Annotations[jkev1.AnnotationIPAddress]
+		if owner, used := k.ipsInUse[ip]; ip == "" || (used && owner != string(pod.UID)) {
+			for {
+				k.nextIP++
+				ip = fmt.Sprintf("10.77.%d.%d", k.subnet, k.nextIP)
+				if _, used := k.ipsInUse[ip]; !used {
+					break
+				}
+			}
+		}
+		k.ipsInUse[ip] = string(pod.UID)
+		k.mu.Unlock()
+		pod.Status.PodIP, pod.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+		changed = true
+	}
+	if !changed {
+		return
+	}
+	if _, err := k.f.kube.CoreV1().Pods(pod.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil &&
+		!apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && !errors.Is(err, context.Canceled) {
+		k.problem(fmt.Errorf("kubelet: update status of %s: %w", pod.Name, err))
+	}
+}
+
+func (f *fixture) kubeFor(cfg *rest.Config) kubernetes.Interface {
+	return kubernetes.NewForConfigOrDie(cfg)
+}

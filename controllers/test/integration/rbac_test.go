@@ -1,0 +1,128 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/controllers/pkg/manager"
+	"github.com/staticip/staticip/tools/testenv"
+)
+
+// applyRBAC creates the objects of manifests/controller-manager/{namespace,rbac}.yaml.
+func (f *fixture) applyRBAC() {
+	f.t.Helper()
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	var docs [][]byte
+	for _, file := range []string{"namespace.yaml", "rbac.yaml"} {
+		data, err := os.ReadFile(filepath.Join(root, "manifests", "controller-manager", file))
+		if err != nil {
+			f.t.Fatal(err)
+		}
+		docs = append(docs, bytes.Split(data, []byte("\n---"))...)
+	}
+	ignoreExists := func(err error) {
+		if err != nil && !apierrors.IsAlreadyExists(err) {
+			f.t.Fatal(err)
+		}
+	}
+	for _, doc := range docs {
+		var meta metav1.TypeMeta
+		if err := yaml.Unmarshal(doc, &meta); err != nil || meta.Kind == "" {
+			continue
+		}
+		var err error
+		switch meta.Kind {
+		case "Namespace":
+			var o corev1.Namespace
+			_ = yaml.UnmarshalStrict(doc, &o)
+			_, err = f.kube.CoreV1().Namespaces().Create(f.ctx, &o, metav1.CreateOptions{})
+		case "ServiceAccount":
+			var o corev1.ServiceAccount
+			_ = yaml.UnmarshalStrict(doc, &o)
+			_, err = f.kube.CoreV1().ServiceAccounts(o.Namespace).Create(f.ctx, &o, metav1.CreateOptions{})
+		case "ClusterRole":
+			var o rbacv1.ClusterRole
+			_ = yaml.UnmarshalStrict(doc, &o)
+			_, err = f.kube.RbacV1().ClusterRoles().Create(f.ctx, &o, metav1.CreateOptions{})
+		case "ClusterRoleBinding":
+			var o rbacv1.ClusterRoleBinding
+			_ = yaml.UnmarshalStrict(doc, &o)
+			_, err = f.kube.RbacV1().ClusterRoleBindings().Create(f.ctx, &o, metav1.CreateOptions{})
+		case "Role":
+			var o rbacv1.Role
+			_ = yaml.UnmarshalStrict(doc, &o)
+			_, err = f.kube.RbacV1().Roles(o.Namespace).Create(f.ctx, &o, metav1.CreateOptions{})
+		case "RoleBinding":
+			var o rbacv1.RoleBinding
+			_ = yaml.UnmarshalStrict(doc, &o)
+			_, err = f.kube.RbacV1().RoleBindings(o.Namespace).Create(f.ctx, &o, metav1.CreateOptions{})
+		default:
+			f.t.Fatalf("rbac.yaml: unexpected kind %s", meta.Kind)
+		}
+		ignoreExists(err)
+	}
+}
+
+// TestManagerRunsWithItsRBAC runs the manager as its ServiceAccount, with only the
+// permissions of manifests/controller-manager/rbac.yaml, through a static-IP rollout and a
+// scale-down. A missing permission stalls the rollout (and shows as a Forbidden error).
+func TestManagerRunsWithItsRBAC(t *testing.T) {
+	f := newFixture(t)
+	f.applyRBAC()
+	f.startKubelet("node-r", 100*time.Millisecond, nil)
+
+	cfg := rest.CopyConfig(f.cfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:staticip-system:staticip-controller-manager"}
+	// The impersonated identity must not be able to do more than the manifests say.
+	if _, err := f.kubeFor(cfg).CoreV1().Secrets(f.ns).List(f.ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Fatalf("impersonation is not restricted (listing secrets: %v)", err)
+	}
+	o := manager.NewOptions()
+	o.LeaderElectNamespace = "staticip-system"
+	o.LeaderElectLeaseName = "rbac-test-" + f.ns
+	o.LeaderElectLeaseDuration, o.LeaderElectRenewDeadline, o.LeaderElectRetryPeriod = 3*time.Second, 2*time.Second, 250*time.Millisecond
+	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- manager.Run(ctx, o, cfg) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !strings.Contains(err.Error(), "context canceled") {
+			t.Errorf("manager: %v", err)
+		}
+	})
+
+	f.createSet(newSet("rbac", 3, enableStaticIP))
+	f.waitSettled("rbac", time.Minute)
+	f.recordedIPs("rbac", 3)
+	f.updateSet("rbac", func(s *jkev1alpha1.EnhancedStatefulSet) {
+		s.Spec.Template.Spec.Containers[0].Image = "app:v2"
+		s.Spec.Replicas = ptr.To[int32](2)
+	})
+	f.waitSettled("rbac", time.Minute)
+	f.eventually(time.Minute, "StaticIP rbac-2 released", func() (bool, error) {
+		_, err := f.staticIP("rbac-2")
+		return apierrors.IsNotFound(err), nil
+	})
+	f.eventually(30*time.Second, "Events written by the manager", func() (bool, error) {
+		evs, err := f.kube.CoreV1().Events(f.ns).List(f.ctx, metav1.ListOptions{})
+		return err == nil && len(evs.Items) > 0, err
+	})
+}

@@ -1,0 +1,308 @@
+package integration
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	ests "github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
+	"github.com/staticip/staticip/controllers/pkg/staticip"
+)
+
+func (f *fixture) staticIP(name string) (*jkev1.StaticIP, error) {
+	return f.client.JkeV1().StaticIPs(f.ns).Get(f.ctx, name, metav1.GetOptions{})
+}
+
+// recordedIPs waits until every pod of set has its IP recorded (Bound) and returns pod -> IP.
+func (f *fixture) recordedIPs(set string, replicas int) map[string]string {
+	f.t.Helper()
+	out := map[string]string{}
+	f.eventually(time.Minute, "StaticIPs of "+set+" Bound", func() (bool, error) {
+		pods := f.pods()
+		for i := 0; i < replicas; i++ {
+			name := ests.PodName(set, i)
+			sip, err := f.staticIP(name)
+			if err != nil {
+				return false, err
+			}
+			p := pods[name]
+			if p == nil || sip.Status.Phase != jkev1.StaticIPBound || sip.Spec.IP == "" || sip.Spec.IP != p.Status.PodIP || sip.Status.PodUID != p.UID {
+				return false, fmt.Errorf("%s: phase %q ip %q", name, sip.Status.Phase, sip.Spec.IP)
+			}
+			out[name] = sip.Spec.IP
+		}
+		return true, nil
+	})
+	return out
+}
+
+func enableStaticIP(s *jkev1alpha1.EnhancedStatefulSet) {
+	s.Annotations = map[string]string{jkev1.AnnotationEnable: "true"}
+	s.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
+	s.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable = ptr.To(intstr.FromInt32(2))
+}
+
+func TestStaticIPLifecycleWithEnhancedStatefulSet(t *testing.T) {
+	f := newFixture(t)
+	// Every pod must find its StaticIP already there when it appears.
+	check := func(pod *corev1.Pod) error {
+		if _, err := f.staticIP(pod.Name); err != nil {
+			return fmt.Errorf("pod %s exists before its StaticIP: %v", pod.Name, err)
+		}
+		return nil
+	}
+	f.startKubelet("node-a", 100*time.Millisecond, check)
+	f.startManager()
+	set := f.createSet(newSet("sip", 3, enableStaticIP))
+	f.waitSettled("sip", time.Minute)
+	ips := f.recordedIPs("sip", 3)
+
+	for i := 0; i < 3; i++ {
+		name := ests.PodName("sip", i)
+		rec, err := f.staticIP(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Spec.Node != "node-a" || rec.Spec.Pod != name || rec.Spec.Kind != "EnhancedStatefulSet" || rec.Spec.Ref != "sip" {
+			t.Errorf("%s: spec %+v", name, rec.Spec)
+		}
+		if q := rec.Spec.Resources[corev1.ResourceCPU]; q.Cmp(resource.MustParse("100m")) != 0 {
+			t.Errorf("%s: recorded cpu %v, want 100m", name, q.String())
+		}
+		if len(rec.OwnerReferences) != 1 || rec.OwnerReferences[0].UID != set.UID {
+			t.Errorf("%s: whenDeleted=Delete needs an owner reference to the set for the GC, got %v", name, rec.OwnerReferences)
+		}
+	}
+
+	// ReCreate rollout: every recreated pod carries its IP and is pinned to its node.
+	before := f.pods()
+	f.updateSet("sip", func(s *jkev1alpha1.EnhancedStatefulSet) { s.Spec.Template.Spec.Containers[0].Image = "app:v2" })
+	f.waitSettled("sip", time.Minute)
+	f.eventually(time.Minute, "all pods recreated", func() (bool, error) {
+		now := f.pods()
+		for name, p := range before {
+			if now[name] == nil || now[name].UID == p.UID {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	after := f.recordedIPs("sip", 3)
+	pods := f.pods()
+	for name, ip := range ips {
+		p := pods[name]
+		if p.Annotations[jkev1.AnnotationIPAddress] != ip {
+			t.Errorf("%s: annotation %q, want %s", name, p.Annotations[jkev1.AnnotationIPAddress], ip)
+		}
+		if !staticip.NodeAffinityRequired(p, "node-a") {
+			t.Errorf("%s: no required node affinity to node-a: %+v", name, p.Spec.Affinity)
+		}
+		if after[name] != ip {
+			t.Errorf("%s: IP changed across the rollout: %s -> %s", name, ip, after[name])
+		}
+	}
+
+	// Scale-down with whenScaled=Delete (default) deletes the removed ordinal's record.
+	f.updateSet("sip", func(s *jkev1alpha1.EnhancedStatefulSet) { s.Spec.Replicas = ptr.To[int32](2) })
+	f.eventually(time.Minute, "StaticIP sip-2 deleted on scale-down", func() (bool, error) {
+		_, err := f.staticIP("sip-2")
+		return apierrors.IsNotFound(err), nil
+	})
+	for _, name := range []string{"sip-0", "sip-1"} {
+		if _, err := f.staticIP(name); err != nil {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+
+	// Duplicate IP: a second record claiming sip-0's IP marks a conflict; nothing is rewritten.
+	dup := &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Name: "intruder"}, Spec: jkev1.StaticIPSpec{IP: ips["sip-0"], Node: "node-b"}}
+	if _, err := f.client.JkeV1().StaticIPs(f.ns).Create(f.ctx, dup, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"sip-0", "intruder"} {
+		f.eventually(30*time.Second, name+" Conflict condition", func() (bool, error) {
+			rec, err := f.staticIP(name)
+			if err != nil {
+				return false, err
+			}
+			c := findCondition(rec.Status.Conditions, jkev1.StaticIPConditionConflict)
+			return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, ips["sip-0"]), nil
+		})
+	}
+	if rec, _ := f.staticIP("sip-0"); rec.Spec.IP != ips["sip-0"] || rec.Spec.Node != "node-a" {
+		t.Errorf("conflict rewrote sip-0: %+v", rec.Spec)
+	}
+	f.eventually(30*time.Second, "a ConflictDuplicateIP Event", func() (bool, error) {
+		evs, err := f.kube.CoreV1().Events(f.ns).List(f.ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("reason", "Conflict"+staticip.ConflictDuplicateIP).String()})
+		return err == nil && len(evs.Items) > 0, err
+	})
+	if err := f.client.JkeV1().StaticIPs(f.ns).Delete(f.ctx, "intruder", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually(30*time.Second, "sip-0 conflict cleared", func() (bool, error) {
+		rec, err := f.staticIP("sip-0")
+		if err != nil {
+			return false, err
+		}
+		c := findCondition(rec.Status.Conditions, jkev1.StaticIPConditionConflict)
+		return c != nil && c.Status == metav1.ConditionFalse, nil
+	})
+
+	// An annotation that disagrees with the record is a conflict, not a new truth.
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"10.99.99.99"}}}`, jkev1.AnnotationIPAddress)
+	if _, err := f.kube.CoreV1().Pods(f.ns).Patch(f.ctx, "sip-1", "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually(30*time.Second, "sip-1 annotation mismatch conflict", func() (bool, error) {
+		rec, err := f.staticIP("sip-1")
+		if err != nil {
+			return false, err
+		}
+		c := findCondition(rec.Status.Conditions, jkev1.StaticIPConditionConflict)
+		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "10.99.99.99"), nil
+	})
+	if rec, _ := f.staticIP("sip-1"); rec.Spec.IP != ips["sip-1"] {
+		t.Errorf("annotation mismatch rewrote the record: %s", rec.Spec.IP)
+	}
+}
+
+func TestStaticIPRetainedAndReused(t *testing.T) {
+	f := newFixture(t)
+	f.startKubelet("node-a", 100*time.Millisecond, nil)
+	f.startManager()
+	f.createSet(newSet("keep", 2, enableStaticIP, func(s *jkev1alpha1.EnhancedStatefulSet) {
+		s.Spec.StaticIPRetentionPolicy = &jkev1.StaticIPRetentionPolicy{WhenScaled: jkev1.RetainStaticIP, WhenDeleted: jkev1.RetainStaticIP}
+	}))
+	f.waitSettled("keep", time.Minute)
+	ips := f.recordedIPs("keep", 2)
+	if rec, _ := f.staticIP("keep-1"); len(rec.OwnerReferences) != 0 || rec.Spec.RetentionPolicy == nil || rec.Spec.RetentionPolicy.WhenScaled != jkev1.RetainStaticIP {
+		t.Errorf("whenDeleted=Retain: record must carry no owner reference and the policy: %+v %+v", rec.OwnerReferences, rec.Spec.RetentionPolicy)
+	}
+
+	f.updateSet("keep", func(s *jkev1alpha1.EnhancedStatefulSet) { s.Spec.Replicas = ptr.To[int32](1) })
+	f.eventually(time.Minute, "keep-1 Reserved after scale-down", func() (bool, error) {
+		rec, err := f.staticIP("keep-1")
+		return err == nil && rec.Status.Phase == jkev1.StaticIPReserved && f.pods()["keep-1"] == nil, err
+	})
+	// Scale back: the retained record is re-used, the pod gets its old IP and node.
+	f.updateSet("keep", func(s *jkev1alpha1.EnhancedStatefulSet) { s.Spec.Replicas = ptr.To[int32](2) })
+	f.waitSettled("keep", time.Minute)
+	again := f.recordedIPs("keep", 2)
+	p := f.pods()["keep-1"]
+	if again["keep-1"] != ips["keep-1"] || p.Annotations[jkev1.AnnotationIPAddress] != ips["keep-1"] || !staticip.NodeAffinityRequired(p, "node-a") {
+		t.Errorf("retained record not re-used: ip %s -> %s, annotation %q, affinity %+v", ips["keep-1"], again["keep-1"], p.Annotations[jkev1.AnnotationIPAddress], p.Spec.Affinity)
+	}
+
+	// A record of another workload with a pod's name is never taken over: that pod is not
+	// created and the set reports the conflict.
+	foreign := &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Name: "keep-2"}, Spec: jkev1.StaticIPSpec{Ref: "someone-else", Kind: "StatefulSet"}}
+	if _, err := f.client.JkeV1().StaticIPs(f.ns).Create(f.ctx, foreign, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.updateSet("keep", func(s *jkev1alpha1.EnhancedStatefulSet) { s.Spec.Replicas = ptr.To[int32](3) })
+	f.eventually(30*time.Second, "StaticIPConflict condition on the set", func() (bool, error) {
+		c := findCondition(f.getSet("keep").Status.Conditions, ests.ConditionStaticIPConflict)
+		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "someone-else"), nil
+	})
+	if f.pods()["keep-2"] != nil {
+		t.Error("keep-2 was created although its StaticIP belongs to another workload")
+	}
+	if rec, _ := f.staticIP("keep-2"); rec.Spec.Ref != "someone-else" {
+		t.Errorf("foreign record taken over: %+v", rec.Spec)
+	}
+}
+
+// TestStaticIPNativeStatefulSet: the StatefulSet controller creates pods without asking us.
+// What works: the StaticIP controller creates the record when it sees a pod carrying the
+// enable annotation (from the template), records IP and node, keeps it Reserved while the
+// pod is gone, tells a recreated, not yet scheduled pod its IP through the annotation, and
+// deletes the record when the StatefulSet scales below its ordinal.
+func TestStaticIPNativeStatefulSet(t *testing.T) {
+	f := newFixture(t)
+	f.startManager(staticip.Name)
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "nat"},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr.To[int32](1),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "nat"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "nat"}, Annotations: map[string]string{jkev1.AnnotationEnable: "true"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:v1"}}},
+			},
+		},
+	}
+	sts, err := f.kube.AppsV1().StatefulSets(f.ns).Create(f.ctx, sts, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Stand in for the StatefulSet controller (no kube-controller-manager here).
+	newPod := func() *corev1.Pod {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "nat-0", Labels: map[string]string{"app": "nat"},
+				Annotations:     map[string]string{jkev1.AnnotationEnable: "true"},
+				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sts, appsv1.SchemeGroupVersion.WithKind("StatefulSet"))}},
+			Spec: sts.Spec.Template.Spec,
+		}
+		pod, err := f.kube.CoreV1().Pods(f.ns).Create(f.ctx, pod, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return pod
+	}
+	pod := newPod()
+	f.eventually(30*time.Second, "StaticIP nat-0 created for the native pod", func() (bool, error) {
+		rec, err := f.staticIP("nat-0")
+		return err == nil && rec.Spec.Kind == "StatefulSet" && rec.Spec.Ref == "nat" && rec.Status.Phase == jkev1.StaticIPPending &&
+			len(rec.OwnerReferences) == 1 && rec.OwnerReferences[0].UID == sts.UID, err
+	})
+	// Scheduler + CNI: bind and give it an IP.
+	if err := f.kube.CoreV1().Pods(f.ns).Bind(f.ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "nat-0"},
+		Target: corev1.ObjectReference{Kind: "Node", Name: "node-n"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod, _ = f.kube.CoreV1().Pods(f.ns).Get(f.ctx, "nat-0", metav1.GetOptions{})
+	pod.Status.Phase, pod.Status.PodIP, pod.Status.PodIPs = corev1.PodRunning, "10.88.0.7", []corev1.PodIP{{IP: "10.88.0.7"}}
+	if _, err := f.kube.CoreV1().Pods(f.ns).UpdateStatus(f.ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually(30*time.Second, "nat-0 recorded", func() (bool, error) {
+		rec, err := f.staticIP("nat-0")
+		return err == nil && rec.Spec.IP == "10.88.0.7" && rec.Spec.Node == "node-n" && rec.Status.Phase == jkev1.StaticIPBound, err
+	})
+	if err := f.kube.CoreV1().Pods(f.ns).Delete(f.ctx, "nat-0", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually(30*time.Second, "nat-0 Reserved", func() (bool, error) {
+		rec, err := f.staticIP("nat-0")
+		return err == nil && rec.Status.Phase == jkev1.StaticIPReserved, err
+	})
+	newPod()
+	f.eventually(30*time.Second, "recreated native pod told its IP", func() (bool, error) {
+		p, err := f.kube.CoreV1().Pods(f.ns).Get(f.ctx, "nat-0", metav1.GetOptions{})
+		return err == nil && p.Annotations[jkev1.AnnotationIPAddress] == "10.88.0.7", err
+	})
+	if err := f.kube.CoreV1().Pods(f.ns).Delete(f.ctx, "nat-0", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	sts, _ = f.kube.AppsV1().StatefulSets(f.ns).Get(f.ctx, "nat", metav1.GetOptions{})
+	sts.Spec.Replicas = ptr.To[int32](0)
+	if _, err := f.kube.AppsV1().StatefulSets(f.ns).Update(f.ctx, sts, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually(30*time.Second, "nat-0 deleted after scale to 0", func() (bool, error) {
+		_, err := f.staticIP("nat-0")
+		return apierrors.IsNotFound(err), nil
+	})
+}
