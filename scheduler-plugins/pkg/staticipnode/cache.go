@@ -34,9 +34,9 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
-	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	"github.com/staticip/staticip/apis/generated/informers/externalversions"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 )
 
 // PodKey is "namespace/name" of a pod.
@@ -190,6 +190,9 @@ func ForScheduler(ctx context.Context, podInformerFactory informers.SharedInform
 func (c *Cache) Synced() bool {
 	if c.ready.Load() {
 		return true
+	}
+	if len(c.synced) == 0 {
+		return false // filled by hand: MarkSynced says when
 	}
 	for _, s := range c.synced {
 		if !s() {
