@@ -180,6 +180,9 @@ func (pl *CheckPodAnnotation) EventsToRegister(_ context.Context) ([]fwk.Cluster
 }
 
 func (pl *CheckPodAnnotation) isSchedulableAfterStaticIPChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	// Apply the change first: the pod this hint requeues must not be retried against a
+	// cache whose own informer has not delivered the change yet.
+	pl.cache.ObserveStaticIPEvent(oldObj, newObj)
 	oldSIP, err := staticipnode.AsStaticIP(oldObj)
 	if err != nil {
 		return fwk.Queue, err
@@ -203,6 +206,9 @@ func (pl *CheckPodAnnotation) isSchedulableAfterStaticIPChange(logger klog.Logge
 }
 
 func (pl *CheckPodAnnotation) isSchedulableAfterIPRangeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	// Apply the change first: the pod this hint requeues must not be retried against a
+	// cache whose own informer has not delivered the change yet.
+	pl.cache.ObserveIPRangeEvent(oldObj, newObj)
 	ip, err := netip.ParseAddr(strings.TrimSpace(pod.Annotations[pl.args.IPAddressAnnotation]))
 	if err != nil {
 		return fwk.QueueSkip, nil // no (valid) annotated IP: ranges cannot change the verdict

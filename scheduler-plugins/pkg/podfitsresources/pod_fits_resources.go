@@ -72,13 +72,9 @@ type preFilterState struct {
 	request staticipnode.Resources
 	// needsIP: the pod is on the pod network (not hostNetwork).
 	needsIP bool
-	// own is the pod's StaticIP, when it holds the pod's place on ownNode.
+	// own is the pod's StaticIP, when it holds the pod's place (and IP) on ownNode.
 	hasOwn  bool
 	ownNode string
-	// ownCounted: the own reservation is currently counted in ownNode's totals, so it must
-	// be taken out again: a pod never competes with its own reservation.
-	ownCounted bool
-	ownRequest staticipnode.Resources
 }
 
 func (s *preFilterState) Clone() fwk.StateData { return s }
@@ -93,7 +89,7 @@ func (pl *PodFitsResources) PreFilter(_ context.Context, state fwk.CycleState, p
 		needsIP: !pod.Spec.HostNetwork,
 	}
 	if sip, ok := pl.cache.StaticIPForPod(pod.Namespace, pod.Name); ok && sip.Active {
-		s.hasOwn, s.ownNode, s.ownCounted, s.ownRequest = true, sip.Node, sip.Reserved, sip.Request
+		s.hasOwn, s.ownNode = true, sip.Node
 	}
 	state.Write(stateKey, s)
 	return nil, nil
@@ -113,12 +109,7 @@ func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod 
 	s := data.(*preFilterState)
 	nodeName := nodeInfo.Node().Name
 	held := pl.cache.Node(nodeName)
-	reservedForOthers, slotsForOthers := held.Reserved, held.Reservations
-	if s.ownCounted && s.ownNode == nodeName {
-		reservedForOthers = reservedForOthers.Clone()
-		reservedForOthers.Sub(s.ownRequest)
-		slotsForOthers--
-	}
+	reservedForOthers, slotsForOthers := ReservedForOthers(pod, nodeInfo, held.Held)
 	reasons := Insufficient(s.request, nodeInfo, reservedForOthers, slotsForOthers)
 	if s.needsIP && pl.args.CheckIPs {
 		if r := pl.ipReason(s, nodeInfo, nodeName, held, slotsForOthers); r != "" {
@@ -129,6 +120,41 @@ func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod 
 		return fwk.NewStatus(fwk.Unschedulable, reasons...)
 	}
 	return nil
+}
+
+type podName struct{ namespace, name string }
+
+// ReservedForOthers sums what the StaticIPs held on the node reserve against pod: those of
+// pods absent from nodeInfo, except pod's own (a pod never competes with its own
+// reservation). Presence is decided on the scheduler's snapshot, the same one its
+// requested resources come from, so every static-IP pod is counted exactly once — in the
+// node's requests when its pod (bound, assumed or nominated) is there, as a reservation
+// otherwise — even while the cache's own pod events lag behind the scheduler's.
+func ReservedForOthers(pod *v1.Pod, nodeInfo fwk.NodeInfo, held []staticipnode.Held) (staticipnode.Resources, int) {
+	var reserved staticipnode.Resources
+	if len(held) == 0 {
+		return reserved, 0
+	}
+	var present map[podName]struct{}
+	pods := nodeInfo.GetPods()
+	if len(pods) > 0 {
+		present = make(map[podName]struct{}, len(pods))
+		for _, p := range pods {
+			present[podName{p.GetPod().Namespace, p.GetPod().Name}] = struct{}{}
+		}
+	}
+	slots := 0
+	for _, h := range held {
+		if h.PodNamespace == pod.Namespace && h.PodName == pod.Name {
+			continue
+		}
+		if _, ok := present[podName{h.PodNamespace, h.PodName}]; ok {
+			continue
+		}
+		reserved.Add(h.Request)
+		slots++
+	}
+	return reserved, slots
 }
 
 // Insufficient lists why request does not fit nodeInfo once reservedForOthers and
@@ -243,6 +269,9 @@ func (pl *PodFitsResources) isSchedulableAfterNodeChange(_ klog.Logger, _ *v1.Po
 }
 
 func (pl *PodFitsResources) isSchedulableAfterStaticIPChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	// Apply the change first: the pod this hint requeues must not be retried against a
+	// cache whose own informer has not delivered the change yet.
+	pl.cache.ObserveStaticIPEvent(oldObj, newObj)
 	oldSIP, err := staticipnode.AsStaticIP(oldObj)
 	if err != nil {
 		return fwk.Queue, err
@@ -277,6 +306,9 @@ func (pl *PodFitsResources) isSchedulableAfterStaticIPChange(logger klog.Logger,
 }
 
 func (pl *PodFitsResources) isSchedulableAfterIPRangeChange(_ klog.Logger, _ *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	// Apply the change first: the pod this hint requeues must not be retried against a
+	// cache whose own informer has not delivered the change yet.
+	pl.cache.ObserveIPRangeEvent(oldObj, newObj)
 	oldR, err := staticipnode.AsIPRange(oldObj)
 	if err != nil {
 		return fwk.Queue, err

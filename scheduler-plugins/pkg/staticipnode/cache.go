@@ -29,6 +29,7 @@ import (
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
@@ -66,7 +67,9 @@ type nodeState struct {
 	reserved Resources
 	// reservations is how many reservations are counted (each holds one pod slot and one IP).
 	reservations int
-	ranges       map[string]*ipRange
+	// active are all the reservations naming the node whose pod may be absent or present.
+	active map[string]*reservation
+	ranges map[string]*ipRange
 }
 
 // StaticIPInfo is the StaticIP of one pod.
@@ -100,6 +103,15 @@ type NodeInfo struct {
 	IPCapacity int64
 	// CIDRs of the node's IPRanges, sorted, for messages.
 	CIDRs []string
+	// Held lists every active StaticIP naming the node, whether its pod is absent or not,
+	// so that a Filter can decide presence against the scheduler's own snapshot.
+	Held []Held
+}
+
+// Held is one active StaticIP on a node.
+type Held struct {
+	PodNamespace, PodName string
+	Request               Resources
 }
 
 // Cache is the staticIPNode cache. All methods are safe for concurrent use.
@@ -111,6 +123,11 @@ type Cache struct {
 	byPod     map[string]sets.Set[string] // pod key -> StaticIP keys
 	ranges    map[string]*ipRange
 	nodes     map[string]*nodeState
+	// versions are the resourceVersions applied per StaticIP ("sip/ns/name") and IPRange
+	// ("range/name"), deleted ones included (tombstones): the same change reaches the cache
+	// twice, from its own informers and from the scheduler's queueing hints (Observe*), and
+	// only the newer one may win.
+	versions map[string]version
 
 	synced []cache.InformerSynced
 	// ready latches once every informer has delivered its initial list.
@@ -126,7 +143,28 @@ func NewEmpty() *Cache {
 		byPod:     map[string]sets.Set[string]{},
 		ranges:    map[string]*ipRange{},
 		nodes:     map[string]*nodeState{},
+		versions:  map[string]version{},
 	}
+}
+
+// newerLocked reports whether resourceVersion rv of object key is newer than what the
+// cache applied, and records it when it is. Unparsable versions count as newer.
+// A deletion carries the object's last version but happened after it: it beats an update
+// with that same version, and loses to a re-creation (which gets a larger version).
+func (c *Cache) newerLocked(key, rv string, deleted bool) bool {
+	if prev, ok := c.versions[key]; ok && rv != "" {
+		cmp, err := resourceversion.CompareResourceVersion(rv, prev.rv)
+		if err == nil && (cmp < 0 || (cmp == 0 && (prev.deleted || !deleted))) {
+			return false
+		}
+	}
+	c.versions[key] = version{rv: rv, deleted: deleted}
+	return true
+}
+
+type version struct {
+	rv      string
+	deleted bool
 }
 
 var (
@@ -268,8 +306,18 @@ func (c *Cache) OnStaticIPUpdate(_, newObj interface{}) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.newerLocked("sip/"+key, sip.ResourceVersion, false) {
+		return
+	}
 	c.removeStaticIPLocked(key)
 	c.staticIPs[key] = next
+	if next.active {
+		n := c.nodeLocked(next.node)
+		if n.active == nil {
+			n.active = map[string]*reservation{}
+		}
+		n.active[key] = next
+	}
 	set := c.byPod[next.podKey]
 	if set == nil {
 		set = sets.New[string]()
@@ -288,9 +336,13 @@ func (c *Cache) OnStaticIPDelete(obj interface{}) {
 	if !ok {
 		return
 	}
+	key := sip.Namespace + "/" + sip.Name
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.removeStaticIPLocked(sip.Namespace + "/" + sip.Name)
+	if !c.newerLocked("sip/"+key, sip.ResourceVersion, true) {
+		return
+	}
+	c.removeStaticIPLocked(key)
 }
 
 // OnIPRangeUpdate handles an IPRange add (old nil) or update.
@@ -302,6 +354,9 @@ func (c *Cache) OnIPRangeUpdate(_, newObj interface{}) {
 	parsed := parseIPRange(r)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.newerLocked("range/"+r.Name, r.ResourceVersion, false) {
+		return
+	}
 	c.removeRangeLocked(r.Name)
 	c.ranges[r.Name] = parsed
 	if parsed.node != "" {
@@ -324,6 +379,9 @@ func (c *Cache) OnIPRangeDelete(obj interface{}) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if !c.newerLocked("range/"+r.Name, r.ResourceVersion, true) {
+		return
+	}
 	c.removeRangeLocked(r.Name)
 }
 
@@ -407,6 +465,10 @@ func (c *Cache) Node(node string) NodeInfo {
 		}
 	}
 	sort.Strings(info.CIDRs)
+	for _, r := range n.active {
+		ns, name, _ := cutKey(r.podKey)
+		info.Held = append(info.Held, Held{PodNamespace: ns, PodName: name, Request: r.req})
+	}
 	return info
 }
 
@@ -422,7 +484,7 @@ func (c *Cache) nodeLocked(name string) *nodeState {
 }
 
 func (c *Cache) gcNodeLocked(name string) {
-	if n := c.nodes[name]; n != nil && n.reservations == 0 && len(n.ranges) == 0 && n.reserved.IsZero() {
+	if n := c.nodes[name]; n != nil && n.reservations == 0 && len(n.ranges) == 0 && len(n.active) == 0 && n.reserved.IsZero() {
 		delete(c.nodes, name)
 	}
 }
@@ -465,8 +527,14 @@ func (c *Cache) removeStaticIPLocked(key string) {
 	if old == nil {
 		return
 	}
+	if old.active {
+		if n := c.nodes[old.node]; n != nil {
+			delete(n.active, key)
+		}
+	}
 	old.active = false
 	c.refreshLocked(old)
+	c.gcNodeLocked(old.node)
 	delete(c.staticIPs, key)
 	if set := c.byPod[old.podKey]; set != nil {
 		set.Delete(key)
@@ -495,4 +563,33 @@ func cutKey(key string) (string, string, bool) {
 		}
 	}
 	return "", key, false
+}
+
+// ObserveStaticIPEvent applies a StaticIP event the scheduler delivered to a queueing hint
+// (objects typed or unstructured; newObj nil for a deletion), so that a pod the hint
+// requeues is retried against a cache that already knows the change. Older news than the
+// cache has is ignored.
+func (c *Cache) ObserveStaticIPEvent(oldObj, newObj interface{}) {
+	if newObj == nil {
+		if old, err := AsStaticIP(oldObj); err == nil && old != nil {
+			c.OnStaticIPDelete(old)
+		}
+		return
+	}
+	if sip, err := AsStaticIP(newObj); err == nil && sip != nil {
+		c.OnStaticIPUpdate(nil, sip)
+	}
+}
+
+// ObserveIPRangeEvent is ObserveStaticIPEvent for IPRanges.
+func (c *Cache) ObserveIPRangeEvent(oldObj, newObj interface{}) {
+	if newObj == nil {
+		if old, err := AsIPRange(oldObj); err == nil && old != nil {
+			c.OnIPRangeDelete(old)
+		}
+		return
+	}
+	if r, err := AsIPRange(newObj); err == nil && r != nil {
+		c.OnIPRangeUpdate(nil, r)
+	}
 }

@@ -159,3 +159,6 @@ func (r Resources) String() string {
 
 // Sub subtracts o from r.
 func (r *Resources) Sub(o Resources) { r.add(o, -1) }
+
+// Add adds o to r.
+func (r *Resources) Add(o Resources) { r.add(o, 1) }
