@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -241,5 +242,86 @@ func TestNotSyncedIsAnError(t *testing.T) {
 	_, st := pl.PreFilter(context.Background(), framework.NewCycleState(), mkPod("ns", "p", "", nil), nil)
 	if st.Code() != fwk.Error {
 		t.Fatalf("PreFilter on an unsynced cache = %v, want Error (retry)", st)
+	}
+}
+
+func TestQueueingHints(t *testing.T) {
+	c := staticipnode.NewEmpty()
+	c.MarkSynced()
+	pl := NewWithCache(c, config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow})
+	pod := mkPod("ns", "waiting", "", rl("cpu", "1"))
+	logger := klog.Background()
+
+	held := mkSIP("ns", "web-0", "n1", rl("cpu", "2"))
+	released := held.DeepCopy()
+	released.Status.Phase = jkev1.StaticIPReleased
+	moved := held.DeepCopy()
+	moved.Spec.Node = "n2"
+	shrunk := held.DeepCopy()
+	shrunk.Spec.Resources = rl("cpu", "1")
+	grown := held.DeepCopy()
+	grown.Spec.Resources = rl("cpu", "3")
+	conditions := held.DeepCopy()
+	conditions.Status.Conditions = []metav1.Condition{{Type: "Conflict", Status: metav1.ConditionFalse}}
+	unplaced := mkSIP("ns", "web-1", "", nil)
+	own := mkSIP("ns", "waiting", "n1", nil)
+	for _, tc := range []struct {
+		name     string
+		old, new interface{}
+		want     fwk.QueueingHint
+	}{
+		{"released", held, released, fwk.Queue},
+		{"deleted", held, nil, fwk.Queue},
+		{"moved to another node", held, moved, fwk.Queue},
+		{"reservation shrank", held, shrunk, fwk.Queue},
+		{"reservation grew", held, grown, fwk.QueueSkip},
+		{"status conditions only", held, conditions, fwk.QueueSkip},
+		{"new record on a node", nil, held, fwk.QueueSkip},
+		{"record without node deleted", unplaced, nil, fwk.QueueSkip},
+		{"the pod's own record created", nil, own, fwk.Queue},
+	} {
+		got, err := pl.isSchedulableAfterStaticIPChange(logger, pod, tc.old, tc.new)
+		if err != nil || got != tc.want {
+			t.Errorf("StaticIP %s: %v %v, want %v", tc.name, got, err, tc.want)
+		}
+	}
+
+	deletedBound := mkPod("ns", "other", "n1", nil)
+	deletedPending := mkPod("ns", "other", "", nil)
+	for _, tc := range []struct {
+		name string
+		old  *v1.Pod
+		want fwk.QueueingHint
+	}{
+		{"bound pod deleted", deletedBound, fwk.Queue},
+		{"pending pod deleted", deletedPending, fwk.QueueSkip},
+	} {
+		got, err := pl.isSchedulableAfterPodDelete(logger, pod, tc.old, nil)
+		if err != nil || got != tc.want {
+			t.Errorf("Pod %s: %v %v, want %v", tc.name, got, err, tc.want)
+		}
+	}
+
+	r := &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: "r"}, Spec: jkev1.IPRangeSpec{CIDR: "10.1.2.0/29", Node: "n1"}}
+	grownRange := r.DeepCopy()
+	grownRange.Spec.CIDR = "10.1.2.0/28"
+	statusOnly := r.DeepCopy()
+	statusOnly.Status.Used = 4
+	unowned := r.DeepCopy()
+	unowned.Spec.Node = ""
+	for _, tc := range []struct {
+		name     string
+		old, new interface{}
+		want     fwk.QueueingHint
+	}{
+		{"range added", nil, r, fwk.Queue},
+		{"range grown", r, grownRange, fwk.Queue},
+		{"status only", r, statusOnly, fwk.QueueSkip},
+		{"range left unowned", r, unowned, fwk.QueueSkip},
+	} {
+		got, err := pl.isSchedulableAfterIPRangeChange(logger, pod, tc.old, tc.new)
+		if err != nil || got != tc.want {
+			t.Errorf("IPRange %s: %v %v, want %v", tc.name, got, err, tc.want)
+		}
 	}
 }

@@ -165,3 +165,29 @@ func TestRangesPerNode(t *testing.T) {
 		t.Fatal("deleted range still matches")
 	}
 }
+
+// TestNewerVersionWins: the same StaticIP change reaches the cache from its informer and
+// from the scheduler's queueing hints, in any order; older news never undoes newer.
+func TestNewerVersionWins(t *testing.T) {
+	c := NewEmpty()
+	v5 := sip("ns", "web-0", "n1", "1")
+	v5.ResourceVersion = "5"
+	v7 := sip("ns", "web-0", "n2", "1")
+	v7.ResourceVersion = "7"
+	c.OnStaticIPUpdate(nil, v7)
+	c.OnStaticIPUpdate(nil, v5) // late informer event
+	if c.Node("n2").Reservations != 1 || c.Node("n1").Reservations != 0 {
+		t.Fatalf("an older version overwrote a newer one: n1=%+v n2=%+v", c.Node("n1"), c.Node("n2"))
+	}
+	c.ObserveStaticIPEvent(v7, nil) // deletion seen through a hint
+	c.OnStaticIPUpdate(nil, v7)     // the informer's late update with the same version
+	if c.Node("n2").Reservations != 0 {
+		t.Fatal("an update with the deleted object's version resurrected it")
+	}
+	again := sip("ns", "web-0", "n1", "1")
+	again.ResourceVersion = "9"
+	c.OnStaticIPUpdate(nil, again) // re-created
+	if c.Node("n1").Reservations != 1 {
+		t.Fatal("a re-created StaticIP was ignored")
+	}
+}
