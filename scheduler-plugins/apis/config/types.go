@@ -1,0 +1,52 @@
+// Package config holds the internal (unversioned) types of the staticip scheduler plugins'
+// arguments. They are registered into the kube-scheduler's config API group, so that a
+// KubeSchedulerConfiguration pluginConfig entry named after a plugin decodes into them.
+package config
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// NodesWithoutIPRangePolicy says what PodFitsResourcesWithStaticIP does with a node that
+// owns no IPRange.
+type NodesWithoutIPRangePolicy string
+
+const (
+	// NodesWithoutIPRangeAllow: such a node's pod IPs are not managed by staticip ranges
+	// (another IPAM hands them out); only the resource reservations are checked there.
+	NodesWithoutIPRangeAllow NodesWithoutIPRangePolicy = "Allow"
+	// NodesWithoutIPRangeReject: a pod that needs a pod-network IP does not fit there.
+	NodesWithoutIPRangeReject NodesWithoutIPRangePolicy = "Reject"
+)
+
+// UnknownIPPolicy says what CheckPodAnnotationWithStaticIP does with a pod whose annotated
+// IP lies in no IPRange.
+type UnknownIPPolicy string
+
+const (
+	// UnknownIPReject: the pod is unschedulable until an IPRange holding the IP appears.
+	UnknownIPReject UnknownIPPolicy = "Reject"
+	// UnknownIPIgnore: the annotation does not pin the pod.
+	UnknownIPIgnore UnknownIPPolicy = "Ignore"
+)
+
+// PodFitsResourcesWithStaticIPArgs are the arguments of PodFitsResourcesWithStaticIP.
+type PodFitsResourcesWithStaticIPArgs struct {
+	metav1.TypeMeta
+
+	// CheckIPs: a pod that needs a pod-network IP fits a node with IPRanges only when one
+	// of the node's addresses is free, or the pod's own StaticIP holds one there.
+	CheckIPs bool
+	// NodesWithoutIPRange: Allow or Reject.
+	NodesWithoutIPRange NodesWithoutIPRangePolicy
+}
+
+// CheckPodAnnotationWithStaticIPArgs are the arguments of CheckPodAnnotationWithStaticIP.
+type CheckPodAnnotationWithStaticIPArgs struct {
+	metav1.TypeMeta
+
+	// IPAddressAnnotation is the pod annotation carrying the pod's fixed IP.
+	IPAddressAnnotation string
+	// UnknownIP: Reject or Ignore an annotated IP that lies in no IPRange.
+	UnknownIP UnknownIPPolicy
+}

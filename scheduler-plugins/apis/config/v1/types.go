@@ -1,0 +1,35 @@
+// Package v1 holds the versioned (kubescheduler.config.k8s.io/v1) arguments of the
+// staticip scheduler plugins, as written in a KubeSchedulerConfiguration:
+//
+//	pluginConfig:
+//	- name: PodFitsResourcesWithStaticIP
+//	  args:
+//	    checkIPs: true
+//	    nodesWithoutIPRange: Allow
+package v1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// PodFitsResourcesWithStaticIPArgs are the arguments of PodFitsResourcesWithStaticIP.
+type PodFitsResourcesWithStaticIPArgs struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// CheckIPs: a pod that needs a pod-network IP fits a node with IPRanges only when one
+	// of the node's addresses is free, or its own StaticIP holds one there. Default true.
+	CheckIPs *bool `json:"checkIPs,omitempty"`
+	// NodesWithoutIPRange: Allow (default; only reservations are checked there) or Reject.
+	NodesWithoutIPRange *string `json:"nodesWithoutIPRange,omitempty"`
+}
+
+// CheckPodAnnotationWithStaticIPArgs are the arguments of CheckPodAnnotationWithStaticIP.
+type CheckPodAnnotationWithStaticIPArgs struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// IPAddressAnnotation is the pod annotation carrying the pod's fixed IP.
+	// Default staticip.jke.jdcloud.com/ip-address.
+	IPAddressAnnotation *string `json:"ipAddressAnnotation,omitempty"`
+	// UnknownIP: Reject (default) or Ignore an annotated IP that lies in no IPRange.
+	UnknownIP *string `json:"unknownIP,omitempty"`
+}

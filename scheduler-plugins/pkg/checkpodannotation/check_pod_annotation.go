@@ -1,0 +1,266 @@
+// Package checkpodannotation is the CheckPodAnnotationWithStaticIP scheduler plugin: a pod
+// whose IP is fixed may only run on the node that holds that IP. See README.md.
+package checkpodannotation
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
+	v1helper "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/scheduler-plugins/apis/config"
+	_ "github.com/staticip/staticip/scheduler-plugins/apis/config/scheme" // registers the args
+	"github.com/staticip/staticip/scheduler-plugins/apis/config/validation"
+	"github.com/staticip/staticip/scheduler-plugins/pkg/staticipnode"
+)
+
+// Name is the plugin's name in the registry and in KubeSchedulerConfiguration.
+const Name = "CheckPodAnnotationWithStaticIP"
+
+const stateKey = "PreFilter" + Name
+
+var (
+	_ fwk.PreFilterPlugin   = &CheckPodAnnotation{}
+	_ fwk.FilterPlugin      = &CheckPodAnnotation{}
+	_ fwk.EnqueueExtensions = &CheckPodAnnotation{}
+)
+
+// errCacheNotSynced makes the scheduler retry the pod once the staticIPNode cache is filled.
+var errCacheNotSynced = errors.New("the staticIPNode cache has not synced yet")
+
+// CheckPodAnnotation pins pods with a fixed IP to the node that holds the IP.
+type CheckPodAnnotation struct {
+	handle fwk.Handle
+	cache  *staticipnode.Cache
+	args   config.CheckPodAnnotationWithStaticIPArgs
+}
+
+// New builds the plugin from its (internal, defaulted) args.
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	args, ok := obj.(*config.CheckPodAnnotationWithStaticIPArgs)
+	if !ok {
+		return nil, fmt.Errorf("%s: want args of type CheckPodAnnotationWithStaticIPArgs, got %T", Name, obj)
+	}
+	if err := validation.ValidateCheckPodAnnotationWithStaticIPArgs(nil, args); err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	c, err := staticipnode.ForHandle(ctx, h)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	return NewWithCache(h, c, *args), nil
+}
+
+// NewWithCache builds the plugin on a given cache (unit tests).
+func NewWithCache(h fwk.Handle, c *staticipnode.Cache, args config.CheckPodAnnotationWithStaticIPArgs) *CheckPodAnnotation {
+	return &CheckPodAnnotation{handle: h, cache: c, args: args}
+}
+
+// Name returns the plugin's name.
+func (pl *CheckPodAnnotation) Name() string { return Name }
+
+// target is where the pod's IP lives, and how we know.
+type target struct {
+	node string
+	ip   string
+	// source names the record that pins the pod, e.g. `StaticIP ns/web-0`.
+	source string
+}
+
+func (t *target) Clone() fwk.StateData { return t }
+
+func (t *target) describe() string {
+	if t.ip != "" {
+		return fmt.Sprintf("the pod's IP %s (%s)", t.ip, t.source)
+	}
+	return fmt.Sprintf("the pod's %s", t.source)
+}
+
+// Target returns the node a pod must run on, nil when nothing pins it, or a status when the
+// pod cannot be placed at all (malformed annotation, IP in no range or in an unowned range).
+// A StaticIP naming a node is authoritative (failover moves it together with the ranges);
+// otherwise the annotated IP pins the pod to the owner of the IPRange containing it.
+func (pl *CheckPodAnnotation) Target(pod *v1.Pod) (*target, *fwk.Status) {
+	annotated := strings.TrimSpace(pod.Annotations[pl.args.IPAddressAnnotation])
+	if sip, ok := pl.cache.StaticIPForPod(pod.Namespace, pod.Name); ok && sip.Active {
+		ip := sip.IP
+		if ip == "" {
+			ip = annotated
+		}
+		return &target{node: sip.Node, ip: ip, source: fmt.Sprintf("StaticIP %s/%s", pod.Namespace, sip.Name)}, nil
+	}
+	if annotated == "" {
+		return nil, nil
+	}
+	ip, err := netip.ParseAddr(annotated)
+	if err != nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+			fmt.Sprintf("invalid annotation %s=%q: not an IP address", pl.args.IPAddressAnnotation, pod.Annotations[pl.args.IPAddressAnnotation]))
+	}
+	ip = ip.Unmap()
+	rng, ok := pl.cache.RangeForIP(ip)
+	if !ok {
+		if pl.args.UnknownIP == config.UnknownIPIgnore {
+			return nil, nil
+		}
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+			fmt.Sprintf("the pod's IP %s (annotation %s) lies in no IPRange, so no node can give it", ip, pl.args.IPAddressAnnotation))
+	}
+	if rng.Node == "" {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+			fmt.Sprintf("the pod's IP %s lies in IPRange %s (%s), which no node owns", ip, rng.Name, rng.CIDR))
+	}
+	return &target{node: rng.Node, ip: ip.String(), source: fmt.Sprintf("IPRange %s %s", rng.Name, rng.CIDR)}, nil
+}
+
+// PreFilter finds the node holding the pod's IP and returns it as the only candidate.
+func (pl *CheckPodAnnotation) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if !pl.cache.Synced() {
+		return nil, fwk.AsStatus(errCacheNotSynced)
+	}
+	t, status := pl.Target(pod)
+	if status != nil {
+		return nil, status
+	}
+	if t == nil {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	nodeInfo, err := pl.handle.SnapshotSharedLister().NodeInfos().Get(t.node)
+	if err != nil || nodeInfo.Node() == nil {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+			fmt.Sprintf("%s is held by node %s, which does not exist", t.describe(), t.node))
+	}
+	if node := nodeInfo.Node(); node.Spec.Unschedulable && !v1helper.TolerationsTolerateTaint(klog.FromContext(ctx), pod.Spec.Tolerations,
+		&v1.Taint{Key: v1.TaintNodeUnschedulable, Effect: v1.TaintEffectNoSchedule}, false) {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+			fmt.Sprintf("%s is held by node %s, which is unschedulable", t.describe(), t.node))
+	}
+	state.Write(stateKey, t)
+	return &fwk.PreFilterResult{NodeNames: sets.New(t.node)}, nil
+}
+
+// PreFilterExtensions: the result does not depend on other pods.
+func (pl *CheckPodAnnotation) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// Filter rejects every node but the one holding the pod's IP. PreFilter already narrowed
+// the candidates; this keeps preemption and any caller that skips the narrowing honest.
+func (pl *CheckPodAnnotation) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	data, err := state.Read(stateKey)
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("reading %q from cycle state: %w", stateKey, err))
+	}
+	t := data.(*target)
+	if name := nodeInfo.Node().Name; name != t.node {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+			fmt.Sprintf("node %s does not hold %s; node %s does", name, t.describe(), t.node))
+	}
+	return nil
+}
+
+// EventsToRegister: a pinned or rejected pod can only change its verdict when its own
+// StaticIP changes, an IPRange containing its IP changes, or its target node appears or
+// becomes schedulable.
+func (pl *CheckPodAnnotation) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: staticipnode.StaticIPResource, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterStaticIPChange},
+		{Event: fwk.ClusterEvent{Resource: staticipnode.IPRangeResource, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterIPRangeChange},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeTaint}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.UpdatePodToleration}, QueueingHintFn: pl.isSchedulableAfterPodTolerationChange},
+	}, nil
+}
+
+func (pl *CheckPodAnnotation) isSchedulableAfterStaticIPChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	// Apply the change first: the pod this hint requeues must not be retried against a
+	// cache whose own informer has not delivered the change yet.
+	pl.cache.ObserveStaticIPEvent(oldObj, newObj)
+	oldSIP, err := staticipnode.AsStaticIP(oldObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	newSIP, err := staticipnode.AsStaticIP(newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	for _, s := range [...]*jkev1.StaticIP{oldSIP, newSIP} {
+		if s != nil && s.Namespace == pod.Namespace && staticipnode.StaticIPPodName(s) == pod.Name {
+			if oldSIP != nil && newSIP != nil && oldSIP.Spec.Node == newSIP.Spec.Node && oldSIP.Spec.IP == newSIP.Spec.IP &&
+				staticipnode.HoldsReservation(oldSIP) == staticipnode.HoldsReservation(newSIP) {
+				logger.V(5).Info("the pod's StaticIP changed, but not its node, IP or state", "pod", klog.KObj(pod))
+				return fwk.QueueSkip, nil
+			}
+			logger.V(5).Info("the pod's StaticIP changed, the pod may go elsewhere now", "pod", klog.KObj(pod))
+			return fwk.Queue, nil
+		}
+	}
+	return fwk.QueueSkip, nil
+}
+
+func (pl *CheckPodAnnotation) isSchedulableAfterIPRangeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	// Apply the change first: the pod this hint requeues must not be retried against a
+	// cache whose own informer has not delivered the change yet.
+	pl.cache.ObserveIPRangeEvent(oldObj, newObj)
+	ip, err := netip.ParseAddr(strings.TrimSpace(pod.Annotations[pl.args.IPAddressAnnotation]))
+	if err != nil {
+		return fwk.QueueSkip, nil // no (valid) annotated IP: ranges cannot change the verdict
+	}
+	ip = ip.Unmap()
+	oldR, err := staticipnode.AsIPRange(oldObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	newR, err := staticipnode.AsIPRange(newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	contains := func(cidr string) bool {
+		p, err := netip.ParsePrefix(cidr)
+		return err == nil && p.Masked().Contains(ip)
+	}
+	oldHas := oldR != nil && contains(oldR.Spec.CIDR)
+	newHas := newR != nil && contains(newR.Spec.CIDR)
+	switch {
+	case !oldHas && !newHas:
+		return fwk.QueueSkip, nil
+	case oldHas && newHas && oldR.Spec.Node == newR.Spec.Node:
+		return fwk.QueueSkip, nil
+	}
+	logger.V(5).Info("an IPRange holding the pod's IP changed", "pod", klog.KObj(pod), "ip", ip)
+	return fwk.Queue, nil
+}
+
+func (pl *CheckPodAnnotation) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	oldNode, newNode, err := schedutil.As[*v1.Node](oldObj, newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	t, status := pl.Target(pod)
+	if status != nil || t == nil || t.node != newNode.Name {
+		return fwk.QueueSkip, nil
+	}
+	if newNode.Spec.Unschedulable || (oldNode != nil && !oldNode.Spec.Unschedulable) {
+		return fwk.QueueSkip, nil
+	}
+	logger.V(5).Info("the node holding the pod's IP appeared or became schedulable", "pod", klog.KObj(pod), "node", newNode.Name)
+	return fwk.Queue, nil
+}
+
+func (pl *CheckPodAnnotation) isSchedulableAfterPodTolerationChange(_ klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	_, modified, err := schedutil.As[*v1.Pod](oldObj, newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	if modified.UID == pod.UID {
+		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
+}

@@ -1,0 +1,183 @@
+package checkpodannotation
+
+import (
+	"context"
+	"reflect"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/backend/cache"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/scheduler-plugins/apis/config"
+	"github.com/staticip/staticip/scheduler-plugins/pkg/staticipnode"
+)
+
+// snapshotHandle is a framework handle whose only working part is the node snapshot.
+type snapshotHandle struct {
+	fwk.Handle
+	snapshot *cache.Snapshot
+}
+
+func (h snapshotHandle) SnapshotSharedLister() fwk.SharedLister { return h.snapshot }
+
+func node(name string, unschedulable bool) *v1.Node {
+	return &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NodeSpec{Unschedulable: unschedulable}}
+}
+
+func annotated(name, ip string) *v1.Pod {
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: "u-" + "x"}}
+	if ip != "" {
+		p.Annotations = map[string]string{jkev1.AnnotationIPAddress: ip}
+	}
+	return p
+}
+
+func defaultArgs() config.CheckPodAnnotationWithStaticIPArgs {
+	return config.CheckPodAnnotationWithStaticIPArgs{IPAddressAnnotation: jkev1.AnnotationIPAddress, UnknownIP: config.UnknownIPReject}
+}
+
+func TestPreFilterAndFilter(t *testing.T) {
+	ranges := []*jkev1.IPRange{
+		{ObjectMeta: metav1.ObjectMeta{Name: "r1"}, Spec: jkev1.IPRangeSpec{CIDR: "10.1.2.0/26", Node: "n1"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "r2"}, Spec: jkev1.IPRangeSpec{CIDR: "10.1.3.0/26", Node: "gone"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "r3"}, Spec: jkev1.IPRangeSpec{CIDR: "10.1.4.0/26"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "r4"}, Spec: jkev1.IPRangeSpec{CIDR: "10.1.5.0/26", Node: "cordoned"}},
+	}
+	staticIPs := []*jkev1.StaticIP{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-0"}, Spec: jkev1.StaticIPSpec{Node: "n2", IP: "10.1.2.9"}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-1"}, Spec: jkev1.StaticIPSpec{Node: "n1", IP: "10.1.2.10"}, Status: jkev1.StaticIPStatus{Phase: jkev1.StaticIPReleased}},
+	}
+	nodes := []*v1.Node{node("n1", false), node("n2", false), node("cordoned", true)}
+	for _, tc := range []struct {
+		name     string
+		pod      *v1.Pod
+		args     *config.CheckPodAnnotationWithStaticIPArgs
+		wantNode string // "" with wantCode Skip: not pinned
+		wantCode fwk.Code
+		wantMsg  string
+	}{
+		{name: "no annotation, no StaticIP: skipped", pod: annotated("free", ""), wantCode: fwk.Skip},
+		{name: "annotated IP pins to the range's node", pod: annotated("a", "10.1.2.7"), wantNode: "n1"},
+		{name: "annotation with spaces", pod: annotated("a", " 10.1.2.7 "), wantNode: "n1"},
+		{name: "StaticIP's node wins over the annotation", pod: annotated("web-0", "10.1.2.9"), wantNode: "n2"},
+		{name: "released StaticIP does not pin; annotation does", pod: annotated("web-1", "10.1.2.10"), wantNode: "n1"},
+		{name: "malformed annotation", pod: annotated("bad", "10.1.2.300"), wantCode: fwk.UnschedulableAndUnresolvable,
+			wantMsg: `invalid annotation staticip.jke.jdcloud.com/ip-address="10.1.2.300": not an IP address`},
+		{name: "IP in no range", pod: annotated("a", "192.168.0.1"), wantCode: fwk.UnschedulableAndUnresolvable,
+			wantMsg: "the pod's IP 192.168.0.1 (annotation staticip.jke.jdcloud.com/ip-address) lies in no IPRange, so no node can give it"},
+		{name: "IP in no range, Ignore", pod: annotated("a", "192.168.0.1"), wantCode: fwk.Skip,
+			args: &config.CheckPodAnnotationWithStaticIPArgs{IPAddressAnnotation: jkev1.AnnotationIPAddress, UnknownIP: config.UnknownIPIgnore}},
+		{name: "range owned by nobody", pod: annotated("a", "10.1.4.1"), wantCode: fwk.UnschedulableAndUnresolvable,
+			wantMsg: "the pod's IP 10.1.4.1 lies in IPRange r3 (10.1.4.0/26), which no node owns"},
+		{name: "node missing", pod: annotated("a", "10.1.3.1"), wantCode: fwk.UnschedulableAndUnresolvable,
+			wantMsg: "the pod's IP 10.1.3.1 (IPRange r2 10.1.3.0/26) is held by node gone, which does not exist"},
+		{name: "node unschedulable", pod: annotated("a", "10.1.5.1"), wantCode: fwk.UnschedulableAndUnresolvable,
+			wantMsg: "the pod's IP 10.1.5.1 (IPRange r4 10.1.5.0/26) is held by node cordoned, which is unschedulable"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := staticipnode.NewEmpty()
+			c.MarkSynced()
+			for _, r := range ranges {
+				c.OnIPRangeUpdate(nil, r)
+			}
+			for _, s := range staticIPs {
+				c.OnStaticIPUpdate(nil, s)
+			}
+			args := defaultArgs()
+			if tc.args != nil {
+				args = *tc.args
+			}
+			pl := NewWithCache(snapshotHandle{snapshot: cache.NewSnapshot(nil, nodes)}, c, args)
+			state := framework.NewCycleState()
+			res, st := pl.PreFilter(context.Background(), state, tc.pod, nil)
+			if tc.wantNode == "" {
+				if st.Code() != tc.wantCode || (tc.wantMsg != "" && st.Message() != tc.wantMsg) {
+					t.Fatalf("PreFilter = %v %q, want %v %q", st.Code(), st.Message(), tc.wantCode, tc.wantMsg)
+				}
+				return
+			}
+			if !st.IsSuccess() || res == nil || !reflect.DeepEqual(res.NodeNames, sets.New(tc.wantNode)) {
+				t.Fatalf("PreFilter = %+v, %v; want only node %s", res, st, tc.wantNode)
+			}
+			for _, n := range nodes {
+				ni := framework.NewNodeInfo()
+				ni.SetNode(n)
+				st := pl.Filter(context.Background(), state, tc.pod, ni)
+				if (n.Name == tc.wantNode) != st.IsSuccess() {
+					t.Fatalf("Filter(%s) = %v", n.Name, st)
+				}
+				if !st.IsSuccess() && st.Code() != fwk.UnschedulableAndUnresolvable {
+					t.Fatalf("Filter(%s) code = %v", n.Name, st.Code())
+				}
+			}
+		})
+	}
+}
+
+func toUnstructured(t *testing.T, obj interface{}) *unstructured.Unstructured {
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &unstructured.Unstructured{Object: m}
+}
+
+func TestQueueingHints(t *testing.T) {
+	c := staticipnode.NewEmpty()
+	c.MarkSynced()
+	pl := NewWithCache(snapshotHandle{}, c, defaultArgs())
+	pod := annotated("web-0", "10.1.2.7")
+	logger := klog.Background()
+
+	mine := &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-0"}, Spec: jkev1.StaticIPSpec{Node: "n1"}}
+	mineMoved := mine.DeepCopy()
+	mineMoved.Spec.Node = "n2"
+	mineRelabeled := mine.DeepCopy()
+	mineRelabeled.Labels = map[string]string{"x": "y"}
+	other := &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-9"}, Spec: jkev1.StaticIPSpec{Node: "n1"}}
+	for _, tc := range []struct {
+		name     string
+		old, new interface{}
+		want     fwk.QueueingHint
+	}{
+		{"own StaticIP moved", toUnstructured(t, mine), toUnstructured(t, mineMoved), fwk.Queue},
+		{"own StaticIP created", nil, toUnstructured(t, mine), fwk.Queue},
+		{"own StaticIP relabeled", toUnstructured(t, mine), toUnstructured(t, mineRelabeled), fwk.QueueSkip},
+		{"other StaticIP", nil, toUnstructured(t, other), fwk.QueueSkip},
+	} {
+		got, err := pl.isSchedulableAfterStaticIPChange(logger, pod, tc.old, tc.new)
+		if err != nil || got != tc.want {
+			t.Errorf("StaticIP %s: %v %v, want %v", tc.name, got, err, tc.want)
+		}
+	}
+
+	r := &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: "r1"}, Spec: jkev1.IPRangeSpec{CIDR: "10.1.2.0/26", Node: "n1"}}
+	rMoved := r.DeepCopy()
+	rMoved.Spec.Node = "n2"
+	rStatus := r.DeepCopy()
+	rStatus.Status.Used = 3
+	unrelated := &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: "r9"}, Spec: jkev1.IPRangeSpec{CIDR: "10.9.0.0/24", Node: "n1"}}
+	for _, tc := range []struct {
+		name     string
+		old, new interface{}
+		want     fwk.QueueingHint
+	}{
+		{"range with the IP appears", nil, toUnstructured(t, r), fwk.Queue},
+		{"range with the IP moves", toUnstructured(t, r), toUnstructured(t, rMoved), fwk.Queue},
+		{"status-only update", toUnstructured(t, r), toUnstructured(t, rStatus), fwk.QueueSkip},
+		{"unrelated range", nil, toUnstructured(t, unrelated), fwk.QueueSkip},
+	} {
+		got, err := pl.isSchedulableAfterIPRangeChange(logger, pod, tc.old, tc.new)
+		if err != nil || got != tc.want {
+			t.Errorf("IPRange %s: %v %v, want %v", tc.name, got, err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,340 @@
+// Package podfitsresources is the PodFitsResourcesWithStaticIP scheduler plugin: a node
+// only fits a pod when what is left after the reservations of absent static-IP pods fits
+// it, and when the node has a pod IP left for it. See README.md.
+package podfitsresources
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/component-helpers/resource"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/scheduler-plugins/apis/config"
+	_ "github.com/staticip/staticip/scheduler-plugins/apis/config/scheme" // registers the args
+	"github.com/staticip/staticip/scheduler-plugins/apis/config/validation"
+	"github.com/staticip/staticip/scheduler-plugins/pkg/staticipnode"
+)
+
+// Name is the plugin's name in the registry and in KubeSchedulerConfiguration.
+const Name = "PodFitsResourcesWithStaticIP"
+
+const stateKey = "PreFilter" + Name
+
+var (
+	_ fwk.PreFilterPlugin   = &PodFitsResources{}
+	_ fwk.FilterPlugin      = &PodFitsResources{}
+	_ fwk.ReservePlugin     = &PodFitsResources{}
+	_ fwk.EnqueueExtensions = &PodFitsResources{}
+)
+
+var errCacheNotSynced = errors.New("the staticIPNode cache has not synced yet")
+
+// PodFitsResources checks node resources and pod IPs net of static-IP reservations.
+type PodFitsResources struct {
+	cache *staticipnode.Cache
+	args  config.PodFitsResourcesWithStaticIPArgs
+}
+
+// New builds the plugin from its (internal, defaulted) args.
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	args, ok := obj.(*config.PodFitsResourcesWithStaticIPArgs)
+	if !ok {
+		return nil, fmt.Errorf("%s: want args of type PodFitsResourcesWithStaticIPArgs, got %T", Name, obj)
+	}
+	if err := validation.ValidatePodFitsResourcesWithStaticIPArgs(nil, args); err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	c, err := staticipnode.ForHandle(ctx, h)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", Name, err)
+	}
+	return NewWithCache(c, *args), nil
+}
+
+// NewWithCache builds the plugin on a given cache (unit tests).
+func NewWithCache(c *staticipnode.Cache, args config.PodFitsResourcesWithStaticIPArgs) *PodFitsResources {
+	return &PodFitsResources{cache: c, args: args}
+}
+
+// Name returns the plugin's name.
+func (pl *PodFitsResources) Name() string { return Name }
+
+// preFilterState is computed once per scheduling cycle.
+type preFilterState struct {
+	request staticipnode.Resources
+	// needsIP: the pod is on the pod network (not hostNetwork).
+	needsIP bool
+	// own is the pod's StaticIP, when it holds the pod's place (and IP) on ownNode.
+	hasOwn  bool
+	ownNode string
+}
+
+func (s *preFilterState) Clone() fwk.StateData { return s }
+
+// PreFilter computes the pod's requests and finds its own reservation.
+func (pl *PodFitsResources) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+	if !pl.cache.Synced() {
+		return nil, fwk.AsStatus(errCacheNotSynced)
+	}
+	s := &preFilterState{
+		request: staticipnode.ResourcesFromList(resource.PodRequests(pod, resource.PodResourcesOptions{})),
+		needsIP: !pod.Spec.HostNetwork,
+	}
+	if sip, ok := pl.cache.StaticIPForPod(pod.Namespace, pod.Name); ok && sip.Active {
+		s.hasOwn, s.ownNode = true, sip.Node
+	}
+	state.Write(stateKey, s)
+	return nil, nil
+}
+
+// PreFilterExtensions: reservations do not depend on which other pods are nominated.
+func (pl *PodFitsResources) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// Filter checks, for every resource the pod requests,
+// allocatable - requested - reserved-for-others >= request, the same for pod slots, and
+// that the node has a pod IP for it.
+func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	data, err := state.Read(stateKey)
+	if err != nil {
+		return fwk.AsStatus(fmt.Errorf("reading %q from cycle state: %w", stateKey, err))
+	}
+	s := data.(*preFilterState)
+	nodeName := nodeInfo.Node().Name
+	held := pl.cache.Node(nodeName)
+	reservedForOthers, slotsForOthers := ReservedForOthers(pod, nodeInfo, held.Held)
+	reasons := Insufficient(s.request, nodeInfo, reservedForOthers, slotsForOthers)
+	if s.needsIP && pl.args.CheckIPs {
+		if r := pl.ipReason(s, nodeInfo, nodeName, held, slotsForOthers); r != "" {
+			reasons = append(reasons, r)
+		}
+	}
+	if len(reasons) > 0 {
+		return fwk.NewStatus(fwk.Unschedulable, reasons...)
+	}
+	return nil
+}
+
+type podName struct{ namespace, name string }
+
+// ReservedForOthers sums what the StaticIPs held on the node reserve against pod: those of
+// pods absent from nodeInfo, except pod's own (a pod never competes with its own
+// reservation). Presence is decided on the scheduler's snapshot, the same one its
+// requested resources come from, so every static-IP pod is counted exactly once — in the
+// node's requests when its pod (bound, assumed or nominated) is there, as a reservation
+// otherwise — even while the cache's own pod events lag behind the scheduler's.
+func ReservedForOthers(pod *v1.Pod, nodeInfo fwk.NodeInfo, held []staticipnode.Held) (staticipnode.Resources, int) {
+	var reserved staticipnode.Resources
+	if len(held) == 0 {
+		return reserved, 0
+	}
+	var present map[podName]struct{}
+	pods := nodeInfo.GetPods()
+	if len(pods) > 0 {
+		present = make(map[podName]struct{}, len(pods))
+		for _, p := range pods {
+			present[podName{p.GetPod().Namespace, p.GetPod().Name}] = struct{}{}
+		}
+	}
+	slots := 0
+	for _, h := range held {
+		if h.PodNamespace == pod.Namespace && h.PodName == pod.Name {
+			continue
+		}
+		if _, ok := present[podName{h.PodNamespace, h.PodName}]; ok {
+			continue
+		}
+		reserved.Add(h.Request)
+		slots++
+	}
+	return reserved, slots
+}
+
+// Insufficient lists why request does not fit nodeInfo once reservedForOthers and
+// slotsForOthers are held back. A shortage that exists even without reservations is
+// reported as NodeResourcesFit does ("Insufficient cpu"); one that only the reservations
+// cause says how much they hold ("Insufficient cpu: 2 of 8 cores reserved for absent
+// static-IP pods").
+func Insufficient(request staticipnode.Resources, nodeInfo fwk.NodeInfo, reservedForOthers staticipnode.Resources, slotsForOthers int) []string {
+	var reasons []string
+	alloc, used := nodeInfo.GetAllocatable(), nodeInfo.GetRequested()
+	pods, allowed := int64(len(nodeInfo.GetPods())), int64(alloc.GetAllowedPodNumber())
+	switch {
+	case pods+1 > allowed:
+		reasons = append(reasons, "Too many pods")
+	case pods+1+int64(slotsForOthers) > allowed:
+		reasons = append(reasons, fmt.Sprintf("Too many pods: %d of %d pod slots reserved for absent static-IP pods", slotsForOthers, allowed))
+	}
+	for _, name := range request.Names() {
+		want := request.Get(name)
+		if want <= 0 {
+			continue
+		}
+		var capacity, requested int64
+		switch name {
+		case v1.ResourceCPU:
+			capacity, requested = alloc.GetMilliCPU(), used.GetMilliCPU()
+		case v1.ResourceMemory:
+			capacity, requested = alloc.GetMemory(), used.GetMemory()
+		case v1.ResourceEphemeralStorage:
+			capacity, requested = alloc.GetEphemeralStorage(), used.GetEphemeralStorage()
+		default:
+			capacity, requested = alloc.GetScalarResources()[name], used.GetScalarResources()[name]
+		}
+		reserved := reservedForOthers.Get(name)
+		switch {
+		case want > capacity-requested:
+			reasons = append(reasons, fmt.Sprintf("Insufficient %s", name))
+		case reserved > 0 && want > capacity-requested-reserved:
+			reasons = append(reasons, fmt.Sprintf("Insufficient %s: %s of %s%s reserved for absent static-IP pods",
+				name, staticipnode.FormatAmount(name, reserved), staticipnode.FormatAmount(name, capacity), staticipnode.Unit(name)))
+		}
+	}
+	return reasons
+}
+
+// ipReason says why the node has no IP for the pod, or "".
+func (pl *PodFitsResources) ipReason(s *preFilterState, nodeInfo fwk.NodeInfo, nodeName string, held staticipnode.NodeInfo, reservedIPs int) string {
+	if !held.HasRanges {
+		if pl.args.NodesWithoutIPRange == config.NodesWithoutIPRangeReject {
+			return "node owns no IPRange to give the pod an IP from"
+		}
+		return ""
+	}
+	if s.hasOwn && s.ownNode == nodeName {
+		return "" // the pod's own StaticIP holds its address on this node
+	}
+	var used int64
+	for _, p := range nodeInfo.GetPods() {
+		if !p.GetPod().Spec.HostNetwork {
+			used++
+		}
+	}
+	if used+int64(reservedIPs)+1 > held.IPCapacity {
+		return fmt.Sprintf("no free IP in node's ranges %s (%d usable: %d used by pods, %d reserved for absent static-IP pods)",
+			strings.Join(held.CIDRs, ","), held.IPCapacity, used, reservedIPs)
+	}
+	return ""
+}
+
+// Reserve marks the pod present on the node: the scheduler's own accounting now holds its
+// requests there, so its reservation must stop counting (else it would count twice).
+func (pl *PodFitsResources) Reserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
+	pl.cache.Assume(pod.Namespace, pod.Name, nodeName)
+	return nil
+}
+
+// Unreserve undoes Reserve.
+func (pl *PodFitsResources) Unreserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) {
+	pl.cache.Forget(pod.Namespace, pod.Name, nodeName)
+}
+
+// EventsToRegister: a rejected pod may fit once a pod leaves a node, a node grows, a
+// reservation shrinks or disappears (StaticIP released, deleted or moved), the pod's own
+// StaticIP changes, or an IPRange is added or changed.
+func (pl *PodFitsResources) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPodDelete},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
+		{Event: fwk.ClusterEvent{Resource: staticipnode.StaticIPResource, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterStaticIPChange},
+		{Event: fwk.ClusterEvent{Resource: staticipnode.IPRangeResource, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: pl.isSchedulableAfterIPRangeChange},
+	}, nil
+}
+
+func (pl *PodFitsResources) isSchedulableAfterPodDelete(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	deleted, _, err := schedutil.As[*v1.Pod](oldObj, newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	if deleted.Spec.NodeName == "" {
+		return fwk.QueueSkip, nil // an unscheduled pod held nothing on any node
+	}
+	logger.V(5).Info("a pod left its node and freed its requests and IP", "pod", klog.KObj(pod), "deletedPod", klog.KObj(deleted))
+	return fwk.Queue, nil
+}
+
+func (pl *PodFitsResources) isSchedulableAfterNodeChange(_ klog.Logger, _ *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	_, _, err := schedutil.As[*v1.Node](oldObj, newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	return fwk.Queue, nil // a new node, or one whose allocatable changed
+}
+
+func (pl *PodFitsResources) isSchedulableAfterStaticIPChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	// Apply the change first: the pod this hint requeues must not be retried against a
+	// cache whose own informer has not delivered the change yet.
+	pl.cache.ObserveStaticIPEvent(oldObj, newObj)
+	oldSIP, err := staticipnode.AsStaticIP(oldObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	newSIP, err := staticipnode.AsStaticIP(newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	for _, s := range [...]*jkev1.StaticIP{oldSIP, newSIP} {
+		if s != nil && s.Namespace == pod.Namespace && staticipnode.StaticIPPodName(s) == pod.Name {
+			return fwk.Queue, nil // the pod's own reservation changed
+		}
+	}
+	if !staticipnode.HoldsReservation(oldSIP) {
+		return fwk.QueueSkip, nil // it held nothing before, so it frees nothing now
+	}
+	switch {
+	case !staticipnode.HoldsReservation(newSIP):
+		logger.V(5).Info("a StaticIP was released or deleted; its reservation is freed", "pod", klog.KObj(pod), "staticIP", klog.KObj(oldSIP))
+		return fwk.Queue, nil
+	case newSIP.Spec.Node != oldSIP.Spec.Node:
+		logger.V(5).Info("a StaticIP moved; its old node's reservation is freed", "pod", klog.KObj(pod), "staticIP", klog.KObj(oldSIP))
+		return fwk.Queue, nil
+	}
+	before, after := staticipnode.ResourcesFromList(oldSIP.Spec.Resources), staticipnode.ResourcesFromList(newSIP.Spec.Resources)
+	for _, name := range before.Names() {
+		if after.Get(name) < before.Get(name) {
+			return fwk.Queue, nil
+		}
+	}
+	return fwk.QueueSkip, nil
+}
+
+func (pl *PodFitsResources) isSchedulableAfterIPRangeChange(_ klog.Logger, _ *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	// Apply the change first: the pod this hint requeues must not be retried against a
+	// cache whose own informer has not delivered the change yet.
+	pl.cache.ObserveIPRangeEvent(oldObj, newObj)
+	oldR, err := staticipnode.AsIPRange(oldObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	newR, err := staticipnode.AsIPRange(newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	if newR == nil || newR.Spec.Node == "" {
+		return fwk.QueueSkip, nil // an unowned range gives no node any IP
+	}
+	if oldR != nil && equalRangeSpec(oldR.Spec, newR.Spec) {
+		return fwk.QueueSkip, nil // status-only update (the agent's counters)
+	}
+	return fwk.Queue, nil
+}
+
+func equalRangeSpec(a, b jkev1.IPRangeSpec) bool {
+	if a.CIDR != b.CIDR || a.Node != b.Node || a.Gateway != b.Gateway || a.RangeStart != b.RangeStart ||
+		a.RangeEnd != b.RangeEnd || len(a.ExcludeIPs) != len(b.ExcludeIPs) {
+		return false
+	}
+	for i := range a.ExcludeIPs {
+		if a.ExcludeIPs[i] != b.ExcludeIPs[i] {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,173 @@
+package integration
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
+
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/tools/testenv"
+)
+
+var (
+	benchNodes = flag.Int("sched-bench-nodes", 100, "nodes in BenchmarkSchedulingThroughput (issue 5 full size: 5000)")
+	benchPods  = flag.Int("sched-bench-pods", 300, "pods in BenchmarkSchedulingThroughput (issue 5 full size: 10000)")
+)
+
+// BenchmarkSchedulingThroughput compares, in one run and on the same binary and API server,
+// the scheduler with the staticip plugins (the replace-default profile) against the
+// default profile: nodes each owning one IPRange, pods of which 30% have a StaticIP (and
+// the matching annotation) on a node. Pods are created first; the clock runs from the
+// scheduler's start until every pod is bound. Reports pods/s per mode.
+//
+//	go test ./scheduler-plugins/test/integration -run '^$' -bench SchedulingThroughput -benchtime 1x \
+//	    [-sched-bench-nodes 5000 -sched-bench-pods 10000]
+func BenchmarkSchedulingThroughput(b *testing.B) {
+	env := testenv.Get(b)
+	for _, mode := range []struct {
+		name, config string
+	}{
+		{"plugins=off", "manifests/scheduler/benchmark/default-scheduler-config.yaml"},
+		{"plugins=on", replaceDefault},
+	} {
+		b.Run(mode.name, func(b *testing.B) {
+			profiles := LoadProfiles(b, mode.config)
+			for i := 0; i < b.N; i++ {
+				b.StopTimer()
+				w := setUpWorkload(b, env, *benchNodes, *benchPods)
+				b.StartTimer()
+				start := time.Now()
+				sched := StartScheduler(b, env.Config, profiles)
+				w.waitAllBound(b)
+				elapsed := time.Since(start)
+				b.StopTimer()
+				sched.Stop()
+				b.ReportMetric(float64(*benchPods)/elapsed.Seconds(), "pods/s")
+				w.tearDown()
+			}
+		})
+	}
+}
+
+type workload struct {
+	kube  kubernetes.Interface
+	sip   versioned.Interface
+	ns    string
+	nodes int
+	pods  int
+}
+
+func parallel(n, workers int, fn func(i int) error) error {
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	next := make(chan int)
+	for w := 0; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := fn(i); err != nil {
+					select {
+					case errs <- err:
+					default:
+					}
+				}
+			}
+		}()
+	}
+	for i := 0; i < n; i++ {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	select {
+	case err := <-errs:
+		return err
+	default:
+		return nil
+	}
+}
+
+func setUpWorkload(b *testing.B, env *testenv.Env, nodes, pods int) *workload {
+	b.Helper()
+	ctx := context.Background()
+	w := &workload{kube: kubernetes.NewForConfigOrDie(env.Config), sip: versioned.NewForConfigOrDie(env.Config),
+		ns: fmt.Sprintf("sched-bench-%d", time.Now().UnixNano()), nodes: nodes, pods: pods}
+	if _, err := w.kube.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: w.ns}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	alloc := v1.ResourceList{v1.ResourceCPU: resource.MustParse("32"), v1.ResourceMemory: resource.MustParse("128Gi"), v1.ResourcePods: resource.MustParse("110")}
+	err := parallel(nodes, 16, func(i int) error {
+		name := fmt.Sprintf("sched-bench-n%d", i)
+		n, err := w.kube.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"sched-bench": "true"}},
+			Status: v1.NodeStatus{Capacity: alloc, Allocatable: alloc}}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		n.Spec.Taints = nil
+		if _, err := w.kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+		_, err = w.sip.JkeV1().IPRanges().Create(ctx, &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"sched-bench": "true"}},
+			Spec: jkev1.IPRangeSpec{CIDR: fmt.Sprintf("10.%d.%d.0/24", 100+i/256, i%256), Node: name}}, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	err = parallel(pods, 16, func(i int) error {
+		name := fmt.Sprintf("p-%d", i)
+		req := v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m"), v1.ResourceMemory: resource.MustParse("128Mi")}
+		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: name},
+			Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Requests: req}}}}}
+		if i%10 < 3 { // 30% static-IP pods, pinned to a node by their StaticIP
+			node := i % nodes
+			ip := fmt.Sprintf("10.%d.%d.%d", 100+node/256, node%256, 10+(i/nodes)%200)
+			if _, err := w.sip.JkeV1().StaticIPs(w.ns).Create(ctx, &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: name},
+				Spec: jkev1.StaticIPSpec{Node: fmt.Sprintf("sched-bench-n%d", node), IP: ip, Pod: name, Resources: req}}, metav1.CreateOptions{}); err != nil {
+				return err
+			}
+			p.Annotations = map[string]string{jkev1.AnnotationIPAddress: ip}
+		}
+		_, err := w.kube.CoreV1().Pods(w.ns).Create(ctx, p, metav1.CreateOptions{})
+		return err
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	return w
+}
+
+func (w *workload) waitAllBound(b *testing.B) {
+	b.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), 250*time.Millisecond, 2*time.Hour, true, func(ctx context.Context) (bool, error) {
+		list, err := w.kube.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName!=", ResourceVersion: "0"})
+		if err != nil {
+			return false, nil
+		}
+		return len(list.Items) == w.pods, nil
+	})
+	if err != nil {
+		b.Fatalf("not all %d pods bound: %v", w.pods, err)
+	}
+}
+
+func (w *workload) tearDown() {
+	ctx := context.Background()
+	_ = w.kube.CoreV1().Pods(w.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+	_ = w.sip.JkeV1().StaticIPs(w.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	_ = w.sip.JkeV1().IPRanges().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "sched-bench=true"})
+	_ = w.kube.CoreV1().Nodes().DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{LabelSelector: "sched-bench=true"})
+	_ = w.kube.CoreV1().Namespaces().Delete(ctx, w.ns, metav1.DeleteOptions{})
+}
