@@ -115,6 +115,10 @@ func family(a netip.Addr) int {
 	return netlink.FAMILY_V6
 }
 
+// testHookHostSetup, when set by a test, fails host-side setup after the pod side is fully
+// configured: the latest point at which ADD can fail, to prove the rollback.
+var testHookHostSetup func() error
+
 func (pn podNetwork) setUpHost(podMAC net.HardwareAddr) error {
 	if pn.IP.Is4() {
 		if err := ip.EnableIP4Forward(); err != nil {
@@ -138,6 +142,9 @@ func (pn podNetwork) setUpHost(podMAC net.HardwareAddr) error {
 	route := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: hostPrefix(pn.IP), Scope: netlink.SCOPE_LINK}
 	if err := netlink.RouteReplace(route); err != nil {
 		return fmt.Errorf("host route %s dev %s: %w", pn.IP, pn.HostVeth, err)
+	}
+	if testHookHostSetup != nil {
+		return testHookHostSetup()
 	}
 	return nil
 }
