@@ -10,13 +10,10 @@ import (
 	"net/http"
 	"net/url"
 	"time"
-
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 )
 
 // kubeClient is the little of the API the plugin needs, over plain HTTP with the kubeconfig's
-// transport. It deliberately avoids the typed clientsets: their scheme registration alone costs
+// credentials. It deliberately avoids the typed clientsets: their scheme registration alone costs
 // more than a whole ADD.
 type kubeClient struct {
 	http    *http.Client
@@ -57,20 +54,14 @@ type ipRangeObject struct {
 }
 
 func newKubeClient(kubeconfig string, timeout time.Duration) (*kubeClient, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	host, hc, err := loadKubeconfig(kubeconfig, timeout)
 	if err != nil {
 		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
 	}
-	cfg.Timeout = timeout
-	hc, err := rest.HTTPClientFor(cfg)
-	if err != nil {
-		return nil, fmt.Errorf("kubeconfig %s: %w", kubeconfig, err)
-	}
-	host := cfg.Host
 	if u, err := url.Parse(host); err == nil && u.Scheme == "" {
 		host = "https://" + host
 	}
-	return &kubeClient{http: hc, host: host + cfg.APIPath, timeout: timeout}, nil
+	return &kubeClient{http: hc, host: host, timeout: timeout}, nil
 }
 
 func (c *kubeClient) do(ctx context.Context, method, path, contentType string, body []byte, out any) error {

@@ -19,7 +19,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 
-	"github.com/staticip/staticip/cni/internal/nstest"
+	"github.com/staticip/staticip/cni/nstest"
 	"github.com/staticip/staticip/ipam"
 )
 
