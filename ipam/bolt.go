@@ -622,6 +622,16 @@ func (d *DB) afterRelease(t *txn, al Allocation, keepReserved bool) error {
 		}
 		return t.putReservation(Reservation{IP: al.IP, Pod: PodRef{Namespace: al.Pod.Namespace, Name: al.Pod.Name, UID: al.Pod.UID}, Source: SourceRelease})
 	}
+	// Not kept: a reservation an earlier Release left for this pod goes too (its caller has
+	// just learned that the pod's StaticIP is gone). StaticIP-synced ones stay: only the sync
+	// removes them.
+	if res, err := t.reservation(al.IP); err != nil {
+		return err
+	} else if res != nil && res.Source == SourceRelease && res.Pod.Key() == al.Pod.Key() {
+		if err := t.deleteReservation(*res); err != nil {
+			return err
+		}
+	}
 	return t.putQuarantine(al.IP, d.now())
 }
 

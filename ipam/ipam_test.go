@@ -220,6 +220,13 @@ func TestReleaseKeepsReservation(t *testing.T) {
 	if back.IP != a.IP {
 		t.Fatalf("recreated pod got %s, want %s", back.IP, a.IP)
 	}
+	// Released without keep: the Release-made reservation goes with it (the StaticIP is gone).
+	if _, _, err := d.Release(att("c9"), false); err != nil {
+		t.Fatal(err)
+	}
+	if rs, _ := d.Reservations(); len(rs) != 0 {
+		t.Fatalf("reservations after a plain release: %+v", rs)
+	}
 	// Releasing an unknown attachment is fine (DEL is idempotent).
 	if _, found, err := d.Release(att("nope"), false); err != nil || found {
 		t.Fatalf("unknown: %v %v", found, err)

@@ -510,3 +510,33 @@ func TestStatus(t *testing.T) {
 		t.Fatalf("STATUS without ranges: %v", err)
 	}
 }
+
+// Edge nodes lose the API server: a pod whose IP is reserved on this node still gets it, and
+// DEL keeps the IP reserved because it cannot learn whether the StaticIP still exists.
+func TestOfflineReservedPodKeepsItsIP(t *testing.T) {
+	h := newHarness(t)
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	// Port 1 on loopback: connection refused at once, like an API server that is down.
+	os.WriteFile(kubeconfig, []byte("apiVersion: v1\nkind: Config\nclusters:\n- name: c\n  cluster:\n    server: https://127.0.0.1:1\n"+
+		"contexts:\n- name: c\n  context: {cluster: c, user: u}\ncurrent-context: c\nusers:\n- name: u\n  user: {token: x}\n"), 0o600)
+	conf := h.conf(map[string]any{"kubeconfig": kubeconfig, "apiTimeout": "1s"})
+	pod := newNS(t, "off")
+	first := h.mustAdd(podArgs(pod, "ctr-off-1", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-0;K8S_POD_UID=a", conf))
+	ip := first.IPs[0].Address.IP.String()
+	if err := h.del(podArgs(pod, "ctr-off-1", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-0;K8S_POD_UID=a", conf)); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(h.log.String(), "keeping "+ip+" reserved") {
+		t.Fatalf("DEL did not say it kept the IP: %s", h.log)
+	}
+	other := newNS(t, "off")
+	_, err := h.add(podArgs(other, "ctr-other", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=intruder;IP="+ip, conf))
+	var te *types.Error
+	if !errors.As(err, &te) || te.Code != ErrCodeInUse || !strings.Contains(te.Msg, "reserved for pod ns/web-0") {
+		t.Fatalf("another pod asking for the reserved IP: %v", err)
+	}
+	again := h.mustAdd(podArgs(pod, "ctr-off-2", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-0;K8S_POD_UID=b", conf))
+	if got := again.IPs[0].Address.IP.String(); got != ip {
+		t.Fatalf("recreated pod got %s offline, want its reserved %s", got, ip)
+	}
+}
