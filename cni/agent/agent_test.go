@@ -1,9 +1,10 @@
 package agent
 
 import (
-	"context"
 	"fmt"
 	"net"
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -223,11 +224,10 @@ func TestSyncOnce(t *testing.T) {
 	// Health and metrics.
 	rec := a.Handler(time.Minute)
 	for path, want := range map[string]string{"/healthz": "ok", "/metrics": `staticip_ipam_addresses{range="10.150.0.0/24",state="used"} 2`} {
-		w := &recorder{header: map[string][]string{}}
-		req, _ := newRequest(context.Background(), path)
-		rec.ServeHTTP(w, req)
-		if !strings.Contains(w.body.String(), want) {
-			t.Fatalf("%s: %q lacks %q", path, w.body.String(), want)
+		w := httptest.NewRecorder()
+		rec.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), want) {
+			t.Fatalf("%s: %d %q lacks %q", path, w.Code, w.Body.String(), want)
 		}
 	}
 }
