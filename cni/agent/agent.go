@@ -24,7 +24,9 @@ import (
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -425,8 +427,26 @@ func (a *Agent) syncRoutes(ctx context.Context, others []jkev1.IPRange) (int, er
 	return len(all), errors.Join(errs...)
 }
 
-// Run syncs now and then every interval until ctx ends.
+// Run syncs now, then every interval and whenever a pod of this node is deleted (so a gone
+// pod's IP is freed without waiting for the timer), until ctx ends.
 func (a *Agent) Run(ctx context.Context, interval time.Duration) {
+	podDeleted := make(chan struct{}, 1)
+	factory := informers.NewSharedInformerFactoryWithOptions(a.kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = "spec.nodeName=" + a.cfg.NodeName
+	}))
+	_, err := factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		DeleteFunc: func(any) {
+			select {
+			case podDeleted <- struct{}{}:
+			default: // a sync is already pending; it will see this deletion too
+			}
+		},
+	})
+	if err != nil {
+		a.logf("pod watch: %v; GC runs on the timer only", err)
+	}
+	factory.Start(ctx.Done())
+	defer factory.Shutdown()
 	for {
 		if err := a.SyncOnce(ctx); err != nil {
 			a.logf("sync: %v", err)
@@ -435,6 +455,7 @@ func (a *Agent) Run(ctx context.Context, interval time.Duration) {
 		case <-ctx.Done():
 			return
 		case <-time.After(interval):
+		case <-podDeleted:
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
@@ -229,5 +230,70 @@ func TestSyncOnce(t *testing.T) {
 		if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), want) {
 			t.Fatalf("%s: %d %q lacks %q", path, w.Code, w.Body.String(), want)
 		}
+	}
+}
+
+// A deleted pod's IP is freed by the watch-triggered sync, long before the (1h) timer.
+func TestRunFreesTheIPOfADeletedPod(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := testenv.Context(t, 2*time.Minute)
+	kube := kubernetes.NewForConfigOrDie(env.Config)
+	sip := versioned.NewForConfigOrDie(env.Config)
+	suffix := fmt.Sprint(time.Now().UnixNano() % 1000000)
+	node, nsName := "cni-node-c-"+suffix, "cni-run-"+suffix
+	if _, err := sip.JkeV1().IPRanges().Create(ctx, &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: "cni-c-" + suffix},
+		Spec: jkev1.IPRangeSpec{CIDR: "10.152.0.0/24", Node: node}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}}, metav1.CreateOptions{})
+	pod, err := kube.CoreV1().Pods(nsName).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "pause"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "ipam.db")
+	db, err := ipam.Open(ipam.Options{Path: dbPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.AddRange(ipam.Range{Subnet: netip.MustParsePrefix("10.152.0.0/24")})
+	if _, _, err := db.Allocate(ipam.AllocateRequest{Attachment: ipam.Attachment{ContainerID: "c", IfName: "eth0"},
+		Pod: ipam.PodRef{Namespace: nsName, Name: "p", UID: string(pod.UID)}}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	count := func() int {
+		db, err := ipam.Open(ipam.Options{Path: dbPath})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		as, _ := db.Allocations()
+		return len(as)
+	}
+	a := New(Config{NodeName: node, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir}, kube, sip, nil)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { a.Run(runCtx, time.Hour); close(done) }()
+	defer func() { stop(); <-done }()
+	for a.lastSync.Load() == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("no first sync")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("the running pod's allocation was collected: %d left", n)
+	}
+	if err := kube.CoreV1().Pods(nsName).Delete(ctx, "p", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for count() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the deleted pod's IP was not freed by the watch-triggered GC")
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }
