@@ -201,25 +201,31 @@ func (d *DB) Close() error {
 	return err
 }
 
-// corruptPanic marks a panic raised while reading pages of a damaged file.
-type corruptPanic struct{ v any }
-
 // update runs fn in one read-write transaction. bbolt panics on some kinds of page damage;
 // that becomes a CorruptError naming the file instead of killing the caller.
 func (d *DB) update(fn func(tx *bolt.Tx) error) (err error) {
 	defer d.recoverCorrupt(&err)
-	return d.db.Update(fn)
+	return d.nameFile(d.db.Update(fn))
 }
 
 func (d *DB) view(fn func(tx *bolt.Tx) error) (err error) {
 	defer d.recoverCorrupt(&err)
-	return d.db.View(fn)
+	return d.nameFile(d.db.View(fn))
 }
 
 func (d *DB) recoverCorrupt(err *error) {
 	if p := recover(); p != nil {
 		*err = &CorruptError{Path: d.path, Err: fmt.Errorf("%v", p)}
 	}
+}
+
+// nameFile fills in the file name of a CorruptError raised while decoding a value.
+func (d *DB) nameFile(err error) error {
+	var ce *CorruptError
+	if errors.As(err, &ce) && ce.Path == "" {
+		ce.Path = d.path
+	}
+	return err
 }
 
 // decodeErr marks a stored value that does not parse: the file is damaged.

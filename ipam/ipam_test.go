@@ -424,8 +424,8 @@ func TestOpenCorruptNamesTheFile(t *testing.T) {
 	d := openTest(t, damaged, nil)
 	mustRange(t, d, Range{Subnet: pfx("10.40.0.0/24")})
 	d.db.Update(func(tx *bolt.Tx) error { return tx.Bucket(bucketRanges).Put([]byte("10.40.0.0/24"), []byte("{")) })
-	if _, _, err := d.Allocate(req("c1", pod("ns", "a"))); !errors.Is(err, ErrCorrupt) {
-		t.Fatalf("damaged value: %v", err)
+	if _, _, err := d.Allocate(req("c1", pod("ns", "a"))); !errors.Is(err, ErrCorrupt) || !strings.Contains(err.Error(), damaged) {
+		t.Fatalf("damaged value: want CorruptError naming %s, got %v", damaged, err)
 	}
 }
 
