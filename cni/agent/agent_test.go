@@ -1,0 +1,299 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/cni/nstest"
+	"github.com/staticip/staticip/ipam"
+	"github.com/staticip/staticip/tools/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// One sync against a real API server: conflist and binary installed once, ranges and
+// StaticIP reservations in bbolt, GC of gone pods (keeping the StaticIP-held IP), IPRange
+// status counts, and routes to another node's range inside a network namespace.
+func TestSyncOnce(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	env := testenv.Get(t)
+	ctx := testenv.Context(t, 2*time.Minute)
+	kube := kubernetes.NewForConfigOrDie(env.Config)
+	sip := versioned.NewForConfigOrDie(env.Config)
+	suffix := fmt.Sprint(time.Now().UnixNano() % 1000000)
+	nodeA, nodeB, nsName := "cni-node-a-"+suffix, "cni-node-b-"+suffix, "cni-agent-"+suffix
+
+	for _, n := range []string{nodeA, nodeB} {
+		node, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: map[string]string{nodeA: "192.168.77.1", nodeB: "192.168.77.2"}[n]}}
+		if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ranges := map[string]jkev1.IPRangeSpec{
+		"cni-a-" + suffix: {CIDR: "10.150.0.0/24", Node: nodeA, Gateway: "10.150.0.1"},
+		"cni-b-" + suffix: {CIDR: "10.151.0.0/24", Node: nodeB},
+	}
+	for name, spec := range ranges {
+		if _, err := sip.JkeV1().IPRanges().Create(ctx, &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for name, ip := range map[string]string{"web-0": "10.150.0.10", "web-1": "10.150.0.11"} {
+		if _, err := sip.JkeV1().StaticIPs(nsName).Create(ctx, &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: jkev1.StaticIPSpec{Pod: name, Node: nodeA, IP: ip}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	uids := map[string]types.UID{}
+	for _, name := range []string{"web-0", "plain"} {
+		p, err := kube.CoreV1().Pods(nsName).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{NodeName: nodeA, Containers: []corev1.Container{{Name: "c", Image: "pause"}}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		uids[name] = p.UID
+	}
+
+	dir := t.TempDir()
+	dataDir := filepath.Join(dir, "data")
+	// What the CNI plugin would have done: web-0 and plain run, ghost and web-1 are gone.
+	db, err := ipam.Open(ipam.Options{Path: filepath.Join(dataDir, "ipam.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.AddRange(ipam.Range{Subnet: netip.MustParsePrefix("10.150.0.0/24"), Gateway: netip.MustParseAddr("10.150.0.1")})
+	for _, a := range []struct {
+		id, pod, uid, ip string
+	}{{"c0", "web-0", string(uids["web-0"]), "10.150.0.10"}, {"c1", "plain", string(uids["plain"]), ""},
+		{"c2", "ghost", "gone-uid", ""}, {"c3", "web-1", "old-uid", "10.150.0.11"}} {
+		req := ipam.AllocateRequest{Attachment: ipam.Attachment{ContainerID: a.id, IfName: "eth0"},
+			Pod: ipam.PodRef{Namespace: nsName, Name: a.pod, UID: a.uid}}
+		if a.ip != "" {
+			req.IP = netip.MustParseAddr(a.ip)
+		}
+		if _, _, err := db.Allocate(req); err != nil {
+			t.Fatal(err)
+		}
+	}
+	db.Close()
+
+	pluginSrc := filepath.Join(dir, "staticip-src")
+	os.WriteFile(pluginSrc, []byte("#!/bin/sh\n"), 0o755)
+	cfg := Config{NodeName: nodeA, PluginBinary: pluginSrc, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"),
+		DataDir: dataDir, PluginKubeconfig: "/etc/cni/net.d/staticip-kubeconfig", Routes: true}
+	var log strings.Builder
+	a := New(cfg, kube, sip, &log)
+
+	host, err := nstest.New("agent")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer host.Close()
+	// The node's uplink: a veth in the namespace whose subnet holds node B's InternalIP.
+	err = host.Do(func(ns.NetNS) error {
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "cni-up0"}, PeerName: "cni-up1"}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return err
+		}
+		up, _ := netlink.LinkByName("cni-up0")
+		peer, _ := netlink.LinkByName("cni-up1")
+		addr, _ := netlink.ParseAddr("192.168.77.1/24")
+		if err := netlink.AddrAdd(up, addr); err != nil {
+			return err
+		}
+		netlink.LinkSetUp(peer)
+		return netlink.LinkSetUp(up)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sync := func() {
+		t.Helper()
+		if err := host.Do(func(ns.NetNS) error { return a.SyncOnce(ctx) }); err != nil {
+			t.Fatalf("SyncOnce: %v\nlog: %s", err, log.String())
+		}
+	}
+	sync()
+
+	conf, err := os.ReadFile(filepath.Join(cfg.CNIConfDir, "10-staticip.conflist"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(conf), `"subnet": "10.150.0.0/24"`) || !strings.Contains(string(conf), `"gateway": "10.150.0.1"`) ||
+		strings.Contains(string(conf), "10.151.0.0") || !strings.Contains(string(conf), `"kubeconfig": "/etc/cni/net.d/staticip-kubeconfig"`) {
+		t.Fatalf("conflist:\n%s", conf)
+	}
+	installed := filepath.Join(cfg.CNIBinDir, "staticip")
+	st1, err := os.Stat(installed)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	db, err = ipam.Open(ipam.Options{Path: filepath.Join(dataDir, "ipam.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	allocs, _ := db.Allocations()
+	rs, _ := db.Reservations()
+	db.Close()
+	var held []string
+	for _, al := range allocs {
+		held = append(held, al.Attachment.ContainerID)
+	}
+	if strings.Join(held, ",") != "c1,c0" && strings.Join(held, ",") != "c0,c1" {
+		t.Fatalf("after GC the allocations are %v, want c0 and c1", held)
+	}
+	reserved := map[string]string{}
+	for _, r := range rs {
+		reserved[r.IP.String()] = r.Pod.Key()
+	}
+	if reserved["10.150.0.10"] != nsName+"/web-0" || reserved["10.150.0.11"] != nsName+"/web-1" || len(reserved) != 2 {
+		t.Fatalf("reservations %v", reserved)
+	}
+
+	r, err := sip.JkeV1().IPRanges().Get(ctx, "cni-a-"+suffix, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s := r.Status; s.Total != 253 || s.Used != 2 || s.Reserved != 1 || s.Free != 250 {
+		t.Fatalf("IPRange status %+v", s)
+	}
+
+	routeTo := func(cidr string) *netlink.Route {
+		var found *netlink.Route
+		host.Do(func(ns.NetNS) error {
+			routes, _ := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: RouteProtocol}, netlink.RT_FILTER_PROTOCOL)
+			for _, r := range routes {
+				if r.Dst != nil && r.Dst.String() == cidr {
+					found = &r
+				}
+			}
+			return nil
+		})
+		return found
+	}
+	if rt := routeTo("10.151.0.0/24"); rt == nil || !rt.Gw.Equal(net.ParseIP("192.168.77.2")) {
+		t.Fatalf("route to node B's range: %+v", rt)
+	}
+	if rt := routeTo("10.150.0.0/24"); rt != nil {
+		t.Fatal("a route to this node's own range")
+	}
+
+	// Second pass: nothing rewritten; node B loses its range: the route goes.
+	rb, _ := sip.JkeV1().IPRanges().Get(ctx, "cni-b-"+suffix, metav1.GetOptions{})
+	rb = rb.DeepCopy()
+	rb.Spec.Node = ""
+	if _, err := sip.JkeV1().IPRanges().Update(ctx, rb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(10 * time.Millisecond)
+	sync()
+	if st2, _ := os.Stat(installed); !st2.ModTime().Equal(st1.ModTime()) {
+		t.Fatal("the unchanged binary was rewritten")
+	}
+	if rt := routeTo("10.151.0.0/24"); rt != nil {
+		t.Fatalf("stale route kept: %+v", rt)
+	}
+
+	// Health and metrics.
+	rec := a.Handler(time.Minute)
+	for path, want := range map[string]string{"/healthz": "ok", "/metrics": `staticip_ipam_addresses{range="10.150.0.0/24",state="used"} 2`} {
+		w := httptest.NewRecorder()
+		rec.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
+		if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), want) {
+			t.Fatalf("%s: %d %q lacks %q", path, w.Code, w.Body.String(), want)
+		}
+	}
+}
+
+// A deleted pod's IP is freed by the watch-triggered sync, long before the (1h) timer.
+func TestRunFreesTheIPOfADeletedPod(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := testenv.Context(t, 2*time.Minute)
+	kube := kubernetes.NewForConfigOrDie(env.Config)
+	sip := versioned.NewForConfigOrDie(env.Config)
+	suffix := fmt.Sprint(time.Now().UnixNano() % 1000000)
+	node, nsName := "cni-node-c-"+suffix, "cni-run-"+suffix
+	if _, err := sip.JkeV1().IPRanges().Create(ctx, &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: "cni-c-" + suffix},
+		Spec: jkev1.IPRangeSpec{CIDR: "10.152.0.0/24", Node: node}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}}, metav1.CreateOptions{})
+	pod, err := kube.CoreV1().Pods(nsName).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "pause"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	dbPath := filepath.Join(dir, "ipam.db")
+	db, err := ipam.Open(ipam.Options{Path: dbPath})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.AddRange(ipam.Range{Subnet: netip.MustParsePrefix("10.152.0.0/24")})
+	if _, _, err := db.Allocate(ipam.AllocateRequest{Attachment: ipam.Attachment{ContainerID: "c", IfName: "eth0"},
+		Pod: ipam.PodRef{Namespace: nsName, Name: "p", UID: string(pod.UID)}}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	count := func() int {
+		db, err := ipam.Open(ipam.Options{Path: dbPath})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer db.Close()
+		as, _ := db.Allocations()
+		return len(as)
+	}
+	a := New(Config{NodeName: node, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir}, kube, sip, nil)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { a.Run(runCtx, time.Hour); close(done) }()
+	defer func() { stop(); <-done }()
+	for a.lastSync.Load() == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("no first sync")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if n := count(); n != 1 {
+		t.Fatalf("the running pod's allocation was collected: %d left", n)
+	}
+	if err := kube.CoreV1().Pods(nsName).Delete(ctx, "p", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(30 * time.Second)
+	for count() != 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("the deleted pod's IP was not freed by the watch-triggered GC")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}

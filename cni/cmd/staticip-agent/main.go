@@ -1,0 +1,66 @@
+// Command staticip-agent runs on every node (DaemonSet, host network): it installs the
+// staticip CNI plugin and conflist, syncs the node's IPRanges and StaticIP reservations into
+// the plugin's database, garbage-collects IPs of gone pods, and routes to other nodes' ranges.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	"github.com/staticip/staticip/cni/agent"
+)
+
+func main() {
+	var cfg agent.Config
+	kubeconfig := flag.String("kubeconfig", "", "kubeconfig of the agent (empty: in-cluster)")
+	flag.StringVar(&cfg.NodeName, "node-name", os.Getenv("NODE_NAME"), "this node's name")
+	flag.StringVar(&cfg.PluginBinary, "plugin-binary", "/staticip", "staticip plugin binary to install")
+	flag.StringVar(&cfg.CNIBinDir, "cni-bin-dir", "/opt/cni/bin", "CNI binary directory")
+	flag.StringVar(&cfg.CNIConfDir, "cni-conf-dir", "/etc/cni/net.d", "CNI configuration directory")
+	flag.StringVar(&cfg.ConfName, "conf-name", "10-staticip.conflist", "conflist file name")
+	flag.StringVar(&cfg.PluginKubeconfig, "plugin-kubeconfig", "", "kubeconfig path the plugin uses (written into the conflist)")
+	flag.StringVar(&cfg.DataDir, "data-dir", "/var/lib/staticip", "directory of ipam.db")
+	flag.IntVar(&cfg.MTU, "mtu", 1500, "pod MTU")
+	flag.StringVar(&cfg.Quarantine, "quarantine", "", "quarantine of released IPs (plugin default when empty)")
+	flag.BoolVar(&cfg.Routes, "routes", true, "route other nodes' IPRanges via their InternalIP")
+	interval := flag.Duration("interval", 30*time.Second, "sync interval")
+	listen := flag.String("listen", "127.0.0.1:9489", "metrics and health address (keep it on loopback)")
+	flag.Parse()
+	if cfg.NodeName == "" {
+		fmt.Fprintln(os.Stderr, "staticip-agent: --node-name (or NODE_NAME) is required")
+		os.Exit(2)
+	}
+	var restCfg *rest.Config
+	var err error
+	if *kubeconfig != "" {
+		restCfg, err = clientcmd.BuildConfigFromFlags("", *kubeconfig)
+	} else {
+		restCfg, err = rest.InClusterConfig()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "staticip-agent:", err)
+		os.Exit(1)
+	}
+	a := agent.New(cfg, kubernetes.NewForConfigOrDie(restCfg), versioned.NewForConfigOrDie(restCfg), os.Stderr)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	srv := &http.Server{Addr: *listen, Handler: a.Handler(3 * *interval), ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+			fmt.Fprintln(os.Stderr, "staticip-agent: http:", err)
+		}
+	}()
+	a.Run(ctx, *interval)
+	_ = srv.Shutdown(context.Background())
+}

@@ -1,0 +1,36 @@
+package plugin
+
+import (
+	"testing"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+)
+
+// The plugin copies the contract keys to avoid linking the API types; they must not drift.
+func TestContractKeysMatchTheAPI(t *testing.T) {
+	if AnnotationIPAddress != jkev1.AnnotationIPAddress || AnnotationEnable != jkev1.AnnotationEnable {
+		t.Fatalf("annotation keys drifted from apis/jke/v1")
+	}
+}
+
+func TestLoadConfDefaultsAndDurations(t *testing.T) {
+	c, err := LoadConf([]byte(`{"cniVersion":"1.1.0","name":"n","type":"staticip","quarantine":2.5,"ranges":[{"subnet":"10.0.0.0/24"}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.DataDir != DefaultDataDir || c.MTU != DefaultMTU || c.quarantine().Seconds() != 2.5 || c.DBPath() != "/var/lib/staticip/ipam.db" {
+		t.Fatalf("%+v", c)
+	}
+	for _, bad := range []string{
+		`{"ranges":[{"subnet":"10.0.0.0/24"},{"subnet":"10.0.0.128/25"}]}`,
+		`{"dataDir":"relative"}`,
+		`{"mtu":70000}`,
+		`{"quarantine":"soon"}`,
+		`{"ranges":[{"subnet":"10.0.0.0/24","gateway":"10.1.0.1"}]}`,
+		`{"ranges":[{"subnet":"10.0.0.0/24","exclude":["x"]}]}`,
+	} {
+		if _, err := LoadConf([]byte(bad)); err == nil {
+			t.Errorf("accepted %s", bad)
+		}
+	}
+}

@@ -1,0 +1,145 @@
+package ipam
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+)
+
+// Sentinel errors. The typed errors below wrap them, so callers can use errors.Is for the class
+// and errors.As for the details.
+var (
+	// ErrExhausted: no free address in any range.
+	ErrExhausted = errors.New("no free IP address")
+	// ErrOutOfRange: the requested IP is in none of this node's ranges.
+	ErrOutOfRange = errors.New("IP address is outside every range of this node")
+	// ErrInUse: the requested IP is allocated to, or reserved for, another pod.
+	ErrInUse = errors.New("IP address is in use")
+	// ErrNotAllocatable: the requested IP is the gateway, excluded, or the network/broadcast.
+	ErrNotAllocatable = errors.New("IP address may not be given to a pod")
+	// ErrRangeInUse: a range with live allocations cannot be removed.
+	ErrRangeInUse = errors.New("range has live allocations")
+	// ErrInvalid: malformed input (range, reservation set, request).
+	ErrInvalid = errors.New("invalid input")
+	// ErrLocked: another process holds the database longer than the open timeout.
+	ErrLocked = errors.New("database is locked")
+	// ErrCorrupt: the database file cannot be read as an ipam database.
+	ErrCorrupt = errors.New("database is corrupt")
+	// ErrAttachmentHasIP: a repeated ADD asked for a different IP than the one it already holds.
+	ErrAttachmentHasIP = errors.New("attachment already holds a different IP")
+)
+
+// ExhaustedError says which ranges were full.
+type ExhaustedError struct {
+	Ranges []netip.Prefix
+}
+
+func (e *ExhaustedError) Error() string {
+	if len(e.Ranges) == 0 {
+		return "no free IP address: this node has no IP ranges"
+	}
+	return fmt.Sprintf("no free IP address in range(s) %s", joinPrefixes(e.Ranges))
+}
+func (e *ExhaustedError) Unwrap() error { return ErrExhausted }
+
+// OutOfRangeError is returned when a requested IP belongs to none of this node's ranges.
+// OwnerHint may be filled in by a caller that knows which node owns the IP (the CNI asks the
+// API server); the allocator itself does not know other nodes.
+type OutOfRangeError struct {
+	IP        netip.Addr
+	Ranges    []netip.Prefix
+	OwnerHint string
+}
+
+func (e *OutOfRangeError) Error() string {
+	msg := fmt.Sprintf("IP %s is outside every range of this node (%s)", e.IP, joinPrefixes(e.Ranges))
+	if len(e.Ranges) == 0 {
+		msg = fmt.Sprintf("IP %s is outside every range of this node (it has none)", e.IP)
+	}
+	if e.OwnerHint != "" {
+		msg += "; " + e.OwnerHint
+	}
+	return msg
+}
+func (e *OutOfRangeError) Unwrap() error { return ErrOutOfRange }
+
+// InUseError names who holds a requested IP.
+type InUseError struct {
+	IP netip.Addr
+	// Holder is the pod the IP is allocated to or reserved for.
+	Holder PodRef
+	// Attachment is set when the IP is allocated (not only reserved).
+	Attachment *Attachment
+}
+
+func (e *InUseError) Error() string {
+	if e.Attachment != nil {
+		return fmt.Sprintf("IP %s is in use by pod %s (container %s, interface %s)",
+			e.IP, e.Holder, shortID(e.Attachment.ContainerID), e.Attachment.IfName)
+	}
+	return fmt.Sprintf("IP %s is reserved for pod %s", e.IP, e.Holder)
+}
+func (e *InUseError) Unwrap() error { return ErrInUse }
+
+// RangeInUseError lists who still holds addresses of a range that was asked to go away.
+type RangeInUseError struct {
+	Subnet  netip.Prefix
+	Holders []Allocation
+}
+
+func (e *RangeInUseError) Error() string {
+	names := make([]string, 0, 3)
+	for i, a := range e.Holders {
+		if i == 3 {
+			names = append(names, fmt.Sprintf("and %d more", len(e.Holders)-3))
+			break
+		}
+		names = append(names, fmt.Sprintf("%s (%s)", a.IP, a.Pod))
+	}
+	return fmt.Sprintf("cannot remove range %s: %d live allocation(s): %s",
+		e.Subnet, len(e.Holders), strings.Join(names, ", "))
+}
+func (e *RangeInUseError) Unwrap() error { return ErrRangeInUse }
+
+// LockedError: the database stayed locked for the whole timeout.
+type LockedError struct {
+	Path    string
+	Timeout time.Duration
+}
+
+func (e *LockedError) Error() string {
+	return fmt.Sprintf("IPAM database %s is locked by another process (waited %s)", e.Path, e.Timeout)
+}
+func (e *LockedError) Unwrap() error { return ErrLocked }
+
+// CorruptError names the unreadable file.
+type CorruptError struct {
+	Path string
+	Err  error
+}
+
+func (e *CorruptError) Error() string {
+	return fmt.Sprintf("IPAM database %s is corrupt or not an ipam database (%v); move it aside to start afresh", e.Path, e.Err)
+}
+func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
+
+func invalidf(format string, args ...any) error {
+	return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+}
+
+func joinPrefixes(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+func shortID(id string) string {
+	if len(id) > 12 {
+		return id[:12]
+	}
+	return id
+}

@@ -1,0 +1,174 @@
+// Package ipam is the node-local IP range allocator of staticip.
+//
+// A node owns whole IP ranges (CIDRs). The allocator hands out addresses from them to pod
+// attachments (container ID + interface), keeps addresses reserved for absent pods that own a
+// fixed IP, and garbage-collects attachments that no longer exist. State lives in one bbolt file
+// (default /var/lib/staticip/ipam.db); every public operation is exactly one bbolt transaction,
+// so a crash at any point leaves either the state before or the state after it, never a mix.
+//
+// The package has no Kubernetes imports: the CNI plugin and the node agent translate between
+// Kubernetes objects and the plain values here.
+package ipam
+
+import (
+	"net/netip"
+	"time"
+)
+
+// DefaultPath is where the allocator keeps its database unless told otherwise.
+const DefaultPath = "/var/lib/staticip/ipam.db"
+
+// DefaultQuarantine is how long a released IP is skipped by "next free" allocation, so that a
+// just-freed address is not handed straight to another pod while peers may still cache it.
+const DefaultQuarantine = 5 * time.Second
+
+// DefaultOpenTimeout bounds how long Open waits for another process holding the database.
+const DefaultOpenTimeout = 10 * time.Second
+
+// Range is one CIDR owned by this node and the part of it pods may get.
+type Range struct {
+	// Subnet is the network, e.g. 10.10.0.0/24 (no host bits).
+	Subnet netip.Prefix `json:"subnet"`
+	// RangeStart is the first allocatable IP; zero means the first host address of Subnet.
+	RangeStart netip.Addr `json:"rangeStart,omitzero"`
+	// RangeEnd is the last allocatable IP; zero means the last host address of Subnet.
+	RangeEnd netip.Addr `json:"rangeEnd,omitzero"`
+	// Gateway is the pods' gateway; never given to a pod. Zero means none inside the subnet.
+	Gateway netip.Addr `json:"gateway,omitzero"`
+	// Exclude are addresses never given to a pod.
+	Exclude []netip.Addr `json:"exclude,omitempty"`
+}
+
+// PodRef names the pod an attachment or reservation belongs to. Outside Kubernetes the fields
+// may be empty; allocation then works per attachment only.
+type PodRef struct {
+	Namespace string `json:"namespace,omitempty"`
+	Name      string `json:"name,omitempty"`
+	UID       string `json:"uid,omitempty"`
+}
+
+// Key is "namespace/name", the identity reservations are keyed by (a recreated pod keeps its
+// name but gets a new UID).
+func (p PodRef) Key() string {
+	if p.Name == "" {
+		return ""
+	}
+	return p.Namespace + "/" + p.Name
+}
+
+func (p PodRef) String() string {
+	if p.Name == "" {
+		return "<no pod>"
+	}
+	return p.Key()
+}
+
+// Attachment identifies one network attachment, as CNI does: the container ID and interface.
+type Attachment struct {
+	ContainerID string `json:"containerID"`
+	IfName      string `json:"ifname"`
+}
+
+func (a Attachment) key() []byte { return []byte(a.ContainerID + "\x00" + a.IfName) }
+
+// Allocation is an IP held by a live (or believed live) attachment.
+type Allocation struct {
+	IP          netip.Addr   `json:"ip"`
+	Subnet      netip.Prefix `json:"subnet"`
+	Attachment  Attachment   `json:"attachment"`
+	Pod         PodRef       `json:"pod"`
+	AllocatedAt time.Time    `json:"allocatedAt"`
+}
+
+// ReservationSource says who created a reservation.
+type ReservationSource string
+
+const (
+	// SourceStaticIP reservations mirror StaticIP records (SyncReservations, Reserve).
+	SourceStaticIP ReservationSource = "StaticIP"
+	// SourceRelease reservations were left by Release(keep=true): the pod went away but its IP
+	// is kept for it until the authoritative StaticIP sync says otherwise.
+	SourceRelease ReservationSource = "Release"
+)
+
+// Reservation keeps an IP for a pod (namespace/name) whether or not the pod currently runs.
+// Only that pod may be given the IP.
+type Reservation struct {
+	IP     netip.Addr        `json:"ip"`
+	Pod    PodRef            `json:"pod"`
+	Source ReservationSource `json:"source"`
+}
+
+// AllocateRequest asks for an IP for one attachment of one pod.
+type AllocateRequest struct {
+	Attachment Attachment
+	Pod        PodRef
+	// IP, when valid, is the address the pod must get (its annotation, CNI_ARGS IP=, ...).
+	IP netip.Addr
+}
+
+// GCOptions controls garbage collection.
+type GCOptions struct {
+	// Live are the attachments that still exist; every other allocation is released.
+	Live []Attachment
+	// KeepReserved, when set, is asked (inside the transaction, so it must be a cheap lookup)
+	// whether a released allocation's IP should stay reserved for its pod.
+	KeepReserved func(Allocation) bool
+}
+
+// SyncResult reports what SyncReservations changed.
+type SyncResult struct {
+	Added, Removed, Unchanged int
+	// Conflicts are reservations whose IP is currently allocated to a different pod. They are
+	// stored anyway (the StaticIP record is the truth), so the IP goes only to its owner once
+	// the other pod releases it.
+	Conflicts []Allocation
+}
+
+// RangeUsage counts a range's addresses.
+type RangeUsage struct {
+	Range Range
+	// Total is allocatable addresses: the range minus gateway and excluded IPs.
+	Total int
+	// Used are allocated addresses.
+	Used int
+	// Reserved are addresses reserved but not allocated.
+	Reserved int
+	// Free is Total - Used - Reserved.
+	Free int
+}
+
+// Store is the allocator. Every method is one transaction. Implementations are safe for use by
+// several processes on the same node (the CNI plugin is one process per call).
+type Store interface {
+	// Allocate gives the attachment an IP. Repeating it for the same attachment returns the
+	// same allocation (with created=false).
+	Allocate(req AllocateRequest) (alloc Allocation, created bool, err error)
+	// Get returns the allocation of an attachment, if any.
+	Get(a Attachment) (Allocation, bool, error)
+	// Release frees the attachment's IP, or with keepReserved turns it into a reservation for
+	// the pod. Releasing an unknown attachment is not an error (found=false).
+	Release(a Attachment, keepReserved bool) (alloc Allocation, found bool, err error)
+	// Reserve adds or replaces the StaticIP reservation of one IP.
+	Reserve(r Reservation) error
+	// SyncReservations makes the set of reservations exactly rs (authoritative, from the
+	// StaticIP records that live on this node).
+	SyncReservations(rs []Reservation) (SyncResult, error)
+	// GC releases every allocation whose attachment is not live and returns them. It never
+	// touches reservations.
+	GC(opts GCOptions) ([]Allocation, error)
+	// AddRange adds (or updates the gateway/bounds/exclusions of) a range.
+	AddRange(r Range) error
+	// RemoveRange removes a range; refused with ErrRangeInUse while it has allocations.
+	RemoveRange(subnet netip.Prefix) error
+	// SyncRanges makes the set of ranges exactly rs, skipping (and reporting) removals that
+	// are refused because of live allocations.
+	SyncRanges(rs []Range) (kept []netip.Prefix, err error)
+	Ranges() ([]Range, error)
+	Allocations() ([]Allocation, error)
+	Reservations() ([]Reservation, error)
+	Usage() ([]RangeUsage, error)
+	// Path is the database file.
+	Path() string
+	Close() error
+}

@@ -1,0 +1,273 @@
+// Command cnibench compares the staticip CNI plugin with the containernetworking bridge +
+// host-local plugins on this machine, in one run: ADD+DEL cycle latency (p50, p99) of one
+// sequential caller, and the throughput of many parallel plugin processes. Both plugins are
+// exec'd exactly as a runtime execs them, into pod network namespaces of the same kind, from
+// the same "host" network namespace that the tool creates (nothing touches the machine's own
+// network).
+//
+//	go run ./tools/cnibench -staticip _output/bin/staticip
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+
+	"github.com/staticip/staticip/cni/nstest"
+)
+
+type plugin struct {
+	name   string
+	binary string
+	conf   []byte
+	// cniPath is where the plugin finds its delegates (bridge needs host-local).
+	cniPath string
+}
+
+type figures struct {
+	p50, p99, mean time.Duration
+	throughput     float64 // cycles per second
+	errors         int
+}
+
+func main() {
+	staticipBin := flag.String("staticip", "", "path to the staticip plugin binary (default: build it)")
+	cniDir := flag.String("cni-dir", "/usr/lib/cni", "directory with the bridge and host-local plugins")
+	cycles := flag.Int("cycles", 500, "sequential ADD+DEL cycles per plugin (latency)")
+	parallel := flag.Int("parallel", 32, "parallel plugin processes (throughput)")
+	parallelCycles := flag.Int("parallel-cycles", 640, "ADD+DEL cycles per plugin in the throughput phase")
+	rounds := flag.Int("rounds", 2, "throughput rounds per plugin, alternating plugins")
+	flag.Parse()
+	if err := run(*staticipBin, *cniDir, *cycles, *parallel, *parallelCycles, *rounds); err != nil {
+		fmt.Fprintln(os.Stderr, "cnibench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(staticipBin, cniDir string, cycles, parallel, parallelCycles, rounds int) error {
+	for _, p := range []string{"bridge", "host-local"} {
+		if _, err := os.Stat(filepath.Join(cniDir, p)); err != nil {
+			return fmt.Errorf("%s not found in %s (apt-get install containernetworking-plugins; tools/install-deps.sh)", p, cniDir)
+		}
+	}
+	work, err := os.MkdirTemp("/var/lib", "cni-bench-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(work)
+	if staticipBin == "" {
+		staticipBin = filepath.Join(work, "staticip")
+		out, err := exec.Command("go", "build", "-o", staticipBin, "github.com/staticip/staticip/cni/cmd/staticip").CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("building staticip: %v\n%s", err, out)
+		}
+	}
+
+	host, err := nstest.New("bench-host")
+	if err != nil {
+		return err
+	}
+	defer host.Close()
+	pods := make([]*nstest.NetNS, parallel)
+	for i := range pods {
+		if pods[i], err = nstest.New("bench-pod"); err != nil {
+			return err
+		}
+		defer pods[i].Close()
+	}
+
+	bridgeName := fmt.Sprintf("cni-br%d", os.Getpid()%100000)
+	plugins := []plugin{
+		{name: "staticip", binary: staticipBin, conf: mustJSON(map[string]any{
+			"cniVersion": "1.1.0", "name": "bench-staticip", "type": "staticip",
+			"dataDir": filepath.Join(work, "staticip"), "mtu": 1500,
+			"ranges": []map[string]any{{"subnet": "10.128.0.0/16"}},
+		})},
+		{name: "bridge+host-local", binary: filepath.Join(cniDir, "bridge"), cniPath: cniDir, conf: mustJSON(map[string]any{
+			"cniVersion": "1.0.0", "name": "bench-bridge", "type": "bridge",
+			"bridge": bridgeName, "isGateway": true, "ipMasq": false, "mtu": 1500,
+			"ipam": map[string]any{"type": "host-local", "dataDir": filepath.Join(work, "host-local"),
+				"ranges": [][]map[string]any{{{"subnet": "10.129.0.0/16"}}}},
+		})},
+	}
+
+	fmt.Printf("cnibench: %d sequential ADD+DEL cycles per plugin; %d parallel processes, %d cycles x %d rounds per plugin\n",
+		cycles, parallel, parallelCycles, rounds)
+	fmt.Printf("machine: %d CPUs, load %s\n", runtime.NumCPU(), loadavg())
+
+	// Warm-up: page cache, bridge creation, database creation.
+	for _, p := range plugins {
+		for i := range 5 {
+			if _, err := cycle(host, p, pods[0], fmt.Sprintf("warm-%d", i)); err != nil {
+				return fmt.Errorf("%s warm-up: %w", p.name, err)
+			}
+		}
+	}
+
+	// Latency: interleave the plugins cycle by cycle so that load changes on the (shared)
+	// machine hit both alike.
+	lat := make([][]time.Duration, len(plugins))
+	errs := make([]int, len(plugins))
+	for i := range cycles {
+		for j, p := range plugins {
+			d, err := cycle(host, p, pods[0], fmt.Sprintf("lat-%d", i))
+			if err != nil {
+				errs[j]++
+				if errs[j] == 1 {
+					fmt.Fprintf(os.Stderr, "%s: %v\n", p.name, err)
+				}
+				continue
+			}
+			lat[j] = append(lat[j], d)
+		}
+	}
+	res := make([]figures, len(plugins))
+	for j := range plugins {
+		res[j] = summarize(lat[j])
+		res[j].errors = errs[j]
+	}
+
+	// Throughput: parallel processes, each with its own pod namespace; rounds alternate.
+	elapsed := make([]time.Duration, len(plugins))
+	done := make([]int, len(plugins))
+	for r := range rounds {
+		for k := range plugins {
+			j := (k + r) % len(plugins)
+			d, n, e := throughput(host, plugins[j], pods, parallelCycles, fmt.Sprintf("par-%d", r))
+			elapsed[j] += d
+			done[j] += n
+			res[j].errors += e
+		}
+	}
+	for j := range plugins {
+		res[j].throughput = float64(done[j]) / elapsed[j].Seconds()
+	}
+
+	fmt.Println()
+	fmt.Printf("%-20s %10s %10s %10s %14s %7s\n", "plugin", "p50", "p99", "mean", "parallel c/s", "errors")
+	for j, p := range plugins {
+		fmt.Printf("%-20s %10s %10s %10s %14.1f %7d\n", p.name, ms(res[j].p50), ms(res[j].p99), ms(res[j].mean), res[j].throughput, res[j].errors)
+	}
+	s, b := res[0], res[1]
+	fmt.Println()
+	fmt.Printf("ratio staticip / bridge+host-local: p50 %.2fx (target <= 1.0x), p99 %.2fx (target <= 1.2x), parallel throughput %.2fx (target >= 1.0x)\n",
+		ratio(s.p50, b.p50), ratio(s.p99, b.p99), s.throughput/b.throughput)
+	return nil
+}
+
+func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
+
+func ms(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d)/float64(time.Millisecond)) }
+
+func mustJSON(v any) []byte {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func loadavg() string {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
+}
+
+func summarize(ds []time.Duration) figures {
+	if len(ds) == 0 {
+		return figures{}
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	var sum time.Duration
+	for _, d := range s {
+		sum += d
+	}
+	pct := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
+	return figures{p50: pct(0.50), p99: pct(0.99), mean: sum / time.Duration(len(s))}
+}
+
+// invoke execs one CNI command. The calling goroutine's thread is switched into the host
+// namespace first, so the plugin process starts there, exactly like under a runtime.
+func invoke(host *nstest.NetNS, p plugin, command, id string, pod *nstest.NetNS) error {
+	return host.Do(func(ns.NetNS) error {
+		cmd := exec.Command(p.binary)
+		cmd.Env = []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=" + id, "CNI_NETNS=" + pod.Path(),
+			"CNI_IFNAME=eth0", "CNI_PATH=" + cniPath(p), "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=" + id}
+		cmd.Stdin = bytes.NewReader(p.conf)
+		var out bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &out
+		if err := cmd.Run(); err != nil {
+			return fmt.Errorf("%s %s: %v: %s", command, id, err, strings.TrimSpace(out.String()))
+		}
+		return nil
+	})
+}
+
+func cycle(host *nstest.NetNS, p plugin, pod *nstest.NetNS, id string) (time.Duration, error) {
+	start := time.Now()
+	if err := invoke(host, p, "ADD", id, pod); err != nil {
+		return 0, err
+	}
+	if err := invoke(host, p, "DEL", id, pod); err != nil {
+		return 0, err
+	}
+	return time.Since(start), nil
+}
+
+func throughput(host *nstest.NetNS, p plugin, pods []*nstest.NetNS, total int, tag string) (time.Duration, int, int) {
+	var mu sync.Mutex
+	next, done, errs := 0, 0, 0
+	var wg sync.WaitGroup
+	start := time.Now()
+	for w, pod := range pods {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				mu.Lock()
+				if next == total {
+					mu.Unlock()
+					return
+				}
+				i := next
+				next++
+				mu.Unlock()
+				_, err := cycle(host, p, pod, fmt.Sprintf("%s-%d-%d", tag, w, i))
+				mu.Lock()
+				if err != nil {
+					if errs == 0 {
+						fmt.Fprintf(os.Stderr, "%s: %v\n", p.name, err)
+					}
+					errs++
+				} else {
+					done++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return time.Since(start), done, errs
+}
+
+func cniPath(p plugin) string {
+	if p.cniPath != "" {
+		return p.cniPath
+	}
+	return filepath.Dir(p.binary)
+}
