@@ -19,6 +19,10 @@ import (
 	"github.com/staticip/staticip/tools/images/imagebuilder"
 )
 
+// NetnsAnnotation on a Node names the network namespace the node lives in, so that
+// tests can run commands "on the node" (nsenter --net=/run/netns/<name>).
+const NetnsAnnotation = "localcluster.staticip.io/netns"
+
 // record is what `up` leaves in the state directory; `up` compares it to decide whether
 // it has nothing to do, and `status`/`down` read it.
 type record struct {
@@ -163,7 +167,8 @@ func Up(ctx context.Context, o Options) error {
 	// Node CIDRs come from the layout (the CNI config already uses them); record them on
 	// the Nodes as node-ipam would, for anything that reads spec.podCIDR.
 	for _, n := range l.nodes {
-		patch := fmt.Sprintf(`{"spec":{"podCIDR":%q,"podCIDRs":[%q]}}`, n.podCIDR, n.podCIDR)
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"podCIDR":%q,"podCIDRs":[%q]}}`,
+			NetnsAnnotation, n.netns, n.podCIDR, n.podCIDR)
 		if _, err := client.CoreV1().Nodes().Patch(ctx, n.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("set %s podCIDR: %w", n.name, err)
 		}
