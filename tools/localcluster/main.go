@@ -1,7 +1,7 @@
 // Command localcluster runs a real Kubernetes cluster as processes on this machine:
 //
 //	go run ./tools/localcluster up [--nodes=3] [--state-dir=...] [--cni=bridge] [--scheduler=kube-scheduler]
-//	go run ./tools/localcluster status|kubeconfig|down
+//	go run ./tools/localcluster status|kubeconfig|down|leftovers
 //
 // See tools/localcluster/README.md.
 package main
@@ -55,6 +55,16 @@ func main() {
 		err = cluster.Down(o)
 	case "status":
 		err = cluster.Status(ctx, o)
+	case "leftovers":
+		// Exit status 1 when anything of the cluster remains (a check for after `down`).
+		if left := cluster.Leftovers(o); len(left) > 0 {
+			for _, x := range left {
+				fmt.Println("leftover:", x)
+			}
+			err = fmt.Errorf("%d leftovers", len(left))
+		} else {
+			fmt.Println("localcluster: no leftovers")
+		}
 	case "kubeconfig":
 		var path string
 		if path, err = cluster.Kubeconfig(o); err == nil {
@@ -70,6 +80,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: localcluster up|down|status|kubeconfig [flags]   (-h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: localcluster up|down|status|kubeconfig|leftovers [flags]   (-h for flags)")
 	os.Exit(2)
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -251,4 +252,52 @@ func (l *layout) removeShimSockets(ids map[string][]string) {
 			_ = os.Remove(fmt.Sprintf("/run/containerd/s/%x", sum))
 		}
 	}
+}
+
+// Leftovers lists everything of a cluster with these options that still exists: after
+// `down` it must be empty. It looks for the state dir, processes naming it, network
+// namespaces and links with the prefix, mounts under the state dir, host routes through the
+// bridge, host iptables rules naming the bridge or the node subnet, and libcni cache entries.
+func Leftovers(o Options) []string {
+	l := newLayout(o)
+	var left []string
+	if _, err := os.Stat(l.StateDir); err == nil {
+		left = append(left, "state dir "+l.StateDir)
+	}
+	for _, pid := range l.ourPids() {
+		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		left = append(left, fmt.Sprintf("process %d: %s", pid, strings.ReplaceAll(string(cmdline), "\x00", " ")))
+	}
+	for _, ns := range l.ourNetns() {
+		left = append(left, "netns "+ns)
+	}
+	for _, link := range l.ourLinks() {
+		left = append(left, "link "+link)
+	}
+	for _, m := range l.ourMounts() {
+		left = append(left, "mount "+m.point+" ("+m.fstype+")")
+	}
+	if out, err := exec.Command("ip", "route", "show").Output(); err == nil {
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.Contains(line, "dev "+l.bridge+" ") || strings.HasSuffix(line, "dev "+l.bridge) {
+				left = append(left, "route "+line)
+			}
+		}
+	}
+	subnet := strings.TrimSuffix(l.NodeSubnet, "0/24")
+	for _, tool := range []string{"iptables-save", "ip6tables-save"} {
+		out, err := exec.Command(tool).Output()
+		if err != nil {
+			continue
+		}
+		for _, line := range strings.Split(string(out), "\n") {
+			if strings.Contains(line, l.bridge) || strings.Contains(line, subnet) || strings.Contains(line, strings.ToUpper(l.Prefix)+"-") {
+				left = append(left, tool+": "+line)
+			}
+		}
+	}
+	if m, _ := filepath.Glob(filepath.Join("/var/lib/cni/results", l.cniNetworkName()+"-*")); len(m) > 0 {
+		left = append(left, fmt.Sprintf("%d libcni cache entries, e.g. %s", len(m), m[0]))
+	}
+	return left
 }
