@@ -64,7 +64,10 @@ func Up(ctx context.Context, o Options) error {
 	l := newLayout(o)
 	start := time.Now()
 	if rec, err := l.readRecord(); err == nil {
-		if l.healthy(ctx) {
+		// Health is judged against the cluster that is up, not the one asked for.
+		running := newLayout(Options{Nodes: rec.Nodes, StateDir: o.StateDir, BinDir: o.BinDir, CNI: rec.CNI,
+			Scheduler: rec.Scheduler, Prefix: rec.Prefix, NodeSubnet: rec.NodeSubnet, Logf: o.Logf})
+		if running.healthy(ctx) {
 			if rec.Nodes != o.Nodes || rec.CNI != o.CNI || rec.Scheduler != o.Scheduler {
 				return fmt.Errorf("a cluster is already up in %s with %d nodes, --cni=%s, --scheduler=%s; run `down` first to change it",
 					o.StateDir, rec.Nodes, rec.CNI, rec.Scheduler)

@@ -14,8 +14,8 @@ import (
 )
 
 // daemon is one long-running process of the cluster. Its pid file and log file live in the
-// state directory; its command line always names the state directory, which is how `down`
-// recognises it (and only it) after a crash lost the pid files.
+// state directory; its environment carries the marker (see isOurs), which is how `down`
+// recognises it and its descendants (and only them), also after a crash.
 type daemon struct {
 	name  string // e.g. "kube-apiserver", "node-2-kubelet"
 	netns string // network namespace to run in ("" = host)
@@ -43,7 +43,7 @@ func (l *layout) start(d daemon) (int, error) {
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.Dir = l.StateDir
-	cmd.Env = append(os.Environ(), "STATICIP_LOCALCLUSTER="+l.StateDir)
+	cmd.Env = append(withoutMarker(os.Environ()), l.marker())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("start %s: %w", d.name, err)
@@ -70,10 +70,13 @@ func (l *layout) running(name string) bool {
 	return l.isOurs(pid, true)
 }
 
-// isOurs reports whether pid is alive (not a zombie) and its command line names the state
-// directory — pids are reused, so a pid file alone proves nothing. duringExec accepts an
-// empty command line, which a process shows for a moment while it execs (nsenter becoming
-// kubelet); only for pids we recorded ourselves (kernel threads have one too).
+// isOurs reports whether pid is alive (not a zombie) and one of ours: started by `up`
+// with the marker variable in its environment, or a descendant that inherited it
+// (containerd's shims and runc). Pids are reused, so a pid file alone proves nothing; the
+// command line is no proof either (the shell that ran `localcluster up --state-dir=...`
+// names the state dir too). duringExec accepts an empty environment, which a process
+// shows for a moment while it execs (nsenter becoming kubelet); only for pids we recorded
+// ourselves (kernel threads have none either).
 func (l *layout) isOurs(pid int, duringExec bool) bool {
 	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 	if err != nil {
@@ -82,14 +85,25 @@ func (l *layout) isOurs(pid int, duringExec bool) bool {
 	if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
 		return false
 	}
-	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
 	if err != nil {
 		return false
 	}
-	// A process in the middle of execve (nsenter becoming kubelet) shows an empty
-	// command line for a moment.
-	return (duringExec && len(cmdline) == 0) || bytes.Contains(cmdline, []byte(l.StateDir+"/"))
+	if duringExec && len(environ) == 0 {
+		return true
+	}
+	for _, kv := range bytes.Split(environ, []byte{0}) {
+		if string(kv) == l.marker() {
+			return true
+		}
+	}
+	return false
 }
+
+// marker is the environment entry that tags this cluster's processes.
+func (l *layout) marker() string { return markerVar + "=" + l.StateDir }
+
+const markerVar = "STATICIP_LOCALCLUSTER"
 
 // logTail returns the last lines of a daemon's log for error messages.
 func (l *layout) logTail(name string, lines int) string {
@@ -143,4 +157,16 @@ func poll(timeout, interval time.Duration, cond func() (bool, error)) error {
 		}
 		time.Sleep(interval)
 	}
+}
+
+// withoutMarker drops an inherited marker (localcluster run from inside a node, say), so
+// a daemon carries exactly one.
+func withoutMarker(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, markerVar+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
 }

@@ -60,9 +60,8 @@ func (l *layout) teardown() error {
 	return errors.Join(errs...)
 }
 
-// ourPids: processes whose command line names the state dir (every daemon and containerd
-// shim does), and processes inside our network namespaces (containers, including those
-// whose shim is gone).
+// ourPids: processes carrying the marker (every daemon, containerd's shims), and
+// processes inside our network namespaces (containers, including those whose shim is gone).
 func (l *layout) ourPids() []int {
 	netns := map[uint64]bool{}
 	for _, ns := range l.ourNetns() {
@@ -126,7 +125,7 @@ func (l *layout) killAll() error {
 	for _, pid := range pids {
 		_ = syscall.Kill(pid, syscall.SIGTERM)
 	}
-	deadline := time.Now().Add(5 * time.Second)
+	deadline := time.Now().Add(3 * time.Second)
 	for len(pids) > 0 && time.Now().Before(deadline) {
 		time.Sleep(100 * time.Millisecond)
 		pids = l.ourPids()
