@@ -1,7 +1,7 @@
 // Command localcluster runs a real Kubernetes cluster as processes on this machine:
 //
 //	go run ./tools/localcluster up [--nodes=3] [--state-dir=...] [--cni=bridge] [--scheduler=kube-scheduler]
-//	go run ./tools/localcluster status|kubeconfig|down|leftovers
+//	go run ./tools/localcluster status|top|kubeconfig|down|leftovers
 //
 // See tools/localcluster/README.md.
 package main
@@ -35,6 +35,7 @@ func main() {
 	fs.StringVar(&o.Scheduler, "scheduler", o.Scheduler, "scheduler binary: kube-scheduler")
 	fs.StringVar(&o.Prefix, "prefix", o.Prefix, "prefix of netns and link names")
 	fs.StringVar(&o.NodeSubnet, "node-subnet", o.NodeSubnet, "IPv4 /24 for the host bridge, control plane and node IPs")
+	sample := fs.Duration("sample", 30*time.Second, "top: CPU sampling interval")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
 	_ = fs.Parse(os.Args[2:])
 	o.RepoRoot = root
@@ -55,6 +56,8 @@ func main() {
 		err = cluster.Down(o)
 	case "status":
 		err = cluster.Status(ctx, o)
+	case "top":
+		err = cluster.Top(o, *sample)
 	case "leftovers":
 		// Exit status 1 when anything of the cluster remains (a check for after `down`).
 		if left := cluster.Leftovers(o); len(left) > 0 {
@@ -80,6 +83,6 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: localcluster up|down|status|kubeconfig|leftovers [flags]   (-h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: localcluster up|down|status|top|kubeconfig|leftovers [flags]   (-h for flags)")
 	os.Exit(2)
 }
