@@ -17,8 +17,17 @@ import (
 // client certificates for each identity (admin, controllers, scheduler, kubelets,
 // kube-proxy, the API server towards kubelets) and the kubelets' serving certificates.
 func (l *layout) writePKI() error {
-	ca, err := newCertAuthority(l.pkiDir)
+	ca, err := newCertAuthority(l.pkiDir, "ca")
 	if err != nil {
+		return err
+	}
+	// The front proxy (aggregation layer) has its own CA, as in kubeadm: a client
+	// certificate from the cluster CA must not be able to assert X-Remote-User.
+	frontProxyCA, err := newCertAuthority(l.pkiDir, "front-proxy-ca")
+	if err != nil {
+		return err
+	}
+	if err := frontProxyCA.issue(l.pkiDir, "front-proxy-client", certRequest{CommonName: "front-proxy-client", Client: true}); err != nil {
 		return err
 	}
 	if err := writeServiceAccountKeys(l.pkiDir); err != nil {
@@ -123,6 +132,15 @@ func (l *layout) apiserver() daemon {
 		"--kubelet-client-key=" + l.pki("apiserver-kubelet-client.key"),
 		"--kubelet-certificate-authority=" + l.pki("ca.crt"),
 		"--kubelet-preferred-address-types=InternalIP",
+		// The front proxy: aggregated APIs, and the requestheader CA that controllers and
+		// the scheduler read from extension-apiserver-authentication.
+		"--requestheader-client-ca-file=" + l.pki("front-proxy-ca.crt"),
+		"--requestheader-allowed-names=front-proxy-client",
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file=" + l.pki("front-proxy-client.crt"),
+		"--proxy-client-key-file=" + l.pki("front-proxy-client.key"),
 		"--profiling=false",
 		"--v=1",
 	}}

@@ -34,7 +34,7 @@ type certRequest struct {
 	Server        bool
 }
 
-func newCertAuthority(dir string) (*certAuthority, error) {
+func newCertAuthority(dir, name string) (*certAuthority, error) {
 	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
@@ -42,7 +42,7 @@ func newCertAuthority(dir string) (*certAuthority, error) {
 	now := time.Now()
 	tmpl := &x509.Certificate{
 		SerialNumber:          big.NewInt(1),
-		Subject:               pkix.Name{CommonName: "staticip-localcluster-ca"},
+		Subject:               pkix.Name{CommonName: "staticip-localcluster-" + name},
 		NotBefore:             now.Add(-time.Hour),
 		NotAfter:              now.Add(10 * 365 * 24 * time.Hour),
 		KeyUsage:              x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
@@ -58,10 +58,10 @@ func newCertAuthority(dir string) (*certAuthority, error) {
 		return nil, err
 	}
 	ca := &certAuthority{cert: cert, key: key}
-	if err := writePEM(filepath.Join(dir, "ca.crt"), "CERTIFICATE", der); err != nil {
+	if err := writePEM(filepath.Join(dir, name+".crt"), "CERTIFICATE", der); err != nil {
 		return nil, err
 	}
-	return ca, writeECKey(filepath.Join(dir, "ca.key"), key)
+	return ca, writeECKey(filepath.Join(dir, name+".key"), key)
 }
 
 // issue writes <dir>/<name>.crt and <dir>/<name>.key.
