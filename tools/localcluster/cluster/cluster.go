@@ -6,7 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"time"
 
@@ -75,6 +77,9 @@ func Up(ctx context.Context, o Options) error {
 			o.Logf("cluster already up (%d nodes, started %s); nothing to do", rec.Nodes, rec.Started.Format(time.RFC3339))
 			return nil
 		}
+	}
+	if err := l.checkPrerequisites(); err != nil {
+		return err
 	}
 	if l.anythingLeft() {
 		o.Logf("removing stale state of an earlier cluster")
@@ -216,6 +221,25 @@ func Up(ctx context.Context, o Options) error {
 		return err
 	}
 	o.Logf("cluster up in %s: %d nodes; export KUBECONFIG=%s", time.Since(start).Round(100*time.Millisecond), len(l.nodes), l.kubeconfig)
+	return nil
+}
+
+// checkPrerequisites fails early, with the fix, when a binary the cluster runs is missing.
+func (l *layout) checkPrerequisites() error {
+	var missing []string
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", schedulers[l.Scheduler], "kubelet", "kube-proxy", "kubectl", "coredns"} {
+		if _, err := os.Stat(l.bin(b)); err != nil {
+			missing = append(missing, l.bin(b)+" (make k8s-bins)")
+		}
+	}
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter", "ip", "iptables", "conntrack", "sysctl", "go"} {
+		if _, err := exec.LookPath(b); err != nil {
+			missing = append(missing, b+" (tools/install-deps.sh)")
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing: %s", strings.Join(missing, ", "))
+	}
 	return nil
 }
 
