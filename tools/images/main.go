@@ -2,7 +2,9 @@
 // and staticip's own binaries as they appear) from static Go binaries into docker-archive
 // tarballs, and optionally imports them into containerd sockets.
 //
-//	go run ./tools/images --out _output/images [--import /path/to/containerd.sock ...]
+//	go run ./tools/images --out _output/images [--image REF=PACKAGE ...] [--import /path/to/containerd.sock ...]
+//
+// Every tarball in the output directory is imported into every node by `localcluster up`.
 package main
 
 import (
@@ -19,8 +21,9 @@ func main() {
 	out := flag.String("out", "_output/images", "directory for the image tarballs")
 	binDir := flag.String("bin-dir", "_output/bin", "directory with prebuilt binaries (coredns)")
 	only := flag.String("only", "", "comma-separated image refs to build (default: all)")
-	var sockets multiFlag
+	var sockets, extra multiFlag
 	flag.Var(&sockets, "import", "containerd socket to import the images into (repeatable)")
+	flag.Var(&extra, "image", "extra image REF=PACKAGE, e.g. localhost/staticip/agent:v1=./cni/cmd/staticip-agent (repeatable)")
 	flag.Parse()
 
 	root, err := os.Getwd()
@@ -28,7 +31,15 @@ func main() {
 		fail(err)
 	}
 	bin, _ := filepath.Abs(*binDir)
-	for _, im := range imagebuilder.Defaults(bin) {
+	images := imagebuilder.Defaults(bin)
+	for _, e := range extra {
+		ref, pkg, ok := strings.Cut(e, "=")
+		if !ok || ref == "" || pkg == "" {
+			fail(fmt.Errorf("--image %q: want REF=PACKAGE", e))
+		}
+		images = append(images, imagebuilder.Image{Ref: ref, Package: pkg, Path: "/" + filepath.Base(pkg)})
+	}
+	for _, im := range images {
 		if *only != "" && !strings.Contains(","+*only+",", ","+im.Ref+",") {
 			continue
 		}
