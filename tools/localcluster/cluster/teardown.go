@@ -23,7 +23,29 @@ func (l *layout) anythingLeft() bool {
 	if _, err := os.Stat(l.StateDir); err == nil {
 		return true
 	}
-	return len(l.ourNetns()) > 0 || len(l.ourLinks()) > 0 || len(l.ourPids()) > 0
+	return len(l.ourNetns()) > 0 || len(l.ourLinks()) > 0 || len(l.ourPids()) > 0 || len(l.ourCNICache()) > 0
+}
+
+// cniCacheDir is libcni's machine-global result cache; containerd's CRI cannot move it.
+const cniCacheDir = "/var/lib/cni/results"
+
+// ourCNICache lists cache entries of our pods: those of our network (named after the
+// prefix) and containerd's "cni-loopback" ones, which record the pod's netns path — under
+// our state dir. A killed cluster never ran CNI DEL, so nobody else removes them.
+func (l *layout) ourCNICache() []string {
+	entries, _ := os.ReadDir(cniCacheDir)
+	var out []string
+	for _, e := range entries {
+		path := filepath.Join(cniCacheDir, e.Name())
+		if strings.HasPrefix(e.Name(), l.cniNetworkName()+"-") {
+			out = append(out, path)
+			continue
+		}
+		if b, err := os.ReadFile(path); err == nil && strings.Contains(string(b), l.StateDir+"/") {
+			out = append(out, path)
+		}
+	}
+	return out
 }
 
 // teardown removes everything, in an order that works after any crash: processes first
@@ -45,11 +67,8 @@ func (l *layout) teardown() error {
 	if err := l.teardownNetwork(); err != nil {
 		errs = append(errs, err)
 	}
-	// libcni's result cache is machine-global; our network's entries carry its name.
-	if m, _ := filepath.Glob(filepath.Join("/var/lib/cni/results", l.cniNetworkName()+"-*")); len(m) > 0 {
-		for _, f := range m {
-			_ = os.Remove(f)
-		}
+	for _, f := range l.ourCNICache() {
+		_ = os.Remove(f)
 	}
 	if len(errs) == 0 {
 		l.Logf("removing %s", l.StateDir)
@@ -295,7 +314,7 @@ func Leftovers(o Options) []string {
 			}
 		}
 	}
-	if m, _ := filepath.Glob(filepath.Join("/var/lib/cni/results", l.cniNetworkName()+"-*")); len(m) > 0 {
+	if m := l.ourCNICache(); len(m) > 0 {
 		left = append(left, fmt.Sprintf("%d libcni cache entries, e.g. %s", len(m), m[0]))
 	}
 	return left
