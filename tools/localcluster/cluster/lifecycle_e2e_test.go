@@ -30,6 +30,7 @@ func TestLifecycle(t *testing.T) {
 		}
 	})
 	l := newLayout(o)
+	sysctlsBefore := readSysctls(t)
 
 	if err := Up(ctx, o); err != nil {
 		t.Fatalf("up: %v", err)
@@ -79,6 +80,35 @@ func TestLifecycle(t *testing.T) {
 	if err := Down(o); err != nil {
 		t.Fatalf("down of nothing: %v", err)
 	}
+	// The kubelets rewrote machine-global kernel settings; down must have put them back.
+	if after := readSysctls(t); !equalStrings(sysctlsBefore, after) {
+		t.Fatalf("kernel settings changed by the cluster: before %v, after down %v", sysctlsBefore, after)
+	}
+}
+
+func readSysctls(t *testing.T) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	for _, name := range kubeletSysctls {
+		b, err := os.ReadFile(filepath.Join("/proc/sys", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		out[name] = strings.TrimSpace(string(b))
+	}
+	return out
+}
+
+func equalStrings(a, b map[string]string) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for k, v := range a {
+		if b[k] != v {
+			return false
+		}
+	}
+	return true
 }
 
 func testOptions(t *testing.T) Options {

@@ -56,6 +56,9 @@ func (l *layout) teardown() error {
 	if err := l.killAll(); err != nil {
 		errs = append(errs, err)
 	}
+	if err := l.restoreHostSysctls(); err != nil {
+		errs = append(errs, err)
+	}
 	taskIDs := l.containerTaskIDs()
 	l.Logf("unmounting")
 	if err := l.unmountAll(); err != nil {

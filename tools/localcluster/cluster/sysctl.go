@@ -1,0 +1,70 @@
+package cluster
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// kubeletSysctls are the machine-global kernel settings every kubelet rewrites at start
+// (pkg/kubelet/cm setupKernelTunables: overcommit, panic on oops, reboot 10 s after a
+// panic, key quotas) unless protectKernelDefaults — which instead refuses to start when
+// they differ. A network namespace does not scope them, so `up` records the machine's
+// values before the first kubelet starts and teardown puts them back.
+var kubeletSysctls = []string{
+	"vm/overcommit_memory",
+	"vm/panic_on_oom",
+	"kernel/panic",
+	"kernel/panic_on_oops",
+	"kernel/keys/root_maxkeys",
+	"kernel/keys/root_maxbytes",
+}
+
+func (l *layout) sysctlFile() string { return filepath.Join(l.StateDir, "host-sysctls.json") }
+
+// saveHostSysctls records the current values; it runs after stale state was torn down
+// (which restored any earlier record), so the record is the machine's own.
+func (l *layout) saveHostSysctls() error {
+	values := map[string]string{}
+	for _, name := range kubeletSysctls {
+		b, err := os.ReadFile(filepath.Join("/proc/sys", name))
+		if err != nil {
+			return fmt.Errorf("read sysctl %s: %w", name, err)
+		}
+		values[name] = strings.TrimSpace(string(b))
+	}
+	b, err := json.MarshalIndent(values, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(l.sysctlFile(), b, 0o644)
+}
+
+// restoreHostSysctls writes the recorded values back (kubelets must be stopped first).
+func (l *layout) restoreHostSysctls() error {
+	b, err := os.ReadFile(l.sysctlFile())
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	values := map[string]string{}
+	if err := json.Unmarshal(b, &values); err != nil {
+		return fmt.Errorf("%s: %w", l.sysctlFile(), err)
+	}
+	var errs []error
+	for _, name := range kubeletSysctls {
+		v, ok := values[name]
+		if !ok {
+			continue
+		}
+		if err := os.WriteFile(filepath.Join("/proc/sys", name), []byte(v), 0o644); err != nil {
+			errs = append(errs, fmt.Errorf("restore sysctl %s=%s: %w", name, v, err))
+		}
+	}
+	return errors.Join(errs...)
+}
