@@ -95,6 +95,9 @@ func Up(ctx context.Context, o Options) error {
 	if err := l.saveHostSysctls(); err != nil {
 		return err
 	}
+	if err := l.saveHostDirs(); err != nil {
+		return err
+	}
 	o.Logf("images: building missing tarballs in %s", o.ImageDir)
 	images, err := l.ensureImages()
 	if err != nil {

@@ -6,6 +6,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -31,6 +32,7 @@ func TestLifecycle(t *testing.T) {
 	})
 	l := newLayout(o)
 	sysctlsBefore := readSysctls(t)
+	globalBefore := globalPaths()
 
 	if err := Up(ctx, o); err != nil {
 		t.Fatalf("up: %v", err)
@@ -84,6 +86,21 @@ func TestLifecycle(t *testing.T) {
 	if after := readSysctls(t); !equalStrings(sysctlsBefore, after) {
 		t.Fatalf("kernel settings changed by the cluster: before %v, after down %v", sysctlsBefore, after)
 	}
+	// Paths kubelets and runc use whatever their configuration: as before the cluster.
+	if after := globalPaths(); !equalStrings(globalBefore, after) {
+		t.Fatalf("machine-global paths changed by the cluster: before %v, after down %v", globalBefore, after)
+	}
+}
+
+// globalPaths records whether each machine-global path the cluster may touch exists.
+func globalPaths() map[string]string {
+	paths := append([]string{"/sys/fs/cgroup/memory/k8s.io", "/sys/fs/cgroup/pids/k8s.io"}, kubeletGlobalDirs...)
+	out := map[string]string{}
+	for _, p := range paths {
+		_, err := os.Lstat(p)
+		out[p] = strconv.FormatBool(err == nil)
+	}
+	return out
 }
 
 func readSysctls(t *testing.T) map[string]string {

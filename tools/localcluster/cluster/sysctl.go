@@ -68,3 +68,57 @@ func (l *layout) restoreHostSysctls() error {
 	}
 	return errors.Join(errs...)
 }
+
+// kubeletGlobalDirs are paths every kubelet uses whatever its --root-dir: the device
+// manager's socket is hard-wired to /var/lib/kubelet/device-plugins/kubelet.sock (each
+// kubelet replaces the previous one's — harmless without device plugins), and container
+// log symlinks go to /var/log/containers. `up` records which of them did not exist; teardown
+// removes those whole, and otherwise only the symlinks that point into our state dir.
+var kubeletGlobalDirs = []string{"/var/lib/kubelet", "/var/log/containers"}
+
+func (l *layout) hostDirsFile() string { return filepath.Join(l.StateDir, "host-dirs-created.json") }
+
+func (l *layout) saveHostDirs() error {
+	var absent []string
+	for _, d := range kubeletGlobalDirs {
+		if _, err := os.Lstat(d); errors.Is(err, os.ErrNotExist) {
+			absent = append(absent, d)
+		}
+	}
+	b, err := json.Marshal(absent)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(l.hostDirsFile(), b, 0o644)
+}
+
+func (l *layout) cleanHostDirs() error {
+	var created []string
+	if b, err := os.ReadFile(l.hostDirsFile()); err == nil {
+		if err := json.Unmarshal(b, &created); err != nil {
+			return fmt.Errorf("%s: %w", l.hostDirsFile(), err)
+		}
+	}
+	for _, d := range created {
+		if err := os.RemoveAll(d); err != nil {
+			return err
+		}
+	}
+	for _, link := range l.ourContainerLogLinks() {
+		_ = os.Remove(link)
+	}
+	return nil
+}
+
+// ourContainerLogLinks lists /var/log/containers symlinks that point into our state dir.
+func (l *layout) ourContainerLogLinks() []string {
+	entries, _ := os.ReadDir("/var/log/containers")
+	var out []string
+	for _, e := range entries {
+		path := filepath.Join("/var/log/containers", e.Name())
+		if target, err := os.Readlink(path); err == nil && strings.HasPrefix(target, l.StateDir+"/") {
+			out = append(out, path)
+		}
+	}
+	return out
+}

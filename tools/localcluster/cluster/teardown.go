@@ -23,7 +23,8 @@ func (l *layout) anythingLeft() bool {
 	if _, err := os.Stat(l.StateDir); err == nil {
 		return true
 	}
-	return len(l.ourNetns()) > 0 || len(l.ourLinks()) > 0 || len(l.ourPids()) > 0 || len(l.ourCNICache()) > 0
+	return len(l.ourNetns()) > 0 || len(l.ourLinks()) > 0 || len(l.ourPids()) > 0 || len(l.ourCNICache()) > 0 ||
+		len(l.ourContainerLogLinks()) > 0
 }
 
 // cniCacheDir is libcni's machine-global result cache; containerd's CRI cannot move it.
@@ -57,6 +58,9 @@ func (l *layout) teardown() error {
 		errs = append(errs, err)
 	}
 	if err := l.restoreHostSysctls(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := l.cleanHostDirs(); err != nil {
 		errs = append(errs, err)
 	}
 	taskIDs := l.containerTaskIDs()
@@ -262,6 +266,13 @@ func (l *layout) removeContainerCgroups(ids map[string][]string) {
 			_ = os.Remove(filepath.Join("/sys/fs/cgroup/k8s.io", id)) // cgroup v2
 		}
 	}
+	// The shared parent goes too once empty (rmdir of a cgroup fails while it has
+	// children, so another containerd's containers keep it).
+	if len(ids) > 0 {
+		for _, h := range hierarchies {
+			_ = os.Remove(filepath.Join(h, "k8s.io"))
+		}
+	}
 }
 
 // removeShimSockets removes the sockets containerd-shim-runc-v2 keeps in the
@@ -316,6 +327,9 @@ func Leftovers(o Options) []string {
 				left = append(left, tool+": "+line)
 			}
 		}
+	}
+	for _, link := range l.ourContainerLogLinks() {
+		left = append(left, "container log link "+link)
 	}
 	if m := l.ourCNICache(); len(m) > 0 {
 		left = append(left, fmt.Sprintf("%d libcni cache entries, e.g. %s", len(m), m[0]))
