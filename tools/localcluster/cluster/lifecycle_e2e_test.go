@@ -95,6 +95,7 @@ func TestLifecycle(t *testing.T) {
 // globalPaths records whether each machine-global path the cluster may touch exists.
 func globalPaths() map[string]string {
 	paths := append([]string{"/sys/fs/cgroup/memory/k8s.io", "/sys/fs/cgroup/pids/k8s.io"}, kubeletGlobalDirs...)
+	paths = append(paths, sharedRuntimeDirs...)
 	out := map[string]string{}
 	for _, p := range paths {
 		_, err := os.Lstat(p)

@@ -76,11 +76,16 @@ func (l *layout) restoreHostSysctls() error {
 // removes those whole, and otherwise only the symlinks that point into our state dir.
 var kubeletGlobalDirs = []string{"/var/lib/kubelet", "/var/log/containers"}
 
+// sharedRuntimeDirs are created by containerd's shims (/run/containerd/s) and libcni's
+// cache (/var/lib/cni/results) and may be shared with other containerds: when they did not
+// exist before `up`, teardown removes them only if empty (children first).
+var sharedRuntimeDirs = []string{"/run/containerd/s", "/run/containerd", "/var/lib/cni/results", "/var/lib/cni"}
+
 func (l *layout) hostDirsFile() string { return filepath.Join(l.StateDir, "host-dirs-created.json") }
 
 func (l *layout) saveHostDirs() error {
 	var absent []string
-	for _, d := range kubeletGlobalDirs {
+	for _, d := range append(append([]string{}, kubeletGlobalDirs...), sharedRuntimeDirs...) {
 		if _, err := os.Lstat(d); errors.Is(err, os.ErrNotExist) {
 			absent = append(absent, d)
 		}
@@ -99,9 +104,20 @@ func (l *layout) cleanHostDirs() error {
 			return fmt.Errorf("%s: %w", l.hostDirsFile(), err)
 		}
 	}
+	wasCreated := map[string]bool{}
 	for _, d := range created {
-		if err := os.RemoveAll(d); err != nil {
-			return err
+		wasCreated[d] = true
+	}
+	for _, d := range kubeletGlobalDirs {
+		if wasCreated[d] {
+			if err := os.RemoveAll(d); err != nil {
+				return err
+			}
+		}
+	}
+	for _, d := range sharedRuntimeDirs {
+		if wasCreated[d] {
+			_ = os.Remove(d) // fails, as it should, while not empty
 		}
 	}
 	for _, link := range l.ourContainerLogLinks() {

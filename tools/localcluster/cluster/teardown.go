@@ -60,9 +60,6 @@ func (l *layout) teardown() error {
 	if err := l.restoreHostSysctls(); err != nil {
 		errs = append(errs, err)
 	}
-	if err := l.cleanHostDirs(); err != nil {
-		errs = append(errs, err)
-	}
 	taskIDs := l.containerTaskIDs()
 	l.Logf("unmounting")
 	if err := l.unmountAll(); err != nil {
@@ -76,6 +73,10 @@ func (l *layout) teardown() error {
 	}
 	for _, f := range l.ourCNICache() {
 		_ = os.Remove(f)
+	}
+	// After shim sockets and CNI cache entries are gone, so that emptied dirs can go.
+	if err := l.cleanHostDirs(); err != nil {
+		errs = append(errs, err)
 	}
 	if len(errs) == 0 {
 		l.Logf("removing %s", l.StateDir)
