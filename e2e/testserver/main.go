@@ -1,0 +1,106 @@
+// Command testserver is the e2e suite's workload: `testserver serve` answers HTTP with the
+// pod's name, node and IP (from the downward API); `testserver get URL` and
+// `testserver lookup NAME` are the client side of connectivity and DNS checks, run with
+// `kubectl exec` (the image has no shell).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"time"
+)
+
+// Reply is what the server answers on every path.
+type Reply struct {
+	Pod      string `json:"pod"`
+	Node     string `json:"node"`
+	PodIP    string `json:"podIP"`
+	Hostname string `json:"hostname"`
+	Remote   string `json:"remote"`
+	Path     string `json:"path"`
+}
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	switch os.Args[1] {
+	case "serve":
+		serve(os.Args[2:])
+	case "get":
+		get(os.Args[2:])
+	case "lookup":
+		lookup(os.Args[2:])
+	default:
+		usage()
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: testserver serve [--listen :8080] | get [--timeout 5s] URL | lookup NAME")
+	os.Exit(2)
+}
+
+func serve(args []string) {
+	fs := flag.NewFlagSet("serve", flag.ExitOnError)
+	listen := fs.String("listen", ":8080", "address to listen on")
+	_ = fs.Parse(args)
+	host, _ := os.Hostname()
+	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(Reply{
+			Pod: os.Getenv("POD_NAME"), Node: os.Getenv("NODE_NAME"), PodIP: os.Getenv("POD_IP"),
+			Hostname: host, Remote: r.RemoteAddr, Path: r.URL.Path,
+		})
+	})
+	fmt.Printf("testserver: pod=%s node=%s ip=%s listening on %s\n", os.Getenv("POD_NAME"), os.Getenv("NODE_NAME"), os.Getenv("POD_IP"), *listen)
+	srv := &http.Server{Addr: *listen, ReadHeaderTimeout: 10 * time.Second}
+	if err := srv.ListenAndServe(); err != nil {
+		fmt.Fprintln(os.Stderr, "testserver:", err)
+		os.Exit(1)
+	}
+}
+
+func get(args []string) {
+	fs := flag.NewFlagSet("get", flag.ExitOnError)
+	timeout := fs.Duration("timeout", 5*time.Second, "request timeout")
+	_ = fs.Parse(args)
+	if fs.NArg() != 1 {
+		usage()
+	}
+	client := &http.Client{Timeout: *timeout}
+	resp, err := client.Get(fs.Arg(0))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "get:", err)
+		os.Exit(1)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	os.Stdout.Write(body)
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintln(os.Stderr, "get: status", resp.Status)
+		os.Exit(1)
+	}
+}
+
+func lookup(args []string) {
+	if len(args) != 1 {
+		usage()
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupHost(ctx, args[0])
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lookup:", err)
+		os.Exit(1)
+	}
+	for _, a := range addrs {
+		fmt.Println(a)
+	}
+}

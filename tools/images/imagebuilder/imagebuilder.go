@@ -1,0 +1,154 @@
+// Package imagebuilder turns static Go binaries into single-layer container images, written
+// as docker-archive tarballs that `ctr images import` (and `docker load`) accept. No
+// registry, no Dockerfile: go-containerregistry assembles the layer, config and manifest.
+package imagebuilder
+
+import (
+	"archive/tar"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/empty"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
+	"github.com/google/go-containerregistry/pkg/v1/tarball"
+)
+
+// Image is one image to build.
+type Image struct {
+	// Ref is the full image name pods use, e.g. localhost/staticip/testserver:v1.
+	Ref string
+	// Package is a Go main package (import path or ./relative to the repo root) built
+	// statically into the image; empty when Binary names a prebuilt static binary.
+	Package string
+	// Binary is a prebuilt static binary (used when Package is empty).
+	Binary string
+	// Path is where the binary lives in the image, e.g. /testserver.
+	Path string
+	// Args are the default arguments after the binary (the image's CMD).
+	Args []string
+}
+
+// File is the tarball name of an image inside an output directory.
+func (im Image) File() string {
+	return filepath.Base(im.Path) + ".tar"
+}
+
+// Build builds im into outDir/<File()> and returns that path. repoRoot is where Package
+// builds from.
+func Build(repoRoot, outDir string, im Image) (string, error) {
+	if err := os.MkdirAll(outDir, 0o755); err != nil {
+		return "", err
+	}
+	bin := im.Binary
+	if im.Package != "" {
+		bin = filepath.Join(outDir, ".bin", filepath.Base(im.Path))
+		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, im.Package)
+		cmd.Dir = repoRoot
+		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return "", fmt.Errorf("go build %s: %w\n%s", im.Package, err, out)
+		}
+	}
+	content, err := os.ReadFile(bin)
+	if err != nil {
+		return "", fmt.Errorf("image %s: %w", im.Ref, err)
+	}
+	layer, err := binaryLayer(im.Path, content)
+	if err != nil {
+		return "", err
+	}
+	img, err := mutate.AppendLayers(empty.Image, layer)
+	if err != nil {
+		return "", err
+	}
+	cfg, err := img.ConfigFile()
+	if err != nil {
+		return "", err
+	}
+	cfg = cfg.DeepCopy()
+	cfg.OS = "linux"
+	cfg.Architecture = "amd64"
+	cfg.Config.Entrypoint = []string{im.Path}
+	cfg.Config.Cmd = im.Args
+	cfg.Config.Env = []string{"PATH=/"}
+	// A fixed creation time keeps the image ID stable across builds of the same binary.
+	cfg.Created = v1.Time{Time: time.Unix(0, 0).UTC()}
+	img, err = mutate.ConfigFile(img, cfg)
+	if err != nil {
+		return "", err
+	}
+	tag, err := name.NewTag(im.Ref)
+	if err != nil {
+		return "", fmt.Errorf("image name %q: %w", im.Ref, err)
+	}
+	out := filepath.Join(outDir, im.File())
+	tmp := out + ".tmp"
+	if err := tarball.WriteToFile(tmp, tag, img); err != nil {
+		return "", err
+	}
+	return out, os.Rename(tmp, out)
+}
+
+// binaryLayer is a layer holding one executable, plus /tmp and /etc so that programs and
+// the kubelet's /etc/hosts and /etc/resolv.conf bind mounts have a place to go.
+func binaryLayer(path string, content []byte) (v1.Layer, error) {
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	epoch := time.Unix(0, 0)
+	for _, dir := range []string{"etc/", "tmp/"} {
+		mode := int64(0o755)
+		if dir == "tmp/" {
+			mode = 0o1777
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: dir, Mode: mode, ModTime: epoch}); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: path[1:], Mode: 0o755, Size: int64(len(content)), ModTime: epoch}); err != nil {
+		return nil, err
+	}
+	if _, err := tw.Write(content); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	data := buf.Bytes()
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
+		return io.NopCloser(bytes.NewReader(data)), nil
+	})
+}
+
+// Import loads an image tarball into one containerd's k8s.io namespace (the namespace the
+// CRI plugin, and so the kubelet, sees).
+func Import(containerdSocket, tarPath string) error {
+	out, err := exec.Command("ctr", "--address", containerdSocket, "--namespace", "k8s.io", "images", "import", tarPath).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("ctr images import %s into %s: %w: %s", tarPath, containerdSocket, err, out)
+	}
+	return nil
+}
+
+// Names of the images every local cluster node gets.
+const (
+	PauseImage      = "localhost/staticip/pause:v1"
+	TestServerImage = "localhost/staticip/testserver:v1"
+	CoreDNSImage    = "localhost/staticip/coredns:v1"
+)
+
+// Defaults are the images the local cluster needs. staticip's own binaries are added here
+// as they appear (Package: "./cni/cmd/staticip-agent", Ref: localhost/staticip/...:v1).
+func Defaults(binDir string) []Image {
+	return []Image{
+		{Ref: PauseImage, Package: "./tools/images/pause", Path: "/pause"},
+		{Ref: TestServerImage, Package: "./e2e/testserver", Path: "/testserver", Args: []string{"serve"}},
+		{Ref: CoreDNSImage, Binary: filepath.Join(binDir, "coredns"), Path: "/coredns"},
+	}
+}

@@ -1,0 +1,428 @@
+package cluster
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/staticip/staticip/tools/images/imagebuilder"
+)
+
+// NetnsAnnotation on a Node names the network namespace the node lives in, so that
+// tests can run commands "on the node" (nsenter --net=/run/netns/<name>).
+const NetnsAnnotation = "localcluster.staticip.io/netns"
+
+// record is what `up` leaves in the state directory; `up` compares it to decide whether
+// it has nothing to do, and `status`/`down` read it.
+type record struct {
+	Nodes      int       `json:"nodes"`
+	CNI        string    `json:"cni"`
+	Scheduler  string    `json:"scheduler"`
+	Prefix     string    `json:"prefix"`
+	NodeSubnet string    `json:"nodeSubnet"`
+	Started    time.Time `json:"started"`
+}
+
+func (l *layout) recordFile() string { return filepath.Join(l.StateDir, "cluster.json") }
+
+func (l *layout) readRecord() (*record, error) {
+	b, err := os.ReadFile(l.recordFile())
+	if err != nil {
+		return nil, err
+	}
+	var r record
+	return &r, json.Unmarshal(b, &r)
+}
+
+// controlPlane and nodeDaemons name every daemon in start order.
+func (l *layout) daemons() []daemon {
+	ds := []daemon{l.etcd(), l.apiserver(), l.controllerManager(), l.scheduler()}
+	for _, n := range l.nodes {
+		ds = append(ds, l.containerd(n), l.kubelet(n), l.kubeProxy(n))
+	}
+	return ds
+}
+
+// Up brings the cluster up, or does nothing when the same cluster is already healthy.
+// Anything left from an earlier run that is not a healthy cluster (a crash, kill -9, a
+// failed up) is removed first.
+func Up(ctx context.Context, o Options) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	l := newLayout(o)
+	start := time.Now()
+	if rec, err := l.readRecord(); err == nil {
+		// Health is judged against the cluster that is up, not the one asked for.
+		running := newLayout(Options{Nodes: rec.Nodes, StateDir: o.StateDir, BinDir: o.BinDir, CNI: rec.CNI,
+			Scheduler: rec.Scheduler, Prefix: rec.Prefix, NodeSubnet: rec.NodeSubnet, Logf: o.Logf})
+		if running.healthy(ctx) {
+			if rec.Nodes != o.Nodes || rec.CNI != o.CNI || rec.Scheduler != o.Scheduler {
+				return fmt.Errorf("a cluster is already up in %s with %d nodes, --cni=%s, --scheduler=%s; run `down` first to change it",
+					o.StateDir, rec.Nodes, rec.CNI, rec.Scheduler)
+			}
+			o.Logf("cluster already up (%d nodes, started %s); nothing to do", rec.Nodes, rec.Started.Format(time.RFC3339))
+			return nil
+		}
+	}
+	if err := l.checkPrerequisites(); err != nil {
+		return err
+	}
+	if l.anythingLeft() {
+		o.Logf("removing stale state of an earlier cluster")
+		if err := l.teardown(); err != nil {
+			return fmt.Errorf("cleaning stale state: %w", err)
+		}
+	}
+	for _, d := range []string{l.pkiDir, l.logDir, l.pidDir, l.etcdDir} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return err
+		}
+	}
+	if err := l.saveHostSysctls(); err != nil {
+		return err
+	}
+	if err := l.saveHostDirs(); err != nil {
+		return err
+	}
+	o.Logf("images: building missing tarballs in %s", o.ImageDir)
+	images, err := l.ensureImages()
+	if err != nil {
+		return err
+	}
+	o.Logf("pki: CA and certificates in %s", l.pkiDir)
+	if err := l.writePKI(); err != nil {
+		return err
+	}
+	o.Logf("network: bridge %s (%s), netns %s and %d nodes", l.bridge, l.hostIP, l.cpNetns, len(l.nodes))
+	if err := l.setupNetwork(); err != nil {
+		return err
+	}
+
+	o.Logf("control plane: etcd, kube-apiserver on https://%s:%d", l.apiserverIP, apiserverPort)
+	for _, d := range []daemon{l.etcd(), l.apiserver()} {
+		if _, err := l.start(d); err != nil {
+			return l.componentError(d.name, err)
+		}
+	}
+	client, err := l.client()
+	if err != nil {
+		return err
+	}
+	if err := l.waitFor(ctx, 90*time.Second, []string{"etcd", "kube-apiserver"}, "kube-apiserver ready", func() (bool, error) {
+		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		return err == nil && string(body) == "ok", nil
+	}); err != nil {
+		return err
+	}
+	o.Logf("control plane: kube-controller-manager, %s", l.Scheduler)
+	for _, d := range []daemon{l.controllerManager(), l.scheduler()} {
+		if _, err := l.start(d); err != nil {
+			return l.componentError(d.name, err)
+		}
+	}
+
+	o.Logf("nodes: containerd x%d", len(l.nodes))
+	cni := cniProviders[l.CNI]
+	for _, n := range l.nodes {
+		if err := l.prepareNode(cni, n); err != nil {
+			return fmt.Errorf("%s: %w", n.name, err)
+		}
+		if _, err := l.start(l.containerd(n)); err != nil {
+			return l.componentError(n.name+"-containerd", err)
+		}
+	}
+	var names []string
+	for _, n := range l.nodes {
+		names = append(names, n.name+"-containerd")
+	}
+	if err := l.waitFor(ctx, 60*time.Second, names, "containerd sockets", func() (bool, error) {
+		for _, n := range l.nodes {
+			if _, err := os.Stat(n.containerdSocket); err != nil {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		return err
+	}
+	o.Logf("nodes: importing %d images into every containerd", len(images))
+	if err := l.importImages(images); err != nil {
+		return err
+	}
+	o.Logf("nodes: kubelet and kube-proxy x%d", len(l.nodes))
+	for _, n := range l.nodes {
+		for _, d := range []daemon{l.kubelet(n), l.kubeProxy(n)} {
+			if _, err := l.start(d); err != nil {
+				return l.componentError(d.name, err)
+			}
+		}
+	}
+	all := l.daemonNames()
+	if err := l.waitFor(ctx, 120*time.Second, all, "nodes registered", func() (bool, error) {
+		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		return err == nil && len(nodes.Items) == len(l.nodes), nil
+	}); err != nil {
+		return err
+	}
+	// Node CIDRs come from the layout (the CNI config already uses them); record them on
+	// the Nodes as node-ipam would, for anything that reads spec.podCIDR.
+	for _, n := range l.nodes {
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"podCIDR":%q,"podCIDRs":[%q]}}`,
+			NetnsAnnotation, n.netns, n.podCIDR, n.podCIDR)
+		if _, err := client.CoreV1().Nodes().Patch(ctx, n.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			return fmt.Errorf("set %s podCIDR: %w", n.name, err)
+		}
+	}
+	o.Logf("addons: CoreDNS (Service %s)", dnsServiceIP)
+	manifests := append([]string{coreDNSManifest()}, cni.manifests(&l)...)
+	for _, m := range manifests {
+		if _, err := l.kubectl(m, "apply", "-f", "-"); err != nil {
+			return err
+		}
+	}
+	if err := l.waitFor(ctx, 120*time.Second, all, "all nodes Ready", func() (bool, error) {
+		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		ready := 0
+		for _, n := range nodes.Items {
+			for _, c := range n.Status.Conditions {
+				if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+					ready++
+				}
+			}
+		}
+		return ready == len(l.nodes), nil
+	}); err != nil {
+		return err
+	}
+	if err := l.waitFor(ctx, 120*time.Second, all, "CoreDNS available and default ServiceAccount created", func() (bool, error) {
+		d, err := client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
+		if err != nil || d.Status.AvailableReplicas < 1 {
+			return false, nil
+		}
+		_, err = client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		return err
+	}
+	rec := record{Nodes: o.Nodes, CNI: o.CNI, Scheduler: o.Scheduler, Prefix: o.Prefix, NodeSubnet: o.NodeSubnet, Started: time.Now()}
+	b, _ := json.MarshalIndent(rec, "", "  ")
+	if err := os.WriteFile(l.recordFile(), b, 0o644); err != nil {
+		return err
+	}
+	o.Logf("cluster up in %s: %d nodes; export KUBECONFIG=%s", time.Since(start).Round(100*time.Millisecond), len(l.nodes), l.kubeconfig)
+	return nil
+}
+
+// checkPrerequisites fails early, with the fix, when a binary the cluster runs is missing.
+func (l *layout) checkPrerequisites() error {
+	var missing []string
+	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", schedulers[l.Scheduler], "kubelet", "kube-proxy", "kubectl", "coredns"} {
+		if _, err := os.Stat(l.bin(b)); err != nil {
+			missing = append(missing, l.bin(b)+" (make k8s-bins)")
+		}
+	}
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter", "ip", "iptables", "conntrack", "sysctl", "go"} {
+		if _, err := exec.LookPath(b); err != nil {
+			missing = append(missing, b+" (tools/install-deps.sh)")
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("missing: %s", strings.Join(missing, ", "))
+	}
+	return nil
+}
+
+func (l *layout) daemonNames() []string {
+	var names []string
+	for _, d := range l.daemons() {
+		names = append(names, d.name)
+	}
+	return names
+}
+
+// healthy: every daemon alive and the API server ready.
+func (l *layout) healthy(ctx context.Context) bool {
+	for _, name := range l.daemonNames() {
+		if !l.running(name) {
+			return false
+		}
+	}
+	client, err := l.client()
+	if err != nil {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+	return err == nil && string(body) == "ok"
+}
+
+func (l *layout) client() (*kubernetes.Clientset, error) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", l.kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	cfg.Timeout = 10 * time.Second
+	return kubernetes.NewForConfig(cfg)
+}
+
+// waitFor polls cond; while it waits, a watched daemon that exits fails the wait with that
+// daemon's name and log.
+func (l *layout) waitFor(ctx context.Context, timeout time.Duration, watch []string, what string, cond func() (bool, error)) error {
+	err := poll(timeout, 250*time.Millisecond, func() (bool, error) {
+		if ctx.Err() != nil {
+			return false, ctx.Err()
+		}
+		for _, name := range watch {
+			if !l.running(name) {
+				return false, l.componentError(name, errors.New("exited while waiting for "+what))
+			}
+		}
+		return cond()
+	})
+	if errors.Is(err, errTimeout) {
+		return fmt.Errorf("waiting for %s: %w (logs in %s)", what, err, l.logDir)
+	}
+	return err
+}
+
+// prepareNode writes one node's directories and configs.
+func (l *layout) prepareNode(cni cniProvider, n nodeLayout) error {
+	for _, d := range []string{n.containerdRoot, n.containerdState, n.cniBinDir, n.cniConfDir, n.kubeletRoot, n.podLogsDir} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			return err
+		}
+	}
+	if err := cni.installNode(l, n); err != nil {
+		return fmt.Errorf("CNI %s: %w", l.CNI, err)
+	}
+	files := map[string]string{
+		"containerd.toml": l.containerdConfig(n),
+		"kubelet.yaml":    l.kubeletConfig(n),
+		"kube-proxy.yaml": l.kubeProxyConfig(n),
+	}
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(n.dir, name), []byte(content), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ensureImages builds the default images whose tarballs are missing and returns every
+// tarball in ImageDir (so images added there by `tools/images` are imported too).
+func (l *layout) ensureImages() ([]string, error) {
+	for _, im := range imagebuilder.Defaults(l.BinDir) {
+		if _, err := os.Stat(filepath.Join(l.ImageDir, im.File())); err == nil {
+			continue
+		}
+		if _, err := imagebuilder.Build(l.RepoRoot, l.ImageDir, im); err != nil {
+			return nil, fmt.Errorf("image %s: %w", im.Ref, err)
+		}
+	}
+	return filepath.Glob(filepath.Join(l.ImageDir, "*.tar"))
+}
+
+func (l *layout) importImages(images []string) error {
+	var wg sync.WaitGroup
+	errs := make([]error, len(l.nodes))
+	for i, n := range l.nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for _, img := range images {
+				if err := imagebuilder.Import(n.containerdSocket, img); err != nil {
+					errs[i] = err
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// Down removes everything the cluster made. It works from the state directory and the
+// prefix alone, so it also cleans up after a crash.
+func Down(o Options) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	l := newLayout(o)
+	if !l.anythingLeft() {
+		o.Logf("nothing to remove")
+		return nil
+	}
+	start := time.Now()
+	if err := l.teardown(); err != nil {
+		return err
+	}
+	o.Logf("cluster removed in %s", time.Since(start).Round(100*time.Millisecond))
+	return nil
+}
+
+// Status prints the daemons and nodes.
+func Status(ctx context.Context, o Options) error {
+	l := newLayout(o)
+	rec, err := l.readRecord()
+	if err != nil {
+		if l.anythingLeft() {
+			return fmt.Errorf("no healthy cluster in %s, but leftovers exist; run `down` (or `up`, which cleans them)", o.StateDir)
+		}
+		return fmt.Errorf("no cluster in %s", o.StateDir)
+	}
+	l = newLayout(Options{Nodes: rec.Nodes, StateDir: o.StateDir, BinDir: o.BinDir, CNI: rec.CNI, Scheduler: rec.Scheduler, Prefix: rec.Prefix, NodeSubnet: rec.NodeSubnet})
+	fmt.Printf("cluster in %s, started %s, %d nodes, cni=%s, scheduler=%s\n", o.StateDir, rec.Started.Format(time.RFC3339), rec.Nodes, rec.CNI, rec.Scheduler)
+	for _, name := range l.daemonNames() {
+		state := "running"
+		if !l.running(name) {
+			state = "NOT RUNNING"
+		}
+		fmt.Printf("  %-28s %-12s %s\n", name, state, l.logFile(name))
+	}
+	client, err := l.client()
+	if err != nil {
+		return err
+	}
+	nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return fmt.Errorf("list nodes: %w", err)
+	}
+	for _, n := range nodes.Items {
+		ready := "NotReady"
+		for _, c := range n.Status.Conditions {
+			if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+				ready = "Ready"
+			}
+		}
+		fmt.Printf("  node %-10s %-9s zone=%s podCIDR=%s\n", n.Name, ready, n.Labels["zone"], n.Spec.PodCIDR)
+	}
+	fmt.Printf("export KUBECONFIG=%s\n", l.kubeconfig)
+	return nil
+}
+
+// Kubeconfig returns the admin kubeconfig path of a running cluster.
+func Kubeconfig(o Options) (string, error) {
+	l := newLayout(o)
+	if _, err := os.Stat(l.kubeconfig); err != nil {
+		return "", fmt.Errorf("no cluster in %s (run `up`)", o.StateDir)
+	}
+	return l.kubeconfig, nil
+}

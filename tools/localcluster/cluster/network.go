@@ -1,0 +1,143 @@
+package cluster
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+)
+
+// setupNetwork creates the host bridge and one network namespace per control plane and
+// node, each joined to the bridge by a veth. Addresses exist only on these links; the host
+// keeps ip_forward as it is, so nothing is routed off the machine.
+func (l *layout) setupNetwork() error {
+	steps := [][]string{
+		{"ip", "link", "add", l.bridge, "type", "bridge"},
+		{"ip", "addr", "add", l.hostIP + "/24", "dev", l.bridge},
+		{"ip", "link", "set", l.bridge, "up"},
+	}
+	for _, s := range steps {
+		if err := run(s...); err != nil {
+			return err
+		}
+	}
+	if err := l.addNetns(l.cpNetns, l.cpHostVeth, l.cpIP); err != nil {
+		return err
+	}
+	for _, n := range l.nodes {
+		if err := l.addNetns(n.netns, n.hostVeth, n.ip); err != nil {
+			return err
+		}
+		// Nodes route pod traffic; bridge-nf-call-iptables lets kube-proxy see traffic
+		// between pods on the same CNI bridge (the kernel keeps it per namespace).
+		for _, s := range []string{"net.ipv4.ip_forward=1", "net.bridge.bridge-nf-call-iptables=1"} {
+			if err := run("ip", "netns", "exec", n.netns, "sysctl", "-q", "-w", s); err != nil {
+				return err
+			}
+		}
+	}
+	// Routes to every node's pod CIDR: from the host (so `curl <pod IP>` works there),
+	// from the control plane (the API server answers pods) and from every other node.
+	for _, n := range l.nodes {
+		if err := run("ip", "route", "add", n.podCIDR, "via", n.ip, "dev", l.bridge); err != nil {
+			return fmt.Errorf("route to %s's pod CIDR (is %s used elsewhere on this machine?): %w", n.name, n.podCIDR, err)
+		}
+		if err := run("ip", "-n", l.cpNetns, "route", "add", n.podCIDR, "via", n.ip); err != nil {
+			return err
+		}
+		for _, m := range l.nodes {
+			if m.index != n.index {
+				if err := run("ip", "-n", m.netns, "route", "add", n.podCIDR, "via", n.ip); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	// Service IPs: a node's own processes need a route before kube-proxy's DNAT applies;
+	// the host sends Service traffic to node 1, whose kube-proxy masquerades it.
+	for _, n := range l.nodes {
+		if err := run("ip", "-n", n.netns, "route", "add", serviceCIDR, "dev", "eth0"); err != nil {
+			return err
+		}
+	}
+	return run("ip", "route", "add", serviceCIDR, "via", l.nodes[0].ip, "dev", l.bridge)
+}
+
+func (l *layout) addNetns(ns, hostVeth, ip string) error {
+	steps := [][]string{
+		{"ip", "netns", "add", ns},
+		{"ip", "link", "add", hostVeth, "type", "veth", "peer", "name", "eth0", "netns", ns},
+		{"ip", "link", "set", hostVeth, "master", l.bridge, "up"},
+		{"ip", "-n", ns, "addr", "add", ip + "/24", "dev", "eth0"},
+		{"ip", "-n", ns, "link", "set", "eth0", "up"},
+		{"ip", "-n", ns, "link", "set", "lo", "up"},
+	}
+	for _, s := range steps {
+		if err := run(s...); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// ourNetns lists the network namespaces (by name) this cluster's prefix owns, whether or
+// not the layout still knows them (a previous `up` may have had more nodes).
+func (l *layout) ourNetns() []string {
+	out, _ := exec.Command("ip", "netns", "list").Output()
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 0 {
+			continue
+		}
+		if f[0] == l.cpNetns || strings.HasPrefix(f[0], l.Prefix+"-node-") {
+			names = append(names, f[0])
+		}
+	}
+	return names
+}
+
+// ourLinks lists host links made by this cluster: the bridge and the veths' host ends.
+func (l *layout) ourLinks() []string {
+	out, _ := exec.Command("ip", "-o", "link", "show").Output()
+	var names []string
+	for _, line := range strings.Split(string(out), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 {
+			continue
+		}
+		name := strings.TrimSuffix(f[1], ":")
+		if i := strings.IndexByte(name, '@'); i >= 0 {
+			name = name[:i]
+		}
+		if name == l.bridge || name == l.cpHostVeth || strings.HasPrefix(name, l.Prefix+"-v") {
+			names = append(names, name)
+		}
+	}
+	return names
+}
+
+// teardownNetwork deletes namespaces (which takes their veth ends, addresses, routes and
+// iptables rules with them) and the bridge (which takes the host routes).
+func (l *layout) teardownNetwork() error {
+	var errs []string
+	for _, ns := range l.ourNetns() {
+		if err := run("ip", "netns", "del", ns); err != nil {
+			errs = append(errs, err.Error())
+		}
+	}
+	for _, link := range l.ourLinks() {
+		if err := run("ip", "link", "del", link); err != nil && linkExists(link) {
+			errs = append(errs, err.Error())
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("network teardown: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+func linkExists(name string) bool {
+	_, err := os.Stat("/sys/class/net/" + name)
+	return err == nil
+}

@@ -1,0 +1,179 @@
+// Package cluster runs a real Kubernetes cluster as processes on one machine: etcd and the
+// control plane in one network namespace, and N worker nodes, each a network namespace
+// with its own containerd, kubelet and kube-proxy, all joined by veths to one host bridge.
+package cluster
+
+import (
+	"fmt"
+	"net"
+	"path/filepath"
+)
+
+// Options are what a user chooses; everything else is derived from them.
+type Options struct {
+	// Nodes is the number of worker nodes.
+	Nodes int
+	// StateDir holds certificates, configs, logs, pids and every component's data.
+	StateDir string
+	// BinDir holds etcd, kube-* and coredns (the repository's _output/bin).
+	BinDir string
+	// ImageDir holds image tarballs built by tools/images; every *.tar is imported into
+	// every node's containerd.
+	ImageDir string
+	// RepoRoot is the staticip checkout (used to build images that are missing).
+	RepoRoot string
+	// CNI names the pod network provider (see cniProviders).
+	CNI string
+	// Scheduler names the scheduler (see schedulers).
+	Scheduler string
+	// Prefix starts every global name the cluster creates (netns, links), so that
+	// other users of the machine can tell them apart and `down` finds exactly its own.
+	Prefix string
+	// NodeSubnet is the /24 on the host bridge; .1 is the host, .2 the control plane,
+	// .11+i node i. It exists only on links the cluster creates.
+	NodeSubnet string
+	// Logf prints progress.
+	Logf func(format string, args ...any)
+}
+
+const (
+	clusterCIDR   = "10.244.0.0/16"
+	serviceCIDR   = "10.96.0.0/16"
+	kubernetesSvc = "10.96.0.1"
+	dnsServiceIP  = "10.96.0.10"
+	clusterDomain = "cluster.local"
+	apiserverPort = 6443
+)
+
+// DefaultOptions returns the options `localcluster` uses without flags.
+func DefaultOptions() Options {
+	return Options{
+		Nodes:      3,
+		StateDir:   "/var/lib/staticip-localcluster",
+		CNI:        "bridge",
+		Scheduler:  "kube-scheduler",
+		Prefix:     "cluster",
+		NodeSubnet: "172.30.0.0/24",
+		Logf:       func(string, ...any) {},
+	}
+}
+
+func (o *Options) validate() error {
+	if o.Nodes < 1 || o.Nodes > 200 {
+		return fmt.Errorf("--nodes must be between 1 and 200, got %d", o.Nodes)
+	}
+	if !filepath.IsAbs(o.StateDir) {
+		return fmt.Errorf("--state-dir must be absolute, got %q", o.StateDir)
+	}
+	if filepath.Clean(o.StateDir) == "/" {
+		return fmt.Errorf("--state-dir must not be /")
+	}
+	_, n, err := net.ParseCIDR(o.NodeSubnet)
+	if err != nil {
+		return fmt.Errorf("--node-subnet: %w", err)
+	}
+	if ones, bits := n.Mask.Size(); ones != 24 || bits != 32 {
+		return fmt.Errorf("--node-subnet must be an IPv4 /24, got %s", o.NodeSubnet)
+	}
+	if len(o.Prefix) == 0 || len(o.Prefix) > 8 {
+		return fmt.Errorf("--prefix must be 1-8 characters (link names are at most 15), got %q", o.Prefix)
+	}
+	if _, ok := cniProviders[o.CNI]; !ok {
+		return fmt.Errorf("--cni=%s is unknown; known: %v", o.CNI, keys(cniProviders))
+	}
+	if _, ok := schedulers[o.Scheduler]; !ok {
+		return fmt.Errorf("--scheduler=%s is unknown; known: %v", o.Scheduler, keys(schedulers))
+	}
+	return nil
+}
+
+// layout is every name, address and path of one cluster, derived from Options.
+type layout struct {
+	Options
+	bridge      string
+	hostIP      string
+	cpNetns     string
+	cpIP        string
+	cpHostVeth  string
+	nodes       []nodeLayout
+	pkiDir      string
+	logDir      string
+	pidDir      string
+	etcdDir     string
+	kubeconfig  string
+	apiserverIP string
+}
+
+type nodeLayout struct {
+	index    int // 1-based
+	name     string
+	netns    string
+	hostVeth string
+	ip       string
+	podCIDR  string
+	gateway  string // first address of podCIDR, the CNI bridge
+	zone     string
+	dir      string
+	// containerd
+	containerdRoot   string
+	containerdState  string
+	containerdSocket string
+	cniBinDir        string
+	cniConfDir       string
+	// kubelet
+	kubeletRoot string
+	podLogsDir  string
+}
+
+func newLayout(o Options) layout {
+	_, subnet, _ := net.ParseCIDR(o.NodeSubnet)
+	base := subnet.IP.To4()
+	ip := func(last int) string { return fmt.Sprintf("%d.%d.%d.%d", base[0], base[1], base[2], last) }
+	l := layout{
+		Options:    o,
+		bridge:     o.Prefix + "-br0",
+		hostIP:     ip(1),
+		cpNetns:    o.Prefix + "-cp",
+		cpIP:       ip(2),
+		cpHostVeth: o.Prefix + "-vcp",
+		pkiDir:     filepath.Join(o.StateDir, "pki"),
+		logDir:     filepath.Join(o.StateDir, "logs"),
+		pidDir:     filepath.Join(o.StateDir, "pids"),
+		etcdDir:    filepath.Join(o.StateDir, "etcd"),
+		kubeconfig: filepath.Join(o.StateDir, "kubeconfig"),
+	}
+	l.apiserverIP = l.cpIP
+	for i := 1; i <= o.Nodes; i++ {
+		dir := filepath.Join(o.StateDir, fmt.Sprintf("node-%d", i))
+		n := nodeLayout{
+			index:            i,
+			name:             fmt.Sprintf("node-%d", i),
+			netns:            fmt.Sprintf("%s-node-%d", o.Prefix, i),
+			hostVeth:         fmt.Sprintf("%s-v%d", o.Prefix, i),
+			ip:               ip(10 + i),
+			podCIDR:          fmt.Sprintf("10.244.%d.0/24", i),
+			gateway:          fmt.Sprintf("10.244.%d.1", i),
+			zone:             fmt.Sprintf("zone-%d", (i-1)%2),
+			dir:              dir,
+			containerdRoot:   filepath.Join(dir, "containerd", "root"),
+			containerdState:  filepath.Join(dir, "containerd", "state"),
+			containerdSocket: filepath.Join(dir, "containerd", "containerd.sock"),
+			cniBinDir:        filepath.Join(dir, "cni", "bin"),
+			cniConfDir:       filepath.Join(dir, "cni", "net.d"),
+			kubeletRoot:      filepath.Join(dir, "kubelet"),
+			podLogsDir:       filepath.Join(dir, "pod-logs"),
+		}
+		l.nodes = append(l.nodes, n)
+	}
+	return l
+}
+
+func (l *layout) netnsPath(name string) string { return filepath.Join("/run/netns", name) }
+
+func keys[V any](m map[string]V) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}

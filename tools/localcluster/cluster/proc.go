@@ -1,0 +1,172 @@
+package cluster
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// daemon is one long-running process of the cluster. Its pid file and log file live in the
+// state directory; its environment carries the marker (see isOurs), which is how `down`
+// recognises it and its descendants (and only them), also after a crash.
+type daemon struct {
+	name  string // e.g. "kube-apiserver", "node-2-kubelet"
+	netns string // network namespace to run in ("" = host)
+	argv  []string
+}
+
+func (l *layout) logFile(name string) string { return filepath.Join(l.logDir, name+".log") }
+func (l *layout) pidFile(name string) string { return filepath.Join(l.pidDir, name+".pid") }
+
+// start runs d detached from this process (own session, output to its log file) so that
+// the cluster outlives `localcluster up`. A daemon in a node's network namespace enters
+// only that namespace (nsenter --net): `ip netns exec` would also give it a private mount
+// namespace, and then kubelet's volume mounts would be invisible to containerd.
+func (l *layout) start(d daemon) (int, error) {
+	logf, err := os.OpenFile(l.logFile(d.name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return 0, err
+	}
+	defer logf.Close()
+	argv := d.argv
+	if d.netns != "" {
+		argv = append([]string{"nsenter", "--net=" + l.netnsPath(d.netns), "--"}, argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Stdout = logf
+	cmd.Stderr = logf
+	cmd.Dir = l.StateDir
+	cmd.Env = append(withoutMarker(os.Environ()), l.marker())
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	if err := cmd.Start(); err != nil {
+		return 0, fmt.Errorf("start %s: %w", d.name, err)
+	}
+	pid := cmd.Process.Pid
+	// Reap it if it dies while we still run, so that alive() sees the exit.
+	go func() { _ = cmd.Wait() }()
+	if err := os.WriteFile(l.pidFile(d.name), []byte(strconv.Itoa(pid)), 0o644); err != nil {
+		return 0, err
+	}
+	return pid, nil
+}
+
+// running reports whether the daemon recorded under name is alive and still ours.
+func (l *layout) running(name string) bool {
+	b, err := os.ReadFile(l.pidFile(name))
+	if err != nil {
+		return false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return false
+	}
+	return l.isOurs(pid, true)
+}
+
+// isOurs reports whether pid is alive (not a zombie) and one of ours: started by `up`
+// with the marker variable in its environment, or a descendant that inherited it
+// (containerd's shims and runc). Pids are reused, so a pid file alone proves nothing; the
+// command line is no proof either (the shell that ran `localcluster up --state-dir=...`
+// names the state dir too). duringExec accepts an empty environment, which a process
+// shows for a moment while it execs (nsenter becoming kubelet); only for pids we recorded
+// ourselves (kernel threads have none either).
+func (l *layout) isOurs(pid int, duringExec bool) bool {
+	stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	if i := bytes.LastIndexByte(stat, ')'); i > 0 && i+2 < len(stat) && stat[i+2] == 'Z' {
+		return false
+	}
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil {
+		return false
+	}
+	if duringExec && len(environ) == 0 {
+		return true
+	}
+	for _, kv := range bytes.Split(environ, []byte{0}) {
+		if string(kv) == l.marker() {
+			return true
+		}
+	}
+	return false
+}
+
+// marker is the environment entry that tags this cluster's processes.
+func (l *layout) marker() string { return markerVar + "=" + l.StateDir }
+
+const markerVar = "STATICIP_LOCALCLUSTER"
+
+// logTail returns the last lines of a daemon's log for error messages.
+func (l *layout) logTail(name string, lines int) string {
+	b, err := os.ReadFile(l.logFile(name))
+	if err != nil {
+		return ""
+	}
+	all := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(all) > lines {
+		all = all[len(all)-lines:]
+	}
+	return strings.Join(all, "\n")
+}
+
+// componentError names the failed component and its log file.
+func (l *layout) componentError(name string, err error) error {
+	return fmt.Errorf("%s failed: %w\n  log: %s\n  last lines:\n%s", name, err, l.logFile(name), indent(l.logTail(name, 15), "    "))
+}
+
+func indent(s, prefix string) string {
+	if s == "" {
+		return prefix + "(empty)"
+	}
+	return prefix + strings.ReplaceAll(s, "\n", "\n"+prefix)
+}
+
+// run runs a short command and returns its error with the command's output.
+func run(argv ...string) error {
+	out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
+	}
+	return nil
+}
+
+var errTimeout = errors.New("timed out")
+
+// poll calls cond every interval until it returns true or an error, or timeout passes.
+func poll(timeout, interval time.Duration, cond func() (bool, error)) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ok, err := cond()
+		if err != nil {
+			return err
+		}
+		if ok {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%w after %s", errTimeout, timeout)
+		}
+		time.Sleep(interval)
+	}
+}
+
+// withoutMarker drops an inherited marker (localcluster run from inside a node, say), so
+// a daemon carries exactly one.
+func withoutMarker(env []string) []string {
+	var out []string
+	for _, kv := range env {
+		if !strings.HasPrefix(kv, markerVar+"=") {
+			out = append(out, kv)
+		}
+	}
+	return out
+}

@@ -1,0 +1,88 @@
+// Command localcluster runs a real Kubernetes cluster as processes on this machine:
+//
+//	go run ./tools/localcluster up [--nodes=3] [--state-dir=...] [--cni=bridge] [--scheduler=kube-scheduler]
+//	go run ./tools/localcluster status|top|kubeconfig|down|leftovers
+//
+// See tools/localcluster/README.md.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/staticip/staticip/tools/localcluster/cluster"
+)
+
+func main() {
+	if len(os.Args) < 2 {
+		usage()
+	}
+	sub := os.Args[1]
+	o := cluster.DefaultOptions()
+	root, _ := os.Getwd()
+	fs := flag.NewFlagSet(sub, flag.ExitOnError)
+	fs.IntVar(&o.Nodes, "nodes", o.Nodes, "number of worker nodes")
+	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "directory for all cluster state (removed by down)")
+	fs.StringVar(&o.BinDir, "bin-dir", filepath.Join(root, "_output", "bin"), "directory with etcd, kube-*, kubectl and coredns")
+	fs.StringVar(&o.ImageDir, "image-dir", filepath.Join(root, "_output", "images"), "image tarballs to import into every node (missing defaults are built)")
+	fs.StringVar(&o.CNI, "cni", o.CNI, "pod network: bridge")
+	fs.StringVar(&o.Scheduler, "scheduler", o.Scheduler, "scheduler binary: kube-scheduler")
+	fs.StringVar(&o.Prefix, "prefix", o.Prefix, "prefix of netns and link names")
+	fs.StringVar(&o.NodeSubnet, "node-subnet", o.NodeSubnet, "IPv4 /24 for the host bridge, control plane and node IPs")
+	sample := fs.Duration("sample", 30*time.Second, "top: CPU sampling interval")
+	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
+	_ = fs.Parse(os.Args[2:])
+	o.RepoRoot = root
+	o.Logf = func(format string, args ...any) {
+		fmt.Printf("localcluster: "+format+"\n", args...)
+	}
+
+	ctx, cancel := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer cancel()
+	ctx, cancelTimeout := context.WithTimeout(ctx, *timeout)
+	defer cancelTimeout()
+
+	var err error
+	switch sub {
+	case "up":
+		err = cluster.Up(ctx, o)
+	case "down":
+		err = cluster.Down(o)
+	case "status":
+		err = cluster.Status(ctx, o)
+	case "top":
+		err = cluster.Top(o, *sample)
+	case "leftovers":
+		// Exit status 1 when anything of the cluster remains (a check for after `down`).
+		if left := cluster.Leftovers(o); len(left) > 0 {
+			for _, x := range left {
+				fmt.Println("leftover:", x)
+			}
+			err = fmt.Errorf("%d leftovers", len(left))
+		} else {
+			fmt.Println("localcluster: no leftovers")
+		}
+	case "kubeconfig":
+		var path string
+		if path, err = cluster.Kubeconfig(o); err == nil {
+			fmt.Println(path)
+		}
+	default:
+		usage()
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "localcluster %s: %v\n", sub, err)
+		os.Exit(1)
+	}
+}
+
+func usage() {
+	fmt.Fprintln(os.Stderr, "usage: localcluster up|down|status|top|kubeconfig|leftovers [flags]   (-h for flags)")
+	os.Exit(2)
+}

@@ -1,0 +1,121 @@
+// Command podstartup measures, on an idle cluster, the time from a pod's creation to its
+// Running phase, one pod at a time, and prints the distribution (median of --count).
+// It is a measurement tool, not a test: nothing here asserts a duration.
+//
+//	go run ./tools/podstartup --kubeconfig=/var/lib/staticip-localcluster/kubeconfig --count=20
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+func main() {
+	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster")
+	count := flag.Int("count", 20, "pods to create, one after the other")
+	image := flag.String("image", "localhost/staticip/testserver:v1", "image of the pods (must be present on the nodes)")
+	flag.Parse()
+	if err := run(*kubeconfig, *count, *image); err != nil {
+		fmt.Fprintln(os.Stderr, "podstartup:", err)
+		os.Exit(1)
+	}
+}
+
+func run(kubeconfig string, count int, image string) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx := context.Background()
+	ns, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "podstartup-"}}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		_ = client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
+	}()
+	// Pods need the namespace's default ServiceAccount before they can be created.
+	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
+		if _, err := client.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{}); err == nil {
+			break
+		}
+		if time.Since(start) > time.Minute {
+			return fmt.Errorf("no default ServiceAccount in %s", ns.Name)
+		}
+	}
+	var running []time.Duration
+	nodes := map[string]int{}
+	for i := range count {
+		name := fmt.Sprintf("p%02d", i)
+		w, err := client.CoreV1().Pods(ns.Name).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+		if err != nil {
+			return err
+		}
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{
+				TerminationGracePeriodSeconds: new(int64),
+				Containers:                    []corev1.Container{{Name: "c", Image: image, ImagePullPolicy: corev1.PullIfNotPresent, Args: []string{"serve"}}},
+			},
+		}
+		start := time.Now()
+		if _, err := client.CoreV1().Pods(ns.Name).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+			w.Stop()
+			return err
+		}
+		d, node, err := waitRunning(w, start)
+		w.Stop()
+		if err != nil {
+			return fmt.Errorf("pod %s: %w", name, err)
+		}
+		running = append(running, d)
+		nodes[node]++
+		fmt.Printf("%s on %s: Running after %s\n", name, node, d.Round(time.Millisecond))
+	}
+	sort.Slice(running, func(i, j int) bool { return running[i] < running[j] })
+	q := func(p float64) time.Duration {
+		return running[int(p*float64(len(running)-1)+0.5)].Round(time.Millisecond)
+	}
+	fmt.Printf("pod create -> Running, %d pods one at a time: min %s, median %s, p90 %s, max %s; per node %v\n",
+		len(running), q(0), q(0.5), q(0.9), q(1), nodes)
+	return nil
+}
+
+func waitRunning(w watch.Interface, start time.Time) (time.Duration, string, error) {
+	timeout := time.After(2 * time.Minute)
+	for {
+		select {
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return 0, "", fmt.Errorf("watch closed")
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			switch p.Status.Phase {
+			case corev1.PodRunning:
+				return time.Since(start), p.Spec.NodeName, nil
+			case corev1.PodFailed, corev1.PodSucceeded:
+				return 0, "", fmt.Errorf("ended in phase %s", p.Status.Phase)
+			}
+		case <-timeout:
+			return 0, "", fmt.Errorf("not Running after 2m")
+		}
+	}
+}
