@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -538,5 +539,49 @@ func TestOfflineReservedPodKeepsItsIP(t *testing.T) {
 	again := h.mustAdd(podArgs(pod, "ctr-off-2", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-0;K8S_POD_UID=b", conf))
 	if got := again.IPs[0].Address.IP.String(); got != ip {
 		t.Fatalf("recreated pod got %s offline, want its reserved %s", got, ip)
+	}
+}
+
+func TestIPv6PodsTalk(t *testing.T) {
+	h := newHarness(t)
+	conf := h.conf(map[string]any{"ranges": []map[string]any{{"subnet": "fd00:cafe::/120"}}})
+	a, b := newNS(t, "v6a"), newNS(t, "v6b")
+	ra := h.mustAdd(podArgs(a, "ctr-v6a", "", conf))
+	rb := h.mustAdd(podArgs(b, "ctr-v6b", "", conf))
+	if got := rb.IPs[0].Address.String(); got != "fd00:cafe::2/128" {
+		t.Fatalf("second pod got %s", got)
+	}
+	if err := h.check(podArgs(a, "ctr-v6a", "", conf), ra); err != nil {
+		t.Fatalf("CHECK: %v", err)
+	}
+	ipB := rb.IPs[0].Address.IP.String()
+	var ln net.Listener
+	if err := b.Do(func(ns.NetNS) error {
+		var err error
+		ln, err = net.Listen("tcp", net.JoinHostPort(ipB, "7777"))
+		if err != nil {
+			out, _ := exec.Command("ip", "-6", "addr").CombinedOutput()
+			d, _ := os.ReadFile("/proc/sys/net/ipv6/conf/eth0/accept_dad")
+			err = fmt.Errorf("%w\n%s accept_dad=%s", err, out, d)
+		}
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		if c, err := ln.Accept(); err == nil {
+			c.Close()
+		}
+	}()
+	err := a.Do(func(ns.NetNS) error {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(ipB, "7777"), 5*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatalf("pod A -> pod B over IPv6: %v", err)
 	}
 }

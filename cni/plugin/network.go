@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
@@ -87,8 +88,26 @@ func (pn podNetwork) setUp(netns ns.NetNS) (res *current.Result, err error) {
 		// otherwise use it as next hop of the link route too).
 		r := pn.result(hostMAC.String(), podMAC.String(), netns.Path())
 		r.IPs[0].Gateway = nil
+		if pn.IP.Is6() {
+			// A /128 on a point-to-point link cannot clash: skip duplicate address detection,
+			// which would leave the address unusable ("tentative") for a second or more. The
+			// kernel only skips it when both the interface's and the namespace-wide "all"
+			// setting say so; both live in the pod's own namespace.
+			for _, dev := range []string{"all", pn.IfName} {
+				if _, err := sysctl.Sysctl(fmt.Sprintf("net/ipv6/conf/%s/accept_dad", dev), "0"); err != nil {
+					return err
+				}
+			}
+		}
 		if err := ipam.ConfigureIface(pn.IfName, r); err != nil {
 			return err
+		}
+		if pn.IP.Is6() {
+			// Even without DAD the kernel finishes an address asynchronously after link up:
+			// wait until nothing is tentative, or the pod's first bind fails.
+			if err := ip.SettleAddresses(pn.IfName, 5*time.Second); err != nil {
+				return err
+			}
 		}
 		link, err := netlink.LinkByName(pn.IfName)
 		if err != nil {
