@@ -24,6 +24,8 @@ source "${cg_dir}/kube_codegen.sh"
 
 boilerplate="$root/tools/boilerplate/boilerplate.go.txt"
 kube::codegen::gen_helpers --boilerplate "$boilerplate" "$root/apis"
+# The scheduler plugins' args types (kubescheduler.config.k8s.io) get their deepcopy here too.
+kube::codegen::gen_helpers --boilerplate "$boilerplate" "$root/scheduler-plugins/apis"
 kube::codegen::gen_client \
   --with-watch \
   --with-applyconfig \

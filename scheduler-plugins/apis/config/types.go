@@ -1,6 +1,3 @@
-// Package config holds the internal (unversioned) types of the staticip scheduler plugins'
-// arguments. They are registered into the kube-scheduler's config API group, so that a
-// KubeSchedulerConfiguration pluginConfig entry named after a plugin decodes into them.
 package config
 
 import (
@@ -31,6 +28,8 @@ const (
 )
 
 // PodFitsResourcesWithStaticIPArgs are the arguments of PodFitsResourcesWithStaticIP.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 type PodFitsResourcesWithStaticIPArgs struct {
 	metav1.TypeMeta
 
@@ -42,6 +41,8 @@ type PodFitsResourcesWithStaticIPArgs struct {
 }
 
 // CheckPodAnnotationWithStaticIPArgs are the arguments of CheckPodAnnotationWithStaticIP.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 type CheckPodAnnotationWithStaticIPArgs struct {
 	metav1.TypeMeta
 

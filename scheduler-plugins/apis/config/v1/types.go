@@ -1,11 +1,3 @@
-// Package v1 holds the versioned (kubescheduler.config.k8s.io/v1) arguments of the
-// staticip scheduler plugins, as written in a KubeSchedulerConfiguration:
-//
-//	pluginConfig:
-//	- name: PodFitsResourcesWithStaticIP
-//	  args:
-//	    checkIPs: true
-//	    nodesWithoutIPRange: Allow
 package v1
 
 import (
@@ -13,6 +5,8 @@ import (
 )
 
 // PodFitsResourcesWithStaticIPArgs are the arguments of PodFitsResourcesWithStaticIP.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 type PodFitsResourcesWithStaticIPArgs struct {
 	metav1.TypeMeta `json:",inline"`
 
@@ -24,6 +18,8 @@ type PodFitsResourcesWithStaticIPArgs struct {
 }
 
 // CheckPodAnnotationWithStaticIPArgs are the arguments of CheckPodAnnotationWithStaticIP.
+//
+// +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
 type CheckPodAnnotationWithStaticIPArgs struct {
 	metav1.TypeMeta `json:",inline"`
 
