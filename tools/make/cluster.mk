@@ -19,7 +19,7 @@ localcluster: ## build the local cluster tool into _output/cluster
 images: ## build container images (pause, testserver, coredns) into _output/images
 	@$(GO) run ./tools/images --out $(OUT)/images --bin-dir $(BIN)
 
-up: deps k8s-bins localcluster ## bring the local cluster up (no-op when it already is)
+up: deps build localcluster ## bring the local cluster up (no-op when it already is)
 	@$(LOCALCLUSTER) up $(CLUSTER_FLAGS)
 
 down: localcluster ## remove the local cluster and everything it made
@@ -47,7 +47,7 @@ demo: up ## local 3-node cluster + a demo workload, left running (make down remo
 
 # e2e: up, suite, down — always down, also on failure — then the leftover check and the
 # up/down lifecycle test (no-op up, up after kill -9, down leaves nothing).
-e2e: deps k8s-bins localcluster ## local cluster up, e2e suite, down, leftover check, lifecycle test
+e2e: deps build localcluster ## local cluster up, e2e suite, down, leftover check, lifecycle test
 	@start=$$SECONDS; rc=0; \
 	  $(LOCALCLUSTER) up $(CLUSTER_FLAGS) || rc=$$?; \
 	  if [ $$rc -eq 0 ]; then \

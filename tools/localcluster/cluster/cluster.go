@@ -128,6 +128,28 @@ func Up(ctx context.Context, o Options) error {
 	}); err != nil {
 		return err
 	}
+	// staticip's CRDs are part of every local cluster (kubectl get sip/ipr/ests works); the
+	// staticip scheduler also needs read access to them before it starts.
+	if o.CRDDir != "" {
+		o.Logf("control plane: staticip CRDs from %s", o.CRDDir)
+		if _, err := l.kubectl("", "apply", "--server-side", "--force-conflicts", "-f", o.CRDDir); err != nil {
+			return err
+		}
+		if _, err := l.kubectl("", "wait", "--for=condition=Established", "--timeout=60s", "-f", o.CRDDir); err != nil {
+			return err
+		}
+	}
+	if l.Scheduler == "staticip-scheduler" {
+		if o.CRDDir == "" {
+			return fmt.Errorf("--scheduler=staticip-scheduler needs the staticip CRDs: set --crd-dir")
+		}
+		if _, err := l.kubectl(staticipSchedulerRBAC, "apply", "-f", "-"); err != nil {
+			return err
+		}
+		if err := os.WriteFile(l.schedulerConfigPath(), []byte(l.schedulerConfig()), 0o644); err != nil {
+			return err
+		}
+	}
 	o.Logf("control plane: kube-controller-manager, %s", l.Scheduler)
 	for _, d := range []daemon{l.controllerManager(), l.scheduler()} {
 		if _, err := l.start(d); err != nil {

@@ -74,7 +74,9 @@ func (bridgeCNI) installNode(l *layout, n nodeLayout) error {
 func (bridgeCNI) manifests(*layout) []string { return nil }
 
 // schedulers are the values of --scheduler: the binary in BinDir that runs as the
-// default-scheduler. staticip-scheduler joins them when it exists.
+// default-scheduler. staticip-scheduler (make build) serves the default-scheduler profile
+// with the staticip plugins enabled (schedulerConfig).
 var schedulers = map[string]string{
-	"kube-scheduler": "kube-scheduler",
+	"kube-scheduler":     "kube-scheduler",
+	"staticip-scheduler": "staticip-scheduler",
 }

@@ -171,7 +171,7 @@ func (l *layout) controllerManager() daemon {
 
 func (l *layout) scheduler() daemon {
 	kc := filepath.Join(l.StateDir, "scheduler.kubeconfig")
-	return daemon{name: "kube-scheduler", netns: l.cpNetns, argv: []string{
+	argv := []string{
 		l.bin(schedulers[l.Scheduler]),
 		"--kubeconfig=" + kc,
 		"--authentication-kubeconfig=" + kc,
@@ -180,8 +180,61 @@ func (l *layout) scheduler() daemon {
 		"--leader-elect=false",
 		"--profiling=false",
 		"--v=1",
-	}}
+	}
+	if l.Scheduler == "staticip-scheduler" {
+		argv = append(argv, "--config="+l.schedulerConfigPath())
+	}
+	return daemon{name: "kube-scheduler", netns: l.cpNetns, argv: argv}
 }
+
+func (l *layout) schedulerConfigPath() string {
+	return filepath.Join(l.StateDir, "scheduler-config.yaml")
+}
+
+// schedulerConfig is manifests/scheduler/replace-default's profile, with this cluster's
+// kubeconfig and no leader election (one scheduler).
+func (l *layout) schedulerConfig() string {
+	return fmt.Sprintf(`apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+clientConnection:
+  kubeconfig: %q
+leaderElection:
+  leaderElect: false
+profiles:
+- schedulerName: default-scheduler
+  plugins:
+    multiPoint:
+      enabled:
+      - name: CheckPodAnnotationWithStaticIP
+      - name: PodFitsResourcesWithStaticIP
+`, filepath.Join(l.StateDir, "scheduler.kubeconfig"))
+}
+
+// staticipSchedulerRBAC lets the scheduler's identity (user system:kube-scheduler, its client
+// certificate) read what the staticip plugins watch, as manifests/scheduler/base grants its
+// ServiceAccount.
+const staticipSchedulerRBAC = `apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRole
+metadata:
+  name: staticip-scheduler-localcluster
+rules:
+- apiGroups: [jke.jdcloud.com]
+  resources: [staticips, ipranges]
+  verbs: [get, list, watch]
+---
+apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata:
+  name: staticip-scheduler-localcluster
+roleRef:
+  apiGroup: rbac.authorization.k8s.io
+  kind: ClusterRole
+  name: staticip-scheduler-localcluster
+subjects:
+- apiGroup: rbac.authorization.k8s.io
+  kind: User
+  name: system:kube-scheduler
+`
 
 // containerdConfig is one node's containerd: its own root, state, socket and CNI
 // directories, so N containerds share nothing but the kernel.

@@ -149,6 +149,7 @@ func testOptions(t *testing.T) Options {
 	o.RepoRoot = dir
 	o.BinDir = filepath.Join(dir, "_output", "bin")
 	o.ImageDir = filepath.Join(dir, "_output", "images")
+	o.CRDDir = filepath.Join(dir, "manifests", "crds")
 	o.Logf = t.Logf
 	return o
 }

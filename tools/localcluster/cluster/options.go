@@ -17,6 +17,8 @@ type Options struct {
 	StateDir string
 	// BinDir holds etcd, kube-* and coredns (the repository's _output/bin).
 	BinDir string
+	// CRDDir holds the staticip CRDs installed at up (manifests/crds); empty: none.
+	CRDDir string
 	// ImageDir holds image tarballs built by tools/images; every *.tar is imported into
 	// every node's containerd.
 	ImageDir string
@@ -51,7 +53,7 @@ func DefaultOptions() Options {
 		Nodes:      3,
 		StateDir:   "/var/lib/staticip-localcluster",
 		CNI:        "bridge",
-		Scheduler:  "kube-scheduler",
+		Scheduler:  "staticip-scheduler",
 		Prefix:     "cluster",
 		NodeSubnet: "172.30.0.0/24",
 		Logf:       func(string, ...any) {},

@@ -1,0 +1,88 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	"github.com/staticip/staticip/e2e/framework"
+)
+
+// TestSchedulerPinsPodToNodeOwningItsIP runs on a cluster whose default scheduler is
+// staticip-scheduler (the local cluster's default): a pod annotated with an IP inside the
+// IPRange of the last node runs on that node, whatever else would fit, and a pod with a
+// malformed annotation stays Pending with a FailedScheduling event that names the problem.
+func TestSchedulerPinsPodToNodeOwningItsIP(t *testing.T) {
+	ctx := context.Background()
+	nodes := readyNodes(t, ctx)
+	target := nodes[len(nodes)-1]
+	if target.Spec.PodCIDR == "" {
+		t.Skipf("node %s has no podCIDR to carve an IPRange from", target.Name)
+	}
+	cs := versioned.NewForConfigOrDie(f.Config)
+	ns := f.Namespace(t, "e2e-sched")
+
+	// A /28 at the top of the node's pod CIDR (10.244.N.240/28), owned by the target node.
+	prefix := strings.TrimSuffix(target.Spec.PodCIDR, "0/24")
+	rangeName := "e2e-" + ns
+	if _, err := cs.JkeV1().IPRanges().Create(ctx, &jkev1.IPRange{
+		ObjectMeta: metav1.ObjectMeta{Name: rangeName},
+		Spec:       jkev1.IPRangeSpec{CIDR: prefix + "240/28", Node: target.Name},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatalf("create IPRange: %v", err)
+	}
+	t.Cleanup(func() { _ = cs.JkeV1().IPRanges().Delete(context.Background(), rangeName, metav1.DeleteOptions{}) })
+
+	pinned := testServerPod("pinned", "", nil)
+	pinned.Spec.NodeSelector = nil
+	pinned.Annotations = map[string]string{jkev1.AnnotationIPAddress: prefix + "245"}
+	if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, pinned, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	bad := testServerPod("badip", "", nil)
+	bad.Spec.NodeSelector = nil
+	bad.Annotations = map[string]string{jkev1.AnnotationIPAddress: prefix + "999"}
+	if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, bad, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	running, err := f.WaitForPodRunning(ctx, ns, "pinned", 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if running.Spec.NodeName != target.Name {
+		t.Fatalf("pod annotated with %s ran on %s, want %s (owner of IPRange %s)",
+			prefix+"245", running.Spec.NodeName, target.Name, prefix+"240/28")
+	}
+	t.Logf("pod annotated with %s scheduled onto %s, the IPRange owner", prefix+"245", running.Spec.NodeName)
+
+	want := fmt.Sprintf("invalid annotation %s=%q", jkev1.AnnotationIPAddress, prefix+"999")
+	if err := framework.WaitFor(ctx, time.Minute, "FailedScheduling event for badip", func(ctx context.Context) (bool, error) {
+		evs, err := f.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=badip"})
+		if err != nil {
+			return false, nil
+		}
+		for _, e := range evs.Items {
+			if e.Reason == "FailedScheduling" && strings.Contains(e.Message, want) {
+				t.Logf("event: %s", e.Message)
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.Client.CoreV1().Pods(ns).Get(ctx, "badip", metav1.GetOptions{})
+	if err != nil || p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending {
+		t.Fatalf("badip must stay Pending and unbound: node %q phase %q (%v)", p.Spec.NodeName, p.Status.Phase, err)
+	}
+}
