@@ -12,8 +12,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/e2e/framework"
 )
 
