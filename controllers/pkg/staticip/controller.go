@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -15,8 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -26,7 +23,6 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	resourcehelper "k8s.io/component-helpers/resource"
-	"k8s.io/klog/v2"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1informers "github.com/staticip/staticip/apis/generated/informers/externalversions/jke/v1"
@@ -36,6 +32,7 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/controllers/pkg/metrics"
+	"github.com/staticip/staticip/controllers/pkg/worker"
 )
 
 // Name is the controller's name for --controllers, metrics and Events.
@@ -213,44 +210,9 @@ func (c *Controller) enqueueWorkload(obj any) {
 
 // Run starts workers and blocks until ctx is done.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	defer utilruntime.HandleCrash()
-	defer c.queue.ShutDown()
-	logger := klog.FromContext(ctx).WithValues("controller", Name)
-	logger.Info("Starting")
-	if !cache.WaitForNamedCacheSync(Name, ctx.Done(), c.synced...) {
-		return
-	}
-	var wg sync.WaitGroup
-	for i := 0; i < workers; i++ {
-		wg.Go(func() {
-			wait.UntilWithContext(ctx, func(ctx context.Context) {
-				for c.processNext(ctx) {
-				}
-			}, time.Second)
-		})
-	}
-	<-ctx.Done()
-	logger.Info("Stopping")
-	c.queue.ShutDown()
-	wg.Wait()
-}
-
-func (c *Controller) processNext(ctx context.Context) bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	defer c.queue.Done(key)
-	start := time.Now()
-	err := c.sync(ctx, key)
-	metrics.ObserveSync(Name, start, err)
-	if err != nil {
-		utilruntime.HandleErrorWithContext(ctx, err, "syncing StaticIP", "key", key)
-		c.queue.AddRateLimited(key)
-		return true
-	}
-	c.queue.Forget(key)
-	return true
+	worker.Run(ctx, Name, "StaticIP", c.queue, c.synced, workers, func(ctx context.Context, key string) (time.Duration, error) {
+		return 0, c.sync(ctx, key)
+	})
 }
 
 // podWorkload finds the workload a pod belongs to, if it is one whose pods can have StaticIPs.
