@@ -35,6 +35,8 @@ func main() {
 	fs.StringVar(&o.CNI, "cni", o.CNI, "pod network: bridge")
 	fs.StringVar(&o.Scheduler, "scheduler", o.Scheduler, "scheduler binary: kube-scheduler or staticip-scheduler (make build; serves default-scheduler with the staticip plugins)")
 	fs.StringVar(&o.Prefix, "prefix", o.Prefix, "prefix of netns and link names")
+	fs.StringVar(&o.PodCIDR, "pod-cidr", o.PodCIDR, "IPv4 /16 of pod addresses (node i gets its .i.0/24)")
+	fs.StringVar(&o.ServiceCIDR, "service-cidr", o.ServiceCIDR, "IPv4 /16 of Service addresses (.0.10 is DNS)")
 	fs.StringVar(&o.NodeSubnet, "node-subnet", o.NodeSubnet, "IPv4 /24 for the host bridge, control plane and node IPs")
 	sample := fs.Duration("sample", 30*time.Second, "top: CPU sampling interval")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")

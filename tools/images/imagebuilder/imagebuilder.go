@@ -11,6 +11,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
@@ -33,6 +35,37 @@ type Image struct {
 	Path string
 	// Args are the default arguments after the binary (the image's CMD).
 	Args []string
+	// Extra are more files for the image, path in the image → file on the host; e.g. the
+	// agent image also carries the CNI plugin it installs on its node.
+	Extra map[string]string
+}
+
+// Sources are the host files an image is made of (empty for a Package image, which is
+// built from source).
+func (im Image) Sources() []string {
+	var out []string
+	if im.Package == "" {
+		out = append(out, im.Binary)
+	}
+	for _, src := range im.Extra {
+		out = append(out, src)
+	}
+	return out
+}
+
+// Stale reports whether the tarball of im in outDir is missing or older than one of its
+// sources, so that an image of a binary rebuilt by `make build` is rebuilt too.
+func (im Image) Stale(outDir string) bool {
+	st, err := os.Stat(filepath.Join(outDir, im.File()))
+	if err != nil {
+		return true
+	}
+	for _, src := range im.Sources() {
+		if s, err := os.Stat(src); err != nil || s.ModTime().After(st.ModTime()) {
+			return true
+		}
+	}
+	return false
 }
 
 // File is the tarball name of an image inside an output directory.
@@ -56,11 +89,15 @@ func Build(repoRoot, outDir string, im Image) (string, error) {
 			return "", fmt.Errorf("go build %s: %w\n%s", im.Package, err, out)
 		}
 	}
-	content, err := os.ReadFile(bin)
-	if err != nil {
-		return "", fmt.Errorf("image %s: %w", im.Ref, err)
+	files := map[string][]byte{}
+	for path, src := range mergeFiles(im.Path, bin, im.Extra) {
+		content, err := os.ReadFile(src)
+		if err != nil {
+			return "", fmt.Errorf("image %s: %w", im.Ref, err)
+		}
+		files[path] = content
 	}
-	layer, err := binaryLayer(im.Path, content)
+	layer, err := binaryLayer(files)
 	if err != nil {
 		return "", err
 	}
@@ -96,9 +133,18 @@ func Build(repoRoot, outDir string, im Image) (string, error) {
 	return out, os.Rename(tmp, out)
 }
 
-// binaryLayer is a layer holding one executable, plus /tmp and /etc so that programs and
-// the kubelet's /etc/hosts and /etc/resolv.conf bind mounts have a place to go.
-func binaryLayer(path string, content []byte) (v1.Layer, error) {
+func mergeFiles(path, bin string, extra map[string]string) map[string]string {
+	out := map[string]string{path: bin}
+	for p, src := range extra {
+		out[p] = src
+	}
+	return out
+}
+
+// binaryLayer is a layer holding executables (path in the image → content, each at the
+// root), plus /tmp and /etc so that programs and the kubelet's /etc/hosts and
+// /etc/resolv.conf bind mounts have a place to go.
+func binaryLayer(files map[string][]byte) (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	epoch := time.Unix(0, 0)
@@ -111,11 +157,19 @@ func binaryLayer(path string, content []byte) (v1.Layer, error) {
 			return nil, err
 		}
 	}
-	if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: path[1:], Mode: 0o755, Size: int64(len(content)), ModTime: epoch}); err != nil {
-		return nil, err
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
 	}
-	if _, err := tw.Write(content); err != nil {
-		return nil, err
+	sort.Strings(paths) // a stable layer digest for the same files
+	for _, path := range paths {
+		content := files[path]
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(path, "/"), Mode: 0o755, Size: int64(len(content)), ModTime: epoch}); err != nil {
+			return nil, err
+		}
+		if _, err := tw.Write(content); err != nil {
+			return nil, err
+		}
 	}
 	if err := tw.Close(); err != nil {
 		return nil, err
@@ -141,6 +195,9 @@ const (
 	PauseImage      = "localhost/staticip/pause:v1"
 	TestServerImage = "localhost/staticip/testserver:v1"
 	CoreDNSImage    = "localhost/staticip/coredns:v1"
+	// staticip's own components, from the binaries `make build` puts in _output/bin.
+	AgentImage             = "localhost/staticip/staticip-agent:v1"
+	ControllerManagerImage = "localhost/staticip/staticip-controller-manager:v1"
 )
 
 // Defaults are the images the local cluster needs. staticip's own binaries are added here
@@ -150,5 +207,9 @@ func Defaults(binDir string) []Image {
 		{Ref: PauseImage, Package: "./tools/images/pause", Path: "/pause"},
 		{Ref: TestServerImage, Package: "./e2e/testserver", Path: "/testserver", Args: []string{"serve"}},
 		{Ref: CoreDNSImage, Binary: filepath.Join(binDir, "coredns"), Path: "/coredns"},
+		// The agent image carries the plugin binary it installs into the node's CNI bin dir.
+		{Ref: AgentImage, Binary: filepath.Join(binDir, "staticip-agent"), Path: "/staticip-agent",
+			Extra: map[string]string{"/staticip": filepath.Join(binDir, "staticip")}},
+		{Ref: ControllerManagerImage, Binary: filepath.Join(binDir, "staticip-controller-manager"), Path: "/staticip-controller-manager"},
 	}
 }

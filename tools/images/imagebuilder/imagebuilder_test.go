@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
@@ -93,5 +94,65 @@ func TestBuildRejectsBadName(t *testing.T) {
 	}
 	if _, err := Build(dir, dir, Image{Ref: "localhost/x:v1", Binary: filepath.Join(dir, "missing"), Path: "/x"}); err == nil {
 		t.Fatal("Build accepted a missing binary")
+	}
+}
+
+// TestExtraFilesAndStaleness: an image with extra files carries them all, and its tarball is
+// stale once any source binary is newer (so `localcluster up` ships what `make build` built).
+func TestExtraFilesAndStaleness(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name, content string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, []byte(content), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	im := Image{Ref: "localhost/staticip/agent:v1", Binary: write("agent", "agent-bytes"), Path: "/agent",
+		Extra: map[string]string{"/plugin": write("plugin", "plugin-bytes")}}
+	out := filepath.Join(dir, "out")
+	if !im.Stale(out) {
+		t.Fatal("no tarball yet, but not stale")
+	}
+	path, err := Build(dir, out, im)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, _ := name.NewTag(im.Ref)
+	img, err := tarball.ImageFromPath(path, &tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, _ := img.Layers()
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	got := map[string]string{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(tr)
+		got[h.Name] = string(b)
+	}
+	if got["agent"] != "agent-bytes" || got["plugin"] != "plugin-bytes" {
+		t.Errorf("layer files %v, want agent and plugin with their bytes", got)
+	}
+	if im.Stale(out) {
+		t.Error("stale right after a build")
+	}
+	later := time.Now().Add(time.Minute)
+	if err := os.Chtimes(im.Extra["/plugin"], later, later); err != nil {
+		t.Fatal(err)
+	}
+	if !im.Stale(out) {
+		t.Error("an extra file newer than the tarball does not make it stale")
 	}
 }

@@ -2,7 +2,9 @@ package cluster
 
 import (
 	"fmt"
+	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 
 	"github.com/staticip/staticip/tools/images/imagebuilder"
@@ -12,7 +14,7 @@ import (
 // its traffic goes through the CNI and kube-proxy like everyone else's, so a DNS test also
 // tests the data path. It answers only cluster.local and reverse zones; there is no
 // `forward`, because nothing may leave this machine.
-func coreDNSManifest() string {
+func (l *layout) coreDNSManifest() string {
 	return fmt.Sprintf(`apiVersion: v1
 kind: ServiceAccount
 metadata:
@@ -121,7 +123,7 @@ spec:
   ports:
   - {name: dns, port: 53, protocol: UDP}
   - {name: dns-tcp, port: 53, protocol: TCP}
-`, clusterDomain, imagebuilder.CoreDNSImage, dnsServiceIP)
+`, clusterDomain, imagebuilder.CoreDNSImage, l.dnsServiceIP)
 }
 
 // kubectl runs _output/bin/kubectl against the cluster as admin.
@@ -135,4 +137,27 @@ func (l *layout) kubectl(stdin string, args ...string) (string, error) {
 		return string(out), fmt.Errorf("kubectl %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 	}
 	return string(out), nil
+}
+
+// applyOverlay applies one of staticip's shipped manifest directories (relative to the
+// repo root, e.g. manifests/controller-manager) through a kustomize overlay written to
+// <state dir>/addons/<name>: the cluster runs exactly the manifests users install, with
+// only what differs here (images, host paths) changed by the overlay's `images` and
+// `patches`. overlay is the kustomization's body after its `resources`.
+func (l *layout) applyOverlay(name, manifestDir, overlay string) error {
+	dir := filepath.Join(l.StateDir, "addons", name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	// kustomize accepts only relative paths for bases.
+	base, err := filepath.Rel(dir, filepath.Join(l.RepoRoot, manifestDir))
+	if err != nil {
+		return err
+	}
+	k := fmt.Sprintf("apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources:\n- %s\n%s", base, overlay)
+	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
+		return err
+	}
+	_, err = l.kubectl("", "apply", "--server-side", "--force-conflicts", "-k", dir)
+	return err
 }

@@ -28,12 +28,27 @@ const NetnsAnnotation = "localcluster.staticip.io/netns"
 // record is what `up` leaves in the state directory; `up` compares it to decide whether
 // it has nothing to do, and `status`/`down` read it.
 type record struct {
-	Nodes      int       `json:"nodes"`
-	CNI        string    `json:"cni"`
-	Scheduler  string    `json:"scheduler"`
-	Prefix     string    `json:"prefix"`
-	NodeSubnet string    `json:"nodeSubnet"`
-	Started    time.Time `json:"started"`
+	Nodes       int       `json:"nodes"`
+	CNI         string    `json:"cni"`
+	Scheduler   string    `json:"scheduler"`
+	Prefix      string    `json:"prefix"`
+	NodeSubnet  string    `json:"nodeSubnet"`
+	PodCIDR     string    `json:"podCIDR,omitempty"`
+	ServiceCIDR string    `json:"serviceCIDR,omitempty"`
+	Started     time.Time `json:"started"`
+}
+
+// shape is what must match for `up` on a running cluster to be a no-op.
+func (l layout) shape() string {
+	return fmt.Sprint(len(l.nodes), l.CNI, l.Scheduler, l.Prefix, l.NodeSubnet, l.clusterCIDR, l.serviceCIDR)
+}
+
+// options are the Options of the recorded cluster: o's local settings (state and binary
+// directories, logging) with the recorded shape.
+func (r *record) options(o Options) Options {
+	o.Nodes, o.CNI, o.Scheduler, o.Prefix, o.NodeSubnet = r.Nodes, r.CNI, r.Scheduler, r.Prefix, r.NodeSubnet
+	o.PodCIDR, o.ServiceCIDR = r.PodCIDR, r.ServiceCIDR
+	return o
 }
 
 func (l *layout) recordFile() string { return filepath.Join(l.StateDir, "cluster.json") }
@@ -67,12 +82,11 @@ func Up(ctx context.Context, o Options) error {
 	start := time.Now()
 	if rec, err := l.readRecord(); err == nil {
 		// Health is judged against the cluster that is up, not the one asked for.
-		running := newLayout(Options{Nodes: rec.Nodes, StateDir: o.StateDir, BinDir: o.BinDir, CNI: rec.CNI,
-			Scheduler: rec.Scheduler, Prefix: rec.Prefix, NodeSubnet: rec.NodeSubnet, Logf: o.Logf})
+		running := newLayout(rec.options(o))
 		if running.healthy(ctx) {
-			if rec.Nodes != o.Nodes || rec.CNI != o.CNI || rec.Scheduler != o.Scheduler {
-				return fmt.Errorf("a cluster is already up in %s with %d nodes, --cni=%s, --scheduler=%s; run `down` first to change it",
-					o.StateDir, rec.Nodes, rec.CNI, rec.Scheduler)
+			if l.shape() != running.shape() {
+				return fmt.Errorf("a cluster is already up in %s with %d nodes, --cni=%s, --scheduler=%s, --pod-cidr=%s, --service-cidr=%s; run `down` first to change it",
+					o.StateDir, rec.Nodes, running.CNI, running.Scheduler, running.PodCIDR, running.ServiceCIDR)
 			}
 			o.Logf("cluster already up (%d nodes, started %s); nothing to do", rec.Nodes, rec.Started.Format(time.RFC3339))
 			return nil
@@ -98,7 +112,7 @@ func Up(ctx context.Context, o Options) error {
 	if err := l.saveHostDirs(); err != nil {
 		return err
 	}
-	o.Logf("images: building missing tarballs in %s", o.ImageDir)
+	o.Logf("images: building missing or outdated tarballs in %s", o.ImageDir)
 	images, err := l.ensureImages()
 	if err != nil {
 		return err
@@ -209,8 +223,8 @@ func Up(ctx context.Context, o Options) error {
 			return fmt.Errorf("set %s podCIDR: %w", n.name, err)
 		}
 	}
-	o.Logf("addons: CoreDNS (Service %s)", dnsServiceIP)
-	manifests := append([]string{coreDNSManifest()}, cni.manifests(&l)...)
+	o.Logf("addons: CoreDNS (Service %s)", l.dnsServiceIP)
+	manifests := append([]string{l.coreDNSManifest()}, cni.manifests(&l)...)
 	for _, m := range manifests {
 		if _, err := l.kubectl(m, "apply", "-f", "-"); err != nil {
 			return err
@@ -243,7 +257,8 @@ func Up(ctx context.Context, o Options) error {
 	}); err != nil {
 		return err
 	}
-	rec := record{Nodes: o.Nodes, CNI: o.CNI, Scheduler: o.Scheduler, Prefix: o.Prefix, NodeSubnet: o.NodeSubnet, Started: time.Now()}
+	rec := record{Nodes: o.Nodes, CNI: o.CNI, Scheduler: o.Scheduler, Prefix: o.Prefix, NodeSubnet: o.NodeSubnet,
+		PodCIDR: o.PodCIDR, ServiceCIDR: o.ServiceCIDR, Started: time.Now()}
 	b, _ := json.MarshalIndent(rec, "", "  ")
 	if err := os.WriteFile(l.recordFile(), b, 0o644); err != nil {
 		return err
@@ -258,6 +273,11 @@ func (l *layout) checkPrerequisites() error {
 	for _, b := range []string{"etcd", "kube-apiserver", "kube-controller-manager", schedulers[l.Scheduler], "kubelet", "kube-proxy", "kubectl", "coredns"} {
 		if _, err := os.Stat(l.bin(b)); err != nil {
 			missing = append(missing, l.bin(b)+" (make k8s-bins)")
+		}
+	}
+	for _, b := range []string{"staticip", "staticip-agent", "staticip-controller-manager"} {
+		if _, err := os.Stat(l.bin(b)); err != nil {
+			missing = append(missing, l.bin(b)+" (make build)")
 		}
 	}
 	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter", "ip", "iptables", "conntrack", "sysctl", "go"} {
@@ -348,11 +368,12 @@ func (l *layout) prepareNode(cni cniProvider, n nodeLayout) error {
 	return nil
 }
 
-// ensureImages builds the default images whose tarballs are missing and returns every
-// tarball in ImageDir (so images added there by `tools/images` are imported too).
+// ensureImages builds the default images whose tarballs are missing or older than their
+// binaries, and returns every tarball in ImageDir (so images added there by `tools/images`
+// are imported too).
 func (l *layout) ensureImages() ([]string, error) {
 	for _, im := range imagebuilder.Defaults(l.BinDir) {
-		if _, err := os.Stat(filepath.Join(l.ImageDir, im.File())); err == nil {
+		if !im.Stale(l.ImageDir) {
 			continue
 		}
 		if _, err := imagebuilder.Build(l.RepoRoot, l.ImageDir, im); err != nil {
@@ -410,7 +431,7 @@ func Status(ctx context.Context, o Options) error {
 		}
 		return fmt.Errorf("no cluster in %s", o.StateDir)
 	}
-	l = newLayout(Options{Nodes: rec.Nodes, StateDir: o.StateDir, BinDir: o.BinDir, CNI: rec.CNI, Scheduler: rec.Scheduler, Prefix: rec.Prefix, NodeSubnet: rec.NodeSubnet})
+	l = newLayout(rec.options(o))
 	fmt.Printf("cluster in %s, started %s, %d nodes, cni=%s, scheduler=%s\n", o.StateDir, rec.Started.Format(time.RFC3339), rec.Nodes, rec.CNI, rec.Scheduler)
 	for _, name := range l.daemonNames() {
 		state := "running"

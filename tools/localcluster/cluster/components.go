@@ -33,7 +33,7 @@ func (l *layout) writePKI() error {
 	if err := writeServiceAccountKeys(l.pkiDir); err != nil {
 		return err
 	}
-	ips := []net.IP{net.ParseIP(l.apiserverIP), net.ParseIP(kubernetesSvc), net.ParseIP("127.0.0.1")}
+	ips := []net.IP{net.ParseIP(l.apiserverIP), net.ParseIP(l.kubernetesSvc), net.ParseIP("127.0.0.1")}
 	reqs := map[string]certRequest{
 		"apiserver": {CommonName: "kube-apiserver", IPs: ips, Server: true,
 			DNSNames: []string{"localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc", "kubernetes.default.svc." + clusterDomain}},
@@ -124,7 +124,7 @@ func (l *layout) apiserver() daemon {
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",
-		"--service-cluster-ip-range=" + serviceCIDR,
+		"--service-cluster-ip-range=" + l.serviceCIDR,
 		"--service-account-issuer=https://kubernetes.default.svc." + clusterDomain,
 		"--service-account-key-file=" + l.pki("sa.pub"),
 		"--service-account-signing-key-file=" + l.pki("sa.key"),
@@ -160,8 +160,8 @@ func (l *layout) controllerManager() daemon {
 		// Node CIDRs are fixed by the layout (10.244.<i>.0/24) and set by `up`, so the
 		// CNI config and Node.spec.podCIDR agree.
 		"--allocate-node-cidrs=false",
-		"--cluster-cidr=" + clusterCIDR,
-		"--service-cluster-ip-range=" + serviceCIDR,
+		"--cluster-cidr=" + l.clusterCIDR,
+		"--service-cluster-ip-range=" + l.serviceCIDR,
 		"--controllers=*",
 		"--leader-elect=false",
 		"--profiling=false",
@@ -342,7 +342,7 @@ nodeStatusReportFrequency: 1m0s
 syncFrequency: 10s
 fileCheckFrequency: 10s
 `, n.ip, l.pki("ca.crt"), l.pki(n.name+"-kubelet-serving.crt"), l.pki(n.name+"-kubelet-serving.key"),
-		clusterDomain, dnsServiceIP, n.podLogsDir, n.containerdSocket)
+		clusterDomain, l.dnsServiceIP, n.podLogsDir, n.containerdSocket)
 }
 
 func (l *layout) kubelet(n nodeLayout) daemon {
@@ -378,7 +378,7 @@ conntrack:
   min: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-`, filepath.Join(l.StateDir, "kube-proxy.kubeconfig"), n.name, n.ip, clusterCIDR)
+`, filepath.Join(l.StateDir, "kube-proxy.kubeconfig"), n.name, n.ip, l.clusterCIDR)
 }
 
 func (l *layout) kubeProxy(n nodeLayout) daemon {

@@ -19,6 +19,10 @@ func TestValidateRejectsBadInput(t *testing.T) {
 		"unknown cni":     func(o *Options) { o.CNI = "flannel" },
 		"unknown sched":   func(o *Options) { o.Scheduler = "nope" },
 		"unparsable cidr": func(o *Options) { o.NodeSubnet = "x" },
+		"pod cidr /24":    func(o *Options) { o.PodCIDR = "10.244.1.0/24" },
+		"pod cidr bits":   func(o *Options) { o.PodCIDR = "10.244.1.0/16" },
+		"service ipv6":    func(o *Options) { o.ServiceCIDR = "fd00::/16" },
+		"same cidrs":      func(o *Options) { o.ServiceCIDR = o.PodCIDR },
 	}
 	for name, mutate := range cases {
 		o := DefaultOptions()
@@ -29,6 +33,23 @@ func TestValidateRejectsBadInput(t *testing.T) {
 	}
 	if d := DefaultOptions(); d.validate() != nil {
 		t.Errorf("defaults rejected: %v", d.validate())
+	}
+}
+
+func TestLayoutDerivesAddressesFromCIDRs(t *testing.T) {
+	o := DefaultOptions()
+	o.PodCIDR, o.ServiceCIDR = "10.245.0.0/16", "10.97.0.0/16"
+	l := newLayout(o)
+	if l.nodes[1].podCIDR != "10.245.2.0/24" || l.nodes[1].gateway != "10.245.2.1" {
+		t.Errorf("node-2: podCIDR %s gateway %s, want 10.245.2.0/24 and 10.245.2.1", l.nodes[1].podCIDR, l.nodes[1].gateway)
+	}
+	if l.kubernetesSvc != "10.97.0.1" || l.dnsServiceIP != "10.97.0.10" || l.clusterCIDR != o.PodCIDR || l.serviceCIDR != o.ServiceCIDR {
+		t.Errorf("service addresses %s %s, cidrs %s %s", l.kubernetesSvc, l.dnsServiceIP, l.clusterCIDR, l.serviceCIDR)
+	}
+	// A record from before the CIDR options existed has neither: the old fixed values apply.
+	old := (&record{Nodes: 1, Prefix: "cluster", NodeSubnet: "172.30.0.0/24"}).options(Options{StateDir: "/x"})
+	if l := newLayout(old); l.nodes[0].podCIDR != "10.244.1.0/24" || l.dnsServiceIP != "10.96.0.10" {
+		t.Errorf("old record: podCIDR %s dns %s", l.nodes[0].podCIDR, l.dnsServiceIP)
 	}
 }
 
@@ -96,7 +117,7 @@ func TestPKI(t *testing.T) {
 	if err := server.VerifyHostname(l.apiserverIP); err != nil {
 		t.Errorf("apiserver cert for %s: %v", l.apiserverIP, err)
 	}
-	if err := server.VerifyHostname(kubernetesSvc); err != nil {
+	if err := server.VerifyHostname(l.kubernetesSvc); err != nil {
 		t.Errorf("apiserver cert for the kubernetes Service IP: %v", err)
 	}
 	kubelet := load("node-2-kubelet")

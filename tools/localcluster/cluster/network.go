@@ -56,11 +56,11 @@ func (l *layout) setupNetwork() error {
 	// Service IPs: a node's own processes need a route before kube-proxy's DNAT applies;
 	// the host sends Service traffic to node 1, whose kube-proxy masquerades it.
 	for _, n := range l.nodes {
-		if err := run("ip", "-n", n.netns, "route", "add", serviceCIDR, "dev", "eth0"); err != nil {
+		if err := run("ip", "-n", n.netns, "route", "add", l.serviceCIDR, "dev", "eth0"); err != nil {
 			return err
 		}
 	}
-	return run("ip", "route", "add", serviceCIDR, "via", l.nodes[0].ip, "dev", l.bridge)
+	return run("ip", "route", "add", l.serviceCIDR, "via", l.nodes[0].ip, "dev", l.bridge)
 }
 
 func (l *layout) addNetns(ns, hostVeth, ip string) error {

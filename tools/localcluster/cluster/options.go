@@ -34,15 +34,16 @@ type Options struct {
 	// NodeSubnet is the /24 on the host bridge; .1 is the host, .2 the control plane,
 	// .11+i node i. It exists only on links the cluster creates.
 	NodeSubnet string
+	// PodCIDR is the IPv4 /16 of pod addresses; node i gets <a.b>.i.0/24. ServiceCIDR is
+	// the IPv4 /16 of Services (.0.1 the API server, .0.10 DNS). Two clusters on one machine
+	// need different ones: the host routes both into its nodes.
+	PodCIDR     string
+	ServiceCIDR string
 	// Logf prints progress.
 	Logf func(format string, args ...any)
 }
 
 const (
-	clusterCIDR   = "10.244.0.0/16"
-	serviceCIDR   = "10.96.0.0/16"
-	kubernetesSvc = "10.96.0.1"
-	dnsServiceIP  = "10.96.0.10"
 	clusterDomain = "cluster.local"
 	apiserverPort = 6443
 )
@@ -50,13 +51,15 @@ const (
 // DefaultOptions returns the options `localcluster` uses without flags.
 func DefaultOptions() Options {
 	return Options{
-		Nodes:      3,
-		StateDir:   "/var/lib/staticip-localcluster",
-		CNI:        "bridge",
-		Scheduler:  "staticip-scheduler",
-		Prefix:     "cluster",
-		NodeSubnet: "172.30.0.0/24",
-		Logf:       func(string, ...any) {},
+		Nodes:       3,
+		StateDir:    "/var/lib/staticip-localcluster",
+		CNI:         "bridge",
+		Scheduler:   "staticip-scheduler",
+		Prefix:      "cluster",
+		NodeSubnet:  "172.30.0.0/24",
+		PodCIDR:     "10.244.0.0/16",
+		ServiceCIDR: "10.96.0.0/16",
+		Logf:        func(string, ...any) {},
 	}
 }
 
@@ -76,6 +79,14 @@ func (o *Options) validate() error {
 	}
 	if ones, bits := n.Mask.Size(); ones != 24 || bits != 32 {
 		return fmt.Errorf("--node-subnet must be an IPv4 /24, got %s", o.NodeSubnet)
+	}
+	for flag, cidr := range map[string]string{"--pod-cidr": o.PodCIDR, "--service-cidr": o.ServiceCIDR} {
+		if _, err := slash16(cidr); err != nil {
+			return fmt.Errorf("%s: %w", flag, err)
+		}
+	}
+	if o.PodCIDR == o.ServiceCIDR {
+		return fmt.Errorf("--pod-cidr and --service-cidr must differ, both are %s", o.PodCIDR)
 	}
 	if len(o.Prefix) == 0 || len(o.Prefix) > 8 {
 		return fmt.Errorf("--prefix must be 1-8 characters (link names are at most 15), got %q", o.Prefix)
@@ -104,6 +115,24 @@ type layout struct {
 	etcdDir     string
 	kubeconfig  string
 	apiserverIP string
+	// Addresses derived from PodCIDR and ServiceCIDR.
+	clusterCIDR   string
+	serviceCIDR   string
+	kubernetesSvc string
+	dnsServiceIP  string
+}
+
+// slash16 returns the first two octets of an IPv4 /16.
+func slash16(cidr string) ([2]byte, error) {
+	_, n, err := net.ParseCIDR(cidr)
+	if err != nil {
+		return [2]byte{}, err
+	}
+	if ones, bits := n.Mask.Size(); ones != 16 || bits != 32 || n.String() != cidr {
+		return [2]byte{}, fmt.Errorf("must be an IPv4 /16 like 10.244.0.0/16, got %s", cidr)
+	}
+	ip := n.IP.To4()
+	return [2]byte{ip[0], ip[1]}, nil
 }
 
 type nodeLayout struct {
@@ -145,6 +174,15 @@ func newLayout(o Options) layout {
 		kubeconfig: filepath.Join(o.StateDir, "kubeconfig"),
 	}
 	l.apiserverIP = l.cpIP
+	if o.PodCIDR == "" || o.ServiceCIDR == "" { // a record written before these options existed
+		d := DefaultOptions()
+		l.PodCIDR, l.ServiceCIDR = d.PodCIDR, d.ServiceCIDR
+	}
+	pod, _ := slash16(l.PodCIDR)
+	svc, _ := slash16(l.ServiceCIDR)
+	l.clusterCIDR, l.serviceCIDR = l.PodCIDR, l.ServiceCIDR
+	l.kubernetesSvc = fmt.Sprintf("%d.%d.0.1", svc[0], svc[1])
+	l.dnsServiceIP = fmt.Sprintf("%d.%d.0.10", svc[0], svc[1])
 	for i := 1; i <= o.Nodes; i++ {
 		dir := filepath.Join(o.StateDir, fmt.Sprintf("node-%d", i))
 		n := nodeLayout{
@@ -153,8 +191,8 @@ func newLayout(o Options) layout {
 			netns:            fmt.Sprintf("%s-node-%d", o.Prefix, i),
 			hostVeth:         fmt.Sprintf("%s-v%d", o.Prefix, i),
 			ip:               ip(10 + i),
-			podCIDR:          fmt.Sprintf("10.244.%d.0/24", i),
-			gateway:          fmt.Sprintf("10.244.%d.1", i),
+			podCIDR:          fmt.Sprintf("%d.%d.%d.0/24", pod[0], pod[1], i),
+			gateway:          fmt.Sprintf("%d.%d.%d.1", pod[0], pod[1], i),
 			zone:             fmt.Sprintf("zone-%d", (i-1)%2),
 			dir:              dir,
 			containerdRoot:   filepath.Join(dir, "containerd", "root"),

@@ -20,7 +20,7 @@ func Top(o Options, interval time.Duration) error {
 	if err != nil {
 		return fmt.Errorf("no cluster in %s", o.StateDir)
 	}
-	l = newLayout(Options{Nodes: rec.Nodes, StateDir: o.StateDir, Prefix: rec.Prefix, NodeSubnet: rec.NodeSubnet, CNI: rec.CNI, Scheduler: rec.Scheduler})
+	l = newLayout(rec.options(o))
 	daemonPid := map[int]string{}
 	for _, name := range l.daemonNames() {
 		b, err := os.ReadFile(l.pidFile(name))
