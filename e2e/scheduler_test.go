@@ -14,7 +14,6 @@ import (
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
-	"github.com/staticip/staticip/e2e/framework"
 )
 
 // TestSchedulerPinsPodToNodeOwningItsIP runs on a cluster whose default scheduler is
@@ -31,16 +30,30 @@ func TestSchedulerPinsPodToNodeOwningItsIP(t *testing.T) {
 	cs := versioned.NewForConfigOrDie(f.Config)
 	ns := f.Namespace(t, "e2e-sched")
 
-	// A /28 at the top of the node's pod CIDR (10.244.N.240/28), owned by the target node.
+	// The IP comes from an IPRange of the target node: its own when the cluster has one per
+	// node (the staticip CNI), else a /28 at the top of its pod CIDR made for this test.
 	prefix := strings.TrimSuffix(target.Spec.PodCIDR, "0/24")
-	rangeName := "e2e-" + ns
-	if _, err := cs.JkeV1().IPRanges().Create(ctx, &jkev1.IPRange{
-		ObjectMeta: metav1.ObjectMeta{Name: rangeName},
-		Spec:       jkev1.IPRangeSpec{CIDR: prefix + "240/28", Node: target.Name},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatalf("create IPRange: %v", err)
+	rangeCIDR := prefix + "240/28"
+	list, err := cs.JkeV1().IPRanges().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = cs.JkeV1().IPRanges().Delete(context.Background(), rangeName, metav1.DeleteOptions{}) })
+	owned := false
+	for _, r := range list.Items {
+		if r.Spec.Node == target.Name && r.Spec.CIDR == target.Spec.PodCIDR {
+			owned, rangeCIDR = true, r.Spec.CIDR
+		}
+	}
+	if !owned {
+		rangeName := "e2e-" + ns
+		if _, err := cs.JkeV1().IPRanges().Create(ctx, &jkev1.IPRange{
+			ObjectMeta: metav1.ObjectMeta{Name: rangeName},
+			Spec:       jkev1.IPRangeSpec{CIDR: rangeCIDR, Node: target.Name},
+		}, metav1.CreateOptions{}); err != nil {
+			t.Fatalf("create IPRange: %v", err)
+		}
+		t.Cleanup(func() { _ = cs.JkeV1().IPRanges().Delete(context.Background(), rangeName, metav1.DeleteOptions{}) })
+	}
 
 	pinned := testServerPod("pinned", "", nil)
 	pinned.Spec.NodeSelector = nil
@@ -61,26 +74,11 @@ func TestSchedulerPinsPodToNodeOwningItsIP(t *testing.T) {
 	}
 	if running.Spec.NodeName != target.Name {
 		t.Fatalf("pod annotated with %s ran on %s, want %s (owner of IPRange %s)",
-			prefix+"245", running.Spec.NodeName, target.Name, prefix+"240/28")
+			prefix+"245", running.Spec.NodeName, target.Name, rangeCIDR)
 	}
 	t.Logf("pod annotated with %s scheduled onto %s, the IPRange owner", prefix+"245", running.Spec.NodeName)
 
-	want := fmt.Sprintf("invalid annotation %s=%q", jkev1.AnnotationIPAddress, prefix+"999")
-	if err := framework.WaitFor(ctx, time.Minute, "FailedScheduling event for badip", func(ctx context.Context) (bool, error) {
-		evs, err := f.Client.CoreV1().Events(ns).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=badip"})
-		if err != nil {
-			return false, nil
-		}
-		for _, e := range evs.Items {
-			if e.Reason == "FailedScheduling" && strings.Contains(e.Message, want) {
-				t.Logf("event: %s", e.Message)
-				return true, nil
-			}
-		}
-		return false, nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	waitForPodEvent(t, ctx, ns, "badip", "FailedScheduling", fmt.Sprintf("invalid annotation %s=%q", jkev1.AnnotationIPAddress, prefix+"999"))
 	p, err := f.Client.CoreV1().Pods(ns).Get(ctx, "badip", metav1.GetOptions{})
 	if err != nil || p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending {
 		t.Fatalf("badip must stay Pending and unbound: node %q phase %q (%v)", p.Spec.NodeName, p.Status.Phase, err)
