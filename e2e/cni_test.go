@@ -86,6 +86,36 @@ func waitForPodEvent(t *testing.T, ctx context.Context, ns, pod, reason, want st
 	return msg
 }
 
+// runPodOn creates pod and waits until it runs Ready on node with ip.
+func runPodOn(t *testing.T, ctx context.Context, ns string, pod *corev1.Pod, node, ip string) {
+	t.Helper()
+	if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.WaitForPodRunning(ctx, ns, pod.Name, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Spec.NodeName != node || p.Status.PodIP != ip {
+		t.Fatalf("pod %s runs on %s with %s, want %s with %s", pod.Name, p.Spec.NodeName, p.Status.PodIP, node, ip)
+	}
+}
+
+// deletePodAndWait deletes a pod and waits until it is gone.
+func deletePodAndWait(t *testing.T, ctx context.Context, ns, name string) {
+	t.Helper()
+	pods := f.Client.CoreV1().Pods(ns)
+	if err := pods.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.WaitFor(ctx, time.Minute, "pod "+name+" gone", func(ctx context.Context) (bool, error) {
+		_, err := pods.Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 // TestCNIPodsGetNodeIPRangeAddressesAndCrossNodesThroughAgentRoutes: on the staticip CNI a
 // pod on every node gets an address from its node's IPRange; every node routes every other
 // node's IPRanges via that node's InternalIP with routes the agent made (protocol 0x5a, the
@@ -185,35 +215,9 @@ func TestCNIKeepsTheIPWhileTheStaticIPExists(t *testing.T) {
 		p.Annotations = map[string]string{jkev1.AnnotationEnable: "true", jkev1.AnnotationIPAddress: ip}
 		return p
 	}
-	runWeb := func(round string) {
-		t.Helper()
-		if _, err := pods.Create(ctx, web(), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		p, err := f.WaitForPodRunning(ctx, ns, "web", 2*time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.Status.PodIP != ip || p.Spec.NodeName != target {
-			t.Fatalf("%s: pod web has IP %s on %s, want %s on %s", round, p.Status.PodIP, p.Spec.NodeName, ip, target)
-		}
-		t.Logf("%s: pod web runs on %s with %s", round, p.Spec.NodeName, p.Status.PodIP)
-	}
-	deletePod := func(name string) {
-		t.Helper()
-		if err := pods.Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		if err := framework.WaitFor(ctx, time.Minute, "pod "+name+" gone", func(ctx context.Context) (bool, error) {
-			_, err := pods.Get(ctx, name, metav1.GetOptions{})
-			return apierrors.IsNotFound(err), nil
-		}); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	runWeb("first start")
-	deletePod("web")
+	runPodOn(t, ctx, ns, web(), target, ip)
+	t.Logf("pod web runs on %s with %s", target, ip)
+	deletePodAndWait(t, ctx, ns, "web")
 
 	// Straight to the kubelet (nodeName set), past the scheduler, so only the CNI decides.
 	intruder := testServerPod("intruder", "", nil)
@@ -231,28 +235,20 @@ func TestCNIKeepsTheIPWhileTheStaticIPExists(t *testing.T) {
 	}); err != nil {
 		t.Error(err)
 	}
-	deletePod("intruder")
+	deletePodAndWait(t, ctx, ns, "intruder")
 
-	runWeb("recreated while its StaticIP exists")
+	runPodOn(t, ctx, ns, web(), target, ip)
+	t.Logf("recreated while its StaticIP exists: pod web runs on %s with %s again", target, ip)
 
 	if err := cs.JkeV1().StaticIPs(ns).Delete(ctx, "web", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	deletePod("web")
+	deletePodAndWait(t, ctx, ns, "web")
 	next := testServerPod("next", "", nil)
 	next.Spec.NodeSelector = nil
 	next.Spec.NodeName = target
 	next.Annotations = map[string]string{jkev1.AnnotationIPAddress: ip}
-	if _, err := pods.Create(ctx, next, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	p, err := f.WaitForPodRunning(ctx, ns, "next", 2*time.Minute)
-	if err != nil {
-		t.Fatalf("the IP was not freed once the StaticIP and its pod were gone: %v", err)
-	}
-	if p.Status.PodIP != ip {
-		t.Fatalf("pod next has %s, want the freed %s", p.Status.PodIP, ip)
-	}
+	runPodOn(t, ctx, ns, next, target, ip) // the IP was freed once the StaticIP and its pod were gone
 }
 
 // TestCNIBadInputShowsInPodEvents: pods sent straight to a node's kubelet (past the

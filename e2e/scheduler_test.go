@@ -10,13 +10,11 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
-	"github.com/staticip/staticip/e2e/framework"
 )
 
 // TestSchedulerPinsPodToNodeOwningItsIP runs on a cluster whose default scheduler is
@@ -123,30 +121,9 @@ func TestSchedulerKeepsRoomForADeletedStaticIPPod(t *testing.T) {
 		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: *bigCPU}
 		return p
 	}
-	runBig := func(round string) {
-		t.Helper()
-		if _, err := pods.Create(ctx, big(), metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		p, err := f.WaitForPodRunning(ctx, ns, "big", 2*time.Minute)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if p.Spec.NodeName != target.Name || p.Status.PodIP != ip {
-			t.Fatalf("%s: big runs on %s with %s, want %s with %s", round, p.Spec.NodeName, p.Status.PodIP, target.Name, ip)
-		}
-		t.Logf("%s: big (cpu %s) runs on %s with %s", round, bigCPU, p.Spec.NodeName, p.Status.PodIP)
-	}
-	runBig("first start")
-	if err := pods.Delete(ctx, "big", metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := framework.WaitFor(ctx, time.Minute, "big gone", func(ctx context.Context) (bool, error) {
-		_, err := pods.Get(ctx, "big", metav1.GetOptions{})
-		return apierrors.IsNotFound(err), nil
-	}); err != nil {
-		t.Fatal(err)
-	}
+	runPodOn(t, ctx, ns, big(), target.Name, ip)
+	t.Logf("big (cpu %s) runs on %s with %s", bigCPU, target.Name, ip)
+	deletePodAndWait(t, ctx, ns, "big")
 
 	filler := testServerPod("filler", target.Name, nil)
 	filler.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: *fillerCPU}
@@ -159,7 +136,8 @@ func TestSchedulerKeepsRoomForADeletedStaticIPPod(t *testing.T) {
 		t.Fatalf("filler must stay unbound while big's reservation holds: node %q (%v)", p.Spec.NodeName, err)
 	}
 
-	runBig("recreated")
+	runPodOn(t, ctx, ns, big(), target.Name, ip)
+	t.Logf("recreated: big runs on %s with %s again", target.Name, ip)
 
 	// Without the pod and its StaticIP, nothing holds the CPU any more: filler is scheduled.
 	if err := pods.Delete(ctx, "big", metav1.DeleteOptions{}); err != nil {
