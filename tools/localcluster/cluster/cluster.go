@@ -230,6 +230,10 @@ func Up(ctx context.Context, o Options) error {
 			return err
 		}
 	}
+	o.Logf("addons: staticip-controller-manager from manifests/controller-manager (2 replicas, Lease leader election)")
+	if err := l.installControllerManager(); err != nil {
+		return err
+	}
 	if err := l.waitFor(ctx, 120*time.Second, all, "all nodes Ready", func() (bool, error) {
 		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
