@@ -9,6 +9,7 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +19,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -32,6 +34,10 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/ipam"
 )
+
+// DefaultCNIVersion is the newest spec version that the runtimes of current Kubernetes
+// releases (containerd 1.6 and 1.7, CRI-O) accept in a conflist.
+const DefaultCNIVersion = "1.0.0"
 
 // RouteProtocol marks the host routes the agent owns, so that it only ever removes its own.
 const RouteProtocol netlink.RouteProtocol = 0x5a
@@ -52,6 +58,43 @@ type Config struct {
 	Quarantine       string
 	// Routes enables programming routes to other nodes' IPRanges.
 	Routes bool
+	// CNIVersion is the conflist's cniVersion: the runtime must understand it (containerd
+	// 1.6/1.7 stop at 1.0.0; 1.1.0 lets a newer runtime call GC and STATUS).
+	CNIVersion string
+	// PluginCredentials, when set, are written as a kubeconfig to
+	// CNIConfDir/filepath.Base(PluginKubeconfig) on every sync, so the plugin (which the
+	// runtime execs on the host, outside any pod) can use the agent's service-account
+	// token; the file follows the token as the kubelet rotates it.
+	PluginCredentials *Credentials
+}
+
+// Credentials say how the plugin reaches the API server: the agent's own in-cluster
+// server address, CA file and (projected, rotating) token file.
+type Credentials struct {
+	Server, CAFile, TokenFile string
+}
+
+// pluginKubeconfig renders the plugin's kubeconfig with the CA and token inline: the files
+// they come from live inside the agent's container, where the plugin cannot read them.
+func (c Credentials) pluginKubeconfig() ([]byte, error) {
+	ca, err := os.ReadFile(c.CAFile)
+	if err != nil {
+		return nil, fmt.Errorf("CA of the plugin kubeconfig: %w", err)
+	}
+	token, err := os.ReadFile(c.TokenFile)
+	if err != nil {
+		return nil, fmt.Errorf("token of the plugin kubeconfig: %w", err)
+	}
+	cfg := map[string]any{
+		"apiVersion":      "v1",
+		"kind":            "Config",
+		"current-context": "staticip",
+		"clusters": []any{map[string]any{"name": "staticip", "cluster": map[string]any{
+			"server": c.Server, "certificate-authority-data": base64.StdEncoding.EncodeToString(ca)}}},
+		"users":    []any{map[string]any{"name": "staticip", "user": map[string]any{"token": strings.TrimSpace(string(token))}}},
+		"contexts": []any{map[string]any{"name": "staticip", "context": map[string]any{"cluster": "staticip", "user": "staticip"}}},
+	}
+	return json.MarshalIndent(cfg, "", "  ")
 }
 
 // Agent runs the sync.
@@ -75,6 +118,9 @@ type Stats struct {
 func New(cfg Config, kube kubernetes.Interface, sip versioned.Interface, log io.Writer) *Agent {
 	if cfg.ConfName == "" {
 		cfg.ConfName = "10-staticip.conflist"
+	}
+	if cfg.CNIVersion == "" {
+		cfg.CNIVersion = DefaultCNIVersion
 	}
 	if cfg.MTU == 0 {
 		cfg.MTU = 1500
@@ -164,7 +210,7 @@ func (a *Agent) Conflist(ranges []jkev1.IPRange) ([]byte, error) {
 	if a.cfg.Quarantine != "" {
 		p["quarantine"] = a.cfg.Quarantine
 	}
-	return json.MarshalIndent(map[string]any{"cniVersion": "1.1.0", "name": "staticip", "plugins": []any{p}}, "", "  ")
+	return json.MarshalIndent(map[string]any{"cniVersion": a.cfg.CNIVersion, "name": "staticip", "plugins": []any{p}}, "", "  ")
 }
 
 func toIPAMRange(r jkev1.IPRange) (ipam.Range, error) {
@@ -202,6 +248,19 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 	} else if changed {
 		a.logf("installed %s", filepath.Join(a.cfg.CNIBinDir, "staticip"))
 	}
+	if c := a.cfg.PluginCredentials; c != nil && a.cfg.PluginKubeconfig != "" {
+		path := filepath.Join(a.cfg.CNIConfDir, filepath.Base(a.cfg.PluginKubeconfig))
+		data, err := c.pluginKubeconfig()
+		if err == nil {
+			var changed bool
+			if changed, err = writeIfChanged(path, data, 0o600); changed {
+				a.logf("wrote the plugin's kubeconfig %s (server %s)", path, c.Server)
+			}
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("plugin kubeconfig: %w", err))
+		}
+	}
 	rangeList, err := a.sip.JkeV1().IPRanges().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		return errors.Join(append(errs, fmt.Errorf("list IPRanges: %w", err))...)
@@ -223,7 +282,13 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 	}
 	sort.Slice(mine, func(i, j int) bool { return mine[i].Name < mine[j].Name })
 	conf, err := a.Conflist(mine)
-	if err == nil {
+	confPath := filepath.Join(a.cfg.CNIConfDir, a.cfg.ConfName)
+	if _, statErr := os.Stat(confPath); err == nil && len(mine) == 0 && statErr != nil {
+		// Without a range no pod can get an IP here: leave the network unconfigured, so the
+		// runtime reports NetworkReady=false and the node stays NotReady instead of
+		// accepting pods that would all fail.
+		a.logf("no IPRange names node %s; not writing %s until one does", a.cfg.NodeName, confPath)
+	} else if err == nil {
 		var changed bool
 		changed, err = writeIfChanged(filepath.Join(a.cfg.CNIConfDir, a.cfg.ConfName), conf, 0o644)
 		if changed {

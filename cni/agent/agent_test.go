@@ -15,10 +15,12 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -147,7 +149,8 @@ func TestSyncOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	if !strings.Contains(string(conf), `"subnet": "10.150.0.0/24"`) || !strings.Contains(string(conf), `"gateway": "10.150.0.1"`) ||
-		strings.Contains(string(conf), "10.151.0.0") || !strings.Contains(string(conf), `"kubeconfig": "/etc/cni/net.d/staticip-kubeconfig"`) {
+		strings.Contains(string(conf), "10.151.0.0") || !strings.Contains(string(conf), `"kubeconfig": "/etc/cni/net.d/staticip-kubeconfig"`) ||
+		!strings.Contains(string(conf), `"cniVersion": "1.0.0"`) {
 		t.Fatalf("conflist:\n%s", conf)
 	}
 	installed := filepath.Join(cfg.CNIBinDir, "staticip")
@@ -295,5 +298,76 @@ func TestRunFreesTheIPOfADeletedPod(t *testing.T) {
 			t.Fatal("the deleted pod's IP was not freed by the watch-triggered GC")
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// The plugin's kubeconfig carries the agent's service-account token and follows it when the
+// kubelet rotates it; the API server accepts it as that service account; no IPRange for the
+// node means no conflist (the node must stay NotReady rather than take pods it cannot serve).
+func TestPluginKubeconfigFollowsTheToken(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := testenv.Context(t, time.Minute)
+	kube := kubernetes.NewForConfigOrDie(env.Config)
+	sip := versioned.NewForConfigOrDie(env.Config)
+	suffix := fmt.Sprint(time.Now().UnixNano() % 1000000)
+	nsName := "cni-kubeconfig-" + suffix
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.CoreV1().ServiceAccounts(nsName).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: "agent"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	caFile, tokenFile := filepath.Join(dir, "ca.crt"), filepath.Join(dir, "token")
+	if err := os.WriteFile(caFile, env.Config.CAData, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	issue := func() string {
+		tr, err := kube.CoreV1().ServiceAccounts(nsName).CreateToken(ctx, "agent", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(tokenFile, []byte(tr.Status.Token+"\n"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	confDir := filepath.Join(dir, "net.d")
+	a := New(Config{NodeName: "cni-no-range-" + suffix, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: confDir, DataDir: dir,
+		PluginKubeconfig:  "/etc/cni/net.d/staticip-kubeconfig",
+		PluginCredentials: &Credentials{Server: env.Config.Host, CAFile: caFile, TokenFile: tokenFile}}, kube, sip, nil)
+	written := filepath.Join(confDir, "staticip-kubeconfig")
+	for round, token := range []string{issue(), ""} {
+		if round == 1 {
+			token = issue() // the kubelet rotated the projected token
+		}
+		if err := a.SyncOnce(ctx); err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		st, err := os.Stat(written)
+		if err != nil {
+			t.Fatalf("round %d: %v", round, err)
+		}
+		if st.Mode().Perm() != 0o600 {
+			t.Errorf("kubeconfig mode %v, want 0600 (it holds a token)", st.Mode().Perm())
+		}
+		b, _ := os.ReadFile(written)
+		if !strings.Contains(string(b), token) {
+			t.Fatalf("round %d: kubeconfig does not carry the current token", round)
+		}
+		cfg, err := clientcmd.BuildConfigFromFlags("", written)
+		if err != nil {
+			t.Fatal(err)
+		}
+		review, err := kubernetes.NewForConfigOrDie(cfg).AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("round %d: the API server rejects the plugin's kubeconfig: %v", round, err)
+		}
+		if want := "system:serviceaccount:" + nsName + ":agent"; review.Status.UserInfo.Username != want {
+			t.Errorf("round %d: authenticated as %q, want %q", round, review.Status.UserInfo.Username, want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(confDir, "10-staticip.conflist")); !os.IsNotExist(err) {
+		t.Errorf("a conflist was written for a node without any IPRange (stat: %v)", err)
 	}
 }

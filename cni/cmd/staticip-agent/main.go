@@ -29,8 +29,10 @@ func main() {
 	flag.StringVar(&cfg.CNIBinDir, "cni-bin-dir", "/opt/cni/bin", "CNI binary directory")
 	flag.StringVar(&cfg.CNIConfDir, "cni-conf-dir", "/etc/cni/net.d", "CNI configuration directory")
 	flag.StringVar(&cfg.ConfName, "conf-name", "10-staticip.conflist", "conflist file name")
-	flag.StringVar(&cfg.PluginKubeconfig, "plugin-kubeconfig", "", "kubeconfig path the plugin uses (written into the conflist)")
+	flag.StringVar(&cfg.PluginKubeconfig, "plugin-kubeconfig", "", "kubeconfig path the plugin uses, as the host sees it (written into the conflist)")
+	writeKubeconfig := flag.Bool("write-plugin-kubeconfig", true, "in-cluster: write the plugin's kubeconfig (API server, CA, this agent's service-account token) to <cni-conf-dir>/<base of --plugin-kubeconfig>")
 	flag.StringVar(&cfg.DataDir, "data-dir", "/var/lib/staticip", "directory of ipam.db")
+	flag.StringVar(&cfg.CNIVersion, "cni-version", agent.DefaultCNIVersion, "cniVersion of the conflist: 1.0.0 for containerd 1.6/1.7; 1.1.0 adds GC and STATUS on runtimes that support them")
 	flag.IntVar(&cfg.MTU, "mtu", 1500, "pod MTU")
 	flag.StringVar(&cfg.Quarantine, "quarantine", "", "quarantine of released IPs (plugin default when empty)")
 	flag.BoolVar(&cfg.Routes, "routes", true, "route other nodes' IPRanges via their InternalIP")
@@ -51,6 +53,9 @@ func main() {
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "staticip-agent:", err)
 		os.Exit(1)
+	}
+	if *kubeconfig == "" && *writeKubeconfig && cfg.PluginKubeconfig != "" {
+		cfg.PluginCredentials = &agent.Credentials{Server: restCfg.Host, CAFile: restCfg.TLSClientConfig.CAFile, TokenFile: restCfg.BearerTokenFile}
 	}
 	a := agent.New(cfg, kubernetes.NewForConfigOrDie(restCfg), versioned.NewForConfigOrDie(restCfg), os.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/google/go-containerregistry/pkg/name"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -42,30 +43,8 @@ func TestBuildWritesLoadableImage(t *testing.T) {
 	if len(cfg.Config.Entrypoint) != 1 || cfg.Config.Entrypoint[0] != "/tool" || len(cfg.Config.Cmd) != 1 || cfg.Config.Cmd[0] != "serve" {
 		t.Errorf("entrypoint %v cmd %v", cfg.Config.Entrypoint, cfg.Config.Cmd)
 	}
-	layers, err := img.Layers()
-	if err != nil || len(layers) != 1 {
-		t.Fatalf("layers: %d, %v", len(layers), err)
-	}
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	tr := tar.NewReader(rc)
-	found := false
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Name == "tool" {
-			got, _ := io.ReadAll(tr)
-			found = bytes.Equal(got, content) && h.Mode&0o111 != 0
-		}
-	}
+	files := layerFiles(t, img)
+	found := bytes.Equal([]byte(files["tool"].content), content) && files["tool"].mode&0o111 != 0
 	if !found {
 		t.Error("the layer lacks the executable binary at /tool")
 	}
@@ -80,6 +59,38 @@ func TestBuildWritesLoadableImage(t *testing.T) {
 	d2, _ := img2.Digest()
 	if d1 != d2 {
 		t.Errorf("rebuild changed the digest: %s -> %s", d1, d2)
+	}
+}
+
+type layerFile struct {
+	mode    int64
+	content string
+}
+
+// layerFiles reads the only layer of img: file name → mode and content.
+func layerFiles(t *testing.T, img v1.Image) map[string]layerFile {
+	t.Helper()
+	layers, err := img.Layers()
+	if err != nil || len(layers) != 1 {
+		t.Fatalf("layers: %d, %v", len(layers), err)
+	}
+	rc, err := layers[0].Uncompressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	files := map[string]layerFile{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(tr)
+		files[h.Name] = layerFile{mode: h.Mode, content: string(b)}
 	}
 }
 
@@ -123,25 +134,8 @@ func TestExtraFilesAndStaleness(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	layers, _ := img.Layers()
-	rc, err := layers[0].Uncompressed()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rc.Close()
-	got := map[string]string{}
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(tr)
-		got[h.Name] = string(b)
-	}
+	files := layerFiles(t, img)
+	got := map[string]string{"agent": files["agent"].content, "plugin": files["plugin"].content}
 	if got["agent"] != "agent-bytes" || got["plugin"] != "plugin-bytes" {
 		t.Errorf("layer files %v, want agent and plugin with their bytes", got)
 	}

@@ -224,11 +224,11 @@ func Up(ctx context.Context, o Options) error {
 		}
 	}
 	o.Logf("addons: CoreDNS (Service %s)", l.dnsServiceIP)
-	manifests := append([]string{l.coreDNSManifest()}, cni.manifests(&l)...)
-	for _, m := range manifests {
-		if _, err := l.kubectl(m, "apply", "-f", "-"); err != nil {
-			return err
-		}
+	if _, err := l.kubectl(l.coreDNSManifest(), "apply", "-f", "-"); err != nil {
+		return err
+	}
+	if err := cni.install(&l); err != nil {
+		return fmt.Errorf("CNI %s: %w", l.CNI, err)
 	}
 	o.Logf("addons: staticip-controller-manager from manifests/controller-manager (2 replicas, Lease leader election)")
 	if err := l.installControllerManager(); err != nil {

@@ -5,22 +5,28 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
+
+	"github.com/staticip/staticip/tools/images/imagebuilder"
 )
 
-// cniProvider installs a pod network on a node: plugin binaries into the node's CNI bin
-// directory and a network config into its conf directory, before containerd starts. A
-// provider that runs as pods (staticip's agent DaemonSet) can install its files itself and
-// return only the manifests to apply.
+// cniProvider installs a pod network: plugin binaries and a network config into each node's
+// CNI directories before containerd starts, and/or, once the API server is up, whatever
+// runs as pods (staticip's agent DaemonSet).
 type cniProvider interface {
 	// installNode prepares one node's CNI bin and conf directories.
 	installNode(l *layout, n nodeLayout) error
-	// manifests returns objects to apply once the API server is up (none for bridge).
-	manifests(l *layout) []string
+	// install runs once the API server is up and the nodes have registered.
+	install(l *layout) error
+	// routesBetweenNodes: whether `up` routes every node's pod CIDR from every other node
+	// (bridge), or the CNI programs those routes itself (staticip's agent).
+	routesBetweenNodes() bool
 }
 
-// cniProviders are the values of --cni. `staticip` joins them when the CNI issue lands.
+// cniProviders are the values of --cni.
 var cniProviders = map[string]cniProvider{
-	"bridge": bridgeCNI{},
+	"bridge":   bridgeCNI{},
+	"staticip": staticipCNI{},
 }
 
 // cniNetworkName names the network in libcni's cache (/var/lib/cni/results), which is
@@ -30,12 +36,9 @@ func (l *layout) cniNetworkName() string { return l.Prefix + "-localcluster" }
 // systemCNIDir holds Debian's containernetworking-plugins.
 const systemCNIDir = "/usr/lib/cni"
 
-// bridgeCNI is containernetworking's bridge + host-local: one bridge per node, a /24 per
-// node, and routes between nodes set up by setupNetwork.
-type bridgeCNI struct{}
-
-func (bridgeCNI) installNode(l *layout, n nodeLayout) error {
-	for _, p := range []string{"bridge", "host-local", "loopback", "portmap"} {
+// linkSystemPlugins symlinks Debian's containernetworking plugins into a node's bin dir.
+func linkSystemPlugins(n nodeLayout, plugins ...string) error {
+	for _, p := range plugins {
 		src := filepath.Join(systemCNIDir, p)
 		if _, err := os.Stat(src); err != nil {
 			return fmt.Errorf("CNI plugin %s missing (install containernetworking-plugins: tools/install-deps.sh): %w", src, err)
@@ -43,6 +46,17 @@ func (bridgeCNI) installNode(l *layout, n nodeLayout) error {
 		if err := os.Symlink(src, filepath.Join(n.cniBinDir, p)); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// bridgeCNI is containernetworking's bridge + host-local: one bridge per node, a /24 per
+// node, and routes between nodes set up by setupNetwork.
+type bridgeCNI struct{}
+
+func (bridgeCNI) installNode(l *layout, n nodeLayout) error {
+	if err := linkSystemPlugins(n, "bridge", "host-local", "loopback", "portmap"); err != nil {
+		return err
 	}
 	conf := map[string]any{
 		"cniVersion": "1.0.0",
@@ -58,7 +72,7 @@ func (bridgeCNI) installNode(l *layout, n nodeLayout) error {
 					"type":    "host-local",
 					"ranges":  [][]map[string]string{{{"subnet": n.podCIDR, "gateway": n.gateway}}},
 					"routes":  []map[string]string{{"dst": "0.0.0.0/0"}},
-					"dataDir": filepath.Join(n.dir, "cni", "ipam"),
+					"dataDir": filepath.Join(n.cniDir, "host-local"),
 				},
 			},
 			map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}},
@@ -71,7 +85,65 @@ func (bridgeCNI) installNode(l *layout, n nodeLayout) error {
 	return os.WriteFile(filepath.Join(n.cniConfDir, "10-bridge.conflist"), b, 0o644)
 }
 
-func (bridgeCNI) manifests(*layout) []string { return nil }
+func (bridgeCNI) install(*layout) error    { return nil }
+func (bridgeCNI) routesBetweenNodes() bool { return true }
+
+// staticipCNI is staticip's own CNI, installed the way users install it: the shipped
+// manifests/cni (agent DaemonSet + RBAC) with only the image and the host paths changed,
+// and one IPRange per node (the node's pod CIDR). Until its agent has written the conflist a
+// node is NotReady; the agent, not `up`, routes each node's range from the other nodes.
+type staticipCNI struct{}
+
+// installNode links only the loopback plugin, which containerd needs for every sandbox's lo;
+// the agent installs the staticip binary and its conflist.
+func (staticipCNI) installNode(_ *layout, n nodeLayout) error {
+	return linkSystemPlugins(n, "loopback")
+}
+
+func (staticipCNI) routesBetweenNodes() bool { return false }
+
+func (staticipCNI) install(l *layout) error {
+	var ranges strings.Builder
+	for _, n := range l.nodes {
+		fmt.Fprintf(&ranges, "apiVersion: jke.jdcloud.com/v1\nkind: IPRange\nmetadata:\n  name: %s\nspec:\n  cidr: %s\n  node: %s\n---\n", n.name, n.podCIDR, n.name)
+	}
+	if _, err := l.kubectl(ranges.String(), "apply", "-f", "-"); err != nil {
+		return err
+	}
+	// Every node's CNI state lives under <state>/cni/<node name>, mounted at the same path
+	// in the agent, so the paths the agent writes into the conflist are the host's.
+	cniRoot := filepath.Join(l.StateDir, "cni")
+	nodeDir := cniRoot + "/$(NODE_NAME)"
+	name, tag, _ := strings.Cut(imagebuilder.AgentImage, ":")
+	overlay := fmt.Sprintf(`images:
+- name: staticip/staticip-agent
+  newName: %[1]s
+  newTag: %[2]s
+patches:
+- target: {kind: DaemonSet, name: staticip-agent}
+  patch: |
+    - {op: replace, path: /spec/template/spec/containers/0/imagePullPolicy, value: Never}
+    - op: replace
+      path: /spec/template/spec/containers/0/args
+      value:
+      - --node-name=$(NODE_NAME)
+      - --plugin-binary=/staticip
+      - --cni-bin-dir=%[4]s/bin
+      - --cni-conf-dir=%[4]s/net.d
+      - --plugin-kubeconfig=%[4]s/net.d/staticip-kubeconfig
+      - --data-dir=%[4]s/staticip
+      - --quarantine=2s
+      - --interval=10s
+      - --listen=127.0.0.1:9489
+    - op: replace
+      path: /spec/template/spec/containers/0/volumeMounts
+      value: [{name: cni, mountPath: %[3]s}]
+    - op: replace
+      path: /spec/template/spec/volumes
+      value: [{name: cni, hostPath: {path: %[3]s, type: Directory}}]
+`, name, tag, cniRoot, nodeDir)
+	return l.applyOverlay("cni", "manifests/cni", overlay)
+}
 
 // schedulers are the values of --scheduler: the binary in BinDir that runs as the
 // default-scheduler. staticip-scheduler (make build) serves the default-scheduler profile

@@ -37,7 +37,9 @@ func (l *layout) setupNetwork() error {
 		}
 	}
 	// Routes to every node's pod CIDR: from the host (so `curl <pod IP>` works there),
-	// from the control plane (the API server answers pods) and from every other node.
+	// from the control plane (the API server answers pods) and, unless the CNI does it
+	// (staticip's agent routes other nodes' IPRanges), from every other node.
+	betweenNodes := cniProviders[l.CNI].routesBetweenNodes()
 	for _, n := range l.nodes {
 		if err := run("ip", "route", "add", n.podCIDR, "via", n.ip, "dev", l.bridge); err != nil {
 			return fmt.Errorf("route to %s's pod CIDR (is %s used elsewhere on this machine?): %w", n.name, n.podCIDR, err)
@@ -46,7 +48,7 @@ func (l *layout) setupNetwork() error {
 			return err
 		}
 		for _, m := range l.nodes {
-			if m.index != n.index {
+			if betweenNodes && m.index != n.index {
 				if err := run("ip", "-n", m.netns, "route", "add", n.podCIDR, "via", n.ip); err != nil {
 					return err
 				}

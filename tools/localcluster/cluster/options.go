@@ -53,7 +53,7 @@ func DefaultOptions() Options {
 	return Options{
 		Nodes:       3,
 		StateDir:    "/var/lib/staticip-localcluster",
-		CNI:         "bridge",
+		CNI:         "staticip",
 		Scheduler:   "staticip-scheduler",
 		Prefix:      "cluster",
 		NodeSubnet:  "172.30.0.0/24",
@@ -149,8 +149,12 @@ type nodeLayout struct {
 	containerdRoot   string
 	containerdState  string
 	containerdSocket string
-	cniBinDir        string
-	cniConfDir       string
+	// cniDir holds the node's CNI bin and conf dirs (and a CNI's own state): one subtree
+	// per node under <state>/cni/<node name>, so a CNI DaemonSet can mount <state>/cni and
+	// find its node's part by name.
+	cniDir     string
+	cniBinDir  string
+	cniConfDir string
 	// kubelet
 	kubeletRoot string
 	podLogsDir  string
@@ -184,10 +188,11 @@ func newLayout(o Options) layout {
 	l.kubernetesSvc = fmt.Sprintf("%d.%d.0.1", svc[0], svc[1])
 	l.dnsServiceIP = fmt.Sprintf("%d.%d.0.10", svc[0], svc[1])
 	for i := 1; i <= o.Nodes; i++ {
-		dir := filepath.Join(o.StateDir, fmt.Sprintf("node-%d", i))
+		name := fmt.Sprintf("node-%d", i)
+		dir := filepath.Join(o.StateDir, name)
 		n := nodeLayout{
 			index:            i,
-			name:             fmt.Sprintf("node-%d", i),
+			name:             name,
 			netns:            fmt.Sprintf("%s-node-%d", o.Prefix, i),
 			hostVeth:         fmt.Sprintf("%s-v%d", o.Prefix, i),
 			ip:               ip(10 + i),
@@ -198,8 +203,9 @@ func newLayout(o Options) layout {
 			containerdRoot:   filepath.Join(dir, "containerd", "root"),
 			containerdState:  filepath.Join(dir, "containerd", "state"),
 			containerdSocket: filepath.Join(dir, "containerd", "containerd.sock"),
-			cniBinDir:        filepath.Join(dir, "cni", "bin"),
-			cniConfDir:       filepath.Join(dir, "cni", "net.d"),
+			cniDir:           filepath.Join(o.StateDir, "cni", name),
+			cniBinDir:        filepath.Join(o.StateDir, "cni", name, "bin"),
+			cniConfDir:       filepath.Join(o.StateDir, "cni", name, "net.d"),
 			kubeletRoot:      filepath.Join(dir, "kubelet"),
 			podLogsDir:       filepath.Join(dir, "pod-logs"),
 		}
