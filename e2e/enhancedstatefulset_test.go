@@ -210,16 +210,21 @@ func (e *estsTest) rememberIPs(pods map[string]*corev1.Pod) {
 	for _, name := range e.podNames() {
 		e.ips[name] = pods[name].Status.PodIP
 	}
+	e.mon.ExpectIPs(e.ips)
 	e.t.Logf("pod IPs at the start: %v", e.ips)
 }
 
-// assertIPsKept: every pod, however often recreated, runs with the IP it started with.
+// assertIPsKept: every pod, however often recreated, runs with the IP it started with —
+// now, and at every pod event seen since the start (the monitor checks each one).
 func (e *estsTest) assertIPsKept(phase string, pods map[string]*corev1.Pod) {
 	e.t.Helper()
 	for _, name := range e.podNames() {
 		if got := pods[name].Status.PodIP; got != e.ips[name] {
 			e.t.Errorf("%s: pod %s has IP %s, had %s (UID %s)", phase, name, got, e.ips[name], pods[name].UID)
 		}
+	}
+	if errs := e.mon.IPErrors(); len(errs) > 0 {
+		e.t.Errorf("%s: pods seen with another IP:\n%s", phase, strings.Join(errs, "\n"))
 	}
 }
 
@@ -385,6 +390,7 @@ func TestEnhancedStatefulSetRollingUpdate(t *testing.T) {
 	}
 	e.holdStill(ctx, "broken rollout at the budget", broken, 4*time.Second)
 	e.mon.Check(t, "broken image")
+	e.assertIPsKept("broken image", broken)
 	done()
 
 	// Stop the bad rollout, roll back while paused: nothing moves.

@@ -3,6 +3,7 @@ package framework
 import (
 	"context"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -30,6 +31,8 @@ type AvailabilityMonitor struct {
 	armed      bool
 	peak       int // highest count since Arm or ResetPeak
 	violations []string
+	ips        map[string]string // pod name -> the only IP it may have (ExpectIPs)
+	ipErrors   []string
 	done       chan struct{}
 }
 
@@ -85,6 +88,10 @@ func (m *AvailabilityMonitor) observe(ev watch.Event) {
 	} else {
 		m.pods[pod.Name] = pod
 	}
+	if want, ok := m.ips[pod.Name]; ok && ev.Type != watch.Deleted && pod.Status.PodIP != "" && pod.Status.PodIP != want {
+		m.ipErrors = append(m.ipErrors, fmt.Sprintf("%s: event %d (%s %s, UID %s): IP %s, want %s",
+			time.Now().Format("15:04:05.000"), m.events, ev.Type, pod.Name, pod.UID, pod.Status.PodIP, want))
+	}
 	if !m.armed {
 		return
 	}
@@ -126,6 +133,21 @@ func (m *AvailabilityMonitor) Arm(t *testing.T) {
 	if down := m.unavailableLocked(); len(down) > 0 {
 		t.Fatalf("availability monitor armed with pods unavailable: %s", strings.Join(down, ", "))
 	}
+}
+
+// ExpectIPs makes every later event of these pods (name -> IP) a check that the pod, whichever
+// incarnation of it, has no other IP.
+func (m *AvailabilityMonitor) ExpectIPs(ips map[string]string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.ips = maps.Clone(ips)
+}
+
+// IPErrors lists every event where a pod had another IP than ExpectIPs gave it.
+func (m *AvailabilityMonitor) IPErrors() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.ipErrors)
 }
 
 // ResetPeak starts a new phase for Peak.
