@@ -61,6 +61,11 @@ patches:
 // election) from the shipped manifests and waits until both replicas are available, so
 // that EnhancedStatefulSets and StaticIPs work as soon as `up` returns.
 func (l *layout) installControllerManager() error {
+	if l.CRDDir == "" {
+		// Without the staticip CRDs the manager could only fail to list its objects.
+		l.Logf("addons: staticip-controller-manager skipped (no --crd-dir, no staticip CRDs)")
+		return nil
+	}
 	if err := l.applyOverlay("controller-manager", "manifests/controller-manager", controllerManagerOverlay()); err != nil {
 		return err
 	}
