@@ -66,6 +66,13 @@ func (l *layout) installControllerManager() error {
 		l.Logf("addons: staticip-controller-manager skipped (no --crd-dir, no staticip CRDs)")
 		return nil
 	}
+	// Wait for every node first (with the staticip CNI a node turns Ready when its agent has
+	// written the CNI config), so that the scheduler can honour the Deployment's
+	// anti-affinity and the two replicas land on different nodes, as they would in a real
+	// cluster: the failover e2e then kills a leader whose standby runs elsewhere.
+	if _, err := l.kubectl("", "wait", "--for=condition=Ready", "node", "--all", "--timeout=180s"); err != nil {
+		return err
+	}
 	if err := l.applyOverlay("controller-manager", "manifests/controller-manager", controllerManagerOverlay()); err != nil {
 		return err
 	}
