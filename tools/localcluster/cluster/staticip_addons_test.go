@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,5 +82,32 @@ func TestControllerManagerOverlay(t *testing.T) {
 	}
 	if !strings.Contains(strings.Join(c.Args, " "), "--leader-elect-lease-duration=8s") {
 		t.Errorf("args %v lack the local lease duration", c.Args)
+	}
+}
+
+// TestDownUsesTheRecordedPrefix: `down --state-dir=X` without --prefix must act on the cluster
+// recorded in X (prefix c2), never on the default prefix's namespaces and links.
+func TestDownUsesTheRecordedPrefix(t *testing.T) {
+	o := DefaultOptions()
+	o.StateDir = t.TempDir()
+	if got := recordedOptions(o); got.Prefix != o.Prefix {
+		t.Fatalf("no record: prefix %q, want the flag's %q", got.Prefix, o.Prefix)
+	}
+	rec := record{Nodes: 2, CNI: o.CNI, Scheduler: o.Scheduler, Prefix: "c2", NodeSubnet: "172.31.0.0/24",
+		PodCIDR: "10.245.0.0/16", ServiceCIDR: "10.97.0.0/16"}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(o.StateDir, "cluster.json"), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	got := recordedOptions(o)
+	if got.Prefix != "c2" || got.NodeSubnet != "172.31.0.0/24" || got.Nodes != 2 || got.StateDir != o.StateDir {
+		t.Fatalf("recorded options %+v, want prefix c2, subnet 172.31.0.0/24, 2 nodes, state dir %s", got, o.StateDir)
+	}
+	l := newLayout(got)
+	if l.bridge != "c2-br0" || l.cpNetns != "c2-cp" {
+		t.Errorf("layout bridge %s netns %s, want c2-br0 c2-cp", l.bridge, l.cpNetns)
 	}
 }
