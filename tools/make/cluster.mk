@@ -28,7 +28,7 @@ down: localcluster ## remove the local cluster and everything it made
 status: localcluster ## show the local cluster's daemons and nodes
 	@$(LOCALCLUSTER) status --state-dir=$(CLUSTER_STATE_DIR)
 
-demo: up ## local 3-node cluster + a demo workload, left running (make down removes it)
+demo: up ## local 3-node cluster + a demo workload and an EnhancedStatefulSet rolled v1 -> v2 keeping its IPs, left running (make down removes it)
 	@$(KUBECTL) apply -f tools/localcluster/demo.yaml
 	@$(KUBECTL) rollout status deployment/hello --timeout=120s
 	@echo; echo "== pods =="; $(KUBECTL) get pods -o wide
@@ -38,11 +38,13 @@ demo: up ## local 3-node cluster + a demo workload, left running (make down remo
 	  for i in 1 2 3; do curl -s -m 5 http://$$ip/; done; \
 	  echo; echo "== the Service by name, from a pod (CoreDNS + kube-proxy) =="; \
 	  $(KUBECTL) exec $$pod -- /testserver get http://hello.default.svc.cluster.local/; \
+	  KUBECTL="$(KUBECTL)" tools/localcluster/demo-ests.sh || exit 1; \
 	  echo; echo "The cluster keeps running. Use it with:"; \
 	  echo "  export KUBECONFIG=$(CLUSTER_KUBECONFIG)"; \
 	  echo "  $(BIN)/kubectl get pods -o wide"; \
 	  echo "  curl http://$$ip/        # Service hello; pod IPs answer on :8080 too"; \
 	  echo "  $(BIN)/kubectl exec $$pod -- /testserver get http://hello/"; \
+	  echo "  $(BIN)/kubectl get ests,sip,pods -o wide   # EnhancedStatefulSet web and its StaticIPs"; \
 	  echo "  make status; make down"
 
 # e2e: up, suite, down — always down, also on failure — then the leftover check and the

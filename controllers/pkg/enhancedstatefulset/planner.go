@@ -220,7 +220,9 @@ func ImageOnlyChange(from, to *corev1.PodTemplateSpec) (images map[string]string
 //     first, while the pods that are unavailable (missing, not ready for minReadySeconds,
 //     terminating, or mid in-place update) stay within maxUnavailable: budget =
 //     maxUnavailable - unavailable; if pods are already down the budget shrinks, and at zero
-//     no update starts. Paused starts no update; OnDelete never updates a live pod.
+//     no available pod is taken down. A pod already down on an abandoned revision (neither
+//     current nor update) is replaced without budget. Paused starts no update; OnDelete
+//     never updates a live pod.
 func ComputePlan(in PlanInput) (*Plan, error) {
 	spec := in.Spec
 	replicas := 1
@@ -343,20 +345,30 @@ func ComputePlan(in PlanInput) (*Plan, error) {
 		return plan, nil
 	}
 	budget := maxUnavailable - unavailable
-	for ord := replicas - 1; ord >= partition && budget > 0; ord-- {
+	for ord := replicas - 1; ord >= partition; ord-- {
 		pod := slots[ord]
 		if pod == nil || isTerminating(pod) || PodRevision(pod) == in.UpdateRevision || isFailedOrSucceeded(pod) {
 			continue
 		}
+		// A pod that is down on an abandoned revision (neither current nor update: left by a
+		// rollout that was replaced, e.g. a broken image rolled back) is already counted as
+		// unavailable, and replacing it takes nothing else down, so it costs no budget.
+		// Without this a broken rollout that used up the budget could never be rolled back.
+		// Pods of the current revision that are down wait: they may recover by themselves.
+		free := PodRevision(pod) != in.CurrentRevision && !isAvailable(pod, minReady, in.Now)
+		if !free && budget <= 0 {
+			continue
+		}
+		if !free {
+			budget--
+		}
 		if ru.PodUpdatePolicy == jkev1alpha1.InPlaceIfPossiblePodUpdatePolicy {
 			if images, ok := ImageOnlyChange(in.Templates[PodRevision(pod)], in.Templates[in.UpdateRevision]); ok {
 				plan.Actions = append(plan.Actions, Action{Type: ActionInPlaceUpdate, Ordinal: ord, Pod: pod.Name, Revision: in.UpdateRevision, Images: images})
-				budget--
 				continue
 			}
 		}
 		plan.Actions = append(plan.Actions, Action{Type: ActionDelete, Ordinal: ord, Pod: pod.Name, Reason: ReasonUpdate})
-		budget--
 	}
 	return plan, nil
 }

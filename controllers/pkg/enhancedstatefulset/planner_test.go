@@ -231,6 +231,18 @@ func TestComputePlan(t *testing.T) {
 		{name: "rollback respects an already unavailable pod", opts: []specOpt{replicas(4), parallel, maxUnav(num(2))},
 			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", state: "notready"}, podState{ord: 2, rev: "r2"}), current: "r2", update: "r1",
 			want: []string{"delete 3 (Update)"}, wantUnavailable: 1, wantMax: 2},
+		{name: "rollback of a broken rollout: pods down on the abandoned revision are replaced without budget", opts: []specOpt{replicas(6), parallel, maxUnav(num(2))},
+			pods: with(readyPods(6, "r2"), podState{ord: 5, rev: "r3", state: "pending"}, podState{ord: 4, rev: "r3", state: "pending"}), current: "r2", update: "r1",
+			want: []string{"delete 5 (Update)", "delete 4 (Update)"}, wantUnavailable: 2, wantMax: 2},
+		{name: "abandoned revision: a ready pod still uses the budget, a down one does not", opts: []specOpt{replicas(6), parallel, maxUnav(num(2))},
+			pods: with(readyPods(6, "r2"), podState{ord: 5, rev: "r3"}, podState{ord: 4, rev: "r3", state: "notready"}), current: "r2", update: "r1",
+			want: []string{"delete 5 (Update)", "delete 4 (Update)"}, wantUnavailable: 1, wantMax: 2},
+		{name: "broken rollout, template unchanged: nothing more goes down", opts: []specOpt{replicas(6), parallel, maxUnav(num(2))},
+			pods: with(readyPods(6, "r2"), podState{ord: 5, rev: "r3", state: "pending"}, podState{ord: 4, rev: "r3", state: "pending"}), current: "r2", update: "r3",
+			want: nil, wantUnavailable: 2, wantMax: 2},
+		{name: "rollback while paused: nothing moves", opts: []specOpt{replicas(6), parallel, maxUnav(num(2)), paused},
+			pods: with(readyPods(6, "r2"), podState{ord: 5, rev: "r3", state: "pending"}, podState{ord: 4, rev: "r3", state: "pending"}), current: "r2", update: "r1",
+			want: nil, wantUnavailable: 2, wantMax: 2},
 		{name: "OnDelete: no updates, recreated pods at update revision", opts: []specOpt{replicas(3), parallel, onDelete},
 			pods: without(readyPods(3, "r1"), 0), current: "r1", update: "r2", want: []string{"create 0@r2"}, wantUnavailable: 1, wantMax: 1},
 		{name: "OnDelete ignores partition-like state", opts: []specOpt{replicas(3), onDelete},
@@ -286,10 +298,15 @@ func TestComputePlan(t *testing.T) {
 			if plan.Unavailable != tc.wantUnavailable || plan.MaxUnavailable != tc.wantMax {
 				t.Errorf("unavailable/max = %d/%d, want %d/%d", plan.Unavailable, plan.MaxUnavailable, tc.wantUnavailable, tc.wantMax)
 			}
-			// Invariant: pods taken down by this plan never push unavailability past the budget.
+			// Invariant: pods taken down by this plan never push unavailability past the budget
+			// (replacing a pod that is already down takes nothing more down).
+			healthy := map[int]bool{}
+			for _, p := range tc.pods {
+				healthy[p.ord] = p.state == "" || p.state == "ready"
+			}
 			down := 0
 			for _, a := range plan.Actions {
-				if a.Reason == ReasonUpdate || a.Type == ActionInPlaceUpdate {
+				if (a.Reason == ReasonUpdate || a.Type == ActionInPlaceUpdate) && healthy[a.Ordinal] {
 					down++
 				}
 			}

@@ -38,6 +38,12 @@ type Image struct {
 	// Extra are more files for the image, path in the image → file on the host; e.g. the
 	// agent image also carries the CNI plugin it installs on its node.
 	Extra map[string]string
+	// Env is added to the image's environment (after PATH=/). It also makes two images of
+	// one binary different images (different IDs), not two tags of one.
+	Env []string
+	// Tarball names the tarball in the output directory; default <base of Path>.tar. Two
+	// images with the same Path need their own.
+	Tarball string
 }
 
 // Sources are the host files an image is made of (empty for a Package image, which is
@@ -70,6 +76,9 @@ func (im Image) Stale(outDir string) bool {
 
 // File is the tarball name of an image inside an output directory.
 func (im Image) File() string {
+	if im.Tarball != "" {
+		return im.Tarball
+	}
 	return filepath.Base(im.Path) + ".tar"
 }
 
@@ -114,7 +123,7 @@ func Build(repoRoot, outDir string, im Image) (string, error) {
 	cfg.Architecture = "amd64"
 	cfg.Config.Entrypoint = []string{im.Path}
 	cfg.Config.Cmd = im.Args
-	cfg.Config.Env = []string{"PATH=/"}
+	cfg.Config.Env = append([]string{"PATH=/"}, im.Env...)
 	// A fixed creation time keeps the image ID stable across builds of the same binary.
 	cfg.Created = v1.Time{Time: time.Unix(0, 0).UTC()}
 	img, err = mutate.ConfigFile(img, cfg)
@@ -194,7 +203,10 @@ func Import(containerdSocket, tarPath string) error {
 const (
 	PauseImage      = "localhost/staticip/pause:v1"
 	TestServerImage = "localhost/staticip/testserver:v1"
-	CoreDNSImage    = "localhost/staticip/coredns:v1"
+	// TestServerV2Image is the same testserver as another image (its own ID): rolling
+	// updates v1 -> v2 in the e2e suite and the demo change a real image.
+	TestServerV2Image = "localhost/staticip/testserver:v2"
+	CoreDNSImage      = "localhost/staticip/coredns:v1"
 	// staticip's own components, from the binaries `make build` puts in _output/bin.
 	AgentImage             = "localhost/staticip/staticip-agent:v1"
 	ControllerManagerImage = "localhost/staticip/staticip-controller-manager:v1"
@@ -206,6 +218,8 @@ func Defaults(binDir string) []Image {
 	return []Image{
 		{Ref: PauseImage, Package: "./tools/images/pause", Path: "/pause"},
 		{Ref: TestServerImage, Package: "./e2e/testserver", Path: "/testserver", Args: []string{"serve"}},
+		{Ref: TestServerV2Image, Package: "./e2e/testserver", Path: "/testserver", Args: []string{"serve"},
+			Env: []string{"TESTSERVER_VERSION=v2"}, Tarball: "testserver-v2.tar"},
 		{Ref: CoreDNSImage, Binary: filepath.Join(binDir, "coredns"), Path: "/coredns"},
 		// The agent image carries the plugin binary it installs into the node's CNI bin dir.
 		{Ref: AgentImage, Binary: filepath.Join(binDir, "staticip-agent"), Path: "/staticip-agent",

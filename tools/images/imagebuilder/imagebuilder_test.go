@@ -150,3 +150,51 @@ func TestExtraFilesAndStaleness(t *testing.T) {
 		t.Error("an extra file newer than the tarball does not make it stale")
 	}
 }
+
+// TestSecondTagOfOneBinaryIsAnotherImage: the testserver's v2 (same binary, Env and its own
+// tarball) must not overwrite v1's tarball and must be another image, so that an update
+// v1 -> v2 changes the image the kubelet runs, not only a tag.
+func TestSecondTagOfOneBinaryIsAnotherImage(t *testing.T) {
+	var v1, v2 Image
+	for _, im := range Defaults(t.TempDir()) {
+		switch im.Ref {
+		case TestServerImage:
+			v1 = im
+		case TestServerV2Image:
+			v2 = im
+		}
+	}
+	if v1.Ref == "" || v2.Ref == "" {
+		t.Fatalf("Defaults lacks %s or %s", TestServerImage, TestServerV2Image)
+	}
+	if v1.File() == v2.File() {
+		t.Fatalf("v1 and v2 share the tarball %s", v1.File())
+	}
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "testserver")
+	if err := os.WriteFile(bin, []byte("same bytes"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	out := filepath.Join(dir, "out")
+	ids := map[string]string{}
+	for _, im := range []Image{v1, v2} {
+		im.Package, im.Binary = "", bin
+		path, err := Build(dir, out, im)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tag, _ := name.NewTag(im.Ref)
+		img, err := tarball.ImageFromPath(path, &tag)
+		if err != nil {
+			t.Fatalf("read back %s: %v", path, err)
+		}
+		id, err := img.ConfigName()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids[im.Ref] = id.String()
+	}
+	if ids[v1.Ref] == ids[v2.Ref] {
+		t.Errorf("%s and %s are one image (%s)", v1.Ref, v2.Ref, ids[v1.Ref])
+	}
+}

@@ -230,6 +230,10 @@ func Up(ctx context.Context, o Options) error {
 	if err := cni.install(&l); err != nil {
 		return fmt.Errorf("CNI %s: %w", l.CNI, err)
 	}
+	o.Logf("addons: staticip-controller-manager from manifests/controller-manager (2 replicas, Lease leader election)")
+	if err := l.installControllerManager(); err != nil {
+		return err
+	}
 	if err := l.waitFor(ctx, 120*time.Second, all, "all nodes Ready", func() (bool, error) {
 		nodes, err := client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
@@ -408,7 +412,7 @@ func Down(o Options) error {
 	if err := o.validate(); err != nil {
 		return err
 	}
-	l := newLayout(o)
+	l := newLayout(recordedOptions(o))
 	if !l.anythingLeft() {
 		o.Logf("nothing to remove")
 		return nil
@@ -419,6 +423,18 @@ func Down(o Options) error {
 	}
 	o.Logf("cluster removed in %s", time.Since(start).Round(100*time.Millisecond))
 	return nil
+}
+
+// recordedOptions are o with the shape (prefix, subnet, CIDRs, nodes) of the cluster recorded
+// in o's state dir, when there is one: `down --state-dir=/var/lib/staticip-c2` of a cluster
+// started with --prefix=c2 must tear down c2's network namespaces, links and the processes
+// in them, not those of the default prefix — another cluster on this machine.
+func recordedOptions(o Options) Options {
+	l := newLayout(o)
+	if rec, err := l.readRecord(); err == nil {
+		return rec.options(o)
+	}
+	return o
 }
 
 // Status prints the daemons and nodes.

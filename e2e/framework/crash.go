@@ -1,0 +1,66 @@
+package framework
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+
+	corev1 "k8s.io/api/core/v1"
+)
+
+// CrashContainer kills every process of one container of a pod with SIGKILL, the way a
+// crash (or the OOM killer) ends it: no SIGTERM, no shutdown hooks, nothing released. The
+// kubelet then restarts the container as after any crash. It works where the container
+// runs on this machine (the local cluster); ok is false elsewhere, so callers can skip.
+//
+// The processes are found through their cgroup: containerd puts each container in a cgroup
+// whose path ends with the container's ID.
+func (f *Framework) CrashContainer(ctx context.Context, pod *corev1.Pod, container string) (killed []int, ok bool, err error) {
+	netns, err := f.NodeNetns(ctx, pod.Spec.NodeName)
+	if err != nil || netns == "" {
+		return nil, false, err
+	}
+	var id string
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.Name == container {
+			_, id, _ = strings.Cut(s.ContainerID, "://")
+		}
+	}
+	if id == "" || !containerRunning(pod, container) {
+		return nil, true, fmt.Errorf("pod %s/%s: container %s has no running container ID", pod.Namespace, pod.Name, container)
+	}
+	procs, err := filepath.Glob("/proc/[0-9]*/cgroup")
+	if err != nil {
+		return nil, true, err
+	}
+	for _, path := range procs {
+		b, err := os.ReadFile(path)
+		if err != nil || !strings.Contains(string(b), "/"+id) {
+			continue // gone, or not the container
+		}
+		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path)))
+		if err != nil {
+			continue
+		}
+		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
+			killed = append(killed, pid)
+		}
+	}
+	if len(killed) == 0 {
+		return nil, true, fmt.Errorf("no process in the cgroup of container %s (%s) of %s/%s", container, id, pod.Namespace, pod.Name)
+	}
+	return killed, true, nil
+}
+
+func containerRunning(pod *corev1.Pod, container string) bool {
+	for _, st := range pod.Status.ContainerStatuses {
+		if st.Name == container {
+			return st.State.Running != nil
+		}
+	}
+	return false
+}
