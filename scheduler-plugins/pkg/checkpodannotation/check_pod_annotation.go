@@ -33,6 +33,7 @@ var (
 	_ fwk.PreFilterPlugin   = &CheckPodAnnotation{}
 	_ fwk.FilterPlugin      = &CheckPodAnnotation{}
 	_ fwk.EnqueueExtensions = &CheckPodAnnotation{}
+	_ fwk.SignPlugin        = &CheckPodAnnotation{}
 )
 
 // errCacheNotSynced makes the scheduler retry the pod once the staticIPNode cache is filled.
@@ -121,6 +122,22 @@ func (pl *CheckPodAnnotation) Target(pod *v1.Pod) (*target, *fwk.Status) {
 			fmt.Sprintf("the pod's IP %s lies in IPRange %s (%s), which no node owns", ip, rng.Name, rng.CIDR))
 	}
 	return &target{node: rng.Node, ip: ip.String(), source: fmt.Sprintf("IPRange %s %s", rng.Name, rng.CIDR)}, nil
+}
+
+// SignPod takes part in opportunistic batching (KEP-5598, on by default since 1.35): a
+// plugin that does not sign turns batching off for the whole profile, so staticip-scheduler
+// would schedule the many ordinary pods of a cluster slower than kube-scheduler. A pod that
+// neither carries the IP annotation nor has a StaticIP is not constrained by this plugin at
+// all and needs no fragment; a pinned pod is refused (it has a single candidate node, there
+// is nothing to batch). The batch only hints a node, which every Filter checks again.
+func (pl *CheckPodAnnotation) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if _, annotated := pod.Annotations[pl.args.IPAddressAnnotation]; annotated {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "pods pinned by an IP annotation are not signable")
+	}
+	if _, ok := pl.cache.StaticIPForPod(pod.Namespace, pod.Name); ok {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "pods with a StaticIP are not signable")
+	}
+	return nil, nil
 }
 
 // PreFilter finds the node holding the pod's IP and returns it as the only candidate.

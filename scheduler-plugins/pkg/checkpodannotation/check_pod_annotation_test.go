@@ -181,3 +181,23 @@ func TestQueueingHints(t *testing.T) {
 		}
 	}
 }
+
+// SignPod: an unpinned pod is signable with no fragment; a pod with the IP annotation (even
+// a malformed one) or a StaticIP is refused.
+func TestSignPod(t *testing.T) {
+	c := staticipnode.NewEmpty()
+	c.MarkSynced()
+	c.OnStaticIPUpdate(nil, &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-0"}, Spec: jkev1.StaticIPSpec{Node: "n1"}})
+	pl := NewWithCache(snapshotHandle{}, c, defaultArgs())
+	ctx := context.Background()
+	plain := annotated("plain", "")
+	if frags, st := pl.SignPod(ctx, plain); !st.IsSuccess() || len(frags) != 0 {
+		t.Errorf("unpinned pod: fragments %v, status %v; want signable with none", frags, st)
+	}
+	// web-0 carries no annotation: its StaticIP alone pins it.
+	for _, p := range []*v1.Pod{annotated("pinned", "10.1.2.7"), annotated("bad", "10.1.2"), annotated("web-0", "")} {
+		if _, st := pl.SignPod(ctx, p); st.Code() != fwk.Unschedulable {
+			t.Errorf("pod %s was signed (%v); a pinned pod must not be batched", p.Name, st)
+		}
+	}
+}

@@ -33,6 +33,13 @@ var (
 	_ fwk.FilterPlugin      = &PodFitsResources{}
 	_ fwk.ReservePlugin     = &PodFitsResources{}
 	_ fwk.EnqueueExtensions = &PodFitsResources{}
+	_ fwk.SignPlugin        = &PodFitsResources{}
+)
+
+// Signature fragment keys of this plugin (KEP-5598).
+const (
+	requestsSignerName    = "staticip.jke.jdcloud.com/PodFitsResourcesWithStaticIP.requests"
+	hostNetworkSignerName = "v1.Pod.Spec.HostNetwork"
 )
 
 var errCacheNotSynced = errors.New("the staticIPNode cache has not synced yet")
@@ -93,6 +100,21 @@ func (pl *PodFitsResources) PreFilter(_ context.Context, state fwk.CycleState, p
 	}
 	state.Write(stateKey, s)
 	return nil, nil
+}
+
+// SignPod takes part in opportunistic batching (KEP-5598, on by default since 1.35; a plugin
+// that does not sign turns it off for the whole profile). Without a StaticIP of its own, a
+// pod's Filter result depends only on its requests and on whether it needs a pod IP
+// (hostNetwork); a pod with a StaticIP is refused, since its own reservation changes what
+// it competes with. The batch only hints a node, which Filter checks again.
+func (pl *PodFitsResources) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if _, ok := pl.cache.StaticIPForPod(pod.Namespace, pod.Name); ok {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "pods with a StaticIP are not signable")
+	}
+	return []fwk.SignFragment{
+		{Key: requestsSignerName, Value: staticipnode.ResourcesFromList(resource.PodRequests(pod, resource.PodResourcesOptions{}))},
+		{Key: hostNetworkSignerName, Value: pod.Spec.HostNetwork},
+	}, nil
 }
 
 // PreFilterExtensions: reservations do not depend on which other pods are nominated.

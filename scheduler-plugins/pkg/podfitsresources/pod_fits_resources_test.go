@@ -325,3 +325,40 @@ func TestQueueingHints(t *testing.T) {
 		}
 	}
 }
+
+// SignPod: pods without a StaticIP sign by requests and hostNetwork (so batching stays on
+// for the profile), a pod with a StaticIP is refused.
+func TestSignPod(t *testing.T) {
+	c := staticipnode.NewEmpty()
+	c.MarkSynced()
+	c.OnStaticIPUpdate(nil, mkSIP("ns", "web-0", "n1", rl("cpu", "2")))
+	pl := NewWithCache(c, config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true})
+	ctx := context.Background()
+	sign := func(p *v1.Pod) map[string]any {
+		t.Helper()
+		frags, st := pl.SignPod(ctx, p)
+		if !st.IsSuccess() {
+			t.Fatalf("pod %s not signed: %v", p.Name, st)
+		}
+		out := map[string]any{}
+		for _, f := range frags {
+			out[f.Key] = f.Value
+		}
+		return out
+	}
+	a, b := sign(mkPod("ns", "a", "", rl("cpu", "1"))), sign(mkPod("other", "b", "", rl("cpu", "1")))
+	if !reflect.DeepEqual(a, b) {
+		t.Errorf("same requests, different signatures: %v vs %v", a, b)
+	}
+	if bigger := sign(mkPod("ns", "c", "", rl("cpu", "2"))); reflect.DeepEqual(a, bigger) {
+		t.Errorf("different requests, same signature %v", a)
+	}
+	host := mkPod("ns", "d", "", rl("cpu", "1"))
+	host.Spec.HostNetwork = true // needs no pod IP
+	if reflect.DeepEqual(a, sign(host)) {
+		t.Error("a hostNetwork pod signs like one that needs an IP")
+	}
+	if _, st := pl.SignPod(ctx, mkPod("ns", "web-0", "", rl("cpu", "2"))); st.Code() != fwk.Unschedulable {
+		t.Errorf("a pod with a StaticIP was signed (%v); its own reservation makes it unlike others", st)
+	}
+}
