@@ -38,6 +38,9 @@ type Image struct {
 	// Extra are more files for the image, path in the image → file on the host; e.g. the
 	// agent image also carries the CNI plugin it installs on its node.
 	Extra map[string]string
+	// Tarball is the file name in the output directory; default <base of Path>.tar. A
+	// second tag of the same binary needs its own.
+	Tarball string
 }
 
 // Sources are the host files an image is made of (empty for a Package image, which is
@@ -70,6 +73,9 @@ func (im Image) Stale(outDir string) bool {
 
 // File is the tarball name of an image inside an output directory.
 func (im Image) File() string {
+	if im.Tarball != "" {
+		return im.Tarball
+	}
 	return filepath.Base(im.Path) + ".tar"
 }
 
@@ -194,7 +200,10 @@ func Import(containerdSocket, tarPath string) error {
 const (
 	PauseImage      = "localhost/staticip/pause:v1"
 	TestServerImage = "localhost/staticip/testserver:v1"
-	CoreDNSImage    = "localhost/staticip/coredns:v1"
+	// TestServerImageV2 is the same testserver under a second tag, the "new version" of
+	// rolling-update tests and benchmarks.
+	TestServerImageV2 = "localhost/staticip/testserver:v2"
+	CoreDNSImage      = "localhost/staticip/coredns:v1"
 	// staticip's own components, from the binaries `make build` puts in _output/bin.
 	AgentImage             = "localhost/staticip/staticip-agent:v1"
 	ControllerManagerImage = "localhost/staticip/staticip-controller-manager:v1"
@@ -206,6 +215,11 @@ func Defaults(binDir string) []Image {
 	return []Image{
 		{Ref: PauseImage, Package: "./tools/images/pause", Path: "/pause"},
 		{Ref: TestServerImage, Package: "./e2e/testserver", Path: "/testserver", Args: []string{"serve"}},
+		// Same binary and behaviour; the explicit --listen makes the image config, and so the
+		// image ID, differ from v1's. Two tags of one image ID would make containerd report
+		// the first tag in every container status, and v2 pods would look like v1.
+		{Ref: TestServerImageV2, Package: "./e2e/testserver", Path: "/testserver", Args: []string{"serve", "--listen", ":8080"},
+			Tarball: "testserver-v2.tar"},
 		{Ref: CoreDNSImage, Binary: filepath.Join(binDir, "coredns"), Path: "/coredns"},
 		// The agent image carries the plugin binary it installs into the node's CNI bin dir.
 		{Ref: AgentImage, Binary: filepath.Join(binDir, "staticip-agent"), Path: "/staticip-agent",

@@ -156,3 +156,19 @@ func TestExtraFilesAndStaleness(t *testing.T) {
 		t.Error("an extra file newer than the tarball does not make it stale")
 	}
 }
+
+// TestDefaultsHaveDistinctTarballs: two default images with one tarball name would overwrite
+// each other in the image directory, and the nodes would get only one of them (testserver
+// v1 and v2 share a binary name).
+func TestDefaultsHaveDistinctTarballs(t *testing.T) {
+	seen := map[string]string{}
+	for _, im := range Defaults("/bin") {
+		if other, ok := seen[im.File()]; ok {
+			t.Errorf("%s and %s both write %s", other, im.Ref, im.File())
+		}
+		seen[im.File()] = im.Ref
+	}
+	if seen["testserver-v2.tar"] != TestServerImageV2 {
+		t.Errorf("testserver v2 tarball: %v", seen)
+	}
+}
