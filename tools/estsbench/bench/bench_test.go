@@ -154,3 +154,35 @@ func TestPrintTable(t *testing.T) {
 		t.Errorf("Ratio by zero = %v", r)
 	}
 }
+
+func TestBreakdown(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	lives := []podLife{
+		// s-0 and s-1 recreated: deleting → gone → new pod → ready.
+		{Name: "s-0", Old: true, Deleting: at(0), Gone: at(1000)},
+		{Name: "s-0", Created: at(1200), Ready: at(3200)},
+		{Name: "s-1", Old: true, Deleting: at(0), Gone: at(2000)},
+		{Name: "s-1", Created: at(2400), Ready: at(4000)},
+		// s-2 updated in place.
+		{Name: "s-2", Old: true, Patched: at(100), Ready: at(1100)},
+		// s-3 never touched; a pod of another set.
+		{Name: "s-3", Old: true},
+		{Name: "t-0", Old: true, Deleting: at(0), Gone: at(10)},
+	}
+	ph := Breakdown("s", lives, 4*time.Second)
+	if ph.Recreated != 2 || ph.InPlace != 1 {
+		t.Fatalf("recreated %d, in place %d", ph.Recreated, ph.InPlace)
+	}
+	ms := time.Millisecond
+	if ph.DeleteToGone != 1500*ms || ph.GoneToCreate != 300*ms || ph.CreateToReady != 1800*ms || ph.PatchToReady != 1000*ms {
+		t.Errorf("phases %+v", ph)
+	}
+	// per pod: 3.2 s, 4 s, 1 s → median 3.2 s; in flight (3.2+4+1)/4 = 2.05.
+	if ph.PerPod != 3200*ms || ph.Concurrency < 2.04 || ph.Concurrency > 2.06 {
+		t.Errorf("per pod %s, concurrency %.3f", ph.PerPod, ph.Concurrency)
+	}
+	if !strings.Contains(ph.String(), "2 recreated") || !strings.Contains(ph.String(), "1 in place") {
+		t.Errorf("String() = %s", ph)
+	}
+}

@@ -150,7 +150,7 @@ func (r *Runner) measure(ctx context.Context, ns string, w workload, cfg Config)
 	r.logf("%s: %d pods ready at %s after %s", w.Name(), replicas, cfg.From, time.Since(start).Round(100*time.Millisecond))
 	time.Sleep(cfg.Settle)
 
-	tracker.startMeasuring()
+	tracker.startMeasuring(cfg.To)
 	start = time.Now()
 	if generation, err = w.SetImage(ctx, cfg.To); err != nil {
 		return Result{}, err
@@ -161,8 +161,12 @@ func (r *Runner) measure(ctx context.Context, ns string, w workload, cfg Config)
 	if err := r.waitRolledOut(ctx, w, tracker, cfg, cfg.To, generation, progress); err != nil {
 		return Result{}, fmt.Errorf("rollout to %s: %w", cfg.To, err)
 	}
-	res := Result{Workload: w.Name(), Rollout: time.Since(start), MaxUnavailable: tracker.stopMeasuring()}
+	res := Result{Workload: w.Name(), Rollout: time.Since(start)}
+	maxUnavailable, lives := tracker.stopMeasuring()
+	res.MaxUnavailable = maxUnavailable
+	res.Phases = Breakdown(w.Name(), lives, res.Rollout)
 	r.logf("%s: rolled %d pods to %s in %s, max unavailable %d", w.Name(), replicas, cfg.To, res.Rollout.Round(100*time.Millisecond), res.MaxUnavailable)
+	r.logf("%s: %s", w.Name(), res.Phases)
 
 	start = time.Now()
 	if err := w.Delete(ctx); err != nil {

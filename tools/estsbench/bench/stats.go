@@ -41,6 +41,8 @@ type Result struct {
 	// MaxUnavailable is the most ordinals without a live Ready pod at any point of the
 	// rollout, replayed from every pod watch event.
 	MaxUnavailable int
+	// Phases is where the rollout's time went.
+	Phases Phases
 }
 
 // Summary is the per-workload outcome of all rounds, in the order of first appearance.
@@ -104,14 +106,17 @@ func PrintTable(w io.Writer, results []Result, baseline string) {
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	_ = tw.Flush()
-	if base == nil {
-		return
-	}
-	for _, s := range sums {
-		if s.Workload == baseline {
-			continue
+	if base != nil {
+		for _, s := range sums {
+			if s.Workload == baseline {
+				continue
+			}
+			fmt.Fprintf(w, "ratio %s / %s (medians): %.2fx\n", baseline, s.Workload, Ratio(base.Median, s.Median))
 		}
-		fmt.Fprintf(w, "ratio %s / %s (medians): %.2fx\n", baseline, s.Workload, Ratio(base.Median, s.Median))
+	}
+	fmt.Fprintln(w, "where the time went:")
+	for _, r := range results {
+		fmt.Fprintf(w, "  round %d %s: %s\n", r.Round, r.Workload, r.Phases)
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -24,6 +25,9 @@ type podTracker struct {
 	pods           map[string]*corev1.Pod
 	maxUnavailable int
 	measuring      bool
+	// image is the one the measured rollout moves to; lives what happened to each pod (UID).
+	image string
+	lives map[types.UID]*podLife
 
 	stop chan struct{}
 }
@@ -67,6 +71,27 @@ func (t *podTracker) observe(obj any, deleted bool) {
 	}
 	if t.measuring {
 		t.maxUnavailable = max(t.maxUnavailable, Unavailable(t.setName, t.replicas, t.podsLocked()))
+		t.recordLocked(p, deleted, time.Now())
+	}
+}
+
+func (t *podTracker) recordLocked(p *corev1.Pod, deleted bool, now time.Time) {
+	l := t.lives[p.UID]
+	if l == nil {
+		l = &podLife{Name: p.Name, Created: now}
+		t.lives[p.UID] = l
+	}
+	if deleted && l.Gone.IsZero() {
+		l.Gone = now
+	}
+	if p.DeletionTimestamp != nil && l.Deleting.IsZero() {
+		l.Deleting = now
+	}
+	if l.Old && l.Patched.IsZero() && len(p.Spec.Containers) > 0 && p.Spec.Containers[0].Image == t.image {
+		l.Patched = now
+	}
+	if !deleted && l.Ready.IsZero() && live(p) && ready(p) && runsImage(p, t.image) {
+		l.Ready = now
 	}
 }
 
@@ -78,20 +103,31 @@ func (t *podTracker) podsLocked() []*corev1.Pod {
 	return out
 }
 
-// startMeasuring resets the largest unavailable count to the current one.
-func (t *podTracker) startMeasuring() {
+// startMeasuring resets the largest unavailable count to the current one and starts
+// recording the pods' lives during a rollout to image.
+func (t *podTracker) startMeasuring(image string) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.measuring = true
+	t.image = image
 	t.maxUnavailable = Unavailable(t.setName, t.replicas, t.podsLocked())
+	t.lives = map[types.UID]*podLife{}
+	for _, p := range t.pods {
+		t.lives[p.UID] = &podLife{Name: p.Name, Old: true}
+	}
 }
 
-// stopMeasuring returns the largest unavailable count since startMeasuring.
-func (t *podTracker) stopMeasuring() int {
+// stopMeasuring returns the largest unavailable count since startMeasuring and what
+// happened to each pod.
+func (t *podTracker) stopMeasuring() (int, []podLife) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.measuring = false
-	return t.maxUnavailable
+	lives := make([]podLife, 0, len(t.lives))
+	for _, l := range t.lives {
+		lives = append(lives, *l)
+	}
+	return t.maxUnavailable, lives
 }
 
 func (t *podTracker) maxSoFar() int {
