@@ -86,6 +86,14 @@ func TestUnavailable(t *testing.T) {
 	}
 }
 
+func TestUnavailablePods(t *testing.T) {
+	pods := []*corev1.Pod{pod("s-0", v1, terminating), pod("s-1", v1), pod("s-3", v2, notReady), pod("s-4", v2, pending)}
+	got := strings.Join(UnavailablePods("s", 5, pods), ", ")
+	if want := "s-0 terminating, s-2 missing, s-3 not ready, s-4 not ready"; got != want {
+		t.Errorf("UnavailablePods = %q, want %q", got, want)
+	}
+}
+
 func TestRolledOut(t *testing.T) {
 	cases := []struct {
 		name string

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -60,17 +61,42 @@ func runsImage(p *corev1.Pod, image string) bool {
 // Ready pod — the count a maxUnavailable budget bounds (minReadySeconds 0). Pods of other
 // names are ignored.
 func Unavailable(setName string, replicas int, pods []*corev1.Pod) int {
+	return len(UnavailablePods(setName, replicas, pods))
+}
+
+// UnavailablePods names the ordinals Unavailable counts, in order, each with why:
+// "web-3 missing", "web-4 terminating", "web-5 not ready".
+func UnavailablePods(setName string, replicas int, pods []*corev1.Pod) []string {
+	why := make(map[int]string, replicas)
 	up := make(map[int]bool, replicas)
 	for _, p := range pods {
 		n := ordinal(setName, p.Name)
 		if n < 0 || n >= replicas {
 			continue
 		}
-		if live(p) && ready(p) {
+		switch {
+		case live(p) && ready(p):
 			up[n] = true
+		case p.DeletionTimestamp != nil:
+			why[n] = "terminating"
+		case !live(p):
+			why[n] = string(p.Status.Phase)
+		default:
+			why[n] = "not ready"
 		}
 	}
-	return replicas - len(up)
+	var out []string
+	for n := range replicas {
+		if up[n] {
+			continue
+		}
+		reason := why[n]
+		if reason == "" {
+			reason = "missing"
+		}
+		out = append(out, fmt.Sprintf("%s-%d %s", setName, n, reason))
+	}
+	return out
 }
 
 // RolledOut reports whether every ordinal in [0, replicas) has a live, Ready pod whose

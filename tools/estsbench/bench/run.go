@@ -162,10 +162,10 @@ func (r *Runner) measure(ctx context.Context, ns string, w workload, cfg Config)
 		return Result{}, fmt.Errorf("rollout to %s: %w", cfg.To, err)
 	}
 	res := Result{Workload: w.Name(), Rollout: time.Since(start)}
-	maxUnavailable, lives := tracker.stopMeasuring()
+	maxUnavailable, atMax, lives := tracker.stopMeasuring()
 	res.MaxUnavailable = maxUnavailable
 	res.Phases = Breakdown(w.Name(), lives, res.Rollout)
-	r.logf("%s: rolled %d pods to %s in %s, max unavailable %d", w.Name(), replicas, cfg.To, res.Rollout.Round(100*time.Millisecond), res.MaxUnavailable)
+	r.logf("%s: rolled %d pods to %s in %s, max unavailable %d %v", w.Name(), replicas, cfg.To, res.Rollout.Round(100*time.Millisecond), res.MaxUnavailable, atMax)
 	r.logf("%s: %s", w.Name(), res.Phases)
 
 	start = time.Now()

@@ -24,7 +24,9 @@ type podTracker struct {
 	mu             sync.Mutex
 	pods           map[string]*corev1.Pod
 	maxUnavailable int
-	measuring      bool
+	// atMax names the unavailable pods when maxUnavailable was first reached.
+	atMax     []string
+	measuring bool
 	// image is the one the measured rollout moves to; lives what happened to each pod (UID).
 	image string
 	lives map[types.UID]*podLife
@@ -70,7 +72,9 @@ func (t *podTracker) observe(obj any, deleted bool) {
 		t.pods[p.Name] = p
 	}
 	if t.measuring {
-		t.maxUnavailable = max(t.maxUnavailable, Unavailable(t.setName, t.replicas, t.podsLocked()))
+		if down := UnavailablePods(t.setName, t.replicas, t.podsLocked()); len(down) > t.maxUnavailable {
+			t.maxUnavailable, t.atMax = len(down), down
+		}
 		t.recordLocked(p, deleted, time.Now())
 	}
 }
@@ -110,16 +114,17 @@ func (t *podTracker) startMeasuring(image string) {
 	defer t.mu.Unlock()
 	t.measuring = true
 	t.image = image
-	t.maxUnavailable = Unavailable(t.setName, t.replicas, t.podsLocked())
+	t.atMax = UnavailablePods(t.setName, t.replicas, t.podsLocked())
+	t.maxUnavailable = len(t.atMax)
 	t.lives = map[types.UID]*podLife{}
 	for _, p := range t.pods {
 		t.lives[p.UID] = &podLife{Name: p.Name, Old: true}
 	}
 }
 
-// stopMeasuring returns the largest unavailable count since startMeasuring and what
-// happened to each pod.
-func (t *podTracker) stopMeasuring() (int, []podLife) {
+// stopMeasuring returns the largest unavailable count since startMeasuring, the pods
+// unavailable at that moment, and what happened to each pod.
+func (t *podTracker) stopMeasuring() (int, []string, []podLife) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.measuring = false
@@ -127,7 +132,7 @@ func (t *podTracker) stopMeasuring() (int, []podLife) {
 	for _, l := range t.lives {
 		lives = append(lives, *l)
 	}
-	return t.maxUnavailable, lives
+	return t.maxUnavailable, t.atMax, lives
 }
 
 func (t *podTracker) maxSoFar() int {
