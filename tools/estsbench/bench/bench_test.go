@@ -2,12 +2,14 @@ package bench
 
 import (
 	"bytes"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 const (
@@ -192,5 +194,47 @@ func TestBreakdown(t *testing.T) {
 	}
 	if !strings.Contains(ph.String(), "2 recreated") || !strings.Contains(ph.String(), "1 in place") {
 		t.Errorf("String() = %s", ph)
+	}
+}
+
+// TestTrackerReplaysEvents feeds a rollout's watch events to the tracker in order: the peak
+// is counted at the event that reached it, and a late delete of a replaced pod does not
+// remove its successor.
+func TestTrackerReplaysEvents(t *testing.T) {
+	tr := &podTracker{setName: "s", replicas: 3, pods: map[string]*corev1.Pod{}}
+	withUID := func(p *corev1.Pod, uid string) *corev1.Pod { p.UID = types.UID(uid); return p }
+	for i, name := range []string{"s-0", "s-1", "s-2"} {
+		tr.observe(withUID(pod(name, v1), "old"+fmt.Sprint(i)), false)
+	}
+	tr.startMeasuring(v2)
+	events := []struct {
+		pod     *corev1.Pod
+		deleted bool
+	}{
+		{withUID(pod("s-2", v1, terminating), "old2"), false},
+		{withUID(pod("s-1", v1, terminating), "old1"), false}, // two down: the peak
+		{withUID(pod("s-2", v1, terminating), "old2"), true},
+		{withUID(pod("s-2", v2, pending), "new2"), false},
+		{withUID(pod("s-2", v2), "new2"), false},
+		{withUID(pod("s-1", v1, terminating), "old1"), true},
+		{withUID(pod("s-1", v2), "new1"), false},
+		{withUID(pod("s-2", v1, terminating), "old2"), true}, // a late repeat of the old delete
+	}
+	for _, e := range events {
+		tr.observe(e.pod, e.deleted)
+	}
+	if n := tr.count(); n != 3 {
+		t.Errorf("%d pods tracked, want 3 (the late delete removed a successor?)", n)
+	}
+	maxUnavailable, atMax, lives := tr.stopMeasuring()
+	if maxUnavailable != 2 || strings.Join(atMax, ",") != "s-1 terminating,s-2 terminating" {
+		t.Errorf("max unavailable %d at %v", maxUnavailable, atMax)
+	}
+	ph := Breakdown("s", lives, time.Second)
+	if ph.Recreated != 2 {
+		t.Errorf("recreated %d, want 2 (lives %+v)", ph.Recreated, lives)
+	}
+	if tr.rolledOut(v2) {
+		t.Error("rolled out with s-0 still at v1")
 	}
 }

@@ -39,17 +39,20 @@ func startPodTracker(ctx context.Context, client kubernetes.Interface, namespace
 	factory := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithNamespace(namespace),
 		informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.LabelSelector = setLabel + "=" + setName }))
 	informer := factory.Core().V1().Pods().Informer()
-	if _, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	registration, err := informer.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj any) { t.observe(obj, false) },
 		UpdateFunc: func(_, obj any) { t.observe(obj, false) },
 		DeleteFunc: func(obj any) { t.observe(obj, true) },
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
 	factory.Start(t.stop)
 	syncCtx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	if !cache.WaitForCacheSync(syncCtx.Done(), informer.HasSynced) {
+	// The registration has synced once our handler has seen the initial list, not just the
+	// informer's store.
+	if !cache.WaitForCacheSync(syncCtx.Done(), registration.HasSynced) {
 		close(t.stop)
 		return nil, fmt.Errorf("pod informer of %s did not sync", setName)
 	}
@@ -67,7 +70,10 @@ func (t *podTracker) observe(obj any, deleted bool) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	if deleted {
-		delete(t.pods, p.Name)
+		// A late delete of an earlier pod with this name must not remove its successor.
+		if cur, ok := t.pods[p.Name]; ok && cur.UID == p.UID {
+			delete(t.pods, p.Name)
+		}
 	} else {
 		t.pods[p.Name] = p
 	}
