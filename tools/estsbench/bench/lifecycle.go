@@ -1,0 +1,113 @@
+package bench
+
+import (
+	"fmt"
+	"time"
+)
+
+// podLife is what the watch showed of one pod (one UID) during a rollout, as the times the
+// benchmark saw each step. A zero time means the step was not seen.
+type podLife struct {
+	Name string
+	// Old: the pod existed when the rollout started.
+	Old bool
+	// Created: first seen (new pods only).
+	Created time.Time
+	// Deleting: first seen with a deletionTimestamp.
+	Deleting time.Time
+	// Gone: its delete event.
+	Gone time.Time
+	// Patched: first seen with the new image in its spec while it had the old one before
+	// (an in-place update).
+	Patched time.Time
+	// Ready: first seen Ready and running the new image.
+	Ready time.Time
+}
+
+// Phases is where the time of a rollout went, as medians over pods.
+type Phases struct {
+	// Recreated and InPlace count the ordinals updated each way.
+	Recreated, InPlace int
+	// DeleteToGone: old pod marked for deletion → its object gone (kubelet stops it, the API
+	// server removes it).
+	DeleteToGone time.Duration
+	// GoneToCreate: old pod gone → the controller's new pod with that name appears.
+	GoneToCreate time.Duration
+	// CreateToReady: new pod appears → Ready with the new image (scheduling, sandbox,
+	// container start, first successful probe).
+	CreateToReady time.Duration
+	// PatchToReady: in-place patch → Ready with the new image.
+	PatchToReady time.Duration
+	// PerPod: the first step of an ordinal's update (deletion or patch) → its pod Ready with
+	// the new image.
+	PerPod time.Duration
+	// Concurrency: the sum of all ordinals' update times divided by the rollout's time, i.e.
+	// how many pods were being updated at once on average.
+	Concurrency float64
+}
+
+// Breakdown computes the phases of a rollout of length rollout from the pods' lives.
+func Breakdown(setName string, lives []podLife, rollout time.Duration) Phases {
+	type ordinalLife struct{ old, new *podLife }
+	byOrdinal := map[int]*ordinalLife{}
+	for i := range lives {
+		l := &lives[i]
+		n := ordinal(setName, l.Name)
+		if n < 0 {
+			continue
+		}
+		o := byOrdinal[n]
+		if o == nil {
+			o = &ordinalLife{}
+			byOrdinal[n] = o
+		}
+		if l.Old {
+			o.old = l
+		} else {
+			o.new = l
+		}
+	}
+	var ph Phases
+	var deleteToGone, goneToCreate, createToReady, patchToReady, perPod []time.Duration
+	var total time.Duration
+	for _, o := range byOrdinal {
+		switch {
+		case o.old != nil && !o.old.Patched.IsZero() && !o.old.Ready.IsZero():
+			ph.InPlace++
+			patchToReady = append(patchToReady, o.old.Ready.Sub(o.old.Patched))
+			perPod = append(perPod, o.old.Ready.Sub(o.old.Patched))
+			total += o.old.Ready.Sub(o.old.Patched)
+		case o.old != nil && o.new != nil && !o.old.Deleting.IsZero() && !o.new.Ready.IsZero():
+			ph.Recreated++
+			if !o.old.Gone.IsZero() {
+				deleteToGone = append(deleteToGone, o.old.Gone.Sub(o.old.Deleting))
+				goneToCreate = append(goneToCreate, o.new.Created.Sub(o.old.Gone))
+			}
+			createToReady = append(createToReady, o.new.Ready.Sub(o.new.Created))
+			perPod = append(perPod, o.new.Ready.Sub(o.old.Deleting))
+			total += o.new.Ready.Sub(o.old.Deleting)
+		}
+	}
+	ph.DeleteToGone = Median(deleteToGone)
+	ph.GoneToCreate = Median(goneToCreate)
+	ph.CreateToReady = Median(createToReady)
+	ph.PatchToReady = Median(patchToReady)
+	ph.PerPod = Median(perPod)
+	if rollout > 0 {
+		ph.Concurrency = float64(total) / float64(rollout)
+	}
+	return ph
+}
+
+func (ph Phases) String() string {
+	ms := func(d time.Duration) string { return d.Round(10 * time.Millisecond).String() }
+	s := fmt.Sprintf("per pod %s (median), %.1f pods in flight on average", ms(ph.PerPod), ph.Concurrency)
+	if ph.Recreated > 0 {
+		s += fmt.Sprintf("; %d recreated: delete→gone %s, gone→created %s, created→ready %s",
+			ph.Recreated, ms(ph.DeleteToGone), ms(ph.GoneToCreate), ms(ph.CreateToReady))
+	}
+	if ph.InPlace > 0 {
+		s += fmt.Sprintf("; %d in place: patch→ready %s", ph.InPlace, ms(ph.PatchToReady))
+	}
+	return s
+}

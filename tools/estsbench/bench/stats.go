@@ -1,0 +1,125 @@
+package bench
+
+import (
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+)
+
+// Median of ds (the mean of the two middle values for an even count); 0 for none.
+func Median(ds []time.Duration) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	mid := len(s) / 2
+	if len(s)%2 == 1 {
+		return s[mid]
+	}
+	return (s[mid-1] + s[mid]) / 2
+}
+
+// Ratio is slow/fast, 0 when fast is 0.
+func Ratio(slow, fast time.Duration) float64 {
+	if fast <= 0 {
+		return 0
+	}
+	return float64(slow) / float64(fast)
+}
+
+// Result is one measured rollout.
+type Result struct {
+	Round    int
+	Workload string
+	// Rollout is from the template update to "every pod runs the new image, is Ready, and the
+	// workload's status says updated == ready == replicas".
+	Rollout time.Duration
+	// MaxUnavailable is the most ordinals without a live Ready pod at any point of the
+	// rollout, replayed from every pod watch event.
+	MaxUnavailable int
+	// Phases is where the rollout's time went.
+	Phases Phases
+}
+
+// Summary is the per-workload outcome of all rounds, in the order of first appearance.
+type Summary struct {
+	Workload       string
+	Rollouts       []time.Duration
+	Median         time.Duration
+	MaxUnavailable int
+}
+
+// Summarize groups results by workload.
+func Summarize(results []Result) []Summary {
+	var out []Summary
+	index := map[string]int{}
+	for _, r := range results {
+		i, ok := index[r.Workload]
+		if !ok {
+			i = len(out)
+			index[r.Workload] = i
+			out = append(out, Summary{Workload: r.Workload})
+		}
+		out[i].Rollouts = append(out[i].Rollouts, r.Rollout)
+		out[i].MaxUnavailable = max(out[i].MaxUnavailable, r.MaxUnavailable)
+	}
+	for i := range out {
+		out[i].Median = Median(out[i].Rollouts)
+	}
+	return out
+}
+
+// PrintTable writes one line per workload (each round's time, the median, the largest
+// unavailable count) and then, for each workload other than baseline, baseline's median
+// divided by its median.
+func PrintTable(w io.Writer, results []Result, baseline string) {
+	sums := Summarize(results)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	rounds := 0
+	for _, s := range sums {
+		rounds = max(rounds, len(s.Rollouts))
+	}
+	head := []string{"workload"}
+	for i := range rounds {
+		head = append(head, fmt.Sprintf("round %d", i+1))
+	}
+	head = append(head, "median", "max unavailable")
+	fmt.Fprintln(tw, strings.Join(head, "\t"))
+	var base *Summary
+	for i, s := range sums {
+		if s.Workload == baseline {
+			base = &sums[i]
+		}
+		row := []string{s.Workload}
+		for i := range rounds {
+			cell := "-"
+			if i < len(s.Rollouts) {
+				cell = seconds(s.Rollouts[i])
+			}
+			row = append(row, cell)
+		}
+		row = append(row, seconds(s.Median), fmt.Sprint(s.MaxUnavailable))
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	_ = tw.Flush()
+	if base != nil {
+		for _, s := range sums {
+			if s.Workload == baseline {
+				continue
+			}
+			fmt.Fprintf(w, "ratio %s / %s (medians): %.2fx\n", baseline, s.Workload, Ratio(base.Median, s.Median))
+		}
+	}
+	fmt.Fprintln(w, "where the time went:")
+	for _, r := range results {
+		fmt.Fprintf(w, "  round %d %s: %s\n", r.Round, r.Workload, r.Phases)
+	}
+}
+
+func seconds(d time.Duration) string {
+	return fmt.Sprintf("%.1fs", d.Seconds())
+}
