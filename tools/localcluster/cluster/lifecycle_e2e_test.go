@@ -158,13 +158,9 @@ func (l *layout) pids(t *testing.T) map[string]int {
 	t.Helper()
 	out := map[string]int{}
 	for _, name := range l.daemonNames() {
-		b, err := os.ReadFile(l.pidFile(name))
-		if err != nil {
-			t.Fatalf("pid file of %s: %v", name, err)
-		}
-		var pid int
-		for _, c := range strings.TrimSpace(string(b)) {
-			pid = pid*10 + int(c-'0')
+		pid, ok := l.recordedPid(name)
+		if !ok {
+			t.Fatalf("no pid file of %s", name)
 		}
 		out[name] = pid
 	}

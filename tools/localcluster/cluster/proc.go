@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 )
@@ -49,25 +50,77 @@ func (l *layout) start(d daemon) (int, error) {
 		return 0, fmt.Errorf("start %s: %w", d.name, err)
 	}
 	pid := cmd.Process.Pid
-	// Reap it if it dies while we still run, so that alive() sees the exit.
-	go func() { _ = cmd.Wait() }()
+	// Reap it if it dies while we still run, and keep how it ended: for a process we are the
+	// parent of, the wait status is the truth, where /proc can only be read heuristically.
+	c := &child{done: make(chan struct{})}
+	children.Store(pid, c)
+	go func() {
+		c.err = cmd.Wait()
+		if c.err == nil {
+			c.err = errors.New("exited with status 0")
+		}
+		close(c.done)
+	}()
 	if err := os.WriteFile(l.pidFile(d.name), []byte(strconv.Itoa(pid)), 0o644); err != nil {
 		return 0, err
 	}
 	return pid, nil
 }
 
+// child is a daemon this process started: done is closed once it has exited and been
+// reaped, err then says how it ended ("signal: killed", "exit status 1").
+type child struct {
+	done chan struct{}
+	err  error
+}
+
+// children maps the pid of every daemon started by this process to its child.
+var children sync.Map
+
+// exitOf reports whether pid is a daemon this process started that has exited, and how.
+func exitOf(pid int) (exited bool, how error) {
+	v, ok := children.Load(pid)
+	if !ok {
+		return false, nil
+	}
+	c := v.(*child)
+	select {
+	case <-c.done:
+		return true, c.err
+	default:
+		return false, nil
+	}
+}
+
 // running reports whether the daemon recorded under name is alive and still ours.
 func (l *layout) running(name string) bool {
-	b, err := os.ReadFile(l.pidFile(name))
-	if err != nil {
+	pid, ok := l.recordedPid(name)
+	if !ok {
 		return false
 	}
-	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil {
-		return false
+	if v, ok := children.Load(pid); ok {
+		// Started by this process: alive until its wait returns. /proc cannot tell: just
+		// after cmd.Start returns, the child's environ can still be this process's own
+		// (Go learns of a successful exec at the kernel's point of no return, before the new
+		// image's environment is in place), so isOurs finds no marker in a healthy daemon.
+		select {
+		case <-v.(*child).done:
+			return false
+		default:
+			return true
+		}
 	}
 	return l.isOurs(pid, true)
+}
+
+// recordedPid reads the daemon's pid file.
+func (l *layout) recordedPid(name string) (int, bool) {
+	b, err := os.ReadFile(l.pidFile(name))
+	if err != nil {
+		return 0, false
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid, err == nil
 }
 
 // isOurs reports whether pid is alive (not a zombie) and one of ours: started by `up`
@@ -118,8 +171,14 @@ func (l *layout) logTail(name string, lines int) string {
 	return strings.Join(all, "\n")
 }
 
-// componentError names the failed component and its log file.
+// componentError names the failed component, how it ended when this process started it,
+// and its log file.
 func (l *layout) componentError(name string, err error) error {
+	if pid, ok := l.recordedPid(name); ok {
+		if exited, how := exitOf(pid); exited {
+			err = fmt.Errorf("%w (pid %d: %v)", err, pid, how)
+		}
+	}
 	return fmt.Errorf("%s failed: %w\n  log: %s\n  last lines:\n%s", name, err, l.logFile(name), indent(l.logTail(name, 15), "    "))
 }
 
