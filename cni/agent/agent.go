@@ -18,7 +18,6 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -26,9 +25,7 @@ import (
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -106,6 +103,14 @@ type Agent struct {
 	// lastSync is the unix time of the last successful sync (health endpoint).
 	lastSync atomic.Int64
 	stats    atomic.Pointer[Stats]
+	// syncs counts passes by result (metrics): event-driven syncs must stay few.
+	syncsOK, syncsFailed atomic.Int64
+	// view holds the informer caches a sync reads (Start); triggered carries "something
+	// that matters changed" from their handlers to Run.
+	view      *view
+	triggered chan struct{}
+	// unroutable names the IPRanges last found without a node address (logged on change).
+	unroutable string
 }
 
 // Stats are the figures of the last sync (metrics endpoint).
@@ -125,7 +130,15 @@ func New(cfg Config, kube kubernetes.Interface, sip versioned.Interface, log io.
 	if cfg.MTU == 0 {
 		cfg.MTU = 1500
 	}
-	return &Agent{cfg: cfg, kube: kube, sip: sip, log: log}
+	return &Agent{cfg: cfg, kube: kube, sip: sip, log: log, triggered: make(chan struct{}, 1)}
+}
+
+// trigger asks Run for a sync; one pending request stands for any number of changes.
+func (a *Agent) trigger() {
+	select {
+	case a.triggered <- struct{}{}:
+	default:
+	}
 }
 
 func (a *Agent) logf(format string, args ...any) {
@@ -184,7 +197,7 @@ func (a *Agent) InstallBinary() (bool, error) {
 }
 
 // Conflist renders the conflist for this node's ranges.
-func (a *Agent) Conflist(ranges []jkev1.IPRange) ([]byte, error) {
+func (a *Agent) Conflist(ranges []*jkev1.IPRange) ([]byte, error) {
 	var rs []map[string]any
 	for _, r := range ranges {
 		m := map[string]any{"subnet": r.Spec.CIDR}
@@ -213,7 +226,7 @@ func (a *Agent) Conflist(ranges []jkev1.IPRange) ([]byte, error) {
 	return json.MarshalIndent(map[string]any{"cniVersion": a.cfg.CNIVersion, "name": "staticip", "plugins": []any{p}}, "", "  ")
 }
 
-func toIPAMRange(r jkev1.IPRange) (ipam.Range, error) {
+func toIPAMRange(r *jkev1.IPRange) (ipam.Range, error) {
 	var out ipam.Range
 	var err error
 	if out.Subnet, err = netip.ParsePrefix(r.Spec.CIDR); err != nil {
@@ -239,9 +252,9 @@ func toIPAMRange(r jkev1.IPRange) (ipam.Range, error) {
 	return out.Canonical()
 }
 
-// SyncOnce does one full pass. Each step is independent: a failing one is reported, the others
-// still run.
-func (a *Agent) SyncOnce(ctx context.Context) error {
+// installFiles installs the plugin binary and its kubeconfig: all a node needs for pods to
+// start, also while the API server cannot be reached.
+func (a *Agent) installFiles() []error {
 	var errs []error
 	if changed, err := a.InstallBinary(); err != nil {
 		errs = append(errs, fmt.Errorf("install binary: %w", err))
@@ -261,13 +274,30 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 			errs = append(errs, fmt.Errorf("plugin kubeconfig: %w", err))
 		}
 	}
-	rangeList, err := a.sip.JkeV1().IPRanges().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("list IPRanges: %w", err))...)
+	return errs
+}
+
+// errNotSynced: the caches have not delivered their initial lists (API server unreachable,
+// or Start not called): nothing is judged from a partial picture.
+var errNotSynced = errors.New("agent: the IPRange, StaticIP, pod and node caches are not synced yet")
+
+// SyncOnce does one full pass over the informer caches (Start, then WaitForCaches). Each
+// step is independent: a failing one is reported, the others still run. The plugin files are
+// installed even when the caches are not synced.
+func (a *Agent) SyncOnce(ctx context.Context) error {
+	errs := a.installFiles()
+	if !a.Synced() {
+		a.syncsFailed.Add(1)
+		return errors.Join(append(errs, errNotSynced)...)
 	}
-	var mine, others []jkev1.IPRange
+	snap, err := a.view.snapshot()
+	if err != nil {
+		a.syncsFailed.Add(1)
+		return errors.Join(append(errs, err)...)
+	}
+	var mine, others []*jkev1.IPRange
 	var ranges []ipam.Range
-	for _, r := range rangeList.Items {
+	for _, r := range snap.ranges {
 		if r.Spec.Node != a.cfg.NodeName {
 			others = append(others, r)
 			continue
@@ -280,7 +310,6 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		mine = append(mine, r)
 		ranges = append(ranges, ir)
 	}
-	sort.Slice(mine, func(i, j int) bool { return mine[i].Name < mine[j].Name })
 	conf, err := a.Conflist(mine)
 	confPath := filepath.Join(a.cfg.CNIConfDir, a.cfg.ConfName)
 	if _, statErr := os.Stat(confPath); err == nil && len(mine) == 0 && statErr != nil {
@@ -299,15 +328,7 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("conflist: %w", err))
 	}
 
-	sips, err := a.sip.JkeV1().StaticIPs(metav1.NamespaceAll).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("list StaticIPs: %w", err))...)
-	}
-	pods, err := a.kube.CoreV1().Pods(metav1.NamespaceAll).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + a.cfg.NodeName})
-	if err != nil {
-		return errors.Join(append(errs, fmt.Errorf("list pods: %w", err))...)
-	}
-	stats, err := a.syncDB(ranges, sips.Items, pods.Items)
+	stats, err := a.syncDB(ranges, snap.staticIPs, snap.pods)
 	if err != nil {
 		errs = append(errs, err)
 	}
@@ -316,8 +337,14 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 		if a.cfg.Routes {
-			n, err := a.syncRoutes(ctx, others)
+			n, unroutable, err := a.syncRoutes(others, snap.nodeIP)
 			stats.Routes = n
+			if msg := strings.Join(unroutable, ", "); msg != a.unroutable {
+				if msg != "" {
+					a.logf("no route to IPRanges whose node has no InternalIP yet: %s", msg)
+				}
+				a.unroutable = msg
+			}
 			if err != nil {
 				errs = append(errs, err)
 			}
@@ -326,13 +353,16 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 	}
 	if len(errs) == 0 {
 		a.lastSync.Store(time.Now().Unix())
+		a.syncsOK.Add(1)
+	} else {
+		a.syncsFailed.Add(1)
 	}
 	return errors.Join(errs...)
 }
 
 // syncDB brings the database in line with the API in three transactions: ranges,
 // reservations, GC.
-func (a *Agent) syncDB(ranges []ipam.Range, sips []jkev1.StaticIP, pods []corev1.Pod) (*Stats, error) {
+func (a *Agent) syncDB(ranges []ipam.Range, sips []*jkev1.StaticIP, pods []*corev1.Pod) (*Stats, error) {
 	db, err := ipam.Open(ipam.Options{Path: filepath.Join(a.cfg.DataDir, "ipam.db")})
 	if err != nil {
 		return nil, err
@@ -406,7 +436,7 @@ func (a *Agent) syncDB(ranges []ipam.Range, sips []jkev1.StaticIP, pods []corev1
 	return stats, errors.Join(errs...)
 }
 
-func (a *Agent) writeStatus(ctx context.Context, mine []jkev1.IPRange, usage []ipam.RangeUsage) error {
+func (a *Agent) writeStatus(ctx context.Context, mine []*jkev1.IPRange, usage []ipam.RangeUsage) error {
 	var errs []error
 	for _, r := range mine {
 		pfx, err := netip.ParsePrefix(r.Spec.CIDR)
@@ -424,7 +454,7 @@ func (a *Agent) writeStatus(ctx context.Context, mine []jkev1.IPRange, usage []i
 				st.Free == r.Status.Free && st.ObservedGeneration == r.Status.ObservedGeneration {
 				continue
 			}
-			upd := r.DeepCopy() // never mutate what the list returned
+			upd := r.DeepCopy() // never mutate the informer's object
 			upd.Status = *st
 			if _, err := a.sip.JkeV1().IPRanges().UpdateStatus(ctx, upd, metav1.UpdateOptions{}); err != nil {
 				errs = append(errs, fmt.Errorf("IPRange %s status: %w", r.Name, err))
@@ -435,34 +465,23 @@ func (a *Agent) writeStatus(ctx context.Context, mine []jkev1.IPRange, usage []i
 }
 
 // syncRoutes makes the routes with RouteProtocol exactly "other node's CIDR via its
-// InternalIP", in the agent's network namespace.
-func (a *Agent) syncRoutes(ctx context.Context, others []jkev1.IPRange) (int, error) {
-	nodeIP := map[string]net.IP{}
+// InternalIP", in the agent's network namespace. An IPRange whose node has no known InternalIP
+// (created before its node joined, say) gets no route and is listed in unroutable: that is no
+// failure of this agent, whose health must not depend on it.
+func (a *Agent) syncRoutes(others []*jkev1.IPRange, nodeIP func(string) net.IP) (routes int, unroutable []string, err error) {
 	want := map[string]*netlink.Route{}
 	var errs []error
 	for _, r := range others {
 		if r.Spec.Node == "" {
 			continue
 		}
-		gw, ok := nodeIP[r.Spec.Node]
-		if !ok {
-			node, err := a.kube.CoreV1().Nodes().Get(ctx, r.Spec.Node, metav1.GetOptions{})
-			if err != nil {
-				errs = append(errs, fmt.Errorf("node %s: %w", r.Spec.Node, err))
-				nodeIP[r.Spec.Node] = nil
-				continue
-			}
-			for _, addr := range node.Status.Addresses {
-				if addr.Type == corev1.NodeInternalIP {
-					if ip := net.ParseIP(addr.Address); ip != nil && (gw == nil || ip.To4() != nil) {
-						gw = ip
-					}
-				}
-			}
-			nodeIP[r.Spec.Node] = gw
+		gw := nodeIP(r.Spec.Node)
+		if gw == nil {
+			unroutable = append(unroutable, fmt.Sprintf("%s (node %s)", r.Name, r.Spec.Node))
+			continue
 		}
 		_, dst, err := net.ParseCIDR(r.Spec.CIDR)
-		if gw == nil || err != nil {
+		if err != nil {
 			continue
 		}
 		if (dst.IP.To4() == nil) != (gw.To4() == nil) {
@@ -472,7 +491,7 @@ func (a *Agent) syncRoutes(ctx context.Context, others []jkev1.IPRange) (int, er
 	}
 	existing, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: RouteProtocol}, netlink.RT_FILTER_PROTOCOL)
 	if err != nil {
-		return 0, errors.Join(append(errs, err)...)
+		return 0, unroutable, errors.Join(append(errs, err)...)
 	}
 	for _, r := range existing {
 		if w, ok := want[r.Dst.String()]; ok && w.Gw.Equal(r.Gw) {
@@ -489,29 +508,28 @@ func (a *Agent) syncRoutes(ctx context.Context, others []jkev1.IPRange) (int, er
 		}
 	}
 	all, _ := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: RouteProtocol}, netlink.RT_FILTER_PROTOCOL)
-	return len(all), errors.Join(errs...)
+	return len(all), unroutable, errors.Join(errs...)
 }
 
-// Run syncs now, then every interval and whenever a pod of this node is deleted (so a gone
-// pod's IP is freed without waiting for the timer), until ctx ends.
-func (a *Agent) Run(ctx context.Context, interval time.Duration) {
-	podDeleted := make(chan struct{}, 1)
-	factory := informers.NewSharedInformerFactoryWithOptions(a.kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.FieldSelector = "spec.nodeName=" + a.cfg.NodeName
-	}))
-	_, err := factory.Core().V1().Pods().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		DeleteFunc: func(any) {
-			select {
-			case podDeleted <- struct{}{}:
-			default: // a sync is already pending; it will see this deletion too
-			}
-		},
-	})
-	if err != nil {
-		a.logf("pod watch: %v; GC runs on the timer only", err)
+// Run installs the plugin files at once (pods can start with their reserved IPs while the API
+// server is out of reach), starts the caches, and syncs as soon as they are synced; then on
+// every change that matters (Start) and every interval, never more often than minGap, so a burst
+// of pod deletions costs one sync, until ctx ends.
+func (a *Agent) Run(ctx context.Context, interval, minGap time.Duration) {
+	for _, err := range a.installFiles() {
+		a.logf("%v", err)
 	}
-	factory.Start(ctx.Done())
-	defer factory.Shutdown()
+	if err := a.Start(ctx); err != nil {
+		a.logf("caches: %v", err)
+		return
+	}
+	for !a.Synced() {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(minGap):
+		}
+	}
 	for {
 		if err := a.SyncOnce(ctx); err != nil {
 			a.logf("sync: %v", err)
@@ -519,8 +537,13 @@ func (a *Agent) Run(ctx context.Context, interval time.Duration) {
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(interval):
-		case <-podDeleted:
+		case <-time.After(minGap):
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval - minGap):
+		case <-a.triggered:
 		}
 	}
 }

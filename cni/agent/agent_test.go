@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,6 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
@@ -38,31 +41,17 @@ func TestSyncOnce(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces")
 	}
-	env := testenv.Get(t)
-	ctx := testenv.Context(t, 2*time.Minute)
-	kube := kubernetes.NewForConfigOrDie(env.Config)
-	sip := versioned.NewForConfigOrDie(env.Config)
-	suffix := fmt.Sprint(time.Now().UnixNano() % 1000000)
+	ctx, kube, sip, suffix := apiFixture(t, 2*time.Minute)
 	nodeA, nodeB, nsName := "cni-node-a-"+suffix, "cni-node-b-"+suffix, "cni-agent-"+suffix
 
-	for _, n := range []string{nodeA, nodeB} {
-		node, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n}}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: map[string]string{nodeA: "192.168.77.1", nodeB: "192.168.77.2"}[n]}}
-		if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	createNode(ctx, t, kube, nodeA, "192.168.77.1")
+	createNode(ctx, t, kube, nodeB, "192.168.77.2")
 	ranges := map[string]jkev1.IPRangeSpec{
 		"cni-a-" + suffix: {CIDR: "10.150.0.0/24", Node: nodeA, Gateway: "10.150.0.1"},
 		"cni-b-" + suffix: {CIDR: "10.151.0.0/24", Node: nodeB},
 	}
 	for name, spec := range ranges {
-		if _, err := sip.JkeV1().IPRanges().Create(ctx, &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
+		createIPRange(ctx, t, sip, name, spec)
 	}
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -112,30 +101,15 @@ func TestSyncOnce(t *testing.T) {
 		DataDir: dataDir, PluginKubeconfig: "/etc/cni/net.d/staticip-kubeconfig", Routes: true}
 	var log strings.Builder
 	a := New(cfg, kube, sip, &log)
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WaitForCaches(ctx); err != nil {
+		t.Fatal(err)
+	}
 
-	host, err := nstest.New("agent")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer host.Close()
-	// The node's uplink: a veth in the namespace whose subnet holds node B's InternalIP.
-	err = host.Do(func(ns.NetNS) error {
-		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "cni-up0"}, PeerName: "cni-up1"}
-		if err := netlink.LinkAdd(veth); err != nil {
-			return err
-		}
-		up, _ := netlink.LinkByName("cni-up0")
-		peer, _ := netlink.LinkByName("cni-up1")
-		addr, _ := netlink.ParseAddr("192.168.77.1/24")
-		if err := netlink.AddrAdd(up, addr); err != nil {
-			return err
-		}
-		netlink.LinkSetUp(peer)
-		return netlink.LinkSetUp(up)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// The node's uplink is in the subnet of node B's InternalIP.
+	host := nodeNetns(t, "agent", "192.168.77.1/24")
 	sync := func() {
 		t.Helper()
 		if err := host.Do(func(ns.NetNS) error { return a.SyncOnce(ctx) }); err != nil {
@@ -189,19 +163,7 @@ func TestSyncOnce(t *testing.T) {
 		t.Fatalf("IPRange status %+v", s)
 	}
 
-	routeTo := func(cidr string) *netlink.Route {
-		var found *netlink.Route
-		host.Do(func(ns.NetNS) error {
-			routes, _ := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: RouteProtocol}, netlink.RT_FILTER_PROTOCOL)
-			for _, r := range routes {
-				if r.Dst != nil && r.Dst.String() == cidr {
-					found = &r
-				}
-			}
-			return nil
-		})
-		return found
-	}
+	routeTo := func(cidr string) *netlink.Route { return agentRoute(host, cidr) }
 	if rt := routeTo("10.151.0.0/24"); rt == nil || !rt.Gw.Equal(net.ParseIP("192.168.77.2")) {
 		t.Fatalf("route to node B's range: %+v", rt)
 	}
@@ -216,18 +178,21 @@ func TestSyncOnce(t *testing.T) {
 	if _, err := sip.JkeV1().IPRanges().Update(ctx, rb, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(10 * time.Millisecond)
-	sync()
+	// The sync reads the informer cache, which follows the API within moments.
+	eventually(t, 10*time.Second, "the route to the range node B lost is removed", func() bool {
+		sync()
+		return routeTo("10.151.0.0/24") == nil
+	})
 	if st2, _ := os.Stat(installed); !st2.ModTime().Equal(st1.ModTime()) {
 		t.Fatal("the unchanged binary was rewritten")
-	}
-	if rt := routeTo("10.151.0.0/24"); rt != nil {
-		t.Fatalf("stale route kept: %+v", rt)
 	}
 
 	// Health and metrics.
 	rec := a.Handler(time.Minute)
-	for path, want := range map[string]string{"/healthz": "ok", "/metrics": `staticip_ipam_addresses{range="10.150.0.0/24",state="used"} 2`} {
+	for _, c := range []struct{ path, want string }{{"/healthz", "ok"},
+		{"/metrics", `staticip_ipam_addresses{range="10.150.0.0/24",state="used"} 2`},
+		{"/metrics", `staticip_agent_syncs_total{result="error"} 0`}} {
+		path, want := c.path, c.want
 		w := httptest.NewRecorder()
 		rec.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
 		if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), want) {
@@ -238,16 +203,9 @@ func TestSyncOnce(t *testing.T) {
 
 // A deleted pod's IP is freed by the watch-triggered sync, long before the (1h) timer.
 func TestRunFreesTheIPOfADeletedPod(t *testing.T) {
-	env := testenv.Get(t)
-	ctx := testenv.Context(t, 2*time.Minute)
-	kube := kubernetes.NewForConfigOrDie(env.Config)
-	sip := versioned.NewForConfigOrDie(env.Config)
-	suffix := fmt.Sprint(time.Now().UnixNano() % 1000000)
+	ctx, kube, sip, suffix := apiFixture(t, 2*time.Minute)
 	node, nsName := "cni-node-c-"+suffix, "cni-run-"+suffix
-	if _, err := sip.JkeV1().IPRanges().Create(ctx, &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: "cni-c-" + suffix},
-		Spec: jkev1.IPRangeSpec{CIDR: "10.152.0.0/24", Node: node}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	createIPRange(ctx, t, sip, "cni-c-"+suffix, jkev1.IPRangeSpec{CIDR: "10.152.0.0/24", Node: node})
 	kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}}, metav1.CreateOptions{})
 	pod, err := kube.CoreV1().Pods(nsName).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"},
 		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "pause"}}}}, metav1.CreateOptions{})
@@ -278,7 +236,7 @@ func TestRunFreesTheIPOfADeletedPod(t *testing.T) {
 	a := New(Config{NodeName: node, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir}, kube, sip, nil)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan struct{})
-	go func() { a.Run(runCtx, time.Hour); close(done) }()
+	go func() { a.Run(runCtx, time.Hour, 50*time.Millisecond); close(done) }()
 	defer func() { stop(); <-done }()
 	for a.lastSync.Load() == 0 {
 		if ctx.Err() != nil {
@@ -305,11 +263,8 @@ func TestRunFreesTheIPOfADeletedPod(t *testing.T) {
 // kubelet rotates it; the API server accepts it as that service account; no IPRange for the
 // node means no conflist (the node must stay NotReady rather than take pods it cannot serve).
 func TestPluginKubeconfigFollowsTheToken(t *testing.T) {
+	ctx, kube, sip, suffix := apiFixture(t, time.Minute)
 	env := testenv.Get(t)
-	ctx := testenv.Context(t, time.Minute)
-	kube := kubernetes.NewForConfigOrDie(env.Config)
-	sip := versioned.NewForConfigOrDie(env.Config)
-	suffix := fmt.Sprint(time.Now().UnixNano() % 1000000)
 	nsName := "cni-kubeconfig-" + suffix
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -336,6 +291,12 @@ func TestPluginKubeconfigFollowsTheToken(t *testing.T) {
 	a := New(Config{NodeName: "cni-no-range-" + suffix, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: confDir, DataDir: dir,
 		PluginKubeconfig:  "/etc/cni/net.d/staticip-kubeconfig",
 		PluginCredentials: &Credentials{Server: env.Config.Host, CAFile: caFile, TokenFile: tokenFile}}, kube, sip, nil)
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.WaitForCaches(ctx); err != nil {
+		t.Fatal(err)
+	}
 	written := filepath.Join(confDir, "staticip-kubeconfig")
 	for round, token := range []string{issue(), ""} {
 		if round == 1 {
@@ -370,4 +331,239 @@ func TestPluginKubeconfigFollowsTheToken(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(confDir, "10-staticip.conflist")); !os.IsNotExist(err) {
 		t.Errorf("a conflist was written for a node without any IPRange (stat: %v)", err)
 	}
+}
+
+// eventually polls cond until it holds or timeout passes.
+func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: %s", timeout, what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// Run follows the API: another node's new IPRange becomes a route and a new StaticIP of this
+// node a reservation in the database within moments, with the timer an hour away; status-only
+// updates (every agent writes its IPRange's counts) start no sync.
+func TestRunFollowsIPRangeAndStaticIPChanges(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	ctx, kube, sip, suffix := apiFixture(t, 2*time.Minute)
+	nodeX, nodeY, nsName := "cni-node-x-"+suffix, "cni-node-y-"+suffix, "cni-follow-"+suffix
+	createNode(ctx, t, kube, nodeX, "192.168.78.1")
+	createNode(ctx, t, kube, nodeY, "192.168.78.2")
+	createIPRange(ctx, t, sip, "cni-x-"+suffix, jkev1.IPRangeSpec{CIDR: "10.153.0.0/24", Node: nodeX})
+	// A range of a node that has not joined yet: no route to it, and no failed sync either (a
+	// failing sync would fail every agent's health check).
+	createIPRange(ctx, t, sip, "cni-z-"+suffix, jkev1.IPRangeSpec{CIDR: "10.155.0.0/24", Node: "cni-node-z-" + suffix})
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	host := nodeNetns(t, "follow", "192.168.78.1/24")
+	dir := t.TempDir()
+	var log syncBuffer
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("agent log:\n%s", log.String())
+		}
+	})
+	a := New(Config{NodeName: nodeX, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir, Routes: true}, kube, sip, &log)
+	runCtx, stop := context.WithCancel(ctx)
+	done := make(chan struct{})
+	// Run inside the namespace: its routes are programmed on the goroutine's locked thread.
+	go func() {
+		_ = host.Do(func(ns.NetNS) error { a.Run(runCtx, time.Hour, 50*time.Millisecond); return nil })
+		close(done)
+	}()
+	defer func() { stop(); <-done }()
+	eventually(t, 30*time.Second, "the first sync", func() bool { return a.lastSync.Load() != 0 })
+
+	routeVia := func(cidr string) string {
+		if r := agentRoute(host, cidr); r != nil {
+			return r.Gw.String()
+		}
+		return ""
+	}
+	createIPRange(ctx, t, sip, "cni-y-"+suffix, jkev1.IPRangeSpec{CIDR: "10.154.0.0/24", Node: nodeY})
+	eventually(t, 10*time.Second, "a route to node Y's new range via its InternalIP", func() bool { return routeVia("10.154.0.0/24") == "192.168.78.2" })
+
+	if _, err := sip.JkeV1().StaticIPs(nsName).Create(ctx, &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Name: "db-0"},
+		Spec: jkev1.StaticIPSpec{Pod: "db-0", Node: nodeX, IP: "10.153.0.20"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	reserved := func() string {
+		for {
+			db, err := ipam.Open(ipam.Options{Path: filepath.Join(dir, "ipam.db"), OpenTimeout: time.Second})
+			if err != nil {
+				time.Sleep(20 * time.Millisecond) // the agent holds it for a moment
+				continue
+			}
+			rs, _ := db.Reservations()
+			db.Close()
+			for _, r := range rs {
+				if r.IP.String() == "10.153.0.20" {
+					return r.Pod.Key()
+				}
+			}
+			return ""
+		}
+	}
+	eventually(t, 10*time.Second, "the new StaticIP reserved in the database", func() bool { return reserved() == nsName+"/db-0" })
+
+	// Quiet now: status-only writes must not cost a sync each.
+	time.Sleep(500 * time.Millisecond)
+	before := a.syncsOK.Load() + a.syncsFailed.Load()
+	for i := range 5 {
+		r, err := sip.JkeV1().IPRanges().Get(ctx, "cni-y-"+suffix, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		r = r.DeepCopy()
+		r.Status.Used = int32(i + 1)
+		if _, err := sip.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	time.Sleep(time.Second)
+	if after := a.syncsOK.Load() + a.syncsFailed.Load(); after != before {
+		t.Fatalf("status-only IPRange updates started %d syncs\nlog: %s", after-before, log.String())
+	}
+	if n := a.syncsFailed.Load(); n != 0 {
+		t.Fatalf("%d syncs failed\nlog: %s", n, log.String())
+	}
+	if want := "no route to IPRanges whose node has no InternalIP yet: cni-z-" + suffix; !strings.Contains(log.String(), want) {
+		t.Fatalf("the log does not say %q", want)
+	}
+}
+
+// A node cut off from the API server still gets the plugin installed; the sync says why it
+// went no further, and judges nothing (no GC) from caches that never synced.
+func TestSyncOnceWithoutTheAPIServerInstallsThePlugin(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	unreachable := &rest.Config{Host: "https://127.0.0.1:1", Timeout: time.Second}
+	dir := t.TempDir()
+	pluginSrc := filepath.Join(dir, "staticip-src")
+	if err := os.WriteFile(pluginSrc, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	a := New(Config{NodeName: "offline", PluginBinary: pluginSrc, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir},
+		kubernetes.NewForConfigOrDie(unreachable), versioned.NewForConfigOrDie(unreachable), nil)
+	if err := a.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	err := a.SyncOnce(ctx)
+	if !errors.Is(err, errNotSynced) {
+		t.Fatalf("SyncOnce without the API: %v, want errNotSynced", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "bin", "staticip")); err != nil {
+		t.Fatalf("the plugin was not installed offline: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ipam.db")); !os.IsNotExist(err) {
+		t.Fatalf("the database was touched from unsynced caches (stat: %v)", err)
+	}
+}
+
+// syncBuffer is a log writer safe for the agent's goroutine and the test's.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  strings.Builder
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// nodeNetns makes a network namespace standing for a node, with an uplink veth holding
+// uplink (an address/prefix): the subnet through which routes to other nodes go. It is
+// deleted when the test ends.
+func nodeNetns(t *testing.T, tag, uplink string) *nstest.NetNS {
+	t.Helper()
+	host, err := nstest.New(tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { host.Close() })
+	err = host.Do(func(ns.NetNS) error {
+		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "cni-up0"}, PeerName: "cni-up1"}
+		if err := netlink.LinkAdd(veth); err != nil {
+			return err
+		}
+		up, _ := netlink.LinkByName("cni-up0")
+		peer, _ := netlink.LinkByName("cni-up1")
+		addr, err := netlink.ParseAddr(uplink)
+		if err != nil {
+			return err
+		}
+		if err := netlink.AddrAdd(up, addr); err != nil {
+			return err
+		}
+		netlink.LinkSetUp(peer)
+		return netlink.LinkSetUp(up)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return host
+}
+
+// agentRoute is the agent's route (RouteProtocol) to cidr in host, or nil.
+func agentRoute(host *nstest.NetNS, cidr string) *netlink.Route {
+	var found *netlink.Route
+	host.Do(func(ns.NetNS) error {
+		routes, _ := netlink.RouteListFiltered(netlink.FAMILY_V4, &netlink.Route{Protocol: RouteProtocol}, netlink.RT_FILTER_PROTOCOL)
+		for _, r := range routes {
+			if r.Dst != nil && r.Dst.String() == cidr {
+				found = &r
+			}
+		}
+		return nil
+	})
+	return found
+}
+
+// apiFixture gives a test the shared API server's clients, a context bounded by timeout and a
+// suffix that keeps its object names apart from other tests'.
+func apiFixture(t *testing.T, timeout time.Duration) (context.Context, kubernetes.Interface, versioned.Interface, string) {
+	t.Helper()
+	env := testenv.Get(t)
+	return testenv.Context(t, timeout), kubernetes.NewForConfigOrDie(env.Config), versioned.NewForConfigOrDie(env.Config),
+		fmt.Sprint(time.Now().UnixNano() % 1000000)
+}
+
+// createNode creates a Node whose InternalIP is internalIP, deleted when the test ends (the
+// tests of this package share one API server, and every agent reads every node).
+func createNode(ctx context.Context, t *testing.T, kube kubernetes.Interface, name, internalIP string) {
+	t.Helper()
+	node, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: internalIP}}
+	if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// createIPRange creates an IPRange, deleted when the test ends: every agent routes to every
+// other node's range, so one left behind would reach into the next test.
+func createIPRange(ctx context.Context, t *testing.T, sip versioned.Interface, name string, spec jkev1.IPRangeSpec) {
+	t.Helper()
+	if _, err := sip.JkeV1().IPRanges().Create(ctx, &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: spec}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sip.JkeV1().IPRanges().Delete(context.Background(), name, metav1.DeleteOptions{}) })
 }

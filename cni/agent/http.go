@@ -22,6 +22,8 @@ func (a *Agent) Handler(maxAge time.Duration) http.Handler {
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		fmt.Fprintf(w, "# HELP staticip_agent_last_sync_timestamp_seconds Unix time of the last successful sync.\n# TYPE staticip_agent_last_sync_timestamp_seconds gauge\nstaticip_agent_last_sync_timestamp_seconds %d\n", a.lastSync.Load())
+		fmt.Fprintf(w, "# HELP staticip_agent_syncs_total Sync passes by result.\n# TYPE staticip_agent_syncs_total counter\nstaticip_agent_syncs_total{result=\"ok\"} %d\nstaticip_agent_syncs_total{result=\"error\"} %d\n",
+			a.syncsOK.Load(), a.syncsFailed.Load())
 		s := a.stats.Load()
 		if s == nil {
 			return

@@ -36,11 +36,16 @@ func main() {
 	flag.IntVar(&cfg.MTU, "mtu", 1500, "pod MTU")
 	flag.StringVar(&cfg.Quarantine, "quarantine", "", "quarantine of released IPs (plugin default when empty)")
 	flag.BoolVar(&cfg.Routes, "routes", true, "route other nodes' IPRanges via their InternalIP")
-	interval := flag.Duration("interval", 30*time.Second, "sync interval")
+	interval := flag.Duration("interval", 30*time.Second, "sync interval (a sync also follows every change that matters to the node)")
+	minGap := flag.Duration("min-sync-gap", 500*time.Millisecond, "least time between two syncs: changes within it are handled by one sync")
 	listen := flag.String("listen", "127.0.0.1:9489", "metrics and health address (keep it on loopback)")
 	flag.Parse()
 	if cfg.NodeName == "" {
 		fmt.Fprintln(os.Stderr, "staticip-agent: --node-name (or NODE_NAME) is required")
+		os.Exit(2)
+	}
+	if *minGap <= 0 || *minGap >= *interval {
+		fmt.Fprintf(os.Stderr, "staticip-agent: --min-sync-gap=%s must be above 0 and below --interval=%s\n", *minGap, *interval)
 		os.Exit(2)
 	}
 	var restCfg *rest.Config
@@ -66,6 +71,6 @@ func main() {
 			fmt.Fprintln(os.Stderr, "staticip-agent: http:", err)
 		}
 	}()
-	a.Run(ctx, *interval)
+	a.Run(ctx, *interval, *minGap)
 	_ = srv.Shutdown(context.Background())
 }

@@ -1,0 +1,200 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"reflect"
+	"sort"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	sipinformers "github.com/staticip/staticip/apis/generated/informers/externalversions"
+	jkelisters "github.com/staticip/staticip/apis/generated/listers/jke/v1"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+)
+
+// view is the agent's picture of the API: informer caches, so that a sync costs the API
+// server nothing. Listing IPRanges, every StaticIP of the cluster, this node's pods and the
+// other nodes on each sync (the agent syncs on every pod deletion) made the agents of a
+// cluster a LIST load proportional to nodes x pod churn.
+type view struct {
+	ranges    jkelisters.IPRangeLister
+	staticIPs jkelisters.StaticIPLister
+	pods      corelisters.PodLister
+	nodes     corelisters.NodeLister
+	synced    []cache.InformerSynced
+}
+
+// Start starts the informers the sync reads from; Synced (or WaitForCaches) tells when they
+// hold the API's state. Changes that matter to the node (a pod of this node deleted; a
+// StaticIP, IPRange or node address that changed) call a.trigger, which Run turns into a sync.
+// Status-only updates — every agent writing its IPRange counts — do not.
+func (a *Agent) Start(ctx context.Context) error {
+	if a.view != nil {
+		return nil
+	}
+	nodes := informers.NewSharedInformerFactory(a.kube, 0)
+	pods := informers.NewSharedInformerFactoryWithOptions(a.kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = "spec.nodeName=" + a.cfg.NodeName
+	}))
+	sips := sipinformers.NewSharedInformerFactory(a.sip, 0)
+
+	podInf := pods.Core().V1().Pods().Informer()
+	nodeInf := nodes.Core().V1().Nodes().Informer()
+	rangeInf := sips.Jke().V1().IPRanges().Informer()
+	sipInf := sips.Jke().V1().StaticIPs().Informer()
+	// The agent reads a pod's identity and a node's addresses only: keep nothing else, so a
+	// node's cache of every Node of a large cluster stays small.
+	if err := podInf.SetTransform(trimPod); err != nil {
+		return err
+	}
+	if err := nodeInf.SetTransform(trimNode); err != nil {
+		return err
+	}
+	register := []struct {
+		inf     cache.SharedIndexInformer
+		changed func(old, new any) bool
+		onAdd   bool
+	}{
+		{podInf, func(any, any) bool { return false }, false}, // GC cares about pods that are gone
+		{nodeInf, func(o, n any) bool { return !reflect.DeepEqual(nodeAddresses(o), nodeAddresses(n)) }, true},
+		{rangeInf, func(o, n any) bool { return !reflect.DeepEqual(o.(*jkev1.IPRange).Spec, n.(*jkev1.IPRange).Spec) }, true},
+		{sipInf, func(o, n any) bool { return !reflect.DeepEqual(o.(*jkev1.StaticIP).Spec, n.(*jkev1.StaticIP).Spec) }, true},
+	}
+	for _, r := range register {
+		_, err := r.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc: func(any) {
+				if r.onAdd {
+					a.trigger()
+				}
+			},
+			UpdateFunc: func(o, n any) {
+				if r.changed(o, n) {
+					a.trigger()
+				}
+			},
+			DeleteFunc: func(any) { a.trigger() },
+		})
+		if err != nil {
+			return err
+		}
+	}
+	v := &view{
+		ranges:    sips.Jke().V1().IPRanges().Lister(),
+		staticIPs: sips.Jke().V1().StaticIPs().Lister(),
+		pods:      pods.Core().V1().Pods().Lister(),
+		nodes:     nodes.Core().V1().Nodes().Lister(),
+		synced:    []cache.InformerSynced{podInf.HasSynced, nodeInf.HasSynced, rangeInf.HasSynced, sipInf.HasSynced},
+	}
+	nodes.Start(ctx.Done())
+	pods.Start(ctx.Done())
+	sips.Start(ctx.Done())
+	a.view = v
+	return nil
+}
+
+// Synced reports whether every cache has delivered its initial list.
+func (a *Agent) Synced() bool {
+	if a.view == nil {
+		return false
+	}
+	for _, s := range a.view.synced {
+		if !s() {
+			return false
+		}
+	}
+	return true
+}
+
+// WaitForCaches blocks until the caches are synced or ctx ends.
+func (a *Agent) WaitForCaches(ctx context.Context) error {
+	if a.view == nil {
+		return fmt.Errorf("agent: Start was not called")
+	}
+	if !cache.WaitForCacheSync(ctx.Done(), a.view.synced...) {
+		return fmt.Errorf("agent: caches not synced: %w", ctx.Err())
+	}
+	return nil
+}
+
+// snapshot is one consistent-enough reading of the caches for a sync; the caller owns none of
+// the objects (they are the informers'): copy before changing any.
+type snapshot struct {
+	ranges    []*jkev1.IPRange
+	staticIPs []*jkev1.StaticIP
+	pods      []*corev1.Pod
+	nodeIP    func(name string) net.IP
+}
+
+func (v *view) snapshot() (*snapshot, error) {
+	ranges, err := v.ranges.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	sort.Slice(ranges, func(i, j int) bool { return ranges[i].Name < ranges[j].Name })
+	sips, err := v.staticIPs.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	pods, err := v.pods.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	return &snapshot{ranges: ranges, staticIPs: sips, pods: pods, nodeIP: func(name string) net.IP {
+		n, err := v.nodes.Get(name)
+		if err != nil {
+			return nil
+		}
+		return internalIP(n)
+	}}, nil
+}
+
+// internalIP is the node's InternalIP, IPv4 preferred.
+func internalIP(n *corev1.Node) net.IP {
+	var gw net.IP
+	for _, addr := range n.Status.Addresses {
+		if addr.Type == corev1.NodeInternalIP {
+			if ip := net.ParseIP(addr.Address); ip != nil && (gw == nil || ip.To4() != nil) {
+				gw = ip
+			}
+		}
+	}
+	return gw
+}
+
+func nodeAddresses(obj any) []corev1.NodeAddress {
+	if n, ok := obj.(*corev1.Node); ok {
+		return n.Status.Addresses
+	}
+	return nil
+}
+
+// trimPod keeps what GC reads: namespace, name, UID (and the node, for clarity in dumps).
+func trimPod(obj any) (any, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return obj, nil // a DeletedFinalStateUnknown tombstone
+	}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion},
+		Spec:       corev1.PodSpec{NodeName: p.Spec.NodeName},
+	}, nil
+}
+
+// trimNode keeps the node's name and addresses (routes go via the InternalIP).
+func trimNode(obj any) (any, error) {
+	n, ok := obj.(*corev1.Node)
+	if !ok {
+		return obj, nil
+	}
+	return &corev1.Node{
+		ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion},
+		Status:     corev1.NodeStatus{Addresses: n.Status.Addresses},
+	}, nil
+}
