@@ -146,6 +146,10 @@ func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod 
 
 type podName struct{ namespace, name string }
 
+// scanLimit is the size (held records x pods on the node) up to which ReservedForOthers scans
+// instead of building a set.
+const scanLimit = 512
+
 // ReservedForOthers sums what the StaticIPs held on the node reserve against pod: those of
 // pods absent from nodeInfo, except pod's own (a pod never competes with its own
 // reservation). Presence is decided on the scheduler's snapshot, the same one its
@@ -157,12 +161,25 @@ func ReservedForOthers(pod *v1.Pod, nodeInfo fwk.NodeInfo, held []staticipnode.H
 	if len(held) == 0 {
 		return reserved, 0
 	}
-	var present map[podName]struct{}
 	pods := nodeInfo.GetPods()
-	if len(pods) > 0 {
-		present = make(map[podName]struct{}, len(pods))
+	// Filter runs this for every pod on every node, and a node holds few StaticIPs: scanning
+	// its pods once per held record costs less than building a set of them, up to a point.
+	present := func(namespace, name string) bool {
 		for _, p := range pods {
-			present[podName{p.GetPod().Namespace, p.GetPod().Name}] = struct{}{}
+			if p := p.GetPod(); p.Name == name && p.Namespace == namespace {
+				return true
+			}
+		}
+		return false
+	}
+	if len(held)*len(pods) > scanLimit {
+		set := make(map[podName]struct{}, len(pods))
+		for _, p := range pods {
+			set[podName{p.GetPod().Namespace, p.GetPod().Name}] = struct{}{}
+		}
+		present = func(namespace, name string) bool {
+			_, ok := set[podName{namespace, name}]
+			return ok
 		}
 	}
 	slots := 0
@@ -170,7 +187,7 @@ func ReservedForOthers(pod *v1.Pod, nodeInfo fwk.NodeInfo, held []staticipnode.H
 		if h.PodNamespace == pod.Namespace && h.PodName == pod.Name {
 			continue
 		}
-		if _, ok := present[podName{h.PodNamespace, h.PodName}]; ok {
+		if present(h.PodNamespace, h.PodName) {
 			continue
 		}
 		reserved.Add(h.Request)

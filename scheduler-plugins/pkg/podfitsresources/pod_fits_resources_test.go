@@ -362,3 +362,46 @@ func TestSignPod(t *testing.T) {
 		t.Errorf("a pod with a StaticIP was signed (%v); its own reservation makes it unlike others", st)
 	}
 }
+
+// ReservedForOthers scans the node's pods for small nodes and builds a set for large ones:
+// both give the same answer — the records of absent pods other than the pod's own.
+func TestReservedForOthersScanAndSetAgree(t *testing.T) {
+	one := staticipnode.Resources{MilliCPU: 100, Memory: 1 << 20}
+	for _, tc := range []struct {
+		name       string
+		pods, held int
+	}{
+		{"scan: 3 pods, 2 records", 3, 2},
+		{"scan: at the limit (16 records x 32 pods)", 32, scanLimit/32 - 1},
+		{"set: past the limit", 60, 20},
+		{"set: many records, many pods", 110, 110},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var onNode []*v1.Pod
+			for i := range tc.pods {
+				onNode = append(onNode, mkPod("ns", fmt.Sprintf("p-%d", i), "n1", nil))
+			}
+			// Records for every other pod on the node (present) and as many absent ones, one of
+			// them the pod's own; plus a record of a present name in another namespace (absent).
+			var held []staticipnode.Held
+			wantSlots := 0
+			for i := 0; len(held) < tc.held; i++ {
+				present := i%2 == 0 && i/2 < tc.pods
+				name := fmt.Sprintf("p-%d", i/2)
+				if !present {
+					name = fmt.Sprintf("gone-%d", i)
+				}
+				held = append(held, staticipnode.Held{PodNamespace: "ns", PodName: name, Request: one})
+				if !present && name != "gone-1" {
+					wantSlots++
+				}
+			}
+			held = append(held, staticipnode.Held{PodNamespace: "other", PodName: "p-0", Request: one})
+			wantSlots++
+			reserved, slots := ReservedForOthers(mkPod("ns", "gone-1", "", nil), framework.NewNodeInfo(onNode...), held)
+			if slots != wantSlots || reserved.MilliCPU != int64(wantSlots)*100 || reserved.Memory != int64(wantSlots)<<20 {
+				t.Fatalf("%d pods, %d records: %d slots, %+v reserved; want %d slots", tc.pods, len(held), slots, reserved, wantSlots)
+			}
+		})
+	}
+}

@@ -70,7 +70,15 @@ type nodeState struct {
 	// active are all the reservations naming the node whose pod may be absent or present.
 	active map[string]*reservation
 	ranges map[string]*ipRange
+	// view is the NodeInfo readers get, built on first read after a change: Filter asks for
+	// it once per pod and node, events change a node rarely. Readers under the read lock may
+	// race to build it (each builds the same value); every change, under the write lock,
+	// drops it (touch).
+	view atomic.Pointer[NodeInfo]
 }
+
+// touch drops the node's view after a change (c.mu held for writing).
+func (n *nodeState) touch() { n.view.Store(nil) }
 
 // StaticIPInfo is the StaticIP of one pod.
 type StaticIPInfo struct {
@@ -317,6 +325,7 @@ func (c *Cache) OnStaticIPUpdate(_, newObj interface{}) {
 			n.active = map[string]*reservation{}
 		}
 		n.active[key] = next
+		n.touch()
 	}
 	set := c.byPod[next.podKey]
 	if set == nil {
@@ -365,6 +374,7 @@ func (c *Cache) OnIPRangeUpdate(_, newObj interface{}) {
 			n.ranges = map[string]*ipRange{}
 		}
 		n.ranges[r.Name] = parsed
+		n.touch()
 	}
 }
 
@@ -449,7 +459,8 @@ func (c *Cache) RangeForIP(ip netip.Addr) (RangeInfo, bool) {
 	return RangeInfo{Name: best.name, CIDR: best.cidr, Node: best.node}, true
 }
 
-// Node returns a consistent copy of what node holds.
+// Node returns a consistent picture of what node holds. Its slices and Reserved are shared
+// with every other caller until the node changes: read them, never modify them.
 func (c *Cache) Node(node string) NodeInfo {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
@@ -457,6 +468,16 @@ func (c *Cache) Node(node string) NodeInfo {
 	if n == nil {
 		return NodeInfo{}
 	}
+	if v := n.view.Load(); v != nil {
+		return *v
+	}
+	info := n.build()
+	n.view.Store(&info)
+	return info
+}
+
+// build computes the node's NodeInfo (c.mu held, for reading at least).
+func (n *nodeState) build() NodeInfo {
 	info := NodeInfo{Reserved: n.reserved.Clone(), Reservations: n.reservations, HasRanges: len(n.ranges) > 0}
 	for _, r := range n.ranges {
 		info.CIDRs = append(info.CIDRs, r.cidr)
@@ -505,6 +526,7 @@ func (c *Cache) refreshLocked(r *reservation) {
 		return
 	}
 	n := c.nodeLocked(r.node)
+	n.touch()
 	if want {
 		n.reserved.add(r.req, 1)
 		n.reservations++
@@ -530,6 +552,7 @@ func (c *Cache) removeStaticIPLocked(key string) {
 	if old.active {
 		if n := c.nodes[old.node]; n != nil {
 			delete(n.active, key)
+			n.touch()
 		}
 	}
 	old.active = false
@@ -552,6 +575,7 @@ func (c *Cache) removeRangeLocked(name string) {
 	delete(c.ranges, name)
 	if n := c.nodes[old.node]; n != nil {
 		delete(n.ranges, name)
+		n.touch()
 		c.gcNodeLocked(old.node)
 	}
 }

@@ -3,6 +3,8 @@ package staticipnode
 import (
 	"math"
 	"net/netip"
+	"sort"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -190,4 +192,44 @@ func TestNewerVersionWins(t *testing.T) {
 	if c.Node("n1").Reservations != 1 {
 		t.Fatal("a re-created StaticIP was ignored")
 	}
+}
+
+// Node's answer is kept until the node changes: every kind of change must show in the next
+// read, also right after an answer was kept.
+func TestNodeViewFollowsEveryChange(t *testing.T) {
+	c := NewEmpty()
+	step := func(what, node, wantHeld string, wantCIDRs, wantReservations int) {
+		t.Helper()
+		got := c.Node(node)
+		var held []string
+		for _, h := range got.Held {
+			held = append(held, h.PodName)
+		}
+		sort.Strings(held)
+		if strings.Join(held, ",") != wantHeld || len(got.CIDRs) != wantCIDRs || got.Reservations != wantReservations {
+			t.Fatalf("%s: node %s holds %v, CIDRs %v, %d reservations; want [%s], %d CIDRs, %d reservations",
+				what, node, held, got.CIDRs, got.Reservations, wantHeld, wantCIDRs, wantReservations)
+		}
+	}
+	r1 := &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: "r1"}, Spec: jkev1.IPRangeSpec{CIDR: "10.0.0.0/26", Node: "n1"}}
+	a, b := sip("ns", "a", "n1", "1"), sip("ns", "b", "n1", "1")
+
+	step("empty", "n1", "", 0, 0)
+	c.OnStaticIPUpdate(nil, a)
+	step("StaticIP a added", "n1", "a", 0, 1)
+	c.OnStaticIPUpdate(nil, b)
+	step("StaticIP b added", "n1", "a,b", 0, 2)
+	c.OnIPRangeUpdate(nil, r1)
+	step("IPRange added", "n1", "a,b", 1, 2)
+	c.OnPodUpdate(nil, pod("ns", "b", "n1"))
+	step("pod b bound to n1", "n1", "a,b", 1, 1)
+	moved := a.DeepCopy()
+	moved.Spec.Node = "n2"
+	c.OnStaticIPUpdate(a, moved)
+	step("StaticIP a moved away", "n1", "b", 1, 0)
+	step("StaticIP a moved in", "n2", "a", 0, 1)
+	c.OnStaticIPDelete(b)
+	step("StaticIP b deleted", "n1", "", 1, 0)
+	c.OnIPRangeDelete(r1)
+	step("IPRange deleted", "n1", "", 0, 0)
 }
