@@ -523,12 +523,8 @@ func (a *Agent) Run(ctx context.Context, interval, minGap time.Duration) {
 		a.logf("caches: %v", err)
 		return
 	}
-	for !a.Synced() {
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(minGap):
-		}
+	if err := a.WaitForCaches(ctx); err != nil {
+		return // ctx ended before the API server answered
 	}
 	for {
 		if err := a.SyncOnce(ctx); err != nil {
