@@ -34,6 +34,7 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/scheduler-plugins/pkg/checkpodannotation"
 	"github.com/staticip/staticip/scheduler-plugins/pkg/podfitsresources"
+	"github.com/staticip/staticip/scheduler-plugins/pkg/staticipnode"
 	"github.com/staticip/staticip/tools/testenv"
 )
 
@@ -65,6 +66,25 @@ func LoadProfiles(t testing.TB, rel string) []schedconfig.KubeSchedulerProfile {
 type RunningScheduler struct {
 	cancel context.CancelFunc
 	done   sync.WaitGroup
+	// cache is the plugins' staticIPNode cache of this scheduler.
+	cache *staticipnode.Cache
+}
+
+// WaitForStaticIP returns once the scheduler's cache holds the StaticIP of pod ns/name. A
+// StaticIP and a pod created one after the other reach the scheduler on two independent
+// watches: a test that means "the pod's StaticIP pins it" must first see the StaticIP there.
+func (s *RunningScheduler) WaitForStaticIP(t testing.TB, ns, name string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		if _, ok := s.cache.StaticIPForPod(ns, name); ok {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the scheduler's cache never saw the StaticIP of %s/%s", ns, name)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // Stop stops the scheduler and waits for it.
@@ -103,7 +123,12 @@ func StartScheduler(t testing.TB, cfg *rest.Config, profiles []schedconfig.KubeS
 		cancel()
 		t.Fatalf("scheduler handlers: %v", err)
 	}
-	s := &RunningScheduler{cancel: cancel}
+	sipCache, err := staticipnode.ForScheduler(ctx, informerFactory, versioned.NewForConfigOrDie(cfg))
+	if err != nil {
+		cancel()
+		t.Fatalf("staticIPNode cache: %v", err)
+	}
+	s := &RunningScheduler{cancel: cancel, cache: sipCache}
 	s.done.Add(1)
 	go func() {
 		defer s.done.Done()
@@ -343,6 +368,7 @@ func TestPinnedByIP(t *testing.T) {
 		}
 	}
 	f.staticIP("by-sip", "sched-pin-n1", "", "1")
+	sched.WaitForStaticIP(t, f.ns, "by-sip")
 	f.pod("by-sip", "1", "")
 	if got := f.waitScheduled("by-sip"); got != "sched-pin-n1" {
 		t.Fatalf("by-sip on %s, want sched-pin-n1 (its StaticIP's node)", got)
@@ -359,6 +385,7 @@ func TestPinnedByIP(t *testing.T) {
 	f.pod("missing-node", "1", "")
 	f.deletePod("missing-node")
 	f.staticIP("missing-node", "sched-pin-gone", "10.62.9.9", "1")
+	sched.WaitForStaticIP(t, f.ns, "missing-node")
 	f.pod("missing-node", "1", "10.62.9.9")
 	f.waitUnschedulable("missing-node", "the pod's IP 10.62.9.9 (StaticIP "+f.ns+"/missing-node) is held by node sched-pin-gone, which does not exist")
 }
