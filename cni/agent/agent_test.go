@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -566,4 +567,60 @@ func createIPRange(ctx context.Context, t *testing.T, sip versioned.Interface, n
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = sip.JkeV1().IPRanges().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+}
+
+// The plugin binary is compared with its installed copy only when one of the two changed:
+// passes in between read neither. A copy overwritten on the node, a new source binary (an
+// upgraded agent image) and a deleted copy are each installed again on the next pass.
+func TestInstallBinaryRereadsOnlyChangedFiles(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "staticip-src")
+	if err := os.WriteFile(src, []byte("plugin v1"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	a := New(Config{NodeName: "n", PluginBinary: src, CNIBinDir: filepath.Join(dir, "bin")}, nil, nil, io.Discard)
+	dst := filepath.Join(dir, "bin", "staticip")
+	install := func(wantChanged bool, wantContent string, wantCompares int64) {
+		t.Helper()
+		changed, err := a.InstallBinary()
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := os.ReadFile(dst)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if changed != wantChanged || string(got) != wantContent || a.binaryCompares.Load() != wantCompares {
+			t.Fatalf("InstallBinary: changed=%v content=%q compares=%d, want %v %q %d",
+				changed, got, a.binaryCompares.Load(), wantChanged, wantContent, wantCompares)
+		}
+	}
+	install(true, "plugin v1", 1)
+	install(false, "plugin v1", 1) // nothing changed: no read
+	install(false, "plugin v1", 1)
+
+	if err := os.WriteFile(dst, []byte("plugin v0"), 0o755); err != nil { // same inode and size, new mtime and ctime
+		t.Fatal(err)
+	}
+	install(true, "plugin v1", 2)
+	install(false, "plugin v1", 2)
+
+	if err := os.WriteFile(src, []byte("plugin v2!"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	install(true, "plugin v2!", 3)
+
+	if err := os.Remove(dst); err != nil {
+		t.Fatal(err)
+	}
+	install(true, "plugin v2!", 4)
+	install(false, "plugin v2!", 4)
+
+	// A touch that changes no byte is read and compared, and changes nothing.
+	now := time.Now().Add(time.Minute)
+	if err := os.Chtimes(src, now, now); err != nil {
+		t.Fatal(err)
+	}
+	install(false, "plugin v2!", 5)
+	install(false, "plugin v2!", 5)
 }

@@ -7,6 +7,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 )
 
 // Registry is what /metrics serves.
@@ -30,6 +31,12 @@ var (
 	StaticIPConflicts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Name: "staticip_conflicts_total", Help: "StaticIP conflicts detected, by kind (duplicate-ip, annotation-mismatch, pod-ip-mismatch).",
 	}, []string{"kind"})
+	// StatusWrites counts status writes by controller and result (success, conflict, error):
+	// a conflict is a write from a cache that had not yet shown this controller's own last
+	// write, or an object changed by someone else meanwhile.
+	StatusWrites = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "staticip_controller_status_writes_total", Help: "Status writes by controller and result (success, conflict, error).",
+	}, []string{"controller", "result"})
 	// IsLeader is 1 while this replica holds the lease.
 	IsLeader = prometheus.NewGauge(prometheus.GaugeOpts{
 		Name: "staticip_controller_manager_leader", Help: "1 while this replica holds the leader lease.",
@@ -37,7 +44,7 @@ var (
 )
 
 func init() {
-	Registry.MustRegister(Syncs, SyncDuration, PodActions, StaticIPConflicts, IsLeader,
+	Registry.MustRegister(Syncs, SyncDuration, PodActions, StaticIPConflicts, StatusWrites, IsLeader,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 }
 
@@ -49,4 +56,16 @@ func ObserveSync(controller string, start time.Time, err error) {
 	}
 	Syncs.WithLabelValues(controller, result).Inc()
 	SyncDuration.WithLabelValues(controller).Observe(time.Since(start).Seconds())
+}
+
+// ObserveStatusWrite records one status write.
+func ObserveStatusWrite(controller string, err error) {
+	result := "success"
+	switch {
+	case apierrors.IsConflict(err):
+		result = "conflict"
+	case err != nil:
+		result = "error"
+	}
+	StatusWrites.WithLabelValues(controller, result).Inc()
 }

@@ -505,6 +505,7 @@ func (c *Controller) updateStatus(ctx context.Context, sip *jkev1.StaticIP, st *
 	upd := sip.DeepCopy()
 	upd.Status = *st
 	_, err := c.client.JkeV1().StaticIPs(sip.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+	metrics.ObserveStatusWrite(Name, err)
 	if apierrors.IsConflict(err) {
 		c.queue.Add(sip.Namespace + "/" + sip.Name)
 		return nil
