@@ -143,10 +143,10 @@ func TestMedian(t *testing.T) {
 func TestPrintTable(t *testing.T) {
 	s := time.Second
 	results := []Result{
-		{Round: 1, Workload: "ests", Rollout: 20 * s, MaxUnavailable: 10},
-		{Round: 1, Workload: "statefulset", Rollout: 150 * s, MaxUnavailable: 1},
-		{Round: 2, Workload: "statefulset", Rollout: 130 * s, MaxUnavailable: 1},
-		{Round: 2, Workload: "ests", Rollout: 30 * s, MaxUnavailable: 9},
+		{Round: 1, Workload: "ests", Rollout: 20 * s, MaxUnavailable: 10, CreateAll: 9 * s, DeleteAll: 5 * s},
+		{Round: 1, Workload: "statefulset", Rollout: 150 * s, MaxUnavailable: 1, CreateAll: 11 * s, DeleteAll: 6 * s},
+		{Round: 2, Workload: "statefulset", Rollout: 130 * s, MaxUnavailable: 1, CreateAll: 10 * s, DeleteAll: 8 * s},
+		{Round: 2, Workload: "ests", Rollout: 30 * s, MaxUnavailable: 9}, // failed deletion: not counted
 	}
 	sums := Summarize(results)
 	if len(sums) != 2 || sums[0].Workload != "ests" || sums[0].Median != 25*s || sums[0].MaxUnavailable != 10 || sums[1].Median != 140*s {
@@ -155,10 +155,14 @@ func TestPrintTable(t *testing.T) {
 	var out bytes.Buffer
 	PrintTable(&out, results, "statefulset")
 	got := out.String()
-	for _, want := range []string{"round 1", "round 2", "25.0s", "140.0s", "ratio statefulset / ests (medians): 5.60x"} {
+	for _, want := range []string{"round 1", "round 2", "25.0s", "140.0s", "ratio statefulset / ests (medians): 5.60x",
+		"created and Ready 10.0s, deleted and gone 6.0s; replacing every pod cannot take much less than 16.0s", "by more than about 8.8x"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("table lacks %q:\n%s", want, got)
 		}
+	}
+	if _, _, ok := ReplacementFloor(results[3:]); ok {
+		t.Error("ReplacementFloor of a result without creation and deletion times")
 	}
 	if r := Ratio(10*s, 0); r != 0 {
 		t.Errorf("Ratio by zero = %v", r)

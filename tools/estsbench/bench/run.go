@@ -10,6 +10,7 @@ import (
 	"io"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -147,7 +148,8 @@ func (r *Runner) measure(ctx context.Context, ns string, w workload, cfg Config)
 	if err := r.waitRolledOut(ctx, w, tracker, cfg, cfg.From, generation, nil); err != nil {
 		return Result{}, fmt.Errorf("ready at %s: %w", cfg.From, err)
 	}
-	r.logf("%s: %d pods ready at %s after %s", w.Name(), replicas, cfg.From, time.Since(start).Round(100*time.Millisecond))
+	createAll := time.Since(start)
+	r.logf("%s: %d pods ready at %s after %s", w.Name(), replicas, cfg.From, createAll.Round(100*time.Millisecond))
 	time.Sleep(cfg.Settle)
 
 	tracker.startMeasuring(cfg.To)
@@ -162,6 +164,9 @@ func (r *Runner) measure(ctx context.Context, ns string, w workload, cfg Config)
 		return Result{}, fmt.Errorf("rollout to %s: %w", cfg.To, err)
 	}
 	res := Result{Workload: w.Name(), Rollout: time.Since(start)}
+	if cfg.Template.PodManagement == appsv1.ParallelPodManagement {
+		res.CreateAll = createAll // OrderedReady starts pods one by one: no throughput figure
+	}
 	maxUnavailable, atMax, lives := tracker.stopMeasuring()
 	res.MaxUnavailable = maxUnavailable
 	res.Phases = Breakdown(w.Name(), lives, res.Rollout)
@@ -181,7 +186,8 @@ func (r *Runner) measure(ctx context.Context, ns string, w workload, cfg Config)
 	}); err != nil {
 		return res, fmt.Errorf("deletion: %w", err)
 	}
-	r.logf("%s: deleted, pods gone after %s", w.Name(), time.Since(start).Round(100*time.Millisecond))
+	res.DeleteAll = time.Since(start)
+	r.logf("%s: deleted, pods gone after %s", w.Name(), res.DeleteAll.Round(100*time.Millisecond))
 	return res, nil
 }
 

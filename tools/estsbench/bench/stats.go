@@ -43,6 +43,10 @@ type Result struct {
 	MaxUnavailable int
 	// Phases is where the rollout's time went.
 	Phases Phases
+	// CreateAll is from creating the workload to every pod Ready at the first image, and
+	// DeleteAll from deleting it to every pod gone: under podManagementPolicy Parallel both
+	// start all pods at once, so they are the cluster's throughput for pod starts and stops.
+	CreateAll, DeleteAll time.Duration
 }
 
 // Summary is the per-workload outcome of all rounds, in the order of first appearance.
@@ -114,10 +118,35 @@ func PrintTable(w io.Writer, results []Result, baseline string) {
 			fmt.Fprintf(w, "ratio %s / %s (medians): %.2fx\n", baseline, s.Workload, Ratio(base.Median, s.Median))
 		}
 	}
+	if create, del, ok := ReplacementFloor(results); ok {
+		fmt.Fprintf(w, "all pods at once (medians over every workload and round): created and Ready %s, deleted and gone %s; "+
+			"replacing every pod cannot take much less than %s here", seconds(create), seconds(del), seconds(create+del))
+		if base != nil {
+			fmt.Fprintf(w, ", so no recreating rollout beats %s by more than about %.1fx", baseline, Ratio(base.Median, create+del))
+		}
+		fmt.Fprintln(w)
+	}
 	fmt.Fprintln(w, "where the time went:")
 	for _, r := range results {
 		fmt.Fprintf(w, "  round %d %s: %s\n", r.Round, r.Workload, r.Phases)
 	}
+}
+
+// ReplacementFloor is the medians of CreateAll and DeleteAll over all results that have both.
+// A rollout that recreates every pod does each pod's stop and start work once; on a cluster
+// whose nodes share CPUs it cannot finish much sooner than starting all pods at once plus
+// stopping all pods at once takes. An estimate, not a bound: it includes each phase's tail.
+func ReplacementFloor(results []Result) (create, del time.Duration, ok bool) {
+	var creates, deletes []time.Duration
+	for _, r := range results {
+		if r.CreateAll > 0 && r.DeleteAll > 0 {
+			creates, deletes = append(creates, r.CreateAll), append(deletes, r.DeleteAll)
+		}
+	}
+	if len(creates) == 0 {
+		return 0, 0, false
+	}
+	return Median(creates), Median(deletes), true
 }
 
 func seconds(d time.Duration) string {
