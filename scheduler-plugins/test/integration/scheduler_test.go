@@ -16,6 +16,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
@@ -155,9 +156,12 @@ func newFixture(t *testing.T) *fixture {
 	f := &fixture{t: t, ctx: context.Background(), cfg: env.Config,
 		kube: kubernetes.NewForConfigOrDie(env.Config), sip: versioned.NewForConfigOrDie(env.Config),
 		ns: "sched-" + strings.ToLower(strings.ReplaceAll(t.Name(), "_", "-"))}
-	if len(f.ns) > 60 {
-		f.ns = f.ns[:60]
+	if len(f.ns) > 56 {
+		f.ns = f.ns[:56]
 	}
+	// A namespace is deleted at the end of each test but nothing here finalizes it (no
+	// namespace controller): a suffix lets -count=N create the next one.
+	f.ns += "-" + rand.String(5)
 	if _, err := f.kube.CoreV1().Namespaces().Create(f.ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
