@@ -683,11 +683,12 @@ func (c *Controller) updateStatus(ctx context.Context, set *jkev1alpha1.Enhanced
 	upd.Status = *st
 	written, err := c.client.JkeV1alpha1().EnhancedStatefulSets(set.Namespace).UpdateStatus(ctx, upd, metav1.UpdateOptions{})
 	metrics.ObserveStatusWrite(Name, err)
+	key := set.Namespace + "/" + set.Name
 	if err == nil {
-		c.rememberStatusWrite(set.Namespace+"/"+set.Name, set.ResourceVersion, written)
+		c.rememberStatusWrite(key, set.ResourceVersion, written)
 	}
 	if apierrors.IsConflict(err) {
-		c.queue.Add(set.Namespace + "/" + set.Name)
+		c.queue.Add(key)
 		return nil
 	}
 	return err
