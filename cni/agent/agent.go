@@ -115,7 +115,16 @@ type Agent struct {
 	// install or comparison; binaryCompares counts the comparisons that read the files.
 	binaryStamps   atomic.Pointer[[2]fileStamp]
 	binaryCompares atomic.Int64
+	// afterSnapshot, when set (tests), runs between a pass's reading of the caches and its
+	// use of the database: where a CNI ADD can commit unseen.
+	afterSnapshot func()
 }
+
+// ConditionSynced is the IPRange condition that says whether the owning node's IPAM serves it.
+const ConditionSynced = "Synced"
+
+// DBPath is the plugin's database file.
+func (a *Agent) DBPath() string { return filepath.Join(a.cfg.DataDir, "ipam.db") }
 
 // Stats are the figures of the last sync (metrics endpoint).
 type Stats struct {
@@ -330,6 +339,9 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 	if err != nil {
 		a.syncsFailed.Add(1)
 		return errors.Join(append(errs, err)...)
+	}
+	if a.afterSnapshot != nil {
+		a.afterSnapshot()
 	}
 	var mine, others []*jkev1.IPRange
 	var ranges []ipam.Range
