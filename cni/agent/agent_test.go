@@ -75,8 +75,9 @@ func TestSyncOnce(t *testing.T) {
 
 	dir := t.TempDir()
 	dataDir := filepath.Join(dir, "data")
-	// What the CNI plugin would have done: web-0 and plain run, ghost and web-1 are gone.
-	db, err := ipam.Open(ipam.Options{Path: filepath.Join(dataDir, "ipam.db")})
+	// What the CNI plugin would have done an hour ago (older than GC's grace period): web-0 and
+	// plain run, ghost and web-1 are gone.
+	db, err := ipam.Open(ipam.Options{Path: filepath.Join(dataDir, "ipam.db"), Now: func() time.Time { return time.Now().Add(-time.Hour) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +216,8 @@ func TestRunFreesTheIPOfADeletedPod(t *testing.T) {
 	}
 	dir := t.TempDir()
 	dbPath := filepath.Join(dir, "ipam.db")
-	db, err := ipam.Open(ipam.Options{Path: dbPath})
+	// Allocated an hour ago: older than GC's grace period.
+	db, err := ipam.Open(ipam.Options{Path: dbPath, Now: func() time.Time { return time.Now().Add(-time.Hour) }})
 	if err != nil {
 		t.Fatal(err)
 	}
