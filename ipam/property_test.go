@@ -252,7 +252,7 @@ func runOperations(t *testing.T, dir string, program []byte) {
 		holders: map[Attachment]netip.Addr{}, static: map[netip.Addr]PodRef{}}
 	m.open()
 	defer func() { m.db.Close() }()
-	if _, err := m.db.SyncRanges(propRanges); err != nil {
+	if _, _, err := m.db.SyncRanges(propRanges); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i+2 < len(program); i += 3 {

@@ -232,6 +232,10 @@ func stampOf(path string) (fileStamp, error) {
 	return fileStamp{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, nil
 }
 
+// NetworkName is the name of the conflist the agent writes; it also keys the plugin's
+// database (<data-dir>/<name>/ipam.db, ipam.ForNetwork).
+const NetworkName = "staticip"
+
 // Conflist renders the conflist for this node's ranges.
 func (a *Agent) Conflist(ranges []*jkev1.IPRange) ([]byte, error) {
 	var rs []map[string]any
@@ -259,7 +263,7 @@ func (a *Agent) Conflist(ranges []*jkev1.IPRange) ([]byte, error) {
 	if a.cfg.Quarantine != "" {
 		p["quarantine"] = a.cfg.Quarantine
 	}
-	return json.MarshalIndent(map[string]any{"cniVersion": a.cfg.CNIVersion, "name": "staticip", "plugins": []any{p}}, "", "  ")
+	return json.MarshalIndent(map[string]any{"cniVersion": a.cfg.CNIVersion, "name": NetworkName, "plugins": []any{p}}, "", "  ")
 }
 
 func toIPAMRange(r *jkev1.IPRange) (ipam.Range, error) {
@@ -399,16 +403,21 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 // syncDB brings the database in line with the API in three transactions: ranges,
 // reservations, GC.
 func (a *Agent) syncDB(ranges []ipam.Range, sips []*jkev1.StaticIP, pods []*corev1.Pod) (*Stats, error) {
-	db, err := ipam.Open(ipam.Options{Path: filepath.Join(a.cfg.DataDir, "ipam.db")})
+	db, err := ipam.Open(ipam.ForNetwork(a.cfg.DataDir, NetworkName))
 	if err != nil {
 		return nil, err
 	}
 	defer db.Close()
 	var errs []error
-	if kept, err := db.SyncRanges(ranges); err != nil {
+	if rs, err := db.SetNodeRanges(ranges); err != nil {
 		errs = append(errs, fmt.Errorf("sync ranges: %w", err))
-	} else if len(kept) > 0 {
-		a.logf("ranges %v moved away but still hold allocations; kept until those pods are gone", kept)
+	} else {
+		if len(rs.Draining) > 0 {
+			a.logf("ranges %v moved away but still hold allocations; they drain (nothing new is allocated from them)", rs.Draining)
+		}
+		for _, s := range rs.Skipped {
+			errs = append(errs, fmt.Errorf("range %s not applied: %s", s.Range.Subnet, s.Reason))
+		}
 	}
 	var reservations []ipam.Reservation
 	staticIPOf := map[string]string{}
