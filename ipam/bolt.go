@@ -85,9 +85,9 @@ var (
 	bucketQuarantine = []byte("quarantine")    // IP (16 bytes) -> release time (unix nanos)
 	allBuckets       = [][]byte{bucketMeta, bucketRanges, bucketCursors, bucketAllocs, bucketAttach,
 		bucketReserved, bucketReservedBy, bucketQuarantine}
-	keySchema     = []byte("schema")
-	keyManagedBy  = []byte("managedBy")  // set by SetNodeRanges: the agent owns the ranges
-	keyRecovering = []byte("recovering") // RecoveryState (JSON) while a rebuild runs
+	keySchema      = []byte("schema")
+	keyManagedBy   = []byte("managedBy")  // set by SetNodeRanges: the agent owns the ranges
+	keyRecovering  = []byte("recovering") // RecoveryState (JSON) while a rebuild runs
 	managedByAgent = []byte("staticip-agent")
 )
 

@@ -192,7 +192,9 @@ func TestRollbackUndoesOnlyThisAdd(t *testing.T) {
 	old := newNS(t, "rb")
 	prev := h.mustAdd(podArgs(old, "ctr-w1-old", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-1", conf))
 	ip1 := prev.IPs[0].Address.IP.String()
-	old.Do(func(ns.NetNS) error { return netlink.LinkDel(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}}) })
+	old.Do(func(ns.NetNS) error {
+		return netlink.LinkDel(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}})
+	})
 	testHookHostSetup = func() error { return errors.New("injected failure") }
 	_, err = h.add(podArgs(pod, "ctr-w1-new", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-1;IP="+ip1, conf))
 	testHookHostSetup = nil
@@ -261,7 +263,9 @@ func TestTakeoverWaitsForTheOldSandbox(t *testing.T) {
 		t.Fatal("the refused ADD left eth0 in the new sandbox")
 	}
 	// The old sandbox goes away (its netns is destroyed with the veth pair in it).
-	oldNS.Do(func(ns.NetNS) error { return netlink.LinkDel(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}}) })
+	oldNS.Do(func(ns.NetNS) error {
+		return netlink.LinkDel(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}})
+	})
 	r := h.mustAdd(newArgs)
 	if got := r.IPs[0].Address.IP.String(); got != "10.123.0.7" {
 		t.Fatalf("after the old sandbox is gone the pod got %s", got)
