@@ -345,6 +345,15 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	if conf.Kubeconfig == "" {
+		// Not in Kubernetes: nothing to ask, release at once (one transaction, as host-local).
+		defer db.Close()
+		if _, found, err := db.Release(att, false); err != nil || found {
+			return ipamErrorOrNil(err)
+		}
+		_, _, err := db.Release(ipam.RecoveredAttachment(HostVethName(att.ContainerID, att.IfName)), false)
+		return ipamErrorOrNil(err)
+	}
 	att, alloc, found, err := lookup(db, att)
 	db.Close()
 	if err != nil {
@@ -358,6 +367,13 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	}
 	kc, unusable := p.kube(conf)
 	return p.releaseOrErr(conf, att, p.keepReserved(ctx, kc, unusable, alloc))
+}
+
+func ipamErrorOrNil(err error) error {
+	if err != nil {
+		return ipamError(err)
+	}
+	return nil
 }
 
 func (p *Plugin) releaseOrErr(conf *NetConf, att ipam.Attachment, keep bool) error {
