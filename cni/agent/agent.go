@@ -121,6 +121,8 @@ type Agent struct {
 	// that matters changed" from their handlers to Run.
 	view      *view
 	triggered chan struct{}
+	// draining names the ranges last found draining (logged on change).
+	draining string
 	// unroutable names the IPRanges last found without a node address (logged on change).
 	unroutable string
 	// binaryStamps are the plugin source's and installed copy's stamps after the last
@@ -131,6 +133,8 @@ type Agent struct {
 	// (liveness); apiErrors counts passes whose API writes failed.
 	lastPass  atomic.Int64
 	apiErrors atomic.Int64
+	// rebuilds counts databases rebuilt after corruption.
+	rebuilds atomic.Int64
 	// recorder records Events on the objects the agent leaves out (Start); reported are the
 	// problems of the last pass, so that a standing problem is one Event, not one per pass.
 	recorder record.EventRecorder
@@ -143,8 +147,8 @@ type Agent struct {
 // ConditionSynced is the IPRange condition that says whether the owning node's IPAM serves it.
 const ConditionSynced = "Synced"
 
-// DBPath is the plugin's database file.
-func (a *Agent) DBPath() string { return filepath.Join(a.cfg.DataDir, "ipam.db") }
+// DBPath is the plugin's database file of the network the agent writes.
+func (a *Agent) DBPath() string { return ipam.NetworkPath(a.cfg.DataDir, NetworkName) }
 
 // Stats are the figures of the last sync (metrics endpoint).
 type Stats struct {
@@ -270,6 +274,10 @@ func stampOf(path string) (fileStamp, error) {
 	return fileStamp{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, nil
 }
 
+// NetworkName is the name of the conflist the agent writes; it also keys the plugin's
+// database (<data-dir>/<name>/ipam.db, ipam.ForNetwork).
+const NetworkName = "staticip"
+
 // Conflist renders the conflist for this node's ranges.
 func (a *Agent) Conflist(ranges []*jkev1.IPRange) ([]byte, error) {
 	var rs []map[string]any
@@ -297,7 +305,7 @@ func (a *Agent) Conflist(ranges []*jkev1.IPRange) ([]byte, error) {
 	if a.cfg.Quarantine != "" {
 		p["quarantine"] = a.cfg.Quarantine
 	}
-	return json.MarshalIndent(map[string]any{"cniVersion": a.cfg.CNIVersion, "name": "staticip", "plugins": []any{p}}, "", "  ")
+	return json.MarshalIndent(map[string]any{"cniVersion": a.cfg.CNIVersion, "name": NetworkName, "plugins": []any{p}}, "", "  ")
 }
 
 func toIPAMRange(r *jkev1.IPRange) (ipam.Range, error) {
@@ -439,18 +447,25 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 }
 
 // syncDB brings the database in line with the API: ranges, reservations, GC, each one
-// transaction, all under the database lock (no CNI call commits in between). It drops from
-// plan the ranges the database cannot take yet (see withoutInUseOverlaps).
+// transaction, all under the database lock (no CNI call commits in between). The agent is the
+// only one that changes the node's ranges (SetNodeRanges): ranges that left the node drain. It
+// drops from plan the ranges the database cannot take yet (dropSkipped).
 func (a *Agent) syncDB(plan *rangePlan, sips []*jkev1.StaticIP, pods []*corev1.Pod) (*Stats, reservationPlan, error) {
 	var rp reservationPlan
-	db, err := ipam.Open(ipam.Options{Path: a.DBPath()})
+	db, err := ipam.Open(ipam.ForNetwork(a.cfg.DataDir, NetworkName))
+	if errors.Is(err, ipam.ErrCorrupt) {
+		db, err = a.rebuild(plan, sips, pods)
+	}
 	if err != nil {
 		return nil, rp, err
 	}
 	defer db.Close()
-	have, err := db.Ranges()
-	if err != nil {
+	if _, recovering, err := db.Recovering(); err != nil {
 		return nil, rp, err
+	} else if recovering { // an agent died half-way through a rebuild: do it again
+		if err := a.finishRebuild(db, plan, sips, pods); err != nil {
+			return nil, rp, err
+		}
 	}
 	allocs, err := db.Allocations()
 	if err != nil {
@@ -461,11 +476,14 @@ func (a *Agent) syncDB(plan *rangePlan, sips []*jkev1.StaticIP, pods []*corev1.P
 		return nil, rp, err
 	}
 	var errs []error
-	plan.withoutInUseOverlaps(have, allocs)
-	if kept, err := db.SyncRanges(plan.ipam); err != nil {
+	if rs, err := db.SetNodeRanges(plan.ipam); err != nil {
 		errs = append(errs, fmt.Errorf("sync ranges: %w", err))
-	} else if len(kept) > 0 {
-		a.logf("ranges %v moved away but still hold allocations; kept until those pods are gone", kept)
+	} else {
+		if d := fmt.Sprint(rs.Draining); len(rs.Draining) > 0 && d != a.draining {
+			a.logf("ranges %v moved away but still hold allocations; they drain (nothing new is allocated from them)", rs.Draining)
+			a.draining = d
+		}
+		plan.dropSkipped(rs.Skipped)
 	}
 
 	holder := make(map[netip.Addr]string, len(allocs))
@@ -495,6 +513,103 @@ func (a *Agent) syncDB(plan *rangePlan, sips []*jkev1.StaticIP, pods []*corev1.P
 		errs = append(errs, err)
 	}
 	return stats, rp, errors.Join(errs...)
+}
+
+// rebuild replaces a corrupt database: ipam.Recover moves the file aside (never deleting it)
+// and opens a fresh store that refuses every allocation; finishRebuild fills it from the API
+// and the host and only then lets ADD allocate again. All of it under the database lock.
+func (a *Agent) rebuild(plan *rangePlan, sips []*jkev1.StaticIP, pods []*corev1.Pod) (*ipam.DB, error) {
+	db, err := ipam.Recover(ipam.ForNetwork(a.cfg.DataDir, NetworkName))
+	if err != nil {
+		return nil, fmt.Errorf("rebuilding the corrupt IPAM database: %w", err)
+	}
+	if err := a.finishRebuild(db, plan, sips, pods); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// finishRebuild sets the node's ranges and reservations, imports an allocation for every IP
+// the host routes to one of the plugin's veths (named after the pod the cache shows with that
+// IP), and ends the recovery. An IP in use on the host is never handed out again: the running
+// pods keep theirs, and nothing allocates before the import is complete.
+func (a *Agent) finishRebuild(db *ipam.DB, plan *rangePlan, sips []*jkev1.StaticIP, pods []*corev1.Pod) error {
+	st, _, err := db.Recovering()
+	if err != nil {
+		return err
+	}
+	if rs, err := db.SetNodeRanges(plan.ipam); err != nil {
+		return fmt.Errorf("rebuild: ranges: %w", err)
+	} else {
+		plan.dropSkipped(rs.Skipped)
+	}
+	rp := planReservations(sips, plan.ipam, nil, nil)
+	if _, err := db.SyncReservations(rp.reservations); err != nil {
+		return fmt.Errorf("rebuild: reservations: %w", err)
+	}
+	found, err := hostAttachments(pods)
+	if err != nil {
+		return fmt.Errorf("rebuild: reading the host's veths and routes: %w", err)
+	}
+	res, err := db.Import(found)
+	if err != nil {
+		return fmt.Errorf("rebuild: import: %w", err)
+	}
+	for _, c := range res.Conflicts {
+		a.logf("rebuild: %s on %s (pod %s) conflicts with an imported allocation; not imported", c.IP, c.Attachment.ContainerID, c.Pod)
+	}
+	if err := db.FinishRecovery(); err != nil {
+		return err
+	}
+	a.logf("the IPAM database was corrupt: moved aside to %s; rebuilt from the API (%d range(s), %d reservation(s)) and the host (%d allocation(s) imported, %d already there)",
+		st.MovedAside, len(plan.ipam), len(rp.reservations), res.Imported, res.Unchanged)
+	a.rebuilds.Add(1)
+	return nil
+}
+
+// hostAttachments are the allocations the host shows: every /32 (/128) route to one of the
+// plugin's veths, with the pod the cache holds with that IP, if any.
+func hostAttachments(pods []*corev1.Pod) ([]ipam.Allocation, error) {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil, err
+	}
+	names := map[int]string{}
+	for _, l := range links {
+		if n := l.Attrs().Name; strings.HasPrefix(n, plugin.HostVethPrefix) {
+			names[l.Attrs().Index] = n
+		}
+	}
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, err
+	}
+	podOf := map[netip.Addr]ipam.PodRef{}
+	for _, p := range pods {
+		for _, pip := range p.Status.PodIPs {
+			if ip, err := netip.ParseAddr(pip.IP); err == nil {
+				podOf[ip.Unmap()] = ipam.PodRef{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}
+			}
+		}
+	}
+	var out []ipam.Allocation
+	for _, r := range routes {
+		link, ok := names[r.LinkIndex]
+		if !ok || r.Dst == nil {
+			continue
+		}
+		if ones, bits := r.Dst.Mask.Size(); ones != bits {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(r.Dst.IP)
+		if !ok {
+			continue
+		}
+		ip = ip.Unmap()
+		out = append(out, ipam.Allocation{IP: ip, Attachment: ipam.RecoveredAttachment(link), Pod: podOf[ip]})
+	}
+	return out, nil
 }
 
 // gc frees the allocations judge finds dead. Without the list of host veths it frees nothing:

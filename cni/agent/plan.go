@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/netip"
 	"sort"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -113,41 +112,29 @@ func (p *rangePlan) refuse(r *jkev1.IPRange, node string, why refusal) {
 	}
 }
 
-// withoutInUseOverlaps drops from the plan every range of this node that overlaps a different
-// range the database still holds with allocations (its CIDR was resized, or it replaces a range
-// that moved away, while pods use the old one): the database cannot hold both, and the old
-// allocations must stay valid. The new range is served once they are released.
-func (p *rangePlan) withoutInUseOverlaps(have []ipam.Range, allocs []ipam.Allocation) {
+// dropSkipped takes out of the plan the ranges the database did not apply (SetNodeRanges): a
+// range of this node that overlaps a different range the database still holds with
+// allocations — its CIDR was shrunk or moved while pods use the old one, or it replaces a
+// range that moved away and still drains. The old allocations stay valid; the new range is
+// served once they are released, and until then it is reported.
+func (p *rangePlan) dropSkipped(skipped []ipam.RangeConflict) {
+	if len(skipped) == 0 {
+		return
+	}
+	why := map[netip.Prefix]string{}
+	for _, s := range skipped {
+		why[s.Range.Subnet] = s.Reason
+	}
 	var mine []*jkev1.IPRange
 	var rs []ipam.Range
-	for i, w := range p.ipam {
-		why := ""
-		for _, h := range have {
-			if h.Subnet == w.Subnet || !h.Subnet.Overlaps(w.Subnet) {
-				continue
-			}
-			var holders []string
-			for _, al := range allocs {
-				if h.Subnet.Contains(al.IP) {
-					holders = append(holders, fmt.Sprintf("%s (%s)", al.IP, al.Pod))
-				}
-			}
-			if len(holders) == 0 {
-				continue // an empty old range simply goes
-			}
-			if len(holders) > 3 {
-				holders = append(holders[:3], fmt.Sprintf("and %d more", len(holders)-3))
-			}
-			why = fmt.Sprintf("CIDR %s overlaps %s, which this node's IPAM still holds with %d allocation(s): %s; %s is served once they are released",
-				w.Subnet, h.Subnet, len(holders), strings.Join(holders, ", "), w.Subnet)
-			break
-		}
-		if why != "" {
-			p.refuse(p.mine[i], p.mine[i].Spec.Node, refusal{ReasonResizedWhileUsed, why})
+	for i, r := range p.ipam {
+		if reason, ok := why[r.Subnet]; ok {
+			p.refuse(p.mine[i], p.mine[i].Spec.Node, refusal{ReasonResizedWhileUsed, fmt.Sprintf(
+				"CIDR %s is not served yet: %s; it is served once those addresses are released", r.Subnet, reason)})
 			continue
 		}
 		mine = append(mine, p.mine[i])
-		rs = append(rs, w)
+		rs = append(rs, r)
 	}
 	p.mine, p.ipam = mine, rs
 }
@@ -298,11 +285,13 @@ const (
 // its mirror pod exists by namespace/name. One that looks dead is still spared while it is
 // younger than grace (its ADD may have committed after the cache was read, or before the
 // informer saw the pod) or while its host veth exists (only the plugin's DEL or GC, which tear
-// the veth down, may free the IP of a sandbox that still runs).
+// the veth down, may free the IP of a sandbox that still runs). An allocation imported after
+// corruption whose pod was unknown lives exactly as long as its veth.
 func judge(al ipam.Allocation, pods podIndex, veths map[string]bool, now time.Time, grace time.Duration) (free bool, spared string) {
 	key := al.Pod.Key()
+	_, recovered := al.Attachment.RecoveredLink()
 	switch {
-	case al.Pod.Name == "": // not a pod's: not the agent's to judge
+	case al.Pod.Name == "" && !recovered: // not a pod's: not the agent's to judge
 		return false, ""
 	case al.Pod.UID != "" && pods.uids[al.Pod.UID]:
 		return false, ""
@@ -312,8 +301,17 @@ func judge(al ipam.Allocation, pods podIndex, veths map[string]bool, now time.Ti
 		return false, ""
 	case now.Sub(al.AllocatedAt) < grace:
 		return false, spareYoung
-	case veths[plugin.HostVethName(al.Attachment.ContainerID, al.Attachment.IfName)]:
+	case veths[vethOf(al.Attachment)]:
 		return false, spareSandbox
 	}
 	return true, ""
+}
+
+// vethOf is the host veth of an attachment: the plugin's deterministic name, or the link an
+// allocation imported after corruption was found on.
+func vethOf(att ipam.Attachment) string {
+	if link, ok := att.RecoveredLink(); ok {
+		return link
+	}
+	return plugin.HostVethName(att.ContainerID, att.IfName)
 }

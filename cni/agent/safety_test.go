@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"io"
 	"net"
 	"net/http"
@@ -431,3 +432,85 @@ func TestAgentStaysLiveWithoutTheAPIServer(t *testing.T) {
 }
 
 func everything() labels.Selector { return labels.Everything() }
+
+// A corrupt database is rebuilt before anything allocates again: the file is moved aside (not
+// deleted), the ranges and reservations come from the API, and every IP the host routes to
+// one of the plugin's veths is imported for the pod that holds it, so no running pod's IP is
+// handed out again.
+func TestCorruptDatabaseIsRebuiltFromTheHost(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	ctx, kube, sip, suffix := apiFixture(t, 2*time.Minute)
+	node, nsName := "cni-node-rb-"+suffix, "cni-rb-"+suffix
+	createIPRange(ctx, t, sip, "cni-rb-"+suffix, jkev1.IPRangeSpec{CIDR: "10.162.0.0/24", Node: node})
+	createNamespace(ctx, t, kube, nsName)
+	if _, err := sip.JkeV1().StaticIPs(nsName).Create(ctx, &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Name: "db-0"},
+		Spec: jkev1.StaticIPSpec{Pod: "db-0", Node: node, IP: "10.162.0.20"}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	pod, err := kube.CoreV1().Pods(nsName).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web"},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "pause"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pod.Status.PodIP, pod.Status.PodIPs = "10.162.0.7", []corev1.PodIP{{IP: "10.162.0.7"}}
+	if _, err := kube.CoreV1().Pods(nsName).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// On the host: the running pod's veth and /32 route, as the plugin left them.
+	host := nodeNetns(t, "rb", "192.168.80.1/24")
+	veth := plugin.HostVethName("c-web", "eth0")
+	if err := host.Do(func(ns.NetNS) error {
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: veth}, PeerName: "cni-rbpeer"}); err != nil {
+			return err
+		}
+		l, err := netlink.LinkByName(veth)
+		if err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return err
+		}
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: &net.IPNet{IP: net.ParseIP("10.162.0.7").To4(), Mask: net.CIDRMask(32, 32)}, Scope: netlink.SCOPE_LINK})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var log syncBuffer
+	a := startedAgent(ctx, t, Config{NodeName: node, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir}, kube, sip, &log)
+	eventually(t, 10*time.Second, "the agent's cache holds the pod's IP", func() bool {
+		p, _ := a.view.pods.Pods(nsName).Get("web")
+		return p != nil && len(p.Status.PodIPs) == 1
+	})
+	dbPath := a.DBPath()
+	if err := os.MkdirAll(filepath.Dir(dbPath), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(dbPath, []byte(strings.Repeat("not a bbolt file ", 512)), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	err = host.Do(func(ns.NetNS) error { return a.SyncOnce(ctx) })
+	db, openErr := ipam.Open(ipam.Options{Path: dbPath, OpenTimeout: 30 * time.Second})
+	if openErr != nil {
+		t.Fatalf("after a pass (error %v) the database does not open: %v\nlog:\n%s", err, openErr, log.String())
+	}
+	defer db.Close()
+	allocs, _ := db.Allocations()
+	if len(allocs) != 1 || allocs[0].IP.String() != "10.162.0.7" || allocs[0].Pod.Key() != nsName+"/web" {
+		t.Fatalf("allocations after the rebuild: %+v (pass error %v)\nlog:\n%s", allocs, err, log.String())
+	}
+	// What the plugin's ADD of another pod can get now: neither the running pod's IP nor the
+	// StaticIP's.
+	for _, ip := range []string{"10.162.0.7", "10.162.0.20"} {
+		_, _, aerr := db.Allocate(ipam.AllocateRequest{Attachment: ipam.Attachment{ContainerID: "c-other-" + ip, IfName: "eth0"},
+			Pod: ipam.PodRef{Namespace: nsName, Name: "other"}, IP: netip.MustParseAddr(ip)})
+		if !errors.Is(aerr, ipam.ErrInUse) {
+			t.Fatalf("another pod asking for %s: %v, want ErrInUse", ip, aerr)
+		}
+	}
+	moved, _ := filepath.Glob(dbPath + ".corrupt-*")
+	if len(moved) != 1 {
+		t.Fatalf("the corrupt file was not kept aside: %v", moved)
+	}
+}

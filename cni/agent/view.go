@@ -189,7 +189,8 @@ func nodeAddresses(obj any) []corev1.NodeAddress {
 	return nil
 }
 
-// trimPod keeps what GC reads: namespace, name, UID, whether it is a static pod's mirror (the
+// trimPod keeps what GC reads: namespace, name, UID, its IPs (to name the holders of the IPs
+// found on the host when a corrupt database is rebuilt), whether it is a static pod's mirror (the
 // kubelet's UID of a static pod is not the mirror pod's, so GC matches those by name), and the
 // node, for clarity in dumps.
 func trimPod(obj any) (any, error) {
@@ -200,6 +201,7 @@ func trimPod(obj any) (any, error) {
 	t := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion},
 		Spec:       corev1.PodSpec{NodeName: p.Spec.NodeName},
+		Status:     corev1.PodStatus{PodIPs: p.Status.PodIPs},
 	}
 	if v, ok := p.Annotations[corev1.MirrorPodAnnotationKey]; ok {
 		t.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: v}
