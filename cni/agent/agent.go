@@ -117,6 +117,9 @@ type Agent struct {
 	stats    atomic.Pointer[Stats]
 	// syncs counts passes by result (metrics): event-driven syncs must stay few.
 	syncsOK, syncsFailed atomic.Int64
+	// syncsNotSynced counts passes that found the caches not synced yet (waiting for the API
+	// server): the plugin files only.
+	syncsNotSynced atomic.Int64
 	// view holds the informer caches a sync reads (Start); triggered carries "something
 	// that matters changed" from their handlers to Run.
 	view      *view
@@ -373,9 +376,10 @@ const apiTimeout = 10 * time.Second
 // StaticIP contesting another's IP) are left out and reported on the objects, not returned:
 // they are not the agent's failure.
 func (a *Agent) SyncOnce(ctx context.Context) error {
+	defer func() { a.lastPass.Store(time.Now().UnixNano()) }()
 	errs := a.installFiles()
 	if !a.Synced() {
-		a.syncsFailed.Add(1)
+		a.syncsNotSynced.Add(1)
 		return errors.Join(append(errs, errNotSynced)...)
 	}
 	snap, err := a.view.snapshot()
@@ -571,15 +575,9 @@ func (a *Agent) finishRebuild(db *ipam.DB, plan *rangePlan, sips []*jkev1.Static
 // hostAttachments are the allocations the host shows: every /32 (/128) route to one of the
 // plugin's veths, with the pod the cache holds with that IP, if any.
 func hostAttachments(pods []*corev1.Pod) ([]ipam.Allocation, error) {
-	links, err := netlink.LinkList()
+	names, err := pluginLinks()
 	if err != nil {
 		return nil, err
-	}
-	names := map[int]string{}
-	for _, l := range links {
-		if n := l.Attrs().Name; strings.HasPrefix(n, plugin.HostVethPrefix) {
-			names[l.Attrs().Index] = n
-		}
 	}
 	routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
 	if err != nil {
@@ -655,19 +653,29 @@ func (a *Agent) gc(db *ipam.DB, allocs []ipam.Allocation, sips []*jkev1.StaticIP
 	return freed, err
 }
 
-// hostVeths are the names of the plugin's host-side veths in this network namespace.
-func hostVeths() (map[string]bool, error) {
+// pluginLinks are the plugin's host-side veths in this network namespace, by link index.
+func pluginLinks() (map[int]string, error) {
 	links, err := netlink.LinkList()
 	if err != nil {
 		return nil, err
 	}
-	names := map[string]bool{}
+	names := map[int]string{}
 	for _, l := range links {
 		if n := l.Attrs().Name; strings.HasPrefix(n, plugin.HostVethPrefix) {
-			names[n] = true
+			names[l.Attrs().Index] = n
 		}
 	}
 	return names, nil
+}
+
+// hostVeths are the names of the plugin's host-side veths in this network namespace.
+func hostVeths() (map[string]bool, error) {
+	links, err := pluginLinks()
+	names := make(map[string]bool, len(links))
+	for _, n := range links {
+		names[n] = true
+	}
+	return names, err
 }
 
 // report records an Event for every problem of this pass that the last pass did not have:
@@ -809,7 +817,6 @@ func (a *Agent) Run(ctx context.Context, interval, minGap time.Duration) {
 	waiting := false
 	for {
 		err := a.SyncOnce(ctx)
-		a.lastPass.Store(time.Now().UnixNano())
 		switch {
 		case errors.Is(err, errNotSynced) && len(errorsOf(err)) == 1:
 			if !waiting {

@@ -36,8 +36,8 @@ func (a *Agent) Handler(maxAge time.Duration) http.Handler {
 	mux.HandleFunc("/metrics", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
 		fmt.Fprintf(w, "# HELP staticip_agent_last_sync_timestamp_seconds Unix time of the last successful sync.\n# TYPE staticip_agent_last_sync_timestamp_seconds gauge\nstaticip_agent_last_sync_timestamp_seconds %d\n", a.lastSync.Load())
-		fmt.Fprintf(w, "# HELP staticip_agent_syncs_total Sync passes by result.\n# TYPE staticip_agent_syncs_total counter\nstaticip_agent_syncs_total{result=\"ok\"} %d\nstaticip_agent_syncs_total{result=\"error\"} %d\n",
-			a.syncsOK.Load(), a.syncsFailed.Load())
+		fmt.Fprintf(w, "# HELP staticip_agent_syncs_total Sync passes by result.\n# TYPE staticip_agent_syncs_total counter\nstaticip_agent_syncs_total{result=\"ok\"} %d\nstaticip_agent_syncs_total{result=\"error\"} %d\nstaticip_agent_syncs_total{result=\"not_synced\"} %d\n",
+			a.syncsOK.Load(), a.syncsFailed.Load(), a.syncsNotSynced.Load())
 		fmt.Fprintf(w, "# HELP staticip_agent_last_pass_timestamp_seconds Unix time at which the loop last finished a pass, whatever its result.\n# TYPE staticip_agent_last_pass_timestamp_seconds gauge\nstaticip_agent_last_pass_timestamp_seconds %d\n", a.lastPass.Load()/1e9)
 		fmt.Fprintf(w, "# HELP staticip_agent_api_errors_total Passes whose API writes (IPRange status) failed.\n# TYPE staticip_agent_api_errors_total counter\nstaticip_agent_api_errors_total %d\n", a.apiErrors.Load())
 		fmt.Fprintf(w, "# HELP staticip_agent_ipam_rebuilds_total IPAM databases found corrupt and rebuilt from the API and the host.\n# TYPE staticip_agent_ipam_rebuilds_total counter\nstaticip_agent_ipam_rebuilds_total %d\n", a.rebuilds.Load())

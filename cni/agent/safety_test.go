@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -387,8 +388,11 @@ func TestAgentStaysLiveWithoutTheAPIServer(t *testing.T) {
 
 	t.Run("cut off mid-run", func(t *testing.T) {
 		env := testenv.Get(t)
-		u := strings.TrimPrefix(env.Config.Host, "https://")
-		proxy := newCutProxy(t, u)
+		u, err := url.Parse(env.Config.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		proxy := newCutProxy(t, u.Host)
 		cfg := rest.CopyConfig(env.Config)
 		cfg.Host = "https://" + proxy.ln.Addr().String()
 		cfg.Timeout = 2 * time.Second
@@ -455,7 +459,8 @@ func TestCorruptDatabaseIsRebuiltFromTheHost(t *testing.T) {
 		t.Fatal(err)
 	}
 	pod.Status.PodIP, pod.Status.PodIPs = "10.162.0.7", []corev1.PodIP{{IP: "10.162.0.7"}}
-	if _, err := kube.CoreV1().Pods(nsName).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+	pod, err = kube.CoreV1().Pods(nsName).UpdateStatus(ctx, pod, metav1.UpdateOptions{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	// On the host: the running pod's veth and /32 route, as the plugin left them.
@@ -479,9 +484,9 @@ func TestCorruptDatabaseIsRebuiltFromTheHost(t *testing.T) {
 	dir := t.TempDir()
 	var log syncBuffer
 	a := startedAgent(ctx, t, Config{NodeName: node, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir}, kube, sip, &log)
-	eventually(t, 10*time.Second, "the agent's cache holds the pod's IP", func() bool {
+	eventually(t, 10*time.Second, "the agent's cache holds the pod with its IP", func() bool {
 		p, _ := a.view.pods.Pods(nsName).Get("web")
-		return p != nil && len(p.Status.PodIPs) == 1
+		return p != nil && p.ResourceVersion == pod.ResourceVersion
 	})
 	dbPath := a.DBPath()
 	if err := os.MkdirAll(filepath.Dir(dbPath), 0o700); err != nil {
