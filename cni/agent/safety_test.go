@@ -519,3 +519,64 @@ func TestCorruptDatabaseIsRebuiltFromTheHost(t *testing.T) {
 		t.Fatalf("the corrupt file was not kept aside: %v", moved)
 	}
 }
+
+// An IPRange shrunk while a pod holds an address outside the new CIDR breaks nothing: the old
+// CIDR drains in the database (the pod keeps its IP), the new one is not served until it has
+// drained, and the IPRange says why (Synced=False, ResizedWhileInUse).
+func TestIPRangeResizedWhileInUse(t *testing.T) {
+	ctx, kube, sip, suffix := apiFixture(t, 2*time.Minute)
+	node, nsName, name := "cni-node-rs-"+suffix, "cni-rs-"+suffix, "cni-rs-"+suffix
+	createIPRange(ctx, t, sip, name, jkev1.IPRangeSpec{CIDR: "10.163.0.0/24", Node: node})
+	createNamespace(ctx, t, kube, nsName)
+	pod, err := kube.CoreV1().Pods(nsName).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "p"},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c", Image: "pause"}}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	var log syncBuffer
+	a := startedAgent(ctx, t, Config{NodeName: node, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir}, kube, sip, &log)
+	if err := a.SyncOnce(ctx); err != nil {
+		t.Fatal(err)
+	}
+	db, err := ipam.Open(ipam.Options{Path: a.DBPath()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := db.Allocate(ipam.AllocateRequest{Attachment: ipam.Attachment{ContainerID: "c-p", IfName: "eth0"},
+		Pod: ipam.PodRef{Namespace: nsName, Name: "p", UID: string(pod.UID)}, IP: netip.MustParseAddr("10.163.0.200")}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	r, err := sip.JkeV1().IPRanges().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Spec.CIDR = "10.163.0.0/25"
+	if _, err := sip.JkeV1().IPRanges().Update(ctx, r, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 10*time.Second, "the agent's cache holds the new CIDR", func() bool {
+		r, _ := a.view.ranges.Get(name)
+		return r != nil && r.Spec.CIDR == "10.163.0.0/25"
+	})
+	if err := a.SyncOnce(ctx); err != nil {
+		t.Fatalf("SyncOnce after the resize: %v\nlog:\n%s", err, log.String())
+	}
+	allocs, _ := dbState(t, a.DBPath())
+	if strings.Join(allocs, ",") != "c-p" {
+		t.Fatalf("allocations %v: the pod lost its IP", allocs)
+	}
+	conf, _ := os.ReadFile(filepath.Join(dir, "net.d", "10-staticip.conflist"))
+	if strings.Contains(string(conf), "10.163.0.0/25") {
+		t.Fatalf("the resized range is served while the old CIDR drains:\n%s", conf)
+	}
+	eventually(t, 20*time.Second, "Synced=False/ResizedWhileInUse on the IPRange", func() bool {
+		r, err := sip.JkeV1().IPRanges().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := findCondition(r.Status.Conditions, ConditionSynced)
+		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonResizedWhileUsed && strings.Contains(c.Message, "10.163.0.0/24")
+	})
+}
