@@ -820,7 +820,7 @@ func (a *Agent) Run(ctx context.Context, interval, minGap time.Duration) {
 		switch {
 		case errors.Is(err, errNotSynced) && len(errorsOf(err)) == 1:
 			if !waiting {
-				a.logf("waiting for the API server; the plugin is installed and serves pods from its database meanwhile")
+				a.logf("caches not synced yet (waiting for the API server); the plugin is installed and serves pods from its database meanwhile")
 			}
 			waiting = true
 		case err != nil:
