@@ -31,9 +31,48 @@ type Options struct {
 	NoSync bool
 	// Now is the clock; time.Now when nil.
 	Now func() time.Time
+	// LegacyPath is the single database of earlier versions (<dataDir>/ipam.db), shared by
+	// every network. When Path does not exist yet and LegacyPath does, Open copies it to Path
+	// first (so none of its allocations is lost or reissued) and marks the legacy file so
+	// that an older plugin binary no longer writes to it. ForNetwork sets it.
+	LegacyPath string
 }
 
-const schemaVersion = "staticip-ipam/1"
+const (
+	schemaVersion = "staticip-ipam/1"
+	// schemaMigrated marks a legacy database whose content was copied to per-network
+	// databases: older binaries refuse it (unknown schema) instead of allocating from it.
+	schemaMigrated = "staticip-ipam/migrated-to-per-network-databases"
+)
+
+// NetworkPath is the database of one network: <dataDir>/<network>/ipam.db, as host-local
+// keys its store by network name, so that two networks using staticip (Multus) never see, or
+// garbage-collect, each other's attachments.
+func NetworkPath(dataDir, network string) string {
+	return filepath.Join(dataDir, network, "ipam.db")
+}
+
+// ForNetwork is the Options of one network's database, migrating the single database of
+// earlier versions (<dataDir>/ipam.db) on first use. The CNI plugin and staticip-agent both
+// open their network's store this way.
+func ForNetwork(dataDir, network string) Options {
+	return Options{Path: NetworkPath(dataDir, network), LegacyPath: filepath.Join(dataDir, "ipam.db")}
+}
+
+// ValidNetworkName reports whether name can key a store: the CNI network name rule
+// (^[a-zA-Z0-9][a-zA-Z0-9_.-]*$), which also keeps it one path element.
+func ValidNetworkName(name string) bool {
+	if name == "" || name == "." || name == ".." {
+		return false
+	}
+	for i, c := range name {
+		alnum := c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9'
+		if !alnum && (i == 0 || (c != '_' && c != '.' && c != '-')) {
+			return false
+		}
+	}
+	return true
+}
 
 var (
 	bucketMeta       = []byte("meta")
@@ -46,7 +85,10 @@ var (
 	bucketQuarantine = []byte("quarantine")    // IP (16 bytes) -> release time (unix nanos)
 	allBuckets       = [][]byte{bucketMeta, bucketRanges, bucketCursors, bucketAllocs, bucketAttach,
 		bucketReserved, bucketReservedBy, bucketQuarantine}
-	keySchema = []byte("schema")
+	keySchema      = []byte("schema")
+	keyManagedBy   = []byte("managedBy")  // set by SetNodeRanges: the agent owns the ranges
+	keyRecovering  = []byte("recovering") // RecoveryState (JSON) while a rebuild runs
+	managedByAgent = []byte("staticip-agent")
 )
 
 // DB is the bbolt-backed Store. It holds an exclusive lock on the database for as long as it
@@ -61,26 +103,27 @@ type DB struct {
 
 var _ Store = (*DB)(nil)
 
-// Open opens (creating if needed) the allocator database.
-func Open(opts Options) (*DB, error) {
-	path := opts.Path
-	if path == "" {
-		path = DefaultPath
+// withDefaults fills in the defaults of opts.
+func (opts Options) withDefaults() Options {
+	if opts.Path == "" {
+		opts.Path = DefaultPath
 	}
-	timeout := opts.OpenTimeout
-	if timeout <= 0 {
-		timeout = DefaultOpenTimeout
+	if opts.OpenTimeout <= 0 {
+		opts.OpenTimeout = DefaultOpenTimeout
 	}
-	q := opts.Quarantine
-	if q == 0 {
-		q = DefaultQuarantine
-	} else if q < 0 {
-		q = 0
+	if opts.Quarantine == 0 {
+		opts.Quarantine = DefaultQuarantine
+	} else if opts.Quarantine < 0 {
+		opts.Quarantine = 0
 	}
-	now := opts.Now
-	if now == nil {
-		now = time.Now
+	if opts.Now == nil {
+		opts.Now = time.Now
 	}
+	return opts
+}
+
+// lockPath takes the side lock of the database at path.
+func lockPath(path string, timeout time.Duration) (*os.File, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("IPAM database directory: %w", err)
 	}
@@ -90,22 +133,28 @@ func Open(opts Options) (*DB, error) {
 	} else if err != nil {
 		return nil, fmt.Errorf("IPAM database lock %s.lock: %w", path, err)
 	}
+	return lock, nil
+}
+
+// Open opens (creating if needed) the allocator database.
+func Open(opts Options) (*DB, error) {
+	opts = opts.withDefaults()
+	path, timeout := opts.Path, opts.OpenTimeout
+	lock, err := lockPath(path, timeout)
+	if err != nil {
+		return nil, err
+	}
+	if opts.LegacyPath != "" && opts.LegacyPath != path {
+		if err := migrateLegacy(opts.LegacyPath, path, timeout); err != nil {
+			lock.Close()
+			return nil, err
+		}
+	}
 	// Our side lock is held, so bbolt's lock is normally free at once; its own timeout only
 	// matters against a process that opens the file without the side lock (e.g. bbolt CLI).
-	bdb, err := openBolt(path, timeout, opts.NoSync)
+	d, err := openLocked(opts, lock)
 	if err != nil {
 		lock.Close()
-		switch {
-		case errors.Is(err, bolterrors.ErrTimeout):
-			return nil, &LockedError{Path: path, Timeout: timeout}
-		case isCorruption(err):
-			return nil, &CorruptError{Path: path, Err: err}
-		}
-		return nil, fmt.Errorf("IPAM database %s: %w", path, err)
-	}
-	d := &DB{db: bdb, lock: lock, path: path, quarantine: q, now: now}
-	if err := d.init(); err != nil {
-		d.Close()
 		return nil, err
 	}
 	return d, nil
@@ -149,7 +198,9 @@ func (d *DB) init() error {
 			}
 			return nil
 		}
-		if v := meta.Get(keySchema); string(v) != schemaVersion {
+		if v := meta.Get(keySchema); string(v) == schemaMigrated {
+			return errMigrated
+		} else if string(v) != schemaVersion {
 			return fmt.Errorf("schema %q, want %q", v, schemaVersion)
 		}
 		complete = true
@@ -160,7 +211,9 @@ func (d *DB) init() error {
 		}
 		return nil
 	})
-	if err != nil {
+	if errors.Is(err, errMigrated) {
+		return fmt.Errorf("IPAM database %s: %w", d.path, err)
+	} else if err != nil {
 		return asCorrupt(d.path, err)
 	}
 	if complete {
@@ -425,6 +478,11 @@ func (d *DB) Allocate(req AllocateRequest) (Allocation, bool, error) {
 				return err
 			}
 		}
+		if st, ok, err := recovering(tx); err != nil {
+			return err
+		} else if ok {
+			return &RecoveringError{Path: d.path, State: st}
+		}
 		ranges, err := t.loadRanges()
 		if err != nil {
 			return err
@@ -435,15 +493,19 @@ func (d *DB) Allocate(req AllocateRequest) (Allocation, bool, error) {
 			return err
 		}
 		// The same pod name holding the IP through another attachment is a stale attachment of
-		// an earlier incarnation (pod names are unique within a namespace): take it over.
+		// an earlier incarnation (pod names are unique within a namespace) whose sandbox is gone
+		// (choose asked req.Alive): take it over, remembering it for Unallocate.
+		var previous *Allocation
 		if old, err := t.alloc(ip); err != nil {
 			return err
 		} else if old != nil {
 			if err := t.deleteAlloc(*old); err != nil {
 				return err
 			}
+			old.Previous = nil
+			previous = old
 		}
-		result = Allocation{IP: ip, Subnet: rng.Subnet, Attachment: req.Attachment, Pod: req.Pod, AllocatedAt: now.UTC()}
+		result = Allocation{IP: ip, Subnet: rng.Subnet, Attachment: req.Attachment, Pod: req.Pod, AllocatedAt: now.UTC(), Previous: previous}
 		created = true
 		return t.putAlloc(result)
 	})
@@ -454,13 +516,18 @@ func (d *DB) Allocate(req AllocateRequest) (Allocation, bool, error) {
 }
 
 // choose picks the IP for req: the requested one, else the pod's reservation, else next free.
+// Nothing comes from a draining range.
 func (d *DB) choose(t *txn, ranges []Range, req AllocateRequest, now time.Time) (netip.Addr, Range, error) {
+	active := activeRanges(ranges)
 	if req.IP.IsValid() {
 		rng, ok := rangeFor(ranges, req.IP)
 		if !ok {
-			return netip.Addr{}, Range{}, &OutOfRangeError{IP: req.IP, Ranges: subnets(ranges)}
+			return netip.Addr{}, Range{}, &OutOfRangeError{IP: req.IP, Ranges: subnets(active)}
 		}
-		if err := d.usableBy(t, rng, req.IP, req.Pod); err != nil {
+		if rng.Draining {
+			return netip.Addr{}, Range{}, &DrainingError{IP: req.IP, Subnet: rng.Subnet}
+		}
+		if err := d.usableBy(t, rng, req.IP, req); err != nil {
 			return netip.Addr{}, Range{}, err
 		}
 		return req.IP, rng, nil
@@ -469,22 +536,25 @@ func (d *DB) choose(t *txn, ranges []Range, req AllocateRequest, now time.Time) 
 		if cur := t.byPod.Get([]byte(key)); cur != nil {
 			ip := keyIP(cur)
 			if rng, ok := rangeFor(ranges, ip); ok {
-				if err := d.usableBy(t, rng, ip, req.Pod); err != nil {
+				if rng.Draining {
+					return netip.Addr{}, Range{}, &DrainingError{IP: ip, Subnet: rng.Subnet, Reserved: true}
+				}
+				if err := d.usableBy(t, rng, ip, req); err != nil {
 					return netip.Addr{}, Range{}, fmt.Errorf("the IP reserved for pod %s: %w", req.Pod, err)
 				}
 				return ip, rng, nil
 			}
 			// Reserved in a range this node no longer owns: the pod belongs elsewhere.
-			return netip.Addr{}, Range{}, &OutOfRangeError{IP: ip, Ranges: subnets(ranges),
+			return netip.Addr{}, Range{}, &OutOfRangeError{IP: ip, Ranges: subnets(active),
 				OwnerHint: fmt.Sprintf("it is reserved for pod %s", req.Pod)}
 		}
 	}
-	if len(ranges) == 0 {
+	if len(active) == 0 {
 		return netip.Addr{}, Range{}, &ExhaustedError{}
 	}
 	// Two passes: first skip recently released IPs; only when nothing else is free, take one.
 	for _, honorQuarantine := range []bool{true, false} {
-		for _, rng := range ranges {
+		for _, rng := range active {
 			ip, ok, err := d.nextFree(t, rng, now, honorQuarantine)
 			if err != nil {
 				return netip.Addr{}, Range{}, err
@@ -500,11 +570,22 @@ func (d *DB) choose(t *txn, ranges []Range, req AllocateRequest, now time.Time) 
 			break
 		}
 	}
-	return netip.Addr{}, Range{}, &ExhaustedError{Ranges: subnets(ranges)}
+	return netip.Addr{}, Range{}, &ExhaustedError{Ranges: subnets(active)}
 }
 
-// usableBy checks that ip (inside rng) may be given to pod.
-func (d *DB) usableBy(t *txn, rng Range, ip netip.Addr, pod PodRef) error {
+func activeRanges(rs []Range) []Range {
+	out := make([]Range, 0, len(rs))
+	for _, r := range rs {
+		if !r.Draining {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// usableBy checks that ip (inside rng) may be given to req's pod.
+func (d *DB) usableBy(t *txn, rng Range, ip netip.Addr, req AllocateRequest) error {
+	pod := req.Pod
 	switch {
 	case !rng.Contains(ip):
 		return fmt.Errorf("%w: %s is outside %s-%s of range %s", ErrNotAllocatable, ip, rng.RangeStart, rng.RangeEnd, rng.Subnet)
@@ -520,6 +601,9 @@ func (d *DB) usableBy(t *txn, rng Range, ip netip.Addr, pod PodRef) error {
 	if holder != nil && (holder.Pod.Key() == "" || holder.Pod.Key() != pod.Key()) {
 		att := holder.Attachment
 		return &InUseError{IP: ip, Holder: holder.Pod, Attachment: &att}
+	}
+	if holder != nil && req.Alive != nil && req.Alive(holder.Attachment) {
+		return &TakeoverError{IP: ip, Pod: pod, Previous: holder.Attachment}
 	}
 	res, err := t.reservation(ip)
 	if err != nil {
@@ -762,7 +846,7 @@ func (d *DB) GC(opts GCOptions) ([]Allocation, error) {
 			if err := json.Unmarshal(v, &a); err != nil {
 				return decodeErr("allocation", k, err)
 			}
-			if !live[a.Attachment] {
+			if !live[a.Attachment] && (opts.Alive == nil || !opts.Alive(a)) {
 				dead = append(dead, a)
 			}
 			return nil
@@ -863,10 +947,7 @@ func (d *DB) removeRange(t *txn, subnet netip.Prefix) error {
 	if len(holders) > 0 {
 		return &RangeInUseError{Subnet: subnet, Holders: holders}
 	}
-	if err := t.cursors.Delete([]byte(subnet.String())); err != nil {
-		return err
-	}
-	return t.ranges.Delete([]byte(subnet.String()))
+	return t.deleteRange(subnet)
 }
 
 func (t *txn) allocsIn(subnet netip.Prefix) ([]Allocation, error) {
@@ -886,9 +967,8 @@ func (t *txn) allocsIn(subnet netip.Prefix) ([]Allocation, error) {
 	return out, nil
 }
 
-// SyncRanges makes the ranges exactly rs; ranges that still have allocations are kept and
-// returned. It writes nothing when the ranges are already rs.
-func (d *DB) SyncRanges(rs []Range) ([]netip.Prefix, error) {
+// canonicalSet validates rs as a node's set of ranges: each canonical, none overlapping.
+func canonicalSet(rs []Range) ([]Range, error) {
 	want := make([]Range, 0, len(rs))
 	for _, r := range rs {
 		c, err := r.Canonical()
@@ -905,52 +985,180 @@ func (d *DB) SyncRanges(rs []Range) ([]netip.Prefix, error) {
 			}
 		}
 	}
-	same := false
+	return want, nil
+}
+
+// rangesUpToDate reports (in a read transaction) whether applying want would change nothing:
+// the active ranges are want and every draining range still has allocations.
+func (t *txn) rangesUpToDate(want []Range) (bool, error) {
+	have, err := t.loadRanges()
+	if err != nil {
+		return false, err
+	}
+	if !slices.EqualFunc(activeRanges(have), want, Range.equal) {
+		return false, nil
+	}
+	for _, h := range have {
+		if !h.Draining {
+			continue
+		}
+		k, _ := t.allocs.Cursor().Seek(ipKey(h.Subnet.Masked().Addr()))
+		if k == nil || !h.Subnet.Contains(keyIP(k)) {
+			return false, nil // drained: it can go
+		}
+	}
+	return true, nil
+}
+
+func isManaged(tx *bolt.Tx) bool {
+	return bytes.Equal(tx.Bucket(bucketMeta).Get(keyManagedBy), managedByAgent)
+}
+
+// SyncRanges makes rs the active ranges of a store that is not agent-managed; see Store. It
+// writes nothing when nothing changes.
+func (d *DB) SyncRanges(rs []Range) ([]netip.Prefix, bool, error) {
+	want, err := canonicalSet(rs)
+	if err != nil {
+		return nil, false, err
+	}
+	managed, upToDate := false, false
 	if err := d.view(func(tx *bolt.Tx) error {
-		have, err := d.txn(tx).loadRanges()
-		same = err == nil && slices.EqualFunc(have, want, Range.equal)
+		if managed = isManaged(tx); managed {
+			return nil
+		}
+		upToDate, err = d.txn(tx).rangesUpToDate(want)
 		return err
-	}); err != nil {
-		return nil, err
+	}); err != nil || managed || upToDate {
+		return nil, managed, err
 	}
-	if same {
-		return nil, nil
+	var res RangeSync
+	err = d.update(func(tx *bolt.Tx) error {
+		if managed = isManaged(tx); managed {
+			return nil
+		}
+		var err error
+		res, err = d.applyRanges(d.txn(tx), want, true)
+		return err
+	})
+	return res.Draining, managed, err
+}
+
+// SetNodeRanges makes rs the node's active ranges and marks the store agent-managed; see
+// Store. It writes nothing when nothing changes.
+func (d *DB) SetNodeRanges(rs []Range) (RangeSync, error) {
+	want, err := canonicalSet(rs)
+	if err != nil {
+		return RangeSync{}, err
 	}
-	var kept []netip.Prefix
-	err := d.update(func(tx *bolt.Tx) error {
-		kept = nil
+	var res RangeSync
+	upToDate := false
+	if err := d.view(func(tx *bolt.Tx) error {
+		if !isManaged(tx) {
+			return nil
+		}
 		t := d.txn(tx)
-		have, err := t.loadRanges()
-		if err != nil {
+		if upToDate, err = t.rangesUpToDate(want); err != nil || !upToDate {
 			return err
 		}
-		wanted := map[netip.Prefix]bool{}
-		for _, r := range want {
-			wanted[r.Subnet] = true
-		}
+		have, err := t.loadRanges()
 		for _, h := range have {
-			if wanted[h.Subnet] {
-				continue
-			}
-			if err := d.removeRange(t, h.Subnet); errors.Is(err, ErrRangeInUse) {
-				kept = append(kept, h.Subnet)
-			} else if err != nil {
-				return err
+			if h.Draining {
+				res.Draining = append(res.Draining, h.Subnet)
 			}
 		}
-		for _, r := range want {
-			for _, k := range kept {
-				if k.Overlaps(r.Subnet) {
-					return invalidf("range %s overlaps range %s that still has allocations", r.Subnet, k)
-				}
-			}
-			if err := t.putRange(r); err != nil {
-				return err
-			}
+		return err
+	}); err != nil || upToDate {
+		return res, err
+	}
+	err = d.update(func(tx *bolt.Tx) error {
+		if err := tx.Bucket(bucketMeta).Put(keyManagedBy, managedByAgent); err != nil {
+			return err
 		}
+		var err error
+		res, err = d.applyRanges(d.txn(tx), want, false)
+		return err
+	})
+	return res, err
+}
+
+// Managed reports whether the node agent manages the ranges.
+func (d *DB) Managed() (bool, error) {
+	managed := false
+	err := d.view(func(tx *bolt.Tx) error {
+		managed = isManaged(tx)
 		return nil
 	})
-	return kept, err
+	return managed, err
+}
+
+// applyRanges makes want (canonical, sorted, not overlapping) the active ranges. A range that
+// is no longer wanted goes away when nothing is allocated in it or everything allocated in it
+// lies inside the wanted ranges (a CIDR grown in place); otherwise it drains. A wanted range
+// overlapping a draining one is refused: strict fails the whole set, otherwise it is skipped.
+func (d *DB) applyRanges(t *txn, want []Range, strict bool) (RangeSync, error) {
+	var res RangeSync
+	have, err := t.loadRanges()
+	if err != nil {
+		return res, err
+	}
+	wanted := map[netip.Prefix]bool{}
+	for _, r := range want {
+		wanted[r.Subnet] = true
+	}
+	var draining []Range
+	for _, h := range have {
+		if wanted[h.Subnet] {
+			continue
+		}
+		holders, err := t.allocsIn(h.Subnet)
+		if err != nil {
+			return res, err
+		}
+		covered := true
+		for _, a := range holders {
+			if _, ok := rangeFor(want, a.IP); !ok {
+				covered = false
+				break
+			}
+		}
+		if covered {
+			if err := t.deleteRange(h.Subnet); err != nil {
+				return res, err
+			}
+			res.Removed = append(res.Removed, h.Subnet)
+			continue
+		}
+		h.Draining = true
+		if err := t.putRange(h); err != nil {
+			return res, err
+		}
+		draining = append(draining, h)
+		res.Draining = append(res.Draining, h.Subnet)
+	}
+next:
+	for _, r := range want {
+		for _, k := range draining {
+			if k.Subnet.Overlaps(r.Subnet) {
+				reason := fmt.Sprintf("overlaps range %s, which left this node but still has allocations outside %s", k.Subnet, r.Subnet)
+				if strict {
+					return res, invalidf("range %s %s", r.Subnet, reason)
+				}
+				res.Skipped = append(res.Skipped, RangeConflict{Range: r, Reason: reason})
+				continue next
+			}
+		}
+		if err := t.putRange(r); err != nil {
+			return res, err
+		}
+	}
+	return res, nil
+}
+
+func (t *txn) deleteRange(subnet netip.Prefix) error {
+	if err := t.cursors.Delete([]byte(subnet.String())); err != nil {
+		return err
+	}
+	return t.ranges.Delete([]byte(subnet.String()))
 }
 
 // Ranges lists the ranges.
@@ -1024,6 +1232,9 @@ func (d *DB) Usage() ([]RangeUsage, error) {
 				}
 			}
 			u.Free = max(u.Total-u.Used-u.Reserved, 0)
+			if u.Draining = r.Draining; r.Draining {
+				u.Free = 0
+			}
 			out = append(out, u)
 		}
 		return nil

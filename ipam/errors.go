@@ -29,7 +29,62 @@ var (
 	ErrCorrupt = errors.New("database is corrupt")
 	// ErrAttachmentHasIP: a repeated ADD asked for a different IP than the one it already holds.
 	ErrAttachmentHasIP = errors.New("attachment already holds a different IP")
+	// ErrRecovering: the store is being rebuilt after corruption; nothing is allocated until
+	// the allocations found on the host are imported.
+	ErrRecovering = errors.New("database is being rebuilt")
 )
+
+// DrainingError: the IP lies in a range that moved away from this node and only drains.
+// It wraps ErrOutOfRange: for new allocations the range is no longer this node's.
+type DrainingError struct {
+	IP     netip.Addr
+	Subnet netip.Prefix
+	// Reserved is set when the IP is the pod's reservation (not explicitly requested).
+	Reserved bool
+}
+
+func (e *DrainingError) Error() string {
+	what := "IP " + e.IP.String()
+	if e.Reserved {
+		what = "the IP reserved for this pod, " + e.IP.String() + ","
+	}
+	return fmt.Sprintf("%s is in range %s, which moved away from this node: it only drains (its running pods keep their IPs, nothing new is allocated from it); the pod must run on the node that owns the range now", what, e.Subnet)
+}
+func (e *DrainingError) Unwrap() error { return ErrOutOfRange }
+
+// TakeoverError: the pod's IP is still held by an earlier attachment of the same pod whose
+// sandbox still exists (e.g. a force-deleted pod whose containers still run).
+type TakeoverError struct {
+	IP       netip.Addr
+	Pod      PodRef
+	Previous Attachment
+	// Link names what shows the earlier sandbox is alive (the caller's Alive check), if known.
+	Link string
+}
+
+func (e *TakeoverError) Error() string {
+	link := ""
+	if e.Link != "" {
+		link = ", host veth " + e.Link + " still exists"
+	}
+	return fmt.Sprintf("IP %s of pod %s is still attached to an earlier sandbox of the same pod (container %s, interface %s%s); "+
+		"it is handed over once that sandbox is gone (the runtime deletes it, or GC finds its veth gone)",
+		e.IP, e.Pod, shortID(e.Previous.ContainerID), e.Previous.IfName, link)
+}
+func (e *TakeoverError) Unwrap() error { return ErrInUse }
+
+// RecoveringError: Allocate on a store that is being rebuilt.
+type RecoveringError struct {
+	Path  string
+	State RecoveryState
+}
+
+func (e *RecoveringError) Error() string {
+	return fmt.Sprintf("IPAM database %s is being rebuilt after corruption (since %s, the corrupt file is %s): "+
+		"no IP is handed out until staticip-agent has imported the IPs this node's pods hold", e.Path,
+		e.State.Since.UTC().Format(time.RFC3339), e.State.MovedAside)
+}
+func (e *RecoveringError) Unwrap() error { return ErrRecovering }
 
 // ExhaustedError says which ranges were full.
 type ExhaustedError struct {
@@ -121,7 +176,10 @@ type CorruptError struct {
 }
 
 func (e *CorruptError) Error() string {
-	return fmt.Sprintf("IPAM database %s is corrupt or not an ipam database (%v); move it aside to start afresh", e.Path, e.Err)
+	return fmt.Sprintf("IPAM database %s is corrupt or not an ipam database (%v); do not delete it or replace it with "+
+		"an empty one: running pods hold IPs that a fresh database would hand out again. staticip-agent rebuilds it "+
+		"(moves it to %s.corrupt-<time>, imports the IPs of this node's sip* veths and routes, then allows ADD again); "+
+		"without the agent, keep the node's pods stopped while you recover it by hand", e.Path, e.Err, e.Path)
 }
 func (e *CorruptError) Unwrap() []error { return []error{ErrCorrupt, e.Err} }
 

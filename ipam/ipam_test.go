@@ -338,8 +338,8 @@ func TestRanges(t *testing.T) {
 	if !errors.As(err, &rie) || !strings.Contains(err.Error(), a.IP.String()+" (ns/a)") {
 		t.Fatalf("remove in use: %v", err)
 	}
-	kept, err := d.SyncRanges([]Range{{Subnet: pfx("10.20.0.0/28")}})
-	if err != nil || len(kept) != 1 || kept[0] != pfx("10.10.0.0/24") {
+	kept, managed, err := d.SyncRanges([]Range{{Subnet: pfx("10.20.0.0/28")}})
+	if err != nil || managed || len(kept) != 1 || kept[0] != pfx("10.10.0.0/24") {
 		t.Fatalf("SyncRanges: kept %v err %v", kept, err)
 	}
 	rs, _ := d.Ranges()
@@ -347,7 +347,7 @@ func TestRanges(t *testing.T) {
 		t.Fatalf("ranges %+v", rs)
 	}
 	d.Release(att("c1"), false)
-	if _, err := d.SyncRanges([]Range{{Subnet: pfx("10.20.0.0/28")}}); err != nil {
+	if _, _, err := d.SyncRanges([]Range{{Subnet: pfx("10.20.0.0/28")}}); err != nil {
 		t.Fatal(err)
 	}
 	rs, _ = d.Ranges()

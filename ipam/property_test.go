@@ -32,6 +32,7 @@ type propModel struct {
 	db      *DB
 	holders map[Attachment]netip.Addr // what the model knows is allocated
 	static  map[netip.Addr]PodRef     // StaticIP reservations that must never be lost
+	moved   bool                      // propRanges[1] moved away from the node (draining)
 	ops     []string
 }
 
@@ -87,7 +88,7 @@ func (m *propModel) step(op, a, b byte) {
 		alloc, created, err := m.db.Allocate(r)
 		m.ops = append(m.ops, fmt.Sprintf("alloc(%s,%s,%v)=%v,%v,%v", at.ContainerID, p.Name, r.IP, alloc.IP, created, err))
 		if err != nil {
-			if !errors.Is(err, ErrExhausted) && !errors.Is(err, ErrInUse) && !errors.Is(err, ErrOutOfRange) &&
+			if !errors.Is(err, ErrExhausted) && !errors.Is(err, ErrInUse) && !errors.Is(err, ErrOutOfRange) && // incl. draining
 				!errors.Is(err, ErrNotAllocatable) && !errors.Is(err, ErrAttachmentHasIP) {
 				m.fail("unexpected error class: %v", err)
 			}
@@ -104,6 +105,9 @@ func (m *propModel) step(op, a, b byte) {
 		}
 		if owner, ok := before[alloc.IP]; ok && owner.Key() != p.Key() {
 			m.fail("%s given to %s although reserved for %s", alloc.IP, p, owner)
+		}
+		if m.moved && propRanges[1].Subnet.Contains(alloc.IP) {
+			m.fail("%s allocated from range %s, which moved away", alloc.IP, propRanges[1].Subnet)
 		}
 		for other, oip := range m.holders {
 			if oip == alloc.IP {
@@ -189,6 +193,19 @@ func (m *propModel) step(op, a, b byte) {
 		m.db.Close()
 		m.open()
 	case 7:
+		if a%4 == 0 { // the second range moves away from the node, or comes back
+			m.moved = !m.moved
+			want := propRanges
+			if m.moved {
+				want = propRanges[:1]
+			}
+			res, err := m.db.SetNodeRanges(want)
+			m.ops = append(m.ops, fmt.Sprintf("setNodeRanges(moved=%v)=%+v,%v", m.moved, res, err))
+			if err != nil || len(res.Skipped) > 0 {
+				m.fail("SetNodeRanges: %+v %v", res, err)
+			}
+			break
+		}
 		m.clock.Advance(time.Duration(a) * 100 * time.Millisecond)
 	}
 	m.check()
@@ -252,7 +269,7 @@ func runOperations(t *testing.T, dir string, program []byte) {
 		holders: map[Attachment]netip.Addr{}, static: map[netip.Addr]PodRef{}}
 	m.open()
 	defer func() { m.db.Close() }()
-	if _, err := m.db.SyncRanges(propRanges); err != nil {
+	if _, _, err := m.db.SyncRanges(propRanges); err != nil {
 		t.Fatal(err)
 	}
 	for i := 0; i+2 < len(program); i += 3 {

@@ -9,6 +9,7 @@ import (
 // Canonical validates r and fills in the defaults: RangeStart/RangeEnd become the first/last
 // host addresses of Subnet when unset, and Exclude is sorted and de-duplicated.
 func (r Range) Canonical() (Range, error) {
+	r.Draining = false // the store's to decide
 	if !r.Subnet.IsValid() {
 		return r, invalidf("range has no valid subnet")
 	}
@@ -122,5 +123,7 @@ func addrInt(a netip.Addr) *big.Int { return new(big.Int).SetBytes(a.AsSlice()) 
 
 func (r Range) equal(o Range) bool {
 	return r.Subnet == o.Subnet && r.RangeStart == o.RangeStart && r.RangeEnd == o.RangeEnd &&
-		r.Gateway == o.Gateway && slices.Equal(r.Exclude, o.Exclude)
+		r.Gateway == o.Gateway && slices.Equal(r.Exclude, o.Exclude) && r.Draining == o.Draining
 }
+
+func netipHost(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen()) }

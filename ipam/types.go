@@ -37,6 +37,11 @@ type Range struct {
 	Gateway netip.Addr `json:"gateway,omitzero"`
 	// Exclude are addresses never given to a pod.
 	Exclude []netip.Addr `json:"exclude,omitempty"`
+	// Draining is set by the store, never taken from input: the range left this node (it is no
+	// longer among the ranges of SyncRanges/SetNodeRanges) while some of its IPs are still
+	// allocated here. No new allocation of any kind comes from a draining range; its existing
+	// attachments can still be checked and released. It goes away once nothing holds its IPs.
+	Draining bool `json:"draining,omitempty"`
 }
 
 // PodRef names the pod an attachment or reservation belongs to. Outside Kubernetes the fields
@@ -78,6 +83,9 @@ type Allocation struct {
 	Attachment  Attachment   `json:"attachment"`
 	Pod         PodRef       `json:"pod"`
 	AllocatedAt time.Time    `json:"allocatedAt"`
+	// Previous is the allocation of the same pod's earlier attachment that this one took the
+	// IP over from (a recreated pod), kept so that Unallocate can put it back.
+	Previous *Allocation `json:"previous,omitempty"`
 }
 
 // ReservationSource says who created a reservation.
@@ -105,6 +113,11 @@ type AllocateRequest struct {
 	Pod        PodRef
 	// IP, when valid, is the address the pod must get (its annotation, CNI_ARGS IP=, ...).
 	IP netip.Addr
+	// Alive, when set, is asked (inside the transaction: keep it cheap) whether another
+	// attachment of the same pod still exists before its IP is taken over. A recreated pod
+	// whose earlier sandbox still runs (a force-deleted pod) is refused with a TakeoverError
+	// instead of sharing the IP with it. Nil: the earlier attachment is assumed gone.
+	Alive func(Attachment) bool
 }
 
 // GCOptions controls garbage collection.
@@ -114,6 +127,45 @@ type GCOptions struct {
 	// KeepReserved, when set, is asked (inside the transaction, so it must be a cheap lookup)
 	// whether a released allocation's IP should stay reserved for its pod.
 	KeepReserved func(Allocation) bool
+	// Alive, when set, is asked (inside the transaction) about every allocation not in Live:
+	// those it reports alive are kept (e.g. the attachment's host veth still exists, or the
+	// allocation was imported after a corruption and has no runtime attachment ID).
+	Alive func(Allocation) bool
+}
+
+// RangeSync reports what SetNodeRanges did.
+type RangeSync struct {
+	// Draining are ranges no longer wanted that still have allocations: kept, but nothing new
+	// is allocated from them.
+	Draining []netip.Prefix
+	// Removed are ranges that left the node with nothing allocated in them (or whose
+	// allocations all lie inside a wanted range that replaces them, e.g. a CIDR grown in place).
+	Removed []netip.Prefix
+	// Skipped are wanted ranges not applied because they overlap a draining range; the
+	// other wanted ranges are applied.
+	Skipped []RangeConflict
+}
+
+// RangeConflict is a wanted range that could not be applied.
+type RangeConflict struct {
+	Range  Range
+	Reason string
+}
+
+// ImportResult reports what Import stored.
+type ImportResult struct {
+	Imported, Unchanged int
+	// Conflicts were not stored: their IP is already allocated to another attachment, or
+	// their attachment already holds another IP.
+	Conflicts []Allocation
+}
+
+// RecoveryState describes a store being rebuilt after its database was found corrupt.
+type RecoveryState struct {
+	// Since is when the rebuild started.
+	Since time.Time `json:"since"`
+	// MovedAside is where the corrupt file was moved.
+	MovedAside string `json:"movedAside"`
 }
 
 // SyncResult reports what SyncReservations changed.
@@ -134,8 +186,10 @@ type RangeUsage struct {
 	Used int
 	// Reserved are addresses reserved but not allocated.
 	Reserved int
-	// Free is Total - Used - Reserved.
+	// Free is Total - Used - Reserved; 0 for a draining range (nothing is allocated from it).
 	Free int
+	// Draining: see Range.Draining.
+	Draining bool
 }
 
 // Store is the allocator. Every method is one transaction. Implementations are safe for use by
@@ -161,9 +215,28 @@ type Store interface {
 	AddRange(r Range) error
 	// RemoveRange removes a range; refused with ErrRangeInUse while it has allocations.
 	RemoveRange(subnet netip.Prefix) error
-	// SyncRanges makes the set of ranges exactly rs, skipping (and reporting) removals that
-	// are refused because of live allocations.
-	SyncRanges(rs []Range) (kept []netip.Prefix, err error)
+	// SyncRanges makes rs the active ranges, for a store that is not agent-managed (the
+	// plugin with a hand-written conflist). Ranges no longer in rs that still have
+	// allocations become draining and are returned; the others are removed. A wanted range
+	// overlapping a draining one refuses the whole set (ErrInvalid). On an agent-managed store
+	// it changes nothing and returns managed=true: only SetNodeRanges changes its ranges.
+	SyncRanges(rs []Range) (draining []netip.Prefix, managed bool, err error)
+	// SetNodeRanges is SyncRanges for the node agent, the one authority over a node's ranges:
+	// it marks the store agent-managed (the plugin no longer syncs ranges from its conflist)
+	// and applies every wanted range it can, reporting the ones it skipped.
+	SetNodeRanges(rs []Range) (RangeSync, error)
+	// Managed reports whether the node agent manages the store's ranges.
+	Managed() (bool, error)
+	// Unallocate undoes one Allocate that returned created=true (a failed ADD's rollback):
+	// it removes exactly that allocation, puts back the allocation it took over, and touches
+	// no reservation.
+	Unallocate(a Allocation) error
+	// Import stores allocations found on the host (a rebuild after corruption).
+	Import(allocs []Allocation) (ImportResult, error)
+	// Recovering reports whether the store is being rebuilt; Allocate refuses meanwhile.
+	Recovering() (RecoveryState, bool, error)
+	// FinishRecovery ends the rebuild: Allocate works again.
+	FinishRecovery() error
 	Ranges() ([]Range, error)
 	Allocations() ([]Allocation, error)
 	Reservations() ([]Reservation, error)

@@ -17,6 +17,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync/atomic"
 	"syscall"
@@ -24,17 +25,24 @@ import (
 
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/cni/plugin"
 	"github.com/staticip/staticip/ipam"
 )
 
 // DefaultCNIVersion is the newest spec version that the runtimes of current Kubernetes
 // releases (containerd 1.6 and 1.7, CRI-O) accept in a conflist.
 const DefaultCNIVersion = "1.0.0"
+
+// DefaultGCGrace is the default of Config.GCGrace: far beyond any informer lag.
+const DefaultGCGrace = 2 * time.Minute
 
 // RouteProtocol marks the host routes the agent owns, so that it only ever removes its own.
 const RouteProtocol netlink.RouteProtocol = 0x5a
@@ -58,6 +66,10 @@ type Config struct {
 	// CNIVersion is the conflist's cniVersion: the runtime must understand it (containerd
 	// 1.6/1.7 stop at 1.0.0; 1.1.0 lets a newer runtime call GC and STATUS).
 	CNIVersion string
+	// GCGrace is how old an allocation must be before GC may free it (DefaultGCGrace when
+	// zero): a pod whose ADD committed after the pass read the cache, or that the informer has
+	// not delivered yet, must not be judged dead.
+	GCGrace time.Duration
 	// PluginCredentials, when set, are written as a kubeconfig to
 	// CNIConfDir/filepath.Base(PluginKubeconfig) on every sync, so the plugin (which the
 	// runtime execs on the host, outside any pod) can use the agent's service-account
@@ -105,22 +117,52 @@ type Agent struct {
 	stats    atomic.Pointer[Stats]
 	// syncs counts passes by result (metrics): event-driven syncs must stay few.
 	syncsOK, syncsFailed atomic.Int64
+	// syncsNotSynced counts passes that found the caches not synced yet (waiting for the API
+	// server): the plugin files only.
+	syncsNotSynced atomic.Int64
 	// view holds the informer caches a sync reads (Start); triggered carries "something
 	// that matters changed" from their handlers to Run.
 	view      *view
 	triggered chan struct{}
+	// draining names the ranges last found draining (logged on change).
+	draining string
 	// unroutable names the IPRanges last found without a node address (logged on change).
 	unroutable string
 	// binaryStamps are the plugin source's and installed copy's stamps after the last
 	// install or comparison; binaryCompares counts the comparisons that read the files.
 	binaryStamps   atomic.Pointer[[2]fileStamp]
 	binaryCompares atomic.Int64
+	// lastPass is the unix nanos at which the loop last finished a pass, whatever its result
+	// (liveness); apiErrors counts passes whose API writes failed.
+	lastPass  atomic.Int64
+	apiErrors atomic.Int64
+	// rebuilds counts databases rebuilt after corruption.
+	rebuilds atomic.Int64
+	// recorder records Events on the objects the agent leaves out (Start); reported are the
+	// problems of the last pass, so that a standing problem is one Event, not one per pass.
+	recorder record.EventRecorder
+	reported map[string]string
+	// afterSnapshot, when set (tests), runs between a pass's reading of the caches and its
+	// use of the database: where a CNI ADD can commit unseen.
+	afterSnapshot func()
 }
+
+// ConditionSynced is the IPRange condition that says whether the owning node's IPAM serves it.
+const ConditionSynced = "Synced"
+
+// DBPath is the plugin's database file of the network the agent writes.
+func (a *Agent) DBPath() string { return ipam.NetworkPath(a.cfg.DataDir, NetworkName) }
 
 // Stats are the figures of the last sync (metrics endpoint).
 type Stats struct {
 	Ranges, Reservations, Allocations, Freed, Routes int
-	Usage                                            []ipam.RangeUsage
+	// SparedYoung and SparedSandbox count the allocations GC left alone although no pod in
+	// the cache holds them: younger than the grace period, or their host veth still exists.
+	SparedYoung, SparedSandbox int
+	// RefusedRanges are the IPRanges no node serves (overlapping, invalid, resized while in
+	// use); Duplicates the StaticIPs that contest an IP or a pod.
+	RefusedRanges, Duplicates int
+	Usage                     []ipam.RangeUsage
 }
 
 // New returns an agent.
@@ -133,6 +175,9 @@ func New(cfg Config, kube kubernetes.Interface, sip versioned.Interface, log io.
 	}
 	if cfg.MTU == 0 {
 		cfg.MTU = 1500
+	}
+	if cfg.GCGrace == 0 {
+		cfg.GCGrace = DefaultGCGrace
 	}
 	return &Agent{cfg: cfg, kube: kube, sip: sip, log: log, triggered: make(chan struct{}, 1)}
 }
@@ -232,6 +277,10 @@ func stampOf(path string) (fileStamp, error) {
 	return fileStamp{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}, nil
 }
 
+// NetworkName is the name of the conflist the agent writes; it also keys the plugin's
+// database (<data-dir>/<name>/ipam.db, ipam.ForNetwork).
+const NetworkName = "staticip"
+
 // Conflist renders the conflist for this node's ranges.
 func (a *Agent) Conflist(ranges []*jkev1.IPRange) ([]byte, error) {
 	var rs []map[string]any
@@ -259,7 +308,7 @@ func (a *Agent) Conflist(ranges []*jkev1.IPRange) ([]byte, error) {
 	if a.cfg.Quarantine != "" {
 		p["quarantine"] = a.cfg.Quarantine
 	}
-	return json.MarshalIndent(map[string]any{"cniVersion": a.cfg.CNIVersion, "name": "staticip", "plugins": []any{p}}, "", "  ")
+	return json.MarshalIndent(map[string]any{"cniVersion": a.cfg.CNIVersion, "name": NetworkName, "plugins": []any{p}}, "", "  ")
 }
 
 func toIPAMRange(r *jkev1.IPRange) (ipam.Range, error) {
@@ -317,13 +366,20 @@ func (a *Agent) installFiles() []error {
 // or Start not called): nothing is judged from a partial picture.
 var errNotSynced = errors.New("agent: the IPRange, StaticIP, pod and node caches are not synced yet")
 
+// apiTimeout bounds the API writes of one pass (IPRange status): a pass must never hang on an
+// API server that does not answer, or the loop (and the liveness it reports) would stop.
+const apiTimeout = 10 * time.Second
+
 // SyncOnce does one full pass over the informer caches (Start, then WaitForCaches). Each
 // step is independent: a failing one is reported, the others still run. The plugin files are
-// installed even when the caches are not synced.
+// installed even when the caches are not synced. Bad objects (an IPRange overlapping another, a
+// StaticIP contesting another's IP) are left out and reported on the objects, not returned:
+// they are not the agent's failure.
 func (a *Agent) SyncOnce(ctx context.Context) error {
+	defer func() { a.lastPass.Store(time.Now().UnixNano()) }()
 	errs := a.installFiles()
 	if !a.Synced() {
-		a.syncsFailed.Add(1)
+		a.syncsNotSynced.Add(1)
 		return errors.Join(append(errs, errNotSynced)...)
 	}
 	snap, err := a.view.snapshot()
@@ -331,49 +387,45 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		a.syncsFailed.Add(1)
 		return errors.Join(append(errs, err)...)
 	}
-	var mine, others []*jkev1.IPRange
-	var ranges []ipam.Range
-	for _, r := range snap.ranges {
-		if r.Spec.Node != a.cfg.NodeName {
-			others = append(others, r)
-			continue
-		}
-		ir, err := toIPAMRange(r)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("IPRange %s: %w", r.Name, err))
-			continue
-		}
-		mine = append(mine, r)
-		ranges = append(ranges, ir)
+	if a.afterSnapshot != nil {
+		a.afterSnapshot()
 	}
-	conf, err := a.Conflist(mine)
+	plan := planRanges(snap.ranges, a.cfg.NodeName)
+	stats, rp, err := a.syncDB(&plan, snap.staticIPs, snap.pods)
+	if err != nil {
+		errs = append(errs, err)
+	}
+
+	conf, err := a.Conflist(plan.mine)
 	confPath := filepath.Join(a.cfg.CNIConfDir, a.cfg.ConfName)
-	if _, statErr := os.Stat(confPath); err == nil && len(mine) == 0 && statErr != nil {
+	if _, statErr := os.Stat(confPath); err == nil && len(plan.mine) == 0 && statErr != nil {
 		// Without a range no pod can get an IP here: leave the network unconfigured, so the
 		// runtime reports NetworkReady=false and the node stays NotReady instead of
-		// accepting pods that would all fail.
+		// accepting pods that would all fail. An existing conflist is never removed: offline,
+		// the node keeps serving its pods from the database.
 		a.logf("no IPRange names node %s; not writing %s until one does", a.cfg.NodeName, confPath)
 	} else if err == nil {
 		var changed bool
-		changed, err = writeIfChanged(filepath.Join(a.cfg.CNIConfDir, a.cfg.ConfName), conf, 0o644)
+		changed, err = writeIfChanged(confPath, conf, 0o644)
 		if changed {
-			a.logf("wrote %s with %d range(s)", filepath.Join(a.cfg.CNIConfDir, a.cfg.ConfName), len(mine))
+			a.logf("wrote %s with %d range(s)", confPath, len(plan.mine))
 		}
 	}
 	if err != nil {
 		errs = append(errs, fmt.Errorf("conflist: %w", err))
 	}
+	a.report(plan, rp)
 
-	stats, err := a.syncDB(ranges, snap.staticIPs, snap.pods)
-	if err != nil {
-		errs = append(errs, err)
-	}
 	if stats != nil {
-		if err := a.writeStatus(ctx, mine, stats.Usage); err != nil {
+		apiCtx, cancel := context.WithTimeout(ctx, apiTimeout)
+		err := a.writeStatus(apiCtx, plan, stats.Usage)
+		cancel()
+		if err != nil {
+			a.apiErrors.Add(1)
 			errs = append(errs, err)
 		}
 		if a.cfg.Routes {
-			n, unroutable, err := a.syncRoutes(others, snap.nodeIP)
+			n, unroutable, err := a.syncRoutes(plan.others, snap.nodeIP)
 			stats.Routes = n
 			if msg := strings.Join(unroutable, ", "); msg != a.unroutable {
 				if msg != "" {
@@ -385,6 +437,8 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 		}
+		stats.RefusedRanges = len(plan.refused)
+		stats.Duplicates = len(rp.duplicates)
 		a.stats.Store(stats)
 	}
 	if len(errs) == 0 {
@@ -396,39 +450,56 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 	return errors.Join(errs...)
 }
 
-// syncDB brings the database in line with the API in three transactions: ranges,
-// reservations, GC.
-func (a *Agent) syncDB(ranges []ipam.Range, sips []*jkev1.StaticIP, pods []*corev1.Pod) (*Stats, error) {
-	db, err := ipam.Open(ipam.Options{Path: filepath.Join(a.cfg.DataDir, "ipam.db")})
+// syncDB brings the database in line with the API: ranges, reservations, GC, each one
+// transaction, all under the database lock (no CNI call commits in between). The agent is the
+// only one that changes the node's ranges (SetNodeRanges): ranges that left the node drain. It
+// drops from plan the ranges the database cannot take yet (dropSkipped).
+func (a *Agent) syncDB(plan *rangePlan, sips []*jkev1.StaticIP, pods []*corev1.Pod) (*Stats, reservationPlan, error) {
+	var rp reservationPlan
+	db, err := ipam.Open(ipam.ForNetwork(a.cfg.DataDir, NetworkName))
+	if errors.Is(err, ipam.ErrCorrupt) {
+		db, err = a.rebuild(plan, sips, pods)
+	}
 	if err != nil {
-		return nil, err
+		return nil, rp, err
 	}
 	defer db.Close()
+	if _, recovering, err := db.Recovering(); err != nil {
+		return nil, rp, err
+	} else if recovering { // an agent died half-way through a rebuild: do it again
+		if err := a.finishRebuild(db, plan, sips, pods); err != nil {
+			return nil, rp, err
+		}
+	}
+	allocs, err := db.Allocations()
+	if err != nil {
+		return nil, rp, err
+	}
+	existing, err := db.Reservations()
+	if err != nil {
+		return nil, rp, err
+	}
 	var errs []error
-	if kept, err := db.SyncRanges(ranges); err != nil {
+	if rs, err := db.SetNodeRanges(plan.ipam); err != nil {
 		errs = append(errs, fmt.Errorf("sync ranges: %w", err))
-	} else if len(kept) > 0 {
-		a.logf("ranges %v moved away but still hold allocations; kept until those pods are gone", kept)
+	} else {
+		if d := fmt.Sprint(rs.Draining); len(rs.Draining) > 0 && d != a.draining {
+			a.logf("ranges %v moved away but still hold allocations; they drain (nothing new is allocated from them)", rs.Draining)
+			a.draining = d
+		}
+		plan.dropSkipped(rs.Skipped)
 	}
-	var reservations []ipam.Reservation
-	staticIPOf := map[string]string{}
-	for _, s := range sips {
-		podName := s.Spec.Pod
-		if podName == "" {
-			podName = s.Name
-		}
-		staticIPOf[s.Namespace+"/"+podName] = s.Spec.IP
-		if s.Spec.Node != a.cfg.NodeName || s.Spec.IP == "" {
-			continue
-		}
-		ip, err := netip.ParseAddr(s.Spec.IP)
-		if err != nil {
-			errs = append(errs, fmt.Errorf("StaticIP %s/%s: ip %q: %w", s.Namespace, s.Name, s.Spec.IP, err))
-			continue
-		}
-		reservations = append(reservations, ipam.Reservation{IP: ip, Pod: ipam.PodRef{Namespace: s.Namespace, Name: podName}})
+
+	holder := make(map[netip.Addr]string, len(allocs))
+	for _, al := range allocs {
+		holder[al.IP] = al.Pod.Key()
 	}
-	res, err := db.SyncReservations(reservations)
+	reservedFor := make(map[netip.Addr]string, len(existing))
+	for _, r := range existing {
+		reservedFor[r.IP] = r.Pod.Key()
+	}
+	rp = planReservations(sips, plan.ipam, holder, reservedFor)
+	res, err := db.SyncReservations(rp.reservations)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("sync reservations: %w", err))
 	}
@@ -436,66 +507,243 @@ func (a *Agent) syncDB(ranges []ipam.Range, sips []*jkev1.StaticIP, pods []*core
 		a.logf("StaticIP reserves %s, but pod %s holds it; it goes to its owner once released", c.IP, c.Pod)
 	}
 
-	// GC: an allocation is live while its pod (same UID) exists on this node. Allocations
-	// made outside Kubernetes (no pod name) are not the agent's to judge.
-	livePods := map[string]bool{}
-	for _, p := range pods {
-		livePods[string(p.UID)] = true
-		livePods[p.Namespace+"/"+p.Name] = true
-	}
-	allocs, err := db.Allocations()
-	if err != nil {
-		return nil, errors.Join(append(errs, err)...)
-	}
-	var live []ipam.Attachment
-	for _, al := range allocs {
-		alive := al.Pod.Name == "" || (al.Pod.UID != "" && livePods[al.Pod.UID]) || (al.Pod.UID == "" && livePods[al.Pod.Key()])
-		if alive {
-			live = append(live, al.Attachment)
-		}
-	}
-	freed, err := db.GC(ipam.GCOptions{Live: live, KeepReserved: func(al ipam.Allocation) bool {
-		ip, ok := staticIPOf[al.Pod.Key()]
-		return ok && (ip == "" || ip == al.IP.String())
-	}})
+	stats := &Stats{Ranges: len(plan.ipam), Reservations: len(rp.reservations)}
+	freed, err := a.gc(db, allocs, sips, pods, stats)
 	if err != nil {
 		errs = append(errs, fmt.Errorf("GC: %w", err))
 	}
-	for _, f := range freed {
-		a.logf("GC: released %s of gone pod %s", f.IP, f.Pod)
-	}
-	usage, err := db.Usage()
-	if err != nil {
+	stats.Allocations, stats.Freed = len(allocs)-len(freed), len(freed)
+	if stats.Usage, err = db.Usage(); err != nil {
 		errs = append(errs, err)
 	}
-	stats := &Stats{Ranges: len(ranges), Reservations: len(reservations), Allocations: len(allocs) - len(freed), Freed: len(freed), Usage: usage}
-	return stats, errors.Join(errs...)
+	return stats, rp, errors.Join(errs...)
 }
 
-func (a *Agent) writeStatus(ctx context.Context, mine []*jkev1.IPRange, usage []ipam.RangeUsage) error {
+// rebuild replaces a corrupt database: ipam.Recover moves the file aside (never deleting it)
+// and opens a fresh store that refuses every allocation; finishRebuild fills it from the API
+// and the host and only then lets ADD allocate again. All of it under the database lock.
+func (a *Agent) rebuild(plan *rangePlan, sips []*jkev1.StaticIP, pods []*corev1.Pod) (*ipam.DB, error) {
+	db, err := ipam.Recover(ipam.ForNetwork(a.cfg.DataDir, NetworkName))
+	if err != nil {
+		return nil, fmt.Errorf("rebuilding the corrupt IPAM database: %w", err)
+	}
+	if err := a.finishRebuild(db, plan, sips, pods); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return db, nil
+}
+
+// finishRebuild sets the node's ranges and reservations, imports an allocation for every IP
+// the host routes to one of the plugin's veths (named after the pod the cache shows with that
+// IP), and ends the recovery. An IP in use on the host is never handed out again: the running
+// pods keep theirs, and nothing allocates before the import is complete.
+func (a *Agent) finishRebuild(db *ipam.DB, plan *rangePlan, sips []*jkev1.StaticIP, pods []*corev1.Pod) error {
+	st, _, err := db.Recovering()
+	if err != nil {
+		return err
+	}
+	if rs, err := db.SetNodeRanges(plan.ipam); err != nil {
+		return fmt.Errorf("rebuild: ranges: %w", err)
+	} else {
+		plan.dropSkipped(rs.Skipped)
+	}
+	rp := planReservations(sips, plan.ipam, nil, nil)
+	if _, err := db.SyncReservations(rp.reservations); err != nil {
+		return fmt.Errorf("rebuild: reservations: %w", err)
+	}
+	found, err := hostAttachments(pods)
+	if err != nil {
+		return fmt.Errorf("rebuild: reading the host's veths and routes: %w", err)
+	}
+	res, err := db.Import(found)
+	if err != nil {
+		return fmt.Errorf("rebuild: import: %w", err)
+	}
+	for _, c := range res.Conflicts {
+		a.logf("rebuild: %s on %s (pod %s) conflicts with an imported allocation; not imported", c.IP, c.Attachment.ContainerID, c.Pod)
+	}
+	if err := db.FinishRecovery(); err != nil {
+		return err
+	}
+	a.logf("the IPAM database was corrupt: moved aside to %s; rebuilt from the API (%d range(s), %d reservation(s)) and the host (%d allocation(s) imported, %d already there)",
+		st.MovedAside, len(plan.ipam), len(rp.reservations), res.Imported, res.Unchanged)
+	a.rebuilds.Add(1)
+	return nil
+}
+
+// hostAttachments are the allocations the host shows: every /32 (/128) route to one of the
+// plugin's veths, with the pod the cache holds with that IP, if any.
+func hostAttachments(pods []*corev1.Pod) ([]ipam.Allocation, error) {
+	names, err := pluginLinks()
+	if err != nil {
+		return nil, err
+	}
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil, err
+	}
+	podOf := map[netip.Addr]ipam.PodRef{}
+	for _, p := range pods {
+		for _, pip := range p.Status.PodIPs {
+			if ip, err := netip.ParseAddr(pip.IP); err == nil {
+				podOf[ip.Unmap()] = ipam.PodRef{Namespace: p.Namespace, Name: p.Name, UID: string(p.UID)}
+			}
+		}
+	}
+	var out []ipam.Allocation
+	for _, r := range routes {
+		link, ok := names[r.LinkIndex]
+		if !ok || r.Dst == nil {
+			continue
+		}
+		if ones, bits := r.Dst.Mask.Size(); ones != bits {
+			continue
+		}
+		ip, ok := netip.AddrFromSlice(r.Dst.IP)
+		if !ok {
+			continue
+		}
+		ip = ip.Unmap()
+		out = append(out, ipam.Allocation{IP: ip, Attachment: ipam.RecoveredAttachment(link), Pod: podOf[ip]})
+	}
+	return out, nil
+}
+
+// gc frees the allocations judge finds dead. Without the list of host veths it frees nothing:
+// it cannot tell a running sandbox from a gone one.
+func (a *Agent) gc(db *ipam.DB, allocs []ipam.Allocation, sips []*jkev1.StaticIP, pods []*corev1.Pod, stats *Stats) ([]ipam.Allocation, error) {
+	veths, err := hostVeths()
+	if err != nil {
+		return nil, fmt.Errorf("listing host veths (nothing freed): %w", err)
+	}
+	ix := indexPods(pods)
+	now := time.Now()
+	var live []ipam.Attachment
+	for _, al := range allocs {
+		free, spared := judge(al, ix, veths, now, a.cfg.GCGrace)
+		switch spared {
+		case spareYoung:
+			stats.SparedYoung++
+		case spareSandbox:
+			stats.SparedSandbox++
+		}
+		if !free {
+			live = append(live, al.Attachment)
+		}
+	}
+	// A freed IP whose pod still has a StaticIP (recording this IP, or none yet) stays
+	// reserved for it.
+	staticIPsOf := map[string][]string{}
+	for _, s := range sips {
+		k := sipPod(s).Key()
+		staticIPsOf[k] = append(staticIPsOf[k], s.Spec.IP)
+	}
+	freed, err := db.GC(ipam.GCOptions{Live: live, KeepReserved: func(al ipam.Allocation) bool {
+		for _, ip := range staticIPsOf[al.Pod.Key()] {
+			if ip == "" || ip == al.IP.String() {
+				return true
+			}
+		}
+		return false
+	}})
+	for _, f := range freed {
+		a.logf("GC: released %s of gone pod %s (container %s, allocated %s)", f.IP, f.Pod, f.Attachment.ContainerID, f.AllocatedAt.Format(time.RFC3339))
+	}
+	return freed, err
+}
+
+// pluginLinks are the plugin's host-side veths in this network namespace, by link index.
+func pluginLinks() (map[int]string, error) {
+	links, err := netlink.LinkList()
+	if err != nil {
+		return nil, err
+	}
+	names := map[int]string{}
+	for _, l := range links {
+		if n := l.Attrs().Name; strings.HasPrefix(n, plugin.HostVethPrefix) {
+			names[l.Attrs().Index] = n
+		}
+	}
+	return names, nil
+}
+
+// hostVeths are the names of the plugin's host-side veths in this network namespace.
+func hostVeths() (map[string]bool, error) {
+	links, err := pluginLinks()
+	names := make(map[string]bool, len(links))
+	for _, n := range links {
+		names[n] = true
+	}
+	return names, err
+}
+
+// report records an Event for every problem of this pass that the last pass did not have:
+// the IPRanges of this node left out, the StaticIPs that contest an IP, the StaticIPs whose IP
+// does not parse. The same problem pass after pass is one Event.
+func (a *Agent) report(plan rangePlan, rp reservationPlan) {
+	now := map[string]string{}
+	emit := func(obj runtime.Object, key, reason, msg string) {
+		now[key] = reason + msg
+		if a.reported[key] == reason+msg {
+			return
+		}
+		a.logf("%s: %s", key, msg)
+		if a.recorder != nil {
+			a.recorder.Event(obj, corev1.EventTypeWarning, reason, msg)
+		}
+	}
+	for _, r := range plan.refusedMine {
+		why := plan.refused[r.Name]
+		emit(r, "IPRange "+r.Name, why.Reason, why.Message)
+	}
+	for _, d := range rp.duplicates {
+		emit(d.sip, "StaticIP "+d.sip.Namespace+"/"+d.sip.Name, ReasonDuplicateIP, d.message())
+	}
+	for _, s := range rp.invalid {
+		emit(s, "StaticIP "+s.Namespace+"/"+s.Name, ReasonInvalidIP, fmt.Sprintf("spec.ip %q is not an IP address; nothing is reserved for this record", s.Spec.IP))
+	}
+	a.reported = now
+}
+
+// writeStatus writes the counts and the Synced condition of this node's IPRanges, each only
+// when it changed: True for the ranges the node serves, False with the reason for those it
+// leaves out.
+func (a *Agent) writeStatus(ctx context.Context, plan rangePlan, usage []ipam.RangeUsage) error {
 	var errs []error
-	for _, r := range mine {
+	update := func(r *jkev1.IPRange, st *jkev1.IPRangeStatus) {
+		if reflect.DeepEqual(*st, r.Status) {
+			return
+		}
+		upd := r.DeepCopy() // never mutate the informer's object
+		upd.Status = *st
+		if _, err := a.sip.JkeV1().IPRanges().UpdateStatus(ctx, upd, metav1.UpdateOptions{}); err != nil {
+			errs = append(errs, fmt.Errorf("IPRange %s status: %w", r.Name, err))
+		}
+	}
+	for _, r := range plan.mine {
 		pfx, err := netip.ParsePrefix(r.Spec.CIDR)
 		if err != nil {
 			continue
 		}
+		st := r.Status.DeepCopy()
 		for _, u := range usage {
-			if u.Range.Subnet != pfx {
-				continue
-			}
-			st := r.Status.DeepCopy()
-			st.Total, st.Used, st.Reserved, st.Free = int32(u.Total), int32(u.Used), int32(u.Reserved), int32(u.Free)
-			st.ObservedGeneration = r.Generation
-			if st.Total == r.Status.Total && st.Used == r.Status.Used && st.Reserved == r.Status.Reserved &&
-				st.Free == r.Status.Free && st.ObservedGeneration == r.Status.ObservedGeneration {
-				continue
-			}
-			upd := r.DeepCopy() // never mutate the informer's object
-			upd.Status = *st
-			if _, err := a.sip.JkeV1().IPRanges().UpdateStatus(ctx, upd, metav1.UpdateOptions{}); err != nil {
-				errs = append(errs, fmt.Errorf("IPRange %s status: %w", r.Name, err))
+			if u.Range.Subnet == pfx {
+				st.Total, st.Used, st.Reserved, st.Free = int32(u.Total), int32(u.Used), int32(u.Reserved), int32(u.Free)
 			}
 		}
+		st.ObservedGeneration = r.Generation
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionSynced, Status: metav1.ConditionTrue,
+			Reason: ReasonServing, Message: fmt.Sprintf("node %s allocates from this range", a.cfg.NodeName), ObservedGeneration: r.Generation})
+		update(r, st)
+	}
+	for _, r := range plan.refusedMine {
+		why := plan.refused[r.Name]
+		st := r.Status.DeepCopy()
+		st.ObservedGeneration = r.Generation
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionSynced, Status: metav1.ConditionFalse,
+			Reason: why.Reason, Message: why.Message, ObservedGeneration: r.Generation})
+		update(r, st)
 	}
 	return errors.Join(errs...)
 }
@@ -548,9 +796,11 @@ func (a *Agent) syncRoutes(others []*jkev1.IPRange, nodeIP func(string) net.IP) 
 }
 
 // Run installs the plugin files at once (pods can start with their reserved IPs while the API
-// server is out of reach), starts the caches, and syncs as soon as they are synced; then on
-// every change that matters (Start) and every interval, never more often than minGap, so a burst
-// of pod deletions costs one sync, until ctx ends.
+// server is out of reach), starts the caches, and runs a pass at once, as soon as the caches
+// have synced, on every change that matters (Start) and every interval, never more often than
+// minGap (a burst of pod deletions costs one pass), until ctx ends. It never waits for the API
+// server: every turn of the loop counts for liveness (/healthz), whatever the API server does;
+// only full passes count for readiness (/readyz).
 func (a *Agent) Run(ctx context.Context, interval, minGap time.Duration) {
 	for _, err := range a.installFiles() {
 		a.logf("%v", err)
@@ -559,12 +809,24 @@ func (a *Agent) Run(ctx context.Context, interval, minGap time.Duration) {
 		a.logf("caches: %v", err)
 		return
 	}
-	if err := a.WaitForCaches(ctx); err != nil {
-		return // ctx ended before the API server answered
-	}
+	go func() {
+		if a.WaitForCaches(ctx) == nil {
+			a.trigger()
+		}
+	}()
+	waiting := false
 	for {
-		if err := a.SyncOnce(ctx); err != nil {
+		err := a.SyncOnce(ctx)
+		switch {
+		case errors.Is(err, errNotSynced) && len(errorsOf(err)) == 1:
+			if !waiting {
+				a.logf("caches not synced yet (waiting for the API server); the plugin is installed and serves pods from its database meanwhile")
+			}
+			waiting = true
+		case err != nil:
 			a.logf("sync: %v", err)
+		default:
+			waiting = false
 		}
 		select {
 		case <-ctx.Done():
@@ -578,4 +840,12 @@ func (a *Agent) Run(ctx context.Context, interval, minGap time.Duration) {
 		case <-a.triggered:
 		}
 	}
+}
+
+// errorsOf unwraps a joined error.
+func errorsOf(err error) []error {
+	if j, ok := err.(interface{ Unwrap() []error }); ok {
+		return j.Unwrap()
+	}
+	return []error{err}
 }

@@ -75,8 +75,9 @@ func TestSyncOnce(t *testing.T) {
 
 	dir := t.TempDir()
 	dataDir := filepath.Join(dir, "data")
-	// What the CNI plugin would have done: web-0 and plain run, ghost and web-1 are gone.
-	db, err := ipam.Open(ipam.Options{Path: filepath.Join(dataDir, "ipam.db")})
+	// What the CNI plugin would have done an hour ago (older than GC's grace period): web-0 and
+	// plain run, ghost and web-1 are gone.
+	db, err := ipam.Open(ipam.Options{Path: ipam.NetworkPath(dataDir, NetworkName), Now: func() time.Time { return time.Now().Add(-time.Hour) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +135,7 @@ func TestSyncOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	db, err = ipam.Open(ipam.Options{Path: filepath.Join(dataDir, "ipam.db")})
+	db, err = ipam.Open(ipam.Options{Path: ipam.NetworkPath(dataDir, NetworkName)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,8 +215,9 @@ func TestRunFreesTheIPOfADeletedPod(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	dbPath := filepath.Join(dir, "ipam.db")
-	db, err := ipam.Open(ipam.Options{Path: dbPath})
+	dbPath := ipam.NetworkPath(dir, NetworkName)
+	// Allocated an hour ago: older than GC's grace period.
+	db, err := ipam.Open(ipam.Options{Path: dbPath, Now: func() time.Time { return time.Now().Add(-time.Hour) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -398,7 +400,7 @@ func TestRunFollowsIPRangeAndStaticIPChanges(t *testing.T) {
 	}
 	reserved := func() string {
 		for {
-			db, err := ipam.Open(ipam.Options{Path: filepath.Join(dir, "ipam.db"), OpenTimeout: time.Second})
+			db, err := ipam.Open(ipam.Options{Path: ipam.NetworkPath(dir, NetworkName), OpenTimeout: time.Second})
 			if err != nil {
 				time.Sleep(20 * time.Millisecond) // the agent holds it for a moment
 				continue
@@ -464,7 +466,7 @@ func TestSyncOnceWithoutTheAPIServerInstallsThePlugin(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(dir, "bin", "staticip")); err != nil {
 		t.Fatalf("the plugin was not installed offline: %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "ipam.db")); !os.IsNotExist(err) {
+	if _, err := os.Stat(ipam.NetworkPath(dir, NetworkName)); !os.IsNotExist(err) {
 		t.Fatalf("the database was touched from unsynced caches (stat: %v)", err)
 	}
 }

@@ -11,9 +11,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
 
+	sipscheme "github.com/staticip/staticip/apis/generated/clientset/versioned/scheme"
 	sipinformers "github.com/staticip/staticip/apis/generated/informers/externalversions"
 	jkelisters "github.com/staticip/staticip/apis/generated/listers/jke/v1"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -38,6 +41,17 @@ type view struct {
 func (a *Agent) Start(ctx context.Context) error {
 	if a.view != nil {
 		return nil
+	}
+	if a.recorder == nil && a.kube != nil {
+		// Events on the IPRanges and StaticIPs the agent leaves out. The broadcaster sends
+		// them in the background (retrying, then dropping them offline): recording never blocks.
+		b := record.NewBroadcaster(record.WithContext(ctx))
+		b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: a.kube.CoreV1().Events("")})
+		a.recorder = b.NewRecorder(sipscheme.Scheme, corev1.EventSource{Component: "staticip-agent", Host: a.cfg.NodeName})
+		go func() {
+			<-ctx.Done()
+			b.Shutdown()
+		}()
 	}
 	nodes := informers.NewSharedInformerFactory(a.kube, 0)
 	pods := informers.NewSharedInformerFactoryWithOptions(a.kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
@@ -175,16 +189,24 @@ func nodeAddresses(obj any) []corev1.NodeAddress {
 	return nil
 }
 
-// trimPod keeps what GC reads: namespace, name, UID (and the node, for clarity in dumps).
+// trimPod keeps what GC reads: namespace, name, UID, its IPs (to name the holders of the IPs
+// found on the host when a corrupt database is rebuilt), whether it is a static pod's mirror (the
+// kubelet's UID of a static pod is not the mirror pod's, so GC matches those by name), and the
+// node, for clarity in dumps.
 func trimPod(obj any) (any, error) {
 	p, ok := obj.(*corev1.Pod)
 	if !ok {
 		return obj, nil // a DeletedFinalStateUnknown tombstone
 	}
-	return &corev1.Pod{
+	t := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name, UID: p.UID, ResourceVersion: p.ResourceVersion},
 		Spec:       corev1.PodSpec{NodeName: p.Spec.NodeName},
-	}, nil
+		Status:     corev1.PodStatus{PodIPs: p.Status.PodIPs},
+	}
+	if v, ok := p.Annotations[corev1.MirrorPodAnnotationKey]; ok {
+		t.Annotations = map[string]string{corev1.MirrorPodAnnotationKey: v}
+	}
+	return t, nil
 }
 
 // trimNode keeps the node's name and addresses (routes go via the InternalIP).

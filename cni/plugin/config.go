@@ -108,10 +108,23 @@ type NetConf struct {
 
 	// Parsed fields.
 	ranges []ipam.Range `json:"-"`
+	// rangesErr: the ranges are invalid. Only ADD (and STATUS, on a store the agent does not
+	// manage) needs them: DEL, CHECK and GC work from the database alone, so that one bad
+	// range never leaves pods stuck in Terminating.
+	rangesErr error `json:"-"`
 }
 
-// DBPath is the allocator database of this configuration.
-func (c *NetConf) DBPath() string { return filepath.Join(c.DataDir, "ipam.db") }
+// DBPath is the allocator database of this configuration: one per network, keyed by the
+// conflist's name as host-local does (<dataDir>/<name>/ipam.db).
+func (c *NetConf) DBPath() string { return ipam.NetworkPath(c.DataDir, c.Name) }
+
+// storeOptions opens this network's database, migrating the single <dataDir>/ipam.db of
+// earlier versions on first use.
+func (c *NetConf) storeOptions() ipam.Options {
+	o := ipam.ForNetwork(c.DataDir, c.Name)
+	o.OpenTimeout, o.Quarantine = c.dbTimeout(), c.quarantine()
+	return o
+}
 
 func (c *NetConf) quarantine() time.Duration {
 	if c.Quarantine == nil {
@@ -161,21 +174,31 @@ func LoadConf(data []byte) (*NetConf, error) {
 			return nil, invalidConf("durations must not be negative (%s)", d.Duration)
 		}
 	}
-	for i, rc := range conf.Ranges {
+	if !ipam.ValidNetworkName(conf.Name) {
+		return nil, invalidConf("name %q must be a CNI network name (letters, digits, '_', '.', '-'): it keys the IPAM database <dataDir>/<name>/ipam.db", conf.Name)
+	}
+	conf.ranges, conf.rangesErr = parseRanges(conf.Ranges)
+	return conf, nil
+}
+
+// parseRanges validates the conflist's ranges: each valid, none overlapping another.
+func parseRanges(rcs []RangeConf) ([]ipam.Range, error) {
+	var rs []ipam.Range
+	for i, rc := range rcs {
 		r, err := parseRange(rc)
 		if err != nil {
 			return nil, invalidConf("ranges[%d]: %v", i, err)
 		}
-		conf.ranges = append(conf.ranges, r)
+		rs = append(rs, r)
 	}
-	for i := range conf.ranges {
-		for j := i + 1; j < len(conf.ranges); j++ {
-			if conf.ranges[i].Subnet.Overlaps(conf.ranges[j].Subnet) {
-				return nil, invalidConf("ranges[%d] %s overlaps ranges[%d] %s", i, conf.ranges[i].Subnet, j, conf.ranges[j].Subnet)
+	for i := range rs {
+		for j := i + 1; j < len(rs); j++ {
+			if rs[i].Subnet.Overlaps(rs[j].Subnet) {
+				return nil, invalidConf("ranges[%d] %s overlaps ranges[%d] %s", i, rs[i].Subnet, j, rs[j].Subnet)
 			}
 		}
 	}
-	return conf, nil
+	return rs, nil
 }
 
 func parseRange(rc RangeConf) (ipam.Range, error) {

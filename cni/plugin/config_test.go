@@ -18,19 +18,28 @@ func TestLoadConfDefaultsAndDurations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.DataDir != DefaultDataDir || c.MTU != DefaultMTU || c.quarantine().Seconds() != 2.5 || c.DBPath() != "/var/lib/staticip/ipam.db" {
+	if c.DataDir != DefaultDataDir || c.MTU != DefaultMTU || c.quarantine().Seconds() != 2.5 || c.DBPath() != "/var/lib/staticip/n/ipam.db" {
 		t.Fatalf("%+v", c)
 	}
 	for _, bad := range []string{
-		`{"ranges":[{"subnet":"10.0.0.0/24"},{"subnet":"10.0.0.128/25"}]}`,
-		`{"dataDir":"relative"}`,
-		`{"mtu":70000}`,
-		`{"quarantine":"soon"}`,
-		`{"ranges":[{"subnet":"10.0.0.0/24","gateway":"10.1.0.1"}]}`,
-		`{"ranges":[{"subnet":"10.0.0.0/24","exclude":["x"]}]}`,
+		`{"name":"n","dataDir":"relative"}`,
+		`{"name":"n","mtu":70000}`,
+		`{"name":"n","quarantine":"soon"}`,
+		`{"name":"../etc"}`,
+		`{}`,
 	} {
 		if _, err := LoadConf([]byte(bad)); err == nil {
 			t.Errorf("accepted %s", bad)
+		}
+	}
+	// Bad ranges do not fail the conflist (DEL, CHECK, GC work without them); ADD refuses.
+	for _, bad := range []string{
+		`{"name":"n","ranges":[{"subnet":"10.0.0.0/24"},{"subnet":"10.0.0.128/25"}]}`,
+		`{"name":"n","ranges":[{"subnet":"10.0.0.0/24","gateway":"10.1.0.1"}]}`,
+		`{"name":"n","ranges":[{"subnet":"10.0.0.0/24","exclude":["x"]}]}`,
+	} {
+		if c, err := LoadConf([]byte(bad)); err != nil || c.rangesErr == nil {
+			t.Errorf("%s: err %v, rangesErr %v; want the ranges error kept for ADD", bad, err, c.rangesErr)
 		}
 	}
 }

@@ -14,8 +14,8 @@ import (
 const (
 	ErrCodeBadAnnotation  uint = 100 // the pod's ip-address annotation is not one IP
 	ErrCodeBadRequestedIP uint = 101 // CNI_ARGS IP= / runtimeConfig ips malformed or conflicting
-	ErrCodeOutOfRange     uint = 102 // requested IP in no range of this node
-	ErrCodeInUse          uint = 103 // requested IP held by or reserved for another pod
+	ErrCodeOutOfRange     uint = 102 // requested IP in no range of this node, or in one that moved away (draining)
+	ErrCodeInUse          uint = 103 // requested IP held by or reserved for another pod, or still attached to this pod's earlier, running sandbox
 	ErrCodeExhausted      uint = 104 // no free IP
 	ErrCodeNotAllocatable uint = 105 // requested IP is the gateway / excluded / outside bounds
 	ErrCodeDBCorrupt      uint = 106 // ipam.db unreadable
@@ -37,7 +37,7 @@ func ipamError(err error) *types.Error {
 	}
 	code := types.ErrInternal
 	switch {
-	case errors.Is(err, ipam.ErrLocked):
+	case errors.Is(err, ipam.ErrLocked), errors.Is(err, ipam.ErrRecovering):
 		code = types.ErrTryAgainLater
 	case errors.Is(err, ipam.ErrCorrupt):
 		code = ErrCodeDBCorrupt

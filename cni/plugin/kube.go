@@ -88,14 +88,21 @@ func (c *kubeClient) do(ctx context.Context, method, path, contentType string, b
 	if err != nil {
 		return err
 	}
-	if resp.StatusCode == http.StatusNotFound {
-		return fmt.Errorf("%s %s: %w", method, path, errNotFound)
-	}
 	if resp.StatusCode/100 != 2 {
 		var st struct {
 			Message string `json:"message"`
+			Reason  string `json:"reason"`
+			Details struct {
+				Name string `json:"name"`
+			} `json:"details"`
 		}
 		_ = json.Unmarshal(data, &st)
+		// Only the API server saying that this very object does not exist counts as "not
+		// found": a bare 404 (a proxy, an API group not installed) proves nothing, and callers
+		// free a pod's IP on errNotFound.
+		if resp.StatusCode == http.StatusNotFound && st.Reason == "NotFound" && st.Details.Name != "" {
+			return fmt.Errorf("%s %s: %w", method, path, errNotFound)
+		}
 		if st.Message == "" {
 			st.Message = string(data)
 		}

@@ -121,10 +121,7 @@ func (h *harness) check(args *skel.CmdArgs, prev *current.Result) error {
 
 func (h *harness) allocations() []ipam.Allocation {
 	h.t.Helper()
-	db, err := ipam.Open(ipam.Options{Path: filepath.Join(h.dataDir, "ipam.db")})
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	db := h.openStore()
 	defer db.Close()
 	as, err := db.Allocations()
 	if err != nil {
@@ -414,14 +411,14 @@ func TestBadInputLeavesNothingBehind(t *testing.T) {
 		{name: "database locked", code: types.ErrTryAgainLater, msg: "is locked by another process (waited 300ms)",
 			conf: h.conf(map[string]any{"dbTimeout": "300ms"}),
 			setup: func(t *testing.T, _ *nstest.NetNS) func() {
-				db, err := ipam.Open(ipam.Options{Path: filepath.Join(h.dataDir, "ipam.db")})
+				db, err := ipam.Open(ipam.ForNetwork(h.dataDir, testNetwork))
 				if err != nil {
 					t.Fatal(err)
 				}
 				return func() { db.Close() }
 			}},
 		{name: "database corrupt", code: ErrCodeDBCorrupt, conf: h.confDataDir(filepath.Join(t.TempDir(), "bad")),
-			msg: "/bad/ipam.db is corrupt",
+			msg: "/bad/" + testNetwork + "/ipam.db is corrupt",
 			setup: func(t *testing.T, _ *nstest.NetNS) func() {
 				var c map[string]any
 				json.Unmarshal(h.confDataDir(""), &c)
@@ -455,7 +452,8 @@ func TestBadInputLeavesNothingBehind(t *testing.T) {
 				json.Unmarshal(conf, &c)
 				dir := c["dataDir"].(string)
 				os.MkdirAll(dir, 0o700)
-				os.WriteFile(filepath.Join(dir, "ipam.db"), []byte(strings.Repeat("garbage!", 4096)), 0o600)
+				os.MkdirAll(filepath.Join(dir, testNetwork), 0o700)
+				os.WriteFile(ipam.NetworkPath(dir, testNetwork), []byte(strings.Repeat("garbage!", 4096)), 0o600)
 			}
 			if tc.setup != nil {
 				if undo := tc.setup(t, pod); undo != nil {

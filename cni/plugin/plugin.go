@@ -8,6 +8,7 @@ import (
 	"net/netip"
 	"os"
 	"strings"
+	"time"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -49,23 +50,54 @@ func podRef(a *K8sArgs) ipam.PodRef {
 }
 
 func openDB(conf *NetConf) (*ipam.DB, error) {
-	db, err := ipam.Open(ipam.Options{Path: conf.DBPath(), OpenTimeout: conf.dbTimeout(), Quarantine: conf.quarantine()})
+	db, err := ipam.Open(conf.storeOptions())
 	if err != nil {
 		return nil, ipamError(err)
 	}
 	return db, nil
 }
 
-func (p *Plugin) kube(conf *NetConf) *kubeClient {
+// kube returns the API client of a conflist with a kubeconfig. unusable is set when a
+// kubeconfig is configured but cannot be used (unreadable, invalid): the plugin then knows it
+// runs in Kubernetes but cannot ask the API server, which every caller treats like an
+// unreachable API server (keep IPs reserved), never like running without Kubernetes.
+func (p *Plugin) kube(conf *NetConf) (kc *kubeClient, unusable bool) {
 	if conf.Kubeconfig == "" {
-		return nil
+		return nil, false
 	}
 	kc, err := newKubeClient(conf.Kubeconfig, conf.apiTimeout())
 	if err != nil {
 		p.logf("cannot use the API server: %v", err)
-		return nil
+		return nil, true
 	}
-	return kc
+	return kc, false
+}
+
+// hostLinkAlive reports whether an attachment's host veth exists: the sandbox it belongs to
+// has not been torn down. For an allocation imported after corruption the link is recorded
+// in the attachment itself.
+func hostLinkAlive(a ipam.Attachment) bool {
+	_, err := netlink.LinkByName(hostLinkOf(a))
+	return err == nil
+}
+
+func hostLinkOf(a ipam.Attachment) string {
+	if link, ok := a.RecoveredLink(); ok {
+		return link
+	}
+	return HostVethName(a.ContainerID, a.IfName)
+}
+
+// lookup finds the attachment's allocation, also when it was imported after corruption (keyed
+// by the attachment's host veth, the only thing the host shows).
+func lookup(db *ipam.DB, att ipam.Attachment) (ipam.Attachment, ipam.Allocation, bool, error) {
+	alloc, found, err := db.Get(att)
+	if err != nil || found {
+		return att, alloc, found, err
+	}
+	rec := ipam.RecoveredAttachment(HostVethName(att.ContainerID, att.IfName))
+	alloc, found, err = db.Get(rec)
+	return rec, alloc, found, err
 }
 
 // request is what ADD decided to ask the allocator for.
@@ -144,12 +176,16 @@ func ownerHint(ctx context.Context, kc *kubeClient, ip netip.Addr) string {
 }
 
 // Add allocates the IP and configures the attachment. On any failure nothing stays behind:
-// no veth, no route, no allocation made by this call.
+// no veth, no route, and no change to the database made by this call (a reservation the pod
+// had before stays, an IP taken over from its earlier sandbox goes back to it).
 func (p *Plugin) Add(args *skel.CmdArgs) error {
 	ctx := context.Background()
 	conf, err := LoadConf(args.StdinData)
 	if err != nil {
 		return err
+	}
+	if conf.rangesErr != nil {
+		return conf.rangesErr
 	}
 	kargs, err := loadArgs(args.Args)
 	if err != nil {
@@ -162,7 +198,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	defer netns.Close()
 
-	kc := p.kube(conf)
+	kc, _ := p.kube(conf)
 	req, err := p.requestedIP(ctx, conf, kargs, pod, kc)
 	if err != nil {
 		return err
@@ -173,19 +209,25 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if kept, err := db.SyncRanges(conf.ranges); err != nil {
+	// A hand-written conflist sets the ranges; on a node whose store staticip-agent manages,
+	// only the agent does (a stale conflist never brings back a range that moved away).
+	if draining, _, err := db.SyncRanges(conf.ranges); err != nil {
 		db.Close()
 		return ipamError(err)
-	} else if len(kept) > 0 {
-		p.logf("ranges %v are no longer configured but still have allocations; kept until they drain", kept)
+	} else if len(draining) > 0 {
+		p.logf("ranges %v are no longer configured but still have allocations; they drain (nothing new is allocated from them)", draining)
 	}
-	alloc, created, err := db.Allocate(ipam.AllocateRequest{Attachment: att, Pod: pod, IP: req.IP})
+	alloc, created, err := db.Allocate(ipam.AllocateRequest{Attachment: att, Pod: pod, IP: req.IP, Alive: hostLinkAlive})
 	ranges, _ := db.Ranges()
 	db.Close()
 	if err != nil {
 		var oor *ipam.OutOfRangeError
 		if errors.As(err, &oor) && oor.OwnerHint == "" {
 			oor.OwnerHint = ownerHint(ctx, kc, oor.IP)
+		}
+		var te *ipam.TakeoverError
+		if errors.As(err, &te) {
+			te.Link = hostLinkOf(te.Previous)
 		}
 		if pod.Name != "" {
 			err = fmt.Errorf("pod %s: %w", pod, err)
@@ -204,8 +246,8 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	result, err := pn.setUp(netns)
 	if err != nil {
 		if created {
-			if rerr := p.release(conf, att, false); rerr != nil {
-				p.logf("rollback: releasing %s of %s: %v", alloc.IP, args.ContainerID, rerr)
+			if rerr := p.unallocate(conf, alloc); rerr != nil {
+				p.logf("rollback: undoing the allocation of %s to %s: %v", alloc.IP, args.ContainerID, rerr)
 			}
 		}
 		return types.NewError(ErrCodeNetwork, fmt.Sprintf("staticip: setting up %s in %s failed (rolled back): %v", args.IfName, args.Netns, err), "")
@@ -217,6 +259,15 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}
 	}
 	return types.PrintResult(result, conf.CNIVersion)
+}
+
+func (p *Plugin) unallocate(conf *NetConf, alloc ipam.Allocation) error {
+	db, err := openDB(conf)
+	if err != nil {
+		return err
+	}
+	defer db.Close()
+	return db.Unallocate(alloc)
 }
 
 func findRange(rs []ipam.Range, ip netip.Addr) (ipam.Range, bool) {
@@ -239,11 +290,19 @@ func (p *Plugin) release(conf *NetConf, att ipam.Attachment, keep bool) error {
 }
 
 // keepReserved decides on DEL whether the pod's IP stays reserved: while its StaticIP exists.
-// When the API server cannot be asked, the IP is kept: a wrongly kept reservation is undone
-// by the node agent's next StaticIP sync, a wrongly freed one may go to another pod for good.
-func (p *Plugin) keepReserved(ctx context.Context, kc *kubeClient, alloc ipam.Allocation) bool {
-	if kc == nil || alloc.Pod.Name == "" {
+// Whenever the API server cannot be asked — unreachable, refusing, or the kubeconfig unusable —
+// the IP is kept: a wrongly kept reservation is undone by the node agent's next StaticIP
+// sync, a wrongly freed one may go to another pod for good. Only a plugin configured without
+// a kubeconfig (no Kubernetes) frees it.
+func (p *Plugin) keepReserved(ctx context.Context, kc *kubeClient, unusable bool, alloc ipam.Allocation) bool {
+	if alloc.Pod.Name == "" {
 		return false
+	}
+	if kc == nil {
+		if unusable {
+			p.logf("pod %s: no usable kubeconfig to ask for its StaticIP; keeping %s reserved", alloc.Pod, alloc.IP)
+		}
+		return unusable
 	}
 	sip, err := kc.getStaticIP(ctx, alloc.Pod.Namespace, alloc.Pod.Name)
 	switch {
@@ -258,7 +317,8 @@ func (p *Plugin) keepReserved(ctx context.Context, kc *kubeClient, alloc ipam.Al
 	return true
 }
 
-// Del removes the attachment; it is idempotent (unknown container, missing netns: fine).
+// Del removes the attachment; it is idempotent (unknown container, missing netns: fine). It
+// needs no valid ranges.
 func (p *Plugin) Del(args *skel.CmdArgs) error {
 	ctx := context.Background()
 	conf, err := LoadConf(args.StdinData)
@@ -281,15 +341,20 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		return types.NewError(ErrCodeNetwork, fmt.Sprintf("staticip: removing %s: %v", args.IfName, err), "")
 	}
 	att := ipam.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
-	kc := p.kube(conf)
-	if kc == nil {
-		return p.releaseOrErr(conf, att, false)
-	}
 	db, err := openDB(conf)
 	if err != nil {
 		return err
 	}
-	alloc, found, err := db.Get(att)
+	if conf.Kubeconfig == "" {
+		// Not in Kubernetes: nothing to ask, release at once (one transaction, as host-local).
+		defer db.Close()
+		if _, found, err := db.Release(att, false); err != nil || found {
+			return ipamErrorOrNil(err)
+		}
+		_, _, err := db.Release(ipam.RecoveredAttachment(HostVethName(att.ContainerID, att.IfName)), false)
+		return ipamErrorOrNil(err)
+	}
+	att, alloc, found, err := lookup(db, att)
 	db.Close()
 	if err != nil {
 		return ipamError(err)
@@ -300,7 +365,15 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	if alloc.Pod.Name == "" {
 		alloc.Pod = podRef(kargs)
 	}
-	return p.releaseOrErr(conf, att, p.keepReserved(ctx, kc, alloc))
+	kc, unusable := p.kube(conf)
+	return p.releaseOrErr(conf, att, p.keepReserved(ctx, kc, unusable, alloc))
+}
+
+func ipamErrorOrNil(err error) error {
+	if err != nil {
+		return ipamError(err)
+	}
+	return nil
 }
 
 func (p *Plugin) releaseOrErr(conf *NetConf, att ipam.Attachment, keep bool) error {
@@ -330,7 +403,7 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	alloc, found, err := db.Get(ipam.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
+	_, alloc, found, err := lookup(db, ipam.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
 	ranges, _ := db.Ranges()
 	db.Close()
 	if err != nil {
@@ -362,9 +435,10 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	return nil
 }
 
-// GC releases the IPs of every attachment not in cni.dev/valid-attachments and removes their
-// host veths if they linger. With a kubeconfig, the IP of a pod whose StaticIP exists stays
-// reserved (and every one does if the API server cannot be asked).
+// GC releases the IPs of every attachment not in cni.dev/valid-attachments whose host veth is
+// gone too, and removes lingering host veths of those attachments. With a kubeconfig, the IP
+// of a pod whose StaticIP exists stays reserved (and every one does if the API server cannot
+// be asked). It needs no valid ranges.
 func (p *Plugin) GC(args *skel.CmdArgs) error {
 	ctx := context.Background()
 	conf, err := LoadConf(args.StdinData)
@@ -376,11 +450,16 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 		live = append(live, ipam.Attachment{ContainerID: a.ContainerID, IfName: a.IfName})
 	}
 	var keep func(ipam.Allocation) bool
-	if kc := p.kube(conf); kc != nil {
+	keepAll := func(a ipam.Allocation) bool { return a.Pod.Name != "" }
+	switch kc, unusable := p.kube(conf); {
+	case unusable:
+		p.logf("GC: no usable kubeconfig; IPs of gone pods stay reserved")
+		keep = keepAll
+	case kc != nil:
 		sips, err := kc.listStaticIPs(ctx)
 		if err != nil {
 			p.logf("GC: cannot list StaticIPs (%v); IPs of gone pods stay reserved", err)
-			keep = func(a ipam.Allocation) bool { return a.Pod.Name != "" }
+			keep = keepAll
 		} else {
 			owned := map[string]string{}
 			for _, s := range sips {
@@ -396,13 +475,20 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	freed, err := db.GC(ipam.GCOptions{Live: live, KeepReserved: keep})
+	// An allocation imported after corruption has no runtime attachment ID: it is live while
+	// its host veth exists. Runtime attachments are judged by the runtime's list alone (a
+	// stale veth of a dead attachment is removed below).
+	recoveredAlive := func(a ipam.Allocation) bool {
+		_, recovered := a.Attachment.RecoveredLink()
+		return recovered && hostLinkAlive(a.Attachment)
+	}
+	freed, err := db.GC(ipam.GCOptions{Live: live, KeepReserved: keep, Alive: recoveredAlive})
 	db.Close()
 	if err != nil {
 		return ipamError(err)
 	}
 	for _, a := range freed {
-		if link, err := netlink.LinkByName(HostVethName(a.Attachment.ContainerID, a.Attachment.IfName)); err == nil {
+		if link, err := netlink.LinkByName(hostLinkOf(a.Attachment)); err == nil {
 			_ = netlink.LinkDel(link)
 		}
 		p.logf("GC: released %s of container %s (%s)", a.IP, a.Attachment.ContainerID, a.Pod)
@@ -410,35 +496,58 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 	return nil
 }
 
-// Status reports whether ADD can succeed: the database opens and some range has a free IP.
+// statusOpenTimeout bounds STATUS's wait for the database: a lock held by another call proves
+// the database is in use, not that the node is unready.
+const statusOpenTimeout = 500 * time.Millisecond
+
+// Status reports whether ADD can work at all. Not ready only when no range is configured or
+// the database is unusable (corrupt, unreadable, being rebuilt) — never because every IP is
+// taken (that is one pod's problem, not the node's: the runtime would mark the node NotReady
+// and its pods would be evicted) nor because another call holds the database.
 func (p *Plugin) Status(args *skel.CmdArgs) error {
 	conf, err := LoadConf(args.StdinData)
 	if err != nil {
 		return err
 	}
-	if len(conf.ranges) == 0 {
-		return types.NewError(types.ErrPluginNotAvailable, "staticip: no IP ranges configured (staticip-agent fills them from this node's IPRanges)", "")
+	notReady := func(format string, args ...any) error {
+		return types.NewError(types.ErrPluginNotAvailable, "staticip: "+fmt.Sprintf(format, args...), "")
 	}
-	db, err := openDB(conf)
-	if err != nil {
-		var te *types.Error
-		errors.As(err, &te)
-		return types.NewError(types.ErrPluginNotAvailable, te.Msg, "")
+	opts := conf.storeOptions()
+	opts.OpenTimeout = min(opts.OpenTimeout, statusOpenTimeout)
+	db, err := ipam.Open(opts)
+	if errors.Is(err, ipam.ErrLocked) {
+		p.logf("STATUS: %v; the database is in use", err)
+		return nil
+	} else if err != nil {
+		return notReady("%v", err)
 	}
 	defer db.Close()
-	if _, err := db.SyncRanges(conf.ranges); err != nil {
-		return types.NewError(types.ErrPluginNotAvailable, "staticip: "+err.Error(), "")
+	if st, rebuilding, err := db.Recovering(); err != nil {
+		return notReady("%v", err)
+	} else if rebuilding {
+		return notReady("%v", &ipam.RecoveringError{Path: db.Path(), State: st})
 	}
-	usage, err := db.Usage()
+	managed, err := db.Managed()
 	if err != nil {
-		return types.NewError(types.ErrPluginNotAvailable, "staticip: "+err.Error(), "")
+		return notReady("%v", err)
 	}
-	free := 0
-	for _, u := range usage {
-		free += u.Free
+	if !managed {
+		if conf.rangesErr != nil {
+			return conf.rangesErr
+		}
+		if len(conf.ranges) == 0 {
+			return notReady("no IP ranges configured (staticip-agent fills them from this node's IPRanges)")
+		}
+		return nil
 	}
-	if free == 0 {
-		return types.NewError(types.ErrPluginNotAvailable, "staticip: every IP range of this node is exhausted", "")
+	ranges, err := db.Ranges()
+	if err != nil {
+		return notReady("%v", err)
 	}
-	return nil
+	for _, r := range ranges {
+		if !r.Draining {
+			return nil
+		}
+	}
+	return notReady("no IP range is assigned to this node (staticip-agent sets them from this node's IPRanges)")
 }

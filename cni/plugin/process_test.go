@@ -236,7 +236,7 @@ func TestKilledProcessesLeaveRecoverableState(t *testing.T) {
 	// Invariants after the crashes: the database opens (no stale lock, no corruption), the
 	// attachment index agrees with the allocations, and every live attachment holds its IP.
 	checkInvariants := func() []ipam.Allocation {
-		db, err := ipam.Open(ipam.Options{Path: filepath.Join(h.dataDir, "ipam.db"), OpenTimeout: 5 * time.Second})
+		db, err := ipam.Open(ipam.Options{Path: ipam.NetworkPath(h.dataDir, testNetwork), OpenTimeout: 5 * time.Second})
 		if err != nil {
 			t.Fatalf("reopen after kill -9: %v", err)
 		}

@@ -36,6 +36,7 @@ func main() {
 	flag.IntVar(&cfg.MTU, "mtu", 1500, "pod MTU")
 	flag.StringVar(&cfg.Quarantine, "quarantine", "", "quarantine of released IPs (plugin default when empty)")
 	flag.BoolVar(&cfg.Routes, "routes", true, "route other nodes' IPRanges via their InternalIP")
+	flag.DurationVar(&cfg.GCGrace, "gc-grace", agent.DefaultGCGrace, "GC never frees an allocation younger than this (its pod may not be in the agent's cache yet)")
 	interval := flag.Duration("interval", 30*time.Second, "sync interval (a sync also follows every change that matters to the node)")
 	minGap := flag.Duration("min-sync-gap", 500*time.Millisecond, "least time between two syncs: changes within it are handled by one sync")
 	listen := flag.String("listen", "127.0.0.1:9489", "metrics and health address (keep it on loopback)")

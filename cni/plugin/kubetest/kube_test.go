@@ -162,7 +162,7 @@ func (f *fixture) del(args *skel.CmdArgs) {
 
 func (f *fixture) reservations() map[string]string {
 	f.t.Helper()
-	db, err := ipam.Open(ipam.Options{Path: filepath.Join(f.dataDir, "ipam.db")})
+	db, err := ipam.Open(ipam.ForNetwork(f.dataDir, "staticip"))
 	if err != nil {
 		f.t.Fatal(err)
 	}

@@ -1,0 +1,317 @@
+package agent
+
+import (
+	"fmt"
+	"net/netip"
+	"sort"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/cni/plugin"
+	"github.com/staticip/staticip/ipam"
+)
+
+// The pure decisions of a pass: which IPRanges the node serves, which StaticIPs it reserves and
+// which allocations GC may free. Each is a function of what the caches and the database say, so
+// that the rules are table-tested apart from the API server and netlink.
+
+// Reasons of the IPRange Synced condition (and of the Events the agent records).
+const (
+	ReasonServing          = "Serving"
+	ReasonInvalid          = "Invalid"
+	ReasonOverlaps         = "Overlaps"
+	ReasonResizedWhileUsed = "ResizedWhileInUse"
+	// ReasonDuplicateIP is the Event reason on StaticIPs that claim the same IP (or one pod
+	// claimed by records with different IPs).
+	ReasonDuplicateIP = "DuplicateIP"
+	// ReasonInvalidIP is the Event reason on a StaticIP whose spec.ip does not parse.
+	ReasonInvalidIP = "InvalidIP"
+)
+
+// refusal says why an IPRange is left out of the node's IPAM (and of every node's routes).
+type refusal struct {
+	Reason, Message string
+}
+
+// rangePlan is what the node does with the cluster's IPRanges.
+type rangePlan struct {
+	// mine are this node's IPRanges it serves, ipam their allocator form (same order).
+	mine []*jkev1.IPRange
+	ipam []ipam.Range
+	// others are the other nodes' accepted IPRanges (routes).
+	others []*jkev1.IPRange
+	// refused are the IPRanges no node may serve, by name.
+	refused map[string]refusal
+	// refusedMine are this node's refused IPRanges (it reports them).
+	refusedMine []*jkev1.IPRange
+}
+
+// olderFirst orders objects by creation time, then name: the order in which overlapping claims
+// are settled, so that a new object never takes what an older one holds, and every agent
+// settles them alike.
+func olderFirst(a, b metav1.Object) bool {
+	ta, tb := a.GetCreationTimestamp(), b.GetCreationTimestamp()
+	if !ta.Equal(&tb) {
+		return ta.Before(&tb)
+	}
+	if a.GetNamespace() != b.GetNamespace() {
+		return a.GetNamespace() < b.GetNamespace()
+	}
+	return a.GetName() < b.GetName()
+}
+
+// planRanges settles the IPRanges: a range whose CIDR overlaps an older range's (assigned to
+// a node or not) is refused, and so is one that does not parse. Every agent computes the same
+// answer from the same objects, so two nodes never serve overlapping ranges.
+func planRanges(all []*jkev1.IPRange, node string) rangePlan {
+	sorted := append([]*jkev1.IPRange(nil), all...)
+	sort.SliceStable(sorted, func(i, j int) bool { return olderFirst(sorted[i], sorted[j]) })
+	p := rangePlan{refused: map[string]refusal{}}
+	var accepted []*jkev1.IPRange
+	var acceptedNets []netip.Prefix
+	for _, r := range sorted {
+		ir, err := toIPAMRange(r)
+		if err != nil {
+			p.refuse(r, node, refusal{ReasonInvalid, fmt.Sprintf("spec does not describe a range: %v", err)})
+			continue
+		}
+		refused := false
+		for i, o := range acceptedNets {
+			if o.Overlaps(ir.Subnet) {
+				p.refuse(r, node, refusal{ReasonOverlaps, fmt.Sprintf(
+					"CIDR %s overlaps IPRange %s (%s, node %q), which is older: no node serves this range until one of them changes",
+					ir.Subnet, accepted[i].Name, o, accepted[i].Spec.Node)})
+				refused = true
+				break
+			}
+		}
+		if refused {
+			continue
+		}
+		accepted = append(accepted, r)
+		acceptedNets = append(acceptedNets, ir.Subnet)
+		switch r.Spec.Node {
+		case node:
+			p.mine = append(p.mine, r)
+			p.ipam = append(p.ipam, ir)
+		case "":
+		default:
+			p.others = append(p.others, r)
+		}
+	}
+	return p
+}
+
+func (p *rangePlan) refuse(r *jkev1.IPRange, node string, why refusal) {
+	p.refused[r.Name] = why
+	if r.Spec.Node == node {
+		p.refusedMine = append(p.refusedMine, r)
+	}
+}
+
+// dropSkipped takes out of the plan the ranges the database did not apply (SetNodeRanges): a
+// range of this node that overlaps a different range the database still holds with
+// allocations — its CIDR was shrunk or moved while pods use the old one, or it replaces a
+// range that moved away and still drains. The old allocations stay valid; the new range is
+// served once they are released, and until then it is reported.
+func (p *rangePlan) dropSkipped(skipped []ipam.RangeConflict) {
+	if len(skipped) == 0 {
+		return
+	}
+	why := map[netip.Prefix]string{}
+	for _, s := range skipped {
+		why[s.Range.Subnet] = s.Reason
+	}
+	var mine []*jkev1.IPRange
+	var rs []ipam.Range
+	for i, r := range p.ipam {
+		if reason, ok := why[r.Subnet]; ok {
+			p.refuse(p.mine[i], p.mine[i].Spec.Node, refusal{ReasonResizedWhileUsed, fmt.Sprintf(
+				"CIDR %s is not served yet: %s; it is served once those addresses are released", r.Subnet, reason)})
+			continue
+		}
+		mine = append(mine, p.mine[i])
+		rs = append(rs, r)
+	}
+	p.mine, p.ipam = mine, rs
+}
+
+// duplicate is one StaticIP that shares its IP (or its pod) with another record.
+type duplicate struct {
+	sip *jkev1.StaticIP
+	// winner is the record the contested IP (or pod) is reserved for; sip itself when it won.
+	winner *jkev1.StaticIP
+	ip     string
+}
+
+func (d duplicate) message() string {
+	w := d.winner.Namespace + "/" + d.winner.Name
+	if d.winner == d.sip {
+		return fmt.Sprintf("IP %s is also claimed by another StaticIP; it stays reserved for this record (%s) until the conflict is resolved", d.ip, w)
+	}
+	return fmt.Sprintf("IP %s (pod %s) conflicts with StaticIP %s, for which the node reserves it; this record is not reserved until the conflict is resolved",
+		d.ip, sipPod(d.sip), w)
+}
+
+func sipPod(s *jkev1.StaticIP) ipam.PodRef {
+	name := s.Spec.Pod
+	if name == "" {
+		name = s.Name
+	}
+	return ipam.PodRef{Namespace: s.Namespace, Name: name}
+}
+
+// reservationPlan is what the node reserves and what it reports.
+type reservationPlan struct {
+	reservations []ipam.Reservation
+	duplicates   []duplicate
+	invalid      []*jkev1.StaticIP
+}
+
+// planReservations reserves every StaticIP whose IP lies in a range this node serves, whatever
+// node the record names: reservations follow range ownership (failover moves ranges first).
+// Records that contest an IP (or give one pod two IPs) do not stop the others: the contested
+// IP stays reserved for one of them — the pod that holds it now, else the pod it is reserved
+// for now, else the oldest record — so it never falls free for a third pod; all of them are
+// reported.
+func planReservations(sips []*jkev1.StaticIP, served []ipam.Range, holder, reservedFor map[netip.Addr]string) reservationPlan {
+	var p reservationPlan
+	type claim struct {
+		sip *jkev1.StaticIP
+		ip  netip.Addr
+		pod ipam.PodRef
+	}
+	var claims []claim
+	for _, s := range sips {
+		if s.Spec.IP == "" {
+			continue
+		}
+		ip, err := netip.ParseAddr(s.Spec.IP)
+		if err != nil {
+			p.invalid = append(p.invalid, s)
+			continue
+		}
+		ip = ip.Unmap()
+		for _, r := range served {
+			if r.Subnet.Contains(ip) {
+				claims = append(claims, claim{s, ip, sipPod(s)})
+				break
+			}
+		}
+	}
+	sort.SliceStable(claims, func(i, j int) bool { return olderFirst(claims[i].sip, claims[j].sip) })
+	// pick returns the winning claim of a contested group.
+	pick := func(group []claim) claim {
+		for _, c := range group {
+			if holder[c.ip] == c.pod.Key() {
+				return c
+			}
+		}
+		for _, c := range group {
+			if reservedFor[c.ip] == c.pod.Key() {
+				return c
+			}
+		}
+		return group[0] // oldest
+	}
+	settle := func(cs []claim, key func(claim) string, distinct func(claim) string) []claim {
+		groups := map[string][]claim{}
+		var order []string
+		for _, c := range cs {
+			k := key(c)
+			if _, ok := groups[k]; !ok {
+				order = append(order, k)
+			}
+			groups[k] = append(groups[k], c)
+		}
+		var out []claim
+		for _, k := range order {
+			g := groups[k]
+			values := map[string]bool{}
+			for _, c := range g {
+				values[distinct(c)] = true
+			}
+			if len(values) == 1 {
+				out = append(out, g[0]) // the same reservation twice is no conflict
+				continue
+			}
+			w := pick(g)
+			out = append(out, w)
+			for _, c := range g {
+				p.duplicates = append(p.duplicates, duplicate{sip: c.sip, winner: w.sip, ip: c.ip.String()})
+			}
+		}
+		return out
+	}
+	claims = settle(claims, func(c claim) string { return c.ip.String() }, func(c claim) string { return c.pod.Key() })
+	claims = settle(claims, func(c claim) string { return c.pod.Key() }, func(c claim) string { return c.ip.String() })
+	for _, c := range claims {
+		p.reservations = append(p.reservations, ipam.Reservation{IP: c.ip, Pod: c.pod})
+	}
+	return p
+}
+
+// podIndex is what GC knows about the pods bound to this node.
+type podIndex struct {
+	uids map[string]bool
+	// names are all pods by namespace/name; mirrors the mirror pods of static pods.
+	names, mirrors map[string]bool
+}
+
+func indexPods(pods []*corev1.Pod) podIndex {
+	ix := podIndex{uids: map[string]bool{}, names: map[string]bool{}, mirrors: map[string]bool{}}
+	for _, p := range pods {
+		key := p.Namespace + "/" + p.Name
+		ix.uids[string(p.UID)] = true
+		ix.names[key] = true
+		if _, ok := p.Annotations[corev1.MirrorPodAnnotationKey]; ok {
+			ix.mirrors[key] = true
+		}
+	}
+	return ix
+}
+
+// Why GC leaves an allocation alone although no pod with its UID is in the cache.
+const (
+	spareYoung   = "young"   // allocated within the grace period: the cache may not show its pod yet
+	spareSandbox = "sandbox" // its host veth exists: the sandbox still runs (force-deleted pod)
+)
+
+// judge says whether GC may free al. An allocation is live while a pod with its UID is bound
+// to this node; a static pod's (the kubelet gives it a UID of its own, not the mirror pod's) while
+// its mirror pod exists by namespace/name. One that looks dead is still spared while it is
+// younger than grace (its ADD may have committed after the cache was read, or before the
+// informer saw the pod) or while its host veth exists (only the plugin's DEL or GC, which tear
+// the veth down, may free the IP of a sandbox that still runs). An allocation imported after
+// corruption whose pod was unknown lives exactly as long as its veth.
+func judge(al ipam.Allocation, pods podIndex, veths map[string]bool, now time.Time, grace time.Duration) (free bool, spared string) {
+	key := al.Pod.Key()
+	_, recovered := al.Attachment.RecoveredLink()
+	switch {
+	case al.Pod.Name == "" && !recovered: // not a pod's: not the agent's to judge
+		return false, ""
+	case al.Pod.UID != "" && pods.uids[al.Pod.UID]:
+		return false, ""
+	case al.Pod.UID == "" && pods.names[key]:
+		return false, ""
+	case pods.mirrors[key]:
+		return false, ""
+	case now.Sub(al.AllocatedAt) < grace:
+		return false, spareYoung
+	case veths[vethOf(al.Attachment)]:
+		return false, spareSandbox
+	}
+	return true, ""
+}
+
+// vethOf is the host veth of an attachment: the plugin's deterministic name, or the link an
+// allocation imported after corruption was found on.
+func vethOf(att ipam.Attachment) string {
+	if link, ok := att.RecoveredLink(); ok {
+		return link
+	}
+	return plugin.HostVethName(att.ContainerID, att.IfName)
+}

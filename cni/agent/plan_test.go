@@ -1,0 +1,174 @@
+package agent
+
+import (
+	"net/netip"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/cni/plugin"
+	"github.com/staticip/staticip/ipam"
+)
+
+var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func ipr(name string, age int, cidr, node string) *jkev1.IPRange {
+	return &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(age) * time.Second))},
+		Spec: jkev1.IPRangeSpec{CIDR: cidr, Node: node}}
+}
+
+func names(rs []*jkev1.IPRange) string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.Name)
+	}
+	return strings.Join(out, ",")
+}
+
+func TestPlanRanges(t *testing.T) {
+	cases := []struct {
+		name                 string
+		ranges               []*jkev1.IPRange
+		mine, others, refuse string // refuse: name=reason,...
+		refusedMine          string
+	}{
+		{name: "disjoint", ranges: []*jkev1.IPRange{ipr("a", 0, "10.0.0.0/24", "n1"), ipr("b", 0, "10.0.1.0/24", "n2"), ipr("c", 0, "10.0.2.0/24", "")},
+			mine: "a", others: "b"},
+		{name: "the newer of two overlapping ranges is refused, whichever node owns it",
+			ranges: []*jkev1.IPRange{ipr("new", 5, "10.0.0.128/25", "n1"), ipr("old", 1, "10.0.0.0/24", "n2")},
+			others: "old", refuse: "new=Overlaps", refusedMine: "new"},
+		{name: "an unassigned older range still blocks a newer one",
+			ranges: []*jkev1.IPRange{ipr("pool", 1, "10.0.0.0/16", ""), ipr("n1", 2, "10.0.3.0/24", "n1")},
+			refuse: "n1=Overlaps", refusedMine: "n1"},
+		{name: "same age: by name", ranges: []*jkev1.IPRange{ipr("b", 1, "10.0.0.0/24", "n1"), ipr("a", 1, "10.0.0.0/24", "n2")},
+			others: "a", refuse: "b=Overlaps", refusedMine: "b"},
+		{name: "a refused range blocks nothing", ranges: []*jkev1.IPRange{ipr("a", 1, "10.0.0.0/24", "n2"), ipr("b", 2, "10.0.0.0/23", "n2"), ipr("c", 3, "10.0.1.0/24", "n1")},
+			mine: "c", others: "a", refuse: "b=Overlaps"},
+		{name: "invalid", ranges: []*jkev1.IPRange{ipr("x", 1, "10.0.0.1/24", "n1"), ipr("y", 2, "10.0.0.0/24", "n1")},
+			mine: "y", refuse: "x=Invalid", refusedMine: "x"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := planRanges(c.ranges, "n1")
+			var refused []string
+			for n, r := range p.refused {
+				refused = append(refused, n+"="+r.Reason)
+			}
+			sort.Strings(refused)
+			if names(p.mine) != c.mine || names(p.others) != c.others || strings.Join(refused, ",") != c.refuse || names(p.refusedMine) != c.refusedMine {
+				t.Fatalf("mine %q others %q refused %q refusedMine %q; want %q %q %q %q", names(p.mine), names(p.others), refused,
+					names(p.refusedMine), c.mine, c.others, c.refuse, c.refusedMine)
+			}
+			if len(p.ipam) != len(p.mine) {
+				t.Fatalf("%d ipam ranges for %d IPRanges", len(p.ipam), len(p.mine))
+			}
+		})
+	}
+}
+
+func TestDropSkipped(t *testing.T) {
+	p := planRanges([]*jkev1.IPRange{ipr("resized", 1, "10.0.0.0/25", "n1"), ipr("other", 2, "10.0.1.0/24", "n1")}, "n1")
+	p.dropSkipped([]ipam.RangeConflict{{Range: ipam.Range{Subnet: netip.MustParsePrefix("10.0.0.0/25")}, Reason: "overlaps range 10.0.0.0/24, which left this node"}})
+	if names(p.mine) != "other" || len(p.ipam) != 1 || p.refused["resized"].Reason != ReasonResizedWhileUsed || names(p.refusedMine) != "resized" ||
+		!strings.Contains(p.refused["resized"].Message, "10.0.0.0/24") {
+		t.Fatalf("mine %q refused %v", names(p.mine), p.refused)
+	}
+}
+
+func sipRec(name string, age int, ip string) *jkev1.StaticIP {
+	return &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, CreationTimestamp: metav1.NewTime(t0.Add(time.Duration(age) * time.Second))},
+		Spec: jkev1.StaticIPSpec{Pod: name, IP: ip, Node: "whatever"}}
+}
+
+func TestPlanReservations(t *testing.T) {
+	served := []ipam.Range{{Subnet: netip.MustParsePrefix("10.0.0.0/24")}}
+	a := netip.MustParseAddr
+	cases := []struct {
+		name             string
+		sips             []*jkev1.StaticIP
+		holder, reserved map[netip.Addr]string
+		want             string // ip=pod,...
+		duplicates, wins string // names of records reported; of the winners they name
+		invalid          string
+	}{
+		{name: "by range, not by node", sips: []*jkev1.StaticIP{sipRec("in", 1, "10.0.0.5"), sipRec("out", 1, "10.0.1.5"), sipRec("none", 1, "")},
+			want: "10.0.0.5=ns/in"},
+		{name: "same IP: the oldest wins", sips: []*jkev1.StaticIP{sipRec("b", 2, "10.0.0.5"), sipRec("a", 1, "10.0.0.5"), sipRec("c", 3, "10.0.0.6")},
+			want: "10.0.0.5=ns/a,10.0.0.6=ns/c", duplicates: "a,b", wins: "a,a"},
+		{name: "same IP: the holder wins", sips: []*jkev1.StaticIP{sipRec("a", 1, "10.0.0.5"), sipRec("b", 2, "10.0.0.5")},
+			holder: map[netip.Addr]string{a("10.0.0.5"): "ns/b"}, want: "10.0.0.5=ns/b", duplicates: "a,b", wins: "b,b"},
+		{name: "same IP: the current reservation wins", sips: []*jkev1.StaticIP{sipRec("a", 1, "10.0.0.5"), sipRec("b", 2, "10.0.0.5")},
+			reserved: map[netip.Addr]string{a("10.0.0.5"): "ns/b"}, want: "10.0.0.5=ns/b", duplicates: "a,b", wins: "b,b"},
+		{name: "one pod, two IPs", sips: []*jkev1.StaticIP{{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "x", CreationTimestamp: metav1.NewTime(t0)}, Spec: jkev1.StaticIPSpec{Pod: "p", IP: "10.0.0.7"}},
+			{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "y", CreationTimestamp: metav1.NewTime(t0.Add(time.Second))}, Spec: jkev1.StaticIPSpec{Pod: "p", IP: "10.0.0.8"}}},
+			want: "10.0.0.7=ns/p", duplicates: "x,y", wins: "x,x"},
+		{name: "the same claim twice is no conflict", sips: []*jkev1.StaticIP{sipRec("a", 1, "10.0.0.5"), sipRec("a", 1, "10.0.0.5")},
+			want: "10.0.0.5=ns/a"},
+		{name: "malformed IP", sips: []*jkev1.StaticIP{sipRec("bad", 1, "10.0.0"), sipRec("ok", 1, "::ffff:10.0.0.9")},
+			want: "10.0.0.9=ns/ok", invalid: "bad"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := planReservations(c.sips, served, c.holder, c.reserved)
+			var got, dups, wins, invalid []string
+			for _, r := range p.reservations {
+				got = append(got, r.IP.String()+"="+r.Pod.Key())
+			}
+			sort.Strings(got)
+			sort.Slice(p.duplicates, func(i, j int) bool { return p.duplicates[i].sip.Name < p.duplicates[j].sip.Name })
+			for _, d := range p.duplicates {
+				dups = append(dups, d.sip.Name)
+				wins = append(wins, d.winner.Name)
+			}
+			for _, s := range p.invalid {
+				invalid = append(invalid, s.Name)
+			}
+			if strings.Join(got, ",") != c.want || strings.Join(dups, ",") != c.duplicates || strings.Join(wins, ",") != c.wins || strings.Join(invalid, ",") != c.invalid {
+				t.Fatalf("reservations %v duplicates %v winners %v invalid %v; want %s / %s / %s / %s", got, dups, wins, invalid, c.want, c.duplicates, c.wins, c.invalid)
+			}
+		})
+	}
+}
+
+func TestJudge(t *testing.T) {
+	now := t0.Add(time.Hour)
+	pods := indexPods([]*corev1.Pod{
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "run", UID: "u-run"}},
+		{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "etcd-n1", UID: "u-mirror", Annotations: map[string]string{corev1.MirrorPodAnnotationKey: "h"}}},
+	})
+	old, young := now.Add(-10*time.Minute), now.Add(-10*time.Second)
+	al := func(ns, name, uid, cid string, at time.Time) ipam.Allocation {
+		return ipam.Allocation{Pod: ipam.PodRef{Namespace: ns, Name: name, UID: uid}, Attachment: ipam.Attachment{ContainerID: cid, IfName: "eth0"}, AllocatedAt: at}
+	}
+	veths := map[string]bool{plugin.HostVethName("c-sandbox", "eth0"): true, "sip0123456789a": true}
+	cases := []struct {
+		al     ipam.Allocation
+		free   bool
+		spared string
+	}{
+		{al("ns", "run", "u-run", "c1", old), false, ""},
+		{al("ns", "run", "u-old", "c2", old), true, ""}, // an earlier incarnation of run
+		{al("ns", "run", "", "c3", old), false, ""},     // no UID recorded: by name
+		{al("kube-system", "etcd-n1", "u-kubelet", "c4", old), false, ""},
+		{al("ns", "gone", "u-gone", "c5", old), true, ""},
+		{al("ns", "gone", "u-gone", "c6", young), false, spareYoung},
+		{al("ns", "gone", "u-gone", "c-sandbox", old), false, spareSandbox},
+		{al("", "", "", "c7", old), false, ""}, // not a pod's
+		{al("ns", "gone", "u-gone", "c8", time.Time{}), true, ""},
+		{ipam.Allocation{Pod: ipam.PodRef{Namespace: "ns", Name: "gone"}, Attachment: ipam.RecoveredAttachment("sip0123456789a"), AllocatedAt: old}, false, spareSandbox},
+		{ipam.Allocation{Pod: ipam.PodRef{Namespace: "ns", Name: "gone"}, Attachment: ipam.RecoveredAttachment("sip00000000000"), AllocatedAt: old}, true, ""},
+		{ipam.Allocation{Attachment: ipam.RecoveredAttachment("sip0123456789a"), AllocatedAt: old}, false, spareSandbox},
+		{ipam.Allocation{Attachment: ipam.RecoveredAttachment("sip00000000000"), AllocatedAt: old}, true, ""},
+	}
+	for i, c := range cases {
+		free, spared := judge(c.al, pods, veths, now, 2*time.Minute)
+		if free != c.free || spared != c.spared {
+			t.Errorf("case %d (%s %s): free=%v spared=%q, want %v %q", i, c.al.Pod, c.al.Attachment.ContainerID, free, spared, c.free, c.spared)
+		}
+	}
+}
