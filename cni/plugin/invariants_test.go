@@ -435,3 +435,65 @@ func TestOnlyAddNeedsValidRanges(t *testing.T) {
 		})
 	}
 }
+
+// Item 7, the plugin's side of a rebuild: while the store is recovering ADD fails with "try
+// again later" and STATUS is not ready; afterwards an imported IP is never reissued, GC keeps
+// it while its veth exists, and the runtime's DEL of that container finds and releases it.
+func TestRebuiltDatabaseKeepsImportedIPs(t *testing.T) {
+	h := newHarness(t)
+	path := ipam.NetworkPath(h.dataDir, testNetwork)
+	os.MkdirAll(filepath.Dir(path), 0o700)
+	os.WriteFile(path, []byte(strings.Repeat("garbage!", 4096)), 0o600)
+	veth := HostVethName("ctr-live", "eth0")
+	if err := h.host.Do(func(ns.NetNS) error {
+		return netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: veth}, PeerName: "live-peer"})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	db, err := ipam.Recover(ipam.ForNetwork(h.dataDir, testNetwork))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.Import([]ipam.Allocation{{IP: netip.MustParseAddr("10.123.0.3"), Attachment: ipam.RecoveredAttachment(veth),
+		Pod: ipam.PodRef{Namespace: "ns", Name: "live"}}}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+
+	pod := newNS(t, "rebuild")
+	args := podArgs(pod, "ctr-new", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=new", h.conf(nil))
+	if _, err := h.add(args); err == nil {
+		t.Fatal("ADD allocated while the database is being rebuilt")
+	} else if code, msg := cniCode(err); code != types.ErrTryAgainLater || !strings.Contains(msg, "being rebuilt") {
+		t.Fatalf("ADD while rebuilding: %v", err)
+	}
+	if code, msg := cniCode(h.plugin.Status(&skel.CmdArgs{StdinData: h.conf(nil)})); code != types.ErrPluginNotAvailable || !strings.Contains(msg, "being rebuilt") {
+		t.Fatalf("STATUS while rebuilding: code %d %q", code, msg)
+	}
+	db = h.openStore()
+	if err := db.FinishRecovery(); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	if got := h.mustAdd(args).IPs[0].Address.IP.String(); got == "10.123.0.3" {
+		t.Fatal("the rebuilt database reissued the imported 10.123.0.3")
+	}
+	gc := h.conf(map[string]any{"cni.dev/valid-attachments": []map[string]string{{"containerID": "ctr-new", "ifname": "eth0"}}})
+	if err := h.host.Do(func(ns.NetNS) error { return h.plugin.GC(&skel.CmdArgs{StdinData: gc}) }); err != nil {
+		t.Fatal(err)
+	}
+	if as := h.allocations(); len(as) != 2 {
+		t.Fatalf("GC freed the imported allocation whose veth exists: %+v", as)
+	}
+	gone := podArgs(pod, "ctr-live", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=live", h.conf(nil))
+	gone.Netns = "/var/run/netns/cni-does-not-exist"
+	if err := h.del(gone); err != nil {
+		t.Fatal(err)
+	}
+	if as := h.allocations(); len(as) != 1 || as[0].Attachment.ContainerID != "ctr-new" {
+		t.Fatalf("DEL of the recovered container: allocations %+v", as)
+	}
+	if links := h.hostLinks(); len(links) != 1 {
+		t.Fatalf("host veths after DEL: %v", links)
+	}
+}
