@@ -107,12 +107,19 @@ func TestPluginCredentialOnTheNode(t *testing.T) {
 	}
 	ns := f.Namespace(t, "e2e-cni-cred")
 	for _, n := range []string{mine, other} {
+		// staticip-enabled without an IP: the plugin picks one and writes it back to the pod
+		// with this very credential, through the policy.
 		p := testServerPod("on-"+n, n, map[string]string{"app": "web"})
+		p.Annotations = map[string]string{jkev1.AnnotationEnable: "true"}
 		if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		if _, err := f.WaitForPodRunning(ctx, ns, p.Name, rolloutTimeout); err != nil {
+		running, err := f.WaitForPodRunning(ctx, ns, p.Name, rolloutTimeout)
+		if err != nil {
 			t.Fatal(err)
+		}
+		if got := running.Annotations[jkev1.AnnotationIPAddress]; got != running.Status.PodIP {
+			t.Errorf("pod %s runs with %s; the plugin's write-back left ip-address=%q", p.Name, running.Status.PodIP, got)
 		}
 	}
 	dry := metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}}
