@@ -349,3 +349,47 @@ func (w *ipWatcher) violations() []string {
 	defer w.mu.Unlock()
 	return append([]string(nil), w.errs...)
 }
+
+// TestIPWatcherDetectsViolations: the chaos test's checker, on made-up states, reports both
+// kinds of violation and nothing else (no cluster needed).
+func TestIPWatcherDetectsViolations(t *testing.T) {
+	pod := func(ns, name, ip string, phase corev1.PodPhase, hostNetwork bool) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+			Spec: corev1.PodSpec{HostNetwork: hostNetwork}, Status: corev1.PodStatus{Phase: phase, PodIP: ip}}
+	}
+	sip := func(name, ip string) *jkev1.StaticIP {
+		return &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Namespace: "t", Name: name}, Spec: jkev1.StaticIPSpec{IP: ip, Pod: name}}
+	}
+	for _, c := range []struct {
+		name string
+		pods []*corev1.Pod
+		sips []*jkev1.StaticIP
+		want []string
+	}{
+		{"fine", []*corev1.Pod{pod("t", "a", "10.0.0.1", corev1.PodRunning, false), pod("t", "b", "10.0.0.2", corev1.PodRunning, false),
+			pod("t", "old", "10.0.0.1", corev1.PodFailed, false), pod("kube-system", "agent", "10.0.0.2", corev1.PodRunning, true)},
+			[]*jkev1.StaticIP{sip("a", "10.0.0.1"), sip("gone", "10.0.0.9")}, nil},
+		{"two Running pods share an IP", []*corev1.Pod{pod("t", "a", "10.0.0.1", corev1.PodRunning, false), pod("u", "x", "10.0.0.1", corev1.PodRunning, false)},
+			nil, []string{"IP 10.0.0.1 held by 2 Running pods: t/a, u/x"}},
+		{"a StaticIP's IP held by another pod", []*corev1.Pod{pod("t", "b", "10.0.0.1", corev1.PodRunning, false)},
+			[]*jkev1.StaticIP{sip("a", "10.0.0.1")}, []string{"StaticIP t/a's IP 10.0.0.1 is held by pod t/b"}},
+	} {
+		w := &ipWatcher{ns: "t", pods: map[string]*corev1.Pod{}, sips: map[string]*jkev1.StaticIP{}}
+		for _, p := range c.pods {
+			w.pods[p.Namespace+"/"+p.Name] = p
+		}
+		for _, s := range c.sips {
+			w.sips[s.Name] = s
+		}
+		w.check("now")
+		if len(w.errs) != len(c.want) {
+			t.Errorf("%s: got %q, want %q", c.name, w.errs, c.want)
+			continue
+		}
+		for i := range c.want {
+			if !strings.Contains(w.errs[i], c.want[i]) {
+				t.Errorf("%s: got %q, want %q", c.name, w.errs[i], c.want[i])
+			}
+		}
+	}
+}
