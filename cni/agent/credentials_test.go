@@ -10,6 +10,7 @@ import (
 
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -170,6 +171,51 @@ func TestPluginCredentialWritesOnlyTheIPAnnotationOfItsNode(t *testing.T) {
 	}
 	// The plugin's own write-back (cni/plugin/kube.go annotatePod): a merge patch guarded by the UID.
 	writeBack := []byte(`{"metadata":{"uid":"` + string(mine.UID) + `","annotations":{"` + jkev1.AnnotationIPAddress + `":"10.1.0.5"}}}`)
+	// A role bound to the plugin's identity by mistake still gives it nothing: the policy
+	// matches every write it makes.
+	tooMuch := "staticip-cni-too-much-" + suffix
+	if _, err := kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: tooMuch},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "configmaps", "pods/status"}, Verbs: []string{"*"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: tooMuch},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: tooMuch},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "staticip-cni", Namespace: "kube-system"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), tooMuch, metav1.DeleteOptions{})
+		_ = kube.RbacV1().ClusterRoles().Delete(context.Background(), tooMuch, metav1.DeleteOptions{})
+	})
+	for what, do := range map[string]func() error{
+		"delete a pod": func() error {
+			return plugin.CoreV1().Pods(nsName).Delete(ctx, other.Name, metav1.DeleteOptions{})
+		},
+		"create a configmap": func() error {
+			_, err := plugin.CoreV1().ConfigMaps(nsName).Create(ctx, &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "x"}}, metav1.CreateOptions{})
+			return err
+		},
+		"update a pod's status": func() error {
+			p, err := plugin.CoreV1().Pods(nsName).Get(ctx, other.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			p.Status.Message = "evil"
+			_, err = plugin.CoreV1().Pods(nsName).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+			return err
+		},
+	} {
+		err := eventuallyErr(func() error { return do() })
+		if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "staticip-cni-writes") {
+			t.Errorf("with a role bound by mistake, the plugin's credential could %s (or was refused by something else): %v", what, err)
+		} else {
+			t.Logf("refused as it should, whatever RBAC says: %s: %v", what, err)
+		}
+	}
+	if err := kube.RbacV1().ClusterRoleBindings().Delete(ctx, tooMuch, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
 	if _, err := plugin.CoreV1().Pods(nsName).Patch(ctx, mine.Name, types.MergePatchType, writeBack, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("the plugin's credential cannot write back the IP of a pod of its own node: %v", err)
 	}
@@ -255,4 +301,16 @@ func TestNodeBoundTokensRenewBeforeExpiry(t *testing.T) {
 	if tok, err := src.Token(); tok != "" || err == nil {
 		t.Errorf("expired and not renewable: got a token (%v) or no error (%v)", tok != "", err)
 	}
+}
+
+// eventuallyErr retries do while RBAC has not caught up with a new binding (a Forbidden that
+// is RBAC's, not the policy's), at most 10s, and returns its last error.
+func eventuallyErr(do func() error) error {
+	var err error
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		if err = do(); err == nil || !strings.Contains(err.Error(), "cannot ") {
+			return err
+		}
+	}
+	return err
 }
