@@ -201,7 +201,7 @@ func TestCNIKeepsTheIPWhileTheStaticIPExists(t *testing.T) {
 	}
 	rng := rangesByNode[target][0]
 	ip := hostInRange(t, rng, 200)
-	ns := f.Namespace(t, "e2e-cni-keep")
+	ns := f.IPRequestNamespace(t, "e2e-cni-keep")
 	cs := versioned.NewForConfigOrDie(f.Config)
 	pods := f.Client.CoreV1().Pods(ns)
 
@@ -266,7 +266,7 @@ func TestCNIBadInputShowsInPodEvents(t *testing.T) {
 	if len(rangesByNode[node]) == 0 || len(rangesByNode[other]) == 0 {
 		t.Fatalf("nodes %s and %s need IPRanges", node, other)
 	}
-	ns := f.Namespace(t, "e2e-cni-bad")
+	ns := f.IPRequestNamespace(t, "e2e-cni-bad")
 	pods := f.Client.CoreV1().Pods(ns)
 	onNode := func(name, ip string) *corev1.Pod {
 		p := testServerPod(name, "", nil)

@@ -29,7 +29,7 @@ func TestSchedulerPinsPodToNodeOwningItsIP(t *testing.T) {
 		t.Skipf("node %s has no podCIDR to carve an IPRange from", target.Name)
 	}
 	cs := versioned.NewForConfigOrDie(f.Config)
-	ns := f.Namespace(t, "e2e-sched")
+	ns := f.IPRequestNamespace(t, "e2e-sched")
 
 	// The IP comes from an IPRange of the target node: its own when the cluster has one per
 	// node (the staticip CNI), else a /28 at the top of its pod CIDR made for this test.
@@ -101,7 +101,7 @@ func TestSchedulerKeepsRoomForADeletedStaticIPPod(t *testing.T) {
 		t.Fatalf("node %s has no IPRange", target.Name)
 	}
 	ip := hostInRange(t, rangesByNode[target.Name][0], 210)
-	ns := f.Namespace(t, "e2e-sched-keep")
+	ns := f.IPRequestNamespace(t, "e2e-sched-keep")
 	cs := versioned.NewForConfigOrDie(f.Config)
 	pods := f.Client.CoreV1().Pods(ns)
 

@@ -8,7 +8,6 @@ package agent
 import (
 	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -72,38 +71,9 @@ type Config struct {
 	GCGrace time.Duration
 	// PluginCredentials, when set, are written as a kubeconfig to
 	// CNIConfDir/filepath.Base(PluginKubeconfig) on every sync, so the plugin (which the
-	// runtime execs on the host, outside any pod) can use the agent's service-account
-	// token; the file follows the token as the kubelet rotates it.
+	// runtime execs on the host, outside any pod) can reach the API server with its own
+	// node-bound token (credentials.go); the file follows the token as it is renewed.
 	PluginCredentials *Credentials
-}
-
-// Credentials say how the plugin reaches the API server: the agent's own in-cluster
-// server address, CA file and (projected, rotating) token file.
-type Credentials struct {
-	Server, CAFile, TokenFile string
-}
-
-// pluginKubeconfig renders the plugin's kubeconfig with the CA and token inline: the files
-// they come from live inside the agent's container, where the plugin cannot read them.
-func (c Credentials) pluginKubeconfig() ([]byte, error) {
-	ca, err := os.ReadFile(c.CAFile)
-	if err != nil {
-		return nil, fmt.Errorf("CA of the plugin kubeconfig: %w", err)
-	}
-	token, err := os.ReadFile(c.TokenFile)
-	if err != nil {
-		return nil, fmt.Errorf("token of the plugin kubeconfig: %w", err)
-	}
-	cfg := map[string]any{
-		"apiVersion":      "v1",
-		"kind":            "Config",
-		"current-context": "staticip",
-		"clusters": []any{map[string]any{"name": "staticip", "cluster": map[string]any{
-			"server": c.Server, "certificate-authority-data": base64.StdEncoding.EncodeToString(ca)}}},
-		"users":    []any{map[string]any{"name": "staticip", "user": map[string]any{"token": strings.TrimSpace(string(token))}}},
-		"contexts": []any{map[string]any{"name": "staticip", "context": map[string]any{"cluster": "staticip", "user": "staticip"}}},
-	}
-	return json.MarshalIndent(cfg, "", "  ")
 }
 
 // Agent runs the sync.

@@ -293,7 +293,7 @@ func TestPluginKubeconfigFollowsTheToken(t *testing.T) {
 	confDir := filepath.Join(dir, "net.d")
 	a := New(Config{NodeName: "cni-no-range-" + suffix, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: confDir, DataDir: dir,
 		PluginKubeconfig:  "/etc/cni/net.d/staticip-kubeconfig",
-		PluginCredentials: &Credentials{Server: env.Config.Host, CAFile: caFile, TokenFile: tokenFile}}, kube, sip, nil)
+		PluginCredentials: &Credentials{Server: env.Config.Host, CAFile: caFile, Tokens: TokenFile(tokenFile)}}, kube, sip, nil)
 	if err := a.Start(ctx); err != nil {
 		t.Fatal(err)
 	}

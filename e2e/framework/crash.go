@@ -64,3 +64,35 @@ func containerRunning(pod *corev1.Pod, container string) bool {
 	}
 	return false
 }
+
+// localClusterMarker is the environment entry tools/localcluster gives every process of the
+// cluster whose state directory is dir (cluster/proc.go): it tells our kube-apiserver from
+// any other on the machine.
+func localClusterMarker(dir string) string { return "STATICIP_LOCALCLUSTER=" + dir }
+
+// StopAPIServer stops the local cluster's kube-apiserver with SIGSTOP: every request and
+// watch to it hangs (no answer, no error) until resume sends SIGCONT — an API server that
+// is down for everyone, while etcd and every other component keep running. The process is
+// the one recorded in <state dir>/pids/kube-apiserver.pid, the state dir being the directory
+// of the kubeconfig (as localcluster writes it), and must carry that cluster's marker; ok is
+// false on any other cluster, so callers can skip. Callers must resume (t.Cleanup) even when
+// the test fails.
+func (f *Framework) StopAPIServer() (resume func() error, ok bool, err error) {
+	stateDir := filepath.Dir(f.Kubeconfig)
+	b, err := os.ReadFile(filepath.Join(stateDir, "pids", "kube-apiserver.pid"))
+	if err != nil {
+		return nil, false, nil
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil {
+		return nil, false, nil
+	}
+	environ, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
+	if err != nil || !strings.Contains("\x00"+string(environ)+"\x00", "\x00"+localClusterMarker(stateDir)+"\x00") {
+		return nil, false, nil
+	}
+	if err := syscall.Kill(pid, syscall.SIGSTOP); err != nil {
+		return nil, true, fmt.Errorf("SIGSTOP kube-apiserver (pid %d): %w", pid, err)
+	}
+	return func() error { return syscall.Kill(pid, syscall.SIGCONT) }, true, nil
+}

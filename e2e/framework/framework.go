@@ -115,8 +115,22 @@ func (f *Framework) BuildNodeTool(dir string) error {
 // events, pods and logs are printed first if the test failed.
 func (f *Framework) Namespace(t *testing.T, prefix string) string {
 	t.Helper()
+	return f.NamespaceWithLabels(t, prefix, nil)
+}
+
+// IPRequestNamespace is a Namespace that opted in to pods asking for an IP themselves
+// (label staticip.jke.jdcloud.com/allow-ip-request=true, manifests/admission): the tests that
+// create pods carrying the ip-address annotation run in one.
+func (f *Framework) IPRequestNamespace(t *testing.T, prefix string) string {
+	t.Helper()
+	return f.NamespaceWithLabels(t, prefix, map[string]string{"staticip.jke.jdcloud.com/allow-ip-request": "true"})
+}
+
+// NamespaceWithLabels is Namespace with labels on the namespace.
+func (f *Framework) NamespaceWithLabels(t *testing.T, prefix string, labels map[string]string) string {
+	t.Helper()
 	ns, err := f.Client.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{
-		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-"},
+		ObjectMeta: metav1.ObjectMeta{GenerateName: prefix + "-", Labels: labels},
 	}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatalf("create namespace: %v", err)

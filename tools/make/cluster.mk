@@ -8,7 +8,7 @@ CLUSTER_STATE_DIR  ?= /var/lib/staticip-localcluster
 CLUSTER_FLAGS      ?= --nodes=$(CLUSTER_NODES) --state-dir=$(CLUSTER_STATE_DIR)
 CLUSTER_KUBECONFIG := $(CLUSTER_STATE_DIR)/kubeconfig
 KUBECTL            := $(BIN)/kubectl --kubeconfig=$(CLUSTER_KUBECONFIG)
-E2E_FLAGS          ?= -count=1 -p 1 -timeout 20m -v
+E2E_FLAGS          ?= -count=1 -p 1 -timeout 30m -v
 
 .PHONY: localcluster images up down status demo e2e e2e-suite e2e-lifecycle
 

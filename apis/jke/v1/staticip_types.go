@@ -13,6 +13,10 @@ const (
 	// AnnotationIPAddress on a pod is the IP the CNI must give it. The controller sets it from the
 	// StaticIP record; the CNI writes it back when it picked the IP itself.
 	AnnotationIPAddress = "staticip.jke.jdcloud.com/ip-address"
+	// LabelAllowIPRequest on a namespace with value "true" lets its users create pods that carry
+	// AnnotationIPAddress (manifests/admission); elsewhere only the staticip controller-manager
+	// and CNI set it.
+	LabelAllowIPRequest = "staticip.jke.jdcloud.com/allow-ip-request"
 )
 
 // StaticIPPhase is where a StaticIP is in its life.

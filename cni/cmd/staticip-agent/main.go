@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -30,7 +31,9 @@ func main() {
 	flag.StringVar(&cfg.CNIConfDir, "cni-conf-dir", "/etc/cni/net.d", "CNI configuration directory")
 	flag.StringVar(&cfg.ConfName, "conf-name", "10-staticip.conflist", "conflist file name")
 	flag.StringVar(&cfg.PluginKubeconfig, "plugin-kubeconfig", "", "kubeconfig path the plugin uses, as the host sees it (written into the conflist)")
-	writeKubeconfig := flag.Bool("write-plugin-kubeconfig", true, "in-cluster: write the plugin's kubeconfig (API server, CA, this agent's service-account token) to <cni-conf-dir>/<base of --plugin-kubeconfig>")
+	writeKubeconfig := flag.Bool("write-plugin-kubeconfig", true, "in-cluster: write the plugin's kubeconfig (API server, CA, a token of --plugin-service-account bound to this node) to <cni-conf-dir>/<base of --plugin-kubeconfig>")
+	pluginSA := flag.String("plugin-service-account", "kube-system/staticip-cni", "namespace/name of the plugin's service account, whose node-bound tokens the agent mints (TokenRequest) for the plugin's kubeconfig")
+	pluginTokenLifetime := flag.Duration("plugin-token-lifetime", agent.DefaultPluginTokenLifetime, "lifetime asked for the plugin's tokens (at least 10m); each is renewed after 80% of it")
 	flag.StringVar(&cfg.DataDir, "data-dir", "/var/lib/staticip", "directory of ipam.db")
 	flag.StringVar(&cfg.CNIVersion, "cni-version", agent.DefaultCNIVersion, "cniVersion of the conflist: 1.0.0 for containerd 1.6/1.7; 1.1.0 adds GC and STATUS on runtimes that support them")
 	flag.IntVar(&cfg.MTU, "mtu", 1500, "pod MTU")
@@ -60,10 +63,17 @@ func main() {
 		fmt.Fprintln(os.Stderr, "staticip-agent:", err)
 		os.Exit(1)
 	}
-	if *kubeconfig == "" && *writeKubeconfig && cfg.PluginKubeconfig != "" {
-		cfg.PluginCredentials = &agent.Credentials{Server: restCfg.Host, CAFile: restCfg.TLSClientConfig.CAFile, TokenFile: restCfg.BearerTokenFile}
+	saNamespace, saName, ok := strings.Cut(*pluginSA, "/")
+	if !ok || saNamespace == "" || saName == "" || *pluginTokenLifetime < 10*time.Minute {
+		fmt.Fprintf(os.Stderr, "staticip-agent: --plugin-service-account=%q must be namespace/name and --plugin-token-lifetime=%s at least 10m\n", *pluginSA, *pluginTokenLifetime)
+		os.Exit(2)
 	}
-	a := agent.New(cfg, kubernetes.NewForConfigOrDie(restCfg), versioned.NewForConfigOrDie(restCfg), os.Stderr)
+	kube := kubernetes.NewForConfigOrDie(restCfg)
+	if *kubeconfig == "" && *writeKubeconfig && cfg.PluginKubeconfig != "" {
+		cfg.PluginCredentials = &agent.Credentials{Server: restCfg.Host, CAFile: restCfg.TLSClientConfig.CAFile,
+			Tokens: &agent.NodeBoundTokens{Kube: kube, Namespace: saNamespace, ServiceAccount: saName, Node: cfg.NodeName, Lifetime: *pluginTokenLifetime}}
+	}
+	a := agent.New(cfg, kube, versioned.NewForConfigOrDie(restCfg), os.Stderr)
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	srv := &http.Server{Addr: *listen, Handler: a.Handler(3 * *interval), ReadHeaderTimeout: 5 * time.Second}

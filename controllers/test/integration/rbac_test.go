@@ -1,82 +1,32 @@
 package integration
 
 import (
-	"bytes"
 	"context"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
-	"sigs.k8s.io/yaml"
 
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/controllers/pkg/manager"
 	"github.com/staticip/staticip/tools/testenv"
 )
 
-// applyRBAC creates the objects of manifests/controller-manager/{namespace,rbac}.yaml.
+// applyRBAC applies manifests/controller-manager/{namespace,rbac}.yaml unchanged.
 func (f *fixture) applyRBAC() {
 	f.t.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	var docs [][]byte
-	for _, file := range []string{"namespace.yaml", "rbac.yaml"} {
-		data, err := os.ReadFile(filepath.Join(root, "manifests", "controller-manager", file))
-		if err != nil {
-			f.t.Fatal(err)
-		}
-		docs = append(docs, bytes.Split(data, []byte("\n---"))...)
-	}
-	ignoreExists := func(err error) {
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			f.t.Fatal(err)
-		}
-	}
-	for _, doc := range docs {
-		var meta metav1.TypeMeta
-		if err := yaml.Unmarshal(doc, &meta); err != nil || meta.Kind == "" {
-			continue
-		}
-		var err error
-		switch meta.Kind {
-		case "Namespace":
-			var o corev1.Namespace
-			_ = yaml.UnmarshalStrict(doc, &o)
-			_, err = f.kube.CoreV1().Namespaces().Create(f.ctx, &o, metav1.CreateOptions{})
-		case "ServiceAccount":
-			var o corev1.ServiceAccount
-			_ = yaml.UnmarshalStrict(doc, &o)
-			_, err = f.kube.CoreV1().ServiceAccounts(o.Namespace).Create(f.ctx, &o, metav1.CreateOptions{})
-		case "ClusterRole":
-			var o rbacv1.ClusterRole
-			_ = yaml.UnmarshalStrict(doc, &o)
-			_, err = f.kube.RbacV1().ClusterRoles().Create(f.ctx, &o, metav1.CreateOptions{})
-		case "ClusterRoleBinding":
-			var o rbacv1.ClusterRoleBinding
-			_ = yaml.UnmarshalStrict(doc, &o)
-			_, err = f.kube.RbacV1().ClusterRoleBindings().Create(f.ctx, &o, metav1.CreateOptions{})
-		case "Role":
-			var o rbacv1.Role
-			_ = yaml.UnmarshalStrict(doc, &o)
-			_, err = f.kube.RbacV1().Roles(o.Namespace).Create(f.ctx, &o, metav1.CreateOptions{})
-		case "RoleBinding":
-			var o rbacv1.RoleBinding
-			_ = yaml.UnmarshalStrict(doc, &o)
-			_, err = f.kube.RbacV1().RoleBindings(o.Namespace).Create(f.ctx, &o, metav1.CreateOptions{})
-		default:
-			f.t.Fatalf("rbac.yaml: unexpected kind %s", meta.Kind)
-		}
-		ignoreExists(err)
+	dir := filepath.Join(root, "manifests", "controller-manager")
+	if err := testenv.ApplyFiles(f.ctx, f.cfg, []string{filepath.Join(dir, "namespace.yaml"), filepath.Join(dir, "rbac.yaml")}); err != nil {
+		f.t.Fatal(err)
 	}
 }
 

@@ -152,6 +152,10 @@ func Up(ctx context.Context, o Options) error {
 		if _, err := l.kubectl("", "wait", "--for=condition=Established", "--timeout=60s", "-f", o.CRDDir); err != nil {
 			return err
 		}
+		o.Logf("control plane: staticip admission policies from manifests/admission")
+		if err := l.installAdmission(); err != nil {
+			return err
+		}
 	}
 	if l.Scheduler == "staticip-scheduler" {
 		if o.CRDDir == "" {

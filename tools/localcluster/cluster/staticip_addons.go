@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 
 	"github.com/staticip/staticip/tools/images/imagebuilder"
@@ -82,4 +83,13 @@ func (l *layout) installControllerManager() error {
 		return fmt.Errorf("staticip-controller-manager not available (kubectl -n %s get pods; logs of its pods): %w", controllerManagerNamespace, err)
 	}
 	return nil
+}
+
+// installAdmission applies the shipped manifests/admission unchanged (who may set the
+// ip-address annotation; cni/README.md, "Trust model"), before any workload exists, as a
+// cluster running staticip should have it. Tests that create pods asking for an IP themselves
+// label their namespace staticip.jke.jdcloud.com/allow-ip-request=true.
+func (l *layout) installAdmission() error {
+	_, err := l.kubectl("", "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(l.RepoRoot, "manifests", "admission"))
+	return err
 }

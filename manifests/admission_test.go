@@ -1,0 +1,165 @@
+package manifests_test
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/tools/testenv"
+)
+
+const (
+	optInLabel     = "staticip.jke.jdcloud.com/allow-ip-request"
+	controllerUser = "system:serviceaccount:staticip-system:staticip-controller-manager"
+)
+
+// manifests/admission on a real API server: who may set the ip-address annotation. A user
+// may ask for an IP only when creating a pod in a namespace that opted in; nobody but the
+// staticip controller-manager (and the CNI, see cni/agent) adds, changes or removes it on an
+// existing pod — by update, status update or binding.
+func TestIPAddressAnnotationPolicy(t *testing.T) {
+	env := testenv.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	admin := kubernetes.NewForConfigOrDie(env.Config)
+	if err := testenv.ApplyKustomization(ctx, env.Config, "admission"); err != nil {
+		t.Fatal(err)
+	}
+	suffix := fmt.Sprint(time.Now().UnixNano() % 1000000)
+	closed, open := "closed-"+suffix, "open-"+suffix
+	for ns, labels := range map[string]map[string]string{closed: nil, open: {optInLabel: "true"}} {
+		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// alice may do anything with pods; so may the controller-manager's identity.
+	role := "pod-writer-" + suffix
+	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role},
+		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "pods/status", "pods/binding"}, Verbs: []string{"*"}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: "alice"}, {Kind: rbacv1.ServiceAccountKind, Name: "staticip-controller-manager", Namespace: "staticip-system"}}},
+		metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	as := func(user string) kubernetes.Interface {
+		cfg := rest.CopyConfig(env.Config)
+		cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+		return kubernetes.NewForConfigOrDie(cfg)
+	}
+	alice, controller := as("alice"), as(controllerUser)
+	newPod := func(name, ip string) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "web"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "pause:1"}}}}
+		if ip != "" {
+			p.Annotations = map[string]string{jkev1.AnnotationIPAddress: ip}
+		}
+		return p
+	}
+	// The policy takes effect a moment after it is created: wait (at most 20s) until a dry
+	// run of a request it refuses is refused; the checks below say what went through.
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if _, err := alice.CoreV1().Pods(closed).Create(ctx, newPod("probe", "10.9.0.1"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			break
+		}
+	}
+
+	mustCreate := func(c kubernetes.Interface, ns string, p *corev1.Pod) *corev1.Pod {
+		t.Helper()
+		got, err := c.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatalf("create %s/%s: %v", ns, p.Name, err)
+		}
+		return got
+	}
+	annotate := func(c kubernetes.Interface, ns, name string, value any) error {
+		v := "null"
+		if s, ok := value.(string); ok {
+			v = `"` + s + `"`
+		}
+		_, err := c.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+jkev1.AnnotationIPAddress+`":`+v+`}}}`), metav1.PatchOptions{})
+		return err
+	}
+	asked := mustCreate(alice, open, newPod("asked", "10.9.0.2"))                 // opted in: allowed
+	plain := mustCreate(alice, closed, newPod("plain", ""))                       // no annotation: allowed anywhere
+	native := mustCreate(alice, closed, newPod("native", ""))                     // the controller annotates it later
+	if err := annotate(controller, closed, native.Name, "10.9.0.3"); err != nil { // what the StaticIP controller does
+		t.Errorf("the controller-manager could not annotate an existing pod: %v", err)
+	}
+	mustCreate(controller, closed, newPod("by-controller", "10.9.0.4")) // what the EnhancedStatefulSet controller does
+	if _, err := alice.CoreV1().Pods(open).Patch(ctx, asked.Name, types.MergePatchType, []byte(`{"metadata":{"labels":{"app":"db"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Errorf("a label change of an annotated pod was refused: %v", err)
+	}
+
+	const createMsg = "staticip.jke.jdcloud.com/ip-address may be set by alice only in a namespace labelled staticip.jke.jdcloud.com/allow-ip-request=true; namespace " // + closed
+	const existingMsg = "staticip.jke.jdcloud.com/ip-address cannot be added, changed or removed on an existing pod"
+	for _, c := range []struct {
+		what, msg string
+		do        func() error
+	}{
+		{"create a pod asking for an IP in a namespace that did not opt in", createMsg + closed + " is not", func() error {
+			_, err := alice.CoreV1().Pods(closed).Create(ctx, newPod("asks", "10.9.0.5"), metav1.CreateOptions{})
+			return err
+		}},
+		{"add the annotation to an existing pod", existingMsg, func() error { return annotate(alice, closed, plain.Name, "10.9.0.6") }},
+		{"add the annotation to an existing pod of an opted-in namespace", existingMsg, func() error {
+			p := mustCreate(alice, open, newPod("later", ""))
+			return annotate(alice, open, p.Name, "10.9.0.7")
+		}},
+		{"change the annotation", existingMsg, func() error { return annotate(alice, open, asked.Name, "10.9.0.8") }},
+		{"remove the annotation", existingMsg, func() error { return annotate(alice, open, asked.Name, nil) }},
+		{"change the annotation through the status subresource", existingMsg, func() error {
+			p, err := alice.CoreV1().Pods(open).Get(ctx, asked.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if p.Annotations == nil {
+				p.Annotations = map[string]string{}
+			}
+			p.Annotations[jkev1.AnnotationIPAddress] = "10.9.0.9"
+			_, err = alice.CoreV1().Pods(open).UpdateStatus(ctx, p, metav1.UpdateOptions{})
+			return err
+		}},
+		{"set the annotation with a binding", existingMsg, func() error {
+			return alice.CoreV1().Pods(closed).Bind(ctx, &corev1.Binding{
+				ObjectMeta: metav1.ObjectMeta{Name: plain.Name, Annotations: map[string]string{jkev1.AnnotationIPAddress: "10.9.0.10"}},
+				Target:     corev1.ObjectReference{Kind: "Node", Name: "node-x"}}, metav1.CreateOptions{})
+		}},
+	} {
+		err := c.do()
+		switch {
+		case err == nil:
+			t.Errorf("alice could %s", c.what)
+		case !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), c.msg):
+			t.Errorf("%s: want Forbidden with %q, got %v", c.what, c.msg, err)
+		default:
+			t.Logf("refused as it should: %s: %v", c.what, err)
+		}
+	}
+	for ns, want := range map[string]map[string]string{open: {"asked": "10.9.0.2", "later": ""}, closed: {"plain": "", "native": "10.9.0.3", "by-controller": "10.9.0.4"}} {
+		for name, ip := range want {
+			p, err := admin.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := p.Annotations[jkev1.AnnotationIPAddress]; got != ip || p.Spec.NodeName != "" {
+				t.Errorf("pod %s/%s: ip-address %q node %q, want %q and unbound", ns, name, got, p.Spec.NodeName, ip)
+			}
+		}
+	}
+	_ = filepath.Join
+}
