@@ -425,6 +425,27 @@ func (t *txn) quarantined(ip netip.Addr, now time.Time, q time.Duration) bool {
 	return now.Sub(released) < q
 }
 
+// requestedQuarantined refuses an explicitly requested IP released less than the quarantine
+// ago, unless the requesting pod holds it already (a repeated ADD) or it is reserved for that
+// pod (its StaticIP names it): asking for an address must not bypass what next-free honours.
+func (d *DB) requestedQuarantined(t *txn, req AllocateRequest, now time.Time) error {
+	if !t.quarantined(req.IP, now, d.quarantine) {
+		return nil
+	}
+	if key := req.Pod.Key(); key != "" {
+		if cur := t.byPod.Get([]byte(key)); cur != nil && keyIP(cur) == req.IP {
+			return nil
+		}
+		if holder, err := t.alloc(req.IP); err != nil {
+			return err
+		} else if holder != nil && holder.Pod.Key() == key {
+			return nil
+		}
+	}
+	released := time.Unix(0, int64(binary.BigEndian.Uint64(t.quarantine.Get(ipKey(req.IP)))))
+	return &QuarantinedError{IP: req.IP, Until: released.Add(d.quarantine)}
+}
+
 func (t *txn) putQuarantine(ip netip.Addr, now time.Time) error {
 	var v [8]byte
 	binary.BigEndian.PutUint64(v[:], uint64(now.UnixNano()))
@@ -528,6 +549,9 @@ func (d *DB) choose(t *txn, ranges []Range, req AllocateRequest, now time.Time) 
 			return netip.Addr{}, Range{}, &DrainingError{IP: req.IP, Subnet: rng.Subnet}
 		}
 		if err := d.usableBy(t, rng, req.IP, req); err != nil {
+			return netip.Addr{}, Range{}, err
+		}
+		if err := d.requestedQuarantined(t, req, now); err != nil {
 			return netip.Addr{}, Range{}, err
 		}
 		return req.IP, rng, nil

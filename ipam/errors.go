@@ -32,6 +32,8 @@ var (
 	// ErrRecovering: the store is being rebuilt after corruption; nothing is allocated until
 	// the allocations found on the host are imported.
 	ErrRecovering = errors.New("database is being rebuilt")
+	// ErrQuarantined: an explicitly requested IP was released moments ago (try again later).
+	ErrQuarantined = errors.New("IP is quarantined")
 )
 
 // DrainingError: the IP lies in a range that moved away from this node and only drains.
@@ -201,3 +203,18 @@ func shortID(id string) string {
 	}
 	return id
 }
+
+// QuarantinedError: the requested IP was released less than the quarantine ago and is not
+// reserved for the requesting pod. Explicit requests (annotation, IP=, ips) wait like next-free
+// allocation does, so a just-freed address never moves to another pod by asking for it while
+// the network (conntrack, neighbour caches, peers' connections) may still know the old pod.
+type QuarantinedError struct {
+	IP    netip.Addr
+	Until time.Time
+}
+
+func (e *QuarantinedError) Error() string {
+	return fmt.Sprintf("IP %s was released moments ago and is quarantined until %s; try again later",
+		e.IP, e.Until.UTC().Format(time.RFC3339))
+}
+func (e *QuarantinedError) Unwrap() error { return ErrQuarantined }

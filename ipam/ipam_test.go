@@ -188,10 +188,32 @@ func TestQuarantine(t *testing.T) {
 	if c.IP != a.IP {
 		t.Fatalf("got %s, want the quarantined %s as last resort", c.IP, a.IP)
 	}
-	// A requested IP is honored even in quarantine.
+	// An explicitly requested IP (annotation, IP=, ips) is quarantined too: a just-freed
+	// address does not go to another pod by asking for it — try again later.
 	d.Release(att("c3"), false)
+	_, _, err = d.Allocate(AllocateRequest{Attachment: att("c4"), Pod: pod("ns", "d"), IP: a.IP})
+	var qe *QuarantinedError
+	if !errors.Is(err, ErrQuarantined) || !errors.As(err, &qe) || qe.IP != a.IP {
+		t.Fatalf("requested %s inside its quarantine: err %v, want ErrQuarantined", a.IP, err)
+	}
+	if all, _ := d.Allocations(); len(all) != 1 {
+		t.Fatalf("a refused request left allocations: %+v", all)
+	}
+	// A reservation for the requesting pod wins over the quarantine (its StaticIP names it).
+	if err := d.Reserve(Reservation{IP: a.IP, Pod: pod("ns", "e")}); err != nil {
+		t.Fatal(err)
+	}
+	if got := allocate(t, d, AllocateRequest{Attachment: att("c5"), Pod: pod("ns", "e"), IP: a.IP}); got.IP != a.IP {
+		t.Fatalf("pod e requested its reserved %s, got %s", a.IP, got.IP)
+	}
+	d.Release(att("c5"), false)
+	if _, err := d.SyncReservations(nil); err != nil { // e's StaticIP is gone
+		t.Fatal(err)
+	}
+	// Once the quarantine is over, the request is honored.
+	clock.t = clock.t.Add(10 * time.Second)
 	if got := allocate(t, d, AllocateRequest{Attachment: att("c4"), Pod: pod("ns", "d"), IP: a.IP}); got.IP != a.IP {
-		t.Fatalf("requested %s, got %s", a.IP, got.IP)
+		t.Fatalf("requested %s after its quarantine, got %s", a.IP, got.IP)
 	}
 }
 

@@ -89,7 +89,7 @@ func (m *propModel) step(op, a, b byte) {
 		m.ops = append(m.ops, fmt.Sprintf("alloc(%s,%s,%v)=%v,%v,%v", at.ContainerID, p.Name, r.IP, alloc.IP, created, err))
 		if err != nil {
 			if !errors.Is(err, ErrExhausted) && !errors.Is(err, ErrInUse) && !errors.Is(err, ErrOutOfRange) && // incl. draining
-				!errors.Is(err, ErrNotAllocatable) && !errors.Is(err, ErrAttachmentHasIP) {
+				!errors.Is(err, ErrNotAllocatable) && !errors.Is(err, ErrAttachmentHasIP) && !errors.Is(err, ErrQuarantined) {
 				m.fail("unexpected error class: %v", err)
 			}
 			if _, ok := m.holders[at]; ok && !errors.Is(err, ErrAttachmentHasIP) {

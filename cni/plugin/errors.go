@@ -37,7 +37,7 @@ func ipamError(err error) *types.Error {
 	}
 	code := types.ErrInternal
 	switch {
-	case errors.Is(err, ipam.ErrLocked), errors.Is(err, ipam.ErrRecovering):
+	case errors.Is(err, ipam.ErrLocked), errors.Is(err, ipam.ErrRecovering), errors.Is(err, ipam.ErrQuarantined):
 		code = types.ErrTryAgainLater
 	case errors.Is(err, ipam.ErrCorrupt):
 		code = ErrCodeDBCorrupt

@@ -408,6 +408,18 @@ func TestBadInputLeavesNothingBehind(t *testing.T) {
 			code: types.ErrInvalidNetworkConfig, msg: "ranges[0]: invalid input: subnet 10.125.0.1/24 has host bits set"},
 		{name: "invalid conflist: not JSON", conf: []byte(`{"cniVersion":"1.1.0","name":"x","type":"staticip","mtu":"big"}`),
 			code: types.ErrInvalidNetworkConfig, msg: "cannot parse the network configuration"},
+		{name: "requested IP released moments ago (quarantine)", code: types.ErrTryAgainLater,
+			args: "IP=10.123.0.9", conf: h.conf(map[string]any{"quarantine": "1h"}),
+			msg: "IP 10.123.0.9 was released moments ago and is quarantined until",
+			setup: func(t *testing.T, _ *nstest.NetNS) func() {
+				prev := newNS(t, "prev")
+				a := podArgs(prev, "ctr-prev", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=prev;IP=10.123.0.9", h.conf(map[string]any{"quarantine": "1h"}))
+				h.mustAdd(a)
+				if err := h.del(a); err != nil {
+					t.Fatal(err)
+				}
+				return nil
+			}},
 		{name: "database locked", code: types.ErrTryAgainLater, msg: "is locked by another process (waited 300ms)",
 			conf: h.conf(map[string]any{"dbTimeout": "300ms"}),
 			setup: func(t *testing.T, _ *nstest.NetNS) func() {
