@@ -96,7 +96,6 @@ type DeploymentGridSpec struct {
 	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
 	GridUniqKey string `json:"gridUniqKey"`
 	// Template is the Deployment spec each unit gets.
-	// +kubebuilder:validation:XValidation:rule="!has(self.selector.matchLabels) || self.selector.matchLabels.all(k, has(self.template.metadata) && has(self.template.metadata.labels) && k in self.template.metadata.labels && self.template.metadata.labels[k] == self.selector.matchLabels[k])",message="selector.matchLabels must match template.metadata.labels",fieldPath=".selector"
 	// +kubebuilder:validation:XValidation:rule="self.selector == oldSelf.selector",message="selector is immutable (as a Deployment's)",fieldPath=".selector"
 	Template appsv1.DeploymentSpec `json:"template"`
 }
@@ -143,7 +142,6 @@ type StatefulSetGridSpec struct {
 	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
 	GridUniqKey string `json:"gridUniqKey"`
 	// Template is the StatefulSet spec each unit gets.
-	// +kubebuilder:validation:XValidation:rule="!has(self.selector.matchLabels) || self.selector.matchLabels.all(k, has(self.template.metadata) && has(self.template.metadata.labels) && k in self.template.metadata.labels && self.template.metadata.labels[k] == self.selector.matchLabels[k])",message="selector.matchLabels must match template.metadata.labels",fieldPath=".selector"
 	// +kubebuilder:validation:XValidation:rule="self.selector == oldSelf.selector",message="selector is immutable (as a StatefulSet's)",fieldPath=".selector"
 	// +kubebuilder:validation:XValidation:rule="(has(self.serviceName) ? self.serviceName : '') == (has(oldSelf.serviceName) ? oldSelf.serviceName : '')",message="serviceName is immutable (as a StatefulSet's)",fieldPath=".serviceName"
 	// +kubebuilder:validation:XValidation:rule="(has(self.podManagementPolicy) ? self.podManagementPolicy : 'OrderedReady') == (has(oldSelf.podManagementPolicy) ? oldSelf.podManagementPolicy : 'OrderedReady')",message="podManagementPolicy is immutable (as a StatefulSet's)",fieldPath=".podManagementPolicy"
