@@ -178,7 +178,7 @@ func TestGrids(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		return len(l.Items) == 0, fmt.Errorf("%d left", len(l.Items))
+		return holds(len(l.Items) == 0, fmt.Errorf("%d left", len(l.Items)))
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -227,7 +227,7 @@ func TestStatefulSetGridStaticIPs(t *testing.T) {
 				n++
 			}
 		}
-		return n == len(before), fmt.Errorf("%d of %d at v2", n, len(before))
+		return holds(n == len(before), fmt.Errorf("%d of %d at v2", n, len(before)))
 	}); err != nil {
 		t.Fatal(err)
 	}
@@ -295,11 +295,20 @@ func waitGridReady(t *testing.T, ctx context.Context, conditions func() ([]metav
 		}
 		for _, c := range conds {
 			if c.Type == superedgev1.ConditionReady {
-				return c.Status == metav1.ConditionTrue, fmt.Errorf("%s: %s", c.Reason, c.Message)
+				return holds(c.Status == metav1.ConditionTrue, fmt.Errorf("%s: %s", c.Reason, c.Message))
 			}
 		}
 		return false, nil
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// holds turns a condition and the error that explains it when false into a poll result (an
+// error makes the poll retry, so it is returned only while the condition does not hold).
+func holds(ok bool, why error) (bool, error) {
+	if ok {
+		return true, nil
+	}
+	return false, why
 }

@@ -260,5 +260,9 @@ func (c *ServiceGridController) writeStatus(ctx context.Context, g *superedgev1.
 	cp.Status = st
 	_, err := c.client.SuperedgeV1().ServiceGrids(g.Namespace).UpdateStatus(ctx, cp, metav1.UpdateOptions{})
 	metrics.ObserveStatusWrite(ServiceGridName, err)
+	if apierrors.IsConflict(err) {
+		c.queue.Add(g.Namespace + "/" + g.Name) // a newer grid is on its way: look again then
+		return nil
+	}
 	return err
 }

@@ -352,6 +352,12 @@ func (c *workloadController) writeStatus(ctx context.Context, g *gridView, st su
 	}
 	err := c.ops.writeStatus(ctx, g, st)
 	metrics.ObserveStatusWrite(c.ops.name, err)
+	if apierrors.IsConflict(err) {
+		// Written from a cached grid older than the API server's (our own previous status
+		// write, or a spec change): its watch event is on the way; look again then.
+		c.queue.Add(g.obj.GetNamespace() + "/" + g.obj.GetName())
+		return nil
+	}
 	return err
 }
 

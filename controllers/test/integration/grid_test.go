@@ -176,7 +176,7 @@ func TestDeploymentGridUnits(t *testing.T) {
 	f.eventually(30*time.Second, "grid Ready", func() (bool, error) {
 		st := f.getDG("dg").Status
 		c := findCondition(st.Conditions, superedgev1.ConditionReady)
-		return c != nil && c.Status == metav1.ConditionTrue && st.ReadyUnits == 2 && st.Units[0].ReadyReplicas == 2, fmt.Errorf("%+v", st)
+		return holds(c != nil && c.Status == metav1.ConditionTrue && st.ReadyUnits == 2 && st.Units[0].ReadyReplicas == 2, fmt.Errorf("%+v", st))
 	})
 
 	// n3 moves into a new unit: zone-2 appears; zone-1 stays (n2).
@@ -258,7 +258,7 @@ func TestGridAdoptionOrphaningAndConflicts(t *testing.T) {
 			return false, fmt.Errorf("dg-zone-0: ref %v image %s", ref, d.Spec.Template.Spec.Containers[0].Image)
 		}
 		c := findCondition(f.getDG("dg").Status.Conditions, superedgev1.ConditionConflict)
-		return c != nil && c.Status == metav1.ConditionTrue && c.Reason == grid.ReasonNameTaken && strings.Contains(c.Message, "dg-zone-1"), fmt.Errorf("conflict %+v", c)
+		return holds(c != nil && c.Status == metav1.ConditionTrue && c.Reason == grid.ReasonNameTaken && strings.Contains(c.Message, "dg-zone-1"), fmt.Errorf("conflict %+v", c))
 	})
 	if d := f.deployments()["dg-zone-1"]; d.ResourceVersion != unrelatedRV || metav1.GetControllerOf(d) != nil {
 		t.Errorf("the Deployment the grid does not own was changed: rv %s -> %s, owner %v", unrelatedRV, d.ResourceVersion, metav1.GetControllerOf(d))
@@ -280,7 +280,7 @@ func TestGridAdoptionOrphaningAndConflicts(t *testing.T) {
 	owner := f.deployments()["dg-b-c"].OwnerReferences[0].UID
 	f.eventually(time.Minute, "grid dg-b reports dg-b-c as taken", func() (bool, error) {
 		c := findCondition(f.getDG("dg-b").Status.Conditions, superedgev1.ConditionConflict)
-		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "DeploymentGrid/dg"), fmt.Errorf("%+v", c)
+		return holds(c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "DeploymentGrid/dg"), fmt.Errorf("%+v", c))
 	})
 	if d := f.deployments()["dg-b-c"]; d.OwnerReferences[0].UID != owner || d.Labels[superedgev1.LabelGridUnit] != "b-c" {
 		t.Errorf("grid dg-b took over dg-b-c: %v %v", d.OwnerReferences, d.Labels)
@@ -295,7 +295,7 @@ func TestGridAdoptionOrphaningAndConflicts(t *testing.T) {
 	f.eventually(30*time.Second, "dg-zone-0 released", func() (bool, error) {
 		d := f.deployments()["dg-zone-0"]
 		c := findCondition(f.getDG("dg").Status.Conditions, superedgev1.ConditionConflict)
-		return metav1.GetControllerOf(d) == nil && c != nil && strings.Contains(c.Message, "dg-zone-0"), fmt.Errorf("refs %v, conflict %+v", d.OwnerReferences, c)
+		return holds(metav1.GetControllerOf(d) == nil && c != nil && strings.Contains(c.Message, "dg-zone-0"), fmt.Errorf("refs %v, conflict %+v", d.OwnerReferences, c))
 	})
 	// And adopted again when the label comes back.
 	patch = []byte(`{"metadata":{"labels":{"superedge.io/grid-selector":"dg"}}}`)
@@ -332,7 +332,7 @@ func TestGridInvalidSpec(t *testing.T) {
 	}
 	f.eventually(30*time.Second, "Ready=False InvalidSpec", func() (bool, error) {
 		c := findCondition(f.getDG("bad").Status.Conditions, superedgev1.ConditionReady)
-		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == grid.ReasonInvalidSpec, fmt.Errorf("%+v", c)
+		return holds(c != nil && c.Status == metav1.ConditionFalse && c.Reason == grid.ReasonInvalidSpec, fmt.Errorf("%+v", c))
 	})
 	if evs := f.gridEvents("bad"); !strings.Contains(evs, "InvalidSpec:") || !strings.Contains(evs, "does not match") {
 		t.Errorf("Events: %s", evs)
@@ -411,7 +411,7 @@ func TestStatefulSetGridAndServiceGrid(t *testing.T) {
 		for i := range l.Items {
 			sets[l.Items[i].Name] = &l.Items[i]
 		}
-		return len(sets) == 4, fmt.Errorf("%v", keysOf(sets))
+		return holds(len(sets) == 4, fmt.Errorf("%v", keysOf(sets)))
 	})
 	s := sets["ssg-zone-0"]
 	if s == nil || s.Spec.Template.Annotations[jkev1.AnnotationEnable] != "true" || s.Spec.Template.Spec.NodeSelector[key] != "zone-0" {
@@ -450,8 +450,11 @@ func TestStatefulSetGridAndServiceGrid(t *testing.T) {
 			t.Fatalf("clusterIP %s -> %s, nodePort %d -> %d", clusterIP, svc.Spec.ClusterIP, nodePort, svc.Spec.Ports[0].NodePort)
 		}
 		g, err := f.client.SuperedgeV1().ServiceGrids(f.ns).Get(f.ctx, "sg", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
 		c := findCondition(g.Status.Conditions, superedgev1.ConditionReady)
-		return err == nil && c != nil && c.Status == metav1.ConditionTrue && g.Status.ServiceName == "sg-svc" && g.Status.ObservedGeneration == g.Generation, fmt.Errorf("%+v", g.Status)
+		return holds(err == nil && c != nil && c.Status == metav1.ConditionTrue && g.Status.ServiceName == "sg-svc" && g.Status.ObservedGeneration == g.Generation, fmt.Errorf("%+v", g.Status))
 	})
 	// Someone edits the Service's topologyKeys: put back.
 	patch := []byte(`{"metadata":{"annotations":{"topologyKeys":"[\"rack\"]"}}}`)
@@ -637,6 +640,18 @@ func TestGridsRunWithTheirRBAC(t *testing.T) {
 			return false, fmt.Errorf("no dg-zone-0")
 		}
 		g, err := f.client.SuperedgeV1().StatefulSetGrids(f.ns).Get(f.ctx, "ssg", metav1.GetOptions{})
-		return err == nil && g.Status.UnitCount == 1 && g.Status.ObservedGeneration == g.Generation, fmt.Errorf("status %+v", g.Status)
+		if err != nil {
+			return false, err
+		}
+		return holds( g.Status.UnitCount == 1 && g.Status.ObservedGeneration == g.Generation, fmt.Errorf("status %+v", g.Status))
 	})
+}
+
+// holds turns a condition and the error that explains it when false into a poll result (an
+// error makes the poll retry, so it is returned only while the condition does not hold).
+func holds(ok bool, why error) (bool, error) {
+	if ok {
+		return true, nil
+	}
+	return false, why
 }
