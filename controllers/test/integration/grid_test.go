@@ -466,6 +466,18 @@ func TestStatefulSetGridAndServiceGrid(t *testing.T) {
 		return err == nil && svc.Annotations[superedgev1.AnnotationTopologyKeys] == `["`+key+`"]` && svc.Spec.ClusterIP == clusterIP, err
 	})
 
+	// The write counter sees writes: a label added to the Service by someone else is one
+	// write (and nothing of the grid's is touched, so the controller does not answer it).
+	seen := f.countWrites(3*time.Second, func() {
+		p := []byte(`{"metadata":{"labels":{"someone":"else"}}}`)
+		if _, err := f.kube.CoreV1().Services(f.ns).Patch(f.ctx, "sg-svc", types.MergePatchType, p, metav1.PatchOptions{}); err != nil {
+			t.Error(err)
+		}
+	})
+	if len(seen) != 1 || !strings.Contains(seen[0], "MODIFIED Service sg-svc") {
+		t.Fatalf("the write counter saw %v, want exactly the one Service patch", seen)
+	}
+
 	// Steady state: let the status settle, then count every write in the namespace for 30 s.
 	time.Sleep(2 * time.Second)
 	writes := f.countWrites(30*time.Second, func() {
