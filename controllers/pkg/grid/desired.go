@@ -1,6 +1,7 @@
 package grid
 
 import (
+	"cmp"
 	"encoding/json"
 	"maps"
 
@@ -127,33 +128,37 @@ func mergeMeta(dst *metav1.ObjectMeta, desired metav1.Object) {
 	maps.Copy(dst.Annotations, desired.GetAnnotations())
 }
 
+// upToDate: existing carries the controller's labels and annotations (hash included) and is
+// still pinned to its unit.
+func upToDate(existing, desired metav1.Object, existingSelector, desiredSelector map[string]string, key string) bool {
+	return !metaNeedsUpdate(existing, desired) && existingSelector[key] == desiredSelector[key]
+}
+
 // DeploymentUpdate returns the update to write, or nil when existing is what the grid wants:
 // same hash, same labels and annotations, still pinned to its unit. A template without
 // replicas keeps the Deployment's own count (an autoscaler's).
 func DeploymentUpdate(existing, desired *appsv1.Deployment, key string) *appsv1.Deployment {
-	if !metaNeedsUpdate(existing, desired) && existing.Spec.Template.Spec.NodeSelector[key] == desired.Spec.Template.Spec.NodeSelector[key] {
+	if upToDate(existing, desired, existing.Spec.Template.Spec.NodeSelector, desired.Spec.Template.Spec.NodeSelector, key) {
 		return nil
 	}
 	out := existing.DeepCopy()
+	kept := out.Spec.Replicas // the deep copy's, not the cached object's
 	mergeMeta(&out.ObjectMeta, desired)
 	out.Spec = *desired.Spec.DeepCopy()
-	if out.Spec.Replicas == nil {
-		out.Spec.Replicas = existing.Spec.Replicas
-	}
+	out.Spec.Replicas = cmp.Or(out.Spec.Replicas, kept)
 	return out
 }
 
 // StatefulSetUpdate is DeploymentUpdate for StatefulSets.
 func StatefulSetUpdate(existing, desired *appsv1.StatefulSet, key string) *appsv1.StatefulSet {
-	if !metaNeedsUpdate(existing, desired) && existing.Spec.Template.Spec.NodeSelector[key] == desired.Spec.Template.Spec.NodeSelector[key] {
+	if upToDate(existing, desired, existing.Spec.Template.Spec.NodeSelector, desired.Spec.Template.Spec.NodeSelector, key) {
 		return nil
 	}
 	out := existing.DeepCopy()
+	kept := out.Spec.Replicas // the deep copy's, not the cached object's
 	mergeMeta(&out.ObjectMeta, desired)
 	out.Spec = *desired.Spec.DeepCopy()
-	if out.Spec.Replicas == nil {
-		out.Spec.Replicas = existing.Spec.Replicas
-	}
+	out.Spec.Replicas = cmp.Or(out.Spec.Replicas, kept)
 	return out
 }
 
