@@ -100,7 +100,6 @@ type DeploymentGridSpec struct {
 	Template appsv1.DeploymentSpec `json:"template"`
 }
 
-
 // DeploymentGrid replicates a Deployment into every node unit as {name}-{unit}.
 //
 // +genclient
@@ -120,7 +119,7 @@ type DeploymentGrid struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   DeploymentGridSpec   `json:"spec"`
+	Spec   DeploymentGridSpec `json:"spec"`
 	Status WorkloadGridStatus `json:"status,omitempty"`
 }
 
@@ -148,7 +147,6 @@ type StatefulSetGridSpec struct {
 	Template appsv1.StatefulSetSpec `json:"template"`
 }
 
-
 // StatefulSetGrid replicates a StatefulSet into every node unit as {name}-{unit}.
 //
 // +genclient
@@ -169,8 +167,8 @@ type StatefulSetGrid struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   StatefulSetGridSpec   `json:"spec"`
-	Status WorkloadGridStatus `json:"status,omitempty"`
+	Spec   StatefulSetGridSpec `json:"spec"`
+	Status WorkloadGridStatus  `json:"status,omitempty"`
 }
 
 // StatefulSetGridList is a list of StatefulSetGrids.

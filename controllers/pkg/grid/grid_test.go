@@ -329,7 +329,9 @@ func TestPlanWorkloads(t *testing.T) {
 			}
 			return nil
 		},
-		unitStatus: func(v string, w metav1.Object) superedgev1.GridUnitStatus { return DeploymentUnitStatus(v, w.(*appsv1.Deployment)) },
+		unitStatus: func(v string, w metav1.Object) superedgev1.GridUnitStatus {
+			return DeploymentUnitStatus(v, w.(*appsv1.Deployment))
+		},
 	}
 	current := DesiredDeployment(g, "zone-0", "dg-zone-0")
 	stale := DesiredDeployment(g, "zone-1", "dg-zone-1")

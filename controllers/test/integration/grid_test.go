@@ -655,7 +655,7 @@ func TestGridsRunWithTheirRBAC(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		return holds( g.Status.UnitCount == 1 && g.Status.ObservedGeneration == g.Generation, fmt.Errorf("status %+v", g.Status))
+		return holds(g.Status.UnitCount == 1 && g.Status.ObservedGeneration == g.Generation, fmt.Errorf("status %+v", g.Status))
 	})
 }
 
