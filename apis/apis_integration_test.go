@@ -234,6 +234,27 @@ func badCases() []badCase {
 		{name: "statefulsetgrid-key-leading-dash", obj: fmt.Sprintf(gridTmpl, "StatefulSetGrid", "bad-key-3", "-zone", podTmplOK), wantField: "spec.gridUniqKey"},
 		{name: "servicegrid-key-bad-prefix", obj: fmt.Sprintf(gridTmpl, "ServiceGrid", "bad-key-4", "'Bad_Prefix/zone'", "{ports: [{port: 80}]}"), wantField: "spec.gridUniqKey"},
 		{name: "servicegrid-key-two-slashes", obj: fmt.Sprintf(gridTmpl, "ServiceGrid", "bad-key-5", "'a.io/b/c'", "{ports: [{port: 80}]}"), wantField: "spec.gridUniqKey"},
+		{name: "deploymentgrid-key-missing", obj: "apiVersion: superedge.io/v1\nkind: DeploymentGrid\nmetadata: {name: bad-key-6, namespace: default}\nspec: {template: " + podTmplOK + "}\n", wantField: "spec.gridUniqKey"},
+		// A selector that does not match the template's labels is not rejected here: a CEL rule
+		// over the pod template's unbounded label map exceeds the CRD cost budget 100x. The grid
+		// controllers report it (Ready=False InvalidSpec, an Event, nothing created):
+		// controllers/test/integration TestGridInvalidSpec.
+		{name: "deploymentgrid-selector-missing", obj: fmt.Sprintf(gridTmpl, "DeploymentGrid", "bad-sel-4", "zone",
+			"{template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c, image: i}]}}}"), wantField: "spec.template.selector"},
+		{name: "deploymentgrid-selector-changed", obj: fmt.Sprintf(gridTmpl, "DeploymentGrid", "bad-sel-5", "zone", podTmplOK),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedStringMap(u.Object, map[string]string{"a": "b", "n": "m"}, "spec", "template", "template", "metadata", "labels")
+				_ = unstructured.SetNestedStringMap(u.Object, map[string]string{"a": "b", "n": "m"}, "spec", "template", "selector", "matchLabels")
+			}, wantField: "spec.template.selector"},
+		{name: "statefulsetgrid-servicename-changed", obj: fmt.Sprintf(gridTmpl, "StatefulSetGrid", "bad-svc-1", "zone",
+			"{serviceName: one, selector: {matchLabels: {a: b}}, template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c, image: i}]}}}"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "two", "spec", "template", "serviceName")
+			}, wantField: "spec.template.serviceName"},
+		{name: "statefulsetgrid-podmanagement-changed", obj: fmt.Sprintf(gridTmpl, "StatefulSetGrid", "bad-pmp-1", "zone", podTmplOK),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "Parallel", "spec", "template", "podManagementPolicy")
+			}, wantField: "spec.template.podManagementPolicy"},
 	}
 }
 

@@ -199,8 +199,8 @@ func TestTypedClientRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		dg.Status.States = map[string]appsv1.DeploymentStatus{"zone-0": {Replicas: 1}}
-		if upd, err := cs.SuperedgeV1().DeploymentGrids(ns).UpdateStatus(ctx, dg, metav1.UpdateOptions{}); err != nil || upd.Status.States["zone-0"].Replicas != 1 {
+		dg.Status.Units = []superedgev1.GridUnitStatus{{Value: "zone-0", Name: "rt-dg-zone-0", Replicas: 1}}
+		if upd, err := cs.SuperedgeV1().DeploymentGrids(ns).UpdateStatus(ctx, dg, metav1.UpdateOptions{}); err != nil || len(upd.Status.Units) != 1 || upd.Status.Units[0].Replicas != 1 {
 			t.Fatalf("dg status: %v", err)
 		}
 		ssg, err := cs.SuperedgeV1().StatefulSetGrids(ns).Create(ctx, &superedgev1.StatefulSetGrid{
@@ -210,7 +210,7 @@ func TestTypedClientRoundTrip(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		ssg.Status.States = map[string]appsv1.StatefulSetStatus{"zone-1": {Replicas: 2}}
+		ssg.Status.Units = []superedgev1.GridUnitStatus{{Value: "zone-1", Name: "rt-ssg-zone-1", Replicas: 2}}
 		if _, err := cs.SuperedgeV1().StatefulSetGrids(ns).UpdateStatus(ctx, ssg, metav1.UpdateOptions{}); err != nil {
 			t.Fatalf("ssg status: %v", err)
 		}

@@ -39,12 +39,14 @@ demo: up ## local 3-node cluster + a demo workload and an EnhancedStatefulSet ro
 	  echo; echo "== the Service by name, from a pod (CoreDNS + kube-proxy) =="; \
 	  $(KUBECTL) exec $$pod -- /testserver get http://hello.default.svc.cluster.local/; \
 	  KUBECTL="$(KUBECTL)" tools/localcluster/demo-ests.sh || exit 1; \
+	  KUBECTL="$(KUBECTL)" tools/localcluster/demo-grids.sh || exit 1; \
 	  echo; echo "The cluster keeps running. Use it with:"; \
 	  echo "  export KUBECONFIG=$(CLUSTER_KUBECONFIG)"; \
 	  echo "  $(BIN)/kubectl get pods -o wide"; \
 	  echo "  curl http://$$ip/        # Service hello; pod IPs answer on :8080 too"; \
 	  echo "  $(BIN)/kubectl exec $$pod -- /testserver get http://hello/"; \
 	  echo "  $(BIN)/kubectl get ests,sip,pods -o wide   # EnhancedStatefulSet web and its StaticIPs"; \
+	  echo "  $(BIN)/kubectl get ssg,dg,sg,sts,deploy -o wide   # grids and their unit workloads"; \
 	  echo "  make status; make down"
 
 # e2e: up, suite, down — always down, also on failure — then the leftover check and the

@@ -68,8 +68,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &applyconfigurationsuperedgev1.DeploymentGridApplyConfiguration{}
 	case superedgev1.SchemeGroupVersion.WithKind("DeploymentGridSpec"):
 		return &applyconfigurationsuperedgev1.DeploymentGridSpecApplyConfiguration{}
-	case superedgev1.SchemeGroupVersion.WithKind("DeploymentGridStatus"):
-		return &applyconfigurationsuperedgev1.DeploymentGridStatusApplyConfiguration{}
+	case superedgev1.SchemeGroupVersion.WithKind("GridUnitStatus"):
+		return &applyconfigurationsuperedgev1.GridUnitStatusApplyConfiguration{}
 	case superedgev1.SchemeGroupVersion.WithKind("ServiceGrid"):
 		return &applyconfigurationsuperedgev1.ServiceGridApplyConfiguration{}
 	case superedgev1.SchemeGroupVersion.WithKind("ServiceGridSpec"):
@@ -80,8 +80,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &applyconfigurationsuperedgev1.StatefulSetGridApplyConfiguration{}
 	case superedgev1.SchemeGroupVersion.WithKind("StatefulSetGridSpec"):
 		return &applyconfigurationsuperedgev1.StatefulSetGridSpecApplyConfiguration{}
-	case superedgev1.SchemeGroupVersion.WithKind("StatefulSetGridStatus"):
-		return &applyconfigurationsuperedgev1.StatefulSetGridStatusApplyConfiguration{}
+	case superedgev1.SchemeGroupVersion.WithKind("WorkloadGridStatus"):
+		return &applyconfigurationsuperedgev1.WorkloadGridStatusApplyConfiguration{}
 
 	}
 	return nil

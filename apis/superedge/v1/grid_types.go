@@ -17,6 +17,77 @@ const (
 	AnnotationTopologyKeys = "topologyKeys"
 )
 
+// Labels and annotations staticip adds on the objects a grid generates, so that the grid, its
+// key and the unit can be read back from a workload alone.
+const (
+	// LabelGridUnit on a unit workload is the unit: the gridUniqKey value its nodes carry
+	// (always a valid label value: it comes from a node label).
+	LabelGridUnit = "superedge.io/grid-unit"
+	// AnnotationGridUniqKey on a generated object is the grid's gridUniqKey as written. The
+	// label LabelGridUniqKey holds it too, but encoded when the key is not a valid label value
+	// (a prefixed key such as topology.kubernetes.io/zone: "/" becomes "_"; too long: hashed).
+	AnnotationGridUniqKey = "superedge.io/grid-uniq-key"
+	// AnnotationTemplateHash on a generated object is a hash of what the grid last wrote into
+	// it; the controller rewrites the object only when the hash of what it wants differs.
+	AnnotationTemplateHash = "superedge.io/template-hash"
+)
+
+// Condition types and reasons of the grids' status.
+const (
+	// ConditionReady is True when every unit's workload (or the Service) exists, runs the
+	// grid's current template and, for workloads, has every replica ready and available.
+	ConditionReady = "Ready"
+	// ConditionConflict is True when a unit could not get its workload (or the Service its
+	// name) because the name is taken by an object the grid does not own.
+	ConditionConflict = "Conflict"
+)
+
+// GridUnitStatus is the workload of one node unit.
+type GridUnitStatus struct {
+	// Value is the unit: the gridUniqKey value its nodes carry.
+	Value string `json:"value"`
+	// Name of the unit's workload; empty when the unit has none (see the Conflict condition).
+	// +optional
+	Name string `json:"name,omitempty"`
+	// Replicas, ReadyReplicas, AvailableReplicas and UpdatedReplicas are the workload's.
+	// +optional
+	Replicas int32 `json:"replicas,omitempty"`
+	// +optional
+	ReadyReplicas int32 `json:"readyReplicas,omitempty"`
+	// +optional
+	AvailableReplicas int32 `json:"availableReplicas,omitempty"`
+	// +optional
+	UpdatedReplicas int32 `json:"updatedReplicas,omitempty"`
+	// Ready: the workload has seen its current spec and every replica is updated, ready and available.
+	Ready bool `json:"ready"`
+	// Message says why the unit has no workload or is not ready, when it can be told.
+	// +optional
+	Message string `json:"message,omitempty"`
+}
+
+// WorkloadGridStatus is the observed state of a DeploymentGrid or StatefulSetGrid.
+type WorkloadGridStatus struct {
+	// ObservedGeneration is the grid generation the units reflect.
+	// +optional
+	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
+	// UnitCount is the number of node units (values of gridUniqKey on nodes).
+	// +optional
+	UnitCount int32 `json:"unitCount,omitempty"`
+	// ReadyUnits is the number of units whose workload is Ready.
+	// +optional
+	ReadyUnits int32 `json:"readyUnits,omitempty"`
+	// Units lists every node unit and its workload, by value.
+	// +optional
+	// +listType=map
+	// +listMapKey=value
+	Units []GridUnitStatus `json:"units,omitempty"`
+	// Conditions: Ready, Conflict.
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
+}
+
 // DeploymentGridSpec: one Deployment per node unit.
 type DeploymentGridSpec struct {
 	// GridUniqKey is the node label whose values define the node units.
@@ -25,14 +96,8 @@ type DeploymentGridSpec struct {
 	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
 	GridUniqKey string `json:"gridUniqKey"`
 	// Template is the Deployment spec each unit gets.
+	// +kubebuilder:validation:XValidation:rule="self.selector == oldSelf.selector",message="selector is immutable (as a Deployment's)",fieldPath=".selector"
 	Template appsv1.DeploymentSpec `json:"template"`
-}
-
-// DeploymentGridStatus holds the status of each unit's Deployment, by unit value.
-type DeploymentGridStatus struct {
-	// States maps a node unit (gridUniqKey value) to the status of its Deployment.
-	// +optional
-	States map[string]appsv1.DeploymentStatus `json:"states,omitempty"`
 }
 
 // DeploymentGrid replicates a Deployment into every node unit as {name}-{unit}.
@@ -43,14 +108,19 @@ type DeploymentGridStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=dg,categories=superedge
 // +kubebuilder:printcolumn:name="GridUniqKey",type=string,JSONPath=`.spec.gridUniqKey`
-// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.template.replicas`
+// +kubebuilder:printcolumn:name="Units",type=integer,JSONPath=`.status.unitCount`
+// +kubebuilder:printcolumn:name="ReadyUnits",type=integer,JSONPath=`.status.readyUnits`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.template.replicas`,description="replicas per unit"
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Conflict",type=string,JSONPath=`.status.conditions[?(@.type=="Conflict")].status`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type DeploymentGrid struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   DeploymentGridSpec   `json:"spec"`
-	Status DeploymentGridStatus `json:"status,omitempty"`
+	Spec   DeploymentGridSpec `json:"spec"`
+	Status WorkloadGridStatus `json:"status,omitempty"`
 }
 
 // DeploymentGridList is a list of DeploymentGrids.
@@ -71,14 +141,10 @@ type StatefulSetGridSpec struct {
 	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
 	GridUniqKey string `json:"gridUniqKey"`
 	// Template is the StatefulSet spec each unit gets.
+	// +kubebuilder:validation:XValidation:rule="self.selector == oldSelf.selector",message="selector is immutable (as a StatefulSet's)",fieldPath=".selector"
+	// +kubebuilder:validation:XValidation:rule="(has(self.serviceName) ? self.serviceName : '') == (has(oldSelf.serviceName) ? oldSelf.serviceName : '')",message="serviceName is immutable (as a StatefulSet's)",fieldPath=".serviceName"
+	// +kubebuilder:validation:XValidation:rule="(has(self.podManagementPolicy) ? self.podManagementPolicy : 'OrderedReady') == (has(oldSelf.podManagementPolicy) ? oldSelf.podManagementPolicy : 'OrderedReady')",message="podManagementPolicy is immutable (as a StatefulSet's)",fieldPath=".podManagementPolicy"
 	Template appsv1.StatefulSetSpec `json:"template"`
-}
-
-// StatefulSetGridStatus holds the status of each unit's StatefulSet, by unit value.
-type StatefulSetGridStatus struct {
-	// States maps a node unit (gridUniqKey value) to the status of its StatefulSet.
-	// +optional
-	States map[string]appsv1.StatefulSetStatus `json:"states,omitempty"`
 }
 
 // StatefulSetGrid replicates a StatefulSet into every node unit as {name}-{unit}.
@@ -89,15 +155,20 @@ type StatefulSetGridStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=ssg,categories=superedge
 // +kubebuilder:printcolumn:name="GridUniqKey",type=string,JSONPath=`.spec.gridUniqKey`
+// +kubebuilder:printcolumn:name="Units",type=integer,JSONPath=`.status.unitCount`
+// +kubebuilder:printcolumn:name="ReadyUnits",type=integer,JSONPath=`.status.readyUnits`
+// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.template.replicas`,description="replicas per unit"
 // +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.spec.template.serviceName`
-// +kubebuilder:printcolumn:name="Replicas",type=integer,JSONPath=`.spec.template.replicas`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Conflict",type=string,JSONPath=`.status.conditions[?(@.type=="Conflict")].status`,priority=1
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type StatefulSetGrid struct {
 	metav1.TypeMeta   `json:",inline"`
 	metav1.ObjectMeta `json:"metadata,omitempty"`
 
-	Spec   StatefulSetGridSpec   `json:"spec"`
-	Status StatefulSetGridStatus `json:"status,omitempty"`
+	Spec   StatefulSetGridSpec `json:"spec"`
+	Status WorkloadGridStatus  `json:"status,omitempty"`
 }
 
 // StatefulSetGridList is a list of StatefulSetGrids.
@@ -126,7 +197,10 @@ type ServiceGridStatus struct {
 	// ObservedGeneration is the generation the generated Service reflects.
 	// +optional
 	ObservedGeneration int64 `json:"observedGeneration,omitempty"`
-	// Conditions, e.g. Synced.
+	// ServiceName is the name of the generated Service ({name}-svc, or a safe name).
+	// +optional
+	ServiceName string `json:"serviceName,omitempty"`
+	// Conditions: Ready, Conflict.
 	// +optional
 	// +listType=map
 	// +listMapKey=type
@@ -141,7 +215,10 @@ type ServiceGridStatus struct {
 // +kubebuilder:subresource:status
 // +kubebuilder:resource:shortName=sg,categories=superedge
 // +kubebuilder:printcolumn:name="GridUniqKey",type=string,JSONPath=`.spec.gridUniqKey`
+// +kubebuilder:printcolumn:name="Service",type=string,JSONPath=`.status.serviceName`
 // +kubebuilder:printcolumn:name="Type",type=string,JSONPath=`.spec.template.type`
+// +kubebuilder:printcolumn:name="Ready",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].status`
+// +kubebuilder:printcolumn:name="Reason",type=string,JSONPath=`.status.conditions[?(@.type=="Ready")].reason`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type ServiceGrid struct {
 	metav1.TypeMeta   `json:",inline"`

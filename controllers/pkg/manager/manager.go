@@ -36,6 +36,7 @@ import (
 	jkescheme "github.com/staticip/staticip/apis/generated/clientset/versioned/scheme"
 	"github.com/staticip/staticip/apis/generated/informers/externalversions"
 	"github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
+	"github.com/staticip/staticip/controllers/pkg/grid"
 	"github.com/staticip/staticip/controllers/pkg/metrics"
 	"github.com/staticip/staticip/controllers/pkg/staticip"
 )
@@ -44,7 +45,8 @@ import (
 const ComponentName = "staticip-controller-manager"
 
 // KnownControllers are the names --controllers accepts.
-var KnownControllers = []string{enhancedstatefulset.Name, staticip.Name}
+var KnownControllers = []string{enhancedstatefulset.Name, staticip.Name,
+	grid.DeploymentGridName, grid.StatefulSetGridName, grid.ServiceGridName}
 
 // ErrLeaderLost is returned when this replica loses the lease: it must exit so that it never
 // acts next to the new leader.
@@ -342,6 +344,12 @@ func startControllers(ctx context.Context, o *Options, kubeClient kubernetes.Int
 				return err
 			}
 			runs = append(runs, func(ctx context.Context) { c.Run(ctx, o.Workers) })
+		default:
+			run, err := newGridController(name, kubeClient, client, kubeInformers, jkeInformers, recorder)
+			if err != nil {
+				return err
+			}
+			runs = append(runs, func(ctx context.Context) { run(ctx, o.Workers) })
 		}
 	}
 	kubeInformers.Start(ctx.Done())
@@ -410,4 +418,34 @@ func serve(ctx context.Context, o *Options, election *leaderelection.HealthzAdap
 		return nil, err
 	}
 	return servers, nil
+}
+
+// newGridController builds one of the SuperEdge grid controllers.
+func newGridController(name string, kubeClient kubernetes.Interface, client versioned.Interface,
+	kubeInformers informers.SharedInformerFactory, jkeInformers externalversions.SharedInformerFactory,
+	recorder record.EventRecorder) (func(context.Context, int), error) {
+	switch name {
+	case grid.DeploymentGridName:
+		c, err := grid.NewDeploymentGridController(kubeClient, client, jkeInformers.Superedge().V1().DeploymentGrids(),
+			kubeInformers.Apps().V1().Deployments(), kubeInformers.Core().V1().Nodes(), recorder)
+		if err != nil {
+			return nil, err
+		}
+		return c.Run, nil
+	case grid.StatefulSetGridName:
+		c, err := grid.NewStatefulSetGridController(kubeClient, client, jkeInformers.Superedge().V1().StatefulSetGrids(),
+			kubeInformers.Apps().V1().StatefulSets(), kubeInformers.Core().V1().Nodes(), recorder)
+		if err != nil {
+			return nil, err
+		}
+		return c.Run, nil
+	case grid.ServiceGridName:
+		c, err := grid.NewServiceGridController(kubeClient, client, jkeInformers.Superedge().V1().ServiceGrids(),
+			kubeInformers.Core().V1().Services(), recorder)
+		if err != nil {
+			return nil, err
+		}
+		return c.Run, nil
+	}
+	return nil, fmt.Errorf("unknown controller %q", name)
 }

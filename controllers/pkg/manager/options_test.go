@@ -13,9 +13,11 @@ func TestEnabledControllers(t *testing.T) {
 		want    []string
 		wantErr string
 	}{
-		{flag: []string{"*"}, want: []string{"enhancedstatefulset", "staticip"}},
+		{flag: []string{"*"}, want: []string{"enhancedstatefulset", "staticip", "deploymentgrid", "statefulsetgrid", "servicegrid"}},
+		{flag: []string{"*", "-deploymentgrid", "-statefulsetgrid", "-servicegrid"}, want: []string{"enhancedstatefulset", "staticip"}},
+		{flag: []string{"servicegrid", "statefulsetgrid"}, want: []string{"statefulsetgrid", "servicegrid"}},
 		{flag: []string{"staticip"}, want: []string{"staticip"}},
-		{flag: []string{"*", "-staticip"}, want: []string{"enhancedstatefulset"}},
+		{flag: []string{"*", "-staticip"}, want: []string{"enhancedstatefulset", "deploymentgrid", "statefulsetgrid", "servicegrid"}},
 		{flag: []string{"enhancedstatefulset", "staticip"}, want: []string{"enhancedstatefulset", "staticip"}},
 		{flag: []string{"nodefailover"}, wantErr: `unknown controller "nodefailover"`},
 	} {

@@ -31,8 +31,8 @@ import (
 type DeploymentGridApplyConfiguration struct {
 	metav1.TypeMetaApplyConfiguration    `json:",inline"`
 	*metav1.ObjectMetaApplyConfiguration `json:"metadata,omitempty"`
-	Spec                                 *DeploymentGridSpecApplyConfiguration   `json:"spec,omitempty"`
-	Status                               *DeploymentGridStatusApplyConfiguration `json:"status,omitempty"`
+	Spec                                 *DeploymentGridSpecApplyConfiguration `json:"spec,omitempty"`
+	Status                               *WorkloadGridStatusApplyConfiguration `json:"status,omitempty"`
 }
 
 // DeploymentGrid constructs a declarative configuration of the DeploymentGrid type for use with
@@ -217,7 +217,7 @@ func (b *DeploymentGridApplyConfiguration) WithSpec(value *DeploymentGridSpecApp
 // WithStatus sets the Status field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the Status field is set to the value of the last call.
-func (b *DeploymentGridApplyConfiguration) WithStatus(value *DeploymentGridStatusApplyConfiguration) *DeploymentGridApplyConfiguration {
+func (b *DeploymentGridApplyConfiguration) WithStatus(value *WorkloadGridStatusApplyConfiguration) *DeploymentGridApplyConfiguration {
 	b.Status = value
 	return b
 }

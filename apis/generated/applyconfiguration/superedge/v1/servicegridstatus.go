@@ -29,7 +29,9 @@ import (
 type ServiceGridStatusApplyConfiguration struct {
 	// ObservedGeneration is the generation the generated Service reflects.
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
-	// Conditions, e.g. Synced.
+	// ServiceName is the name of the generated Service ({name}-svc, or a safe name).
+	ServiceName *string `json:"serviceName,omitempty"`
+	// Conditions: Ready, Conflict.
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 }
 
@@ -44,6 +46,14 @@ func ServiceGridStatus() *ServiceGridStatusApplyConfiguration {
 // If called multiple times, the ObservedGeneration field is set to the value of the last call.
 func (b *ServiceGridStatusApplyConfiguration) WithObservedGeneration(value int64) *ServiceGridStatusApplyConfiguration {
 	b.ObservedGeneration = &value
+	return b
+}
+
+// WithServiceName sets the ServiceName field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the ServiceName field is set to the value of the last call.
+func (b *ServiceGridStatusApplyConfiguration) WithServiceName(value string) *ServiceGridStatusApplyConfiguration {
+	b.ServiceName = &value
 	return b
 }
 

@@ -31,8 +31,8 @@ import (
 type StatefulSetGridApplyConfiguration struct {
 	metav1.TypeMetaApplyConfiguration    `json:",inline"`
 	*metav1.ObjectMetaApplyConfiguration `json:"metadata,omitempty"`
-	Spec                                 *StatefulSetGridSpecApplyConfiguration   `json:"spec,omitempty"`
-	Status                               *StatefulSetGridStatusApplyConfiguration `json:"status,omitempty"`
+	Spec                                 *StatefulSetGridSpecApplyConfiguration `json:"spec,omitempty"`
+	Status                               *WorkloadGridStatusApplyConfiguration  `json:"status,omitempty"`
 }
 
 // StatefulSetGrid constructs a declarative configuration of the StatefulSetGrid type for use with
@@ -217,7 +217,7 @@ func (b *StatefulSetGridApplyConfiguration) WithSpec(value *StatefulSetGridSpecA
 // WithStatus sets the Status field in the declarative configuration to the given value
 // and returns the receiver, so that objects can be built by chaining "With" function invocations.
 // If called multiple times, the Status field is set to the value of the last call.
-func (b *StatefulSetGridApplyConfiguration) WithStatus(value *StatefulSetGridStatusApplyConfiguration) *StatefulSetGridApplyConfiguration {
+func (b *StatefulSetGridApplyConfiguration) WithStatus(value *WorkloadGridStatusApplyConfiguration) *StatefulSetGridApplyConfiguration {
 	b.Status = value
 	return b
 }
