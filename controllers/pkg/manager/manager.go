@@ -67,6 +67,9 @@ type Options struct {
 	MetricsBindAddress string
 	HealthBindAddress  string
 
+	// InPlaceUpdateTimeout: EnhancedStatefulSet in-place updates not carried out by then are recreated.
+	InPlaceUpdateTimeout time.Duration
+
 	// Identity overrides hostname + unique suffix (tests).
 	Identity string
 	// OnStartedLeading, when set, is told the identity when this replica starts leading (tests).
@@ -86,6 +89,7 @@ func NewOptions() *Options {
 		LeaderElectReleaseOnCancel: true,
 		MetricsBindAddress:         ":10260",
 		HealthBindAddress:          ":10261",
+		InPlaceUpdateTimeout:       enhancedstatefulset.DefaultInPlaceUpdateTimeout,
 	}
 }
 
@@ -103,6 +107,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.LeaderElectReleaseOnCancel, "leader-elect-release-on-cancel", o.LeaderElectReleaseOnCancel, "Release the lease on a clean shutdown so a standby takes over at once.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address of the Prometheus /metrics endpoint; empty or 0 disables it.")
 	fs.StringVar(&o.HealthBindAddress, "health-bind-address", o.HealthBindAddress, "Address of /healthz and /readyz; empty or 0 disables it.")
+	fs.DurationVar(&o.InPlaceUpdateTimeout, "inplace-update-timeout", o.InPlaceUpdateTimeout, "An EnhancedStatefulSet in-place update whose new containers the kubelet has not started after this long is given up: Event, pod recreated. 0 waits forever.")
 }
 
 // Validate checks the options.
@@ -333,6 +338,7 @@ func startControllers(ctx context.Context, o *Options, kubeClient kubernetes.Int
 			if err != nil {
 				return err
 			}
+			c.InPlaceUpdateTimeout = o.InPlaceUpdateTimeout
 			runs = append(runs, func(ctx context.Context) { c.Run(ctx, o.Workers) })
 		case staticip.Name:
 			c, err := staticip.NewController(kubeClient, client, jkeInformers.Jke().V1().StaticIPs(),
