@@ -236,9 +236,13 @@ func badCases() []badCase {
 				_ = unstructured.SetNestedField(u.Object, "c", "spec", "template", "metadata", "labels", "a")
 			}, wantField: "spec.selector"},
 		{name: "ests-servicename-changed", obj: fmt.Sprintf(estsTmpl, "imm-svc", "serviceName: s"),
-			update: func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, "other", "spec", "serviceName") }, wantField: "spec.serviceName"},
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "other", "spec", "serviceName")
+			}, wantField: "spec.serviceName"},
 		{name: "ests-servicename-added", obj: fmt.Sprintf(estsTmpl, "imm-svc2", "replicas: 1"),
-			update: func(u *unstructured.Unstructured) { _ = unstructured.SetNestedField(u.Object, "late", "spec", "serviceName") }, wantField: "spec.serviceName"},
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "late", "spec", "serviceName")
+			}, wantField: "spec.serviceName"},
 		{name: "ests-podmanagementpolicy-changed", obj: fmt.Sprintf(estsTmpl, "imm-pmp", "podManagementPolicy: Parallel"),
 			update: func(u *unstructured.Unstructured) {
 				_ = unstructured.SetNestedField(u.Object, "OrderedReady", "spec", "podManagementPolicy")
