@@ -74,6 +74,9 @@ type Options struct {
 	Identity string
 	// OnStartedLeading, when set, is told the identity when this replica starts leading (tests).
 	OnStartedLeading func(identity string)
+	// OnControllersStopped, when set, is told the identity when the controllers of a leading
+	// replica have stopped, before the lease is released (tests).
+	OnControllersStopped func(identity string)
 }
 
 // NewOptions returns the defaults.
@@ -257,15 +260,31 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
 		return err
 	}
 	var lost atomic.Bool
-	// client-go starts OnStartedLeading in its own goroutine and does not wait for it when
-	// Run returns; the manager does, so no controller outlives Run (or the lease).
+	// Shutdown order: the controllers stop, and are waited for, while this replica still holds
+	// the lease; only then is the elector's context cancelled, and with ReleaseOnCancel it
+	// releases the lease. A standby taking over therefore never runs next to controllers that
+	// are still writing. (client-go starts OnStartedLeading in its own goroutine and cancels its
+	// context only together with releasing, so the elector gets a context of its own.)
+	electorCtx, cancelElector := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelElector()
 	var (
-		leadMu   sync.Mutex
-		returned bool
-		leading  bool
-		runErr   error
-		runDone  = make(chan struct{})
+		leadMu    sync.Mutex
+		stopping  bool
+		leading   bool
+		runErr    error
+		runDone   = make(chan struct{})
+		electDone = make(chan struct{})
 	)
+	// stopControllers marks the shutdown and waits for the controllers if they started.
+	stopControllers := func() {
+		leadMu.Lock()
+		stopping = true
+		wait := leading
+		leadMu.Unlock()
+		if wait {
+			<-runDone
+		}
+	}
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   o.LeaderElectLeaseDuration,
@@ -275,17 +294,24 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
 		Name:            ComponentName,
 		WatchDog:        electionHealth,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
+			OnStartedLeading: func(leaderCtx context.Context) {
 				leadMu.Lock()
-				if returned {
+				if stopping {
 					leadMu.Unlock()
 					return
 				}
 				leading = true
 				leadMu.Unlock()
 				defer close(runDone)
+				// The controllers stop when leadership is lost or the manager shuts down.
+				runCtx, cancel := context.WithCancel(leaderCtx)
+				defer cancel()
+				defer context.AfterFunc(ctx, cancel)()
 				logger.Info("Started leading", "identity", identity)
-				runErr = runControllers(ctx)
+				runErr = runControllers(runCtx)
+				if o.OnControllersStopped != nil {
+					o.OnControllersStopped(identity)
+				}
 			},
 			OnStoppedLeading: func() {
 				// Called on shutdown too; only a loss while we still want to run is fatal.
@@ -304,14 +330,17 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	le.Run(ctx) // returns when ctx is done or leadership is lost; the controllers' ctx ends with it
-	leadMu.Lock()
-	returned = true
-	wait := leading
-	leadMu.Unlock()
-	if wait {
-		<-runDone
-	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			stopControllers()
+			cancelElector() // now the lease may be released
+		case <-electDone:
+		}
+	}()
+	le.Run(electorCtx) // returns when the elector's context is done or leadership is lost
+	close(electDone)
+	stopControllers()
 	if lost.Load() {
 		return ErrLeaderLost
 	}
