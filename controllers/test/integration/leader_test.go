@@ -221,7 +221,12 @@ func TestShutdownStopsControllersBeforeReleasingTheLease(t *testing.T) {
 	f := newFixture(t)
 	holderAtStop := make(chan string, 1)
 	r := f.startReplica("replica-s", func(o *manager.Options) {
-		o.OnControllersStopped = func(string) { holderAtStop <- f.leaseHolder() }
+		// Controllers that take a second to stop (a sync in flight): the lease must still be
+		// held at the end of that second.
+		o.OnControllersStopped = func(string) {
+			time.Sleep(time.Second)
+			holderAtStop <- f.leaseHolder()
+		}
 	})
 	select {
 	case <-r.leading:
