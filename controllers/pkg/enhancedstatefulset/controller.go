@@ -165,7 +165,32 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 	}); err != nil {
 		return nil, err
 	}
+	// A PVC that goes away may be one a Pending pod waits for (recreated) or one a new pod
+	// waited for (terminating → gone): sync the sets whose selector its labels match (the
+	// controller labels its claims with the selector).
+	if _, err := pvcInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: c.enqueueClaimSets}); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+func (c *Controller) enqueueClaimSets(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	claim, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return
+	}
+	sets, _ := c.setLister.EnhancedStatefulSets(claim.Namespace).List(labels.Everything())
+	for _, set := range sets {
+		if len(set.Spec.VolumeClaimTemplates) == 0 {
+			continue
+		}
+		if selector, err := metav1.LabelSelectorAsSelector(set.Spec.Selector); err == nil && !selector.Empty() && selector.Matches(labels.Set(claim.Labels)) {
+			c.queue.Add(claim.Namespace + "/" + set.Name)
+		}
+	}
 }
 
 func (c *Controller) enqueue(obj any) {
@@ -272,6 +297,9 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if len(done.conflicts)+len(done.createFailures) > 0 && (plan.RequeueAfter == 0 || plan.RequeueAfter > conflictRetry) {
 		// A human must resolve a StaticIP conflict; look again now and then, not in a hot loop.
 		plan.RequeueAfter = conflictRetry
+	}
+	if err := c.ensurePendingPodClaims(ctx, set, pods); err != nil && actErr == nil {
+		actErr = err
 	}
 	if err := c.deleteScaledPVCs(ctx, set, pods); err != nil && actErr == nil {
 		actErr = err
@@ -539,6 +567,9 @@ func (c *Controller) createPod(ctx context.Context, set *jkev1alpha1.EnhancedSta
 	}
 	pod := newPod(set, template, a.Ordinal, a.Revision)
 	if err := c.ensureClaims(ctx, set, a.Ordinal); err != nil {
+		if errors.Is(err, errClaimTerminating) {
+			return err // retried; not a failure
+		}
 		c.recorder.Eventf(set, corev1.EventTypeWarning, "FailedCreate", "create claims for pod %s: %v", pod.Name, err)
 		return err
 	}
@@ -603,11 +634,17 @@ func describeOwner(pod *corev1.Pod) string {
 	return "no controller, labels " + labels.Set(pod.Labels).String()
 }
 
+// ensureClaims creates the missing PVCs of an ordinal. Like upstream, a PVC that is being
+// deleted is never used: the pod waits (errClaimTerminating) until it is gone, then a new one
+// is created.
 func (c *Controller) ensureClaims(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, ordinal int) error {
 	policy := pvcRetention(set)
 	for _, tmpl := range set.Spec.VolumeClaimTemplates {
 		name := ClaimName(set, tmpl.Name, ordinal)
-		if _, err := c.pvcLister.PersistentVolumeClaims(set.Namespace).Get(name); err == nil {
+		if existing, err := c.pvcLister.PersistentVolumeClaims(set.Namespace).Get(name); err == nil {
+			if existing.DeletionTimestamp != nil {
+				return fmt.Errorf("%w: %s", errClaimTerminating, name)
+			}
 			continue
 		}
 		claim := tmpl.DeepCopy()
@@ -627,6 +664,28 @@ func (c *Controller) ensureClaims(ctx context.Context, set *jkev1alpha1.Enhanced
 		}
 	}
 	return nil
+}
+
+// errClaimTerminating: a pod waits for its PVC to finish terminating before a new one is made.
+var errClaimTerminating = errors.New("PersistentVolumeClaim is terminating; the pod waits for it to go")
+
+// ensurePendingPodClaims recreates the missing PVCs of pods that are not scheduled yet (a PVC
+// deleted under a Pending pod would keep it Pending forever), as upstream's processReplica.
+func (c *Controller) ensurePendingPodClaims(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, pods []*corev1.Pod) error {
+	if len(set.Spec.VolumeClaimTemplates) == 0 {
+		return nil
+	}
+	var errs []error
+	for _, pod := range pods {
+		if pod.Status.Phase == corev1.PodPending && pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil {
+			if ord := ParseOrdinal(set.Name, pod.Name); ord >= 0 {
+				if err := c.ensureClaims(ctx, set, ord); err != nil && !errors.Is(err, errClaimTerminating) {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // deleteScaledPVCs deletes the PVCs of ordinals at or above replicas whose pod is gone, when
