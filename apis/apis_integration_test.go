@@ -229,6 +229,30 @@ func badCases() []badCase {
 		{name: "ests-rollingupdate-with-ondelete", obj: fmt.Sprintf(estsTmpl, "bad-ondel", "updateStrategy: {type: OnDelete, rollingUpdate: {partition: 1}}"), wantField: "spec.updateStrategy"},
 		{name: "ests-negative-replicas", obj: fmt.Sprintf(estsTmpl, "bad-rep", "replicas: -1"), wantField: "spec.replicas"},
 		{name: "ests-bad-pod-management", obj: fmt.Sprintf(estsTmpl, "bad-pmp", "podManagementPolicy: Random"), wantField: "spec.podManagementPolicy"},
+		// Immutable after creation, like a StatefulSet's (CEL transition rules on oldSelf).
+		{name: "ests-selector-changed", obj: fmt.Sprintf(estsTmpl, "imm-sel", "serviceName: s"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "c", "spec", "selector", "matchLabels", "a")
+				_ = unstructured.SetNestedField(u.Object, "c", "spec", "template", "metadata", "labels", "a")
+			}, wantField: "spec.selector"},
+		{name: "ests-servicename-changed", obj: fmt.Sprintf(estsTmpl, "imm-svc", "serviceName: s"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "other", "spec", "serviceName")
+			}, wantField: "spec.serviceName"},
+		{name: "ests-servicename-added", obj: fmt.Sprintf(estsTmpl, "imm-svc2", "replicas: 1"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "late", "spec", "serviceName")
+			}, wantField: "spec.serviceName"},
+		{name: "ests-podmanagementpolicy-changed", obj: fmt.Sprintf(estsTmpl, "imm-pmp", "podManagementPolicy: Parallel"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "OrderedReady", "spec", "podManagementPolicy")
+			}, wantField: "spec.podManagementPolicy"},
+		{name: "ests-volumeclaimtemplates-added", obj: fmt.Sprintf(estsTmpl, "imm-vct", "replicas: 1"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedSlice(u.Object, []any{map[string]any{"metadata": map[string]any{"name": "data"},
+					"spec": map[string]any{"accessModes": []any{"ReadWriteOnce"}, "resources": map[string]any{"requests": map[string]any{"storage": "1Gi"}}}}},
+					"spec", "volumeClaimTemplates")
+			}, wantField: "spec.volumeClaimTemplates"},
 		{name: "deploymentgrid-key-with-space", obj: fmt.Sprintf(gridTmpl, "DeploymentGrid", "bad-key-1", "'zone 1'", podTmplOK), wantField: "spec.gridUniqKey"},
 		{name: "statefulsetgrid-key-empty", obj: fmt.Sprintf(gridTmpl, "StatefulSetGrid", "bad-key-2", "''", podTmplOK), wantField: "spec.gridUniqKey"},
 		{name: "statefulsetgrid-key-leading-dash", obj: fmt.Sprintf(gridTmpl, "StatefulSetGrid", "bad-key-3", "-zone", podTmplOK), wantField: "spec.gridUniqKey"},

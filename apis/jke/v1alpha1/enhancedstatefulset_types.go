@@ -57,6 +57,13 @@ type EnhancedStatefulSetUpdateStrategy struct {
 }
 
 // EnhancedStatefulSetSpec is the StatefulSet spec with an enhanced update strategy.
+// Like a StatefulSet's, the selector, volumeClaimTemplates, serviceName and
+// podManagementPolicy cannot change after creation (the pods' identity, claims and ordering
+// depend on them).
+// +kubebuilder:validation:XValidation:rule="self.selector == oldSelf.selector",message="selector is immutable",fieldPath=".selector"
+// +kubebuilder:validation:XValidation:rule="has(self.serviceName) == has(oldSelf.serviceName) && (!has(self.serviceName) || self.serviceName == oldSelf.serviceName)",message="serviceName is immutable",fieldPath=".serviceName"
+// +kubebuilder:validation:XValidation:rule="has(self.podManagementPolicy) == has(oldSelf.podManagementPolicy) && (!has(self.podManagementPolicy) || self.podManagementPolicy == oldSelf.podManagementPolicy)",message="podManagementPolicy is immutable",fieldPath=".podManagementPolicy"
+// +kubebuilder:validation:XValidation:rule="has(self.volumeClaimTemplates) == has(oldSelf.volumeClaimTemplates) && (!has(self.volumeClaimTemplates) || self.volumeClaimTemplates == oldSelf.volumeClaimTemplates)",message="volumeClaimTemplates is immutable",fieldPath=".volumeClaimTemplates"
 type EnhancedStatefulSetSpec struct {
 	// Replicas is the desired number of pods. Default 1.
 	// +optional

@@ -7,9 +7,11 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"reflect"
 	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -29,6 +31,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
+	kcontroller "k8s.io/kubernetes/pkg/controller"
 	"k8s.io/kubernetes/pkg/controller/history"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
@@ -51,6 +54,9 @@ const (
 	ConditionAvailable        = "Available"
 	ConditionPaused           = "Paused"
 	ConditionStaticIPConflict = "StaticIPConflict"
+	// ConditionReplicaFailure (as on ReplicaSets): a pod could not be created, e.g. a pod of
+	// its name exists that the set does not control.
+	ConditionReplicaFailure = "ReplicaFailure"
 )
 
 // expectationTTL bounds how long a sync waits for the informer to see its own writes.
@@ -65,6 +71,7 @@ type Controller struct {
 	client     versioned.Interface
 	history    history.Interface
 	recorder   record.EventRecorder
+	podControl kcontroller.PodControlInterface
 
 	setLister jkev1alpha1listers.EnhancedStatefulSetLister
 	podLister corelisters.PodLister
@@ -84,7 +91,14 @@ type Controller struct {
 
 	// now is the clock (tests may replace it).
 	now func() time.Time
+
+	// InPlaceUpdateTimeout: an in-place update whose new containers the kubelet has not
+	// started after this long is given up and the pod recreated; 0 never gives up.
+	InPlaceUpdateTimeout time.Duration
 }
+
+// DefaultInPlaceUpdateTimeout is long enough for a large image pull.
+const DefaultInPlaceUpdateTimeout = 5 * time.Minute
 
 // statusWrite is a status write the set cache may not show yet: written is what the API
 // server returned, staleRVs the resourceVersions that writes (this one and the earlier ones
@@ -100,9 +114,9 @@ const maxStaleRVs = 8
 
 type expectation struct {
 	// deleted: the pod with this UID must be gone or terminating; otherwise the pod must exist
-	// with a resourceVersion other than staleRV ("" = just exist).
+	// with a resourceVersion other than those in staleRVs (none = just exist).
 	deletedUID types.UID
-	staleRV    string
+	staleRVs   []string
 	deadline   time.Time
 }
 
@@ -116,8 +130,9 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 	}
 	c := &Controller{
 		kubeClient: kubeClient, client: client, recorder: recorder,
-		history:   history.NewHistory(kubeClient, revInformer.Lister(), revInformer.Informer().GetIndexer()),
-		setLister: setInformer.Lister(), podLister: podInformer.Lister(), pvcLister: pvcInformer.Lister(), sipLister: sipInformer.Lister(),
+		podControl: kcontroller.RealPodControl{KubeClient: kubeClient, Recorder: recorder},
+		history:    history.NewHistory(kubeClient, revInformer.Lister(), revInformer.Informer().GetIndexer()),
+		setLister:  setInformer.Lister(), podLister: podInformer.Lister(), pvcLister: pvcInformer.Lister(), sipLister: sipInformer.Lister(),
 		synced: []cache.InformerSynced{setInformer.Informer().HasSynced, podInformer.Informer().HasSynced,
 			revInformer.Informer().HasSynced, pvcInformer.Informer().HasSynced, sipInformer.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -125,6 +140,8 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 		expectations: map[string]map[string]expectation{},
 		statusWrites: map[string]statusWrite{},
 		now:          time.Now,
+
+		InPlaceUpdateTimeout: DefaultInPlaceUpdateTimeout,
 	}
 	if _, err := setInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
@@ -134,13 +151,46 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 		return nil, err
 	}
 	if _, err := podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.enqueueOwner,
-		UpdateFunc: func(_, obj any) { c.enqueueOwner(obj) },
+		AddFunc: c.enqueueOwner,
+		UpdateFunc: func(old, cur any) {
+			c.enqueueOwner(cur)
+			// A pod whose labels or controller changed may have to be released by its old set
+			// or adopted by another (as the StatefulSet controller's updatePod).
+			o, n := old.(*corev1.Pod), cur.(*corev1.Pod)
+			if !reflect.DeepEqual(o.Labels, n.Labels) || !reflect.DeepEqual(metav1.GetControllerOf(o), metav1.GetControllerOf(n)) {
+				c.enqueueOwner(old)
+			}
+		},
 		DeleteFunc: c.enqueueOwner,
 	}); err != nil {
 		return nil, err
 	}
+	// A PVC that goes away may be one a Pending pod waits for (recreated) or one a new pod
+	// waited for (terminating → gone): sync the sets whose selector its labels match (the
+	// controller labels its claims with the selector).
+	if _, err := pvcInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{DeleteFunc: c.enqueueClaimSets}); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+func (c *Controller) enqueueClaimSets(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	claim, ok := obj.(*corev1.PersistentVolumeClaim)
+	if !ok {
+		return
+	}
+	sets, _ := c.setLister.EnhancedStatefulSets(claim.Namespace).List(labels.Everything())
+	for _, set := range sets {
+		if len(set.Spec.VolumeClaimTemplates) == 0 {
+			continue
+		}
+		if selector, err := metav1.LabelSelectorAsSelector(set.Spec.Selector); err == nil && !selector.Empty() && selector.Matches(labels.Set(claim.Labels)) {
+			c.queue.Add(claim.Namespace + "/" + set.Name)
+		}
+	}
 }
 
 func (c *Controller) enqueue(obj any) {
@@ -161,7 +211,20 @@ func (c *Controller) enqueueOwner(obj any) {
 		return
 	}
 	ref := metav1.GetControllerOf(pod)
-	if ref == nil || ref.Kind != controllerKind.Kind || ref.APIVersion != controllerKind.GroupVersion().String() {
+	if ref == nil {
+		// An orphan: every set whose selector matches it may adopt it.
+		if pod.DeletionTimestamp != nil {
+			return
+		}
+		sets, _ := c.setLister.EnhancedStatefulSets(pod.Namespace).List(labels.Everything())
+		for _, set := range sets {
+			if selector, err := metav1.LabelSelectorAsSelector(set.Spec.Selector); err == nil && !selector.Empty() && selector.Matches(labels.Set(pod.Labels)) {
+				c.queue.Add(pod.Namespace + "/" + set.Name)
+			}
+		}
+		return
+	}
+	if ref.Kind != controllerKind.Kind || ref.APIVersion != controllerKind.GroupVersion().String() {
 		return
 	}
 	c.queue.Add(pod.Namespace + "/" + ref.Name)
@@ -203,7 +266,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		c.recorder.Event(set, corev1.EventTypeWarning, "InvalidSelector", "spec.selector does not match spec.template.metadata.labels")
 		return 0, nil
 	}
-	pods, err := c.ownedPods(set, selector)
+	pods, err := c.claimPods(ctx, set, selector)
 	if err != nil {
 		return 0, err
 	}
@@ -223,16 +286,20 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		}
 	}
 	plan, err := ComputePlan(PlanInput{Spec: &set.Spec, SetName: set.Name, Pods: pods,
-		CurrentRevision: current.Name, UpdateRevision: update.Name, Templates: templates, Now: c.now()})
+		CurrentRevision: current.Name, UpdateRevision: update.Name, Templates: templates, Now: c.now(),
+		InPlaceUpdateTimeout: c.InPlaceUpdateTimeout})
 	if err != nil {
 		c.recorder.Eventf(set, corev1.EventTypeWarning, "InvalidSpec", "%v", err)
 		return 0, nil
 	}
 
-	conflicts, actErr := c.execute(ctx, set, plan, pods, templates)
-	if len(conflicts) > 0 && (plan.RequeueAfter == 0 || plan.RequeueAfter > conflictRetry) {
+	done, actErr := c.execute(ctx, set, plan, pods, templates)
+	if len(done.conflicts)+len(done.createFailures) > 0 && (plan.RequeueAfter == 0 || plan.RequeueAfter > conflictRetry) {
 		// A human must resolve a StaticIP conflict; look again now and then, not in a hot loop.
 		plan.RequeueAfter = conflictRetry
+	}
+	if err := c.ensurePendingPodClaims(ctx, set, pods); err != nil && actErr == nil {
+		actErr = err
 	}
 	if err := c.deleteScaledPVCs(ctx, set, pods); err != nil && actErr == nil {
 		actErr = err
@@ -240,7 +307,7 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	if err := c.truncateHistory(set, pods, revisions, current, update); err != nil && actErr == nil {
 		actErr = err
 	}
-	if err := c.updateStatus(ctx, set, plan, current, update, collisionCount, selector, conflicts); err != nil && actErr == nil {
+	if err := c.updateStatus(ctx, set, plan, current, update, collisionCount, selector, done); err != nil && actErr == nil {
 		actErr = err
 	}
 	return plan.RequeueAfter, actErr
@@ -253,20 +320,27 @@ func errOr(err error, msg string) string {
 	return msg
 }
 
-// ownedPods are the pods whose controller reference is set. Orphans are not adopted: a pod
-// named like ours but owned by nobody is left alone and its ordinal is not created.
-func (c *Controller) ownedPods(set *jkev1alpha1.EnhancedStatefulSet, selector labels.Selector) ([]*corev1.Pod, error) {
-	all, err := c.podLister.Pods(set.Namespace).List(selector)
+// claimPods returns the set's pods like the StatefulSet controller's getPodsForStatefulSet:
+// the ControllerRefManager adopts orphans that match the selector and carry a pod name of the
+// set (after re-reading the set from the API server, so a set being deleted adopts nothing),
+// and releases owned pods that no longer match.
+func (c *Controller) claimPods(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, selector labels.Selector) ([]*corev1.Pod, error) {
+	all, err := c.podLister.Pods(set.Namespace).List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
-	var out []*corev1.Pod
-	for _, p := range all {
-		if ref := metav1.GetControllerOf(p); ref != nil && ref.UID == set.UID {
-			out = append(out, p)
+	canAdopt := kcontroller.RecheckDeletionTimestamp(func(ctx context.Context) (metav1.Object, error) {
+		fresh, err := c.client.JkeV1alpha1().EnhancedStatefulSets(set.Namespace).Get(ctx, set.Name, metav1.GetOptions{})
+		if err != nil {
+			return nil, err
 		}
-	}
-	return out, nil
+		if fresh.UID != set.UID {
+			return nil, fmt.Errorf("original EnhancedStatefulSet %s/%s is gone: got uid %v, wanted %v", set.Namespace, set.Name, fresh.UID, set.UID)
+		}
+		return fresh, nil
+	})
+	cm := kcontroller.NewPodControllerRefManager(c.podControl, set, selector, controllerKind, canAdopt)
+	return cm.ClaimPods(ctx, all, func(pod *corev1.Pod) bool { return ParseOrdinal(set.Name, pod.Name) >= 0 })
 }
 
 // ownedRevisions lists the set's ControllerRevisions and adopts orphans that match, as the
@@ -353,7 +427,7 @@ func (c *Controller) truncateHistory(set *jkev1alpha1.EnhancedStatefulSet, pods 
 
 // execute carries out the plan. Creations and deletions of one plan are independent, so they
 // run concurrently: a batch of maxUnavailable pods starts at once.
-func (c *Controller) execute(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, plan *Plan, pods []*corev1.Pod, templates map[string]*corev1.PodTemplateSpec) ([]string, error) {
+func (c *Controller) execute(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, plan *Plan, pods []*corev1.Pod, templates map[string]*corev1.PodTemplateSpec) (executed, error) {
 	byName := map[string]*corev1.Pod{}
 	for _, p := range pods {
 		byName[p.Name] = p
@@ -362,6 +436,7 @@ func (c *Controller) execute(ctx context.Context, set *jkev1alpha1.EnhancedState
 		mu        sync.Mutex
 		errs      []error
 		conflicts []string
+		failures  []string
 		wg        sync.WaitGroup
 	)
 	for _, a := range plan.Actions {
@@ -376,10 +451,18 @@ func (c *Controller) execute(ctx context.Context, set *jkev1alpha1.EnhancedState
 					conflicts = append(conflicts, conflict.Error())
 					mu.Unlock()
 				}
+				var failed *createError
+				if errors.As(err, &failed) {
+					mu.Lock()
+					failures = append(failures, failed.Error())
+					mu.Unlock()
+				}
 			case ActionDelete:
 				err = c.deletePod(ctx, set, byName[a.Pod], a.Reason)
 			case ActionInPlaceUpdate:
 				err = c.updateInPlace(ctx, set, byName[a.Pod], a)
+			case ActionInPlaceReady:
+				err = c.finishInPlace(ctx, set, byName[a.Pod])
 			}
 			metrics.PodActions.WithLabelValues(string(a.Type), string(a.Reason), resultOf(err)).Inc()
 			var conflict *staticip.ConflictError
@@ -395,7 +478,14 @@ func (c *Controller) execute(ctx context.Context, set *jkev1alpha1.EnhancedState
 	}
 	wg.Wait()
 	sort.Strings(conflicts)
-	return conflicts, errors.Join(errs...)
+	sort.Strings(failures)
+	return executed{conflicts: conflicts, createFailures: failures}, errors.Join(errs...)
+}
+
+// executed is what a plan's execution reports for status: StaticIP conflicts and pod
+// creations a human must look at.
+type executed struct {
+	conflicts, createFailures []string
 }
 
 func resultOf(err error) string {
@@ -429,6 +519,10 @@ func newPod(set *jkev1alpha1.EnhancedStatefulSet, template *corev1.PodTemplateSp
 	pod.Labels[RevisionLabel] = revision
 	pod.Spec.Hostname = name
 	pod.Spec.Subdomain = set.Spec.ServiceName
+	if ru := set.Spec.UpdateStrategy.RollingUpdate; ru != nil && ru.PodUpdatePolicy == jkev1alpha1.InPlaceIfPossiblePodUpdatePolicy &&
+		!slices.ContainsFunc(pod.Spec.ReadinessGates, func(g corev1.PodReadinessGate) bool { return g.ConditionType == InPlaceUpdateReady }) {
+		pod.Spec.ReadinessGates = append(pod.Spec.ReadinessGates, corev1.PodReadinessGate{ConditionType: InPlaceUpdateReady})
+	}
 	// Volumes of the claim templates replace template volumes of the same name.
 	claims := map[string]bool{}
 	for _, claim := range set.Spec.VolumeClaimTemplates {
@@ -473,13 +567,20 @@ func (c *Controller) createPod(ctx context.Context, set *jkev1alpha1.EnhancedSta
 	}
 	pod := newPod(set, template, a.Ordinal, a.Revision)
 	if err := c.ensureClaims(ctx, set, a.Ordinal); err != nil {
+		if errors.Is(err, errClaimTerminating) {
+			return err // retried; not a failure
+		}
 		c.recorder.Eventf(set, corev1.EventTypeWarning, "FailedCreate", "create claims for pod %s: %v", pod.Name, err)
 		return err
 	}
 	if staticip.Enabled(set.Annotations, set.Spec.Template.Annotations) {
 		w := staticip.Workload{Object: set, GVK: controllerKind, Retention: staticip.RetentionPolicy(set.Spec.StaticIPRetentionPolicy)}
-		sip, err := staticip.Ensure(ctx, c.client, c.sipLister, w, pod.Name)
+		sip, err := staticip.Ensure(ctx, c.client, c.sipLister, w, pod.Name, c.now())
 		if err != nil {
+			var releasing *staticip.ReleasingError
+			if errors.As(err, &releasing) || apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+				return err // a release or another write raced with us: retried, nothing to report
+			}
 			reason := "FailedCreateStaticIP"
 			var conflict *staticip.ConflictError
 			if errors.As(err, &conflict) {
@@ -494,7 +595,18 @@ func (c *Controller) createPod(ctx context.Context, set *jkev1alpha1.EnhancedSta
 	c.expect(set, pod.Name, expectation{})
 	_, err := c.kubeClient.CoreV1().Pods(set.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		return nil
+		c.forget(set, pod.Name)
+		// Ours (the cache has not shown it yet) is fine; anything else holds the ordinal's name
+		// and the set cannot run that ordinal until a human removes it.
+		existing, getErr := c.kubeClient.CoreV1().Pods(set.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
+		if getErr == nil {
+			if ref := metav1.GetControllerOf(existing); ref != nil && ref.UID == set.UID {
+				return nil
+			}
+		}
+		err = fmt.Errorf("create Pod %s: %w (a pod of that name that this set does not control: %s)", pod.Name, err, describeOwner(existing))
+		c.recorder.Eventf(set, corev1.EventTypeWarning, "FailedCreate", "%v", err)
+		return &createError{err: err}
 	}
 	if err != nil {
 		c.forget(set, pod.Name)
@@ -505,11 +617,34 @@ func (c *Controller) createPod(ctx context.Context, set *jkev1alpha1.EnhancedSta
 	return nil
 }
 
+// createError is a pod creation that failed in a way a human must resolve (reported in the
+// ReplicaFailure condition).
+type createError struct{ err error }
+
+func (e *createError) Error() string { return e.err.Error() }
+func (e *createError) Unwrap() error { return e.err }
+
+func describeOwner(pod *corev1.Pod) string {
+	if pod == nil {
+		return "unknown"
+	}
+	if ref := metav1.GetControllerOf(pod); ref != nil {
+		return fmt.Sprintf("controlled by %s %s", ref.Kind, ref.Name)
+	}
+	return "no controller, labels " + labels.Set(pod.Labels).String()
+}
+
+// ensureClaims creates the missing PVCs of an ordinal. Like upstream, a PVC that is being
+// deleted is never used: the pod waits (errClaimTerminating) until it is gone, then a new one
+// is created.
 func (c *Controller) ensureClaims(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, ordinal int) error {
 	policy := pvcRetention(set)
 	for _, tmpl := range set.Spec.VolumeClaimTemplates {
 		name := ClaimName(set, tmpl.Name, ordinal)
-		if _, err := c.pvcLister.PersistentVolumeClaims(set.Namespace).Get(name); err == nil {
+		if existing, err := c.pvcLister.PersistentVolumeClaims(set.Namespace).Get(name); err == nil {
+			if existing.DeletionTimestamp != nil {
+				return fmt.Errorf("%w: %s", errClaimTerminating, name)
+			}
 			continue
 		}
 		claim := tmpl.DeepCopy()
@@ -529,6 +664,28 @@ func (c *Controller) ensureClaims(ctx context.Context, set *jkev1alpha1.Enhanced
 		}
 	}
 	return nil
+}
+
+// errClaimTerminating: a pod waits for its PVC to finish terminating before a new one is made.
+var errClaimTerminating = errors.New("PersistentVolumeClaim is terminating; the pod waits for it to go")
+
+// ensurePendingPodClaims recreates the missing PVCs of pods that are not scheduled yet (a PVC
+// deleted under a Pending pod would keep it Pending forever), as upstream's processReplica.
+func (c *Controller) ensurePendingPodClaims(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, pods []*corev1.Pod) error {
+	if len(set.Spec.VolumeClaimTemplates) == 0 {
+		return nil
+	}
+	var errs []error
+	for _, pod := range pods {
+		if pod.Status.Phase == corev1.PodPending && pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil {
+			if ord := ParseOrdinal(set.Name, pod.Name); ord >= 0 {
+				if err := c.ensureClaims(ctx, set, ord); err != nil && !errors.Is(err, errClaimTerminating) {
+					errs = append(errs, err)
+				}
+			}
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // deleteScaledPVCs deletes the PVCs of ordinals at or above replicas whose pod is gone, when
@@ -580,56 +737,122 @@ func (c *Controller) deletePod(ctx context.Context, set *jkev1alpha1.EnhancedSta
 		c.recorder.Eventf(set, corev1.EventTypeWarning, "FailedDelete", "delete Pod %s (%s): %v", pod.Name, reason, err)
 		return err
 	}
-	c.recorder.Eventf(set, corev1.EventTypeNormal, "SuccessfulDelete", "delete Pod %s (%s)", pod.Name, reason)
+	switch reason {
+	case ReasonInPlaceTimeout:
+		c.recorder.Eventf(set, corev1.EventTypeWarning, "InPlaceUpdateTimeout", "delete Pod %s to recreate it: its in-place update did not reach the kubelet within %v (%s)",
+			pod.Name, c.InPlaceUpdateTimeout, podProblem(pod, set.Spec.MinReadySeconds, c.now()))
+	case ReasonUnavailable:
+		c.recorder.Eventf(set, corev1.EventTypeNormal, "SuccessfulDelete", "delete Pod %s to replace it at the update revision: it is unavailable (%s) on revision %s",
+			pod.Name, podProblem(pod, set.Spec.MinReadySeconds, c.now()), PodRevision(pod))
+	default:
+		c.recorder.Eventf(set, corev1.EventTypeNormal, "SuccessfulDelete", "delete Pod %s (%s)", pod.Name, reason)
+	}
 	return nil
 }
 
-// updateInPlace patches the images of a pod and moves its revision label, so the pod keeps
-// its node and IP. The images the kubelet reported before are recorded so the planner counts
-// the pod as unavailable until the kubelet runs the new ones.
+// updateInPlace moves a pod to a.Revision by patching its container images, so it keeps its
+// node and IP. First the InPlaceUpdateReady readiness gate goes False (Services stop sending
+// traffic before the container restarts), then the spec is patched together with the record
+// of the containers it replaces (InPlaceUpdateState): the pod counts as unavailable until the
+// kubelet runs new containers of the new images.
 func (c *Controller) updateInPlace(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, cached *corev1.Pod, a Action) error {
 	if cached == nil {
 		return nil
 	}
-	pod := cached.DeepCopy()
-	old := map[string]string{}
-	for _, st := range pod.Status.ContainerStatuses {
-		if _, ok := a.Images[st.Name]; ok {
-			old[st.Name] = st.Image
+	state := InPlaceUpdateState{Revision: a.Revision, UpdateTimestamp: metav1.NewTime(c.now()), Containers: map[string]InPlaceContainer{}}
+	var containers []map[string]string
+	for _, ctr := range cached.Spec.Containers {
+		img, ok := a.Images[ctr.Name]
+		if !ok || img == ctr.Image {
+			continue
 		}
-	}
-	for i := range pod.Spec.Containers {
-		if img, ok := a.Images[pod.Spec.Containers[i].Name]; ok {
-			if _, seen := old[pod.Spec.Containers[i].Name]; !seen {
-				old[pod.Spec.Containers[i].Name] = pod.Spec.Containers[i].Image
+		old := ""
+		for _, st := range cached.Status.ContainerStatuses {
+			if st.Name == ctr.Name {
+				old = st.ContainerID
 			}
-			pod.Spec.Containers[i].Image = img
 		}
+		state.Containers[ctr.Name] = InPlaceContainer{OldContainerID: old, Image: img}
+		containers = append(containers, map[string]string{"name": ctr.Name, "image": img})
 	}
-	raw, _ := json.Marshal(old)
-	if pod.Annotations == nil {
-		pod.Annotations = map[string]string{}
+	stale := []string{cached.ResourceVersion}
+	rv := cached.ResourceVersion
+	c.expect(set, cached.Name, expectation{staleRVs: stale})
+	if hasReadinessGate(cached) && len(containers) > 0 {
+		patched, err := c.patchInPlaceReady(ctx, cached, corev1.ConditionFalse, "InPlaceUpdating", "updating in place to revision "+a.Revision)
+		if err != nil {
+			c.forget(set, cached.Name)
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				return nil
+			}
+			c.recorder.Eventf(set, corev1.EventTypeWarning, "FailedUpdate", "set %s False on Pod %s: %v", InPlaceUpdateReady, cached.Name, err)
+			return err
+		}
+		rv = patched.ResourceVersion
+		c.expect(set, cached.Name, expectation{staleRVs: append(stale, rv)})
 	}
-	pod.Annotations[AnnotationInPlaceOldImages] = string(raw)
-	pod.Labels[RevisionLabel] = a.Revision
-	c.expect(set, pod.Name, expectation{staleRV: cached.ResourceVersion})
-	_, err := c.kubeClient.CoreV1().Pods(set.Namespace).Update(ctx, pod, metav1.UpdateOptions{})
+	annotations := map[string]any{AnnotationInPlaceUpdate: nil}
+	if len(containers) > 0 {
+		raw, _ := json.Marshal(state)
+		annotations[AnnotationInPlaceUpdate] = string(raw)
+	}
+	body := map[string]any{"metadata": map[string]any{"uid": cached.UID, "resourceVersion": rv,
+		"labels": map[string]string{RevisionLabel: a.Revision}, "annotations": annotations}}
+	if len(containers) > 0 {
+		body["spec"] = map[string]any{"containers": containers}
+	}
+	patch, _ := json.Marshal(body)
+	_, err := c.kubeClient.CoreV1().Pods(set.Namespace).Patch(ctx, cached.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
-		c.forget(set, pod.Name)
+		c.forget(set, cached.Name)
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 			return nil // the next sync sees the newer pod
 		}
-		c.recorder.Eventf(set, corev1.EventTypeWarning, "FailedUpdate", "update Pod %s in place: %v", pod.Name, err)
+		c.recorder.Eventf(set, corev1.EventTypeWarning, "FailedUpdate", "update Pod %s in place: %v", cached.Name, err)
 		return err
 	}
-	c.recorder.Eventf(set, corev1.EventTypeNormal, "SuccessfulUpdateInPlace", "update Pod %s in place to revision %s", pod.Name, a.Revision)
+	c.recorder.Eventf(set, corev1.EventTypeNormal, "SuccessfulUpdateInPlace", "update Pod %s in place to revision %s", cached.Name, a.Revision)
 	return nil
+}
+
+// finishInPlace ends an in-place update the kubelet has carried out (or readies a new pod of
+// an InPlaceIfPossible set): InPlaceUpdateReady True, the update record removed.
+func (c *Controller) finishInPlace(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, pod *corev1.Pod) error {
+	if pod == nil {
+		return nil
+	}
+	if hasReadinessGate(pod) && !conditionTrue(pod, InPlaceUpdateReady) {
+		if _, err := c.patchInPlaceReady(ctx, pod, corev1.ConditionTrue, "ContainersUpdated", ""); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("set %s True on Pod %s: %w", InPlaceUpdateReady, pod.Name, err)
+		}
+	}
+	if _, ok := pod.Annotations[AnnotationInPlaceUpdate]; !ok {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": map[string]any{AnnotationInPlaceUpdate: nil}}})
+	_, err := c.kubeClient.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove the in-place update record of Pod %s: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// patchInPlaceReady sets the InPlaceUpdateReady condition of pod (strategic merge on the
+// status subresource: the kubelet's own conditions stay).
+func (c *Controller) patchInPlaceReady(ctx context.Context, pod *corev1.Pod, status corev1.ConditionStatus, reason, message string) (*corev1.Pod, error) {
+	cond := corev1.PodCondition{Type: InPlaceUpdateReady, Status: status, Reason: reason, Message: message, LastTransitionTime: metav1.NewTime(c.now())}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID}, "status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
+	return c.kubeClient.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 }
 
 // updateStatus writes the observed status and conditions, completing the rollout (current
 // revision := update revision) once every replica runs the update revision and is ready.
 func (c *Controller) updateStatus(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, plan *Plan, current, update *appsv1.ControllerRevision,
-	collisionCount int32, selector labels.Selector, conflicts []string) error {
+	collisionCount int32, selector labels.Selector, result executed) error {
+	conflicts := result.conflicts
 	replicas := int32(1)
 	if set.Spec.Replicas != nil {
 		replicas = *set.Spec.Replicas
@@ -653,16 +876,32 @@ func (c *Controller) updateStatus(ctx context.Context, set *jkev1alpha1.Enhanced
 	} else {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionPaused, Status: metav1.ConditionFalse, Reason: "NotPaused", ObservedGeneration: gen})
 	}
-	done := st.Replicas == replicas && st.ReadyReplicas == replicas && len(plan.Actions) == 0
+	done := st.Replicas == replicas && st.ReadyReplicas == replicas && len(plan.Actions) == 0 && plan.Waiting == nil
+	prev := meta.FindStatusCondition(set.Status.Conditions, ConditionProgressing)
 	switch {
 	case paused && !done:
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionProgressing, Status: metav1.ConditionFalse, Reason: "Paused", ObservedGeneration: gen})
+		msg := "updateStrategy.rollingUpdate.paused is true"
+		if plan.Waiting != nil {
+			msg = plan.Waiting.Message
+		}
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionProgressing, Status: metav1.ConditionFalse, Reason: "Paused", Message: msg, ObservedGeneration: gen})
 	case done:
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionProgressing, Status: metav1.ConditionFalse, Reason: "Settled",
 			Message: fmt.Sprintf("%d/%d pods at revision %s", st.UpdatedReplicas, replicas, update.Name), ObservedGeneration: gen})
+	case plan.Waiting != nil:
+		// The message names the pods the rollout waits on and why: what a user needs to see when
+		// a rollout does not move.
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionProgressing, Status: metav1.ConditionTrue, Reason: string(plan.Waiting.Reason),
+			Message: plan.Waiting.Message, ObservedGeneration: gen})
+		if plan.Waiting.Stuck && (prev == nil || prev.Reason != string(plan.Waiting.Reason) || prev.Message != plan.Waiting.Message) {
+			c.recorder.Event(set, corev1.EventTypeWarning, "RolloutWaiting", plan.Waiting.Message)
+		}
 	default:
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionProgressing, Status: metav1.ConditionTrue, Reason: "Updating",
 			Message: fmt.Sprintf("%d/%d pods at revision %s, %d unavailable of budget %d", st.UpdatedReplicas, replicas, update.Name, plan.Unavailable, plan.MaxUnavailable), ObservedGeneration: gen})
+	}
+	if paused && plan.Waiting != nil && (prev == nil || prev.Reason != "Paused") {
+		c.recorder.Event(set, corev1.EventTypeNormal, "RolloutPaused", plan.Waiting.Message)
 	}
 	if st.AvailableReplicas >= replicas-int32(plan.MaxUnavailable) {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionAvailable, Status: metav1.ConditionTrue, Reason: "MinimumReplicasAvailable", ObservedGeneration: gen})
@@ -675,6 +914,12 @@ func (c *Controller) updateStatus(ctx context.Context, set *jkev1alpha1.Enhanced
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionStaticIPConflict, Status: metav1.ConditionTrue, Reason: "StaticIPOwnedElsewhere", Message: string(b), ObservedGeneration: gen})
 	} else if meta.FindStatusCondition(st.Conditions, ConditionStaticIPConflict) != nil && plan.Replicas == replicas {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionStaticIPConflict, Status: metav1.ConditionFalse, Reason: "NoConflict", ObservedGeneration: gen})
+	}
+	if len(result.createFailures) > 0 {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionReplicaFailure, Status: metav1.ConditionTrue, Reason: "FailedCreate",
+			Message: strings.Join(result.createFailures, "; "), ObservedGeneration: gen})
+	} else if meta.FindStatusCondition(st.Conditions, ConditionReplicaFailure) != nil && plan.Replicas >= replicas {
+		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionReplicaFailure, Status: metav1.ConditionFalse, Reason: "AllCreated", ObservedGeneration: gen})
 	}
 	if apiequality.Semantic.DeepEqual(st, &set.Status) {
 		return nil
@@ -771,8 +1016,8 @@ func (c *Controller) pendingExpectations(key string) bool {
 		switch {
 		case e.deletedUID != "":
 			met = err != nil || pod.UID != e.deletedUID || pod.DeletionTimestamp != nil
-		case e.staleRV != "":
-			met = err != nil || pod.ResourceVersion != e.staleRV
+		case len(e.staleRVs) > 0:
+			met = err != nil || !slices.Contains(e.staleRVs, pod.ResourceVersion)
 		default:
 			met = err == nil
 		}

@@ -1,6 +1,7 @@
 package enhancedstatefulset
 
 import (
+	"encoding/json"
 	"reflect"
 	"strings"
 	"testing"
@@ -47,11 +48,33 @@ func mkPod(p podState) *corev1.Pod {
 		ready.Status = corev1.ConditionFalse
 	case "terminating":
 		pod.DeletionTimestamp = ptr.To(metav1.NewTime(now))
-	case "inplace":
-		pod.Annotations = map[string]string{AnnotationInPlaceOldImages: `{"app":"img:v1"}`}
-		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", Image: "img:v1", Ready: true}}
+	case "inplace", "inplace-old", "inplace-done", "inplace-rollback":
+		// Patched in place 1 min ago (10 min for inplace-old) from container c1 running img:v1
+		// to img:v2; the kubelet runs: c1/img:v1 (pending), c2/img:v2 (done). inplace-rollback:
+		// patched back to img:v1 while the kubelet still reported c1 of img:v1 (img:v2 never
+		// started): the update is done only once a container other than c1 runs img:v1.
+		at, target, old, id, img := now.Add(-time.Minute), "img:v2", "c1", "c1", "img:v1"
+		switch p.state {
+		case "inplace-old":
+			at = now.Add(-10 * time.Minute)
+		case "inplace-done":
+			id, img = "c2", "docker.io/library/img:v2"
+		case "inplace-rollback":
+			target, old, id, img = "img:v1", "c1", "c1", "img:v1"
+		}
+		raw, _ := json.Marshal(InPlaceUpdateState{Revision: p.rev, UpdateTimestamp: metav1.NewTime(at),
+			Containers: map[string]InPlaceContainer{"app": {OldContainerID: old, Image: target}}})
+		pod.Annotations = map[string]string{AnnotationInPlaceUpdate: string(raw)}
+		pod.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: InPlaceUpdateReady}}
+		pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: InPlaceUpdateReady, Status: corev1.ConditionFalse})
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", Image: img, ContainerID: id, Ready: true,
+			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	case "imagepull":
+		pod.Status.Phase = corev1.PodPending
+		ready.Status = corev1.ConditionFalse
+		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "ErrImagePull"}}}}
 	}
-	pod.Status.Conditions = []corev1.PodCondition{ready}
+	pod.Status.Conditions = append([]corev1.PodCondition{ready}, pod.Status.Conditions...)
 	return pod
 }
 
@@ -187,12 +210,12 @@ func TestComputePlan(t *testing.T) {
 		{name: "missing pod below partition created at current revision", opts: []specOpt{replicas(6), parallel, partition(3), maxUnav(num(2))},
 			pods: without(readyPods(6, "r1"), 1), current: "r1", update: "r2",
 			want: []string{"create 1@r1", "delete 5 (Update)"}, wantUnavailable: 1, wantMax: 2},
-		{name: "two already down with budget 2: lowering partition starts nothing", opts: []specOpt{replicas(6), parallel, partition(0), maxUnav(num(2))},
+		{name: "two already down with budget 2: only they are replaced, nothing healthy goes down", opts: []specOpt{replicas(6), parallel, partition(0), maxUnav(num(2))},
 			pods: with(readyPods(6, "r1"), podState{ord: 0, rev: "r1", state: "notready"}, podState{ord: 1, rev: "r1", state: "notready"}), current: "r1", update: "r2",
-			want: nil, wantUnavailable: 2, wantMax: 2},
+			want: []string{"delete 1 (Unavailable)", "delete 0 (Unavailable)"}, wantUnavailable: 2, wantMax: 2},
 		{name: "one already down with budget 3: two updates", opts: []specOpt{replicas(6), parallel, maxUnav(num(3))},
 			pods: with(readyPods(6, "r1"), podState{ord: 0, rev: "r1", state: "notready"}), current: "r1", update: "r2",
-			want: []string{"delete 5 (Update)", "delete 4 (Update)"}, wantUnavailable: 1, wantMax: 3},
+			want: []string{"delete 0 (Unavailable)", "delete 5 (Update)", "delete 4 (Update)"}, wantUnavailable: 1, wantMax: 3},
 		{name: "updated pods not yet ready consume the budget", opts: []specOpt{replicas(6), parallel, maxUnav(num(2))},
 			pods: with(readyPods(6, "r1"), podState{ord: 5, rev: "r2", state: "pending"}), current: "r1", update: "r2",
 			want: []string{"delete 4 (Update)"}, wantUnavailable: 1, wantMax: 2},
@@ -230,13 +253,13 @@ func TestComputePlan(t *testing.T) {
 			want: []string{"delete 3 (Update)", "delete 2 (Update)"}, wantMax: 2},
 		{name: "rollback respects an already unavailable pod", opts: []specOpt{replicas(4), parallel, maxUnav(num(2))},
 			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", state: "notready"}, podState{ord: 2, rev: "r2"}), current: "r2", update: "r1",
-			want: []string{"delete 3 (Update)"}, wantUnavailable: 1, wantMax: 2},
+			want: []string{"delete 3 (Unavailable)", "delete 2 (Update)"}, wantUnavailable: 1, wantMax: 2},
 		{name: "rollback of a broken rollout: pods down on the abandoned revision are replaced without budget", opts: []specOpt{replicas(6), parallel, maxUnav(num(2))},
 			pods: with(readyPods(6, "r2"), podState{ord: 5, rev: "r3", state: "pending"}, podState{ord: 4, rev: "r3", state: "pending"}), current: "r2", update: "r1",
-			want: []string{"delete 5 (Update)", "delete 4 (Update)"}, wantUnavailable: 2, wantMax: 2},
+			want: []string{"delete 5 (Unavailable)", "delete 4 (Unavailable)"}, wantUnavailable: 2, wantMax: 2},
 		{name: "abandoned revision: a ready pod still uses the budget, a down one does not", opts: []specOpt{replicas(6), parallel, maxUnav(num(2))},
 			pods: with(readyPods(6, "r2"), podState{ord: 5, rev: "r3"}, podState{ord: 4, rev: "r3", state: "notready"}), current: "r2", update: "r1",
-			want: []string{"delete 5 (Update)", "delete 4 (Update)"}, wantUnavailable: 1, wantMax: 2},
+			want: []string{"delete 4 (Unavailable)", "delete 5 (Update)"}, wantUnavailable: 1, wantMax: 2},
 		{name: "broken rollout, template unchanged: nothing more goes down", opts: []specOpt{replicas(6), parallel, maxUnav(num(2))},
 			pods: with(readyPods(6, "r2"), podState{ord: 5, rev: "r3", state: "pending"}, podState{ord: 4, rev: "r3", state: "pending"}), current: "r2", update: "r3",
 			want: nil, wantUnavailable: 2, wantMax: 2},
@@ -262,6 +285,38 @@ func TestComputePlan(t *testing.T) {
 		{name: "InPlaceIfPossible: pending in-place update counts as unavailable", opts: []specOpt{replicas(4), parallel, maxUnav(num(2)), inPlace},
 			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", state: "inplace"}), current: "r1", update: "r2",
 			want: []string{"inplace 2@r2"}, wantUnavailable: 1, wantMax: 2},
+		// Forced rollback under OrderedReady: the published example (partition 3, maxUnavailable
+		// 2) rolled to a broken image left ordinal 4 Pending and 5 missing; the template is back
+		// at r1. Ordinal 4 is replaced at once, without budget.
+		{name: "OrderedReady rollback replaces the pod stuck on the abandoned revision", opts: []specOpt{replicas(6), partition(3), maxUnav(num(2))},
+			pods: with(without(readyPods(6, "r1"), 5), podState{ord: 4, rev: "r2", state: "imagepull"}), current: "r1", update: "r1",
+			want: []string{"delete 4 (Unavailable)"}, wantUnavailable: 2, wantMax: 2},
+		{name: "OrderedReady rollback does not wait for an unready lower ordinal", opts: []specOpt{replicas(6), maxUnav(num(1))},
+			pods: with(readyPods(6, "r1"), podState{ord: 1, rev: "r1", state: "notready"}, podState{ord: 5, rev: "r2", state: "imagepull"}), current: "r1", update: "r1",
+			want: []string{"delete 5 (Unavailable)"}, wantUnavailable: 2, wantMax: 1},
+		{name: "forced rollback respects the partition", opts: []specOpt{replicas(6), parallel, partition(3), maxUnav(num(2))},
+			pods: with(readyPods(6, "r1"), podState{ord: 1, rev: "r2", state: "imagepull"}), current: "r1", update: "r1",
+			want: nil, wantUnavailable: 1, wantMax: 2},
+		// Upstream counts condemned pods that are unavailable against maxUnavailable.
+		{name: "unavailable condemned pod uses the budget", opts: []specOpt{replicas(4), parallel, maxUnav(num(2))},
+			pods: with(readyPods(5, "r1"), podState{ord: 4, rev: "r1", state: "notready"}), current: "r1", update: "r2",
+			want: []string{"delete 4 (Condemned)", "delete 3 (Update)"}, wantUnavailable: 1, wantMax: 2},
+		{name: "terminating condemned pod uses the budget", opts: []specOpt{replicas(4), parallel, maxUnav(num(1))},
+			pods: with(readyPods(5, "r1"), podState{ord: 4, rev: "r1", state: "terminating"}), current: "r1", update: "r2",
+			want: nil, wantUnavailable: 1, wantMax: 1},
+		// In place: done only when a new container runs the target image.
+		{name: "InPlaceIfPossible: rollback of a pending in-place update goes back in place, free", opts: []specOpt{replicas(4), parallel, maxUnav(num(1)), inPlace},
+			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", state: "inplace"}), current: "r1", update: "r1",
+			want: []string{"inplace 3@r1"}, wantUnavailable: 1, wantMax: 1},
+		{name: "InPlaceIfPossible: an old container of the target image is not the update", opts: []specOpt{replicas(4), parallel, maxUnav(num(1)), inPlace},
+			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r1", state: "inplace-rollback"}), current: "r1", update: "r1",
+			want: nil, wantUnavailable: 1, wantMax: 1},
+		{name: "InPlaceIfPossible: a new container of the target image finishes the update", opts: []specOpt{replicas(4), parallel, maxUnav(num(1)), inPlace},
+			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", state: "inplace-done"}), current: "r1", update: "r2",
+			want: []string{"ready 3", "inplace 2@r2"}, wantUnavailable: 0, wantMax: 1},
+		{name: "InPlaceIfPossible: an update that did not reach the kubelet in time is recreated", opts: []specOpt{replicas(4), parallel, maxUnav(num(1)), inPlace},
+			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", state: "inplace-old"}), current: "r1", update: "r2",
+			want: []string{"delete 3 (InPlaceUpdateTimeout)"}, wantUnavailable: 1, wantMax: 1},
 		{name: "pods with foreign names are ignored", opts: []specOpt{replicas(1)},
 			pods: readyPods(1, "r1"), current: "r1", update: "r1", want: nil, wantMax: 1},
 		{name: "scale to zero Parallel", opts: []specOpt{replicas(0), parallel},
@@ -284,7 +339,7 @@ func TestComputePlan(t *testing.T) {
 			}
 			pods = append(pods, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-x"}}, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "other-0"}})
 			plan, err := ComputePlan(PlanInput{Spec: spec, SetName: "web", Pods: pods, CurrentRevision: tc.current,
-				UpdateRevision: tc.update, Templates: templates, Now: now})
+				UpdateRevision: tc.update, Templates: templates, Now: now, InPlaceUpdateTimeout: 5 * time.Minute})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -365,5 +420,57 @@ func TestImageOnlyChange(t *testing.T) {
 	}
 	if _, ok := ImageOnlyChange(nil, tmpl("a:2", "")); ok {
 		t.Error("unknown revision must not be in place")
+	}
+}
+
+// While a rollout waits, the plan names the pods it waits on and why.
+func TestComputePlanWaiting(t *testing.T) {
+	templates := map[string]*corev1.PodTemplateSpec{"r1": tmpl("img:v1", ""), "r2": tmpl("img:v2", "")}
+	cases := []struct {
+		name      string
+		opts      []specOpt
+		pods      []podState
+		want      WaitReason
+		wantStuck bool
+		wantInMsg []string
+	}{
+		{name: "OrderedReady waits for the broken pod", opts: []specOpt{replicas(6), maxUnav(intstr.FromInt32(2))},
+			pods: with(without(readyPods(6, "r1"), 5), podState{ord: 4, rev: "r2", state: "imagepull"}),
+			want: WaitPod, wantStuck: true, wantInMsg: []string{"web-4", "ErrImagePull"}},
+		{name: "Parallel waits for the budget", opts: []specOpt{replicas(6), parallel, maxUnav(intstr.FromInt32(2))},
+			pods: with(readyPods(6, "r1"), podState{ord: 5, rev: "r2", state: "imagepull"}, podState{ord: 4, rev: "r2", state: "notready"}),
+			want: WaitBudget, wantStuck: true, wantInMsg: []string{"web-5 (Pending: app ErrImagePull)", "web-4 (not Ready)"}},
+		{name: "paused names the pods left", opts: []specOpt{replicas(3), parallel, paused},
+			pods: readyPods(3, "r1"), want: WaitPaused, wantInMsg: []string{"web-2, web-1, web-0"}},
+		{name: "a normal batch waits on nothing stuck", opts: []specOpt{replicas(3), parallel},
+			pods: with(readyPods(3, "r1"), podState{ord: 2, rev: "r2", state: "notready"}), want: WaitBudget, wantInMsg: []string{"web-2 (not Ready)"}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			spec := &jkev1alpha1.EnhancedStatefulSetSpec{UpdateStrategy: jkev1alpha1.EnhancedStatefulSetUpdateStrategy{
+				Type: appsv1.RollingUpdateStatefulSetStrategyType, RollingUpdate: &jkev1alpha1.RollingUpdateEnhancedStatefulSetStrategy{}}}
+			for _, o := range tc.opts {
+				o(spec)
+			}
+			var pods []*corev1.Pod
+			for _, p := range tc.pods {
+				pods = append(pods, mkPod(p))
+			}
+			plan, err := ComputePlan(PlanInput{Spec: spec, SetName: "web", Pods: pods, CurrentRevision: "r1", UpdateRevision: "r2", Templates: templates, Now: now})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if plan.Waiting == nil {
+				t.Fatalf("waiting on nothing; actions %v", plan.Actions)
+			}
+			if plan.Waiting.Reason != tc.want || plan.Waiting.Stuck != tc.wantStuck {
+				t.Errorf("reason %s stuck %v, want %s %v", plan.Waiting.Reason, plan.Waiting.Stuck, tc.want, tc.wantStuck)
+			}
+			for _, sub := range tc.wantInMsg {
+				if !strings.Contains(plan.Waiting.Message, sub) {
+					t.Errorf("message %q does not name %q", plan.Waiting.Message, sub)
+				}
+			}
+		})
 	}
 }

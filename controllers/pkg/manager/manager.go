@@ -69,10 +69,16 @@ type Options struct {
 	MetricsBindAddress string
 	HealthBindAddress  string
 
+	// InPlaceUpdateTimeout: EnhancedStatefulSet in-place updates not carried out by then are recreated.
+	InPlaceUpdateTimeout time.Duration
+
 	// Identity overrides hostname + unique suffix (tests).
 	Identity string
 	// OnStartedLeading, when set, is told the identity when this replica starts leading (tests).
 	OnStartedLeading func(identity string)
+	// OnControllersStopped, when set, is told the identity when the controllers of a leading
+	// replica have stopped, before the lease is released (tests).
+	OnControllersStopped func(identity string)
 }
 
 // NewOptions returns the defaults.
@@ -88,6 +94,7 @@ func NewOptions() *Options {
 		LeaderElectReleaseOnCancel: true,
 		MetricsBindAddress:         ":10260",
 		HealthBindAddress:          ":10261",
+		InPlaceUpdateTimeout:       enhancedstatefulset.DefaultInPlaceUpdateTimeout,
 	}
 }
 
@@ -105,6 +112,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.LeaderElectReleaseOnCancel, "leader-elect-release-on-cancel", o.LeaderElectReleaseOnCancel, "Release the lease on a clean shutdown so a standby takes over at once.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address of the Prometheus /metrics endpoint; empty or 0 disables it.")
 	fs.StringVar(&o.HealthBindAddress, "health-bind-address", o.HealthBindAddress, "Address of /healthz and /readyz; empty or 0 disables it.")
+	fs.DurationVar(&o.InPlaceUpdateTimeout, "inplace-update-timeout", o.InPlaceUpdateTimeout, "An EnhancedStatefulSet in-place update whose new containers the kubelet has not started after this long is given up: Event, pod recreated. 0 waits forever.")
 }
 
 // Validate checks the options.
@@ -254,15 +262,31 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
 		return err
 	}
 	var lost atomic.Bool
-	// client-go starts OnStartedLeading in its own goroutine and does not wait for it when
-	// Run returns; the manager does, so no controller outlives Run (or the lease).
+	// Shutdown order: the controllers stop, and are waited for, while this replica still holds
+	// the lease; only then is the elector's context cancelled, and with ReleaseOnCancel it
+	// releases the lease. A standby taking over therefore never runs next to controllers that
+	// are still writing. (client-go starts OnStartedLeading in its own goroutine and cancels its
+	// context only together with releasing, so the elector gets a context of its own.)
+	electorCtx, cancelElector := context.WithCancel(context.WithoutCancel(ctx))
+	defer cancelElector()
 	var (
-		leadMu   sync.Mutex
-		returned bool
-		leading  bool
-		runErr   error
-		runDone  = make(chan struct{})
+		leadMu    sync.Mutex
+		stopping  bool
+		leading   bool
+		runErr    error
+		runDone   = make(chan struct{})
+		electDone = make(chan struct{})
 	)
+	// stopControllers marks the shutdown and waits for the controllers if they started.
+	stopControllers := func() {
+		leadMu.Lock()
+		stopping = true
+		wait := leading
+		leadMu.Unlock()
+		if wait {
+			<-runDone
+		}
+	}
 	le, err := leaderelection.NewLeaderElector(leaderelection.LeaderElectionConfig{
 		Lock:            lock,
 		LeaseDuration:   o.LeaderElectLeaseDuration,
@@ -272,17 +296,24 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
 		Name:            ComponentName,
 		WatchDog:        electionHealth,
 		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
+			OnStartedLeading: func(leaderCtx context.Context) {
 				leadMu.Lock()
-				if returned {
+				if stopping {
 					leadMu.Unlock()
 					return
 				}
 				leading = true
 				leadMu.Unlock()
 				defer close(runDone)
+				// The controllers stop when leadership is lost or the manager shuts down.
+				runCtx, cancel := context.WithCancel(leaderCtx)
+				defer cancel()
+				defer context.AfterFunc(ctx, cancel)()
 				logger.Info("Started leading", "identity", identity)
-				runErr = runControllers(ctx)
+				runErr = runControllers(runCtx)
+				if o.OnControllersStopped != nil {
+					o.OnControllersStopped(identity)
+				}
 			},
 			OnStoppedLeading: func() {
 				// Called on shutdown too; only a loss while we still want to run is fatal.
@@ -301,14 +332,17 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	le.Run(ctx) // returns when ctx is done or leadership is lost; the controllers' ctx ends with it
-	leadMu.Lock()
-	returned = true
-	wait := leading
-	leadMu.Unlock()
-	if wait {
-		<-runDone
-	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			stopControllers()
+			cancelElector() // now the lease may be released
+		case <-electDone:
+		}
+	}()
+	le.Run(electorCtx) // returns when the elector's context is done or leadership is lost
+	close(electDone)
+	stopControllers()
 	if lost.Load() {
 		return ErrLeaderLost
 	}
@@ -335,6 +369,7 @@ func startControllers(ctx context.Context, o *Options, kubeClient kubernetes.Int
 			if err != nil {
 				return err
 			}
+			c.InPlaceUpdateTimeout = o.InPlaceUpdateTimeout
 			runs = append(runs, func(ctx context.Context) { c.Run(ctx, o.Workers) })
 		case staticip.Name:
 			c, err := staticip.NewController(kubeClient, client, jkeInformers.Jke().V1().StaticIPs(),

@@ -54,6 +54,7 @@ const (
 	ConflictDuplicateIP        = "DuplicateIP"
 	ConflictAnnotationMismatch = "AnnotationMismatch"
 	ConflictPodIPMismatch      = "PodIPMismatch"
+	ConflictWorkloadMismatch   = "WorkloadMismatch"
 )
 
 // Controller keeps StaticIP records in step with their pods and workloads.
@@ -183,6 +184,12 @@ func (c *Controller) enqueuePod(obj any) {
 		c.queue.Add(pod.Namespace + "/" + pod.Name)
 		return
 	}
+	// The enable annotation may be on the EnhancedStatefulSet only (as in the published
+	// example), not on its pods.
+	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == EnhancedStatefulSetKind.Kind && ref.APIVersion == EnhancedStatefulSetKind.GroupVersion().String() {
+		c.queue.Add(pod.Namespace + "/" + pod.Name)
+		return
+	}
 	if _, err := c.sipLister.StaticIPs(pod.Namespace).Get(pod.Name); err == nil {
 		c.queue.Add(pod.Namespace + "/" + pod.Name)
 	}
@@ -259,7 +266,15 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	if cached.DeletionTimestamp != nil {
 		return nil
 	}
-	sip := cached.DeepCopy()
+	sip, err := c.reconcileOwnership(ctx, cached.DeepCopy())
+	if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		c.queue.Add(key) // a newer version is on its way
+		return nil
+	}
+	if err != nil {
+		c.recorder.Eventf(cached, corev1.EventTypeWarning, "FailedRetentionPolicy", "apply the workload's retention policy: %v", err)
+		return err
+	}
 	if pod != nil && pod.DeletionTimestamp == nil && !isPodTerminal(pod) {
 		return c.syncLivePod(ctx, sip, pod)
 	}
@@ -270,11 +285,13 @@ func isPodTerminal(pod *corev1.Pod) bool {
 	return pod.Status.Phase == corev1.PodFailed || pod.Status.Phase == corev1.PodSucceeded
 }
 
-// adoptPod creates the record for a pod that asks for a fixed IP but has none: the pod of a
-// native StatefulSet whose template carries the enable annotation (the StatefulSet controller
-// creates pods without asking us), or a pod whose record a user deleted.
+// adoptPod creates the record for a live pod of an enabled workload that has none: the pod of
+// a native StatefulSet whose template carries the enable annotation (the StatefulSet
+// controller creates pods without asking us), or a pod whose record went away under it (a
+// user deleted it, or it was released while the pod was being created). Self-healing: the pod
+// keeps its IP, recorded again on the next sync.
 func (c *Controller) adoptPod(ctx context.Context, pod *corev1.Pod) error {
-	if pod == nil || pod.DeletionTimestamp != nil || pod.Annotations[jkev1.AnnotationEnable] != "true" {
+	if pod == nil || pod.DeletionTimestamp != nil || isPodTerminal(pod) {
 		return nil
 	}
 	w, err := c.podWorkload(pod)
@@ -284,11 +301,59 @@ func (c *Controller) adoptPod(ctx context.Context, pod *corev1.Pod) error {
 	if !Enabled(w.Object.GetAnnotations(), pod.Annotations) {
 		return nil
 	}
-	_, err = Ensure(ctx, c.client, c.sipLister, *w, pod.Name)
-	if err != nil {
-		c.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedCreateStaticIP", "%v", err)
+	_, err = Ensure(ctx, c.client, c.sipLister, *w, pod.Name, time.Now())
+	if err == nil {
+		c.recorder.Eventf(pod, corev1.EventTypeNormal, "StaticIPCreated", "created StaticIP %s for the pod of %s %s", pod.Name, w.GVK.Kind, w.Object.GetName())
+		return nil
 	}
+	if apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {
+		return err // retried; nothing failed
+	}
+	c.recorder.Eventf(pod, corev1.EventTypeWarning, "FailedCreateStaticIP", "%v", err)
 	return err
+}
+
+// recordWorkload returns the live workload a record names (spec.kind/ref) with the retention
+// policy that applies to the record: the EnhancedStatefulSet's staticIPRetentionPolicy, or for
+// a StatefulSet (whose API has no such field) the record's own spec.retentionPolicy.
+func (c *Controller) recordWorkload(sip *jkev1.StaticIP) *Workload {
+	switch sip.Spec.Kind {
+	case EnhancedStatefulSetKind.Kind:
+		set, err := c.setLister.EnhancedStatefulSets(sip.Namespace).Get(sip.Spec.Ref)
+		if err != nil || set.DeletionTimestamp != nil {
+			return nil
+		}
+		return &Workload{Object: set, GVK: EnhancedStatefulSetKind, Retention: RetentionPolicy(set.Spec.StaticIPRetentionPolicy)}
+	case StatefulSetKind.Kind:
+		sts, err := c.stsLister.StatefulSets(sip.Namespace).Get(sip.Spec.Ref)
+		if err != nil || sts.DeletionTimestamp != nil {
+			return nil
+		}
+		return &Workload{Object: sts, GVK: StatefulSetKind, Retention: RetentionPolicy(sip.Spec.RetentionPolicy)}
+	}
+	return nil
+}
+
+// reconcileOwnership makes the owner references of a record follow its workload's retention
+// policy when that policy changed after the record was made: whenDeleted Retain removes the
+// reference (the garbage collector must not delete the record with the workload), Delete adds
+// it.
+func (c *Controller) reconcileOwnership(ctx context.Context, sip *jkev1.StaticIP) (*jkev1.StaticIP, error) {
+	w := c.recordWorkload(sip)
+	if w == nil {
+		return sip, nil
+	}
+	upd, changed := ReconcileOwnership(sip, *w)
+	if !changed {
+		return sip, nil
+	}
+	updated, err := c.client.JkeV1().StaticIPs(sip.Namespace).Update(ctx, upd, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, err
+	}
+	c.recorder.Eventf(updated, corev1.EventTypeNormal, "RetentionPolicyApplied", "whenDeleted=%s, whenScaled=%s of %s %s",
+		w.Retention.WhenDeleted, w.Retention.WhenScaled, w.GVK.Kind, w.Object.GetName())
+	return updated, nil
 }
 
 // syncLivePod records a live pod's IP, node, workload and requests (Bound), or reports a
@@ -317,6 +382,12 @@ func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *
 		}
 	}()
 
+	// A record retained from one workload is never taken by another of the same pod name (an
+	// EnhancedStatefulSet web and a StatefulSet web): report it, record nothing, annotate nothing.
+	w, _ := c.podWorkload(pod)
+	if w != nil && !SameWorkload(sip, *w) {
+		conflict(ConflictWorkloadMismatch, "pod %s belongs to %s %s but StaticIP %s is retained for %s %s", pod.Name, w.GVK.Kind, w.Object.GetName(), sip.Name, sip.Spec.Kind, sip.Spec.Ref)
+	}
 	if sip.Spec.IP != "" && annotated != "" && annotated != sip.Spec.IP {
 		conflict(ConflictAnnotationMismatch, "pod %s has %s=%s but StaticIP %s records %s", pod.Name, jkev1.AnnotationIPAddress, annotated, sip.Name, sip.Spec.IP)
 	}
@@ -339,19 +410,25 @@ func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *
 		sip.Spec.IP = podIP
 		sip.Spec.Node = pod.Spec.NodeName // the IP followed the pod (e.g. a failover moved its range)
 		sip.Spec.Pod = pod.Name
-		if w, _ := c.podWorkload(pod); w != nil {
+		if w != nil {
 			sip.Spec.Kind, sip.Spec.Ref = w.GVK.Kind, w.Object.GetName()
 		}
 		sip.Spec.Resources = resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 		if !apiequality.Semantic.DeepEqual(orig.Spec, sip.Spec) {
 			updated, err := c.client.JkeV1().StaticIPs(sip.Namespace).Update(ctx, sip, metav1.UpdateOptions{})
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				// An optimistic-lock retry (the record changed since the cache showed it), not a
+				// failure: the newer version comes with its own sync.
+				c.queue.Add(sip.Namespace + "/" + sip.Name)
+				return nil
+			}
 			if err != nil {
 				c.recorder.Eventf(sip, corev1.EventTypeWarning, "FailedRecord", "record pod %s: %v", pod.Name, err)
 				return err
 			}
 			sip = updated
 		}
-	} else if podIP == "" && sip.Spec.IP != "" && annotated == "" && pod.Spec.NodeName == "" {
+	} else if len(conflicts) == 0 && podIP == "" && sip.Spec.IP != "" && annotated == "" && pod.Spec.NodeName == "" {
 		// A pod created without our annotation (a native StatefulSet's): tell the CNI which IP
 		// to give it, as long as it has no sandbox yet. The node is the scheduler's business
 		// (it finds the StaticIP by pod name); a pod's affinity cannot change after creation.
@@ -383,12 +460,29 @@ func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *
 // IP) and applies whenScaled: the records of ordinals the workload scaled away are deleted.
 func (c *Controller) syncAbsentPod(ctx context.Context, sip *jkev1.StaticIP) error {
 	if c.scaledAway(ctx, sip) {
-		st := sip.Status.DeepCopy()
-		st.Phase = jkev1.StaticIPReleased
-		if err := c.updateStatus(ctx, sip, st); err != nil && !apierrors.IsNotFound(err) {
-			return err
+		// Released, then deleted with the resourceVersion of that write as precondition: if a
+		// workload controller claimed the record for a new pod in between (staticip.Ensure
+		// writes it), the delete fails and the next sync sees the pod; and Ensure refuses a
+		// record that is already Released. So a released record never decorates a new pod.
+		released := sip.DeepCopy()
+		released.Status.Phase = jkev1.StaticIPReleased
+		if sip.Status.Phase != jkev1.StaticIPReleased {
+			written, err := c.client.JkeV1().StaticIPs(sip.Namespace).UpdateStatus(ctx, released, metav1.UpdateOptions{})
+			metrics.ObserveStatusWrite(Name, err)
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				c.queue.Add(sip.Namespace + "/" + sip.Name)
+				return nil
+			}
+			if err != nil {
+				return err
+			}
+			released = written
 		}
-		err := c.client.JkeV1().StaticIPs(sip.Namespace).Delete(ctx, sip.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &sip.UID}})
+		err := c.client.JkeV1().StaticIPs(sip.Namespace).Delete(ctx, sip.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &sip.UID, ResourceVersion: &released.ResourceVersion}})
+		if apierrors.IsConflict(err) {
+			c.queue.Add(sip.Namespace + "/" + sip.Name) // claimed meanwhile: look again
+			return nil
+		}
 		if err != nil && !apierrors.IsNotFound(err) {
 			c.recorder.Eventf(sip, corev1.EventTypeWarning, "FailedRelease", "delete after scale-down: %v", err)
 			return err

@@ -7,6 +7,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -84,11 +85,25 @@ func NewStaticIP(w Workload, podName string) *jkev1.StaticIP {
 	}
 }
 
+// AnnotationClaimed on a StaticIP is set by Ensure, to the time it re-used the record for a
+// pod about to be created. The write is the point: it changes the record's resourceVersion,
+// so a release decided on the older version (the StaticIP controller deletes with a
+// resourceVersion precondition) fails instead of deleting the record of a new pod.
+const AnnotationClaimed = "staticip.jke.jdcloud.com/claimed"
+
+// ReleasingError says the record of a pod is being released (scale-down retention); the pod
+// must not be created with its IP. Retry: the record is gone soon and a fresh one is made.
+type ReleasingError struct{ Name string }
+
+func (e *ReleasingError) Error() string {
+	return fmt.Sprintf("StaticIP %s is being released; the pod waits for a new record", e.Name)
+}
+
 // Ensure makes sure StaticIP podName exists for w before the pod is created and returns it:
-// it creates a Pending record, or re-uses a retained one of the same workload (updating the
-// owner reference and retention policy). A record of another workload is a *ConflictError;
-// it is never taken over.
-func Ensure(ctx context.Context, client versioned.Interface, lister jkev1listers.StaticIPLister, w Workload, podName string) (*jkev1.StaticIP, error) {
+// it creates a Pending record, or claims an existing one of the same workload (one write that
+// also refreshes the owner reference and retention policy). A record of another workload is a
+// *ConflictError and is never taken over; a record being released is a *ReleasingError.
+func Ensure(ctx context.Context, client versioned.Interface, lister jkev1listers.StaticIPLister, w Workload, podName string, now time.Time) (*jkev1.StaticIP, error) {
 	ns := w.Object.GetNamespace()
 	sip, err := lister.StaticIPs(ns).Get(podName)
 	if apierrors.IsNotFound(err) {
@@ -98,7 +113,7 @@ func Ensure(ctx context.Context, client versioned.Interface, lister jkev1listers
 	if apierrors.IsNotFound(err) {
 		created, err := client.JkeV1().StaticIPs(ns).Create(ctx, NewStaticIP(w, podName), metav1.CreateOptions{})
 		if apierrors.IsAlreadyExists(err) {
-			return Ensure(ctx, client, lister, w, podName)
+			return nil, fmt.Errorf("creating StaticIP %s/%s: %w (retrying)", ns, podName, err)
 		}
 		if err != nil {
 			return nil, fmt.Errorf("creating StaticIP %s/%s: %w", ns, podName, err)
@@ -112,23 +127,54 @@ func Ensure(ctx context.Context, client versioned.Interface, lister jkev1listers
 	if err != nil {
 		return nil, err
 	}
-	if (sip.Spec.Ref != "" && sip.Spec.Ref != w.Object.GetName()) || (sip.Spec.Kind != "" && sip.Spec.Kind != w.GVK.Kind) {
+	if !SameWorkload(sip, w) {
 		return sip, &ConflictError{Name: podName, Kind: sip.Spec.Kind, Ref: sip.Spec.Ref}
 	}
-	policy := w.Retention
-	refs := desiredOwnerRefs(sip.OwnerReferences, w)
-	if reflect.DeepEqual(refs, sip.OwnerReferences) && sip.Spec.RetentionPolicy != nil && *sip.Spec.RetentionPolicy == policy &&
-		sip.Spec.Ref == w.Object.GetName() && sip.Spec.Kind == w.GVK.Kind {
-		return sip, nil
+	if sip.DeletionTimestamp != nil || sip.Status.Phase == jkev1.StaticIPReleased {
+		return nil, &ReleasingError{Name: ns + "/" + podName}
 	}
+	policy := w.Retention
 	upd := sip.DeepCopy()
-	upd.OwnerReferences = refs
+	upd.OwnerReferences = desiredOwnerRefs(sip.OwnerReferences, w)
 	upd.Spec.RetentionPolicy = &policy
 	upd.Spec.Ref, upd.Spec.Kind = w.Object.GetName(), w.GVK.Kind
 	if upd.Spec.Pod == "" {
 		upd.Spec.Pod = podName
 	}
-	return client.JkeV1().StaticIPs(ns).Update(ctx, upd, metav1.UpdateOptions{})
+	if upd.Annotations == nil {
+		upd.Annotations = map[string]string{}
+	}
+	upd.Annotations[AnnotationClaimed] = now.UTC().Format(time.RFC3339Nano)
+	// An optimistic-lock update of the version read above: if the StaticIP controller marked it
+	// Released in the meantime, this conflicts and the caller retries.
+	claimed, err := client.JkeV1().StaticIPs(ns).Update(ctx, upd, metav1.UpdateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("claiming StaticIP %s/%s: %w", ns, podName, err)
+	}
+	if claimed.Status.Phase == jkev1.StaticIPReleased {
+		return nil, &ReleasingError{Name: ns + "/" + podName}
+	}
+	return claimed, nil
+}
+
+// SameWorkload says whether sip belongs to w (or to nobody yet).
+func SameWorkload(sip *jkev1.StaticIP, w Workload) bool {
+	return (sip.Spec.Ref == "" || sip.Spec.Ref == w.Object.GetName()) && (sip.Spec.Kind == "" || sip.Spec.Kind == w.GVK.Kind)
+}
+
+// ReconcileOwnership returns sip with the owner references and retention policy w's policy
+// asks for (whenDeleted Delete: an owner reference to w; Retain: none), and whether that
+// differs from sip.
+func ReconcileOwnership(sip *jkev1.StaticIP, w Workload) (*jkev1.StaticIP, bool) {
+	refs := desiredOwnerRefs(sip.OwnerReferences, w)
+	policy := w.Retention
+	if reflect.DeepEqual(refs, sip.OwnerReferences) && sip.Spec.RetentionPolicy != nil && *sip.Spec.RetentionPolicy == policy {
+		return sip, false
+	}
+	upd := sip.DeepCopy()
+	upd.OwnerReferences = refs
+	upd.Spec.RetentionPolicy = &policy
+	return upd, true
 }
 
 // NodeAffinityRequired reports whether pod is already pinned to node by a required node

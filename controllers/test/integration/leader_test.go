@@ -208,8 +208,48 @@ func TestHealthAndMetricsEndpoints(t *testing.T) {
 		}
 		return strings.Contains(body, `staticip_controller_syncs_total{controller="enhancedstatefulset",result="success"}`) &&
 			strings.Contains(body, "staticip_controller_manager_leader 1") &&
-			strings.Contains(body, `enhancedstatefulset_pod_actions_total{action="Create"`), nil
+			strings.Contains(body, `enhancedstatefulset_pod_actions_total{action="Create"`) &&
+			strings.Contains(body, `workqueue_adds_total{name="enhancedstatefulset"}`) &&
+			strings.Contains(body, `workqueue_depth{name="staticip"}`), nil
 	})
+}
+
+// TestShutdownStopsControllersBeforeReleasingTheLease: on a clean shutdown the controllers
+// stop, and are waited for, while this replica still holds the lease; the lease is released
+// only after that, so a standby never runs next to controllers that are still writing.
+func TestShutdownStopsControllersBeforeReleasingTheLease(t *testing.T) {
+	f := newFixture(t)
+	holderAtStop := make(chan string, 1)
+	r := f.startReplica("replica-s", func(o *manager.Options) {
+		// Controllers that take a second to stop (a sync in flight): the lease must still be
+		// held at the end of that second.
+		o.OnControllersStopped = func(string) {
+			time.Sleep(time.Second)
+			holderAtStop <- f.leaseHolder()
+		}
+	})
+	select {
+	case <-r.leading:
+	case <-time.After(30 * time.Second):
+		t.Fatal("never became leader")
+	}
+	r.cancel()
+	select {
+	case <-r.done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("Run did not return")
+	}
+	select {
+	case h := <-holderAtStop:
+		if h != "replica-s" {
+			t.Errorf("lease holder %q when the controllers had stopped: the lease was released before them", h)
+		}
+	default:
+		t.Error("Run returned before the controllers stopped")
+	}
+	if h := f.leaseHolder(); h != "" {
+		t.Errorf("lease still held by %q after a clean shutdown (release on cancel)", h)
+	}
 }
 
 func freeAddr(t *testing.T) string {

@@ -9,12 +9,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
@@ -62,12 +64,20 @@ func newFixture(t *testing.T) *fixture {
 
 // startManager runs the controllers in-process without leader election until the test ends.
 func (f *fixture) startManager(controllers ...string) {
+	f.startManagerWith(nil, controllers...)
+}
+
+// startManagerWith is startManager with options changed by mutate.
+func (f *fixture) startManagerWith(mutate func(*manager.Options), controllers ...string) {
 	o := manager.NewOptions()
 	o.LeaderElect = false
 	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
 	o.Workers = 4
 	if len(controllers) > 0 {
 		o.Controllers = controllers
+	}
+	if mutate != nil {
+		mutate(o)
 	}
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan error, 1)
@@ -126,6 +136,9 @@ type kubelet struct {
 	stopped  chan struct{}
 	ipsInUse map[string]string // ip -> pod UID
 }
+
+// containerIDs numbers the simulated containers.
+var containerIDs atomic.Int64
 
 // subnets gives every simulated node its own addresses: IPs are cluster-wide, and the
 // records of earlier tests stay (no namespace controller deletes them).
@@ -233,16 +246,63 @@ func (k *kubelet) tick(ctx context.Context) {
 	}
 }
 
-// setStatus writes what a kubelet would: Running, Ready (or not), the container images and,
-// on a node, the pod IP (the annotated one, like the CNI, else a fresh one).
+// brokenImage: the simulated kubelet cannot pull an image whose name contains "broken": the
+// container waits in ErrImagePull (no container ID), the pod stays Pending (or, once it ran,
+// Running and not Ready), as on a real node.
+func brokenImage(image string) bool { return strings.Contains(image, "broken") }
+
+// setStatus writes what a kubelet would: Pending/Running, Ready (or not: the test asks, a
+// container cannot start, or a readiness gate is not True), per-container image, state and
+// container ID (a new ID whenever the container is restarted with another image, as the
+// kubelet does for an in-place update) and, on a node, the pod IP (the annotated one, like the
+// CNI, else a fresh one).
 func (k *kubelet) setStatus(ctx context.Context, cached *corev1.Pod, ready bool) {
 	pod := cached.DeepCopy()
+	var statuses []corev1.ContainerStatus
+	running := 0
+	for i, c := range pod.Spec.Containers {
+		st := corev1.ContainerStatus{Name: c.Name, Image: c.Image}
+		if brokenImage(c.Image) {
+			st.State.Waiting = &corev1.ContainerStateWaiting{Reason: "ErrImagePull", Message: "pull " + c.Image + ": not found"}
+			// Like the kubelet, a container that cannot be restarted is reported with the ID
+			// and image of the last container that ran.
+			if i < len(pod.Status.ContainerStatuses) && pod.Status.ContainerStatuses[i].ContainerID != "" {
+				st.ContainerID, st.Image = pod.Status.ContainerStatuses[i].ContainerID, pod.Status.ContainerStatuses[i].Image
+			}
+		} else {
+			st.State.Running = &corev1.ContainerStateRunning{}
+			running++
+			if prev := pod.Status.ContainerStatuses; i < len(prev) && prev[i].Image == c.Image && prev[i].ContainerID != "" && prev[i].State.Running != nil {
+				st.ContainerID = pod.Status.ContainerStatuses[i].ContainerID
+				st.State.Running.StartedAt = pod.Status.ContainerStatuses[i].State.Running.StartedAt
+			} else {
+				st.ContainerID = fmt.Sprintf("sim://%s-%d", pod.UID, containerIDs.Add(1))
+				st.State.Running.StartedAt = metav1.Now()
+			}
+		}
+		statuses = append(statuses, st)
+	}
+	ready = ready && running == len(pod.Spec.Containers)
+	for _, g := range pod.Spec.ReadinessGates {
+		found := false
+		for _, c := range pod.Status.Conditions {
+			found = found || (c.Type == g.ConditionType && c.Status == corev1.ConditionTrue)
+		}
+		ready = ready && found
+	}
+	for i := range statuses {
+		statuses[i].Ready = ready && statuses[i].State.Running != nil
+	}
 	status := corev1.ConditionFalse
 	if ready {
 		status = corev1.ConditionTrue
 	}
-	changed := pod.Status.Phase != corev1.PodRunning
-	pod.Status.Phase = corev1.PodRunning
+	phase := corev1.PodRunning
+	if running == 0 && pod.Status.Phase != corev1.PodRunning {
+		phase = corev1.PodPending
+	}
+	changed := pod.Status.Phase != phase
+	pod.Status.Phase = phase
 	found := false
 	for i := range pod.Status.Conditions {
 		c := &pod.Status.Conditions[i]
@@ -257,14 +317,8 @@ func (k *kubelet) setStatus(ctx context.Context, cached *corev1.Pod, ready bool)
 		pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: corev1.PodReady, Status: status, LastTransitionTime: metav1.Now()})
 		changed = true
 	}
-	var statuses []corev1.ContainerStatus
-	for _, c := range pod.Spec.Containers {
-		statuses = append(statuses, corev1.ContainerStatus{Name: c.Name, Image: c.Image, Ready: ready})
-	}
-	for i := range statuses {
-		if i >= len(pod.Status.ContainerStatuses) || pod.Status.ContainerStatuses[i].Image != statuses[i].Image || pod.Status.ContainerStatuses[i].Ready != ready {
-			changed = true
-		}
+	if !apiequality.Semantic.DeepEqual(statuses, pod.Status.ContainerStatuses) {
+		changed = true
 	}
 	pod.Status.ContainerStatuses = statuses
 	if pod.Spec.NodeName != "" && pod.Status.PodIP == "" {

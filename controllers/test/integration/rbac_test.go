@@ -71,6 +71,14 @@ func TestManagerRunsWithItsRBAC(t *testing.T) {
 		_, err := f.staticIP("rbac-2")
 		return apierrors.IsNotFound(err), nil
 	})
+	// In place: the InPlaceUpdateReady readiness gate needs pods/status patch.
+	f.createSet(inPlaceSet("rbacip", 2))
+	f.waitSettled("rbacip", time.Minute)
+	f.updateSet("rbacip", func(s *jkev1alpha1.EnhancedStatefulSet) { s.Spec.Template.Spec.Containers[0].Image = "app:v2" })
+	f.eventually(time.Minute, "rbacip updated in place", func() (bool, error) {
+		s := f.getSet("rbacip")
+		return s.Status.ObservedGeneration == s.Generation && s.Status.UpdatedReplicas == 2 && s.Status.ReadyReplicas == 2, nil
+	})
 	f.eventually(30*time.Second, "Events written by the manager", func() (bool, error) {
 		evs, err := f.kube.CoreV1().Events(f.ns).List(f.ctx, metav1.ListOptions{})
 		return err == nil && len(evs.Items) > 0, err

@@ -29,6 +29,9 @@ import (
 // with apply.
 //
 // EnhancedStatefulSetSpec is the StatefulSet spec with an enhanced update strategy.
+// Like a StatefulSet's, the selector, volumeClaimTemplates, serviceName and
+// podManagementPolicy cannot change after creation (the pods' identity, claims and ordering
+// depend on them).
 type EnhancedStatefulSetSpecApplyConfiguration struct {
 	// Replicas is the desired number of pods. Default 1.
 	Replicas *int32 `json:"replicas,omitempty"`

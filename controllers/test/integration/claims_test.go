@@ -1,0 +1,90 @@
+package integration
+
+import (
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	ests "github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
+)
+
+func withClaim(s *jkev1alpha1.EnhancedStatefulSet) {
+	s.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
+	s.Spec.VolumeClaimTemplates = []corev1.PersistentVolumeClaim{{
+		ObjectMeta: metav1.ObjectMeta{Name: "data"},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}},
+	}}
+}
+
+// TestClaimsLikeUpstream: a PVC that is terminating is never reused (the pod waits, then a new
+// PVC is made), and a Pending pod whose PVC went missing gets it back, as the StatefulSet
+// controller does.
+func TestClaimsLikeUpstream(t *testing.T) {
+	f := newFixture(t)
+	f.startKubelet("", 100*time.Millisecond, nil)
+	f.startManager(ests.Name)
+
+	held := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data-pv-1", Finalizers: []string{"test.staticip/hold"}},
+		Spec: corev1.PersistentVolumeClaimSpec{AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1Gi")}}}}
+	held, err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Create(f.ctx, held, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Delete(f.ctx, held.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.createSet(newSet("pv", 2, withClaim))
+	f.eventually(time.Minute, "pv-0 running", func() (bool, error) {
+		p := f.pods()["pv-0"]
+		return p != nil && p.Status.Phase == corev1.PodRunning, nil
+	})
+	time.Sleep(2 * time.Second) // several syncs
+	if p := f.pods()["pv-1"]; p != nil {
+		t.Fatalf("pv-1 created while its PVC data-pv-1 is terminating")
+	}
+	patch := `{"metadata":{"finalizers":null}}`
+	if _, err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Patch(f.ctx, held.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.waitSettled("pv", time.Minute)
+	if c, err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Get(f.ctx, "data-pv-1", metav1.GetOptions{}); err != nil || c.UID == held.UID || c.DeletionTimestamp != nil {
+		t.Errorf("data-pv-1 not recreated: %v %+v", err, c)
+	}
+
+	// A Pending pod (its image cannot be pulled, and here nothing schedules it) whose PVC is
+	// deleted gets the PVC back.
+	f.createSet(newSet("pvb", 1, withClaim, func(s *jkev1alpha1.EnhancedStatefulSet) { s.Spec.Template.Spec.Containers[0].Image = "app:broken" }))
+	var first types.UID
+	f.eventually(time.Minute, "pvb-0 Pending with its PVC", func() (bool, error) {
+		p := f.pods()["pvb-0"]
+		c, err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Get(f.ctx, "data-pvb-0", metav1.GetOptions{})
+		if err == nil {
+			first = c.UID
+		}
+		return p != nil && p.Status.Phase == corev1.PodPending && err == nil, nil
+	})
+	if err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Delete(f.ctx, "data-pvb-0", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The API server's StorageObjectInUseProtection put kubernetes.io/pvc-protection on it;
+	// nothing here removes it, so do what its controller (or a forced removal) would.
+	if _, err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Patch(f.ctx, "data-pvb-0", types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		t.Fatal(err)
+	}
+	f.eventually(30*time.Second, "data-pvb-0 recreated for the Pending pod", func() (bool, error) {
+		c, err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Get(f.ctx, "data-pvb-0", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return err == nil && c.UID != first, err
+	})
+}
