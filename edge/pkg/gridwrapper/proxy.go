@@ -32,9 +32,9 @@ type Filterer interface {
 type route int
 
 const (
-	refuse route = iota
-	pass         // proxied unchanged
-	filterSlices // EndpointSlice list or watch: rewritten
+	refuse       route = iota
+	pass               // proxied unchanged
+	filterSlices       // EndpointSlice list or watch: rewritten
 )
 
 // Paths kube-proxy v1.36 uses (see edge/README.md, "What kube-proxy asks for").

@@ -138,6 +138,9 @@ func runMode(ctx context.Context, t *testing.T, admin kubernetes.Interface, wcfg
 		t.Errorf("POST configmaps through the wrapper: %d, want 403", resp.StatusCode)
 	}
 
+	rec.mu.Lock()
+	rec.kubeProxy = true
+	rec.mu.Unlock()
 	startKubeProxy(t, kubeProxyBin, netns, proxyURL, nodeA, watchList, contentType)
 
 	want := func(step, svc string, ips ...string) {
@@ -172,17 +175,24 @@ func runMode(ctx context.Context, t *testing.T, admin kubernetes.Interface, wcfg
 // recorder notes the EndpointSlice requests the wrapper served.
 type recorder struct {
 	mu   sync.Mutex
-	seen []string // "list|watch|watchlist <content type>"
+	seen []string // "list|watch|watchlist <code> <content type>"
+	// kubeProxy is set once kube-proxy runs: from then on every refused request is its own.
+	kubeProxy bool
+	refused   []string
 }
 
 func (r *recorder) wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
-		if !strings.HasSuffix(req.URL.Path, "/endpointslices") {
-			h.ServeHTTP(w, req)
-			return
-		}
 		cw := &captureWriter{ResponseWriter: w}
 		h.ServeHTTP(cw, req)
+		if !strings.HasSuffix(req.URL.Path, "/endpointslices") {
+			r.mu.Lock()
+			if r.kubeProxy && cw.code == http.StatusForbidden {
+				r.refused = append(r.refused, req.Method+" "+req.URL.String())
+			}
+			r.mu.Unlock()
+			return
+		}
 		q := req.URL.Query()
 		kind := "list"
 		if q.Get("watch") == "true" || q.Get("watch") == "1" {
@@ -202,6 +212,9 @@ func (r *recorder) check(t *testing.T, watchList bool, contentType string) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	t.Logf("EndpointSlice requests served: %v", r.seen)
+	if len(r.refused) > 0 {
+		t.Errorf("the wrapper refused requests kube-proxy made: %v", r.refused)
+	}
 	var lists, watchLists int
 	for _, s := range r.seen {
 		f := strings.Fields(s)
