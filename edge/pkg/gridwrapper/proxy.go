@@ -307,15 +307,32 @@ func (p *Proxy) SelectionChanged() {
 	klog.V(2).InfoS("Topology selection changed: ended open EndpointSlice watches", "watches", len(open))
 }
 
-// RunResets ends the open watches whenever changed fires, until ctx ends.
+// coalesce is how long RunResets waits after a change for more of the same burst (a
+// rollout relabelling nodes, a kubectl apply of many Services): every reset costs kube-proxy
+// a relist, and client-go backs off more with each relist that follows another closely.
+const coalesce = 100 * time.Millisecond
+
+// RunResets ends the open watches whenever changed fires (bursts coalesced), until ctx ends.
 func (p *Proxy) RunResets(ctx context.Context, changed <-chan struct{}) {
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
-			p.SelectionChanged()
 		}
+		timer := time.NewTimer(coalesce)
+	burst:
+		for {
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return
+			case <-changed:
+			case <-timer.C:
+				break burst
+			}
+		}
+		p.SelectionChanged()
 	}
 }
 

@@ -96,7 +96,13 @@ func runMode(ctx context.Context, t *testing.T, admin kubernetes.Interface, wcfg
 	nodeA, nodeB, nodeC := "gw-a-"+suffix, "gw-b-"+suffix, "gw-c-"+suffix
 	for _, n := range []struct{ name, zone string }{{nodeA, "zone-0"}, {nodeB, "zone-0"}, {nodeC, "zone-1"}} {
 		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{"zone": n.zone}}}
-		if _, err := admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil {
+		created, err := admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		// kube-proxy waits up to 30 s for its Node to have an address (no kubelet here).
+		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.1"}}
+		if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), n.name, metav1.DeleteOptions{}) })
@@ -370,7 +376,7 @@ conntrack:
 		_ = cmd.Process.Kill()
 		<-done
 		logFile.Close()
-		if t.Failed() {
+		if t.Failed() || os.Getenv("GRIDWRAPPER_TEST_LOGS") != "" {
 			b, _ := os.ReadFile(logPath)
 			lines := strings.Split(string(b), "\n")
 			if len(lines) > 60 {
