@@ -31,6 +31,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -186,6 +187,11 @@ func (b *bench) setup(cfg *rest.Config) error {
 		if _, err := b.client.CoreV1().Nodes().UpdateStatus(b.ctx, node, metav1.UpdateOptions{}); err != nil {
 			return err
 		}
+	}
+	// testenv's Service range is a /24: a second ServiceCIDR makes room for the scale phase.
+	if _, err := b.client.NetworkingV1().ServiceCIDRs().Create(b.ctx, &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "gridwrapperbench"},
+		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.180.0.0/16"}}}, metav1.CreateOptions{}); err != nil {
+		return err
 	}
 	adminKubeconfig := filepath.Join(b.dir, "admin.kubeconfig")
 	if err := writeKubeconfig(adminKubeconfig, cfg, cfg.Host, ""); err != nil {
