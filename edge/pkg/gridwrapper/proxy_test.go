@@ -1,0 +1,88 @@
+package gridwrapper
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"testing"
+
+	discoveryv1 "k8s.io/api/discovery/v1"
+)
+
+func TestClassify(t *testing.T) {
+	tests := []struct {
+		method, target string
+		want           route
+	}{
+		{"GET", "/apis/discovery.k8s.io/v1/endpointslices?labelSelector=%21service.kubernetes.io%2Fheadless", filterSlices},
+		{"GET", "/apis/discovery.k8s.io/v1/endpointslices?watch=true&sendInitialEvents=true", filterSlices},
+		{"GET", "/api/v1/services?fieldSelector=spec.clusterIP%21%3DNone", pass},
+		{"GET", "/apis/networking.k8s.io/v1/servicecidrs", pass},
+		{"GET", "/api/v1/nodes?fieldSelector=metadata.name%3Dnode-a", pass},
+		{"GET", "/api/v1/nodes/node-a", pass},
+		{"GET", "/version", pass},
+		{"POST", "/apis/events.k8s.io/v1/namespaces/default/events", pass},
+		{"PATCH", "/apis/events.k8s.io/v1/namespaces/default/events/node-a.1234", pass},
+		// Refused: other nodes, all nodes, namespaced or other resources, writes.
+		{"GET", "/api/v1/nodes?fieldSelector=metadata.name%3Dnode-b", refuse},
+		{"GET", "/api/v1/nodes", refuse},
+		{"GET", "/api/v1/nodes?fieldSelector=metadata.name%3Dnode-a%2Cspec.unschedulable%3Dfalse", refuse},
+		{"GET", "/api/v1/nodes/node-b", refuse},
+		{"GET", "/api/v1/secrets", refuse},
+		{"GET", "/api/v1/namespaces/kube-system/secrets/x", refuse},
+		{"GET", "/apis/discovery.k8s.io/v1/namespaces/default/endpointslices", refuse},
+		{"DELETE", "/apis/discovery.k8s.io/v1/endpointslices", refuse},
+		{"POST", "/api/v1/namespaces/default/events", refuse},
+		{"DELETE", "/apis/events.k8s.io/v1/namespaces/default/events/x", refuse},
+		{"PUT", "/api/v1/nodes/node-a", refuse},
+		{"GET", "/api/v1/services/../secrets", refuse},
+	}
+	for _, tt := range tests {
+		u, _ := url.Parse(tt.target)
+		r := &http.Request{Method: tt.method, URL: u}
+		if got := classify(r, "node-a"); got != tt.want {
+			t.Errorf("%s %s = %v, want %v", tt.method, tt.target, got, tt.want)
+		}
+	}
+}
+
+type fakeState struct{ synced bool }
+
+func (f fakeState) Synced() bool { return f.synced }
+func (f fakeState) Filter(es *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice { return es }
+
+// TestNotSyncedAnswers429: EndpointSlice requests wait for the caches (429 + Retry-After),
+// other requests pass, refused ones never reach the API server.
+func TestNotSyncedAnswers429(t *testing.T) {
+	var upstreamCalls []string
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		upstreamCalls = append(upstreamCalls, r.URL.Path)
+		if r.Header.Get("Authorization") != "" {
+			t.Errorf("client Authorization forwarded")
+		}
+		_, _ = w.Write([]byte(`{}`))
+	}))
+	defer upstream.Close()
+	u, _ := url.Parse(upstream.URL)
+	p := NewProxy(u, http.DefaultTransport, "node-a", fakeState{}, NewMetrics())
+
+	do := func(method, path string) *http.Response {
+		req := httptest.NewRequest(method, path, nil)
+		req.Header.Set("Authorization", "Bearer stolen")
+		rec := httptest.NewRecorder()
+		p.ServeHTTP(rec, req)
+		return rec.Result()
+	}
+	if r := do("GET", "/apis/discovery.k8s.io/v1/endpointslices"); r.StatusCode != http.StatusTooManyRequests || r.Header.Get("Retry-After") != "1" {
+		t.Errorf("endpointslices before sync: %d Retry-After=%q, want 429 and 1", r.StatusCode, r.Header.Get("Retry-After"))
+	}
+	if r := do("GET", "/api/v1/services"); r.StatusCode != http.StatusOK {
+		t.Errorf("services before sync: %d, want 200", r.StatusCode)
+	}
+	if r := do("GET", "/api/v1/secrets"); r.StatusCode != http.StatusForbidden {
+		t.Errorf("secrets: %d, want 403", r.StatusCode)
+	}
+	if len(upstreamCalls) != 1 || upstreamCalls[0] != "/api/v1/services" {
+		t.Errorf("upstream saw %v, want only /api/v1/services", upstreamCalls)
+	}
+}
