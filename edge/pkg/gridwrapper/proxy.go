@@ -248,7 +248,8 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	if stale != "" {
 		p.metrics.watchResets.WithLabelValues(stale).Inc()
 		klog.V(2).InfoS("Ending EndpointSlice watch at once so the client relists", "reason", stale, "resourceVersion", r.URL.Query().Get("resourceVersion"))
-		wf.end("application-grid-wrapper: " + stale + ", relist")
+		// Not here: end writes into the pipe, which nobody reads before this returns.
+		go wf.end("application-grid-wrapper: " + stale + ", relist")
 	}
 	resp.Body = pr
 	return nil
@@ -302,7 +303,8 @@ func (p *Proxy) SelectionChanged() {
 	p.mu.Unlock()
 	for _, wf := range open {
 		p.metrics.watchResets.WithLabelValues("selection changed").Inc()
-		wf.end("application-grid-wrapper: topology selection changed, relist")
+		// Each on its own: a client slow to read its stream must not hold up the others.
+		go wf.end("application-grid-wrapper: topology selection changed, relist")
 	}
 	klog.V(2).InfoS("Topology selection changed: ended open EndpointSlice watches", "watches", len(open))
 }

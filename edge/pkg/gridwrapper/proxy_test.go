@@ -1,6 +1,11 @@
 package gridwrapper
 
 import (
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/watch"
+
 	"net/http"
 	"net/http/httptest"
 	"net/url"
@@ -48,7 +53,7 @@ func TestClassify(t *testing.T) {
 
 type fakeState struct{ synced bool }
 
-func (f fakeState) Synced() bool { return f.synced }
+func (f fakeState) Synced() bool                                                    { return f.synced }
 func (f fakeState) Filter(es *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice { return es }
 
 // TestNotSyncedAnswers429: EndpointSlice requests wait for the caches (429 + Retry-After),
@@ -84,5 +89,44 @@ func TestNotSyncedAnswers429(t *testing.T) {
 	}
 	if len(upstreamCalls) != 1 || upstreamCalls[0] != "/api/v1/services" {
 		t.Errorf("upstream saw %v, want only /api/v1/services", upstreamCalls)
+	}
+}
+
+// TestStaleWatchStartEnds: a watch resuming from a resourceVersion this wrapper never
+// handed out (it restarted) gets a 410 ERROR and ends, so the client relists.
+func TestStaleWatchStartEnds(t *testing.T) {
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", mediaTypeProtobuf+";stream=watch")
+		w.WriteHeader(http.StatusOK)
+		w.(http.Flusher).Flush()
+		<-r.Context().Done() // an idle watch
+	}))
+	defer upstream.Close()
+	u, _ := url.Parse(upstream.URL)
+	p := NewProxy(u, http.DefaultTransport, "node-a", fakeState{synced: true}, NewMetrics())
+	srv := httptest.NewServer(p)
+	defer srv.Close()
+
+	done := make(chan []watch.Event, 1)
+	go func() {
+		req, _ := http.NewRequest("GET", srv.URL+"/apis/discovery.k8s.io/v1/endpointslices?watch=true&resourceVersion=123", nil)
+		req.Header.Set("Accept", mediaTypeProtobuf)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Error(err)
+			done <- nil
+			return
+		}
+		done <- decodeStream(t, mediaTypeProtobuf, resp.Body)
+	}()
+	select {
+	case events := <-done:
+		if len(events) != 1 || events[0].Type != watch.Error || !apierrors.IsResourceExpired(apierrors.FromObject(events[0].Object)) {
+			t.Fatalf("got %+v, want one 410 Expired ERROR", events)
+		}
+	case <-time.After(30 * time.Second):
+		srv.CloseClientConnections()
+		upstream.CloseClientConnections()
+		t.Fatal("the watch from an unknown resourceVersion was never ended (the client would wait forever)")
 	}
 }
