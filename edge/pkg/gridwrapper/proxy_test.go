@@ -1,7 +1,13 @@
 package gridwrapper
 
 import (
+	"bytes"
+	"compress/gzip"
 	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/scheme"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/watch"
@@ -128,5 +134,55 @@ func TestStaleWatchStartEnds(t *testing.T) {
 		srv.CloseClientConnections()
 		upstream.CloseClientConnections()
 		t.Fatal("the watch from an unknown resourceVersion was never ended (the client would wait forever)")
+	}
+}
+
+type dropAll struct{}
+
+func (dropAll) Synced() bool { return true }
+func (dropAll) Filter(es *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
+	out := es.DeepCopy()
+	out.Endpoints = nil
+	return out
+}
+
+// TestGzipList: a gzip-compressed protobuf list (the API server compresses large lists for
+// clients that accept gzip, as client-go does) is decompressed, filtered and re-encoded.
+func TestGzipList(t *testing.T) {
+	info, err := serializerFor(mediaTypeProtobuf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list := &discoveryv1.EndpointSliceList{ListMeta: metav1.ListMeta{ResourceVersion: "9"},
+		Items: []discoveryv1.EndpointSlice{*testSlice("a", "8", "10.0.0.1", "10.0.0.2")}}
+	raw, err := runtime.Encode(scheme.Codecs.EncoderForVersion(info.Serializer, discoveryv1.SchemeGroupVersion), list)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	_, _ = zw.Write(raw)
+	_ = zw.Close()
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", mediaTypeProtobuf)
+		w.Header().Set("Content-Encoding", "gzip")
+		_, _ = w.Write(gz.Bytes())
+	}))
+	defer upstream.Close()
+	u, _ := url.Parse(upstream.URL)
+	p := NewProxy(u, http.DefaultTransport, "node-a", dropAll{}, NewMetrics())
+	req := httptest.NewRequest("GET", "/apis/discovery.k8s.io/v1/endpointslices", nil)
+	req.Header.Set("Accept-Encoding", "gzip")
+	rec := httptest.NewRecorder()
+	p.ServeHTTP(rec, req)
+	if rec.Code != http.StatusOK || rec.Header().Get("Content-Encoding") != "" {
+		t.Fatalf("status %d, Content-Encoding %q", rec.Code, rec.Header().Get("Content-Encoding"))
+	}
+	got := &discoveryv1.EndpointSliceList{}
+	if err := runtime.DecodeInto(scheme.Codecs.UniversalDecoder(), rec.Body.Bytes(), got); err != nil {
+		t.Fatal(err)
+	}
+	if got.ResourceVersion != "9" || len(got.Items) != 1 || len(got.Items[0].Endpoints) != 0 {
+		t.Errorf("filtered list %+v", got)
 	}
 }
