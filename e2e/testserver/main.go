@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strings"
 	"time"
 )
 
@@ -43,7 +44,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: testserver serve [--listen :8080] | get [--timeout 5s] URL | lookup NAME")
+	fmt.Fprintln(os.Stderr, "usage: testserver serve [--listen :8080] | get [--timeout 5s] [--count N] URL | lookup NAME")
 	os.Exit(2)
 }
 
@@ -70,9 +71,30 @@ func serve(args []string) {
 func get(args []string) {
 	fs := flag.NewFlagSet("get", flag.ExitOnError)
 	timeout := fs.Duration("timeout", 5*time.Second, "request timeout")
+	count := fs.Int("count", 1, "requests to make, each on a new connection (kube-proxy picks a backend per connection); one line per request, an error as {\"error\":...}")
 	_ = fs.Parse(args)
 	if fs.NArg() != 1 {
 		usage()
+	}
+	if *count > 1 {
+		failed := 0
+		for i := 0; i < *count; i++ {
+			client := &http.Client{Timeout: *timeout, Transport: &http.Transport{DisableKeepAlives: true}}
+			resp, err := client.Get(fs.Arg(0))
+			if err != nil {
+				failed++
+				b, _ := json.Marshal(map[string]string{"error": err.Error()})
+				fmt.Println(string(b))
+				continue
+			}
+			body, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			fmt.Println(strings.TrimSpace(string(body)))
+		}
+		if failed > 0 {
+			os.Exit(1)
+		}
+		return
 	}
 	client := &http.Client{Timeout: *timeout}
 	resp, err := client.Get(fs.Arg(0))

@@ -210,6 +210,7 @@ const (
 	// staticip's own components, from the binaries `make build` puts in _output/bin.
 	AgentImage             = "localhost/staticip/staticip-agent:v1"
 	ControllerManagerImage = "localhost/staticip/staticip-controller-manager:v1"
+	GridWrapperImage       = "localhost/staticip/application-grid-wrapper:v1"
 )
 
 // Defaults are the images the local cluster needs. staticip's own binaries are added here
@@ -225,5 +226,6 @@ func Defaults(binDir string) []Image {
 		{Ref: AgentImage, Binary: filepath.Join(binDir, "staticip-agent"), Path: "/staticip-agent",
 			Extra: map[string]string{"/staticip": filepath.Join(binDir, "staticip")}},
 		{Ref: ControllerManagerImage, Binary: filepath.Join(binDir, "staticip-controller-manager"), Path: "/staticip-controller-manager"},
+		{Ref: GridWrapperImage, Binary: filepath.Join(binDir, "application-grid-wrapper"), Path: "/application-grid-wrapper"},
 	}
 }

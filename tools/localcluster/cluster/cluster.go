@@ -28,19 +28,21 @@ const NetnsAnnotation = "localcluster.staticip.io/netns"
 // record is what `up` leaves in the state directory; `up` compares it to decide whether
 // it has nothing to do, and `status`/`down` read it.
 type record struct {
-	Nodes       int       `json:"nodes"`
-	CNI         string    `json:"cni"`
-	Scheduler   string    `json:"scheduler"`
-	Prefix      string    `json:"prefix"`
-	NodeSubnet  string    `json:"nodeSubnet"`
-	PodCIDR     string    `json:"podCIDR,omitempty"`
-	ServiceCIDR string    `json:"serviceCIDR,omitempty"`
-	Started     time.Time `json:"started"`
+	Nodes       int    `json:"nodes"`
+	CNI         string `json:"cni"`
+	Scheduler   string `json:"scheduler"`
+	Prefix      string `json:"prefix"`
+	NodeSubnet  string `json:"nodeSubnet"`
+	PodCIDR     string `json:"podCIDR,omitempty"`
+	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+	// KubeProxyDirect: kube-proxy without application-grid-wrapper.
+	KubeProxyDirect bool      `json:"kubeProxyDirect,omitempty"`
+	Started         time.Time `json:"started"`
 }
 
 // shape is what must match for `up` on a running cluster to be a no-op.
 func (l layout) shape() string {
-	return fmt.Sprint(len(l.nodes), l.CNI, l.Scheduler, l.Prefix, l.NodeSubnet, l.clusterCIDR, l.serviceCIDR)
+	return fmt.Sprint(len(l.nodes), l.CNI, l.Scheduler, l.Prefix, l.NodeSubnet, l.clusterCIDR, l.serviceCIDR, l.KubeProxyDirect)
 }
 
 // options are the Options of the recorded cluster: o's local settings (state and binary
@@ -48,6 +50,7 @@ func (l layout) shape() string {
 func (r *record) options(o Options) Options {
 	o.Nodes, o.CNI, o.Scheduler, o.Prefix, o.NodeSubnet = r.Nodes, r.CNI, r.Scheduler, r.Prefix, r.NodeSubnet
 	o.PodCIDR, o.ServiceCIDR = r.PodCIDR, r.ServiceCIDR
+	o.KubeProxyDirect = r.KubeProxyDirect
 	return o
 }
 
@@ -85,8 +88,8 @@ func Up(ctx context.Context, o Options) error {
 		running := newLayout(rec.options(o))
 		if running.healthy(ctx) {
 			if l.shape() != running.shape() {
-				return fmt.Errorf("a cluster is already up in %s with %d nodes, --cni=%s, --scheduler=%s, --pod-cidr=%s, --service-cidr=%s; run `down` first to change it",
-					o.StateDir, rec.Nodes, running.CNI, running.Scheduler, running.PodCIDR, running.ServiceCIDR)
+				return fmt.Errorf("a cluster is already up in %s with %d nodes, --cni=%s, --scheduler=%s, --pod-cidr=%s, --service-cidr=%s, --kube-proxy-direct=%t; run `down` first to change it",
+					o.StateDir, rec.Nodes, running.CNI, running.Scheduler, running.PodCIDR, running.ServiceCIDR, running.KubeProxyDirect)
 			}
 			o.Logf("cluster already up (%d nodes, started %s); nothing to do", rec.Nodes, rec.Started.Format(time.RFC3339))
 			return nil
@@ -227,6 +230,11 @@ func Up(ctx context.Context, o Options) error {
 			return fmt.Errorf("set %s podCIDR: %w", n.name, err)
 		}
 	}
+	// Before anything that needs Service IPs: with the wrapper, kube-proxy has no rules
+	// until the wrapper runs (the agent and CoreDNS reach the API server by ClusterIP).
+	if err := l.installGridWrapper(); err != nil {
+		return err
+	}
 	o.Logf("addons: CoreDNS (Service %s)", l.dnsServiceIP)
 	if _, err := l.kubectl(l.coreDNSManifest(), "apply", "-f", "-"); err != nil {
 		return err
@@ -266,7 +274,7 @@ func Up(ctx context.Context, o Options) error {
 		return err
 	}
 	rec := record{Nodes: o.Nodes, CNI: o.CNI, Scheduler: o.Scheduler, Prefix: o.Prefix, NodeSubnet: o.NodeSubnet,
-		PodCIDR: o.PodCIDR, ServiceCIDR: o.ServiceCIDR, Started: time.Now()}
+		PodCIDR: o.PodCIDR, ServiceCIDR: o.ServiceCIDR, KubeProxyDirect: o.KubeProxyDirect, Started: time.Now()}
 	b, _ := json.MarshalIndent(rec, "", "  ")
 	if err := os.WriteFile(l.recordFile(), b, 0o644); err != nil {
 		return err
@@ -283,7 +291,7 @@ func (l *layout) checkPrerequisites() error {
 			missing = append(missing, l.bin(b)+" (make k8s-bins)")
 		}
 	}
-	for _, b := range []string{"staticip", "staticip-agent", "staticip-controller-manager"} {
+	for _, b := range []string{"staticip", "staticip-agent", "staticip-controller-manager", "application-grid-wrapper"} {
 		if _, err := os.Stat(l.bin(b)); err != nil {
 			missing = append(missing, l.bin(b)+" (make build)")
 		}

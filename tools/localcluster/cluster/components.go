@@ -68,6 +68,11 @@ func (l *layout) writePKI() error {
 			return err
 		}
 	}
+	if !l.KubeProxyDirect {
+		// kube-proxy reaches the API server through application-grid-wrapper on its node's
+		// loopback, with no credentials of its own (manifests/edge/kubeconfig.yaml).
+		return os.WriteFile(filepath.Join(l.StateDir, "kube-proxy.kubeconfig"), []byte(gridWrapperKubeconfig), 0o600)
+	}
 	return nil
 }
 

@@ -28,6 +28,10 @@ type Options struct {
 	CNI string
 	// Scheduler names the scheduler (see schedulers).
 	Scheduler string
+	// KubeProxyDirect runs kube-proxy against the API server itself. By default every
+	// node's kube-proxy talks to the API server through application-grid-wrapper (the
+	// manifests/edge DaemonSet, on the node's loopback), as on an edge node.
+	KubeProxyDirect bool
 	// Prefix starts every global name the cluster creates (netns, links), so that
 	// other users of the machine can tell them apart and `down` finds exactly its own.
 	Prefix string

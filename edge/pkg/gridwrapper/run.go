@@ -1,0 +1,181 @@
+// Package gridwrapper is application-grid-wrapper: a reverse proxy between kube-proxy and
+// the API server that rewrites only EndpointSlice lists and watch events, keeping the
+// endpoints a Service's topologyKeys select for this node. See edge/README.md.
+package gridwrapper
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/klog/v2"
+)
+
+// ComponentName is the binary's name.
+const ComponentName = "application-grid-wrapper"
+
+// Options are the wrapper's flags.
+type Options struct {
+	Kubeconfig     string
+	NodeName       string
+	ListenAddress  string
+	MetricsAddress string
+	QPS            float32
+	Burst          int
+}
+
+// NewOptions returns the defaults: loopback only.
+func NewOptions() *Options {
+	return &Options{
+		NodeName:       os.Getenv("NODE_NAME"),
+		ListenAddress:  "127.0.0.1:51006",
+		MetricsAddress: "127.0.0.1:51007",
+		QPS:            50,
+		Burst:          100,
+	}
+}
+
+// AddFlags registers the flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the wrapper's own identity (empty: in-cluster service account)")
+	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node's name (default $NODE_NAME)")
+	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "address kube-proxy connects to (plain HTTP: keep it on loopback)")
+	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "address of /metrics, /healthz and /readyz (empty: off)")
+	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "QPS towards the API server (shared by kube-proxy's requests and the wrapper's informers)")
+	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "burst towards the API server")
+}
+
+// Validate checks the flags.
+func (o *Options) Validate() error {
+	if o.NodeName == "" {
+		return errors.New("--node-name (or $NODE_NAME) is required")
+	}
+	if _, _, err := net.SplitHostPort(o.ListenAddress); err != nil {
+		return fmt.Errorf("--listen-address: %w", err)
+	}
+	if o.MetricsAddress != "" {
+		if _, _, err := net.SplitHostPort(o.MetricsAddress); err != nil {
+			return fmt.Errorf("--metrics-address: %w", err)
+		}
+	}
+	return nil
+}
+
+// RestConfig loads the wrapper's own identity.
+func (o *Options) RestConfig() (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if o.Kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+	}
+	if err != nil {
+		return nil, err
+	}
+	cfg.QPS, cfg.Burst = o.QPS, o.Burst
+	cfg.UserAgent = ComponentName
+	return cfg, nil
+}
+
+// Run serves until ctx ends. ready, if not nil, is called with the bound addresses.
+func Run(ctx context.Context, o *Options, cfg *rest.Config, ready func(proxyAddr, metricsAddr string)) error {
+	m := NewMetrics()
+	// The informers' client asks for protobuf like kube-proxy does.
+	informerCfg := rest.CopyConfig(cfg)
+	informerCfg.ContentType = "application/vnd.kubernetes.protobuf"
+	client, err := kubernetes.NewForConfig(informerCfg)
+	if err != nil {
+		return err
+	}
+	metaClient, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	state, err := NewState(client, metaClient, o.NodeName, m)
+	if err != nil {
+		return err
+	}
+	upstream, err := url.Parse(cfg.Host)
+	if err != nil {
+		return err
+	}
+	if upstream.Scheme == "" {
+		upstream, err = url.Parse("https://" + cfg.Host)
+		if err != nil {
+			return err
+		}
+	}
+	// The proxied requests go with the wrapper's credentials and without client-side
+	// rate limiting (kube-proxy limits itself); no timeout (watches are long).
+	transport, err := rest.TransportFor(cfg)
+	if err != nil {
+		return err
+	}
+	proxy := NewProxy(upstream, transport, o.NodeName, state, m)
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	state.Run(ctx)
+	go proxy.RunResets(ctx, state.Changed())
+
+	ln, err := net.Listen("tcp", o.ListenAddress)
+	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second}
+	errCh := make(chan error, 2)
+	go func() { errCh <- srv.Serve(ln) }()
+	metricsAddr := ""
+	var msrv *http.Server
+	if o.MetricsAddress != "" {
+		mln, err := net.Listen("tcp", o.MetricsAddress)
+		if err != nil {
+			_ = srv.Close()
+			return err
+		}
+		metricsAddr = mln.Addr().String()
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
+		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
+		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
+			if !state.Synced() {
+				http.Error(w, "caches not synced", http.StatusServiceUnavailable)
+				return
+			}
+			_, _ = w.Write([]byte("ok"))
+		})
+		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+		go func() { errCh <- msrv.Serve(mln) }()
+	}
+	klog.InfoS("Serving", "node", o.NodeName, "listen", ln.Addr().String(), "metrics", metricsAddr, "upstream", upstream.String())
+	if ready != nil {
+		ready(ln.Addr().String(), metricsAddr)
+	}
+	select {
+	case <-ctx.Done():
+	case err = <-errCh:
+	}
+	shutdown, stop := context.WithTimeout(context.Background(), 5*time.Second)
+	defer stop()
+	_ = srv.Shutdown(shutdown)
+	_ = srv.Close()
+	if msrv != nil {
+		_ = msrv.Close()
+	}
+	if errors.Is(err, http.ErrServerClosed) {
+		err = nil
+	}
+	return err
+}

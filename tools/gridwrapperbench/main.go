@@ -1,0 +1,476 @@
+// Command gridwrapperbench measures application-grid-wrapper against kube-proxy talking to
+// the API server directly, in one run, on a real kube-apiserver (tools/testenv) with two
+// real kube-proxies (iptables mode), each in a network namespace of its own:
+//
+//  1. latency: an endpoint change → its DNAT rule present in the node's iptables, through
+//     the wrapper and direct (p50, p99, ratio) over -changes changes;
+//  2. scale: the wrapper's CPU and memory with -services Services × -endpoints endpoints;
+//  3. per-event cost: the wrapper's CPU per EndpointSlice event with -services/10 and with
+//     -services Services (flat = the cost does not grow with the Service count).
+//
+// Root only (network namespaces, iptables). Not part of make test:
+//
+//	go run ./tools/gridwrapperbench [-changes=200] [-services=1000] [-endpoints=10]
+package main
+
+import (
+	"bytes"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+	"k8s.io/utils/ptr"
+
+	"github.com/staticip/staticip/tools/testenv"
+)
+
+const ns = "bench"
+
+func main() {
+	changes := flag.Int("changes", 200, "endpoint changes timed in the latency phase")
+	services := flag.Int("services", 1000, "Services in the scale phase")
+	endpoints := flag.Int("endpoints", 10, "endpoints per Service in the scale phase")
+	eventChanges := flag.Int("event-changes", 200, "endpoint changes per size in the per-event phase")
+	flag.Parse()
+	if err := run(*changes, *services, *endpoints, *eventChanges); err != nil {
+		fmt.Fprintln(os.Stderr, "gridwrapperbench:", err)
+		os.Exit(1)
+	}
+}
+
+type bench struct {
+	ctx     context.Context
+	client  kubernetes.Interface
+	dir     string
+	binDir  string
+	cleanup []func()
+	wrapper *exec.Cmd
+	metrics string
+}
+
+func run(changes, services, endpoints, eventChanges int) (err error) {
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("needs root (network namespaces, iptables)")
+	}
+	env, err := testenv.Start()
+	if err != nil {
+		return err
+	}
+	defer func() { _ = env.Stop() }()
+	binDir, _ := testenv.BinDir()
+	dir, err := os.MkdirTemp("", "gridwrapperbench-")
+	if err != nil {
+		return err
+	}
+	b := &bench{ctx: context.Background(), client: kubernetes.NewForConfigOrDie(env.Config), dir: dir, binDir: binDir}
+	defer func() {
+		for i := len(b.cleanup) - 1; i >= 0; i-- {
+			b.cleanup[i]()
+		}
+		if err != nil {
+			// The components' last words, to see why.
+			logs, _ := filepath.Glob(filepath.Join(dir, "*.log"))
+			for _, l := range logs {
+				raw, _ := os.ReadFile(l)
+				lines := strings.Split(strings.TrimSpace(string(raw)), "\n")
+				if len(lines) > 15 {
+					lines = lines[len(lines)-15:]
+				}
+				fmt.Fprintf(os.Stderr, "== %s\n%s\n", filepath.Base(l), strings.Join(lines, "\n"))
+			}
+		}
+		os.RemoveAll(dir)
+	}()
+	if err := b.setup(env.Config); err != nil {
+		return err
+	}
+
+	// 1. Latency, on a small cluster state (iptables-save stays cheap to poll).
+	fmt.Printf("latency: %d endpoint changes of a [\"zone\",\"*\"] Service, both kube-proxies polled\n", changes)
+	if err := b.service("lat", `["zone","*"]`, 1, 0); err != nil {
+		return err
+	}
+	var viaWrapper, direct []time.Duration
+	for i := 0; i < changes; i++ {
+		ip := fmt.Sprintf("10.99.%d.%d", i/250, i%250+1)
+		if err := b.setEndpoint("lat", ip); err != nil {
+			return err
+		}
+		t0 := time.Now()
+		w, d, err := b.waitBoth(ip, t0)
+		if err != nil {
+			return err
+		}
+		viaWrapper, direct = append(viaWrapper, w), append(direct, d)
+	}
+	pw50, pw99 := percentile(viaWrapper, 50), percentile(viaWrapper, 99)
+	pd50, pd99 := percentile(direct, 50), percentile(direct, 99)
+	fmt.Printf("  through wrapper: p50 %v  p99 %v\n  direct:          p50 %v  p99 %v\n  ratio wrapper/direct: p50 %.2f  p99 %.2f\n",
+		pw50, pw99, pd50, pd99, float64(pw50)/float64(pd50), float64(pw99)/float64(pd99))
+
+	// 3 (small) then 2 + 3 (large): per-event cost at services/10 and at services.
+	small := services / 10
+	var perEvent []float64
+	for _, size := range []int{small, services} {
+		if err := b.grow(size, endpoints); err != nil {
+			return err
+		}
+		// Let both kube-proxies and the wrapper digest the growth.
+		time.Sleep(10 * time.Second)
+		cpu0, err := procCPU(b.wrapper.Process.Pid)
+		if err != nil {
+			return err
+		}
+		hs0, hc0 := b.histogram()
+		start := time.Now()
+		for i := 0; i < eventChanges; i++ {
+			if err := b.setEndpoint("svc-0", fmt.Sprintf("10.98.%d.%d", i/250, i%250+1)); err != nil {
+				return err
+			}
+		}
+		time.Sleep(3 * time.Second)
+		cpu1, _ := procCPU(b.wrapper.Process.Pid)
+		hs1, hc1 := b.histogram()
+		rss, _ := procRSS(b.wrapper.Process.Pid)
+		evCPU := (cpu1 - cpu0).Seconds() / float64(eventChanges)
+		perEvent = append(perEvent, evCPU)
+		filterMean := 0.0
+		if hc1 > hc0 {
+			filterMean = (hs1 - hs0) / (hc1 - hc0)
+		}
+		fmt.Printf("size %d Services x %d endpoints: wrapper RSS %.1f MiB; %d changes in %v: wrapper CPU %.3f ms/event, filter %.1f µs/event (%d events filtered)\n",
+			size, endpoints, float64(rss)/(1<<20), eventChanges, time.Since(start).Round(time.Millisecond), evCPU*1e3, filterMean*1e6, int(hc1-hc0))
+	}
+	fmt.Printf("per-event CPU ratio %d vs %d Services: %.2f\n", services, small, perEvent[1]/perEvent[0])
+
+	// 2. Idle cost at full size.
+	cpu0, _ := procCPU(b.wrapper.Process.Pid)
+	time.Sleep(30 * time.Second)
+	cpu1, _ := procCPU(b.wrapper.Process.Pid)
+	rss, _ := procRSS(b.wrapper.Process.Pid)
+	fmt.Printf("idle at %d Services / %d endpoints: wrapper CPU %.2f%% of a core over 30 s, RSS %.1f MiB\n",
+		services, services*endpoints, 100*(cpu1-cpu0).Seconds()/30, float64(rss)/(1<<20))
+	return nil
+}
+
+// setup: namespace, two Nodes (zone-0, zone-1), two netns each with a kube-proxy (one
+// through the wrapper, one direct through a plain TCP relay to the API server), the
+// wrapper as its own process (its CPU and memory are read from /proc).
+func (b *bench) setup(cfg *rest.Config) error {
+	if _, err := b.client.CoreV1().Namespaces().Create(b.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	for _, n := range []struct{ name, zone string }{{"bench-a", "zone-0"}, {"bench-b", "zone-1"}} {
+		node, err := b.client.CoreV1().Nodes().Create(b.ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{"zone": n.zone}}}, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.1"}}
+		if _, err := b.client.CoreV1().Nodes().UpdateStatus(b.ctx, node, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+	}
+	// testenv's Service range is a /24: a second ServiceCIDR makes room for the scale phase.
+	if _, err := b.client.NetworkingV1().ServiceCIDRs().Create(b.ctx, &networkingv1.ServiceCIDR{ObjectMeta: metav1.ObjectMeta{Name: "gridwrapperbench"},
+		Spec: networkingv1.ServiceCIDRSpec{CIDRs: []string{"10.180.0.0/16"}}}, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	adminKubeconfig := filepath.Join(b.dir, "admin.kubeconfig")
+	if err := writeKubeconfig(adminKubeconfig, cfg, cfg.Host, ""); err != nil {
+		return err
+	}
+	wHost, err := b.netns("gwbw", "169.254.201.1", "169.254.201.2")
+	if err != nil {
+		return err
+	}
+	dHost, err := b.netns("gwbd", "169.254.201.5", "169.254.201.6")
+	if err != nil {
+		return err
+	}
+	// The wrapper.
+	metricsLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	b.metrics = metricsLn.Addr().String()
+	metricsLn.Close()
+	b.wrapper = exec.Command(filepath.Join(b.binDir, "application-grid-wrapper"), "--kubeconfig="+adminKubeconfig, "--node-name=bench-a",
+		"--listen-address="+wHost+":51006", "--metrics-address="+b.metrics, "--kube-api-qps=1000", "--kube-api-burst=2000")
+	logW, _ := os.Create(filepath.Join(b.dir, "wrapper.log"))
+	b.wrapper.Stdout, b.wrapper.Stderr = logW, logW
+	if err := b.wrapper.Start(); err != nil {
+		return fmt.Errorf("application-grid-wrapper (make build): %w", err)
+	}
+	b.cleanup = append(b.cleanup, func() { _ = b.wrapper.Process.Kill(); _ = b.wrapper.Wait() })
+	// The relay for the direct kube-proxy: bytes only, TLS end to end.
+	hostURL, err := url.Parse(cfg.Host)
+	if err != nil {
+		return err
+	}
+	upstream := hostURL.Host
+	relay, err := net.Listen("tcp", dHost+":6443")
+	if err != nil {
+		return err
+	}
+	b.cleanup = append(b.cleanup, func() { relay.Close() })
+	go func() {
+		for {
+			c, err := relay.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				u, err := net.Dial("tcp", upstream)
+				if err != nil {
+					c.Close()
+					return
+				}
+				go func() { _, _ = io.Copy(u, c); u.Close() }()
+				_, _ = io.Copy(c, u)
+				c.Close()
+			}()
+		}
+	}()
+	directKubeconfig := filepath.Join(b.dir, "direct.kubeconfig")
+	if err := writeKubeconfig(directKubeconfig, cfg, "https://"+dHost+":6443", "localhost"); err != nil {
+		return err
+	}
+	wrapperKubeconfig := filepath.Join(b.dir, "wrapper.kubeconfig")
+	if err := os.WriteFile(wrapperKubeconfig, []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: w, cluster: {server: \"http://%s:51006\"}}]\ncontexts: [{name: d, context: {cluster: w, user: u}}]\ncurrent-context: d\nusers: [{name: u, user: {}}]\n", wHost)), 0o600); err != nil {
+		return err
+	}
+	if err := b.kubeProxy("gwbw", wrapperKubeconfig); err != nil {
+		return err
+	}
+	return b.kubeProxy("gwbd", directKubeconfig)
+}
+
+func writeKubeconfig(path string, cfg *rest.Config, server, serverName string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: server, CertificateAuthorityData: cfg.CAData, TLSServerName: serverName}
+	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{ClientCertificateData: cfg.CertData, ClientKeyData: cfg.KeyData, Token: cfg.BearerToken}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
+	kc.CurrentContext = "c"
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+func (b *bench) netns(name, hostIP, nsIP string) (string, error) {
+	host, peer := name+"h", name+"n"
+	cmds := [][]string{
+		{"ip", "netns", "add", name},
+		{"ip", "link", "add", host, "type", "veth", "peer", "name", peer},
+		{"ip", "link", "set", peer, "netns", name},
+		{"ip", "addr", "add", hostIP + "/30", "dev", host},
+		{"ip", "link", "set", host, "up"},
+		{"ip", "-n", name, "addr", "add", nsIP + "/30", "dev", peer},
+		{"ip", "-n", name, "link", "set", peer, "up"},
+		{"ip", "-n", name, "link", "set", "lo", "up"},
+	}
+	b.cleanup = append(b.cleanup, func() {
+		_ = exec.Command("ip", "netns", "delete", name).Run()
+		_ = exec.Command("ip", "link", "delete", host).Run()
+	})
+	for _, c := range cmds {
+		if out, err := exec.Command(c[0], c[1:]...).CombinedOutput(); err != nil {
+			return "", fmt.Errorf("%s: %v: %s", strings.Join(c, " "), err, out)
+		}
+	}
+	return hostIP, nil
+}
+
+func (b *bench) kubeProxy(netns, kubeconfig string) error {
+	cfgPath := filepath.Join(b.dir, netns+"-kube-proxy.yaml")
+	cfg := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: iptables
+clientConnection: {kubeconfig: %s, qps: 1000, burst: 2000}
+hostnameOverride: bench-a
+healthzBindAddress: 127.0.0.1:10256
+metricsBindAddress: 127.0.0.1:10249
+clusterCIDR: 10.244.0.0/16
+iptables: {minSyncPeriod: 10ms}
+conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
+`, kubeconfig)
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
+		return err
+	}
+	cmd := exec.Command("nsenter", "--net=/var/run/netns/"+netns, "--", filepath.Join(b.binDir, "kube-proxy"), "--config="+cfgPath)
+	log, _ := os.Create(filepath.Join(b.dir, netns+"-kube-proxy.log"))
+	cmd.Stdout, cmd.Stderr = log, log
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	b.cleanup = append(b.cleanup, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return nil
+}
+
+// service creates a Service and one slice with n endpoints on bench-a (zone-0) and m on
+// bench-b (zone-1).
+func (b *bench) service(name, keys string, n, m int) error {
+	svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
+		Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{{Name: "http", Port: 80}}}}
+	if keys != "" {
+		svc.Annotations = map[string]string{"topologyKeys": keys}
+	}
+	if _, err := b.client.CoreV1().Services(ns).Create(b.ctx, svc, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	es := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns, Labels: map[string]string{
+			discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "gridwrapperbench"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](8080), Protocol: ptr.To(corev1.ProtocolTCP)}},
+	}
+	h := len(name) * 7
+	for i := 0; i < n+m; i++ {
+		node := "bench-a"
+		if i >= n {
+			node = "bench-b"
+		}
+		es.Endpoints = append(es.Endpoints, discoveryv1.Endpoint{Addresses: []string{fmt.Sprintf("10.%d.%d.%d", 100+h%50, (h+i)%250, i%250+1)},
+			NodeName: ptr.To(node), Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}})
+	}
+	_, err := b.client.DiscoveryV1().EndpointSlices(ns).Create(b.ctx, es, metav1.CreateOptions{})
+	return err
+}
+
+// grow creates Services svc-<i> up to total, half with topologyKeys, endpoints split
+// between the zones.
+func (b *bench) grow(total, endpoints int) error {
+	existing, err := b.client.CoreV1().Services(ns).List(b.ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	have := 0
+	for _, s := range existing.Items {
+		if strings.HasPrefix(s.Name, "svc-") {
+			have++
+		}
+	}
+	for i := have; i < total; i++ {
+		keys := ""
+		if i%2 == 0 {
+			keys = `["zone"]`
+		}
+		if err := b.service("svc-"+strconv.Itoa(i), keys, endpoints/2, endpoints-endpoints/2); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setEndpoint makes the first endpoint of a Service's slice ip (on bench-a).
+func (b *bench) setEndpoint(name, ip string) error {
+	es, err := b.client.DiscoveryV1().EndpointSlices(ns).Get(b.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	es.Endpoints[0].Addresses = []string{ip}
+	_, err = b.client.DiscoveryV1().EndpointSlices(ns).Update(b.ctx, es, metav1.UpdateOptions{})
+	return err
+}
+
+// waitBoth polls both netns' iptables until the DNAT to ip is there.
+func (b *bench) waitBoth(ip string, t0 time.Time) (viaWrapper, direct time.Duration, err error) {
+	type res struct {
+		d   time.Duration
+		err error
+	}
+	poll := func(netns string, out chan<- res) {
+		needle := []byte("--to-destination " + ip + ":8080")
+		for time.Since(t0) < 60*time.Second {
+			b, err := exec.Command("ip", "netns", "exec", netns, "iptables-save", "-t", "nat").Output()
+			if err != nil {
+				out <- res{err: err}
+				return
+			}
+			if bytes.Contains(b, needle) {
+				out <- res{d: time.Since(t0)}
+				return
+			}
+			time.Sleep(2 * time.Millisecond)
+		}
+		out <- res{err: fmt.Errorf("%s: no rule for %s after 60s", netns, ip)}
+	}
+	wc, dc := make(chan res, 1), make(chan res, 1)
+	go poll("gwbw", wc)
+	go poll("gwbd", dc)
+	w, d := <-wc, <-dc
+	if w.err != nil {
+		return 0, 0, w.err
+	}
+	if d.err != nil {
+		return 0, 0, d.err
+	}
+	return w.d, d.d, nil
+}
+
+func (b *bench) histogram() (sum, count float64) {
+	out, err := exec.Command("curl", "-s", "http://"+b.metrics+"/metrics").Output()
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(line, `application_grid_wrapper_filter_duration_seconds_sum{kind="watch_event"}`) {
+			sum, _ = strconv.ParseFloat(strings.Fields(line)[1], 64)
+		}
+		if strings.HasPrefix(line, `application_grid_wrapper_filter_duration_seconds_count{kind="watch_event"}`) {
+			count, _ = strconv.ParseFloat(strings.Fields(line)[1], 64)
+		}
+	}
+	return sum, count
+}
+
+func percentile(ds []time.Duration, p int) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := (len(s)*p + 99) / 100
+	if i > 0 {
+		i--
+	}
+	return s[i].Round(time.Millisecond)
+}
+
+// procCPU is a process's user+system CPU time.
+func procCPU(pid int) (time.Duration, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * time.Second / 100, nil // USER_HZ = 100
+}
+
+func procRSS(pid int) (int64, error) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "VmRSS:") {
+			kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
+			return kb << 10, nil
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS")
+}
