@@ -185,14 +185,17 @@ func (pl *CheckPodAnnotation) Filter(_ context.Context, state fwk.CycleState, _ 
 }
 
 // EventsToRegister: a pinned or rejected pod can only change its verdict when its own
-// StaticIP changes, an IPRange containing its IP changes, or its target node appears or
-// becomes schedulable.
+// StaticIP changes, an IPRange containing its IP changes, its target node appears or
+// becomes schedulable, or its own annotation is corrected.
 func (pl *CheckPodAnnotation) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: staticipnode.StaticIPResource, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterStaticIPChange},
 		{Event: fwk.ClusterEvent{Resource: staticipnode.IPRangeResource, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterIPRangeChange},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeTaint}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.UpdatePodToleration}, QueueingHintFn: pl.isSchedulableAfterPodTolerationChange},
+		// Annotation changes come as the generic Pod/Update: the hint looks at the pod's UID
+		// first, so other pods' updates cost one comparison.
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: pl.isSchedulableAfterPodAnnotationChange},
 	}, nil
 }
 
@@ -280,4 +283,20 @@ func (pl *CheckPodAnnotation) isSchedulableAfterPodTolerationChange(_ klog.Logge
 		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil
+}
+
+// isSchedulableAfterPodAnnotationChange: the pending pod's own IP annotation was corrected.
+func (pl *CheckPodAnnotation) isSchedulableAfterPodAnnotationChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	before, after, err := schedutil.As[*v1.Pod](oldObj, newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	if after == nil || after.UID != pod.UID || before == nil {
+		return fwk.QueueSkip, nil
+	}
+	if before.Annotations[pl.args.IPAddressAnnotation] == after.Annotations[pl.args.IPAddressAnnotation] {
+		return fwk.QueueSkip, nil
+	}
+	logger.V(5).Info("the pod's IP annotation changed", "pod", klog.KObj(pod))
+	return fwk.Queue, nil
 }

@@ -120,9 +120,12 @@ func (pl *PodFitsResources) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignF
 // PreFilterExtensions: reservations do not depend on which other pods are nominated.
 func (pl *PodFitsResources) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
-// Filter checks, for every resource the pod requests,
-// allocatable - requested - reserved-for-others >= request, the same for pod slots, and
-// that the node has a pod IP for it.
+// Filter checks what the reservations of absent static-IP pods change, and only that: for
+// every resource the pod requests that such reservations (other than the pod's own) hold on
+// the node, and for pod slots, that what NodeResourcesFit would admit still fits once the
+// reservations are held back; and that the node has a pod IP for it. The plain fit
+// (allocatable - requested >= request) is NodeResourcesFit's alone, with everything it
+// ignores (ignoredResources, ignoredResourceGroups, extended resources served by DRA).
 func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	data, err := state.Read(stateKey)
 	if err != nil {
@@ -131,35 +134,57 @@ func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod 
 	s := data.(*preFilterState)
 	nodeName := nodeInfo.Node().Name
 	held := pl.cache.Node(nodeName)
-	reservedForOthers, slotsForOthers := ReservedForOthers(pod, nodeInfo, held.Held)
-	reasons := Insufficient(s.request, nodeInfo, reservedForOthers, slotsForOthers)
+	others := AbsentOthers(pod, nodeInfo, held.Held)
+	v := Insufficient(s.request, nodeInfo, others)
 	if s.needsIP && pl.args.CheckIPs {
-		if r := pl.ipReason(s, nodeInfo, nodeName, held, slotsForOthers); r != "" {
-			reasons = append(reasons, r)
-		}
+		v.merge(pl.ipVerdict(s, nodeInfo, nodeName, held, others))
 	}
-	if len(reasons) > 0 {
-		return fwk.NewStatus(fwk.Unschedulable, reasons...)
+	return v.status()
+}
+
+// verdict collects the reasons a node does not fit.
+type verdict struct {
+	reasons []string
+	// unresolvable: even with every pod removed from the node, the reservations leave no
+	// room; preemption cannot help.
+	unresolvable bool
+}
+
+func (v *verdict) add(reason string, unresolvable bool) {
+	v.reasons = append(v.reasons, reason)
+	v.unresolvable = v.unresolvable || unresolvable
+}
+
+func (v *verdict) merge(o verdict) {
+	v.reasons = append(v.reasons, o.reasons...)
+	v.unresolvable = v.unresolvable || o.unresolvable
+}
+
+func (v verdict) status() *fwk.Status {
+	switch {
+	case len(v.reasons) == 0:
+		return nil
+	case v.unresolvable:
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, v.reasons...)
 	}
-	return nil
+	return fwk.NewStatus(fwk.Unschedulable, v.reasons...)
 }
 
 type podName struct{ namespace, name string }
 
-// scanLimit is the size (held records x pods on the node) up to which ReservedForOthers scans
+// scanLimit is the size (held records x pods on the node) up to which AbsentOthers scans
 // instead of building a set.
 const scanLimit = 512
 
-// ReservedForOthers sums what the StaticIPs held on the node reserve against pod: those of
-// pods absent from nodeInfo, except pod's own (a pod never competes with its own
+// AbsentOthers returns the StaticIPs held on the node that reserve room against pod: those
+// of pods absent from nodeInfo, except pod's own (a pod never competes with its own
 // reservation). Presence is decided on the scheduler's snapshot, the same one its
 // requested resources come from, so every static-IP pod is counted exactly once — in the
 // node's requests when its pod (bound, assumed or nominated) is there, as a reservation
 // otherwise — even while the cache's own pod events lag behind the scheduler's.
-func ReservedForOthers(pod *v1.Pod, nodeInfo fwk.NodeInfo, held []staticipnode.Held) (staticipnode.Resources, int) {
-	var reserved staticipnode.Resources
+func AbsentOthers(pod *v1.Pod, nodeInfo fwk.NodeInfo, held []staticipnode.Held) []staticipnode.Held {
 	if len(held) == 0 {
-		return reserved, 0
+		return nil
 	}
 	pods := nodeInfo.GetPods()
 	// Filter runs this for every pod on every node, and a node holds few StaticIPs: scanning
@@ -182,7 +207,7 @@ func ReservedForOthers(pod *v1.Pod, nodeInfo fwk.NodeInfo, held []staticipnode.H
 			return ok
 		}
 	}
-	slots := 0
+	var out []staticipnode.Held
 	for _, h := range held {
 		if h.PodNamespace == pod.Namespace && h.PodName == pod.Name {
 			continue
@@ -190,30 +215,65 @@ func ReservedForOthers(pod *v1.Pod, nodeInfo fwk.NodeInfo, held []staticipnode.H
 		if present(h.PodNamespace, h.PodName) {
 			continue
 		}
-		reserved.Add(h.Request)
-		slots++
+		out = append(out, h)
 	}
-	return reserved, slots
+	return out
 }
 
-// Insufficient lists why request does not fit nodeInfo once reservedForOthers and
-// slotsForOthers are held back. A shortage that exists even without reservations is
-// reported as NodeResourcesFit does ("Insufficient cpu"); one that only the reservations
-// cause says how much they hold ("Insufficient cpu: 2 of 8 cores reserved for absent
-// static-IP pods").
-func Insufficient(request staticipnode.Resources, nodeInfo fwk.NodeInfo, reservedForOthers staticipnode.Resources, slotsForOthers int) []string {
-	var reasons []string
+// maxNamed is how many StaticIPs a reason names before it says "and N more".
+const maxNamed = 3
+
+// nameStaticIPs renders "StaticIP ns/a" or "StaticIPs ns/a, ns/b and 3 more" for the
+// records in held that hold some of resource name ("" for all of them).
+func nameStaticIPs(held []staticipnode.Held, name v1.ResourceName) string {
+	var names []string
+	total := 0
+	for _, h := range held {
+		if name != "" && h.Request.Get(name) <= 0 {
+			continue
+		}
+		total++
+		if len(names) < maxNamed {
+			names = append(names, h.StaticIP)
+		}
+	}
+	if total == 0 {
+		return ""
+	}
+	out := "StaticIP "
+	if total > 1 {
+		out = "StaticIPs "
+	}
+	out += strings.Join(names, ", ")
+	if total > len(names) {
+		out += fmt.Sprintf(" and %d more", total-len(names))
+	}
+	return out
+}
+
+// Insufficient says which of the pod's requests, and whether its pod slot, no longer fit
+// nodeInfo once the reservations of absent others are held back. A resource that is short
+// even without reservations is left to NodeResourcesFit (which reports it, or ignores it by
+// configuration); one that no absent other holds is not looked at.
+func Insufficient(request staticipnode.Resources, nodeInfo fwk.NodeInfo, others []staticipnode.Held) verdict {
+	var v verdict
+	if len(others) == 0 {
+		return v
+	}
+	var reserved staticipnode.Resources
+	for _, h := range others {
+		reserved.Add(h.Request)
+	}
+	slots := int64(len(others))
 	alloc, used := nodeInfo.GetAllocatable(), nodeInfo.GetRequested()
 	pods, allowed := int64(len(nodeInfo.GetPods())), int64(alloc.GetAllowedPodNumber())
-	switch {
-	case pods+1 > allowed:
-		reasons = append(reasons, "Too many pods")
-	case pods+1+int64(slotsForOthers) > allowed:
-		reasons = append(reasons, fmt.Sprintf("Too many pods: %d of %d pod slots reserved for absent static-IP pods", slotsForOthers, allowed))
+	if pods+1 <= allowed && pods+1+slots > allowed {
+		v.add(fmt.Sprintf("Too many pods: %d of %d pod slots reserved for absent static-IP pods (%s)", slots, allowed, nameStaticIPs(others, "")),
+			1+slots > allowed)
 	}
 	for _, name := range request.Names() {
-		want := request.Get(name)
-		if want <= 0 {
+		want, held := request.Get(name), reserved.Get(name)
+		if want <= 0 || held <= 0 {
 			continue
 		}
 		var capacity, requested int64
@@ -227,28 +287,27 @@ func Insufficient(request staticipnode.Resources, nodeInfo fwk.NodeInfo, reserve
 		default:
 			capacity, requested = alloc.GetScalarResources()[name], used.GetScalarResources()[name]
 		}
-		reserved := reservedForOthers.Get(name)
-		switch {
-		case want > capacity-requested:
-			reasons = append(reasons, fmt.Sprintf("Insufficient %s", name))
-		case reserved > 0 && want > capacity-requested-reserved:
-			reasons = append(reasons, fmt.Sprintf("Insufficient %s: %s of %s%s reserved for absent static-IP pods",
-				name, staticipnode.FormatAmount(name, reserved), staticipnode.FormatAmount(name, capacity), staticipnode.Unit(name)))
+		if want > capacity-requested || want <= capacity-requested-held {
+			continue // NodeResourcesFit's verdict, or the reservations leave room
 		}
+		v.add(fmt.Sprintf("Insufficient %s: %s of %s%s reserved for absent static-IP pods (%s)",
+			name, staticipnode.FormatAmount(name, held), staticipnode.FormatAmount(name, capacity), staticipnode.Unit(name),
+			nameStaticIPs(others, name)), want > capacity-held)
 	}
-	return reasons
+	return v
 }
 
-// ipReason says why the node has no IP for the pod, or "".
-func (pl *PodFitsResources) ipReason(s *preFilterState, nodeInfo fwk.NodeInfo, nodeName string, held staticipnode.NodeInfo, reservedIPs int) string {
+// ipVerdict says why the node has no IP for the pod.
+func (pl *PodFitsResources) ipVerdict(s *preFilterState, nodeInfo fwk.NodeInfo, nodeName string, held staticipnode.NodeInfo, others []staticipnode.Held) verdict {
+	var v verdict
 	if !held.HasRanges {
 		if pl.args.NodesWithoutIPRange == config.NodesWithoutIPRangeReject {
-			return "node owns no IPRange to give the pod an IP from"
+			v.add("node owns no IPRange to give the pod an IP from", true)
 		}
-		return ""
+		return v
 	}
 	if s.hasOwn && s.ownNode == nodeName {
-		return "" // the pod's own StaticIP holds its address on this node
+		return v // the pod's own StaticIP holds its address on this node
 	}
 	var used int64
 	for _, p := range nodeInfo.GetPods() {
@@ -256,11 +315,17 @@ func (pl *PodFitsResources) ipReason(s *preFilterState, nodeInfo fwk.NodeInfo, n
 			used++
 		}
 	}
-	if used+int64(reservedIPs)+1 > held.IPCapacity {
-		return fmt.Sprintf("no free IP in node's ranges %s (%d usable: %d used by pods, %d reserved for absent static-IP pods)",
-			strings.Join(held.CIDRs, ","), held.IPCapacity, used, reservedIPs)
+	reservedIPs := int64(len(others))
+	if used+reservedIPs+1 > held.IPCapacity {
+		names := ""
+		if reservedIPs > 0 {
+			names = ": " + nameStaticIPs(others, "")
+		}
+		v.add(fmt.Sprintf("no free IP in node's ranges %s (%d usable: %d used by pods, %d reserved for absent static-IP pods%s)",
+			strings.Join(held.CIDRs, ","), held.IPCapacity, used, reservedIPs, names),
+			reservedIPs+1 > held.IPCapacity)
 	}
-	return ""
+	return v
 }
 
 // Reserve marks the pod present on the node: the scheduler's own accounting now holds its
@@ -275,15 +340,17 @@ func (pl *PodFitsResources) Unreserve(_ context.Context, _ fwk.CycleState, pod *
 	pl.cache.Forget(pod.Namespace, pod.Name, nodeName)
 }
 
-// EventsToRegister: a rejected pod may fit once a pod leaves a node, a node grows, a
-// reservation shrinks or disappears (StaticIP released, deleted or moved), the pod's own
-// StaticIP changes, or an IPRange is added or changed.
+// EventsToRegister: a rejected pod may fit once a pod leaves a node (bound or nominated
+// there) or is scaled down, a node grows, a reservation shrinks or disappears (StaticIP
+// released, deleted or moved), the pod's own StaticIP changes, or an IPRange is added,
+// changed or deleted (a node without ranges takes pods under nodesWithoutIPRange: Allow).
 func (pl *PodFitsResources) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPodDelete},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.UpdatePodScaleDown}, QueueingHintFn: pl.isSchedulableAfterPodScaleDown},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
 		{Event: fwk.ClusterEvent{Resource: staticipnode.StaticIPResource, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterStaticIPChange},
-		{Event: fwk.ClusterEvent{Resource: staticipnode.IPRangeResource, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: pl.isSchedulableAfterIPRangeChange},
+		{Event: fwk.ClusterEvent{Resource: staticipnode.IPRangeResource, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterIPRangeChange},
 	}, nil
 }
 
@@ -292,11 +359,35 @@ func (pl *PodFitsResources) isSchedulableAfterPodDelete(logger klog.Logger, pod 
 	if err != nil {
 		return fwk.Queue, err
 	}
-	if deleted.Spec.NodeName == "" {
-		return fwk.QueueSkip, nil // an unscheduled pod held nothing on any node
+	if deleted.Spec.NodeName == "" && deleted.Status.NominatedNodeName == "" {
+		return fwk.QueueSkip, nil // it held nothing on any node
 	}
-	logger.V(5).Info("a pod left its node and freed its requests and IP", "pod", klog.KObj(pod), "deletedPod", klog.KObj(deleted))
+	logger.V(5).Info("a pod left its node (or its nomination) and freed its requests and IP", "pod", klog.KObj(pod), "deletedPod", klog.KObj(deleted))
 	return fwk.Queue, nil
+}
+
+// isSchedulableAfterPodScaleDown: the pod itself, or a bound pod whose requests of a
+// resource this pod asks for went down (as NodeResourcesFit decides it).
+func (pl *PodFitsResources) isSchedulableAfterPodScaleDown(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	before, after, err := schedutil.As[*v1.Pod](oldObj, newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	if after.UID == pod.UID {
+		return fwk.Queue, nil
+	}
+	if after.Spec.NodeName == "" {
+		return fwk.QueueSkip, nil
+	}
+	was := staticipnode.ResourcesFromList(resource.PodRequests(before, resource.PodResourcesOptions{UseStatusResources: true}))
+	now := staticipnode.ResourcesFromList(resource.PodRequests(after, resource.PodResourcesOptions{UseStatusResources: true}))
+	for _, name := range staticipnode.ResourcesFromList(resource.PodRequests(pod, resource.PodResourcesOptions{})).Names() {
+		if now.Get(name) < was.Get(name) {
+			logger.V(5).Info("a bound pod was scaled down", "pod", klog.KObj(pod), "scaledPod", klog.KObj(after), "resource", name)
+			return fwk.Queue, nil
+		}
+	}
+	return fwk.QueueSkip, nil
 }
 
 func (pl *PodFitsResources) isSchedulableAfterNodeChange(_ klog.Logger, _ *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
@@ -344,7 +435,7 @@ func (pl *PodFitsResources) isSchedulableAfterStaticIPChange(logger klog.Logger,
 	return fwk.QueueSkip, nil
 }
 
-func (pl *PodFitsResources) isSchedulableAfterIPRangeChange(_ klog.Logger, _ *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+func (pl *PodFitsResources) isSchedulableAfterIPRangeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
 	// Apply the change first: the pod this hint requeues must not be retried against a
 	// cache whose own informer has not delivered the change yet.
 	pl.cache.ObserveIPRangeEvent(oldObj, newObj)
@@ -356,13 +447,20 @@ func (pl *PodFitsResources) isSchedulableAfterIPRangeChange(_ klog.Logger, _ *v1
 	if err != nil {
 		return fwk.Queue, err
 	}
-	if newR == nil || newR.Spec.Node == "" {
-		return fwk.QueueSkip, nil // an unowned range gives no node any IP
-	}
-	if oldR != nil && equalRangeSpec(oldR.Spec, newR.Spec) {
+	if oldR != nil && newR != nil && equalRangeSpec(oldR.Spec, newR.Spec) {
 		return fwk.QueueSkip, nil // status-only update (the agent's counters)
 	}
-	return fwk.Queue, nil
+	if newR != nil && newR.Spec.Node != "" {
+		return fwk.Queue, nil // a node gained a range, or its range changed
+	}
+	// Deleted or left unowned: its node lost it. Under Allow a node without any range takes
+	// pods on IPs staticip does not manage.
+	if oldR != nil && oldR.Spec.Node != "" && pl.args.NodesWithoutIPRange == config.NodesWithoutIPRangeAllow &&
+		!pl.cache.Node(oldR.Spec.Node).HasRanges {
+		logger.V(5).Info("a node lost its last IPRange", "pod", klog.KObj(pod), "node", oldR.Spec.Node)
+		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
 }
 
 func equalRangeSpec(a, b jkev1.IPRangeSpec) bool {

@@ -65,6 +65,7 @@ func TestFilter(t *testing.T) {
 		ranges    []*jkev1.IPRange
 		args      *config.PodFitsResourcesWithStaticIPArgs
 		want      []string // nil: fits
+		code      fwk.Code // default Unschedulable
 	}{
 		{
 			name: "no reservations: fits",
@@ -74,7 +75,8 @@ func TestFilter(t *testing.T) {
 			name:      "reservation on the node takes the cpu",
 			pod:       mkPod("ns", "new", "", rl("cpu", "7")),
 			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("cpu", "2"))},
-			want:      []string{"Insufficient cpu: 2 of 8 cores reserved for absent static-IP pods"},
+			want:      []string{"Insufficient cpu: 2 of 8 cores reserved for absent static-IP pods (StaticIP ns/web-0)"},
+			code:      fwk.UnschedulableAndUnresolvable, // 7 > 8 - 2 even on an emptied node
 		},
 		{
 			name:      "reservation on another node does not count here",
@@ -90,7 +92,8 @@ func TestFilter(t *testing.T) {
 			name:      "own reservation excluded, another one still counts",
 			pod:       mkPod("ns", "web-0", "", rl("cpu", "7")),
 			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("cpu", "2")), mkSIP("ns", "web-1", "n1", rl("cpu", "1500m"))},
-			want:      []string{"Insufficient cpu: 1.5 of 8 cores reserved for absent static-IP pods"},
+			want:      []string{"Insufficient cpu: 1.5 of 8 cores reserved for absent static-IP pods (StaticIP ns/web-1)"},
+			code:      fwk.UnschedulableAndUnresolvable,
 		},
 		{
 			name:      "reservation of a present pod is not counted (its requests already are)",
@@ -99,24 +102,24 @@ func TestFilter(t *testing.T) {
 			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("cpu", "2"))},
 		},
 		{
-			name:   "short even without reservations: plain reason",
-			pod:    mkPod("ns", "new", "", rl("cpu", "3")),
-			onNode: []*v1.Pod{mkPod("ns", "big", "n1", rl("cpu", "6"))},
-			want:   []string{"Insufficient cpu"},
+			name:      "short even without reservations: NodeResourcesFit's verdict, not this plugin's",
+			pod:       mkPod("ns", "new", "", rl("cpu", "3")),
+			onNode:    []*v1.Pod{mkPod("ns", "big", "n1", rl("cpu", "6"))},
+			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("cpu", "1"))},
 		},
 		{
 			name:      "memory reserved",
 			pod:       mkPod("ns", "new", "", rl("memory", "10Gi")),
 			onNode:    []*v1.Pod{mkPod("ns", "big", "n1", rl("memory", "2Gi"))},
 			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("memory", "5Gi"))},
-			want:      []string{"Insufficient memory: 5Gi of 16Gi reserved for absent static-IP pods"},
+			want:      []string{"Insufficient memory: 5Gi of 16Gi reserved for absent static-IP pods (StaticIP ns/web-0)"},
 		},
 		{
 			name:      "extended resource reserved",
 			pod:       mkPod("ns", "new", "", rl(string(gpu), "2")),
 			onNode:    []*v1.Pod{mkPod("ns", "big", "n1", rl(string(gpu), "2"))},
 			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl(string(gpu), "1"))},
-			want:      []string{"Insufficient example.com/gpu: 1 of 4 reserved for absent static-IP pods"},
+			want:      []string{"Insufficient example.com/gpu: 1 of 4 reserved for absent static-IP pods (StaticIP ns/web-0)"},
 		},
 		{
 			name:      "extended resource reserved for the pod itself",
@@ -135,7 +138,7 @@ func TestFilter(t *testing.T) {
 				return pods
 			}(),
 			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", nil)},
-			want:      []string{"Too many pods: 1 of 10 pod slots reserved for absent static-IP pods"},
+			want:      []string{"Too many pods: 1 of 10 pod slots reserved for absent static-IP pods (StaticIP ns/web-0)"},
 		},
 		{
 			name:   "IPs: one left",
@@ -149,7 +152,7 @@ func TestFilter(t *testing.T) {
 			onNode:    fivePods(),
 			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", nil)},
 			ranges:    []*jkev1.IPRange{smallRange},
-			want:      []string{"no free IP in node's ranges 10.1.2.0/29 (6 usable: 5 used by pods, 1 reserved for absent static-IP pods)"},
+			want:      []string{"no free IP in node's ranges 10.1.2.0/29 (6 usable: 5 used by pods, 1 reserved for absent static-IP pods: StaticIP ns/web-0)"},
 		},
 		{
 			name:      "IPs exhausted, but the pod's own StaticIP holds one there",
@@ -180,6 +183,7 @@ func TestFilter(t *testing.T) {
 			pod:  mkPod("ns", "new", "", nil),
 			args: &config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeReject},
 			want: []string{"node owns no IPRange to give the pod an IP from"},
+			code: fwk.UnschedulableAndUnresolvable,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -212,8 +216,12 @@ func TestFilter(t *testing.T) {
 				}
 				return
 			}
-			if st.Code() != fwk.Unschedulable || !reflect.DeepEqual(st.Reasons(), tc.want) {
-				t.Fatalf("Filter = %v %q, want Unschedulable %q", st.Code(), st.Reasons(), tc.want)
+			code := tc.code
+			if code == fwk.Success {
+				code = fwk.Unschedulable
+			}
+			if st.Code() != code || !reflect.DeepEqual(st.Reasons(), tc.want) {
+				t.Fatalf("Filter = %v %q, want %v %q", st.Code(), st.Reasons(), code, tc.want)
 			}
 		})
 	}
@@ -317,7 +325,7 @@ func TestQueueingHints(t *testing.T) {
 		{"range added", nil, r, fwk.Queue},
 		{"range grown", r, grownRange, fwk.Queue},
 		{"status only", r, statusOnly, fwk.QueueSkip},
-		{"range left unowned", r, unowned, fwk.QueueSkip},
+		{"range left unowned: n1 lost its last range", r, unowned, fwk.Queue},
 	} {
 		got, err := pl.isSchedulableAfterIPRangeChange(logger, pod, tc.old, tc.new)
 		if err != nil || got != tc.want {
@@ -363,7 +371,7 @@ func TestSignPod(t *testing.T) {
 	}
 }
 
-// ReservedForOthers scans the node's pods for small nodes and builds a set for large ones:
+// AbsentOthers scans the node's pods for small nodes and builds a set for large ones:
 // both give the same answer — the records of absent pods other than the pod's own.
 func TestReservedForOthersScanAndSetAgree(t *testing.T) {
 	one := staticipnode.Resources{MilliCPU: 100, Memory: 1 << 20}
@@ -398,7 +406,12 @@ func TestReservedForOthersScanAndSetAgree(t *testing.T) {
 			}
 			held = append(held, staticipnode.Held{PodNamespace: "other", PodName: "p-0", Request: one})
 			wantSlots++
-			reserved, slots := ReservedForOthers(mkPod("ns", "gone-1", "", nil), framework.NewNodeInfo(onNode...), held)
+			others := AbsentOthers(mkPod("ns", "gone-1", "", nil), framework.NewNodeInfo(onNode...), held)
+			var reserved staticipnode.Resources
+			for _, h := range others {
+				reserved.Add(h.Request)
+			}
+			slots := len(others)
 			if slots != wantSlots || reserved.MilliCPU != int64(wantSlots)*100 || reserved.Memory != int64(wantSlots)<<20 {
 				t.Fatalf("%d pods, %d records: %d slots, %+v reserved; want %d slots", tc.pods, len(held), slots, reserved, wantSlots)
 			}

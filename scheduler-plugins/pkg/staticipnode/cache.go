@@ -27,6 +27,7 @@ import (
 	"sort"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
@@ -51,6 +52,7 @@ type podRecord struct {
 // reservation is one StaticIP as the cache sees it.
 type reservation struct {
 	key    string // namespace/name of the StaticIP
+	uid    string
 	podKey string // namespace/pod
 	node   string
 	ip     string
@@ -118,6 +120,8 @@ type NodeInfo struct {
 
 // Held is one active StaticIP on a node.
 type Held struct {
+	// StaticIP is the record's namespace/name (for messages).
+	StaticIP              string
 	PodNamespace, PodName string
 	Request               Resources
 }
@@ -132,10 +136,14 @@ type Cache struct {
 	ranges    map[string]*ipRange
 	nodes     map[string]*nodeState
 	// versions are the resourceVersions applied per StaticIP ("sip/ns/name") and IPRange
-	// ("range/name"), deleted ones included (tombstones): the same change reaches the cache
-	// twice, from its own informers and from the scheduler's queueing hints (Observe*), and
-	// only the newer one may win.
+	// ("range/name"), deleted ones included: the same change reaches the cache twice, from
+	// its own informers and from the scheduler's queueing hints (Observe*), and only the
+	// newer one may win. A deleted entry only has to outlive the slower source's copy of
+	// the same deletion: it expires after deletedVersionTTL (expiring, oldest first).
 	versions map[string]version
+	expiring []expiry
+	// now is the clock of the expiry (tests replace it).
+	now func() time.Time
 
 	synced []cache.InformerSynced
 	// ready latches once every informer has delivered its initial list.
@@ -152,7 +160,18 @@ func NewEmpty() *Cache {
 		ranges:    map[string]*ipRange{},
 		nodes:     map[string]*nodeState{},
 		versions:  map[string]version{},
+		now:       time.Now,
 	}
+}
+
+// deletedVersionTTL is how long the version of a deleted object is remembered: far longer
+// than the two informers feeding the cache lag behind each other, short enough that churn
+// of short-lived records does not grow the map without bound.
+const deletedVersionTTL = 10 * time.Minute
+
+type expiry struct {
+	key string
+	at  time.Time
 }
 
 // newerLocked reports whether resourceVersion rv of object key is newer than what the
@@ -160,19 +179,82 @@ func NewEmpty() *Cache {
 // A deletion carries the object's last version but happened after it: it beats an update
 // with that same version, and loses to a re-creation (which gets a larger version).
 func (c *Cache) newerLocked(key, rv string, deleted bool) bool {
+	return c.newerUIDLocked(key, "", rv, deleted)
+}
+
+func (c *Cache) newerUIDLocked(key, uid, rv string, deleted bool) bool {
 	if prev, ok := c.versions[key]; ok && rv != "" {
 		cmp, err := resourceversion.CompareResourceVersion(rv, prev.rv)
 		if err == nil && (cmp < 0 || (cmp == 0 && (prev.deleted || !deleted))) {
 			return false
 		}
 	}
-	c.versions[key] = version{rv: rv, deleted: deleted}
+	c.versions[key] = version{rv: rv, uid: uid, deleted: deleted}
 	return true
 }
 
 type version struct {
 	rv      string
+	uid     string
 	deleted bool
+	// at is when the deletion was recorded (deleted entries only).
+	at time.Time
+}
+
+// newerLocked is what an update asks; deleteLocked decides for a deletion.
+//
+// A deletion the informer observed (a watch event) follows the same rule as an update. A
+// tombstone (cache.DeletedFinalStateUnknown: the informer relisted and the object was gone)
+// always wins, whatever resourceVersion it carries — it carries the last version its
+// informer saw, which may be older than one the other source applied — unless the cache
+// holds a different object (another UID) under that name: that one was created after the
+// deletion. The deletion is recorded with the newest version seen, so neither source's
+// older updates can bring the object back.
+func (c *Cache) deleteLocked(key, uid, rv string, tombstone bool) bool {
+	prev, ok := c.versions[key]
+	if tombstone {
+		if ok && !prev.deleted && prev.uid != "" && uid != "" && prev.uid != uid {
+			return false // re-created since: the tombstone is about the old object
+		}
+		if ok && rv != "" {
+			if cmp, err := resourceversion.CompareResourceVersion(rv, prev.rv); err == nil && cmp < 0 {
+				rv = prev.rv
+			}
+		}
+	} else if !c.newerLocked(key, rv, true) {
+		return false
+	}
+	c.recordDeletedLocked(key, uid, rv)
+	return true
+}
+
+// recordDeletedLocked remembers key's deletion until it expires, and expires older ones.
+func (c *Cache) recordDeletedLocked(key, uid, rv string) {
+	now := c.now()
+	c.versions[key] = version{rv: rv, uid: uid, deleted: true, at: now}
+	c.expiring = append(c.expiring, expiry{key: key, at: now})
+	c.expireLocked(now)
+}
+
+// expireLocked forgets deletions older than deletedVersionTTL.
+func (c *Cache) expireLocked(now time.Time) {
+	i := 0
+	for ; i < len(c.expiring) && now.Sub(c.expiring[i].at) > deletedVersionTTL; i++ {
+		e := c.expiring[i]
+		if v, ok := c.versions[e.key]; ok && v.deleted && v.at.Equal(e.at) {
+			delete(c.versions, e.key)
+		}
+	}
+	if i > 0 {
+		c.expiring = append(c.expiring[:0:0], c.expiring[i:]...)
+	}
+}
+
+// VersionsTracked is how many object versions the cache remembers (tests, metrics).
+func (c *Cache) VersionsTracked() int {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return len(c.versions)
 }
 
 var (
@@ -306,6 +388,7 @@ func (c *Cache) OnStaticIPUpdate(_, newObj interface{}) {
 	}
 	next := &reservation{
 		key:    key,
+		uid:    string(sip.UID),
 		podKey: PodKey(sip.Namespace, podName),
 		node:   sip.Spec.Node,
 		ip:     sip.Spec.IP,
@@ -314,7 +397,7 @@ func (c *Cache) OnStaticIPUpdate(_, newObj interface{}) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.newerLocked("sip/"+key, sip.ResourceVersion, false) {
+	if !c.newerUIDLocked("sip/"+key, string(sip.UID), sip.ResourceVersion, false) {
 		return
 	}
 	c.removeStaticIPLocked(key)
@@ -336,9 +419,11 @@ func (c *Cache) OnStaticIPUpdate(_, newObj interface{}) {
 	c.refreshLocked(next)
 }
 
-// OnStaticIPDelete handles a StaticIP deletion.
+// OnStaticIPDelete handles a StaticIP deletion, tombstones (cache.DeletedFinalStateUnknown)
+// included: those are always applied (see deleteLocked).
 func (c *Cache) OnStaticIPDelete(obj interface{}) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+	t, tombstone := obj.(cache.DeletedFinalStateUnknown)
+	if tombstone {
 		obj = t.Obj
 	}
 	sip, ok := obj.(*jkev1.StaticIP)
@@ -348,7 +433,7 @@ func (c *Cache) OnStaticIPDelete(obj interface{}) {
 	key := sip.Namespace + "/" + sip.Name
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.newerLocked("sip/"+key, sip.ResourceVersion, true) {
+	if !c.deleteLocked("sip/"+key, string(sip.UID), sip.ResourceVersion, tombstone) {
 		return
 	}
 	c.removeStaticIPLocked(key)
@@ -363,7 +448,7 @@ func (c *Cache) OnIPRangeUpdate(_, newObj interface{}) {
 	parsed := parseIPRange(r)
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.newerLocked("range/"+r.Name, r.ResourceVersion, false) {
+	if !c.newerUIDLocked("range/"+r.Name, string(r.UID), r.ResourceVersion, false) {
 		return
 	}
 	c.removeRangeLocked(r.Name)
@@ -378,9 +463,10 @@ func (c *Cache) OnIPRangeUpdate(_, newObj interface{}) {
 	}
 }
 
-// OnIPRangeDelete handles an IPRange deletion.
+// OnIPRangeDelete handles an IPRange deletion, tombstones included (always applied).
 func (c *Cache) OnIPRangeDelete(obj interface{}) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+	t, tombstone := obj.(cache.DeletedFinalStateUnknown)
+	if tombstone {
 		obj = t.Obj
 	}
 	r, ok := obj.(*jkev1.IPRange)
@@ -389,7 +475,7 @@ func (c *Cache) OnIPRangeDelete(obj interface{}) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if !c.newerLocked("range/"+r.Name, r.ResourceVersion, true) {
+	if !c.deleteLocked("range/"+r.Name, string(r.UID), r.ResourceVersion, tombstone) {
 		return
 	}
 	c.removeRangeLocked(r.Name)
@@ -488,8 +574,9 @@ func (n *nodeState) build() NodeInfo {
 	sort.Strings(info.CIDRs)
 	for _, r := range n.active {
 		ns, name, _ := cutKey(r.podKey)
-		info.Held = append(info.Held, Held{PodNamespace: ns, PodName: name, Request: r.req})
+		info.Held = append(info.Held, Held{StaticIP: r.key, PodNamespace: ns, PodName: name, Request: r.req})
 	}
+	sort.Slice(info.Held, func(i, j int) bool { return info.Held[i].StaticIP < info.Held[j].StaticIP })
 	return info
 }
 
@@ -596,7 +683,11 @@ func cutKey(key string) (string, string, bool) {
 func (c *Cache) ObserveStaticIPEvent(oldObj, newObj interface{}) {
 	if newObj == nil {
 		if old, err := AsStaticIP(oldObj); err == nil && old != nil {
-			c.OnStaticIPDelete(old)
+			if t, ok := oldObj.(cache.DeletedFinalStateUnknown); ok {
+				c.OnStaticIPDelete(cache.DeletedFinalStateUnknown{Key: t.Key, Obj: old})
+			} else {
+				c.OnStaticIPDelete(old)
+			}
 		}
 		return
 	}
@@ -609,7 +700,11 @@ func (c *Cache) ObserveStaticIPEvent(oldObj, newObj interface{}) {
 func (c *Cache) ObserveIPRangeEvent(oldObj, newObj interface{}) {
 	if newObj == nil {
 		if old, err := AsIPRange(oldObj); err == nil && old != nil {
-			c.OnIPRangeDelete(old)
+			if t, ok := oldObj.(cache.DeletedFinalStateUnknown); ok {
+				c.OnIPRangeDelete(cache.DeletedFinalStateUnknown{Key: t.Key, Obj: old})
+			} else {
+				c.OnIPRangeDelete(old)
+			}
 		}
 		return
 	}

@@ -6,6 +6,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
@@ -32,8 +33,12 @@ func ForHandle(ctx context.Context, h fwk.Handle) (*Cache, error) {
 	return ForScheduler(ctx, h.SharedInformerFactory(), client)
 }
 
-// AsStaticIP converts an event object (typed or unstructured, nil allowed) to a StaticIP.
+// AsStaticIP converts an event object (typed or unstructured, nil allowed, possibly wrapped
+// in a cache.DeletedFinalStateUnknown tombstone) to a StaticIP.
 func AsStaticIP(obj interface{}) (*jkev1.StaticIP, error) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
 	if obj == nil {
 		return nil, nil
 	}
@@ -50,8 +55,12 @@ func AsStaticIP(obj interface{}) (*jkev1.StaticIP, error) {
 	return nil, fmt.Errorf("expected a StaticIP, got %T", obj)
 }
 
-// AsIPRange converts an event object (typed or unstructured, nil allowed) to an IPRange.
+// AsIPRange converts an event object (typed or unstructured, nil allowed, possibly wrapped
+// in a tombstone) to an IPRange.
 func AsIPRange(obj interface{}) (*jkev1.IPRange, error) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
 	if obj == nil {
 		return nil, nil
 	}
