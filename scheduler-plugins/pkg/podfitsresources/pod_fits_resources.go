@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -31,7 +32,6 @@ const stateKey = "PreFilter" + Name
 var (
 	_ fwk.PreFilterPlugin   = &PodFitsResources{}
 	_ fwk.FilterPlugin      = &PodFitsResources{}
-	_ fwk.ReservePlugin     = &PodFitsResources{}
 	_ fwk.EnqueueExtensions = &PodFitsResources{}
 	_ fwk.SignPlugin        = &PodFitsResources{}
 )
@@ -48,6 +48,9 @@ var errCacheNotSynced = errors.New("the staticIPNode cache has not synced yet")
 type PodFitsResources struct {
 	cache *staticipnode.Cache
 	args  config.PodFitsResourcesWithStaticIPArgs
+	// nodes holds, per node name, a *nodeSummary: what Filter needs of the node, computed
+	// once per NodeInfo generation and cache view instead of once per pod.
+	nodes sync.Map
 }
 
 // New builds the plugin from its (internal, defaulted) args.
@@ -77,6 +80,8 @@ func (pl *PodFitsResources) Name() string { return Name }
 // preFilterState is computed once per scheduling cycle.
 type preFilterState struct {
 	request staticipnode.Resources
+	// names are the resources the pod requests, in the order reasons list them.
+	names []v1.ResourceName
 	// needsIP: the pod is on the pod network (not hostNetwork).
 	needsIP bool
 	// own is the pod's StaticIP, when it holds the pod's place (and IP) on ownNode.
@@ -95,6 +100,7 @@ func (pl *PodFitsResources) PreFilter(_ context.Context, state fwk.CycleState, p
 		request: staticipnode.ResourcesFromList(resource.PodRequests(pod, resource.PodResourcesOptions{})),
 		needsIP: !pod.Spec.HostNetwork,
 	}
+	s.names = s.request.Names()
 	if sip, ok := pl.cache.StaticIPForPod(pod.Namespace, pod.Name); ok && sip.Active {
 		s.hasOwn, s.ownNode = true, sip.Node
 	}
@@ -133,13 +139,90 @@ func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod 
 	}
 	s := data.(*preFilterState)
 	nodeName := nodeInfo.Node().Name
-	held := pl.cache.Node(nodeName)
-	others := AbsentOthers(pod, nodeInfo, held.Held)
-	v := Insufficient(s.request, nodeInfo, others)
-	if s.needsIP && pl.args.CheckIPs {
-		v.merge(pl.ipVerdict(s, nodeInfo, nodeName, held, others))
+	view := pl.cache.Node(nodeName)
+	checkIP := s.needsIP && pl.args.CheckIPs
+	if len(view.Held) == 0 && (!checkIP || !view.HasRanges) {
+		if checkIP && pl.args.NodesWithoutIPRange == config.NodesWithoutIPRangeReject {
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, noRangeReason)
+		}
+		return nil // nothing reserved here, no IP limit: nothing for this plugin to judge
+	}
+	sum := pl.summary(nodeName, nodeInfo, view)
+	others := sum.othersThan(pod)
+	v := Insufficient(s.names, s.request, nodeInfo, others)
+	if checkIP {
+		v.merge(pl.ipVerdict(s, nodeName, view, sum.podNetwork, others))
 	}
 	return v.status()
+}
+
+const noRangeReason = "node owns no IPRange to give the pod an IP from"
+
+// nodeSummary is what Filter needs of one node for any pod: it depends only on the node's
+// pods (NodeInfo generation) and on the cache's view of the node, so it is computed once per
+// pair instead of once per pod and node (Filter cost stays flat in the pods per node).
+type nodeSummary struct {
+	generation int64
+	view       *staticipnode.NodeInfo
+	// podNetwork counts the node's pods that hold a pod IP (not hostNetwork).
+	podNetwork int64
+	// absent are the held records whose pod is absent from the node, reserved their sum.
+	absent   []staticipnode.Held
+	reserved staticipnode.Resources
+}
+
+func (pl *PodFitsResources) summary(nodeName string, nodeInfo fwk.NodeInfo, view *staticipnode.NodeInfo) *nodeSummary {
+	gen := nodeInfo.GetGeneration()
+	if v, ok := pl.nodes.Load(nodeName); ok {
+		if sum := v.(*nodeSummary); sum.generation == gen && sum.view == view {
+			return sum
+		}
+	}
+	sum := &nodeSummary{generation: gen, view: view}
+	pods := nodeInfo.GetPods()
+	var present map[podName]struct{}
+	if len(view.Held) > 0 {
+		present = make(map[podName]struct{}, len(pods))
+	}
+	for _, p := range pods {
+		pod := p.GetPod()
+		if !pod.Spec.HostNetwork {
+			sum.podNetwork++
+		}
+		if present != nil {
+			present[podName{pod.Namespace, pod.Name}] = struct{}{}
+		}
+	}
+	for _, h := range view.Held {
+		if _, ok := present[podName{h.PodNamespace, h.PodName}]; !ok {
+			sum.absent = append(sum.absent, h)
+			sum.reserved.Add(h.Request)
+		}
+	}
+	// Filter runs on many goroutines; concurrent computations of the same summary store the
+	// same value.
+	pl.nodes.Store(nodeName, sum)
+	return sum
+}
+
+// reserving is what the absent records other than the pod's own hold against a pod.
+type reserving struct {
+	held     []staticipnode.Held
+	reserved staticipnode.Resources
+}
+
+// othersThan leaves out pod's own record: a pod never competes with its own reservation.
+func (sum *nodeSummary) othersThan(pod *v1.Pod) reserving {
+	for i, h := range sum.absent {
+		if h.PodNamespace == pod.Namespace && h.PodName == pod.Name {
+			held := make([]staticipnode.Held, 0, len(sum.absent)-1)
+			held = append(append(held, sum.absent[:i]...), sum.absent[i+1:]...)
+			reserved := sum.reserved.Clone()
+			reserved.Sub(h.Request)
+			return reserving{held: held, reserved: reserved}
+		}
+	}
+	return reserving{held: sum.absent, reserved: sum.reserved}
 }
 
 // verdict collects the reasons a node does not fit.
@@ -172,54 +255,6 @@ func (v verdict) status() *fwk.Status {
 
 type podName struct{ namespace, name string }
 
-// scanLimit is the size (held records x pods on the node) up to which AbsentOthers scans
-// instead of building a set.
-const scanLimit = 512
-
-// AbsentOthers returns the StaticIPs held on the node that reserve room against pod: those
-// of pods absent from nodeInfo, except pod's own (a pod never competes with its own
-// reservation). Presence is decided on the scheduler's snapshot, the same one its
-// requested resources come from, so every static-IP pod is counted exactly once — in the
-// node's requests when its pod (bound, assumed or nominated) is there, as a reservation
-// otherwise — even while the cache's own pod events lag behind the scheduler's.
-func AbsentOthers(pod *v1.Pod, nodeInfo fwk.NodeInfo, held []staticipnode.Held) []staticipnode.Held {
-	if len(held) == 0 {
-		return nil
-	}
-	pods := nodeInfo.GetPods()
-	// Filter runs this for every pod on every node, and a node holds few StaticIPs: scanning
-	// its pods once per held record costs less than building a set of them, up to a point.
-	present := func(namespace, name string) bool {
-		for _, p := range pods {
-			if p := p.GetPod(); p.Name == name && p.Namespace == namespace {
-				return true
-			}
-		}
-		return false
-	}
-	if len(held)*len(pods) > scanLimit {
-		set := make(map[podName]struct{}, len(pods))
-		for _, p := range pods {
-			set[podName{p.GetPod().Namespace, p.GetPod().Name}] = struct{}{}
-		}
-		present = func(namespace, name string) bool {
-			_, ok := set[podName{namespace, name}]
-			return ok
-		}
-	}
-	var out []staticipnode.Held
-	for _, h := range held {
-		if h.PodNamespace == pod.Namespace && h.PodName == pod.Name {
-			continue
-		}
-		if present(h.PodNamespace, h.PodName) {
-			continue
-		}
-		out = append(out, h)
-	}
-	return out
-}
-
 // maxNamed is how many StaticIPs a reason names before it says "and N more".
 const maxNamed = 3
 
@@ -251,28 +286,24 @@ func nameStaticIPs(held []staticipnode.Held, name v1.ResourceName) string {
 	return out
 }
 
-// Insufficient says which of the pod's requests, and whether its pod slot, no longer fit
-// nodeInfo once the reservations of absent others are held back. A resource that is short
+// Insufficient says which of the pod's requests (names, request), and whether its pod slot,
+// no longer fit nodeInfo once what others reserve is held back. A resource that is short
 // even without reservations is left to NodeResourcesFit (which reports it, or ignores it by
 // configuration); one that no absent other holds is not looked at.
-func Insufficient(request staticipnode.Resources, nodeInfo fwk.NodeInfo, others []staticipnode.Held) verdict {
+func Insufficient(names []v1.ResourceName, request staticipnode.Resources, nodeInfo fwk.NodeInfo, others reserving) verdict {
 	var v verdict
-	if len(others) == 0 {
+	if len(others.held) == 0 {
 		return v
 	}
-	var reserved staticipnode.Resources
-	for _, h := range others {
-		reserved.Add(h.Request)
-	}
-	slots := int64(len(others))
+	slots := int64(len(others.held))
 	alloc, used := nodeInfo.GetAllocatable(), nodeInfo.GetRequested()
 	pods, allowed := int64(len(nodeInfo.GetPods())), int64(alloc.GetAllowedPodNumber())
 	if pods+1 <= allowed && pods+1+slots > allowed {
-		v.add(fmt.Sprintf("Too many pods: %d of %d pod slots reserved for absent static-IP pods (%s)", slots, allowed, nameStaticIPs(others, "")),
+		v.add(fmt.Sprintf("Too many pods: %d of %d pod slots reserved for absent static-IP pods (%s)", slots, allowed, nameStaticIPs(others.held, "")),
 			1+slots > allowed)
 	}
-	for _, name := range request.Names() {
-		want, held := request.Get(name), reserved.Get(name)
+	for _, name := range names {
+		want, held := request.Get(name), others.reserved.Get(name)
 		if want <= 0 || held <= 0 {
 			continue
 		}
@@ -292,52 +323,34 @@ func Insufficient(request staticipnode.Resources, nodeInfo fwk.NodeInfo, others 
 		}
 		v.add(fmt.Sprintf("Insufficient %s: %s of %s%s reserved for absent static-IP pods (%s)",
 			name, staticipnode.FormatAmount(name, held), staticipnode.FormatAmount(name, capacity), staticipnode.Unit(name),
-			nameStaticIPs(others, name)), want > capacity-held)
+			nameStaticIPs(others.held, name)), want > capacity-held)
 	}
 	return v
 }
 
 // ipVerdict says why the node has no IP for the pod.
-func (pl *PodFitsResources) ipVerdict(s *preFilterState, nodeInfo fwk.NodeInfo, nodeName string, held staticipnode.NodeInfo, others []staticipnode.Held) verdict {
+func (pl *PodFitsResources) ipVerdict(s *preFilterState, nodeName string, view *staticipnode.NodeInfo, used int64, others reserving) verdict {
 	var v verdict
-	if !held.HasRanges {
+	if !view.HasRanges {
 		if pl.args.NodesWithoutIPRange == config.NodesWithoutIPRangeReject {
-			v.add("node owns no IPRange to give the pod an IP from", true)
+			v.add(noRangeReason, true)
 		}
 		return v
 	}
 	if s.hasOwn && s.ownNode == nodeName {
 		return v // the pod's own StaticIP holds its address on this node
 	}
-	var used int64
-	for _, p := range nodeInfo.GetPods() {
-		if !p.GetPod().Spec.HostNetwork {
-			used++
-		}
-	}
-	reservedIPs := int64(len(others))
-	if used+reservedIPs+1 > held.IPCapacity {
+	reservedIPs := int64(len(others.held))
+	if used+reservedIPs+1 > view.IPCapacity {
 		names := ""
 		if reservedIPs > 0 {
-			names = ": " + nameStaticIPs(others, "")
+			names = ": " + nameStaticIPs(others.held, "")
 		}
 		v.add(fmt.Sprintf("no free IP in node's ranges %s (%d usable: %d used by pods, %d reserved for absent static-IP pods%s)",
-			strings.Join(held.CIDRs, ","), held.IPCapacity, used, reservedIPs, names),
-			reservedIPs+1 > held.IPCapacity)
+			strings.Join(view.CIDRs, ","), view.IPCapacity, used, reservedIPs, names),
+			reservedIPs+1 > view.IPCapacity)
 	}
 	return v
-}
-
-// Reserve marks the pod present on the node: the scheduler's own accounting now holds its
-// requests there, so its reservation must stop counting (else it would count twice).
-func (pl *PodFitsResources) Reserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
-	pl.cache.Assume(pod.Namespace, pod.Name, nodeName)
-	return nil
-}
-
-// Unreserve undoes Reserve.
-func (pl *PodFitsResources) Unreserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) {
-	pl.cache.Forget(pod.Namespace, pod.Name, nodeName)
 }
 
 // EventsToRegister: a rejected pod may fit once a pod leaves a node (bound or nominated
@@ -398,37 +411,35 @@ func (pl *PodFitsResources) isSchedulableAfterNodeChange(_ klog.Logger, _ *v1.Po
 	return fwk.Queue, nil // a new node, or one whose allocatable changed
 }
 
+// isSchedulableAfterStaticIPChange reads only the fields it needs; the event is decoded and
+// applied to the cache once, by the first hint that sees it (StaticIPEventOf).
 func (pl *PodFitsResources) isSchedulableAfterStaticIPChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
-	// Apply the change first: the pod this hint requeues must not be retried against a
-	// cache whose own informer has not delivered the change yet.
-	pl.cache.ObserveStaticIPEvent(oldObj, newObj)
-	oldSIP, err := staticipnode.AsStaticIP(oldObj)
+	ev, err := pl.cache.StaticIPEventOf(oldObj, newObj)
 	if err != nil {
 		return fwk.Queue, err
 	}
-	newSIP, err := staticipnode.AsStaticIP(newObj)
-	if err != nil {
-		return fwk.Queue, err
+	if ev.StatusOnly {
+		return fwk.QueueSkip, nil
 	}
-	for _, s := range [...]*jkev1.StaticIP{oldSIP, newSIP} {
-		if s != nil && s.Namespace == pod.Namespace && staticipnode.StaticIPPodName(s) == pod.Name {
+	oldSIP, newSIP := ev.Old, ev.New
+	for _, s := range [...]*staticipnode.StaticIPFields{oldSIP, newSIP} {
+		if s != nil && s.Namespace == pod.Namespace && s.Pod == pod.Name {
 			return fwk.Queue, nil // the pod's own reservation changed
 		}
 	}
-	if !staticipnode.HoldsReservation(oldSIP) {
+	if !oldSIP.Active() {
 		return fwk.QueueSkip, nil // it held nothing before, so it frees nothing now
 	}
 	switch {
-	case !staticipnode.HoldsReservation(newSIP):
-		logger.V(5).Info("a StaticIP was released or deleted; its reservation is freed", "pod", klog.KObj(pod), "staticIP", klog.KObj(oldSIP))
+	case !newSIP.Active():
+		logger.V(5).Info("a StaticIP was released or deleted; its reservation is freed", "pod", klog.KObj(pod), "staticIP", klog.KRef(oldSIP.Namespace, oldSIP.Name))
 		return fwk.Queue, nil
-	case newSIP.Spec.Node != oldSIP.Spec.Node:
-		logger.V(5).Info("a StaticIP moved; its old node's reservation is freed", "pod", klog.KObj(pod), "staticIP", klog.KObj(oldSIP))
+	case newSIP.Node != oldSIP.Node:
+		logger.V(5).Info("a StaticIP moved; its old node's reservation is freed", "pod", klog.KObj(pod), "staticIP", klog.KRef(oldSIP.Namespace, oldSIP.Name))
 		return fwk.Queue, nil
 	}
-	before, after := staticipnode.ResourcesFromList(oldSIP.Spec.Resources), staticipnode.ResourcesFromList(newSIP.Spec.Resources)
-	for _, name := range before.Names() {
-		if after.Get(name) < before.Get(name) {
+	for _, name := range oldSIP.Request.Names() {
+		if newSIP.Request.Get(name) < oldSIP.Request.Get(name) {
 			return fwk.Queue, nil
 		}
 	}
@@ -436,18 +447,12 @@ func (pl *PodFitsResources) isSchedulableAfterStaticIPChange(logger klog.Logger,
 }
 
 func (pl *PodFitsResources) isSchedulableAfterIPRangeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
-	// Apply the change first: the pod this hint requeues must not be retried against a
-	// cache whose own informer has not delivered the change yet.
-	pl.cache.ObserveIPRangeEvent(oldObj, newObj)
-	oldR, err := staticipnode.AsIPRange(oldObj)
+	ev, err := pl.cache.IPRangeEventOf(oldObj, newObj)
 	if err != nil {
 		return fwk.Queue, err
 	}
-	newR, err := staticipnode.AsIPRange(newObj)
-	if err != nil {
-		return fwk.Queue, err
-	}
-	if oldR != nil && newR != nil && equalRangeSpec(oldR.Spec, newR.Spec) {
+	oldR, newR := ev.Old, ev.New
+	if ev.StatusOnly || (oldR != nil && newR != nil && equalRangeSpec(oldR.Spec, newR.Spec)) {
 		return fwk.QueueSkip, nil // status-only update (the agent's counters)
 	}
 	if newR != nil && newR.Spec.Node != "" {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -189,9 +190,6 @@ func TestFilter(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := staticipnode.NewEmpty()
 			c.MarkSynced()
-			for _, p := range tc.onNode {
-				c.OnPodUpdate(nil, p)
-			}
 			for _, s := range tc.staticIPs {
 				c.OnStaticIPUpdate(nil, s)
 			}
@@ -224,24 +222,6 @@ func TestFilter(t *testing.T) {
 				t.Fatalf("Filter = %v %q, want %v %q", st.Code(), st.Reasons(), code, tc.want)
 			}
 		})
-	}
-}
-
-func TestReserveDropsOwnReservationUntilUnreserve(t *testing.T) {
-	c := staticipnode.NewEmpty()
-	c.MarkSynced()
-	c.OnStaticIPUpdate(nil, mkSIP("ns", "web-0", "n1", rl("cpu", "2")))
-	pl := NewWithCache(c, config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow})
-	p := mkPod("ns", "web-0", "", rl("cpu", "2"))
-	if st := pl.Reserve(context.Background(), nil, p, "n1"); !st.IsSuccess() {
-		t.Fatal(st)
-	}
-	if got := c.Node("n1").Reserved.MilliCPU; got != 0 {
-		t.Fatalf("after Reserve the node still holds %dm for the pod, which the scheduler now counts itself", got)
-	}
-	pl.Unreserve(context.Background(), nil, p, "n1")
-	if got := c.Node("n1").Reserved.MilliCPU; got != 2000 {
-		t.Fatalf("after Unreserve the node holds %dm, want 2000m", got)
 	}
 }
 
@@ -371,50 +351,78 @@ func TestSignPod(t *testing.T) {
 	}
 }
 
-// AbsentOthers scans the node's pods for small nodes and builds a set for large ones:
-// both give the same answer — the records of absent pods other than the pod's own.
-func TestReservedForOthersScanAndSetAgree(t *testing.T) {
-	one := staticipnode.Resources{MilliCPU: 100, Memory: 1 << 20}
-	for _, tc := range []struct {
-		name       string
-		pods, held int
-	}{
-		{"scan: 3 pods, 2 records", 3, 2},
-		{"scan: at the limit (16 records x 32 pods)", 32, scanLimit/32 - 1},
-		{"set: past the limit", 60, 20},
-		{"set: many records, many pods", 110, 110},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var onNode []*v1.Pod
-			for i := range tc.pods {
-				onNode = append(onNode, mkPod("ns", fmt.Sprintf("p-%d", i), "n1", nil))
-			}
-			// Records for every other pod on the node (present) and as many absent ones, one of
-			// them the pod's own; plus a record of a present name in another namespace (absent).
-			var held []staticipnode.Held
-			wantSlots := 0
-			for i := 0; len(held) < tc.held; i++ {
-				present := i%2 == 0 && i/2 < tc.pods
-				name := fmt.Sprintf("p-%d", i/2)
-				if !present {
-					name = fmt.Sprintf("gone-%d", i)
-				}
-				held = append(held, staticipnode.Held{PodNamespace: "ns", PodName: name, Request: one})
-				if !present && name != "gone-1" {
-					wantSlots++
-				}
-			}
-			held = append(held, staticipnode.Held{PodNamespace: "other", PodName: "p-0", Request: one})
-			wantSlots++
-			others := AbsentOthers(mkPod("ns", "gone-1", "", nil), framework.NewNodeInfo(onNode...), held)
-			var reserved staticipnode.Resources
-			for _, h := range others {
-				reserved.Add(h.Request)
-			}
-			slots := len(others)
-			if slots != wantSlots || reserved.MilliCPU != int64(wantSlots)*100 || reserved.Memory != int64(wantSlots)<<20 {
-				t.Fatalf("%d pods, %d records: %d slots, %+v reserved; want %d slots", tc.pods, len(held), slots, reserved, wantSlots)
-			}
-		})
+// Filter's per-node summary is keyed by NodeInfo generation and the cache's view: a pod
+// arriving on the node (new generation) or a record changing (new view) must show in the
+// very next Filter, with no stale answer kept.
+func TestFilterSummaryFollowsNodeAndCache(t *testing.T) {
+	c := staticipnode.NewEmpty()
+	c.MarkSynced()
+	c.OnStaticIPUpdate(nil, mkSIP("ns", "web-0", "n1", rl("cpu", "2")))
+	pl := NewWithCache(c, config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow})
+	pod := mkPod("ns", "new", "", rl("cpu", "5"))
+	state := framework.NewCycleState()
+	if _, st := pl.PreFilter(context.Background(), state, pod, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	nodeInfo := framework.NewNodeInfo(mkPod("ns", "big", "n1", rl("cpu", "2")))
+	nodeInfo.SetNode(mkNode("n1"))
+	if st := pl.Filter(context.Background(), state, pod, nodeInfo); st.Code() != fwk.Unschedulable {
+		t.Fatalf("web-0 absent: %v, want Unschedulable (2 of 8 reserved, 2 used, 5 wanted)", st)
+	}
+	// web-0 arrives: the node's generation changes and its reservation is no longer counted.
+	nodeInfo.AddPod(mkPod("ns", "web-0", "n1", rl("cpu", "1")))
+	if st := pl.Filter(context.Background(), state, pod, nodeInfo); !st.IsSuccess() {
+		t.Fatalf("web-0 present: %v, want success", st)
+	}
+	// Another record appears on the node (the cache's view changes), same NodeInfo.
+	c.OnStaticIPUpdate(nil, mkSIP("ns", "web-1", "n1", rl("cpu", "1")))
+	if st := pl.Filter(context.Background(), state, pod, nodeInfo); st.Code() != fwk.Unschedulable ||
+		!strings.Contains(st.Message(), "StaticIP ns/web-1") {
+		t.Fatalf("web-1 reserved: %v, want Unschedulable naming ns/web-1", st)
+	}
+}
+
+// The hints decode an event once and apply it to the cache once, whatever the number of
+// waiting pods; a status-only update (same generation, same phase) is skipped undecoded.
+func TestHintsApplyEachEventOnce(t *testing.T) {
+	c := staticipnode.NewEmpty()
+	c.MarkSynced()
+	pl := NewWithCache(c, config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow})
+	logger := klog.Background()
+	held := mkSIP("ns", "web-0", "n1", rl("cpu", "2"))
+	held.Generation, held.ResourceVersion = 1, "10"
+	status := held.DeepCopy()
+	status.ResourceVersion = "11"
+	status.Status.Conditions = []metav1.Condition{{Type: "Bound", Status: metav1.ConditionTrue}}
+	oldU, newU := unstructuredOf(t, held), unstructuredOf(t, status)
+	for i := range 3 {
+		got, err := pl.isSchedulableAfterStaticIPChange(logger, mkPod("ns", fmt.Sprintf("w%d", i), "", rl("cpu", "1")), oldU, newU)
+		if err != nil || got != fwk.QueueSkip {
+			t.Fatalf("status-only update: %v %v, want QueueSkip", got, err)
+		}
+	}
+	if len(c.Node("n1").Held) != 0 {
+		t.Fatal("a status-only update was applied to the cache")
+	}
+	// No resourceVersion: only the memo, not the version check, can keep a second call from
+	// applying it again.
+	unversioned := held.DeepCopy()
+	unversioned.ResourceVersion = ""
+	created := unstructuredOf(t, unversioned)
+	if _, err := pl.isSchedulableAfterStaticIPChange(logger, mkPod("ns", "w0", "", nil), nil, created); err != nil {
+		t.Fatal(err)
+	}
+	before := c.Node("n1")
+	c.OnStaticIPDelete(unversioned) // gone again, through the informer
+	for i := 1; i < 3; i++ {
+		if _, err := pl.isSchedulableAfterStaticIPChange(logger, mkPod("ns", fmt.Sprintf("w%d", i), "", nil), nil, created); err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Node("n1").Held) != 0 {
+			t.Fatalf("hint call %d applied the same event again", i)
+		}
+	}
+	if len(before.Held) != 1 {
+		t.Fatalf("the created StaticIP was not applied: %+v", before)
 	}
 }
