@@ -127,11 +127,11 @@ type Cache struct {
 	// ready latches once every informer has delivered its initial list.
 	ready atomic.Bool
 
-	// lastStaticIPEvent and lastIPRangeEvent remember the last event a queueing hint decoded
-	// and applied: the scheduler calls the hints once per waiting pod with the same objects,
-	// and only the first call pays (see StaticIPEventOf).
-	lastStaticIPEvent atomic.Pointer[staticIPEvent]
-	lastIPRangeEvent  atomic.Pointer[ipRangeEvent]
+	// staticIPEvents and ipRangeEvents remember the last event a queueing hint decoded and
+	// applied: the scheduler calls the hints once per waiting pod with the same objects, and
+	// only the first call pays (see StaticIPEventOf).
+	staticIPEvents eventMemo[StaticIPEvent]
+	ipRangeEvents  eventMemo[IPRangeEvent]
 }
 
 // NewEmpty returns a cache fed by nobody; tests and New fill it through the On* handlers.

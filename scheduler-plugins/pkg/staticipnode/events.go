@@ -3,6 +3,7 @@ package staticipnode
 import (
 	"context"
 	"fmt"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -148,16 +149,31 @@ type IPRangeEvent struct {
 	StatusOnly bool
 }
 
-type staticIPEvent struct {
+// eventMemo remembers the last event a queueing hint decoded and applied, by the identity
+// of its two objects.
+type eventMemo[E any] struct {
+	last atomic.Pointer[memoEntry[E]]
+}
+
+type memoEntry[E any] struct {
 	oldObj, newObj interface{}
-	ev             *StaticIPEvent
+	ev             *E
 	err            error
 }
 
-type ipRangeEvent struct {
-	oldObj, newObj interface{}
-	ev             *IPRangeEvent
-	err            error
+// once returns decode's result for this event, calling it only for an event it has not
+// seen last (the tombstone, if any, unwrapped first).
+func (m *eventMemo[E]) once(oldObj, newObj interface{}, decode func(oldObj, newObj interface{}, tombstone bool) (*E, error)) (*E, error) {
+	oldObj, tombstone := unwrap(oldObj)
+	remembered := identity(oldObj) && identity(newObj)
+	if last := m.last.Load(); remembered && last != nil && last.oldObj == oldObj && last.newObj == newObj {
+		return last.ev, last.err
+	}
+	ev, err := decode(oldObj, newObj, tombstone)
+	if remembered {
+		m.last.Store(&memoEntry[E]{oldObj: oldObj, newObj: newObj, ev: ev, err: err})
+	}
+	return ev, err
 }
 
 // unwrap returns a tombstone's object, and whether obj was one. Only pointer types (or nil)
@@ -185,16 +201,7 @@ func identity(obj interface{}) bool {
 // tombstones always), and every later call for that event is two pointer comparisons. A
 // status-only update is neither applied nor decoded past its metadata.
 func (c *Cache) StaticIPEventOf(oldObj, newObj interface{}) (*StaticIPEvent, error) {
-	oldObj, tombstone := unwrap(oldObj)
-	if last := c.lastStaticIPEvent.Load(); last != nil && identity(oldObj) && identity(newObj) &&
-		last.oldObj == oldObj && last.newObj == newObj {
-		return last.ev, last.err
-	}
-	ev, err := c.staticIPEvent(oldObj, newObj, tombstone)
-	if identity(oldObj) && identity(newObj) {
-		c.lastStaticIPEvent.Store(&staticIPEvent{oldObj: oldObj, newObj: newObj, ev: ev, err: err})
-	}
-	return ev, err
+	return c.staticIPEvents.once(oldObj, newObj, c.staticIPEvent)
 }
 
 func (c *Cache) staticIPEvent(oldObj, newObj interface{}, tombstone bool) (*StaticIPEvent, error) {
@@ -226,16 +233,7 @@ func (c *Cache) staticIPEvent(oldObj, newObj interface{}, tombstone bool) (*Stat
 
 // IPRangeEventOf is StaticIPEventOf for IPRanges (status-only: same generation).
 func (c *Cache) IPRangeEventOf(oldObj, newObj interface{}) (*IPRangeEvent, error) {
-	oldObj, tombstone := unwrap(oldObj)
-	if last := c.lastIPRangeEvent.Load(); last != nil && identity(oldObj) && identity(newObj) &&
-		last.oldObj == oldObj && last.newObj == newObj {
-		return last.ev, last.err
-	}
-	ev, err := c.ipRangeEvent(oldObj, newObj, tombstone)
-	if identity(oldObj) && identity(newObj) {
-		c.lastIPRangeEvent.Store(&ipRangeEvent{oldObj: oldObj, newObj: newObj, ev: ev, err: err})
-	}
-	return ev, err
+	return c.ipRangeEvents.once(oldObj, newObj, c.ipRangeEvent)
 }
 
 func (c *Cache) ipRangeEvent(oldObj, newObj interface{}, tombstone bool) (*IPRangeEvent, error) {
