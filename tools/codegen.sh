@@ -24,7 +24,9 @@ source "${cg_dir}/kube_codegen.sh"
 
 boilerplate="$root/tools/boilerplate/boilerplate.go.txt"
 kube::codegen::gen_helpers --boilerplate "$boilerplate" "$root/apis"
-# The scheduler plugins' args types (kubescheduler.config.k8s.io) get their deepcopy here too.
+# The scheduler plugins' args types (kubescheduler.config.k8s.io) get their deepcopy here too,
+# and — like kube-scheduler's own config — generated defaulting and conversion
+# (defaulter-gen, conversion-gen: the +k8s tags in scheduler-plugins/apis/config/v1/doc.go).
 kube::codegen::gen_helpers --boilerplate "$boilerplate" "$root/scheduler-plugins/apis"
 kube::codegen::gen_client \
   --with-watch \

@@ -17,7 +17,6 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
 
-	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/scheduler-plugins/apis/config"
 	_ "github.com/staticip/staticip/scheduler-plugins/apis/config/scheme" // registers the args
 	"github.com/staticip/staticip/scheduler-plugins/apis/config/validation"
@@ -185,33 +184,36 @@ func (pl *CheckPodAnnotation) Filter(_ context.Context, state fwk.CycleState, _ 
 }
 
 // EventsToRegister: a pinned or rejected pod can only change its verdict when its own
-// StaticIP changes, an IPRange containing its IP changes, or its target node appears or
-// becomes schedulable.
+// StaticIP changes, an IPRange containing its IP changes, its target node appears or
+// becomes schedulable, or its own annotation is corrected.
 func (pl *CheckPodAnnotation) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: staticipnode.StaticIPResource, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterStaticIPChange},
 		{Event: fwk.ClusterEvent{Resource: staticipnode.IPRangeResource, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterIPRangeChange},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeTaint}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.UpdatePodToleration}, QueueingHintFn: pl.isSchedulableAfterPodTolerationChange},
+		// Annotation changes come as the generic Pod/Update: the hint looks at the pod's UID
+		// first, so other pods' updates cost one comparison.
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Update}, QueueingHintFn: pl.isSchedulableAfterPodAnnotationChange},
 	}, nil
 }
 
+// isSchedulableAfterStaticIPChange reads only the fields it needs; the event is decoded and
+// applied to the cache once, by the first hint that sees it (StaticIPEventOf), so a pod it
+// requeues is never retried against a cache that has not caught up yet.
 func (pl *CheckPodAnnotation) isSchedulableAfterStaticIPChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
-	// Apply the change first: the pod this hint requeues must not be retried against a
-	// cache whose own informer has not delivered the change yet.
-	pl.cache.ObserveStaticIPEvent(oldObj, newObj)
-	oldSIP, err := staticipnode.AsStaticIP(oldObj)
+	ev, err := pl.cache.StaticIPEventOf(oldObj, newObj)
 	if err != nil {
 		return fwk.Queue, err
 	}
-	newSIP, err := staticipnode.AsStaticIP(newObj)
-	if err != nil {
-		return fwk.Queue, err
+	if ev.StatusOnly {
+		return fwk.QueueSkip, nil
 	}
-	for _, s := range [...]*jkev1.StaticIP{oldSIP, newSIP} {
-		if s != nil && s.Namespace == pod.Namespace && staticipnode.StaticIPPodName(s) == pod.Name {
-			if oldSIP != nil && newSIP != nil && oldSIP.Spec.Node == newSIP.Spec.Node && oldSIP.Spec.IP == newSIP.Spec.IP &&
-				staticipnode.HoldsReservation(oldSIP) == staticipnode.HoldsReservation(newSIP) {
+	oldSIP, newSIP := ev.Old, ev.New
+	for _, s := range [...]*staticipnode.StaticIPFields{oldSIP, newSIP} {
+		if s != nil && s.Namespace == pod.Namespace && s.Pod == pod.Name {
+			if oldSIP != nil && newSIP != nil && oldSIP.Node == newSIP.Node && oldSIP.IP == newSIP.IP &&
+				oldSIP.Active() == newSIP.Active() {
 				logger.V(5).Info("the pod's StaticIP changed, but not its node, IP or state", "pod", klog.KObj(pod))
 				return fwk.QueueSkip, nil
 			}
@@ -223,26 +225,23 @@ func (pl *CheckPodAnnotation) isSchedulableAfterStaticIPChange(logger klog.Logge
 }
 
 func (pl *CheckPodAnnotation) isSchedulableAfterIPRangeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
-	// Apply the change first: the pod this hint requeues must not be retried against a
-	// cache whose own informer has not delivered the change yet.
-	pl.cache.ObserveIPRangeEvent(oldObj, newObj)
+	ev, err := pl.cache.IPRangeEventOf(oldObj, newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	if ev.StatusOnly {
+		return fwk.QueueSkip, nil
+	}
 	ip, err := netip.ParseAddr(strings.TrimSpace(pod.Annotations[pl.args.IPAddressAnnotation]))
 	if err != nil {
 		return fwk.QueueSkip, nil // no (valid) annotated IP: ranges cannot change the verdict
 	}
 	ip = ip.Unmap()
-	oldR, err := staticipnode.AsIPRange(oldObj)
-	if err != nil {
-		return fwk.Queue, err
-	}
-	newR, err := staticipnode.AsIPRange(newObj)
-	if err != nil {
-		return fwk.Queue, err
-	}
 	contains := func(cidr string) bool {
 		p, err := netip.ParsePrefix(cidr)
 		return err == nil && p.Masked().Contains(ip)
 	}
+	oldR, newR := ev.Old, ev.New
 	oldHas := oldR != nil && contains(oldR.Spec.CIDR)
 	newHas := newR != nil && contains(newR.Spec.CIDR)
 	switch {
@@ -280,4 +279,20 @@ func (pl *CheckPodAnnotation) isSchedulableAfterPodTolerationChange(_ klog.Logge
 		return fwk.Queue, nil
 	}
 	return fwk.QueueSkip, nil
+}
+
+// isSchedulableAfterPodAnnotationChange: the pending pod's own IP annotation was corrected.
+func (pl *CheckPodAnnotation) isSchedulableAfterPodAnnotationChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	before, after, err := schedutil.As[*v1.Pod](oldObj, newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	if after == nil || after.UID != pod.UID || before == nil {
+		return fwk.QueueSkip, nil
+	}
+	if before.Annotations[pl.args.IPAddressAnnotation] == after.Annotations[pl.args.IPAddressAnnotation] {
+		return fwk.QueueSkip, nil
+	}
+	logger.V(5).Info("the pod's IP annotation changed", "pod", klog.KObj(pod))
+	return fwk.Queue, nil
 }

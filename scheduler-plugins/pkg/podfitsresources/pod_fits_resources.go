@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -31,7 +32,6 @@ const stateKey = "PreFilter" + Name
 var (
 	_ fwk.PreFilterPlugin   = &PodFitsResources{}
 	_ fwk.FilterPlugin      = &PodFitsResources{}
-	_ fwk.ReservePlugin     = &PodFitsResources{}
 	_ fwk.EnqueueExtensions = &PodFitsResources{}
 	_ fwk.SignPlugin        = &PodFitsResources{}
 )
@@ -48,6 +48,9 @@ var errCacheNotSynced = errors.New("the staticIPNode cache has not synced yet")
 type PodFitsResources struct {
 	cache *staticipnode.Cache
 	args  config.PodFitsResourcesWithStaticIPArgs
+	// nodes holds, per node name, a *nodeSummary: what Filter needs of the node, computed
+	// once per NodeInfo generation and cache view instead of once per pod.
+	nodes sync.Map
 }
 
 // New builds the plugin from its (internal, defaulted) args.
@@ -77,6 +80,8 @@ func (pl *PodFitsResources) Name() string { return Name }
 // preFilterState is computed once per scheduling cycle.
 type preFilterState struct {
 	request staticipnode.Resources
+	// names are the resources the pod requests, in the order reasons list them.
+	names []v1.ResourceName
 	// needsIP: the pod is on the pod network (not hostNetwork).
 	needsIP bool
 	// own is the pod's StaticIP, when it holds the pod's place (and IP) on ownNode.
@@ -95,6 +100,7 @@ func (pl *PodFitsResources) PreFilter(_ context.Context, state fwk.CycleState, p
 		request: staticipnode.ResourcesFromList(resource.PodRequests(pod, resource.PodResourcesOptions{})),
 		needsIP: !pod.Spec.HostNetwork,
 	}
+	s.names = s.request.Names()
 	if sip, ok := pl.cache.StaticIPForPod(pod.Namespace, pod.Name); ok && sip.Active {
 		s.hasOwn, s.ownNode = true, sip.Node
 	}
@@ -120,9 +126,12 @@ func (pl *PodFitsResources) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignF
 // PreFilterExtensions: reservations do not depend on which other pods are nominated.
 func (pl *PodFitsResources) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
 
-// Filter checks, for every resource the pod requests,
-// allocatable - requested - reserved-for-others >= request, the same for pod slots, and
-// that the node has a pod IP for it.
+// Filter checks what the reservations of absent static-IP pods change, and only that: for
+// every resource the pod requests that such reservations (other than the pod's own) hold on
+// the node, and for pod slots, that what NodeResourcesFit would admit still fits once the
+// reservations are held back; and that the node has a pod IP for it. The plain fit
+// (allocatable - requested >= request) is NodeResourcesFit's alone, with everything it
+// ignores (ignoredResources, ignoredResourceGroups, extended resources served by DRA).
 func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
 	data, err := state.Read(stateKey)
 	if err != nil {
@@ -130,90 +139,172 @@ func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod 
 	}
 	s := data.(*preFilterState)
 	nodeName := nodeInfo.Node().Name
-	held := pl.cache.Node(nodeName)
-	reservedForOthers, slotsForOthers := ReservedForOthers(pod, nodeInfo, held.Held)
-	reasons := Insufficient(s.request, nodeInfo, reservedForOthers, slotsForOthers)
-	if s.needsIP && pl.args.CheckIPs {
-		if r := pl.ipReason(s, nodeInfo, nodeName, held, slotsForOthers); r != "" {
-			reasons = append(reasons, r)
+	view := pl.cache.Node(nodeName)
+	checkIP := s.needsIP && pl.args.CheckIPs
+	if len(view.Held) == 0 && (!checkIP || !view.HasRanges) {
+		if checkIP && pl.args.NodesWithoutIPRange == config.NodesWithoutIPRangeReject {
+			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, noRangeReason)
+		}
+		return nil // nothing reserved here, no IP limit: nothing for this plugin to judge
+	}
+	sum := pl.summary(nodeName, nodeInfo, view)
+	others := sum.othersThan(pod)
+	v := Insufficient(s.names, s.request, nodeInfo, others)
+	if checkIP {
+		v.merge(pl.ipVerdict(s, nodeName, view, sum.podNetwork, others))
+	}
+	return v.status()
+}
+
+const noRangeReason = "node owns no IPRange to give the pod an IP from"
+
+// nodeSummary is what Filter needs of one node for any pod: it depends only on the node's
+// pods (NodeInfo generation) and on the cache's view of the node, so it is computed once per
+// pair instead of once per pod and node (Filter cost stays flat in the pods per node).
+type nodeSummary struct {
+	generation int64
+	view       *staticipnode.NodeInfo
+	// podNetwork counts the node's pods that hold a pod IP (not hostNetwork).
+	podNetwork int64
+	// absent are the held records whose pod is absent from the node, reserved their sum.
+	absent   []staticipnode.Held
+	reserved staticipnode.Resources
+}
+
+func (pl *PodFitsResources) summary(nodeName string, nodeInfo fwk.NodeInfo, view *staticipnode.NodeInfo) *nodeSummary {
+	gen := nodeInfo.GetGeneration()
+	if v, ok := pl.nodes.Load(nodeName); ok {
+		if sum := v.(*nodeSummary); sum.generation == gen && sum.view == view {
+			return sum
 		}
 	}
-	if len(reasons) > 0 {
-		return fwk.NewStatus(fwk.Unschedulable, reasons...)
+	sum := &nodeSummary{generation: gen, view: view}
+	pods := nodeInfo.GetPods()
+	var present map[podName]struct{}
+	if len(view.Held) > 0 {
+		present = make(map[podName]struct{}, len(pods))
 	}
-	return nil
+	for _, p := range pods {
+		pod := p.GetPod()
+		if !pod.Spec.HostNetwork {
+			sum.podNetwork++
+		}
+		if present != nil {
+			present[podName{pod.Namespace, pod.Name}] = struct{}{}
+		}
+	}
+	for _, h := range view.Held {
+		if _, ok := present[podName{h.PodNamespace, h.PodName}]; !ok {
+			sum.absent = append(sum.absent, h)
+			sum.reserved.Add(h.Request)
+		}
+	}
+	// Filter runs on many goroutines; concurrent computations of the same summary store the
+	// same value.
+	pl.nodes.Store(nodeName, sum)
+	return sum
+}
+
+// reserving is what the absent records other than the pod's own hold against a pod.
+type reserving struct {
+	held     []staticipnode.Held
+	reserved staticipnode.Resources
+}
+
+// othersThan leaves out pod's own record: a pod never competes with its own reservation.
+func (sum *nodeSummary) othersThan(pod *v1.Pod) reserving {
+	for i, h := range sum.absent {
+		if h.PodNamespace == pod.Namespace && h.PodName == pod.Name {
+			held := make([]staticipnode.Held, 0, len(sum.absent)-1)
+			held = append(append(held, sum.absent[:i]...), sum.absent[i+1:]...)
+			reserved := sum.reserved.Clone()
+			reserved.Sub(h.Request)
+			return reserving{held: held, reserved: reserved}
+		}
+	}
+	return reserving{held: sum.absent, reserved: sum.reserved}
+}
+
+// verdict collects the reasons a node does not fit.
+type verdict struct {
+	reasons []string
+	// unresolvable: even with every pod removed from the node, the reservations leave no
+	// room; preemption cannot help.
+	unresolvable bool
+}
+
+func (v *verdict) add(reason string, unresolvable bool) {
+	v.reasons = append(v.reasons, reason)
+	v.unresolvable = v.unresolvable || unresolvable
+}
+
+func (v *verdict) merge(o verdict) {
+	v.reasons = append(v.reasons, o.reasons...)
+	v.unresolvable = v.unresolvable || o.unresolvable
+}
+
+func (v verdict) status() *fwk.Status {
+	switch {
+	case len(v.reasons) == 0:
+		return nil
+	case v.unresolvable:
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, v.reasons...)
+	}
+	return fwk.NewStatus(fwk.Unschedulable, v.reasons...)
 }
 
 type podName struct{ namespace, name string }
 
-// scanLimit is the size (held records x pods on the node) up to which ReservedForOthers scans
-// instead of building a set.
-const scanLimit = 512
+// maxNamed is how many StaticIPs a reason names before it says "and N more".
+const maxNamed = 3
 
-// ReservedForOthers sums what the StaticIPs held on the node reserve against pod: those of
-// pods absent from nodeInfo, except pod's own (a pod never competes with its own
-// reservation). Presence is decided on the scheduler's snapshot, the same one its
-// requested resources come from, so every static-IP pod is counted exactly once — in the
-// node's requests when its pod (bound, assumed or nominated) is there, as a reservation
-// otherwise — even while the cache's own pod events lag behind the scheduler's.
-func ReservedForOthers(pod *v1.Pod, nodeInfo fwk.NodeInfo, held []staticipnode.Held) (staticipnode.Resources, int) {
-	var reserved staticipnode.Resources
-	if len(held) == 0 {
-		return reserved, 0
-	}
-	pods := nodeInfo.GetPods()
-	// Filter runs this for every pod on every node, and a node holds few StaticIPs: scanning
-	// its pods once per held record costs less than building a set of them, up to a point.
-	present := func(namespace, name string) bool {
-		for _, p := range pods {
-			if p := p.GetPod(); p.Name == name && p.Namespace == namespace {
-				return true
-			}
-		}
-		return false
-	}
-	if len(held)*len(pods) > scanLimit {
-		set := make(map[podName]struct{}, len(pods))
-		for _, p := range pods {
-			set[podName{p.GetPod().Namespace, p.GetPod().Name}] = struct{}{}
-		}
-		present = func(namespace, name string) bool {
-			_, ok := set[podName{namespace, name}]
-			return ok
-		}
-	}
-	slots := 0
+// nameStaticIPs renders "StaticIP ns/a" or "StaticIPs ns/a, ns/b and 3 more" for the
+// records in held that hold some of resource name ("" for all of them).
+func nameStaticIPs(held []staticipnode.Held, name v1.ResourceName) string {
+	var names []string
+	total := 0
 	for _, h := range held {
-		if h.PodNamespace == pod.Namespace && h.PodName == pod.Name {
+		if name != "" && h.Request.Get(name) <= 0 {
 			continue
 		}
-		if present(h.PodNamespace, h.PodName) {
-			continue
+		total++
+		if len(names) < maxNamed {
+			names = append(names, h.StaticIP)
 		}
-		reserved.Add(h.Request)
-		slots++
 	}
-	return reserved, slots
+	if total == 0 {
+		return ""
+	}
+	out := "StaticIP "
+	if total > 1 {
+		out = "StaticIPs "
+	}
+	out += strings.Join(names, ", ")
+	if total > len(names) {
+		out += fmt.Sprintf(" and %d more", total-len(names))
+	}
+	return out
 }
 
-// Insufficient lists why request does not fit nodeInfo once reservedForOthers and
-// slotsForOthers are held back. A shortage that exists even without reservations is
-// reported as NodeResourcesFit does ("Insufficient cpu"); one that only the reservations
-// cause says how much they hold ("Insufficient cpu: 2 of 8 cores reserved for absent
-// static-IP pods").
-func Insufficient(request staticipnode.Resources, nodeInfo fwk.NodeInfo, reservedForOthers staticipnode.Resources, slotsForOthers int) []string {
-	var reasons []string
+// Insufficient says which of the pod's requests (names, request), and whether its pod slot,
+// no longer fit nodeInfo once what others reserve is held back. A resource that is short
+// even without reservations is left to NodeResourcesFit (which reports it, or ignores it by
+// configuration); one that no absent other holds is not looked at.
+func Insufficient(names []v1.ResourceName, request staticipnode.Resources, nodeInfo fwk.NodeInfo, others reserving) verdict {
+	var v verdict
+	if len(others.held) == 0 {
+		return v
+	}
+	slots := int64(len(others.held))
 	alloc, used := nodeInfo.GetAllocatable(), nodeInfo.GetRequested()
 	pods, allowed := int64(len(nodeInfo.GetPods())), int64(alloc.GetAllowedPodNumber())
-	switch {
-	case pods+1 > allowed:
-		reasons = append(reasons, "Too many pods")
-	case pods+1+int64(slotsForOthers) > allowed:
-		reasons = append(reasons, fmt.Sprintf("Too many pods: %d of %d pod slots reserved for absent static-IP pods", slotsForOthers, allowed))
+	if pods+1 <= allowed && pods+1+slots > allowed {
+		v.add(fmt.Sprintf("Too many pods: %d of %d pod slots reserved for absent static-IP pods (%s)", slots, allowed, nameStaticIPs(others.held, "")),
+			1+slots > allowed)
 	}
-	for _, name := range request.Names() {
-		want := request.Get(name)
-		if want <= 0 {
+	for _, name := range names {
+		want, held := request.Get(name), others.reserved.Get(name)
+		if want <= 0 || held <= 0 {
 			continue
 		}
 		var capacity, requested int64
@@ -227,63 +318,52 @@ func Insufficient(request staticipnode.Resources, nodeInfo fwk.NodeInfo, reserve
 		default:
 			capacity, requested = alloc.GetScalarResources()[name], used.GetScalarResources()[name]
 		}
-		reserved := reservedForOthers.Get(name)
-		switch {
-		case want > capacity-requested:
-			reasons = append(reasons, fmt.Sprintf("Insufficient %s", name))
-		case reserved > 0 && want > capacity-requested-reserved:
-			reasons = append(reasons, fmt.Sprintf("Insufficient %s: %s of %s%s reserved for absent static-IP pods",
-				name, staticipnode.FormatAmount(name, reserved), staticipnode.FormatAmount(name, capacity), staticipnode.Unit(name)))
+		if want > capacity-requested || want <= capacity-requested-held {
+			continue // NodeResourcesFit's verdict, or the reservations leave room
 		}
+		v.add(fmt.Sprintf("Insufficient %s: %s of %s%s reserved for absent static-IP pods (%s)",
+			name, staticipnode.FormatAmount(name, held), staticipnode.FormatAmount(name, capacity), staticipnode.Unit(name),
+			nameStaticIPs(others.held, name)), want > capacity-held)
 	}
-	return reasons
+	return v
 }
 
-// ipReason says why the node has no IP for the pod, or "".
-func (pl *PodFitsResources) ipReason(s *preFilterState, nodeInfo fwk.NodeInfo, nodeName string, held staticipnode.NodeInfo, reservedIPs int) string {
-	if !held.HasRanges {
+// ipVerdict says why the node has no IP for the pod.
+func (pl *PodFitsResources) ipVerdict(s *preFilterState, nodeName string, view *staticipnode.NodeInfo, used int64, others reserving) verdict {
+	var v verdict
+	if !view.HasRanges {
 		if pl.args.NodesWithoutIPRange == config.NodesWithoutIPRangeReject {
-			return "node owns no IPRange to give the pod an IP from"
+			v.add(noRangeReason, true)
 		}
-		return ""
+		return v
 	}
 	if s.hasOwn && s.ownNode == nodeName {
-		return "" // the pod's own StaticIP holds its address on this node
+		return v // the pod's own StaticIP holds its address on this node
 	}
-	var used int64
-	for _, p := range nodeInfo.GetPods() {
-		if !p.GetPod().Spec.HostNetwork {
-			used++
+	reservedIPs := int64(len(others.held))
+	if used+reservedIPs+1 > view.IPCapacity {
+		names := ""
+		if reservedIPs > 0 {
+			names = ": " + nameStaticIPs(others.held, "")
 		}
+		v.add(fmt.Sprintf("no free IP in node's ranges %s (%d usable: %d used by pods, %d reserved for absent static-IP pods%s)",
+			strings.Join(view.CIDRs, ","), view.IPCapacity, used, reservedIPs, names),
+			reservedIPs+1 > view.IPCapacity)
 	}
-	if used+int64(reservedIPs)+1 > held.IPCapacity {
-		return fmt.Sprintf("no free IP in node's ranges %s (%d usable: %d used by pods, %d reserved for absent static-IP pods)",
-			strings.Join(held.CIDRs, ","), held.IPCapacity, used, reservedIPs)
-	}
-	return ""
+	return v
 }
 
-// Reserve marks the pod present on the node: the scheduler's own accounting now holds its
-// requests there, so its reservation must stop counting (else it would count twice).
-func (pl *PodFitsResources) Reserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) *fwk.Status {
-	pl.cache.Assume(pod.Namespace, pod.Name, nodeName)
-	return nil
-}
-
-// Unreserve undoes Reserve.
-func (pl *PodFitsResources) Unreserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, nodeName string) {
-	pl.cache.Forget(pod.Namespace, pod.Name, nodeName)
-}
-
-// EventsToRegister: a rejected pod may fit once a pod leaves a node, a node grows, a
-// reservation shrinks or disappears (StaticIP released, deleted or moved), the pod's own
-// StaticIP changes, or an IPRange is added or changed.
+// EventsToRegister: a rejected pod may fit once a pod leaves a node (bound or nominated
+// there) or is scaled down, a node grows, a reservation shrinks or disappears (StaticIP
+// released, deleted or moved), the pod's own StaticIP changes, or an IPRange is added,
+// changed or deleted (a node without ranges takes pods under nodesWithoutIPRange: Allow).
 func (pl *PodFitsResources) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPodDelete},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.UpdatePodScaleDown}, QueueingHintFn: pl.isSchedulableAfterPodScaleDown},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
 		{Event: fwk.ClusterEvent{Resource: staticipnode.StaticIPResource, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterStaticIPChange},
-		{Event: fwk.ClusterEvent{Resource: staticipnode.IPRangeResource, ActionType: fwk.Add | fwk.Update}, QueueingHintFn: pl.isSchedulableAfterIPRangeChange},
+		{Event: fwk.ClusterEvent{Resource: staticipnode.IPRangeResource, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterIPRangeChange},
 	}, nil
 }
 
@@ -292,11 +372,35 @@ func (pl *PodFitsResources) isSchedulableAfterPodDelete(logger klog.Logger, pod 
 	if err != nil {
 		return fwk.Queue, err
 	}
-	if deleted.Spec.NodeName == "" {
-		return fwk.QueueSkip, nil // an unscheduled pod held nothing on any node
+	if deleted.Spec.NodeName == "" && deleted.Status.NominatedNodeName == "" {
+		return fwk.QueueSkip, nil // it held nothing on any node
 	}
-	logger.V(5).Info("a pod left its node and freed its requests and IP", "pod", klog.KObj(pod), "deletedPod", klog.KObj(deleted))
+	logger.V(5).Info("a pod left its node (or its nomination) and freed its requests and IP", "pod", klog.KObj(pod), "deletedPod", klog.KObj(deleted))
 	return fwk.Queue, nil
+}
+
+// isSchedulableAfterPodScaleDown: the pod itself, or a bound pod whose requests of a
+// resource this pod asks for went down (as NodeResourcesFit decides it).
+func (pl *PodFitsResources) isSchedulableAfterPodScaleDown(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	before, after, err := schedutil.As[*v1.Pod](oldObj, newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	if after.UID == pod.UID {
+		return fwk.Queue, nil
+	}
+	if after.Spec.NodeName == "" {
+		return fwk.QueueSkip, nil
+	}
+	was := staticipnode.ResourcesFromList(resource.PodRequests(before, resource.PodResourcesOptions{UseStatusResources: true}))
+	now := staticipnode.ResourcesFromList(resource.PodRequests(after, resource.PodResourcesOptions{UseStatusResources: true}))
+	for _, name := range staticipnode.ResourcesFromList(resource.PodRequests(pod, resource.PodResourcesOptions{})).Names() {
+		if now.Get(name) < was.Get(name) {
+			logger.V(5).Info("a bound pod was scaled down", "pod", klog.KObj(pod), "scaledPod", klog.KObj(after), "resource", name)
+			return fwk.Queue, nil
+		}
+	}
+	return fwk.QueueSkip, nil
 }
 
 func (pl *PodFitsResources) isSchedulableAfterNodeChange(_ klog.Logger, _ *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
@@ -307,62 +411,61 @@ func (pl *PodFitsResources) isSchedulableAfterNodeChange(_ klog.Logger, _ *v1.Po
 	return fwk.Queue, nil // a new node, or one whose allocatable changed
 }
 
+// isSchedulableAfterStaticIPChange reads only the fields it needs; the event is decoded and
+// applied to the cache once, by the first hint that sees it (StaticIPEventOf).
 func (pl *PodFitsResources) isSchedulableAfterStaticIPChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
-	// Apply the change first: the pod this hint requeues must not be retried against a
-	// cache whose own informer has not delivered the change yet.
-	pl.cache.ObserveStaticIPEvent(oldObj, newObj)
-	oldSIP, err := staticipnode.AsStaticIP(oldObj)
+	ev, err := pl.cache.StaticIPEventOf(oldObj, newObj)
 	if err != nil {
 		return fwk.Queue, err
 	}
-	newSIP, err := staticipnode.AsStaticIP(newObj)
-	if err != nil {
-		return fwk.Queue, err
+	if ev.StatusOnly {
+		return fwk.QueueSkip, nil
 	}
-	for _, s := range [...]*jkev1.StaticIP{oldSIP, newSIP} {
-		if s != nil && s.Namespace == pod.Namespace && staticipnode.StaticIPPodName(s) == pod.Name {
+	oldSIP, newSIP := ev.Old, ev.New
+	for _, s := range [...]*staticipnode.StaticIPFields{oldSIP, newSIP} {
+		if s != nil && s.Namespace == pod.Namespace && s.Pod == pod.Name {
 			return fwk.Queue, nil // the pod's own reservation changed
 		}
 	}
-	if !staticipnode.HoldsReservation(oldSIP) {
+	if !oldSIP.Active() {
 		return fwk.QueueSkip, nil // it held nothing before, so it frees nothing now
 	}
 	switch {
-	case !staticipnode.HoldsReservation(newSIP):
-		logger.V(5).Info("a StaticIP was released or deleted; its reservation is freed", "pod", klog.KObj(pod), "staticIP", klog.KObj(oldSIP))
+	case !newSIP.Active():
+		logger.V(5).Info("a StaticIP was released or deleted; its reservation is freed", "pod", klog.KObj(pod), "staticIP", klog.KRef(oldSIP.Namespace, oldSIP.Name))
 		return fwk.Queue, nil
-	case newSIP.Spec.Node != oldSIP.Spec.Node:
-		logger.V(5).Info("a StaticIP moved; its old node's reservation is freed", "pod", klog.KObj(pod), "staticIP", klog.KObj(oldSIP))
+	case newSIP.Node != oldSIP.Node:
+		logger.V(5).Info("a StaticIP moved; its old node's reservation is freed", "pod", klog.KObj(pod), "staticIP", klog.KRef(oldSIP.Namespace, oldSIP.Name))
 		return fwk.Queue, nil
 	}
-	before, after := staticipnode.ResourcesFromList(oldSIP.Spec.Resources), staticipnode.ResourcesFromList(newSIP.Spec.Resources)
-	for _, name := range before.Names() {
-		if after.Get(name) < before.Get(name) {
+	for _, name := range oldSIP.Request.Names() {
+		if newSIP.Request.Get(name) < oldSIP.Request.Get(name) {
 			return fwk.Queue, nil
 		}
 	}
 	return fwk.QueueSkip, nil
 }
 
-func (pl *PodFitsResources) isSchedulableAfterIPRangeChange(_ klog.Logger, _ *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
-	// Apply the change first: the pod this hint requeues must not be retried against a
-	// cache whose own informer has not delivered the change yet.
-	pl.cache.ObserveIPRangeEvent(oldObj, newObj)
-	oldR, err := staticipnode.AsIPRange(oldObj)
+func (pl *PodFitsResources) isSchedulableAfterIPRangeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	ev, err := pl.cache.IPRangeEventOf(oldObj, newObj)
 	if err != nil {
 		return fwk.Queue, err
 	}
-	newR, err := staticipnode.AsIPRange(newObj)
-	if err != nil {
-		return fwk.Queue, err
-	}
-	if newR == nil || newR.Spec.Node == "" {
-		return fwk.QueueSkip, nil // an unowned range gives no node any IP
-	}
-	if oldR != nil && equalRangeSpec(oldR.Spec, newR.Spec) {
+	oldR, newR := ev.Old, ev.New
+	if ev.StatusOnly || (oldR != nil && newR != nil && equalRangeSpec(oldR.Spec, newR.Spec)) {
 		return fwk.QueueSkip, nil // status-only update (the agent's counters)
 	}
-	return fwk.Queue, nil
+	if newR != nil && newR.Spec.Node != "" {
+		return fwk.Queue, nil // a node gained a range, or its range changed
+	}
+	// Deleted or left unowned: its node lost it. Under Allow a node without any range takes
+	// pods on IPs staticip does not manage.
+	if oldR != nil && oldR.Spec.Node != "" && pl.args.NodesWithoutIPRange == config.NodesWithoutIPRangeAllow &&
+		!pl.cache.Node(oldR.Spec.Node).HasRanges {
+		logger.V(5).Info("a node lost its last IPRange", "pod", klog.KObj(pod), "node", oldR.Spec.Node)
+		return fwk.Queue, nil
+	}
+	return fwk.QueueSkip, nil
 }
 
 func equalRangeSpec(a, b jkev1.IPRangeSpec) bool {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"strings"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
@@ -65,6 +66,7 @@ func TestFilter(t *testing.T) {
 		ranges    []*jkev1.IPRange
 		args      *config.PodFitsResourcesWithStaticIPArgs
 		want      []string // nil: fits
+		code      fwk.Code // default Unschedulable
 	}{
 		{
 			name: "no reservations: fits",
@@ -74,7 +76,8 @@ func TestFilter(t *testing.T) {
 			name:      "reservation on the node takes the cpu",
 			pod:       mkPod("ns", "new", "", rl("cpu", "7")),
 			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("cpu", "2"))},
-			want:      []string{"Insufficient cpu: 2 of 8 cores reserved for absent static-IP pods"},
+			want:      []string{"Insufficient cpu: 2 of 8 cores reserved for absent static-IP pods (StaticIP ns/web-0)"},
+			code:      fwk.UnschedulableAndUnresolvable, // 7 > 8 - 2 even on an emptied node
 		},
 		{
 			name:      "reservation on another node does not count here",
@@ -90,7 +93,8 @@ func TestFilter(t *testing.T) {
 			name:      "own reservation excluded, another one still counts",
 			pod:       mkPod("ns", "web-0", "", rl("cpu", "7")),
 			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("cpu", "2")), mkSIP("ns", "web-1", "n1", rl("cpu", "1500m"))},
-			want:      []string{"Insufficient cpu: 1.5 of 8 cores reserved for absent static-IP pods"},
+			want:      []string{"Insufficient cpu: 1.5 of 8 cores reserved for absent static-IP pods (StaticIP ns/web-1)"},
+			code:      fwk.UnschedulableAndUnresolvable,
 		},
 		{
 			name:      "reservation of a present pod is not counted (its requests already are)",
@@ -99,24 +103,24 @@ func TestFilter(t *testing.T) {
 			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("cpu", "2"))},
 		},
 		{
-			name:   "short even without reservations: plain reason",
-			pod:    mkPod("ns", "new", "", rl("cpu", "3")),
-			onNode: []*v1.Pod{mkPod("ns", "big", "n1", rl("cpu", "6"))},
-			want:   []string{"Insufficient cpu"},
+			name:      "short even without reservations: NodeResourcesFit's verdict, not this plugin's",
+			pod:       mkPod("ns", "new", "", rl("cpu", "3")),
+			onNode:    []*v1.Pod{mkPod("ns", "big", "n1", rl("cpu", "6"))},
+			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("cpu", "1"))},
 		},
 		{
 			name:      "memory reserved",
 			pod:       mkPod("ns", "new", "", rl("memory", "10Gi")),
 			onNode:    []*v1.Pod{mkPod("ns", "big", "n1", rl("memory", "2Gi"))},
 			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("memory", "5Gi"))},
-			want:      []string{"Insufficient memory: 5Gi of 16Gi reserved for absent static-IP pods"},
+			want:      []string{"Insufficient memory: 5Gi of 16Gi reserved for absent static-IP pods (StaticIP ns/web-0)"},
 		},
 		{
 			name:      "extended resource reserved",
 			pod:       mkPod("ns", "new", "", rl(string(gpu), "2")),
 			onNode:    []*v1.Pod{mkPod("ns", "big", "n1", rl(string(gpu), "2"))},
 			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl(string(gpu), "1"))},
-			want:      []string{"Insufficient example.com/gpu: 1 of 4 reserved for absent static-IP pods"},
+			want:      []string{"Insufficient example.com/gpu: 1 of 4 reserved for absent static-IP pods (StaticIP ns/web-0)"},
 		},
 		{
 			name:      "extended resource reserved for the pod itself",
@@ -135,7 +139,7 @@ func TestFilter(t *testing.T) {
 				return pods
 			}(),
 			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", nil)},
-			want:      []string{"Too many pods: 1 of 10 pod slots reserved for absent static-IP pods"},
+			want:      []string{"Too many pods: 1 of 10 pod slots reserved for absent static-IP pods (StaticIP ns/web-0)"},
 		},
 		{
 			name:   "IPs: one left",
@@ -149,7 +153,7 @@ func TestFilter(t *testing.T) {
 			onNode:    fivePods(),
 			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", nil)},
 			ranges:    []*jkev1.IPRange{smallRange},
-			want:      []string{"no free IP in node's ranges 10.1.2.0/29 (6 usable: 5 used by pods, 1 reserved for absent static-IP pods)"},
+			want:      []string{"no free IP in node's ranges 10.1.2.0/29 (6 usable: 5 used by pods, 1 reserved for absent static-IP pods: StaticIP ns/web-0)"},
 		},
 		{
 			name:      "IPs exhausted, but the pod's own StaticIP holds one there",
@@ -180,14 +184,12 @@ func TestFilter(t *testing.T) {
 			pod:  mkPod("ns", "new", "", nil),
 			args: &config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeReject},
 			want: []string{"node owns no IPRange to give the pod an IP from"},
+			code: fwk.UnschedulableAndUnresolvable,
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := staticipnode.NewEmpty()
 			c.MarkSynced()
-			for _, p := range tc.onNode {
-				c.OnPodUpdate(nil, p)
-			}
 			for _, s := range tc.staticIPs {
 				c.OnStaticIPUpdate(nil, s)
 			}
@@ -212,28 +214,14 @@ func TestFilter(t *testing.T) {
 				}
 				return
 			}
-			if st.Code() != fwk.Unschedulable || !reflect.DeepEqual(st.Reasons(), tc.want) {
-				t.Fatalf("Filter = %v %q, want Unschedulable %q", st.Code(), st.Reasons(), tc.want)
+			code := tc.code
+			if code == fwk.Success {
+				code = fwk.Unschedulable
+			}
+			if st.Code() != code || !reflect.DeepEqual(st.Reasons(), tc.want) {
+				t.Fatalf("Filter = %v %q, want %v %q", st.Code(), st.Reasons(), code, tc.want)
 			}
 		})
-	}
-}
-
-func TestReserveDropsOwnReservationUntilUnreserve(t *testing.T) {
-	c := staticipnode.NewEmpty()
-	c.MarkSynced()
-	c.OnStaticIPUpdate(nil, mkSIP("ns", "web-0", "n1", rl("cpu", "2")))
-	pl := NewWithCache(c, config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow})
-	p := mkPod("ns", "web-0", "", rl("cpu", "2"))
-	if st := pl.Reserve(context.Background(), nil, p, "n1"); !st.IsSuccess() {
-		t.Fatal(st)
-	}
-	if got := c.Node("n1").Reserved.MilliCPU; got != 0 {
-		t.Fatalf("after Reserve the node still holds %dm for the pod, which the scheduler now counts itself", got)
-	}
-	pl.Unreserve(context.Background(), nil, p, "n1")
-	if got := c.Node("n1").Reserved.MilliCPU; got != 2000 {
-		t.Fatalf("after Unreserve the node holds %dm, want 2000m", got)
 	}
 }
 
@@ -317,7 +305,7 @@ func TestQueueingHints(t *testing.T) {
 		{"range added", nil, r, fwk.Queue},
 		{"range grown", r, grownRange, fwk.Queue},
 		{"status only", r, statusOnly, fwk.QueueSkip},
-		{"range left unowned", r, unowned, fwk.QueueSkip},
+		{"range left unowned: n1 lost its last range", r, unowned, fwk.Queue},
 	} {
 		got, err := pl.isSchedulableAfterIPRangeChange(logger, pod, tc.old, tc.new)
 		if err != nil || got != tc.want {
@@ -363,45 +351,78 @@ func TestSignPod(t *testing.T) {
 	}
 }
 
-// ReservedForOthers scans the node's pods for small nodes and builds a set for large ones:
-// both give the same answer — the records of absent pods other than the pod's own.
-func TestReservedForOthersScanAndSetAgree(t *testing.T) {
-	one := staticipnode.Resources{MilliCPU: 100, Memory: 1 << 20}
-	for _, tc := range []struct {
-		name       string
-		pods, held int
-	}{
-		{"scan: 3 pods, 2 records", 3, 2},
-		{"scan: at the limit (16 records x 32 pods)", 32, scanLimit/32 - 1},
-		{"set: past the limit", 60, 20},
-		{"set: many records, many pods", 110, 110},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			var onNode []*v1.Pod
-			for i := range tc.pods {
-				onNode = append(onNode, mkPod("ns", fmt.Sprintf("p-%d", i), "n1", nil))
-			}
-			// Records for every other pod on the node (present) and as many absent ones, one of
-			// them the pod's own; plus a record of a present name in another namespace (absent).
-			var held []staticipnode.Held
-			wantSlots := 0
-			for i := 0; len(held) < tc.held; i++ {
-				present := i%2 == 0 && i/2 < tc.pods
-				name := fmt.Sprintf("p-%d", i/2)
-				if !present {
-					name = fmt.Sprintf("gone-%d", i)
-				}
-				held = append(held, staticipnode.Held{PodNamespace: "ns", PodName: name, Request: one})
-				if !present && name != "gone-1" {
-					wantSlots++
-				}
-			}
-			held = append(held, staticipnode.Held{PodNamespace: "other", PodName: "p-0", Request: one})
-			wantSlots++
-			reserved, slots := ReservedForOthers(mkPod("ns", "gone-1", "", nil), framework.NewNodeInfo(onNode...), held)
-			if slots != wantSlots || reserved.MilliCPU != int64(wantSlots)*100 || reserved.Memory != int64(wantSlots)<<20 {
-				t.Fatalf("%d pods, %d records: %d slots, %+v reserved; want %d slots", tc.pods, len(held), slots, reserved, wantSlots)
-			}
-		})
+// Filter's per-node summary is keyed by NodeInfo generation and the cache's view: a pod
+// arriving on the node (new generation) or a record changing (new view) must show in the
+// very next Filter, with no stale answer kept.
+func TestFilterSummaryFollowsNodeAndCache(t *testing.T) {
+	c := staticipnode.NewEmpty()
+	c.MarkSynced()
+	c.OnStaticIPUpdate(nil, mkSIP("ns", "web-0", "n1", rl("cpu", "2")))
+	pl := NewWithCache(c, config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow})
+	pod := mkPod("ns", "new", "", rl("cpu", "5"))
+	state := framework.NewCycleState()
+	if _, st := pl.PreFilter(context.Background(), state, pod, nil); !st.IsSuccess() {
+		t.Fatal(st)
+	}
+	nodeInfo := framework.NewNodeInfo(mkPod("ns", "big", "n1", rl("cpu", "2")))
+	nodeInfo.SetNode(mkNode("n1"))
+	if st := pl.Filter(context.Background(), state, pod, nodeInfo); st.Code() != fwk.Unschedulable {
+		t.Fatalf("web-0 absent: %v, want Unschedulable (2 of 8 reserved, 2 used, 5 wanted)", st)
+	}
+	// web-0 arrives: the node's generation changes and its reservation is no longer counted.
+	nodeInfo.AddPod(mkPod("ns", "web-0", "n1", rl("cpu", "1")))
+	if st := pl.Filter(context.Background(), state, pod, nodeInfo); !st.IsSuccess() {
+		t.Fatalf("web-0 present: %v, want success", st)
+	}
+	// Another record appears on the node (the cache's view changes), same NodeInfo.
+	c.OnStaticIPUpdate(nil, mkSIP("ns", "web-1", "n1", rl("cpu", "1")))
+	if st := pl.Filter(context.Background(), state, pod, nodeInfo); st.Code() != fwk.Unschedulable ||
+		!strings.Contains(st.Message(), "StaticIP ns/web-1") {
+		t.Fatalf("web-1 reserved: %v, want Unschedulable naming ns/web-1", st)
+	}
+}
+
+// The hints decode an event once and apply it to the cache once, whatever the number of
+// waiting pods; a status-only update (same generation, same phase) is skipped undecoded.
+func TestHintsApplyEachEventOnce(t *testing.T) {
+	c := staticipnode.NewEmpty()
+	c.MarkSynced()
+	pl := NewWithCache(c, config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow})
+	logger := klog.Background()
+	held := mkSIP("ns", "web-0", "n1", rl("cpu", "2"))
+	held.Generation, held.ResourceVersion = 1, "10"
+	status := held.DeepCopy()
+	status.ResourceVersion = "11"
+	status.Status.Conditions = []metav1.Condition{{Type: "Bound", Status: metav1.ConditionTrue}}
+	oldU, newU := unstructuredOf(t, held), unstructuredOf(t, status)
+	for i := range 3 {
+		got, err := pl.isSchedulableAfterStaticIPChange(logger, mkPod("ns", fmt.Sprintf("w%d", i), "", rl("cpu", "1")), oldU, newU)
+		if err != nil || got != fwk.QueueSkip {
+			t.Fatalf("status-only update: %v %v, want QueueSkip", got, err)
+		}
+	}
+	if len(c.Node("n1").Held) != 0 {
+		t.Fatal("a status-only update was applied to the cache")
+	}
+	// No resourceVersion: only the memo, not the version check, can keep a second call from
+	// applying it again.
+	unversioned := held.DeepCopy()
+	unversioned.ResourceVersion = ""
+	created := unstructuredOf(t, unversioned)
+	if _, err := pl.isSchedulableAfterStaticIPChange(logger, mkPod("ns", "w0", "", nil), nil, created); err != nil {
+		t.Fatal(err)
+	}
+	before := c.Node("n1")
+	c.OnStaticIPDelete(unversioned) // gone again, through the informer
+	for i := 1; i < 3; i++ {
+		if _, err := pl.isSchedulableAfterStaticIPChange(logger, mkPod("ns", fmt.Sprintf("w%d", i), "", nil), nil, created); err != nil {
+			t.Fatal(err)
+		}
+		if len(c.Node("n1").Held) != 0 {
+			t.Fatalf("hint call %d applied the same event again", i)
+		}
+	}
+	if len(before.Held) != 1 {
+		t.Fatalf("the created StaticIP was not applied: %+v", before)
 	}
 }

@@ -10,7 +10,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/tools/cache"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 )
@@ -29,61 +28,48 @@ func pod(ns, name, node string) *v1.Pod {
 	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: v1.PodSpec{NodeName: node}}
 }
 
-func TestReservationFollowsPodPresence(t *testing.T) {
+// heldOn lists the pods whose records the node holds, sorted.
+func heldOn(c *Cache, node string) string {
+	var out []string
+	for _, h := range c.Node(node).Held {
+		out = append(out, h.PodNamespace+"/"+h.PodName)
+	}
+	sort.Strings(out)
+	return strings.Join(out, ",")
+}
+
+// A record is held on its node while it is active: not once it moved, was released,
+// is being deleted or is gone. Whether its pod is present is the Filter's to decide.
+func TestHeldFollowsTheRecord(t *testing.T) {
 	c := NewEmpty()
-	c.OnStaticIPUpdate(nil, sip("ns", "web-0", "n1", "2"))
-	want := func(step string, node string, cpu int64, count int) {
+	s := sip("ns", "web-0", "n1", "2")
+	c.OnStaticIPUpdate(nil, s)
+	want := func(step, node, held string) {
 		t.Helper()
-		got := c.Node(node)
-		if got.Reserved.MilliCPU != cpu || got.Reservations != count {
-			t.Fatalf("%s: node %s holds cpu=%dm reservations=%d, want %dm/%d", step, node, got.Reserved.MilliCPU, got.Reservations, cpu, count)
-		}
-		if count > 0 && (got.Reserved.Memory != int64(count)<<30 || got.Reserved.Scalar["example.com/gpu"] != int64(count)) {
-			t.Fatalf("%s: memory/gpu not reserved: %+v", step, got.Reserved)
+		if got := heldOn(c, node); got != held {
+			t.Fatalf("%s: node %s holds [%s], want [%s]", step, node, got, held)
 		}
 	}
-	want("no pod at all", "n1", 2000, 1)
-
-	c.OnPodUpdate(nil, pod("ns", "web-0", ""))
-	want("pod pending", "n1", 2000, 1)
-
-	c.OnPodUpdate(nil, pod("ns", "web-0", "n2"))
-	want("pod on another node", "n1", 2000, 1)
-
-	c.Assume("ns", "web-0", "n1")
-	want("pod assumed onto its node", "n1", 0, 0)
-	c.Forget("ns", "web-0", "n1")
-	want("assumption undone", "n1", 2000, 1)
-
-	c.OnPodUpdate(nil, pod("ns", "web-0", "n1"))
-	want("pod bound to its node", "n1", 0, 0)
-
-	other := pod("other", "web-0", "")
-	c.OnPodUpdate(nil, other)
-	want("same name in another namespace changes nothing", "n1", 0, 0)
-
-	failed := pod("ns", "web-0", "n1")
-	failed.Status.Phase = v1.PodFailed
-	c.OnPodUpdate(nil, failed)
-	want("pod failed", "n1", 2000, 1)
-
-	c.OnPodUpdate(nil, pod("ns", "web-0", "n1"))
-	c.OnPodDelete(cache.DeletedFinalStateUnknown{Key: "ns/web-0", Obj: pod("ns", "web-0", "n1")})
-	want("pod deleted (tombstone)", "n1", 2000, 1)
-
+	want("created", "n1", "ns/web-0")
+	if got := c.Node("n1").Held[0]; got.StaticIP != "ns/web-0" || got.Request.MilliCPU != 2000 || got.Request.Memory != 1<<30 ||
+		got.Request.Scalar["example.com/gpu"] != 1 {
+		t.Fatalf("held record %+v", got)
+	}
 	moved := sip("ns", "web-0", "n3", "2")
 	c.OnStaticIPUpdate(nil, moved)
-	want("StaticIP moved away", "n1", 0, 0)
-	want("StaticIP moved here", "n3", 2000, 1)
-
+	want("moved away", "n1", "")
+	want("moved here", "n3", "ns/web-0")
 	released := moved.DeepCopy()
 	released.Status.Phase = jkev1.StaticIPReleased
 	c.OnStaticIPUpdate(moved, released)
-	want("StaticIP released", "n3", 0, 0)
-
-	c.OnStaticIPUpdate(released, moved)
+	want("released", "n3", "")
+	deleting := moved.DeepCopy()
+	deleting.DeletionTimestamp = &metav1.Time{}
+	c.OnStaticIPUpdate(released, deleting)
+	want("being deleted", "n3", "")
+	c.OnStaticIPUpdate(deleting, moved)
 	c.OnStaticIPDelete(moved)
-	want("StaticIP deleted", "n3", 0, 0)
+	want("deleted", "n3", "")
 	if len(c.nodes) != 0 || len(c.byPod) != 0 || len(c.staticIPs) != 0 {
 		t.Fatalf("state left behind: nodes=%v byPod=%v staticIPs=%v", c.nodes, c.byPod, c.staticIPs)
 	}
@@ -94,17 +80,15 @@ func TestSpecPodNamesThePod(t *testing.T) {
 	s := sip("ns", "record", "n1", "1")
 	s.Spec.Pod = "web-7"
 	c.OnStaticIPUpdate(nil, s)
-	c.OnPodUpdate(nil, pod("ns", "record", "n1"))
-	if c.Node("n1").Reservations != 1 {
-		t.Fatal("a pod named like the record, not like spec.pod, must not release the reservation")
-	}
-	c.OnPodUpdate(nil, pod("ns", "web-7", "n1"))
-	if c.Node("n1").Reservations != 0 {
-		t.Fatal("pod spec.pod present on the node: reservation must be gone")
+	if got := heldOn(c, "n1"); got != "ns/web-7" {
+		t.Fatalf("n1 holds [%s], want the record's spec.pod ns/web-7", got)
 	}
 	info, ok := c.StaticIPForPod("ns", "web-7")
-	if !ok || info.Name != "record" || info.Node != "n1" || info.Reserved {
+	if !ok || info.Name != "record" || info.Node != "n1" || !info.Active {
 		t.Fatalf("StaticIPForPod = %+v, %v", info, ok)
+	}
+	if _, ok := c.StaticIPForPod("ns", "record"); ok {
+		t.Fatal("the record's own name is not its pod's")
 	}
 }
 
@@ -178,58 +162,63 @@ func TestNewerVersionWins(t *testing.T) {
 	v7.ResourceVersion = "7"
 	c.OnStaticIPUpdate(nil, v7)
 	c.OnStaticIPUpdate(nil, v5) // late informer event
-	if c.Node("n2").Reservations != 1 || c.Node("n1").Reservations != 0 {
+	if heldOn(c, "n2") != "ns/web-0" || heldOn(c, "n1") != "" {
 		t.Fatalf("an older version overwrote a newer one: n1=%+v n2=%+v", c.Node("n1"), c.Node("n2"))
 	}
-	c.ObserveStaticIPEvent(v7, nil) // deletion seen through a hint
-	c.OnStaticIPUpdate(nil, v7)     // the informer's late update with the same version
-	if c.Node("n2").Reservations != 0 {
+	if _, err := c.StaticIPEventOf(v7, nil); err != nil { // deletion seen through a hint
+		t.Fatal(err)
+	}
+	c.OnStaticIPUpdate(nil, v7) // the informer's late update with the same version
+	if heldOn(c, "n2") != "" {
 		t.Fatal("an update with the deleted object's version resurrected it")
 	}
 	again := sip("ns", "web-0", "n1", "1")
 	again.ResourceVersion = "9"
 	c.OnStaticIPUpdate(nil, again) // re-created
-	if c.Node("n1").Reservations != 1 {
+	if heldOn(c, "n1") != "ns/web-0" {
 		t.Fatal("a re-created StaticIP was ignored")
 	}
 }
 
 // Node's answer is kept until the node changes: every kind of change must show in the next
-// read, also right after an answer was kept.
+// read, also right after an answer was kept, and comes as a new value (its address is what
+// the Filter's per-node summaries are keyed by).
 func TestNodeViewFollowsEveryChange(t *testing.T) {
 	c := NewEmpty()
-	step := func(what, node, wantHeld string, wantCIDRs, wantReservations int) {
+	var last *NodeInfo
+	step := func(what, node, wantHeld string, wantCIDRs int) {
 		t.Helper()
 		got := c.Node(node)
-		var held []string
-		for _, h := range got.Held {
-			held = append(held, h.PodName)
+		if held := heldOn(c, node); held != wantHeld || len(got.CIDRs) != wantCIDRs {
+			t.Fatalf("%s: node %s holds [%s], CIDRs %v; want [%s], %d CIDRs", what, node, held, got.CIDRs, wantHeld, wantCIDRs)
 		}
-		sort.Strings(held)
-		if strings.Join(held, ",") != wantHeld || len(got.CIDRs) != wantCIDRs || got.Reservations != wantReservations {
-			t.Fatalf("%s: node %s holds %v, CIDRs %v, %d reservations; want [%s], %d CIDRs, %d reservations",
-				what, node, held, got.CIDRs, got.Reservations, wantHeld, wantCIDRs, wantReservations)
+		if got == last && node == "n1" && what != "read again" {
+			t.Fatalf("%s: the same view came back after a change", what)
 		}
+		last = got
 	}
 	r1 := &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: "r1"}, Spec: jkev1.IPRangeSpec{CIDR: "10.0.0.0/26", Node: "n1"}}
 	a, b := sip("ns", "a", "n1", "1"), sip("ns", "b", "n1", "1")
 
-	step("empty", "n1", "", 0, 0)
+	step("empty", "n1", "", 0)
 	c.OnStaticIPUpdate(nil, a)
-	step("StaticIP a added", "n1", "a", 0, 1)
+	step("StaticIP a added", "n1", "ns/a", 0)
+	if c.Node("n1") != last {
+		t.Fatal("an unchanged node gave a new view")
+	}
 	c.OnStaticIPUpdate(nil, b)
-	step("StaticIP b added", "n1", "a,b", 0, 2)
+	step("StaticIP b added", "n1", "ns/a,ns/b", 0)
 	c.OnIPRangeUpdate(nil, r1)
-	step("IPRange added", "n1", "a,b", 1, 2)
-	c.OnPodUpdate(nil, pod("ns", "b", "n1"))
-	step("pod b bound to n1", "n1", "a,b", 1, 1)
+	step("IPRange added", "n1", "ns/a,ns/b", 1)
 	moved := a.DeepCopy()
 	moved.Spec.Node = "n2"
 	c.OnStaticIPUpdate(a, moved)
-	step("StaticIP a moved away", "n1", "b", 1, 0)
-	step("StaticIP a moved in", "n2", "a", 0, 1)
+	step("StaticIP a moved away", "n1", "ns/b", 1)
+	if heldOn(c, "n2") != "ns/a" {
+		t.Fatal("StaticIP a did not move in to n2")
+	}
 	c.OnStaticIPDelete(b)
-	step("StaticIP b deleted", "n1", "", 1, 0)
+	step("StaticIP b deleted", "n1", "", 1)
 	c.OnIPRangeDelete(r1)
-	step("IPRange deleted", "n1", "", 0, 0)
+	step("IPRange deleted", "n1", "", 0)
 }

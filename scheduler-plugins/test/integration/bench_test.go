@@ -30,50 +30,77 @@ var (
 
 // BenchmarkSchedulingThroughput compares, in one run and on the same binary and API server,
 // the scheduler with the staticip plugins (the replace-default profile) against the
-// default profile: nodes each owning one IPRange, pods of which 30% have a StaticIP (and
-// the matching annotation) on a node. Pods are created first; the clock runs from the
-// scheduler's start until every pod is bound. Reports pods/s per mode.
+// default profile, doing equal work: nodes each owning one IPRange, pods of which 30% have a
+// StaticIP (and the matching annotation) on a node AND, in both modes, a required node
+// affinity on metadata.name for that node — so that with the plugins off those pods are as
+// restricted as the plugins make them. Pods are created first; the clock runs from the
+// scheduler's start until every pod is bound. Reports pods/s, the test process's CPU per pod
+// (the scheduler runs in it; kube-apiserver and etcd do not) and the p99 of the scheduler's
+// own Filter extension-point histogram.
 //
 //	go test ./scheduler-plugins/test/integration -run '^$' -bench SchedulingThroughput -benchtime 1x \
-//	    [-sched-bench-nodes 5000 -sched-bench-pods 10000]
+//	    [-sched-bench-nodes 5000 -sched-bench-pods 10000] [-sched-bench-order on,off]
 func BenchmarkSchedulingThroughput(b *testing.B) {
 	env := testenv.Get(b)
 	// The nodes and their IPRanges are the same for both modes: made once, so that neither
 	// mode runs on a store the other one churned more.
 	w := setUpNodes(b, env, *benchNodes, *benchPods)
 	b.Cleanup(w.tearDownNodes)
-	// The scheduler's own client is not rate-limited (as in Kubernetes' scheduler_perf): at
-	// 100+ pods/s, binds and events would otherwise meet the test client's 200 QPS and both
-	// modes would measure the limiter instead of the plugins.
-	schedulerConfig := rest.CopyConfig(env.Config)
-	schedulerConfig.QPS, schedulerConfig.Burst = 5000, 5000
-	modes := map[string]string{
-		"off": "manifests/scheduler/benchmark/default-scheduler-config.yaml",
-		"on":  replaceDefault,
-	}
-	for _, name := range strings.Split(*benchOrder, ",") {
-		config, ok := modes[name]
-		if !ok {
-			b.Fatalf("-sched-bench-order: unknown mode %q (off, on)", name)
-		}
-		mode := struct{ name, config string }{"plugins=" + name, config}
+	schedulerConfig := unlimited(env.Config)
+	for _, mode := range benchModes(b) {
 		b.Run(mode.name, func(b *testing.B) {
 			profiles := LoadProfiles(b, mode.config)
 			for i := 0; i < b.N; i++ {
 				b.StopTimer()
 				w.createPods(b)
 				b.StartTimer()
-				start := time.Now()
+				m := startMeasuring(b, *benchPods)
 				sched := StartScheduler(b, schedulerConfig, profiles)
 				w.waitAllBound(b)
-				elapsed := time.Since(start)
+				m.stop(b)
 				b.StopTimer()
 				sched.Stop()
-				b.ReportMetric(float64(*benchPods)/elapsed.Seconds(), "pods/s")
+				m.report(b)
 				w.deletePods(b)
 			}
 		})
 	}
+}
+
+// unlimited is the scheduler's own client config, not rate-limited (as Kubernetes'
+// scheduler_perf): at 100+ pods/s, binds and events would otherwise meet the test client's
+// 200 QPS and both modes would measure the limiter instead of the plugins.
+func unlimited(cfg *rest.Config) *rest.Config {
+	c := rest.CopyConfig(cfg)
+	c.QPS, c.Burst = 5000, 5000
+	return c
+}
+
+type benchMode struct{ name, config string }
+
+func benchModes(b *testing.B) []benchMode {
+	modes := map[string]string{
+		"off": "manifests/scheduler/benchmark/default-scheduler-config.yaml",
+		"on":  replaceDefault,
+	}
+	var out []benchMode
+	for _, name := range strings.Split(*benchOrder, ",") {
+		config, ok := modes[name]
+		if !ok {
+			b.Fatalf("-sched-bench-order: unknown mode %q (off, on)", name)
+		}
+		out = append(out, benchMode{"plugins=" + name, config})
+	}
+	return out
+}
+
+// pinnedTo is a required node affinity on metadata.name: the same single-node restriction
+// CheckPodAnnotationWithStaticIP gives a static-IP pod, expressed so that the default
+// profile honours it too.
+func pinnedTo(node string) *v1.Affinity {
+	return &v1.Affinity{NodeAffinity: &v1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &v1.NodeSelector{
+		NodeSelectorTerms: []v1.NodeSelectorTerm{{MatchFields: []v1.NodeSelectorRequirement{{
+			Key: metav1.ObjectNameField, Operator: v1.NodeSelectorOpIn, Values: []string{node}}}}}}}}
 }
 
 type workload struct {
@@ -157,14 +184,16 @@ func (w *workload) createPods(b *testing.B) {
 		req := v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m"), v1.ResourceMemory: resource.MustParse("128Mi")}
 		p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: name},
 			Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10", Resources: v1.ResourceRequirements{Requests: req}}}}}
-		if i%10 < 3 { // 30% static-IP pods, pinned to a node by their StaticIP
+		if i%10 < 3 { // 30% static-IP pods, pinned to a node by their StaticIP and, in both modes, by node affinity
 			node := i % nodes
+			nodeName := fmt.Sprintf("sched-bench-n%d", node)
 			ip := fmt.Sprintf("10.%d.%d.%d", 100+node/256, node%256, 10+(i/nodes)%200)
 			if _, err := w.sip.JkeV1().StaticIPs(w.ns).Create(ctx, &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: name},
-				Spec: jkev1.StaticIPSpec{Node: fmt.Sprintf("sched-bench-n%d", node), IP: ip, Pod: name, Resources: req}}, metav1.CreateOptions{}); err != nil {
+				Spec: jkev1.StaticIPSpec{Node: nodeName, IP: ip, Pod: name, Resources: req}}, metav1.CreateOptions{}); err != nil {
 				return err
 			}
 			p.Annotations = map[string]string{jkev1.AnnotationIPAddress: ip}
+			p.Spec.Affinity = pinnedTo(nodeName)
 		}
 		_, err := w.kube.CoreV1().Pods(w.ns).Create(ctx, p, metav1.CreateOptions{})
 		return err
@@ -174,17 +203,23 @@ func (w *workload) createPods(b *testing.B) {
 	}
 }
 
-// waitAllBound returns once no pod of the namespace is unbound. It lists only the unbound
-// pods (from the watch cache), so the check costs less as the scheduler progresses: a list
-// of every pod each time would take CPU from the scheduler being measured.
+// waitAllBound returns once no pod of the namespace is unbound.
 func (w *workload) waitAllBound(b *testing.B) {
 	b.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), 500*time.Millisecond, 2*time.Hour, true, func(ctx context.Context) (bool, error) {
-		list, err := w.kube.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=", ResourceVersion: "0"})
+	waitNoneUnbound(b, w.kube, w.ns, 500*time.Millisecond)
+}
+
+// waitNoneUnbound polls until no pod of ns is unbound. It lists only the unbound pods (from
+// the watch cache), so the check costs less as the scheduler progresses: a list of every
+// pod each time would take CPU from the scheduler being measured.
+func waitNoneUnbound(b *testing.B, kube kubernetes.Interface, ns string, interval time.Duration) {
+	b.Helper()
+	err := wait.PollUntilContextTimeout(context.Background(), interval, 2*time.Hour, true, func(ctx context.Context) (bool, error) {
+		list, err := kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=", ResourceVersion: "0"})
 		return err == nil && len(list.Items) == 0, nil
 	})
 	if err != nil {
-		b.Fatalf("not all %d pods bound: %v", w.pods, err)
+		b.Fatalf("not all pods of %s bound: %v", ns, err)
 	}
 }
 

@@ -437,7 +437,7 @@ func TestExhaustedRangesRequeue(t *testing.T) {
 	// 6 usable: b, c, d + e, f use 5 with "held" reserved; g has no IP.
 	f.waitScheduled("e")
 	f.waitScheduled("f")
-	f.waitUnschedulable("g", "no free IP in node's ranges 10.63.1.0/29 (6 usable: 5 used by pods, 1 reserved for absent static-IP pods)")
+	f.waitUnschedulable("g", "no free IP in node's ranges 10.63.1.0/29 (6 usable: 5 used by pods, 1 reserved for absent static-IP pods: StaticIP "+f.ns+"/held)")
 	if err := f.sip.JkeV1().StaticIPs(f.ns).Delete(f.ctx, "held", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -138,23 +138,5 @@ func TestBadArgs(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "checkIP") {
 		t.Fatalf("unknown field: err = %v", err)
 	}
-	// A bad enum value decodes, and validation (run by the plugin's New) names the field.
-	cfg, err := options.LoadConfigFromFile(klog.Background(), writeConfig(t, header+`  pluginConfig:
-  - name: PodFitsResourcesWithStaticIP
-    args:
-      nodesWithoutIPRange: Sometimes
-  - name: CheckPodAnnotationWithStaticIP
-    args:
-      ipAddressAnnotation: "not a key!"
-`))
-	if err != nil {
-		t.Fatal(err)
-	}
-	fit, check := argsOf(t, cfg.Profiles[0])
-	if err := validation.ValidatePodFitsResourcesWithStaticIPArgs(nil, fit); err == nil || !strings.Contains(err.Error(), "nodesWithoutIPRange") {
-		t.Fatalf("validation = %v", err)
-	}
-	if err := validation.ValidateCheckPodAnnotationWithStaticIPArgs(nil, check); err == nil || !strings.Contains(err.Error(), "ipAddressAnnotation") {
-		t.Fatalf("validation = %v", err)
-	}
+	// Bad values fail the load itself: TestBadArgsFailTheLoad.
 }

@@ -4,6 +4,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
+// NodesWithoutIPRangePolicy is Allow or Reject (see the internal type).
+type NodesWithoutIPRangePolicy string
+
+// UnknownIPPolicy is Reject or Ignore (see the internal type).
+type UnknownIPPolicy string
+
 // PodFitsResourcesWithStaticIPArgs are the arguments of PodFitsResourcesWithStaticIP.
 //
 // +k8s:deepcopy-gen:interfaces=k8s.io/apimachinery/pkg/runtime.Object
@@ -14,7 +20,7 @@ type PodFitsResourcesWithStaticIPArgs struct {
 	// of the node's addresses is free, or its own StaticIP holds one there. Default true.
 	CheckIPs *bool `json:"checkIPs,omitempty"`
 	// NodesWithoutIPRange: Allow (default; only reservations are checked there) or Reject.
-	NodesWithoutIPRange *string `json:"nodesWithoutIPRange,omitempty"`
+	NodesWithoutIPRange NodesWithoutIPRangePolicy `json:"nodesWithoutIPRange,omitempty"`
 }
 
 // CheckPodAnnotationWithStaticIPArgs are the arguments of CheckPodAnnotationWithStaticIP.
@@ -27,5 +33,5 @@ type CheckPodAnnotationWithStaticIPArgs struct {
 	// Default staticip.jke.jdcloud.com/ip-address.
 	IPAddressAnnotation *string `json:"ipAddressAnnotation,omitempty"`
 	// UnknownIP: Reject (default) or Ignore an annotated IP that lies in no IPRange.
-	UnknownIP *string `json:"unknownIP,omitempty"`
+	UnknownIP UnknownIPPolicy `json:"unknownIP,omitempty"`
 }

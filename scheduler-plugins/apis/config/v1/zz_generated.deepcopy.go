@@ -34,11 +34,6 @@ func (in *CheckPodAnnotationWithStaticIPArgs) DeepCopyInto(out *CheckPodAnnotati
 		*out = new(string)
 		**out = **in
 	}
-	if in.UnknownIP != nil {
-		in, out := &in.UnknownIP, &out.UnknownIP
-		*out = new(string)
-		**out = **in
-	}
 	return
 }
 
@@ -67,11 +62,6 @@ func (in *PodFitsResourcesWithStaticIPArgs) DeepCopyInto(out *PodFitsResourcesWi
 	if in.CheckIPs != nil {
 		in, out := &in.CheckIPs, &out.CheckIPs
 		*out = new(bool)
-		**out = **in
-	}
-	if in.NodesWithoutIPRange != nil {
-		in, out := &in.NodesWithoutIPRange, &out.NodesWithoutIPRange
-		*out = new(string)
 		**out = **in
 	}
 	return

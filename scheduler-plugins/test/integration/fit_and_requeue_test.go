@@ -1,0 +1,179 @@
+package integration
+
+import (
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/rand"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/utils/ptr"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+)
+
+// podRequesting creates a pod with the given requests (limits equal for extended
+// resources, as the API requires).
+func (f *fixture) podRequesting(name string, req v1.ResourceList, annotations map[string]string) {
+	f.t.Helper()
+	limits := v1.ResourceList{}
+	for n, q := range req {
+		if n != v1.ResourceCPU && n != v1.ResourceMemory {
+			limits[n] = q
+		}
+	}
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name, Annotations: annotations},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10",
+			Resources: v1.ResourceRequirements{Requests: req, Limits: limits}}}}}
+	if _, err := f.kube.CoreV1().Pods(f.ns).Create(f.ctx, p, metav1.CreateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// withFitArgs returns profiles whose NodeResourcesFit ignores the given resources.
+func withFitArgs(t *testing.T, profiles []schedconfig.KubeSchedulerProfile, ignored, groups []string) []schedconfig.KubeSchedulerProfile {
+	t.Helper()
+	found := false
+	for i := range profiles {
+		for j := range profiles[i].PluginConfig {
+			if args, ok := profiles[i].PluginConfig[j].Args.(*schedconfig.NodeResourcesFitArgs); ok {
+				args.IgnoredResources, args.IgnoredResourceGroups = ignored, groups
+				found = true
+			}
+		}
+	}
+	if !found {
+		t.Fatal("the profile has no NodeResourcesFit args to set")
+	}
+	return profiles
+}
+
+// TestIgnoredResourcesAsKubeScheduler: in replace-default mode a pod requesting resources
+// NodeResourcesFit is told to ignore (ignoredResources, ignoredResourceGroups) is placed
+// exactly as kube-scheduler would place it, also on a node holding a reservation.
+func TestIgnoredResourcesAsKubeScheduler(t *testing.T) {
+	f := newFixture(t)
+	f.node("sched-ign-n1", "4", 110)
+	f.ipRange("sched-ign-r1", "10.64.1.0/24", "sched-ign-n1")
+	f.staticIP("held", "sched-ign-n1", "10.64.1.9", "1")
+	sched := StartScheduler(t, f.cfg, withFitArgs(t, LoadProfiles(t, replaceDefault),
+		[]string{"example.com/ignored"}, []string{"ignored.example.org"}))
+	defer sched.Stop()
+	sched.WaitForStaticIP(t, f.ns, "held")
+
+	f.podRequesting("ignored", v1.ResourceList{v1.ResourceCPU: resource.MustParse("1"),
+		"example.com/ignored": resource.MustParse("1"), "ignored.example.org/widget": resource.MustParse("2")}, nil)
+	if got := f.waitScheduled("ignored"); got != "sched-ign-n1" {
+		t.Fatalf("ignored on %s", got)
+	}
+}
+
+// TestDRAExtendedResourceAsKubeScheduler: an extended resource served by DRA (a DeviceClass
+// with extendedResourceName, devices in a ResourceSlice; no node advertises it) is placed
+// by DynamicResources as kube-scheduler would place it.
+func TestDRAExtendedResourceAsKubeScheduler(t *testing.T) {
+	f := newFixture(t)
+	f.node("sched-dra-n1", "4", 110)
+	f.ipRange("sched-dra-r1", "10.65.1.0/24", "sched-dra-n1")
+	dc := &resourcev1.DeviceClass{ObjectMeta: metav1.ObjectMeta{Name: "sched-dra-gpu-" + rand.String(4)},
+		Spec: resourcev1.DeviceClassSpec{
+			Selectors:            []resourcev1.DeviceSelector{{CEL: &resourcev1.CELDeviceSelector{Expression: `device.driver == "dra.example.com"`}}},
+			ExtendedResourceName: ptr.To("example.com/dra-gpu"),
+		}}
+	if _, err := f.kube.ResourceV1().DeviceClasses().Create(f.ctx, dc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.kube.ResourceV1().DeviceClasses().Delete(f.ctx, dc.Name, metav1.DeleteOptions{}) })
+	if got, err := f.kube.ResourceV1().DeviceClasses().Get(f.ctx, dc.Name, metav1.GetOptions{}); err != nil || got.Spec.ExtendedResourceName == nil {
+		t.Skipf("this kube-apiserver drops DeviceClass.spec.extendedResourceName (DRAExtendedResource off): %v", err)
+	}
+	slice := &resourcev1.ResourceSlice{ObjectMeta: metav1.ObjectMeta{Name: "sched-dra-n1-" + rand.String(4)},
+		Spec: resourcev1.ResourceSliceSpec{Driver: "dra.example.com", NodeName: ptr.To("sched-dra-n1"),
+			Pool:    resourcev1.ResourcePool{Name: "sched-dra-n1", ResourceSliceCount: 1},
+			Devices: []resourcev1.Device{{Name: "gpu-0"}, {Name: "gpu-1"}}}}
+	if _, err := f.kube.ResourceV1().ResourceSlices().Create(f.ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.kube.ResourceV1().ResourceSlices().Delete(f.ctx, slice.Name, metav1.DeleteOptions{}) })
+	sched := StartScheduler(t, f.cfg, LoadProfiles(t, replaceDefault))
+	defer sched.Stop()
+
+	f.podRequesting("dra", v1.ResourceList{v1.ResourceCPU: resource.MustParse("1"), "example.com/dra-gpu": resource.MustParse("1")}, nil)
+	if got := f.waitScheduled("dra"); got != "sched-dra-n1" {
+		t.Fatalf("dra on %s", got)
+	}
+}
+
+// TestRequeueOnIPRangeDeletion: a pod rejected for want of an IP is retried when the node
+// loses its last range (nodesWithoutIPRange: Allow), well before the 5-minute flush.
+func TestRequeueOnIPRangeDeletion(t *testing.T) {
+	f := newFixture(t)
+	f.node("sched-rdel-n1", "64", 110)
+	f.ipRange("sched-rdel-r1", "10.66.1.0/30", "sched-rdel-n1") // 2 usable addresses
+	sched := StartScheduler(t, f.cfg, LoadProfiles(t, replaceDefault))
+	defer sched.Stop()
+	f.pod("a", "100m", "")
+	f.pod("b", "100m", "")
+	f.waitScheduled("a")
+	f.waitScheduled("b")
+	f.pod("c", "100m", "")
+	f.waitUnschedulable("c", "no free IP in node's ranges 10.66.1.0/30")
+	if err := f.sip.JkeV1().IPRanges().Delete(f.ctx, "sched-rdel-r1", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.waitScheduled("c"); got != "sched-rdel-n1" {
+		t.Fatalf("c on %s", got)
+	}
+}
+
+// TestRequeueOnAnnotationCorrection: a pending pod whose annotated IP lies in no range is
+// retried as soon as its annotation is corrected.
+func TestRequeueOnAnnotationCorrection(t *testing.T) {
+	f := newFixture(t)
+	f.node("sched-ann-n1", "8", 110)
+	f.ipRange("sched-ann-r1", "10.67.1.0/24", "sched-ann-n1")
+	sched := StartScheduler(t, f.cfg, LoadProfiles(t, replaceDefault))
+	defer sched.Stop()
+	f.pod("typo", "100m", "10.76.1.5")
+	f.waitUnschedulable("typo", "the pod's IP 10.76.1.5 (annotation staticip.jke.jdcloud.com/ip-address) lies in no IPRange")
+	p, err := f.kube.CoreV1().Pods(f.ns).Get(f.ctx, "typo", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Annotations[jkev1.AnnotationIPAddress] = "10.67.1.5"
+	if _, err := f.kube.CoreV1().Pods(f.ns).Update(f.ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.waitScheduled("typo"); got != "sched-ann-n1" {
+		t.Fatalf("typo on %s", got)
+	}
+}
+
+// TestRequeueOnPodScaleDown: a pod rejected because a reservation takes the room it would
+// have is retried when a bound pod on that node is resized down.
+func TestRequeueOnPodScaleDown(t *testing.T) {
+	f := newFixture(t)
+	f.node("sched-down-n1", "4", 110)
+	f.ipRange("sched-down-r1", "10.68.1.0/24", "sched-down-n1")
+	sched := StartScheduler(t, f.cfg, LoadProfiles(t, replaceDefault))
+	defer sched.Stop()
+	f.pod("big", "2", "")
+	f.waitScheduled("big")
+	f.staticIP("held", "sched-down-n1", "10.68.1.9", "1")
+	sched.WaitForStaticIP(t, f.ns, "held")
+	f.pod("waiting", "2", "")
+	f.waitUnschedulable("waiting", "reserved for absent static-IP pods")
+	p, err := f.kube.CoreV1().Pods(f.ns).Get(f.ctx, "big", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Spec.Containers[0].Resources.Requests[v1.ResourceCPU] = resource.MustParse("1")
+	if _, err := f.kube.CoreV1().Pods(f.ns).UpdateResize(f.ctx, "big", p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.waitScheduled("waiting"); got != "sched-down-n1" {
+		t.Fatalf("waiting on %s", got)
+	}
+}
