@@ -149,15 +149,15 @@ func TestPodsAnswerOnEveryNode(t *testing.T) {
 	pods := podPerNode(t, ctx, ns, map[string]string{"app": "ts"})
 
 	for _, p := range pods {
-		netns, err := f.NodeNetns(ctx, p.Spec.NodeName)
+		shell, why, err := f.NodeShell(ctx, p.Spec.NodeName)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if netns == "" {
-			t.Logf("node %s is not a local-cluster node; skipping the from-node check", p.Spec.NodeName)
+		if shell == nil {
+			t.Logf("skipping the from-node check: %s", why)
 			continue
 		}
-		out, err := f.ExecOnNode(netns, f.NodeTool, "get", url(p.Status.PodIP, 8080))
+		out, err := shell.ExecTool("get", url(p.Status.PodIP, 8080))
 		if err != nil {
 			t.Errorf("from node %s to its pod %s: %v", p.Spec.NodeName, p.Status.PodIP, err)
 			continue
