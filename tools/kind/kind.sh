@@ -156,39 +156,62 @@ kustomizations() {
   done
 }
 
+# readme_install prints the kubectl commands of the top README's "Installing into a
+# cluster" block, comments stripped: the install a user copies is the install we run.
+readme_install() {
+  awk '/^## Installing into a cluster/ {sec=1; next} sec && /^## / {exit}
+       sec && /^```/ {if (blk) exit; blk=1; next}
+       blk && /^kubectl / {sub(/[ \t]+#.*$/, ""); print}' README.md
+}
+
 install() {
-  local nodes
+  local nodes cmd d applied=" "
   nodes=$(kind get nodes --name "$cluster")
-  log "CRDs (manifests/crds)"
-  kubectl apply --server-side --force-conflicts -f manifests/crds >/dev/null
-  kubectl wait --for condition=Established --timeout=60s crd --all >/dev/null
-  local others; others=$(kustomizations)
-  load_images manifests/cni $others
-  # One IPRange per node: the node's pod CIDR, as kubeadm's controller-manager allocated it.
-  local n cidr ranges=""
+  mapfile -t cmds < <(readme_install)
+  [ ${#cmds[@]} -gt 0 ] || { log "README.md has no kubectl commands under 'Installing into a cluster'"; exit 1; }
+  # Every kustomization the README applies, and any other manifests/ directory with one
+  # (a component the README does not list yet) after them.
+  local dirs=()
+  for cmd in "${cmds[@]}"; do
+    d=$(echo "$cmd" | awk '{for (i = 1; i < NF; i++) if ($i == "-k") print $(i+1)}')
+    [ -n "$d" ] && dirs+=("$d") && applied+="$d "
+  done
+  local extra=()
+  for d in $(kustomizations); do
+    case "$applied" in *" $d "*) ;; *) extra+=("$d") ;; esac
+  done
+  load_images "${dirs[@]}" "${extra[@]}"
+  # One IPRange per node: the node's pod CIDR, as kubeadm's controller-manager allocated it
+  # (the README's my-ipranges.yaml).
+  local n cidr
+  : >"$state/ipranges.yaml"
   for n in $nodes; do
     cidr=$(kubectl get node "$n" -o jsonpath='{.spec.podCIDR}')
     [ -n "$cidr" ] || { log "node $n has no podCIDR"; exit 1; }
-    ranges+="apiVersion: jke.jdcloud.com/v1
-kind: IPRange
-metadata:
-  name: $n
-spec:
-  cidr: $cidr
-  node: $n
----
-"
+    printf 'apiVersion: jke.jdcloud.com/v1\nkind: IPRange\nmetadata:\n  name: %s\nspec:\n  cidr: %s\n  node: %s\n---\n' "$n" "$cidr" "$n" >>"$state/ipranges.yaml"
   done
-  echo "$ranges" | kubectl apply -f - >/dev/null
-  log "CNI: kubectl apply -k manifests/cni"
-  kubectl apply -k manifests/cni >/dev/null
-  kubectl -n kube-system rollout status daemonset/staticip-agent --timeout=300s >&2
-  kubectl wait --for condition=Ready node --all --timeout=300s >/dev/null
-  local d
-  for d in $others; do
-    log "kubectl apply -k $d"
+  for cmd in "${cmds[@]}"; do
+    cmd=${cmd//my-ipranges.yaml/$state/ipranges.yaml}
+    log "README: $cmd"
+    # Word splitting as the shell would (the README's commands have no quoting); CRDs may
+    # still be establishing when the next command names their kinds: retry a little.
+    local try
+    for try in 1 2 3 4 5 6; do
+      # shellcheck disable=SC2086
+      if kubectl ${cmd#kubectl } >"$state/apply.log" 2>&1; then break; fi
+      [ $try -eq 6 ] && { cat "$state/apply.log" >&2; exit 1; }
+      sleep 5
+    done
+    if [[ "$cmd" == *manifests/crds* ]]; then
+      kubectl wait --for condition=Established --timeout=60s crd --all >/dev/null
+    fi
+  done
+  for d in "${extra[@]}"; do
+    log "kubectl apply -k $d (not in the README's install section)"
     kubectl apply -k "$d" >/dev/null
   done
+  kubectl -n kube-system rollout status daemonset/staticip-agent --timeout=300s >&2
+  kubectl wait --for condition=Ready node --all --timeout=300s >/dev/null
   if [ -n "$(kubectl get --ignore-not-found -n kube-system deployment staticip-scheduler -o name)" ]; then
     replace_scheduler
   fi
