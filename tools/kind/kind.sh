@@ -133,10 +133,17 @@ load_images() {
     while read -r ref; do refs+=("$ref"); done < <(manifest_images "$d")
   done
   go run ./tools/kind/images --app-images "$(IFS=,; echo "${refs[*]}")" --bin-dir "$bin" --out "$state/images" >&2
-  local t
+  # Loaded already into these very nodes (same containers, same image contents)?
+  local stamp t
+  stamp=$( { docker ps -q --no-trunc --filter "label=io.x-k8s.kind.cluster=$cluster" | sort; sha256sum "$state"/images/*.tar | cut -c1-64; } | sha256sum)
+  if [ "$(cat "$state/images.loaded" 2>/dev/null)" = "$stamp" ]; then
+    log "images already loaded"
+    return
+  fi
   for t in "$state"/images/*.tar; do
     kind load image-archive --name "$cluster" "$t" >&2
   done
+  echo "$stamp" >"$state/images.loaded"
 }
 
 # kustomizations lists manifests/ directories to apply, in install order: the CRDs, the
