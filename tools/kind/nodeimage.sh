@@ -97,6 +97,10 @@ ln -sf /usr/lib/systemd/systemd "$tree/sbin/init"
 ln -sf /usr/bin/containerd "$tree/usr/local/bin/containerd"
 # The CNI plugins containerd itself needs (loopback for every sandbox's lo) and kind's set.
 for p in loopback host-local ptp portmap; do cp -a "$tree/usr/lib/cni/$p" "$tree/opt/cni/bin/"; done
+# Debian's sysctl.d defaults for a host (kernel.pid_max, fs.protected_*) are machine-global:
+# systemd-sysctl in a privileged node would write the host's. The node keeps only kind's and
+# ours (net.*, namespaced).
+rm -f "$tree/usr/lib/sysctl.d/50-pid-max.conf" "$tree/usr/lib/sysctl.d/99-protect-links.conf" "$tree/etc/sysctl.d/99-sysctl.conf"
 # Our additions (tools/kind/node) and runc-capfix.
 cp -a tools/kind/node/. "$tree/"
 install -m 0755 "$bin/runc-capfix" "$tree/usr/local/sbin/runc-capfix"
@@ -140,9 +144,12 @@ rm -rf "$ctrd"
 tar -C "$tree" --numeric-owner --xattrs -cf - . |
   docker import \
     --change 'ENV container=docker' \
-    --change 'STOPSIGNAL SIGRTMIN+3' \
     --change 'ENTRYPOINT ["/usr/local/bin/entrypoint", "/sbin/init"]' \
-    - "$image" >/dev/null
+    - "$image-import" >/dev/null
+# docker import takes no STOPSIGNAL; systemd as PID 1 stops on SIGRTMIN+3 (SIGTERM makes it
+# re-execute). A one-line build on the local image (no pull) adds it.
+printf 'FROM %s\nSTOPSIGNAL SIGRTMIN+3\n' "$image-import" | DOCKER_BUILDKIT=0 docker build -q -t "$image" - >/dev/null
+docker rmi "$image-import" >/dev/null
 rm -rf "$tree"
 log "built $image in $((SECONDS - start))s"
 echo "$image"
