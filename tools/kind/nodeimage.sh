@@ -47,6 +47,9 @@ if [ ! -e "$rootfs/.complete" ]; then
 fi
 
 # 2. Inputs and the image's tag.
+for b in kubeadm kubelet kubectl kube-apiserver kube-controller-manager kube-scheduler kube-proxy etcd coredns; do
+  [ -x "$bin/$b" ] || { log "$bin/$b is missing (make k8s-bins)"; exit 1; }
+done
 kind_dir=$(cd tools/kind/kindcli && go list -m -f '{{.Dir}}' sigs.k8s.io/kind)
 base_files="$kind_dir/images/base/files"
 k8s_version=$("$bin/kubeadm" version -o short)
