@@ -195,7 +195,7 @@ func TestCNIPodsGetNodeIPRangeAddressesAndCrossNodesThroughAgentRoutes(t *testin
 func TestCNIKeepsTheIPWhileTheStaticIPExists(t *testing.T) {
 	ctx := context.Background()
 	rangesByNode := requireStaticIPCNI(t, ctx)
-	nodes := readyNodes(t, ctx)
+	nodes := workloadNodes(t, ctx)
 	target := nodes[len(nodes)-1].Name
 	if len(rangesByNode[target]) == 0 {
 		t.Fatalf("node %s has no IPRange", target)
@@ -259,9 +259,9 @@ func TestCNIKeepsTheIPWhileTheStaticIPExists(t *testing.T) {
 func TestCNIBadInputShowsInPodEvents(t *testing.T) {
 	ctx := context.Background()
 	rangesByNode := requireStaticIPCNI(t, ctx)
-	nodes := readyNodes(t, ctx)
+	nodes := workloadNodes(t, ctx)
 	if len(nodes) < 2 {
-		t.Skip("needs two nodes")
+		t.Skip("needs two nodes that take ordinary pods")
 	}
 	node, other := nodes[0].Name, nodes[1].Name
 	if len(rangesByNode[node]) == 0 || len(rangesByNode[other]) == 0 {
