@@ -31,7 +31,6 @@ e2e-kind-suite:
 	@mkdir -p $(OUT)
 	@eval "export $$($(ROOT)/tools/kind/dockerd.sh env)"; rc=0; \
 	  $(GO) test -tags e2e $(E2E_FLAGS) ./e2e/... -args -kubeconfig=$(KIND_KUBECONFIG) 2>&1 | tee $(OUT)/e2e-kind.log || rc=$$?; \
-	  rc=$${PIPESTATUS[0]:-$$rc}; \
 	  echo "e2e-kind: $$(grep -c -- '--- PASS' $(OUT)/e2e-kind.log || true) passed, $$(grep -c -- '--- FAIL' $(OUT)/e2e-kind.log || true) failed, $$(grep -c -- '--- SKIP' $(OUT)/e2e-kind.log || true) skipped"; \
 	  grep -A1 -- '--- SKIP' $(OUT)/e2e-kind.log | grep -v -- '^--$$' || true; \
 	  exit $$rc
