@@ -47,6 +47,15 @@ ensure_network() {
   log "network $network ($subnet, bridge $bridge)"
 }
 
+remove_network() {
+  docker network inspect "$network" >/dev/null 2>&1 || return 0
+  local c
+  for c in $(docker network inspect -f '{{range $id, $e := .Containers}}{{$id}} {{end}}' "$network"); do
+    docker network disconnect -f "$network" "$c" >/dev/null 2>&1 || true
+  done
+  docker network rm "$network" >/dev/null
+}
+
 cluster_config() {
   local image=$1
   cat <<YAML
@@ -107,6 +116,9 @@ up() {
       # (kind does not restart a cluster), so start over.
       log "cluster $cluster exists but is not healthy: recreating it"
       kind delete cluster --name "$cluster" >&2
+      # A killed engine keeps its old endpoints on the network (and their names in its
+      # embedded DNS: a new worker then resolved the control plane to a dead node's IP).
+      remove_network
     fi
     ensure_network
     t=$SECONDS
@@ -255,7 +267,7 @@ down() {
     if kind get clusters 2>/dev/null | grep -qx "$cluster"; then
       kind delete cluster --name "$cluster" --kubeconfig "$kubeconfig" >&2
     fi
-    docker network rm "$network" >/dev/null 2>&1 || true
+    remove_network || true
   fi
   "$root/tools/kind/dockerd.sh" down
   # A bridge of a network whose engine died with it.
