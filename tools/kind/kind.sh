@@ -116,10 +116,11 @@ up() {
       # (kind does not restart a cluster), so start over.
       log "cluster $cluster exists but is not healthy: recreating it"
       kind delete cluster --name "$cluster" >&2
-      # A killed engine keeps its old endpoints on the network (and their names in its
-      # embedded DNS: a new worker then resolved the control plane to a dead node's IP).
-      remove_network
     fi
+    # A fresh network for a fresh cluster: a killed engine keeps the old nodes' endpoints
+    # and their names in its embedded DNS (a new worker then resolved the control plane to a
+    # dead node's IP and kubeadm join failed with "connection refused").
+    remove_network
     ensure_network
     t=$SECONDS
     cluster_config "$image" >"$state/cluster.yaml"
