@@ -105,6 +105,15 @@ stop_ours() {
   for p in $(grep -l -s -- "$run/docker" /proc/[0-9]*/cmdline | cut -d/ -f3); do
     kill -KILL "$p" 2>/dev/null || true
   done
+  # The containers themselves outlive a killed engine and its shims (a kind node's systemd
+  # and kubelet kept running, holding their veths and IPs). Each container's processes are
+  # in a cgroup named by its ID; killing the container's PID 1 ends its PID namespace.
+  local ids=" " id
+  for id in $(ls "$state/docker/containers" 2>/dev/null); do ids+="$id "; done
+  for p in $(grep -l -s -E '/docker/[0-9a-f]{64}' /proc/[0-9]*/cgroup | cut -d/ -f3); do
+    id=$(grep -o -m1 -E '/docker/[0-9a-f]{64}' "/proc/$p/cgroup" 2>/dev/null | cut -d/ -f3) || continue
+    case "$ids" in *" $id "*) kill -KILL "$p" 2>/dev/null || true ;; esac
+  done
   # Mounts under our paths, deepest first.
   awk -v a="$state/" -v b="$run/" '$2 ~ "^"a || $2 ~ "^"b {print $2}' /proc/self/mounts | sort -r | while read -r m; do
     umount -l "$m" 2>/dev/null || true

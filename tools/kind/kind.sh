@@ -293,6 +293,11 @@ leftovers() {
   if grep -l -s -e "$state/daemon.json" -e "$run/docker" /proc/[0-9]*/cmdline >/dev/null 2>&1; then
     log "leftover: processes of our engine:"; grep -l -s -e "$state/daemon.json" -e "$run/docker" /proc/[0-9]*/cmdline >&2; bad=1
   fi
+  # Processes of the cluster's nodes (a kubelet names its node's provider ID), also when
+  # their engine is gone.
+  if grep -l -s -F "kind://docker/$cluster/" /proc/[0-9]*/cmdline >/dev/null 2>&1; then
+    log "leftover: processes of the cluster's nodes:"; grep -l -s -F "kind://docker/$cluster/" /proc/[0-9]*/cmdline >&2; bad=1
+  fi
   if ip link show "$bridge" >/dev/null 2>&1; then log "leftover: bridge $bridge"; bad=1; fi
   if ip -br link | grep -q '^docker0'; then log "leftover: docker0"; bad=1; fi
   if awk -v a="$state/" -v b="$run/" '$2 ~ "^"a || $2 ~ "^"b' /proc/self/mounts | grep -q .; then
