@@ -48,11 +48,7 @@ func run(refsFile, binDir, rootfs, out string) error {
 	if err != nil {
 		return err
 	}
-	root, err := os.Getwd()
-	if err != nil {
-		return err
-	}
-	bin, err := filepath.Abs(binDir)
+	root, bin, err := workDirs(binDir)
 	if err != nil {
 		return err
 	}
@@ -126,11 +122,7 @@ func readLines(file string) ([]string, error) {
 
 // runApp builds the manifests' images of staticip's binaries and the e2e suite's images.
 func runApp(refs []string, binDir, out string) error {
-	root, err := os.Getwd()
-	if err != nil {
-		return err
-	}
-	bin, err := filepath.Abs(binDir)
+	root, bin, err := workDirs(binDir)
 	if err != nil {
 		return err
 	}
@@ -163,4 +155,14 @@ func appImage(ref, bin string, defaults []imagebuilder.Image) imagebuilder.Image
 		}
 	}
 	return imagebuilder.Image{Ref: ref, Binary: filepath.Join(bin, n), Path: "/" + n, Tarball: "app-" + n + ".tar"}
+}
+
+// workDirs are the repository root (the working directory, where packages build from) and
+// the absolute binary directory.
+func workDirs(binDir string) (root, bin string, err error) {
+	if root, err = os.Getwd(); err != nil {
+		return "", "", err
+	}
+	bin, err = filepath.Abs(binDir)
+	return root, bin, err
 }
