@@ -63,6 +63,33 @@ func readyNodes(t *testing.T, ctx context.Context) []corev1.Node {
 	return ready
 }
 
+// workloadNodes are the Ready nodes that take ordinary pods: a node tainted NoSchedule or
+// NoExecute (a kind or kubeadm control plane) is left out, with the reason logged.
+func workloadNodes(t *testing.T, ctx context.Context) []corev1.Node {
+	t.Helper()
+	var out []corev1.Node
+	for _, n := range readyNodes(t, ctx) {
+		if taint := untoleratedTaint(n); taint != "" {
+			t.Logf("node %s left out: tainted %s (test pods do not tolerate it)", n.Name, taint)
+			continue
+		}
+		out = append(out, n)
+	}
+	if len(out) == 0 {
+		t.Fatal("no Ready node takes ordinary pods")
+	}
+	return out
+}
+
+func untoleratedTaint(n corev1.Node) string {
+	for _, taint := range n.Spec.Taints {
+		if taint.Effect == corev1.TaintEffectNoSchedule || taint.Effect == corev1.TaintEffectNoExecute {
+			return taint.ToString()
+		}
+	}
+	return ""
+}
+
 func TestNodesReady(t *testing.T) {
 	nodes := readyNodes(t, context.Background())
 	for _, n := range nodes {
@@ -110,7 +137,7 @@ func ptr[T any](v T) *T { return &v }
 // podPerNode starts one testserver on every node and waits until each runs with an IP.
 func podPerNode(t *testing.T, ctx context.Context, ns string, labels map[string]string) []*corev1.Pod {
 	t.Helper()
-	nodes := readyNodes(t, ctx)
+	nodes := workloadNodes(t, ctx)
 	for _, n := range nodes {
 		if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, testServerPod("ts-"+n.Name, n.Name, labels), metav1.CreateOptions{}); err != nil {
 			t.Fatalf("create pod on %s: %v", n.Name, err)
@@ -149,15 +176,15 @@ func TestPodsAnswerOnEveryNode(t *testing.T) {
 	pods := podPerNode(t, ctx, ns, map[string]string{"app": "ts"})
 
 	for _, p := range pods {
-		netns, err := f.NodeNetns(ctx, p.Spec.NodeName)
+		shell, why, err := f.NodeShell(ctx, p.Spec.NodeName)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if netns == "" {
-			t.Logf("node %s is not a local-cluster node; skipping the from-node check", p.Spec.NodeName)
+		if shell == nil {
+			t.Logf("skipping the from-node check: %s", why)
 			continue
 		}
-		out, err := f.ExecOnNode(netns, f.NodeTool, "get", url(p.Status.PodIP, 8080))
+		out, err := shell.ExecTool("get", url(p.Status.PodIP, 8080))
 		if err != nil {
 			t.Errorf("from node %s to its pod %s: %v", p.Spec.NodeName, p.Status.PodIP, err)
 			continue
@@ -252,7 +279,7 @@ func TestServiceAndDNS(t *testing.T) {
 func TestLogsAndExec(t *testing.T) {
 	ctx := context.Background()
 	ns := f.Namespace(t, "e2e-stream")
-	nodes := readyNodes(t, ctx)
+	nodes := workloadNodes(t, ctx)
 	node := nodes[len(nodes)-1].Name
 	if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, testServerPod("stream", node, nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

@@ -529,7 +529,7 @@ func TestEnhancedStatefulSetLeaderFailover(t *testing.T) {
 	}
 	killed, ok, err := f.CrashContainer(ctx, leader, "manager")
 	if !ok {
-		t.Skip("the manager's processes are not on this machine (not a local cluster)")
+		t.Skip("the manager's processes are not on this machine (neither a local cluster nor kind nodes of this machine's docker)")
 	}
 	if err != nil {
 		t.Fatal(err)

@@ -23,7 +23,7 @@ import (
 // malformed annotation stays Pending with a FailedScheduling event that names the problem.
 func TestSchedulerPinsPodToNodeOwningItsIP(t *testing.T) {
 	ctx := context.Background()
-	nodes := readyNodes(t, ctx)
+	nodes := workloadNodes(t, ctx)
 	target := nodes[len(nodes)-1]
 	if target.Spec.PodCIDR == "" {
 		t.Skipf("node %s has no podCIDR to carve an IPRange from", target.Name)
@@ -95,7 +95,7 @@ func TestSchedulerPinsPodToNodeOwningItsIP(t *testing.T) {
 func TestSchedulerKeepsRoomForADeletedStaticIPPod(t *testing.T) {
 	ctx := context.Background()
 	rangesByNode := requireStaticIPCNI(t, ctx)
-	nodes := readyNodes(t, ctx)
+	nodes := workloadNodes(t, ctx)
 	target := nodes[len(nodes)-1]
 	if len(rangesByNode[target.Name]) == 0 {
 		t.Fatalf("node %s has no IPRange", target.Name)

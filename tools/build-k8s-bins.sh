@@ -2,7 +2,7 @@
 # Builds the Kubernetes components the tests and the local cluster run, from the module
 # versions go.mod pins (nothing is downloaded but Go modules):
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy,
-#   kubectl (main module tools) and coredns (tools/coredns module)
+#   kubectl, kubeadm (main module tools; kubeadm for the kind node image) and coredns (tools/coredns module)
 # into _output/bin. A stamp file records the versions; a binary is rebuilt only when it is
 # missing or the pinned version changed.
 set -euo pipefail
@@ -41,7 +41,11 @@ build() { # name version dir package ldflags
 }
 
 build etcd "$etcd_version" "$root" go.etcd.io/etcd/server/v3 "-s -w"
-for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl; do
+for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl kubeadm; do
   build "$c" "$k8s_version" "$root" "k8s.io/kubernetes/cmd/$c" "$ldflags_k8s"
 done
 build coredns "$coredns_version" "$root/tools/coredns" github.com/coredns/coredns "-s -w"
+# kind, from its own module (tools/kind/kindcli) so its dependencies never touch ours:
+# `make kind-up` / `make e2e-kind`.
+kind_version=$(cd tools/kind/kindcli && go list -m -f '{{.Version}}' sigs.k8s.io/kind)
+build kind "$kind_version" "$root/tools/kind/kindcli" sigs.k8s.io/kind "-s -w"

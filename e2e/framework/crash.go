@@ -15,13 +15,15 @@ import (
 // CrashContainer kills every process of one container of a pod with SIGKILL, the way a
 // crash (or the OOM killer) ends it: no SIGTERM, no shutdown hooks, nothing released. The
 // kubelet then restarts the container as after any crash. It works where the container
-// runs on this machine (the local cluster); ok is false elsewhere, so callers can skip.
+// runs on this machine (the local cluster, or kind nodes of this machine's docker); ok is
+// false elsewhere, so callers can skip.
 //
 // The processes are found through their cgroup: containerd puts each container in a cgroup
-// whose path ends with the container's ID.
+// whose path ends with the container's ID (cgroupfs driver: .../<id>; systemd driver, as in
+// kind nodes: .../cri-containerd-<id>.scope).
 func (f *Framework) CrashContainer(ctx context.Context, pod *corev1.Pod, container string) (killed []int, ok bool, err error) {
-	netns, err := f.NodeNetns(ctx, pod.Spec.NodeName)
-	if err != nil || netns == "" {
+	shell, _, err := f.NodeShell(ctx, pod.Spec.NodeName)
+	if err != nil || shell == nil {
 		return nil, false, err
 	}
 	var id string
@@ -39,7 +41,7 @@ func (f *Framework) CrashContainer(ctx context.Context, pod *corev1.Pod, contain
 	}
 	for _, path := range procs {
 		b, err := os.ReadFile(path)
-		if err != nil || !strings.Contains(string(b), "/"+id) {
+		if err != nil || !(strings.Contains(string(b), "/"+id+"\n") || strings.Contains(string(b), "-"+id+".scope")) {
 			continue // gone, or not the container
 		}
 		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path)))

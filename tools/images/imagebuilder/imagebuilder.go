@@ -44,6 +44,9 @@ type Image struct {
 	// Tarball names the tarball in the output directory; default <base of Path>.tar. Two
 	// images with the same Path need their own.
 	Tarball string
+	// Base are layers below the binary's, e.g. the iptables binaries and libraries
+	// kube-proxy shells out to (tools/kind/images); most images have none.
+	Base []v1.Layer
 }
 
 // Sources are the host files an image is made of (empty for a Package image, which is
@@ -110,7 +113,7 @@ func Build(repoRoot, outDir string, im Image) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	img, err := mutate.AppendLayers(empty.Image, layer)
+	img, err := mutate.AppendLayers(empty.Image, append(append([]v1.Layer{}, im.Base...), layer)...)
 	if err != nil {
 		return "", err
 	}
@@ -123,7 +126,7 @@ func Build(repoRoot, outDir string, im Image) (string, error) {
 	cfg.Architecture = "amd64"
 	cfg.Config.Entrypoint = []string{im.Path}
 	cfg.Config.Cmd = im.Args
-	cfg.Config.Env = append([]string{"PATH=/"}, im.Env...)
+	cfg.Config.Env = withDefaultPath(im.Env)
 	// A fixed creation time keeps the image ID stable across builds of the same binary.
 	cfg.Created = v1.Time{Time: time.Unix(0, 0).UTC()}
 	img, err = mutate.ConfigFile(img, cfg)
@@ -140,6 +143,17 @@ func Build(repoRoot, outDir string, im Image) (string, error) {
 		return "", err
 	}
 	return out, os.Rename(tmp, out)
+}
+
+// withDefaultPath is env with PATH=/ in front unless env sets its own PATH (an image whose
+// binaries live in /usr/local/bin, or that shells out to /usr/sbin/iptables).
+func withDefaultPath(env []string) []string {
+	for _, e := range env {
+		if strings.HasPrefix(e, "PATH=") {
+			return append([]string{}, env...)
+		}
+	}
+	return append([]string{"PATH=/"}, env...)
 }
 
 func mergeFiles(path, bin string, extra map[string]string) map[string]string {

@@ -1,0 +1,319 @@
+#!/usr/bin/env bash
+# The kind path: a kind cluster (1 control plane + 2 workers, no default CNI) with staticip
+# installed the way a user installs it, from manifests/.
+#
+#   kind.sh up          # engine, node image, cluster, install (each step a no-op when done)
+#   kind.sh down        # delete the cluster, its network, and the engine if we started it
+#   kind.sh leftovers   # fail when anything of ours is left (containers, bridge, mounts,
+#                       # processes, iptables rules, host sysctls)
+#   kind.sh install     # (re)apply manifests/ to the running cluster
+#
+# Settings (environment): KIND_CLUSTER (staticip), KIND_STATE_DIR (/var/lib/staticip-kind),
+# KIND_RUN_DIR (/run/staticip-kind), KIND_NODE_IMAGE (default: the offline builder's image;
+# set kindest/node:v1.36.x where Docker can pull), KIND_SUBNET (10.254.0.0/24).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cd "$root"
+bin="$root/_output/bin"
+cluster=${KIND_CLUSTER:-staticip}
+state=${KIND_STATE_DIR:-/var/lib/staticip-kind}
+run=${KIND_RUN_DIR:-/run/staticip-kind}
+network=${KIND_NETWORK:-staticip-kind}
+subnet=${KIND_SUBNET:-10.254.0.0/24}
+bridge=${KIND_BRIDGE:-stkind0}
+kubeconfig="$state/kubeconfig"
+export KUBECONFIG="$kubeconfig"
+export KIND_EXPERIMENTAL_DOCKER_NETWORK="$network"
+kubectl() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
+kind() { "$bin/kind" "$@"; }
+log() { echo "kind: $*" >&2; }
+
+use_engine() {
+  "$root/tools/kind/dockerd.sh" up
+  local env; env=$("$root/tools/kind/dockerd.sh" env)
+  [ -n "${env#DOCKER_HOST=}" ] && export "$env"
+  return 0
+}
+
+# The nodes' network, made by us so that its bridge has a name we can check for and a
+# subnet no local cluster uses (they take 172.31.N.0/24, 10.21N/16, 10.10N/16), and with
+# masquerading off (the engine runs without iptables anyway).
+ensure_network() {
+  docker network inspect "$network" >/dev/null 2>&1 && return
+  docker network create --driver bridge --subnet "$subnet" \
+    -o com.docker.network.bridge.name="$bridge" \
+    -o com.docker.network.bridge.enable_ip_masquerade=false \
+    "$network" >/dev/null
+  log "network $network ($subnet, bridge $bridge)"
+}
+
+remove_network() {
+  docker network inspect "$network" >/dev/null 2>&1 || return 0
+  local c
+  for c in $(docker network inspect -f '{{range $id, $e := .Containers}}{{$id}} {{end}}' "$network"); do
+    docker network disconnect -f "$network" "$c" >/dev/null 2>&1 || true
+  done
+  docker network rm "$network" >/dev/null
+}
+
+cluster_config() {
+  local image=$1
+  cat <<YAML
+kind: Cluster
+apiVersion: kind.x-k8s.io/v1alpha4
+name: $cluster
+networking:
+  ipFamily: ipv4
+  apiServerAddress: 127.0.0.1
+  # staticip's agent is the cluster's only CNI (manifests/cni).
+  disableDefaultCNI: true
+nodes:
+- role: control-plane
+  image: $image
+  labels: {zone: zone-a, topology.kubernetes.io/zone: zone-a}
+- role: worker
+  image: $image
+  labels: {zone: zone-a, topology.kubernetes.io/zone: zone-a}
+- role: worker
+  image: $image
+  labels: {zone: zone-b, topology.kubernetes.io/zone: zone-b}
+YAML
+  if [ ! -e /sys/fs/cgroup/cgroup.controllers ]; then
+    # cgroup v1 host: kubelet 1.35+ refuses to start on v1 unless told otherwise.
+    cat <<YAML
+kubeadmConfigPatches:
+- |
+  kind: KubeletConfiguration
+  failCgroupV1: false
+YAML
+  fi
+}
+
+cluster_running() {
+  kind get clusters 2>/dev/null | grep -qx "$cluster" || return 1
+  local n
+  for n in $(kind get nodes --name "$cluster" 2>/dev/null); do
+    [ "$(docker inspect -f '{{.State.Running}}' "$n" 2>/dev/null)" = true ] || return 1
+  done
+  kubectl get --raw /readyz >/dev/null 2>&1
+}
+
+up() {
+  local start=$SECONDS t
+  mkdir -p "$state"
+  use_engine
+  t=$SECONDS
+  local image=${KIND_NODE_IMAGE:-}
+  if [ -z "$image" ]; then
+    image=$("$root/tools/kind/nodeimage.sh")
+  fi
+  log "node image $image ($((SECONDS - t))s)"
+  if cluster_running; then
+    log "cluster $cluster is up"
+  else
+    if kind get clusters 2>/dev/null | grep -qx "$cluster"; then
+      # Left by a killed engine or a failed up: nodes that do not run cannot be resumed
+      # (kind does not restart a cluster), so start over.
+      log "cluster $cluster exists but is not healthy: recreating it"
+      kind delete cluster --name "$cluster" >&2
+    fi
+    # A fresh network for a fresh cluster: a killed engine keeps the old nodes' endpoints
+    # and their names in its embedded DNS (a new worker then resolved the control plane to a
+    # dead node's IP and kubeadm join failed with "connection refused").
+    remove_network
+    ensure_network
+    t=$SECONDS
+    cluster_config "$image" >"$state/cluster.yaml"
+    kind create cluster --config "$state/cluster.yaml" --kubeconfig "$kubeconfig" --wait 0s >&2
+    log "cluster created in $((SECONDS - t))s"
+  fi
+  t=$SECONDS
+  install
+  log "installed in $((SECONDS - t))s; up in $((SECONDS - start))s"
+  log "export KUBECONFIG=$kubeconfig"
+}
+
+# manifest_images prints the images a kustomization deploys.
+manifest_images() {
+  kubectl kustomize "$1" | awk '$1 == "image:" || $1 == "-" && $2 == "image:" {print $NF}' | tr -d '"' | sort -u
+}
+
+# load_images builds the images the manifests name (and the e2e suite's) and loads them
+# into every node with `kind load image-archive`, as a user with locally built images would.
+load_images() {
+  local refs=() d
+  for d in "$@"; do
+    while read -r ref; do refs+=("$ref"); done < <(manifest_images "$d")
+  done
+  go run ./tools/kind/images --app-images "$(IFS=,; echo "${refs[*]}")" --bin-dir "$bin" --out "$state/images" >&2
+  # Loaded already into these very nodes (same containers, same image contents)?
+  local stamp t
+  stamp=$( { docker ps -q --no-trunc --filter "label=io.x-k8s.kind.cluster=$cluster" | sort; sha256sum "$state"/images/*.tar | cut -c1-64; } | sha256sum)
+  if [ "$(cat "$state/images.loaded" 2>/dev/null)" = "$stamp" ]; then
+    log "images already loaded"
+    return
+  fi
+  for t in "$state"/images/*.tar; do
+    kind load image-archive --name "$cluster" "$t" >&2
+  done
+  echo "$stamp" >"$state/images.loaded"
+}
+
+# kustomizations lists manifests/ directories to apply, in install order: the CRDs, the
+# CNI, then the rest as they are (controller-manager, scheduler's replace-default overlay,
+# and whatever appears, e.g. edge), never one of the alternatives of a directory that has
+# overlays (scheduler/second-scheduler, .../benchmark).
+kustomizations() {
+  local d
+  for d in manifests/*/; do
+    d=${d%/}
+    case "$d" in manifests/crds | manifests/examples | manifests/cni) continue ;; esac
+    if [ -e "$d/kustomization.yaml" ]; then
+      echo "$d"
+    elif [ -e "$d/replace-default/kustomization.yaml" ]; then
+      echo "$d/replace-default"
+    fi
+  done
+}
+
+# readme_install prints the kubectl commands of the top README's "Installing into a
+# cluster" block, comments stripped: the install a user copies is the install we run.
+readme_install() {
+  awk '/^## Installing into a cluster/ {sec=1; next} sec && /^## / {exit}
+       sec && /^```/ {if (blk) exit; blk=1; next}
+       blk && /^kubectl / {sub(/[ \t]+#.*$/, ""); print}' README.md
+}
+
+install() {
+  local nodes cmd d applied=" "
+  nodes=$(kind get nodes --name "$cluster")
+  mapfile -t cmds < <(readme_install)
+  [ ${#cmds[@]} -gt 0 ] || { log "README.md has no kubectl commands under 'Installing into a cluster'"; exit 1; }
+  # Every kustomization the README applies, and any other manifests/ directory with one
+  # (a component the README does not list yet) after them.
+  local dirs=()
+  for cmd in "${cmds[@]}"; do
+    d=$(echo "$cmd" | awk '{for (i = 1; i < NF; i++) if ($i == "-k") print $(i+1)}')
+    [ -n "$d" ] && dirs+=("$d") && applied+="$d "
+  done
+  local extra=()
+  for d in $(kustomizations); do
+    case "$applied" in *" $d "*) ;; *) extra+=("$d") ;; esac
+  done
+  load_images "${dirs[@]}" "${extra[@]}"
+  # One IPRange per node: the node's pod CIDR, as kubeadm's controller-manager allocated it
+  # (the README's my-ipranges.yaml).
+  local n cidr
+  : >"$state/ipranges.yaml"
+  for n in $nodes; do
+    cidr=$(kubectl get node "$n" -o jsonpath='{.spec.podCIDR}')
+    [ -n "$cidr" ] || { log "node $n has no podCIDR"; exit 1; }
+    printf 'apiVersion: jke.jdcloud.com/v1\nkind: IPRange\nmetadata:\n  name: %s\nspec:\n  cidr: %s\n  node: %s\n---\n' "$n" "$cidr" "$n" >>"$state/ipranges.yaml"
+  done
+  for cmd in "${cmds[@]}"; do
+    cmd=${cmd//my-ipranges.yaml/$state/ipranges.yaml}
+    log "README: $cmd"
+    # Word splitting as the shell would (the README's commands have no quoting); CRDs may
+    # still be establishing when the next command names their kinds: retry a little.
+    local try
+    for try in 1 2 3 4 5 6; do
+      # shellcheck disable=SC2086
+      if kubectl ${cmd#kubectl } >"$state/apply.log" 2>&1; then break; fi
+      [ $try -eq 6 ] && { cat "$state/apply.log" >&2; exit 1; }
+      sleep 5
+    done
+    if [[ "$cmd" == *manifests/crds* ]]; then
+      kubectl wait --for condition=Established --timeout=60s crd --all >/dev/null
+    fi
+  done
+  for d in "${extra[@]}"; do
+    log "kubectl apply -k $d (not in the README's install section)"
+    kubectl apply -k "$d" >/dev/null
+  done
+  kubectl -n kube-system rollout status daemonset/staticip-agent --timeout=300s >&2
+  kubectl wait --for condition=Ready node --all --timeout=300s >/dev/null
+  if [ -n "$(kubectl get --ignore-not-found -n kube-system deployment staticip-scheduler -o name)" ]; then
+    replace_scheduler
+  fi
+  for d in $(kubectl get deployments -A -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name}{"\n"}{end}'); do
+    kubectl -n "${d%/*}" rollout status "deployment/${d#*/}" --timeout=300s >&2
+  done
+}
+
+# replace_scheduler stops the control plane's kube-scheduler static pod, so that
+# staticip-scheduler (manifests/scheduler/replace-default: profile default-scheduler, the
+# same Lease) is the cluster's only scheduler — the step scheduler-plugins/README.md names
+# ("stop kube-scheduler first"). Its pods are scheduled by kube-scheduler before it goes.
+replace_scheduler() {
+  kubectl -n kube-system rollout status deployment/staticip-scheduler --timeout=300s >&2 || true
+  local cp
+  for cp in $(kind get nodes --name "$cluster" | grep control-plane); do
+    if docker exec "$cp" test -e /etc/kubernetes/manifests/kube-scheduler.yaml; then
+      docker exec "$cp" mv /etc/kubernetes/manifests/kube-scheduler.yaml /etc/kubernetes/kube-scheduler.yaml.disabled
+      log "$cp: kube-scheduler static pod stopped; staticip-scheduler is the default-scheduler"
+    fi
+  done
+  local i
+  for i in $(seq 1 120); do
+    [ -z "$(kubectl -n kube-system get pods -l component=kube-scheduler -o name 2>/dev/null)" ] && break
+    sleep 1
+  done
+  kubectl -n kube-system rollout status deployment/staticip-scheduler --timeout=300s >&2
+}
+
+down() {
+  # The cluster's containers live in the engine's data: if our engine is not running (it
+  # was killed), start it so that kind can delete them.
+  if use_engine_if_up || { [ -d "$state/docker" ] && use_engine; }; then
+    if kind get clusters 2>/dev/null | grep -qx "$cluster"; then
+      kind delete cluster --name "$cluster" --kubeconfig "$kubeconfig" >&2
+    fi
+    remove_network || true
+  fi
+  "$root/tools/kind/dockerd.sh" down
+  # A bridge of a network whose engine died with it.
+  if ip link show "$bridge" >/dev/null 2>&1; then ip link del "$bridge"; fi
+  rm -f "$kubeconfig"
+  log "down"
+}
+
+# use_engine_if_up points docker at the engine in use without starting one.
+use_engine_if_up() {
+  local env; env=$("$root/tools/kind/dockerd.sh" env)
+  [ -n "${env#DOCKER_HOST=}" ] && export "$env"
+  timeout 20 docker info >/dev/null 2>&1
+}
+
+leftovers() {
+  local bad=0
+  if use_engine_if_up && [ -n "$(docker ps -aq --filter "label=io.x-k8s.kind.cluster=$cluster")" ]; then
+    log "leftover: containers of cluster $cluster"; bad=1
+  fi
+  if [ -e "$state/dockerd.owned" ]; then log "leftover: our dockerd is marked running"; bad=1; fi
+  if grep -l -s -e "$state/daemon.json" -e "$run/docker" /proc/[0-9]*/cmdline >/dev/null 2>&1; then
+    log "leftover: processes of our engine:"; grep -l -s -e "$state/daemon.json" -e "$run/docker" /proc/[0-9]*/cmdline >&2; bad=1
+  fi
+  # Processes of the cluster's nodes (a kubelet names its node's provider ID), also when
+  # their engine is gone.
+  if grep -l -s -F "kind://docker/$cluster/" /proc/[0-9]*/cmdline >/dev/null 2>&1; then
+    log "leftover: processes of the cluster's nodes:"; grep -l -s -F "kind://docker/$cluster/" /proc/[0-9]*/cmdline >&2; bad=1
+  fi
+  if ip link show "$bridge" >/dev/null 2>&1; then log "leftover: bridge $bridge"; bad=1; fi
+  if ip -br link | grep -q '^docker0'; then log "leftover: docker0"; bad=1; fi
+  if awk -v a="$state/" -v b="$run/" '$2 ~ "^"a || $2 ~ "^"b' /proc/self/mounts | grep -q .; then
+    log "leftover: mounts:"; awk -v a="$state/" -v b="$run/" '$2 ~ "^"a || $2 ~ "^"b' /proc/self/mounts >&2; bad=1
+  fi
+  if iptables-save 2>/dev/null | grep -qiE 'docker|kind'; then log "leftover: iptables rules:"; iptables-save | grep -iE 'docker|kind' >&2; bad=1; fi
+  [ -e "$run" ] && { log "leftover: $run"; bad=1; }
+  [ $bad -eq 0 ] && log "no leftovers (cached: the node image and rootfs in $state, images in $state/images)"
+  return $bad
+}
+
+case "${1:-}" in
+  up) up ;;
+  down) down ;;
+  install) use_engine; install ;;
+  leftovers) leftovers ;;
+  config) cluster_config "${2:-IMAGE}" ;;
+  *) echo "usage: $0 up|down|install|leftovers|config" >&2; exit 2 ;;
+esac
