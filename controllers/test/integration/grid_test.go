@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -84,6 +85,19 @@ func (f *fixture) deployments() map[string]*appsv1.Deployment {
 		out[l.Items[i].Name] = &l.Items[i]
 	}
 	return out
+}
+
+// updateDG changes a DeploymentGrid's spec as a user would: read, change, write, again on a
+// conflict — the controller writes the grid's status concurrently, which moves its
+// resourceVersion (and a conflict is checked before validation, so it would even hide an
+// Invalid answer).
+func (f *fixture) updateDG(name string, change func(*superedgev1.DeploymentGrid)) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		g := f.getDG(name)
+		change(g)
+		_, err := f.client.SuperedgeV1().DeploymentGrids(f.ns).Update(f.ctx, g, metav1.UpdateOptions{})
+		return err
+	})
 }
 
 func (f *fixture) getDG(name string) *superedgev1.DeploymentGrid {
@@ -187,11 +201,12 @@ func TestDeploymentGridUnits(t *testing.T) {
 	f.waitDeploymentsFor(g, "echo:v1", map[string]string{"zone-1": "dg-zone-1", "zone-2": "dg-zone-2"})
 
 	// A template change reaches every unit.
-	g = f.getDG("dg")
-	g.Spec.Template.Template.Spec.Containers[0].Image = "echo:v2"
-	if _, err := f.client.SuperedgeV1().DeploymentGrids(f.ns).Update(f.ctx, g, metav1.UpdateOptions{}); err != nil {
+	if err := f.updateDG("dg", func(g *superedgev1.DeploymentGrid) {
+		g.Spec.Template.Template.Spec.Containers[0].Image = "echo:v2"
+	}); err != nil {
 		t.Fatal(err)
 	}
+	g = f.getDG("dg")
 	f.waitDeploymentsFor(g, "echo:v2", map[string]string{"zone-1": "dg-zone-1", "zone-2": "dg-zone-2"})
 
 	evs := f.gridEvents("dg")
@@ -341,14 +356,14 @@ func TestGridInvalidSpec(t *testing.T) {
 		t.Errorf("created %v", keysOf(ds))
 	}
 	// The selector is immutable (CEL); fixing the labels brings the unit.
-	cur := f.getDG("bad")
-	cur.Spec.Template.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"appGrid": "echo"}}
-	if _, err := f.client.SuperedgeV1().DeploymentGrids(f.ns).Update(f.ctx, cur, metav1.UpdateOptions{}); !apierrors.IsInvalid(err) {
+	if err := f.updateDG("bad", func(g *superedgev1.DeploymentGrid) {
+		g.Spec.Template.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"appGrid": "echo"}}
+	}); !apierrors.IsInvalid(err) {
 		t.Fatalf("changing the selector: %v, want Invalid", err)
 	}
-	cur = f.getDG("bad")
-	cur.Spec.Template.Template.Labels = map[string]string{"appGrid": "other"}
-	if _, err := f.client.SuperedgeV1().DeploymentGrids(f.ns).Update(f.ctx, cur, metav1.UpdateOptions{}); err != nil {
+	if err := f.updateDG("bad", func(g *superedgev1.DeploymentGrid) {
+		g.Spec.Template.Template.Labels = map[string]string{"appGrid": "other"}
+	}); err != nil {
 		t.Fatal(err)
 	}
 	f.eventually(30*time.Second, "bad-zone-0 once the labels match", func() (bool, error) {
@@ -436,9 +451,15 @@ func TestStatefulSetGridAndServiceGrid(t *testing.T) {
 	}
 	clusterIP, nodePort := svc.Spec.ClusterIP, svc.Spec.Ports[0].NodePort
 	// A template change: the Service is updated, its clusterIP and nodePort stay.
-	sg, _ = f.client.SuperedgeV1().ServiceGrids(f.ns).Get(f.ctx, "sg", metav1.GetOptions{})
-	sg.Spec.Template.Ports = append(sg.Spec.Template.Ports, corev1.ServicePort{Name: "metrics", Port: 9090})
-	if _, err := f.client.SuperedgeV1().ServiceGrids(f.ns).Update(f.ctx, sg, metav1.UpdateOptions{}); err != nil {
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error { // the controller writes its status
+		sg, err = f.client.SuperedgeV1().ServiceGrids(f.ns).Get(f.ctx, "sg", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		sg.Spec.Template.Ports = append(sg.Spec.Template.Ports, corev1.ServicePort{Name: "metrics", Port: 9090})
+		_, err = f.client.SuperedgeV1().ServiceGrids(f.ns).Update(f.ctx, sg, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 	f.eventually(30*time.Second, "Service updated, clusterIP and nodePort kept", func() (bool, error) {
