@@ -24,6 +24,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -687,7 +688,14 @@ func (a *Agent) writeStatus(ctx context.Context, plan rangePlan, usage []ipam.Ra
 		}
 		upd := r.DeepCopy() // never mutate the informer's object
 		upd.Status = *st
-		if _, err := a.sip.JkeV1().IPRanges().UpdateStatus(ctx, upd, metav1.UpdateOptions{}); err != nil {
+		_, err := a.sip.JkeV1().IPRanges().UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+		switch {
+		case apierrors.IsConflict(err):
+			// Our cache lags a newer version (often our own last write): no API failure. The
+			// next pass, triggered now, writes from the newer version once the watch delivers it.
+			a.logf("IPRange %s status: a newer version exists than the one cached; writing it again on the next pass", r.Name)
+			a.trigger()
+		case err != nil:
 			errs = append(errs, fmt.Errorf("IPRange %s status: %w", r.Name, err))
 		}
 	}
