@@ -417,12 +417,17 @@ func (t *txn) quarantined(ip netip.Addr, now time.Time, q time.Duration) bool {
 	if q <= 0 {
 		return false
 	}
+	released, ok := t.releasedAt(ip)
+	return ok && now.Sub(released) < q
+}
+
+// releasedAt is when ip was last released, as its quarantine entry records it.
+func (t *txn) releasedAt(ip netip.Addr) (time.Time, bool) {
 	v := t.quarantine.Get(ipKey(ip))
 	if len(v) != 8 {
-		return false
+		return time.Time{}, false
 	}
-	released := time.Unix(0, int64(binary.BigEndian.Uint64(v)))
-	return now.Sub(released) < q
+	return time.Unix(0, int64(binary.BigEndian.Uint64(v))), true
 }
 
 // requestedQuarantined refuses an explicitly requested IP released less than the quarantine
@@ -442,7 +447,7 @@ func (d *DB) requestedQuarantined(t *txn, req AllocateRequest, now time.Time) er
 			return nil
 		}
 	}
-	released := time.Unix(0, int64(binary.BigEndian.Uint64(t.quarantine.Get(ipKey(req.IP)))))
+	released, _ := t.releasedAt(req.IP) // present: quarantined said so
 	return &QuarantinedError{IP: req.IP, Until: released.Add(d.quarantine)}
 }
 
