@@ -219,6 +219,14 @@ func badCases() []badCase {
 		{name: "iprange-exclude-not-ip", obj: fmt.Sprintf(iprTmpl, "bad-ex-1", "{cidr: 10.1.0.0/24, excludeIPs: [10.1.0.9, nine]}"), wantField: "spec.excludeIPs[1]"},
 		{name: "iprange-exclude-outside", obj: fmt.Sprintf(iprTmpl, "bad-ex-2", "{cidr: 10.1.0.0/24, excludeIPs: [10.9.0.9]}"), wantField: "spec.excludeIPs"},
 		{name: "iprange-rangestart-outside", obj: fmt.Sprintf(iprTmpl, "bad-rs", "{cidr: 10.1.0.0/24, rangeStart: 10.1.1.1}"), wantField: "spec.rangeStart"},
+		{name: "iprange-ownergeneration-goes-down", obj: fmt.Sprintf(iprTmpl, "bad-og-1", "{cidr: 10.1.0.0/24, node: n1, ownerGeneration: 3}"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, int64(2), "spec", "ownerGeneration")
+			}, wantField: "spec.ownerGeneration"},
+		{name: "iprange-ownergeneration-removed", obj: fmt.Sprintf(iprTmpl, "bad-og-2", "{cidr: 10.1.0.0/24, node: n1, ownerGeneration: 3}"),
+			update: func(u *unstructured.Unstructured) { unstructured.RemoveNestedField(u.Object, "spec", "ownerGeneration") },
+			wantField: "spec.ownerGeneration"},
+		{name: "iprange-ownergeneration-negative", obj: fmt.Sprintf(iprTmpl, "bad-og-3", "{cidr: 10.1.0.0/24, ownerGeneration: -1}"), wantField: "spec.ownerGeneration"},
 		{name: "ests-negative-partition", obj: fmt.Sprintf(estsTmpl, "bad-part", "updateStrategy: {rollingUpdate: {partition: -1}}"), wantField: "spec.updateStrategy.rollingUpdate.partition"},
 		{name: "ests-maxunavailable-zero", obj: fmt.Sprintf(estsTmpl, "bad-mu-1", "updateStrategy: {rollingUpdate: {maxUnavailable: 0}}"), wantField: "spec.updateStrategy.rollingUpdate.maxUnavailable"},
 		{name: "ests-maxunavailable-zero-percent", obj: fmt.Sprintf(estsTmpl, "bad-mu-2", "updateStrategy: {rollingUpdate: {maxUnavailable: '0%'}}"), wantField: "spec.updateStrategy.rollingUpdate.maxUnavailable"},

@@ -10,6 +10,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.rangeStart) || !isCIDR(self.cidr) || !isIP(self.rangeStart) || cidr(self.cidr).containsIP(self.rangeStart)",message="rangeStart must lie inside cidr",fieldPath=".rangeStart"
 // +kubebuilder:validation:XValidation:rule="!has(self.rangeEnd) || !isCIDR(self.cidr) || !isIP(self.rangeEnd) || cidr(self.cidr).containsIP(self.rangeEnd)",message="rangeEnd must lie inside cidr",fieldPath=".rangeEnd"
 // +kubebuilder:validation:XValidation:rule="!has(self.excludeIPs) || !isCIDR(self.cidr) || self.excludeIPs.all(e, !isIP(e) || cidr(self.cidr).containsIP(e))",message="every excluded IP must lie inside cidr",fieldPath=".excludeIPs"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.ownerGeneration) || (has(self.ownerGeneration) && self.ownerGeneration >= oldSelf.ownerGeneration)",message="ownerGeneration may only go up",fieldPath=".ownerGeneration"
 type IPRangeSpec struct {
 	// CIDR is the network, e.g. 10.10.0.0/24. It must be network-aligned (no host bits set).
 	// +kubebuilder:validation:MinLength=1
@@ -21,6 +22,14 @@ type IPRangeSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	Node string `json:"node,omitempty"`
+	// OwnerGeneration counts forced moves of the range between nodes (node failover). It only
+	// goes up. A node's agent remembers the generation it served the range at; when the range
+	// comes back to it — or stays named after it — at a higher generation, the addresses it held
+	// were handed out elsewhere while it was fenced, so it withdraws them instead of draining.
+	// A plain reassignment by an operator (drain, then move) leaves it unchanged.
+	// +optional
+	// +kubebuilder:validation:Minimum=0
+	OwnerGeneration int64 `json:"ownerGeneration,omitempty"`
 	// Gateway is the pods' default gateway inside the range; never given to a pod.
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
@@ -79,6 +88,7 @@ type IPRangeStatus struct {
 // +kubebuilder:resource:scope=Cluster,shortName=ipr,categories=staticip
 // +kubebuilder:printcolumn:name="CIDR",type=string,JSONPath=`.spec.cidr`
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.node`
+// +kubebuilder:printcolumn:name="Owner-Gen",type=integer,JSONPath=`.spec.ownerGeneration`,priority=1
 // +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.spec.gateway`,priority=1
 // +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.total`
 // +kubebuilder:printcolumn:name="Used",type=integer,JSONPath=`.status.used`

@@ -28,6 +28,12 @@ type IPRangeSpecApplyConfiguration struct {
 	CIDR *string `json:"cidr,omitempty"`
 	// Node is the node that currently owns the range. Empty: not assigned.
 	Node *string `json:"node,omitempty"`
+	// OwnerGeneration counts forced moves of the range between nodes (node failover). It only
+	// goes up. A node's agent remembers the generation it served the range at; when the range
+	// comes back to it — or stays named after it — at a higher generation, the addresses it held
+	// were handed out elsewhere while it was fenced, so it withdraws them instead of draining.
+	// A plain reassignment by an operator (drain, then move) leaves it unchanged.
+	OwnerGeneration *int64 `json:"ownerGeneration,omitempty"`
 	// Gateway is the pods' default gateway inside the range; never given to a pod.
 	Gateway *string `json:"gateway,omitempty"`
 	// RangeStart is the first allocatable IP (default: the first host address of cidr).
@@ -57,6 +63,14 @@ func (b *IPRangeSpecApplyConfiguration) WithCIDR(value string) *IPRangeSpecApply
 // If called multiple times, the Node field is set to the value of the last call.
 func (b *IPRangeSpecApplyConfiguration) WithNode(value string) *IPRangeSpecApplyConfiguration {
 	b.Node = &value
+	return b
+}
+
+// WithOwnerGeneration sets the OwnerGeneration field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the OwnerGeneration field is set to the value of the last call.
+func (b *IPRangeSpecApplyConfiguration) WithOwnerGeneration(value int64) *IPRangeSpecApplyConfiguration {
+	b.OwnerGeneration = &value
 	return b
 }
 
