@@ -1,13 +1,17 @@
 package integration
 
 import (
+	"context"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/apimachinery/pkg/util/wait"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/utils/ptr"
 
@@ -174,6 +178,58 @@ func TestRequeueOnPodScaleDown(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := f.waitScheduled("waiting"); got != "sched-down-n1" {
+		t.Fatalf("waiting on %s", got)
+	}
+}
+
+// TestRequeueOnNominatedPodDeletion: a pod rejected because a higher-priority pod is
+// nominated to the node (it preempted a victim that is still terminating) and the
+// reservations take the rest is retried as soon as the nominated pod is deleted, as
+// kube-scheduler's NodeResourcesFit requeues on such a delete.
+//
+// Node 10 CPU, 3 reserved for the absent static-IP pod "held". The victim (4 CPU, priority 0)
+// is bound; "preemptor" (4 CPU, high priority) does not fit net of the reservation, so the
+// scheduler preempts the victim and nominates the node — the victim never finishes
+// terminating (no kubelet), so the nomination stays. "waiting" (2 CPU) fits by
+// NodeResourcesFit (4 + 4 + 2 = 10) but not net of the reservation (13 > 10): only
+// PodFitsResourcesWithStaticIP rejects it, so only its queueing hints can bring it back.
+func TestRequeueOnNominatedPodDeletion(t *testing.T) {
+	f := newFixture(t)
+	f.node("sched-nom-n1", "10", 110)
+	f.ipRange("sched-nom-r1", "10.69.1.0/24", "sched-nom-n1")
+	pc := &schedulingv1.PriorityClass{ObjectMeta: metav1.ObjectMeta{Name: "sched-nom-high-" + rand.String(4)}, Value: 1000}
+	if _, err := f.kube.SchedulingV1().PriorityClasses().Create(f.ctx, pc, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.kube.SchedulingV1().PriorityClasses().Delete(f.ctx, pc.Name, metav1.DeleteOptions{}) })
+	sched := StartScheduler(t, f.cfg, LoadProfiles(t, replaceDefault))
+	defer sched.Stop()
+	f.staticIP("held", "sched-nom-n1", "10.69.1.9", "3")
+	sched.WaitForStaticIP(t, f.ns, "held")
+	f.pod("victim", "4", "")
+	f.waitScheduled("victim")
+
+	preemptor := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "preemptor"},
+		Spec: v1.PodSpec{PriorityClassName: pc.Name, Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10",
+			Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("4")}}}}}}
+	if _, err := f.kube.CoreV1().Pods(f.ns).Create(f.ctx, preemptor, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(f.ctx, 100*time.Millisecond, 60*time.Second, true, func(ctx context.Context) (bool, error) {
+		p, err := f.kube.CoreV1().Pods(f.ns).Get(ctx, "preemptor", metav1.GetOptions{})
+		return err == nil && p.Status.NominatedNodeName == "sched-nom-n1" && p.Spec.NodeName == "", nil
+	}); err != nil {
+		t.Fatalf("preemptor not nominated to sched-nom-n1: %v", err)
+	}
+
+	f.pod("waiting", "2", "")
+	f.waitUnschedulable("waiting", "reserved for absent static-IP pods")
+	if err := f.kube.CoreV1().Pods(f.ns).Delete(f.ctx, "preemptor", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+		t.Fatal(err)
+	}
+	// Retried by the delete's hint, not by the unschedulable pods' 5-minute flush:
+	// waitScheduled gives up after 60 s.
+	if got := f.waitScheduled("waiting"); got != "sched-nom-n1" {
 		t.Fatalf("waiting on %s", got)
 	}
 }
