@@ -35,23 +35,29 @@ func yamlDocs(t *testing.T) map[string][][]byte {
 		if err != nil {
 			return err
 		}
-		r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
-		for {
-			doc, err := r.Read()
-			if errors.Is(err, io.EOF) {
-				break
-			}
-			if err != nil {
-				return err
-			}
-			docs[path] = append(docs[path], doc)
-		}
-		return nil
+		docs[path], err = splitYAML(data)
+		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return docs
+}
+
+// splitYAML returns the documents of a multi-document YAML stream.
+func splitYAML(data []byte) ([][]byte, error) {
+	var docs [][]byte
+	r := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(data)))
+	for {
+		doc, err := r.Read()
+		if errors.Is(err, io.EOF) {
+			return docs, nil
+		}
+		if err != nil {
+			return nil, err
+		}
+		docs = append(docs, doc)
+	}
 }
 
 // Every image in manifests/ names a version: a `:latest` (or untagged) image is whatever was

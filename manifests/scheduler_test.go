@@ -1,10 +1,7 @@
 package manifests_test
 
 import (
-	"bufio"
-	"bytes"
 	"errors"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,7 +16,6 @@ import (
 	policyv1 "k8s.io/api/policy/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/yaml"
@@ -52,15 +48,11 @@ func renderReplaceDefault(t *testing.T) renderedScheduler {
 		t.Fatal(err)
 	}
 	r := renderedScheduler{raw: out}
-	reader := utilyaml.NewYAMLReader(bufio.NewReader(bytes.NewReader(out)))
-	for {
-		doc, err := reader.Read()
-		if errors.Is(err, io.EOF) {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	docs, err := splitYAML(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, doc := range docs {
 		var meta metav1.TypeMeta
 		if err := yaml.Unmarshal(doc, &meta); err != nil {
 			t.Fatal(err)
