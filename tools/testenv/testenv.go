@@ -134,6 +134,10 @@ func Start() (*Env, error) {
 		ErrorIfCRDPathMissing:    true,
 		ControlPlaneStartTimeout: 2 * time.Minute, // 2 shared cores: a cold apiserver can be slow
 		ControlPlaneStopTimeout:  time.Minute,
+		// envtest waits 10 s by default for the CRDs to be served; a loaded 2-core machine
+		// (a full `make test` runs several test binaries, each with its own apiserver) can
+		// take longer, and a timeout here fails every test of the binary.
+		CRDInstallOptions:        envtest.CRDInstallOptions{MaxTime: 2 * time.Minute},
 		AttachControlPlaneOutput: os.Getenv("TESTENV_VERBOSE") != "",
 	}
 	start := time.Now()
