@@ -4,6 +4,8 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"math"
+	"sort"
 	"strings"
 	"sync"
 	"testing"
@@ -23,9 +25,11 @@ import (
 )
 
 var (
-	benchNodes = flag.Int("sched-bench-nodes", 100, "nodes in BenchmarkSchedulingThroughput (issue 5 full size: 5000)")
-	benchPods  = flag.Int("sched-bench-pods", 300, "pods in BenchmarkSchedulingThroughput (issue 5 full size: 10000)")
-	benchOrder = flag.String("sched-bench-order", "off,on", "order of the modes in BenchmarkSchedulingThroughput (on,off: plugins first)")
+	benchNodes  = flag.Int("sched-bench-nodes", 100, "nodes in BenchmarkSchedulingThroughput (issue 5 full size: 5000)")
+	benchPods   = flag.Int("sched-bench-pods", 300, "pods in BenchmarkSchedulingThroughput (issue 5 full size: 10000)")
+	benchOrder  = flag.String("sched-bench-order", "off,on", "order of the modes in one round (on,off: plugins first)")
+	benchRounds = flag.Int("sched-bench-rounds", 1, "rounds of the modes in one process, after the warm-up; the summary pairs round i's modes")
+	benchWarmup = flag.Bool("sched-bench-warmup", false, "run one discarded round of every mode first, so that neither measured mode pays the process's warm-up (first lists, heap growth)")
 )
 
 // BenchmarkSchedulingThroughput compares, in one run and on the same binary and API server,
@@ -47,7 +51,8 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 	w := setUpNodes(b, env, *benchNodes, *benchPods)
 	b.Cleanup(w.tearDownNodes)
 	schedulerConfig := unlimited(env.Config)
-	for _, mode := range benchModes(b) {
+	var results benchResults
+	for _, mode := range benchSchedule(b) {
 		b.Run(mode.name, func(b *testing.B) {
 			profiles := LoadProfiles(b, mode.config)
 			for i := 0; i < b.N; i++ {
@@ -61,10 +66,12 @@ func BenchmarkSchedulingThroughput(b *testing.B) {
 				b.StopTimer()
 				sched.Stop()
 				m.report(b)
+				results.add(mode, m)
 				w.deletePods(b)
 			}
 		})
 	}
+	results.summarize()
 }
 
 // unlimited is the scheduler's own client config, not rate-limited (as Kubernetes'
@@ -76,7 +83,93 @@ func unlimited(cfg *rest.Config) *rest.Config {
 	return c
 }
 
-type benchMode struct{ name, config string }
+type benchMode struct {
+	name, config string
+	// key is "on" or "off"; round is 0 for the warm-up (discarded), then 1..rounds.
+	key   string
+	round int
+}
+
+// benchSchedule is the modes in the order they run: the optional warm-up round, then
+// -sched-bench-rounds rounds of -sched-bench-order. Interleaving the modes round by round,
+// instead of running one mode's repetitions and then the other's, spreads the load of a
+// shared machine over both modes alike.
+func benchSchedule(b *testing.B) []benchMode {
+	var out []benchMode
+	if *benchWarmup {
+		for _, m := range benchModes(b) {
+			m.name = "warmup-" + m.name
+			out = append(out, m)
+		}
+	}
+	for r := 1; r <= *benchRounds; r++ {
+		for _, m := range benchModes(b) {
+			m.round = r
+			out = append(out, m)
+		}
+	}
+	return out
+}
+
+// benchResults collects the measured rounds and prints, per mode, the medians and, per
+// round, the on/off ratios (a ratio within one round compares runs made a few seconds apart).
+type benchResults struct {
+	rounds map[int]map[string]*measurement
+}
+
+func (r *benchResults) add(mode benchMode, m *measurement) {
+	if mode.round == 0 {
+		return
+	}
+	if r.rounds == nil {
+		r.rounds = map[int]map[string]*measurement{}
+	}
+	if r.rounds[mode.round] == nil {
+		r.rounds[mode.round] = map[string]*measurement{}
+	}
+	r.rounds[mode.round][mode.key] = m
+}
+
+// summarize prints to stdout: a parent benchmark's b.Log output is shown only with -test.v.
+func (r *benchResults) summarize() {
+	var podsRatio, cpuRatio []float64
+	perMode := map[string][][2]float64{}
+	for round := 1; round <= len(r.rounds); round++ {
+		on, off := r.rounds[round]["on"], r.rounds[round]["off"]
+		for key, m := range r.rounds[round] {
+			perMode[key] = append(perMode[key], [2]float64{float64(m.pods) / m.elapsed.Seconds(), m.cpuPerPod * 1000})
+		}
+		if on == nil || off == nil {
+			continue
+		}
+		pr := (float64(on.pods) / on.elapsed.Seconds()) / (float64(off.pods) / off.elapsed.Seconds())
+		cr := on.cpuPerPod / off.cpuPerPod
+		podsRatio, cpuRatio = append(podsRatio, pr), append(cpuRatio, cr)
+		fmt.Printf("round %d: on/off pods/s %.2f, on/off cpu/pod %.2f\n", round, pr, cr)
+	}
+	for key, v := range perMode {
+		var pods, cpu []float64
+		for _, x := range v {
+			pods, cpu = append(pods, x[0]), append(cpu, x[1])
+		}
+		fmt.Printf("plugins=%s: %d rounds, median %.1f pods/s, median %.2f cpu-ms/pod\n", key, len(v), median(pods), median(cpu))
+	}
+	if len(podsRatio) > 0 {
+		fmt.Printf("SUMMARY %d rounds: median of per-round on/off pods/s %.2f, median of per-round on/off cpu/pod %.2f\n", len(podsRatio), median(podsRatio), median(cpuRatio))
+	}
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return math.NaN()
+	}
+	s := append([]float64(nil), v...)
+	sort.Float64s(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
 
 func benchModes(b *testing.B) []benchMode {
 	modes := map[string]string{
@@ -89,7 +182,7 @@ func benchModes(b *testing.B) []benchMode {
 		if !ok {
 			b.Fatalf("-sched-bench-order: unknown mode %q (off, on)", name)
 		}
-		out = append(out, benchMode{"plugins=" + name, config})
+		out = append(out, benchMode{name: "plugins=" + name, config: config, key: name})
 	}
 	return out
 }
