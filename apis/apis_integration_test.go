@@ -224,7 +224,9 @@ func badCases() []badCase {
 				_ = unstructured.SetNestedField(u.Object, int64(2), "spec", "ownerGeneration")
 			}, wantField: "spec.ownerGeneration"},
 		{name: "iprange-ownergeneration-removed", obj: fmt.Sprintf(iprTmpl, "bad-og-2", "{cidr: 10.1.0.0/24, node: n1, ownerGeneration: 3}"),
-			update: func(u *unstructured.Unstructured) { unstructured.RemoveNestedField(u.Object, "spec", "ownerGeneration") },
+			update: func(u *unstructured.Unstructured) {
+				unstructured.RemoveNestedField(u.Object, "spec", "ownerGeneration")
+			},
 			wantField: "spec.ownerGeneration"},
 		{name: "iprange-ownergeneration-negative", obj: fmt.Sprintf(iprTmpl, "bad-og-3", "{cidr: 10.1.0.0/24, ownerGeneration: -1}"), wantField: "spec.ownerGeneration"},
 		{name: "ests-negative-partition", obj: fmt.Sprintf(estsTmpl, "bad-part", "updateStrategy: {rollingUpdate: {partition: -1}}"), wantField: "spec.updateStrategy.rollingUpdate.partition"},
