@@ -165,6 +165,11 @@ func runMode(ctx context.Context, t *testing.T, admin kubernetes.Interface, wcfg
 	want("initial sync", "plain", "10.200.0.1:8080", "10.200.0.2:8080", "10.200.0.3:8080")
 	want("initial sync", "topo", "10.200.0.1:8080", "10.200.0.2:8080")
 
+	// From here on kube-proxy must get every selection change on the EndpointSlice watch it
+	// has open: no 410, no relist (a relist costs it the reflector's backoff, 0.8 s doubling
+	// to 30 s while changes follow each other). Its requests are counted, not timed.
+	synced := rec.sliceRequests()
+
 	relabel(ctx, t, admin, nodeC, "zone-0")
 	want("endpoint node relabelled zone-1 -> zone-0", "topo", "10.200.0.1:8080", "10.200.0.2:8080", "10.200.0.3:8080")
 	relabel(ctx, t, admin, nodeA, "zone-1")
@@ -172,6 +177,20 @@ func runMode(ctx context.Context, t *testing.T, admin kubernetes.Interface, wcfg
 	annotate(ctx, t, admin, ns, "topo", `["rack","*"]`)
 	want(`annotation -> ["rack","*"] (own node has no rack)`, "topo", "10.200.0.1:8080", "10.200.0.2:8080", "10.200.0.3:8080")
 	want("unchanged", "plain", "10.200.0.1:8080", "10.200.0.2:8080", "10.200.0.3:8080")
+	// Repeated changes in a row, each of them only outside the EndpointSlice stream.
+	for i := range 3 {
+		annotate(ctx, t, admin, ns, "topo", `["zone"]`)
+		want(fmt.Sprintf(`repeat %d: annotation -> ["zone"]`, i), "topo", "10.200.0.1:8080")
+		relabel(ctx, t, admin, nodeB, "zone-1")
+		want(fmt.Sprintf("repeat %d: endpoint node relabelled zone-0 -> zone-1", i), "topo", "10.200.0.1:8080", "10.200.0.2:8080")
+		relabel(ctx, t, admin, nodeB, "zone-0")
+		want(fmt.Sprintf("repeat %d: endpoint node relabelled zone-1 -> zone-0", i), "topo", "10.200.0.1:8080")
+		annotate(ctx, t, admin, ns, "topo", `["rack","*"]`)
+		want(fmt.Sprintf(`repeat %d: annotation -> ["rack","*"]`, i), "topo", "10.200.0.1:8080", "10.200.0.2:8080", "10.200.0.3:8080")
+	}
+	if after := rec.sliceRequests(); len(after) != len(synced) {
+		t.Errorf("kube-proxy relisted EndpointSlices after selection changes (the wrapper ended its watch): requests after its sync %v", after[len(synced):])
+	}
 
 	// How kube-proxy asked: WatchList (sendInitialEvents) or list+watch, and in which
 	// encoding the wrapper decoded and re-encoded the EndpointSlices.
@@ -190,27 +209,39 @@ type recorder struct {
 func (r *recorder) wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		cw := &captureWriter{ResponseWriter: w}
-		h.ServeHTTP(cw, req)
-		if !strings.HasSuffix(req.URL.Path, "/endpointslices") {
-			r.mu.Lock()
-			if r.kubeProxy && cw.code == http.StatusForbidden {
-				r.refused = append(r.refused, req.Method+" "+req.URL.String())
+		if strings.HasSuffix(req.URL.Path, "/endpointslices") {
+			q := req.URL.Query()
+			kind := "list"
+			if q.Get("watch") == "true" || q.Get("watch") == "1" {
+				kind = "watch"
+				if q.Get("sendInitialEvents") == "true" {
+					kind = "watchlist"
+				}
 			}
-			r.mu.Unlock()
-			return
+			// Recorded when the response starts: a watch is counted while it is open.
+			cw.onHeader = func(code int, contentType string) {
+				r.mu.Lock()
+				r.seen = append(r.seen, fmt.Sprintf("%s %d %s", kind, code, contentType))
+				r.mu.Unlock()
+			}
 		}
-		q := req.URL.Query()
-		kind := "list"
-		if q.Get("watch") == "true" || q.Get("watch") == "1" {
-			kind = "watch"
-			if q.Get("sendInitialEvents") == "true" {
-				kind = "watchlist"
-			}
+		h.ServeHTTP(cw, req)
+		if cw.code == 0 {
+			cw.WriteHeader(http.StatusOK)
 		}
 		r.mu.Lock()
-		r.seen = append(r.seen, fmt.Sprintf("%s %d %s", kind, cw.code, cw.contentType))
+		if cw.onHeader == nil && r.kubeProxy && cw.code == http.StatusForbidden {
+			r.refused = append(r.refused, req.Method+" "+req.URL.String())
+		}
 		r.mu.Unlock()
 	})
+}
+
+// sliceRequests returns the EndpointSlice requests served so far.
+func (r *recorder) sliceRequests() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.seen)
 }
 
 func (r *recorder) check(t *testing.T, watchList bool, contentType string) {
@@ -249,10 +280,14 @@ type captureWriter struct {
 	http.ResponseWriter
 	code        int
 	contentType string
+	onHeader    func(code int, contentType string)
 }
 
 func (c *captureWriter) WriteHeader(code int) {
 	c.code, c.contentType = code, c.Header().Get("Content-Type")
+	if c.onHeader != nil {
+		c.onHeader(c.code, c.contentType)
+	}
 	c.ResponseWriter.WriteHeader(code)
 }
 
@@ -290,7 +325,7 @@ func startWrapper(ctx context.Context, t *testing.T, cfg *rest.Config, node, lis
 		t.Fatal(err)
 	}
 	proxy := gridwrapper.NewProxy(upstream, transport, node, state, m)
-	go proxy.RunResets(ctx, state.Changed())
+	go proxy.RunSelectionChanges(ctx, state)
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		t.Fatal(err)
