@@ -460,23 +460,15 @@ func (b *bench) netns(name, hostIP, nsIP string) (string, error) {
 	return hostIP, nil
 }
 
+// kubeProxy runs kube-proxy (iptables) in netns. Flags, not a config file: with --config
+// kube-proxy watches the file with inotify, and a shared machine can run out of inotify
+// instances (kube-proxy then exits with "too many open files").
 func (b *bench) kubeProxy(netns, kubeconfig string) error {
-	cfgPath := filepath.Join(b.dir, netns+"-kube-proxy.yaml")
-	cfg := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-mode: iptables
-clientConnection: {kubeconfig: %s, qps: 1000, burst: 2000}
-hostnameOverride: bench-a
-healthzBindAddress: 127.0.0.1:10256
-metricsBindAddress: 127.0.0.1:10249
-clusterCIDR: 10.244.0.0/16
-iptables: {minSyncPeriod: 10ms}
-conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
-`, kubeconfig)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		return err
-	}
-	cmd := exec.Command("nsenter", "--net=/var/run/netns/"+netns, "--", filepath.Join(b.binDir, "kube-proxy"), "--config="+cfgPath)
+	cmd := exec.Command("nsenter", "--net=/var/run/netns/"+netns, "--", filepath.Join(b.binDir, "kube-proxy"),
+		"--kubeconfig="+kubeconfig, "--kube-api-qps=1000", "--kube-api-burst=2000", "--proxy-mode=iptables",
+		"--hostname-override=bench-a", "--healthz-bind-address=127.0.0.1:10256", "--metrics-bind-address=127.0.0.1:10249",
+		"--cluster-cidr=10.244.0.0/16", "--iptables-min-sync-period=10ms", "--conntrack-max-per-core=0", "--conntrack-min=0",
+		"--conntrack-tcp-timeout-established=0s", "--conntrack-tcp-timeout-close-wait=0s")
 	log, _ := os.Create(filepath.Join(b.dir, netns+"-kube-proxy.log"))
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {

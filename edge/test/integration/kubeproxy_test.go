@@ -373,34 +373,18 @@ users: [{name: kube-proxy, user: {}}]
 `, server)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-mode: iptables
-clientConnection:
-  kubeconfig: %s
-  contentType: %s
-  acceptContentTypes: %s
-hostnameOverride: %s
-healthzBindAddress: 127.0.0.1:10256
-metricsBindAddress: 127.0.0.1:10249
-clusterCIDR: 10.244.0.0/16
-featureGates:
-  WatchListClient: %t
-conntrack:
-  maxPerCore: 0
-  min: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
-`, kubeconfig, contentType, contentType, node, watchList)
-	if err := os.WriteFile(filepath.Join(dir, "kube-proxy.yaml"), []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	logPath := filepath.Join(dir, "kube-proxy.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("nsenter", "--net=/var/run/netns/"+netns, "--", bin, "--config="+filepath.Join(dir, "kube-proxy.yaml"), "--v=2")
+	// Flags, not --config: with a config file kube-proxy watches it with inotify, and a
+	// shared machine can run out of inotify instances ("too many open files").
+	cmd := exec.Command("nsenter", "--net=/var/run/netns/"+netns, "--", bin, "--kubeconfig="+kubeconfig,
+		"--kube-api-content-type="+contentType, "--proxy-mode=iptables", "--hostname-override="+node,
+		"--healthz-bind-address=127.0.0.1:10256", "--metrics-bind-address=127.0.0.1:10249", "--cluster-cidr=10.244.0.0/16",
+		fmt.Sprintf("--feature-gates=WatchListClient=%t", watchList), "--conntrack-max-per-core=0", "--conntrack-min=0",
+		"--conntrack-tcp-timeout-established=0s", "--conntrack-tcp-timeout-close-wait=0s", "--v=2")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
