@@ -67,13 +67,7 @@ func TestKubeProxyThroughWrapper(t *testing.T) {
 	}
 	ctx := testenv.Context(t, 10*time.Minute)
 	admin := kubernetes.NewForConfigOrDie(env.Config)
-	applyRBAC(ctx, t, admin)
-
-	// The wrapper's own identity: the ServiceAccount of manifests/edge, so the test also
-	// proves its ClusterRole is enough.
-	wcfg := rest.CopyConfig(env.Config)
-	wcfg.Impersonate = rest.ImpersonationConfig{UserName: wrapperSA,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}
+	wcfg := wrapperConfig(ctx, t, admin, env.Config)
 
 	for _, mode := range []struct {
 		name        string
@@ -94,24 +88,9 @@ func TestKubeProxyThroughWrapper(t *testing.T) {
 func runMode(ctx context.Context, t *testing.T, admin kubernetes.Interface, wcfg *rest.Config, kubeProxyBin string, watchList bool, contentType string) {
 	suffix := fmt.Sprintf("%04x", rand.IntN(1<<16))
 	nodeA, nodeB, nodeC := "gw-a-"+suffix, "gw-b-"+suffix, "gw-c-"+suffix
-	for _, n := range []struct{ name, zone string }{{nodeA, "zone-0"}, {nodeB, "zone-0"}, {nodeC, "zone-1"}} {
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{"zone": n.zone}}}
-		created, err := admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// kube-proxy waits up to 30 s for its Node to have an address (no kubelet here).
-		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.1"}}
-		if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), n.name, metav1.DeleteOptions{}) })
-	}
+	createZonedNodes(ctx, t, admin, map[string]string{nodeA: "zone-0", nodeB: "zone-0", nodeC: "zone-1"})
 	ns := "gw-" + suffix
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	createNamespace(ctx, t, admin, ns)
 	// The same three endpoints (one per node) behind a topology Service and a plain one.
 	endpoints := map[string]string{nodeA: "10.200.0.1", nodeB: "10.200.0.2", nodeC: "10.200.0.3"}
 	createService(ctx, t, admin, ns, "topo", `["zone"]`, endpoints)
@@ -465,6 +444,32 @@ func createService(ctx context.Context, t *testing.T, c kubernetes.Interface, ns
 	}
 }
 
+// createZonedNodes creates Nodes (name → "zone" label) with an InternalIP (kube-proxy waits
+// up to 30 s for its Node to have an address; there is no kubelet here), deleted with the test.
+func createZonedNodes(ctx context.Context, t *testing.T, c kubernetes.Interface, zones map[string]string) {
+	t.Helper()
+	for name, zone := range zones {
+		created, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"zone": zone}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.1"}}
+		if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// createNamespace creates a namespace deleted with the test.
+func createNamespace(ctx context.Context, t *testing.T, c kubernetes.Interface, ns string) {
+	t.Helper()
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+}
+
 func relabel(ctx context.Context, t *testing.T, c kubernetes.Interface, node, zone string) {
 	t.Helper()
 	patch := fmt.Sprintf(`{"metadata":{"labels":{"zone":%q}}}`, zone)
@@ -479,6 +484,17 @@ func annotate(ctx context.Context, t *testing.T, c kubernetes.Interface, ns, svc
 	if _, err := c.CoreV1().Services(ns).Patch(ctx, svc, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// wrapperConfig returns the wrapper's own identity: the ServiceAccount of manifests/edge,
+// with its RBAC applied as shipped, so the tests also prove its ClusterRole is enough.
+func wrapperConfig(ctx context.Context, t *testing.T, admin kubernetes.Interface, cfg *rest.Config) *rest.Config {
+	t.Helper()
+	applyRBAC(ctx, t, admin)
+	wcfg := rest.CopyConfig(cfg)
+	wcfg.Impersonate = rest.ImpersonationConfig{UserName: wrapperSA,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}
+	return wcfg
 }
 
 // applyRBAC creates manifests/edge/rbac.yaml as shipped.

@@ -31,24 +31,13 @@ func TestRefreshKeepsReflectorPosition(t *testing.T) {
 	env := testenv.Get(t)
 	ctx := testenv.Context(t, 3*time.Minute)
 	admin := kubernetes.NewForConfigOrDie(env.Config)
-	applyRBAC(ctx, t, admin)
-	wcfg := rest.CopyConfig(env.Config)
-	wcfg.Impersonate = rest.ImpersonationConfig{UserName: wrapperSA,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}
+	wcfg := wrapperConfig(ctx, t, admin, env.Config)
 
 	suffix := fmt.Sprintf("%04x", rand.IntN(1<<16))
 	self, other := "rf-a-"+suffix, "rf-b-"+suffix
-	for _, n := range []struct{ name, zone string }{{self, "zone-0"}, {other, "zone-1"}} {
-		if _, err := admin.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{"zone": n.zone}}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), n.name, metav1.DeleteOptions{}) })
-	}
+	createZonedNodes(ctx, t, admin, map[string]string{self: "zone-0", other: "zone-1"})
 	ns := "rf-" + suffix
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	createNamespace(ctx, t, admin, ns)
 	createService(ctx, t, admin, ns, "topo", `["zone"]`, map[string]string{self: "10.201.0.1", other: "10.201.0.2"})
 
 	rec := &recorder{}
@@ -115,10 +104,7 @@ func TestResumeFromOlderResourceVersionReplays(t *testing.T) {
 	ctx := testenv.Context(t, 2*time.Minute)
 	admin := kubernetes.NewForConfigOrDie(env.Config)
 	ns := fmt.Sprintf("replay-%04x", rand.IntN(1<<16))
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	createNamespace(ctx, t, admin, ns)
 	createService(ctx, t, admin, ns, "x", "", map[string]string{"n": "10.202.0.1"})
 	slices := admin.DiscoveryV1().EndpointSlices(ns)
 	es, err := slices.Get(ctx, "x-1", metav1.GetOptions{})
