@@ -172,8 +172,12 @@ func (b *bench) selection(changes, relistChanges int) error {
 	if err != nil {
 		return err
 	}
-	other := es.Endpoints[1].Addresses[0]
-	// Start from a settled state: bench-b's endpoint absent everywhere.
+	own, other := es.Endpoints[0].Addresses[0], es.Endpoints[1].Addresses[0]
+	// Start from a settled state: both kube-proxies synced (bench-a's endpoint in their
+	// rules), bench-b's endpoint absent.
+	if _, err := b.waitRule(own, true, time.Now(), "gwbw", "gwbr"); err != nil {
+		return err
+	}
 	if _, err := b.waitRule(other, false, time.Now(), "gwbw", "gwbr"); err != nil {
 		return err
 	}

@@ -463,9 +463,12 @@ func statusMessage(raw []byte) string {
 	return string(raw)
 }
 
-// coalesce is how long RunResets waits after a change for more of the same burst (a
-// rollout relabelling nodes, a kubectl apply of many Services): every reset costs kube-proxy
-// a relist, and client-go backs off more with each relist that follows another closely.
+// coalesce bounds how often open watches are brought to a new selection during a burst
+// of changes (a rollout relabelling nodes, a kubectl apply of many Services). Refreshing:
+// the first change of a burst goes out at once, the rest at most every coalesce (each
+// refresh costs a list per watch). Relisting: every change waits coalesce for the rest of
+// its burst (each costs kube-proxy a relist, and client-go backs off more with each relist
+// that follows another closely).
 const coalesce = 100 * time.Millisecond
 
 // RunSelectionChanges brings the open watches to the new selection whenever src fires
@@ -478,20 +481,30 @@ func (p *Proxy) RunSelectionChanges(ctx context.Context, src ChangeSource) {
 			return
 		case <-changed:
 		}
-		timer := time.NewTimer(coalesce)
-	burst:
-		for {
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				return
-			case <-changed:
-			case <-timer.C:
-				break burst
+		if p.RelistOnChange {
+			timer := time.NewTimer(coalesce)
+		burst:
+			for {
+				select {
+				case <-ctx.Done():
+					timer.Stop()
+					return
+				case <-changed:
+				case <-timer.C:
+					break burst
+				}
 			}
 		}
 		if c := src.TakeChanges(); !c.Empty() {
 			p.SelectionChanged(c)
+		}
+		if !p.RelistOnChange {
+			// Changes meanwhile stay in src (and its signal in changed) for the next round.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(coalesce):
+			}
 		}
 	}
 }
