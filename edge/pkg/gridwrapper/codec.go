@@ -81,7 +81,7 @@ func filterList(info runtime.SerializerInfo, body []byte, filter sliceFilter) ([
 // affected Service, the version the client holds (the API server's list at exactly the
 // stream's newest resourceVersion) re-filtered, as a MODIFIED event carrying that
 // version's own resourceVersion, then a BOOKMARK at the stream's newest resourceVersion
-// (see refresh). The only other frame the wrapper writes itself is the 410 Expired ERROR
+// (see writeRefresh). The only other frame the wrapper writes itself is the 410 Expired ERROR
 // of end(), when a refresh is impossible.
 type watchFilter struct {
 	info   runtime.SerializerInfo
@@ -338,7 +338,7 @@ var errNoRefresh = errors.New("no refresh on this watch")
 //     exactly N holds precisely the objects the client has; each is re-sent with its own
 //     resourceVersion, as kube-proxy already has it, only its endpoints re-filtered;
 //   - a MODIFIED event sets client-go's lastSyncResourceVersion to that object's
-//     resourceVersion, older than N: the closing BOOKMARK at N (an resourceVersion the
+//     resourceVersion, older than N: the closing BOOKMARK at N (a resourceVersion the
 //     API server itself sent on this stream, and true: everything up to N is delivered)
 //     puts it back, so a later watch resumes from N, not from the past (a resume from an
 //     older resourceVersion would replay events the client already had, putting older
