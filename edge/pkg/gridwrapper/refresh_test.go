@@ -3,6 +3,8 @@ package gridwrapper
 import (
 	"errors"
 	"io"
+	"net/http"
+	"net/http/httptest"
 	"net/url"
 	"sync"
 	"testing"
@@ -342,4 +344,72 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
+}
+
+// topologyOf is a Filterer whose Services with topologyKeys are listed.
+type topologyOf map[string]bool
+
+func (topologyOf) Synced() bool                                                    { return true }
+func (topologyOf) Filter(es *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice { return es }
+func (t topologyOf) HasTopology(svc string) bool                                   { return t[svc] }
+
+// TestListAtAsksForExactlyTheClientsView: a refresh reads the client's view with the
+// watch's own selectors plus the changed Services' names, at exactly the stream's
+// resourceVersion, in the watch's encoding; it keeps the changed Services' slices only
+// (for a node change: those of the Services with topologyKeys).
+func TestListAtAsksForExactlyTheClientsView(t *testing.T) {
+	var queries []url.Values
+	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		queries = append(queries, r.URL.Query())
+		if r.URL.Path != "/apis/discovery.k8s.io/v1/endpointslices" || r.Header.Get("Accept") != mediaTypeProtobuf {
+			t.Errorf("list %s Accept %q", r.URL.Path, r.Header.Get("Accept"))
+		}
+		list := &discoveryv1.EndpointSliceList{ListMeta: metav1.ListMeta{ResourceVersion: "90"}, Items: []discoveryv1.EndpointSlice{
+			*withSvc(testSlice("a-1", "50", "10.0.0.1"), "svc-a"), *withSvc(testSlice("b-1", "51", "10.0.0.2"), "svc-b"),
+			*withSvc(testSlice("c-1", "52", "10.0.0.3"), "svc-c")}}
+		info, _ := serializerFor(mediaTypeProtobuf)
+		raw, err := runtime.Encode(scheme.Codecs.EncoderForVersion(info.Serializer, discoveryv1.SchemeGroupVersion), list)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w.Header().Set("Content-Type", mediaTypeProtobuf)
+		_, _ = w.Write(raw)
+	}))
+	defer upstream.Close()
+	u, _ := url.Parse(upstream.URL)
+	p := NewProxy(u, http.DefaultTransport, "node-a", topologyOf{"ns/svc-a": true, "ns/svc-c": true}, NewMetrics())
+	watchReq := httptest.NewRequest("GET", "/apis/discovery.k8s.io/v1/endpointslices?watch=true&labelSelector=%21service.kubernetes.io%2Fheadless&resourceVersion=80&allowWatchBookmarks=true", nil)
+	info, _ := serializerFor(mediaTypeProtobuf + ";stream=watch")
+	listAt := p.listAt(watchReq, info)
+
+	names := func(slices []*discoveryv1.EndpointSlice) []string {
+		var out []string
+		for _, es := range slices {
+			out = append(out, es.Name)
+		}
+		return out
+	}
+	got, err := listAt("85", Changes{Services: map[string]bool{"ns/svc-b": true}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	q := queries[0]
+	if q.Get("resourceVersion") != "85" || q.Get("resourceVersionMatch") != "Exact" ||
+		q.Get("labelSelector") != "kubernetes.io/service-name in (svc-b),!service.kubernetes.io/headless" || q.Get("watch") != "" {
+		t.Errorf("one Service changed: list query %v", q)
+	}
+	if n := names(got); len(n) != 1 || n[0] != "b-1" {
+		t.Errorf("one Service changed: kept %v, want [b-1]", n)
+	}
+
+	got, err = listAt("86", Changes{All: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if q := queries[1]; q.Get("resourceVersion") != "86" || q.Get("labelSelector") != "!service.kubernetes.io/headless" {
+		t.Errorf("node change: list query %v", q)
+	}
+	if n := names(got); len(n) != 2 || n[0] != "a-1" || n[1] != "c-1" {
+		t.Errorf("node change: kept %v, want the Services with topologyKeys [a-1 c-1]", n)
+	}
 }
