@@ -6,11 +6,17 @@
 //     the wrapper and direct (p50, p99, ratio) over -changes changes;
 //  2. scale: the wrapper's CPU and memory with -services Services × -endpoints endpoints;
 //  3. per-event cost: the wrapper's CPU per EndpointSlice event with -services/10 and with
-//     -services Services (flat = the cost does not grow with the Service count).
+//     -services Services (flat = the cost does not grow with the Service count);
+//  4. selection changes (a Service's topologyKeys annotation, a node's labels; no
+//     EndpointSlice changes): change → kube-proxy's rule added or removed, through the
+//     wrapper refreshing kube-proxy's open watch (--selection-change=refresh, the default)
+//     and, in the same run, through a second wrapper that ends the watch with 410 so
+//     kube-proxy relists (--selection-change=relist), first change and repeated changes.
 //
 // Root only (network namespaces, iptables). Not part of make test:
 //
-//	go run ./tools/gridwrapperbench [-changes=200] [-services=1000] [-endpoints=10]
+//	go run ./tools/gridwrapperbench [-changes=200] [-services=1000] [-endpoints=10] \
+//	    [-selection-changes=200] [-relist-changes=12] [-phases=latency,selection,scale]
 package main
 
 import (
@@ -33,6 +39,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -49,8 +56,15 @@ func main() {
 	services := flag.Int("services", 1000, "Services in the scale phase")
 	endpoints := flag.Int("endpoints", 10, "endpoints per Service in the scale phase")
 	eventChanges := flag.Int("event-changes", 200, "endpoint changes per size in the per-event phase")
+	selectionChanges := flag.Int("selection-changes", 200, "selection changes timed through the refreshing wrapper")
+	relistChanges := flag.Int("relist-changes", 12, "of those, how many are also timed through the relisting wrapper (each relist after another within 2 min waits for client-go's backoff, doubling up to 30 s)")
+	phases := flag.String("phases", "latency,selection,scale", "phases to run")
 	flag.Parse()
-	if err := run(*changes, *services, *endpoints, *eventChanges); err != nil {
+	want := map[string]bool{}
+	for _, ph := range strings.Split(*phases, ",") {
+		want[ph] = true
+	}
+	if err := run(want, *changes, *services, *endpoints, *eventChanges, *selectionChanges, *relistChanges); err != nil {
 		fmt.Fprintln(os.Stderr, "gridwrapperbench:", err)
 		os.Exit(1)
 	}
@@ -66,7 +80,7 @@ type bench struct {
 	metrics string
 }
 
-func run(changes, services, endpoints, eventChanges int) (err error) {
+func run(phases map[string]bool, changes, services, endpoints, eventChanges, selectionChanges, relistChanges int) (err error) {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (network namespaces, iptables)")
 	}
@@ -103,7 +117,24 @@ func run(changes, services, endpoints, eventChanges int) (err error) {
 		return err
 	}
 
-	// 1. Latency, on a small cluster state (iptables-save stays cheap to poll).
+	if phases["latency"] {
+		if err := b.latency(changes); err != nil {
+			return err
+		}
+	}
+	if phases["selection"] {
+		if err := b.selection(selectionChanges, relistChanges); err != nil {
+			return err
+		}
+	}
+	if phases["scale"] {
+		return b.scale(services, endpoints, eventChanges)
+	}
+	return nil
+}
+
+// latency: endpoint changes on a small cluster state (iptables-save stays cheap to poll).
+func (b *bench) latency(changes int) error {
 	fmt.Printf("latency: %d endpoint changes of a [\"zone\",\"*\"] Service, both kube-proxies polled\n", changes)
 	if err := b.service("lat", `["zone","*"]`, 1, 0); err != nil {
 		return err
@@ -125,7 +156,126 @@ func run(changes, services, endpoints, eventChanges int) (err error) {
 	pd50, pd99 := percentile(direct, 50), percentile(direct, 99)
 	fmt.Printf("  through wrapper: p50 %v  p99 %v\n  direct:          p50 %v  p99 %v\n  ratio wrapper/direct: p50 %.2f  p99 %.2f\n",
 		pw50, pw99, pd50, pd99, float64(pw50)/float64(pd50), float64(pw99)/float64(pd99))
+	return nil
+}
 
+// selection: changes outside the EndpointSlice stream. Service "sel" has one endpoint on
+// bench-a (zone-0, kube-proxy's node) and one on bench-b; the changes cycle through
+// annotation ["zone"] -> ["*"] -> ["zone"], bench-b relabelled zone-1 -> zone-0 -> zone-1,
+// so bench-b's endpoint is in kube-proxy's rules after every other change.
+func (b *bench) selection(changes, relistChanges int) error {
+	fmt.Printf("selection: %d changes (annotation and node label, alternating), refresh wrapper polled; the first %d also through the relist wrapper\n", changes, relistChanges)
+	if err := b.service("sel", `["zone"]`, 1, 1); err != nil {
+		return err
+	}
+	es, err := b.client.DiscoveryV1().EndpointSlices(ns).Get(b.ctx, "sel", metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	own, other := es.Endpoints[0].Addresses[0], es.Endpoints[1].Addresses[0]
+	// Start from a settled state: both kube-proxies synced (bench-a's endpoint in their
+	// rules), bench-b's endpoint absent.
+	if _, err := b.waitRule(own, true, time.Now(), "gwbw", "gwbr"); err != nil {
+		return err
+	}
+	if _, err := b.waitRule(other, false, time.Now(), "gwbw", "gwbr"); err != nil {
+		return err
+	}
+	var refresh, relist []time.Duration
+	for i := 0; i < changes; i++ {
+		var patch []byte
+		var target string
+		switch i % 4 {
+		case 0:
+			patch, target = []byte(`{"metadata":{"annotations":{"topologyKeys":"[\"*\"]"}}}`), "service"
+		case 1:
+			patch, target = []byte(`{"metadata":{"annotations":{"topologyKeys":"[\"zone\"]"}}}`), "service"
+		case 2:
+			patch, target = []byte(`{"metadata":{"labels":{"zone":"zone-0"}}}`), "node"
+		case 3:
+			patch, target = []byte(`{"metadata":{"labels":{"zone":"zone-1"}}}`), "node"
+		}
+		present := i%2 == 0
+		t0 := time.Now()
+		if target == "service" {
+			_, err = b.client.CoreV1().Services(ns).Patch(b.ctx, "sel", types.MergePatchType, patch, metav1.PatchOptions{})
+		} else {
+			_, err = b.client.CoreV1().Nodes().Patch(b.ctx, "bench-b", types.MergePatchType, patch, metav1.PatchOptions{})
+		}
+		if err != nil {
+			return err
+		}
+		netns := []string{"gwbw"}
+		if i < relistChanges {
+			netns = append(netns, "gwbr")
+		}
+		d, err := b.waitRule(other, present, t0, netns...)
+		if err != nil {
+			return err
+		}
+		refresh = append(refresh, d[0])
+		if len(d) > 1 {
+			relist = append(relist, d[1])
+		}
+	}
+	report := func(name string, ds []time.Duration) {
+		if len(ds) < 2 {
+			return
+		}
+		fmt.Printf("  %-8s first change %v; repeated changes (%d): p50 %v  p99 %v  max %v\n", name, ds[0].Round(time.Millisecond), len(ds)-1,
+			percentile(ds[1:], 50), percentile(ds[1:], 99), percentile(ds[1:], 100))
+	}
+	report("refresh", refresh)
+	report("relist", relist)
+	if len(relist) > 1 {
+		fmt.Printf("  the same %d changes: refresh p50 %v  p99 %v; relist p50 %v  p99 %v; ratio relist/refresh p50 %.1f\n", len(relist),
+			percentile(refresh[:len(relist)], 50), percentile(refresh[:len(relist)], 99), percentile(relist, 50), percentile(relist, 99),
+			float64(percentile(relist, 50))/float64(percentile(refresh[:len(relist)], 50)))
+	}
+	return nil
+}
+
+// waitRule polls the netns' iptables until the DNAT to ip is present (or absent) in each,
+// returning the time from t0 per netns.
+func (b *bench) waitRule(ip string, present bool, t0 time.Time, netns ...string) ([]time.Duration, error) {
+	type res struct {
+		d   time.Duration
+		err error
+	}
+	needle := []byte("--to-destination " + ip + ":8080")
+	chans := make([]chan res, len(netns))
+	for i, n := range netns {
+		chans[i] = make(chan res, 1)
+		go func(n string, out chan<- res) {
+			for time.Since(t0) < 120*time.Second {
+				raw, err := exec.Command("ip", "netns", "exec", n, "iptables-save", "-t", "nat").Output()
+				if err != nil {
+					out <- res{err: err}
+					return
+				}
+				if bytes.Contains(raw, needle) == present {
+					out <- res{d: time.Since(t0)}
+					return
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+			out <- res{err: fmt.Errorf("%s: rule for %s present=%v not reached after 120s", n, ip, !present)}
+		}(n, chans[i])
+	}
+	out := make([]time.Duration, len(netns))
+	var firstErr error
+	for i := range chans {
+		r := <-chans[i]
+		if r.err != nil && firstErr == nil {
+			firstErr = r.err
+		}
+		out[i] = r.d
+	}
+	return out, firstErr
+}
+
+// scale: per-event cost at services/10 and at services, then the idle cost.
+func (b *bench) scale(services, endpoints, eventChanges int) error {
 	// 3 (small) then 2 + 3 (large): per-event cost at services/10 and at services.
 	small := services / 10
 	var perEvent []float64
@@ -205,21 +355,24 @@ func (b *bench) setup(cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	// The wrapper.
+	rHost, err := b.netns("gwbr", "169.254.201.9", "169.254.201.10")
+	if err != nil {
+		return err
+	}
+	// The wrapper (measured), and a second one that relists on selection changes (the
+	// selection phase's peer).
 	metricsLn, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return err
 	}
 	b.metrics = metricsLn.Addr().String()
 	metricsLn.Close()
-	b.wrapper = exec.Command(filepath.Join(b.binDir, "application-grid-wrapper"), "--kubeconfig="+adminKubeconfig, "--node-name=bench-a",
-		"--listen-address="+wHost+":51006", "--metrics-address="+b.metrics, "--kube-api-qps=1000", "--kube-api-burst=2000")
-	logW, _ := os.Create(filepath.Join(b.dir, "wrapper.log"))
-	b.wrapper.Stdout, b.wrapper.Stderr = logW, logW
-	if err := b.wrapper.Start(); err != nil {
-		return fmt.Errorf("application-grid-wrapper (make build): %w", err)
+	if b.wrapper, err = b.startWrapper("wrapper", adminKubeconfig, wHost, "--metrics-address="+b.metrics); err != nil {
+		return err
 	}
-	b.cleanup = append(b.cleanup, func() { _ = b.wrapper.Process.Kill(); _ = b.wrapper.Wait() })
+	if _, err := b.startWrapper("wrapper-relist", adminKubeconfig, rHost, "--metrics-address=", "--selection-change=relist"); err != nil {
+		return err
+	}
 	// The relay for the direct kube-proxy: bytes only, TLS end to end.
 	hostURL, err := url.Parse(cfg.Host)
 	if err != nil {
@@ -253,14 +406,30 @@ func (b *bench) setup(cfg *rest.Config) error {
 	if err := writeKubeconfig(directKubeconfig, cfg, "https://"+dHost+":6443", "localhost"); err != nil {
 		return err
 	}
-	wrapperKubeconfig := filepath.Join(b.dir, "wrapper.kubeconfig")
-	if err := os.WriteFile(wrapperKubeconfig, []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: w, cluster: {server: \"http://%s:51006\"}}]\ncontexts: [{name: d, context: {cluster: w, user: u}}]\ncurrent-context: d\nusers: [{name: u, user: {}}]\n", wHost)), 0o600); err != nil {
-		return err
-	}
-	if err := b.kubeProxy("gwbw", wrapperKubeconfig); err != nil {
-		return err
+	for _, w := range []struct{ netns, host string }{{"gwbw", wHost}, {"gwbr", rHost}} {
+		kubeconfig := filepath.Join(b.dir, w.netns+".kubeconfig")
+		if err := os.WriteFile(kubeconfig, []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: w, cluster: {server: \"http://%s:51006\"}}]\ncontexts: [{name: d, context: {cluster: w, user: u}}]\ncurrent-context: d\nusers: [{name: u, user: {}}]\n", w.host)), 0o600); err != nil {
+			return err
+		}
+		if err := b.kubeProxy(w.netns, kubeconfig); err != nil {
+			return err
+		}
 	}
 	return b.kubeProxy("gwbd", directKubeconfig)
+}
+
+// startWrapper runs application-grid-wrapper as a process of its own for node bench-a,
+// listening on host:51006.
+func (b *bench) startWrapper(name, kubeconfig, host string, args ...string) (*exec.Cmd, error) {
+	cmd := exec.Command(filepath.Join(b.binDir, "application-grid-wrapper"), append([]string{"--kubeconfig=" + kubeconfig, "--node-name=bench-a",
+		"--listen-address=" + host + ":51006", "--kube-api-qps=1000", "--kube-api-burst=2000"}, args...)...)
+	logW, _ := os.Create(filepath.Join(b.dir, name+".log"))
+	cmd.Stdout, cmd.Stderr = logW, logW
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("application-grid-wrapper (make build): %w", err)
+	}
+	b.cleanup = append(b.cleanup, func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	return cmd, nil
 }
 
 func writeKubeconfig(path string, cfg *rest.Config, server, serverName string) error {
@@ -296,23 +465,15 @@ func (b *bench) netns(name, hostIP, nsIP string) (string, error) {
 	return hostIP, nil
 }
 
+// kubeProxy runs kube-proxy (iptables) in netns. Flags, not a config file: with --config
+// kube-proxy watches the file with inotify, and a shared machine can run out of inotify
+// instances (kube-proxy then exits with "too many open files").
 func (b *bench) kubeProxy(netns, kubeconfig string) error {
-	cfgPath := filepath.Join(b.dir, netns+"-kube-proxy.yaml")
-	cfg := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-mode: iptables
-clientConnection: {kubeconfig: %s, qps: 1000, burst: 2000}
-hostnameOverride: bench-a
-healthzBindAddress: 127.0.0.1:10256
-metricsBindAddress: 127.0.0.1:10249
-clusterCIDR: 10.244.0.0/16
-iptables: {minSyncPeriod: 10ms}
-conntrack: {maxPerCore: 0, min: 0, tcpEstablishedTimeout: 0s, tcpCloseWaitTimeout: 0s}
-`, kubeconfig)
-	if err := os.WriteFile(cfgPath, []byte(cfg), 0o600); err != nil {
-		return err
-	}
-	cmd := exec.Command("nsenter", "--net=/var/run/netns/"+netns, "--", filepath.Join(b.binDir, "kube-proxy"), "--config="+cfgPath)
+	cmd := exec.Command("nsenter", "--net=/var/run/netns/"+netns, "--", filepath.Join(b.binDir, "kube-proxy"),
+		"--kubeconfig="+kubeconfig, "--kube-api-qps=1000", "--kube-api-burst=2000", "--proxy-mode=iptables",
+		"--hostname-override=bench-a", "--healthz-bind-address=127.0.0.1:10256", "--metrics-bind-address=127.0.0.1:10249",
+		"--cluster-cidr=10.244.0.0/16", "--iptables-min-sync-period=10ms", "--conntrack-max-per-core=0", "--conntrack-min=0",
+		"--conntrack-tcp-timeout-established=0s", "--conntrack-tcp-timeout-close-wait=0s")
 	log, _ := os.Create(filepath.Join(b.dir, netns+"-kube-proxy.log"))
 	cmd.Stdout, cmd.Stderr = log, log
 	if err := cmd.Start(); err != nil {

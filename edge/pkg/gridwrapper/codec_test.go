@@ -97,7 +97,7 @@ func TestWatchFilterRoundTrip(t *testing.T) {
 			})
 			pr, pw := io.Pipe()
 			var rvs []string
-			wf := newWatchFilter(info, io.NopCloser(bytes.NewReader(in)), pw, dropOdd, func(rv string) { rvs = append(rvs, rv) })
+			wf := newWatchFilter(info, io.NopCloser(bytes.NewReader(in)), pw, dropOdd, func(rv string, _ uint64) { rvs = append(rvs, rv) })
 			go func() { _ = wf.run() }()
 			events := decodeStream(t, mediaType, pr)
 			if len(events) != 4 {

@@ -13,6 +13,8 @@ type Metrics struct {
 	filterSeconds      *prometheus.HistogramVec
 	watchesOpen        prometheus.Gauge
 	watchResets        *prometheus.CounterVec
+	refreshes          *prometheus.CounterVec
+	refreshedSlices    prometheus.Counter
 	selectionChanges   *prometheus.CounterVec
 	invalidAnnotations prometheus.Counter
 }
@@ -36,12 +38,16 @@ func NewMetrics() *Metrics {
 			Help: "Open EndpointSlice watches."}),
 		watchResets: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "watch_resets_total",
 			Help: "EndpointSlice watches ended with 410 Expired so that the client relists, by reason."}, []string{"reason"}),
+		refreshes: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "watch_refreshes_total",
+			Help: "Selection changes written into an open EndpointSlice watch, by result (resent, unchanged, failed: the watch was ended with 410)."}, []string{"result"}),
+		refreshedSlices: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "refreshed_slices_total",
+			Help: "EndpointSlices re-sent re-filtered on open watches after selection changes."}),
 		selectionChanges: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "selection_changes_total",
 			Help: "Events that may change a topology decision outside the EndpointSlice stream, by reason."}, []string{"reason"}),
 		invalidAnnotations: prometheus.NewCounter(prometheus.CounterOpts{Namespace: ns, Name: "invalid_annotations_total",
 			Help: "topologyKeys annotation values that did not parse (their Services pass unfiltered)."}),
 	}
-	m.Registry.MustRegister(m.requests, m.endpoints, m.filterSeconds, m.watchesOpen, m.watchResets, m.selectionChanges,
+	m.Registry.MustRegister(m.requests, m.endpoints, m.filterSeconds, m.watchesOpen, m.watchResets, m.refreshes, m.refreshedSlices, m.selectionChanges,
 		m.invalidAnnotations, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return m
 }

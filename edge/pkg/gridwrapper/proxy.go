@@ -4,12 +4,15 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -17,8 +20,13 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/selection"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
 
@@ -26,6 +34,15 @@ import (
 type Filterer interface {
 	Synced() bool
 	Filter(*discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice
+	// HasTopology says whether the Service "namespace/name" carries topologyKeys.
+	HasTopology(service string) bool
+}
+
+// ChangeSource tells the proxy when, and for which Services, the selection changed
+// outside the EndpointSlice stream (State).
+type ChangeSource interface {
+	Changed() <-chan struct{}
+	TakeChanges() Changes
 }
 
 // route is what the wrapper does with one kind of request.
@@ -55,6 +72,13 @@ type Proxy struct {
 	state    Filterer
 	metrics  *Metrics
 	rp       *httputil.ReverseProxy
+	upstream *url.URL
+	client   *http.Client
+
+	// RelistOnChange: a selection change ends every open EndpointSlice watch with 410 so
+	// the clients relist, instead of refreshing the affected slices on the open watches.
+	// Set before serving.
+	RelistOnChange bool
 
 	mu      sync.Mutex
 	watches map[*watchFilter]struct{}
@@ -71,7 +95,8 @@ type Proxy struct {
 // NewProxy proxies to upstream through transport (which carries the wrapper's own
 // credentials).
 func NewProxy(upstream *url.URL, transport http.RoundTripper, nodeName string, state Filterer, m *Metrics) *Proxy {
-	p := &Proxy{nodeName: nodeName, state: state, metrics: m, watches: map[*watchFilter]struct{}{}, rvGen: map[string]uint64{}}
+	p := &Proxy{nodeName: nodeName, state: state, metrics: m, watches: map[*watchFilter]struct{}{}, rvGen: map[string]uint64{},
+		upstream: upstream, client: &http.Client{Transport: transport}}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(upstream)
@@ -222,7 +247,7 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	pr, pw := io.Pipe()
 	// The generation is read and the watch registered under one lock: a selection change
 	// either happened before (then the start is stale if the client's data is older) or
-	// ends this watch.
+	// reaches this watch.
 	p.mu.Lock()
 	gen = p.generation
 	wf := newWatchFilter(info, body, pw, func(es *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
@@ -230,7 +255,13 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		out := p.state.Filter(es)
 		p.metrics.filterSeconds.WithLabelValues("watch_event").Observe(time.Since(start).Seconds())
 		return out
-	}, func(rv string) { p.remember(rv, gen) })
+	}, p.remember)
+	wf.gen = gen
+	wf.pos = newStreamPosition(r.URL.Query())
+	if !p.RelistOnChange {
+		wf.listAt = p.listAt(r, info)
+		wf.onRefresh = p.refreshed
+	}
 	p.watches[wf] = struct{}{}
 	stale := p.staleStart(r)
 	p.mu.Unlock()
@@ -275,6 +306,7 @@ func (p *Proxy) staleStart(r *http.Request) string {
 }
 
 // remember records the generation a resourceVersion's data was filtered with (bounded).
+// A later generation for the same resourceVersion wins (a watch's refresh).
 func (p *Proxy) remember(rv string, gen uint64) {
 	if rv == "" {
 		return
@@ -288,53 +320,192 @@ func (p *Proxy) remember(rv string, gen uint64) {
 			p.rvOrder = p.rvOrder[1:]
 		}
 	}
-	p.rvGen[rv] = gen
+	p.rvGen[rv] = max(p.rvGen[rv], gen)
 }
 
-// SelectionChanged ends every open EndpointSlice watch with 410 Expired: the clients
-// relist, and the relist is filtered with the new selection.
-func (p *Proxy) SelectionChanged() {
+// SelectionChanged brings every open EndpointSlice watch to the new selection: the
+// affected slices are re-sent on the watch (watchFilter.writeRefresh), or, when that is
+// impossible or RelistOnChange is set, the watch is ended with 410 Expired so the client
+// relists through the filter.
+func (p *Proxy) SelectionChanged(c Changes) {
 	p.mu.Lock()
 	p.generation++
+	gen := p.generation
 	open := make([]*watchFilter, 0, len(p.watches))
 	for wf := range p.watches {
 		open = append(open, wf)
 	}
 	p.mu.Unlock()
 	for _, wf := range open {
+		if wf.listAt != nil {
+			wf.refresh(c, gen)
+			continue
+		}
 		p.metrics.watchResets.WithLabelValues("selection changed").Inc()
 		// Each on its own: a client slow to read its stream must not hold up the others.
 		go wf.end("application-grid-wrapper: topology selection changed, relist")
 	}
-	klog.V(2).InfoS("Topology selection changed: ended open EndpointSlice watches", "watches", len(open))
+	klog.V(2).InfoS("Topology selection changed", "watches", len(open), "services", len(c.Services), "allTopologyServices", c.All, "relist", p.RelistOnChange)
 }
 
-// coalesce is how long RunResets waits after a change for more of the same burst (a
-// rollout relabelling nodes, a kubectl apply of many Services): every reset costs kube-proxy
-// a relist, and client-go backs off more with each relist that follows another closely.
+// refreshed records the outcome of one watch's refresh.
+func (p *Proxy) refreshed(resent int, err error) {
+	switch {
+	case err != nil:
+		p.metrics.refreshes.WithLabelValues("failed").Inc()
+		p.metrics.watchResets.WithLabelValues("refresh impossible").Inc()
+		klog.V(1).InfoS("Could not refresh an EndpointSlice watch: ending it so the client relists", "err", err)
+	case resent == 0:
+		p.metrics.refreshes.WithLabelValues("unchanged").Inc()
+	default:
+		p.metrics.refreshes.WithLabelValues("resent").Inc()
+		p.metrics.refreshedSlices.Add(float64(resent))
+	}
+}
+
+// maxNamedServices bounds the Services a refresh names in its label selector; beyond it
+// the list is of all slices the client watches, narrowed here.
+const maxNamedServices = 100
+
+// listAt returns how a watch's refresh reads the client's view: the EndpointSlices the
+// watch request selects, listed from the API server at exactly a resourceVersion (so
+// exactly as the client holds them), in the watch's own encoding, those of the changed
+// Services only.
+func (p *Proxy) listAt(watchReq *http.Request, info runtime.SerializerInfo) func(string, Changes) ([]*discoveryv1.EndpointSlice, error) {
+	ctx := watchReq.Context()
+	q := watchReq.URL.Query()
+	return func(rv string, c Changes) ([]*discoveryv1.EndpointSlice, error) {
+		sel, err := labels.Parse(q.Get("labelSelector"))
+		if err != nil {
+			return nil, fmt.Errorf("label selector: %w", err)
+		}
+		if !c.All && len(c.Services) <= maxNamedServices {
+			names := map[string]bool{}
+			for key := range c.Services {
+				if _, name, err := cache.SplitMetaNamespaceKey(key); err == nil {
+					names[name] = true
+				}
+			}
+			req, err := labels.NewRequirement(discoveryv1.LabelServiceName, selection.In, slices.Sorted(maps.Keys(names)))
+			if err != nil {
+				return nil, err
+			}
+			sel = sel.Add(*req)
+		}
+		out := url.Values{}
+		if s := sel.String(); s != "" {
+			out.Set("labelSelector", s)
+		}
+		if fs := q.Get("fieldSelector"); fs != "" {
+			out.Set("fieldSelector", fs)
+		}
+		out.Set("resourceVersion", rv)
+		out.Set("resourceVersionMatch", string(metav1.ResourceVersionMatchExact))
+		u := p.upstream.JoinPath(watchReq.URL.Path)
+		u.RawQuery = out.Encode()
+		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Accept", info.MediaType)
+		start := time.Now()
+		resp, err := p.client.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		defer resp.Body.Close()
+		body := io.Reader(resp.Body)
+		if strings.EqualFold(resp.Header.Get("Content-Encoding"), "gzip") {
+			zr, err := gzip.NewReader(resp.Body)
+			if err != nil {
+				return nil, fmt.Errorf("gzip response: %w", err)
+			}
+			body = zr
+		}
+		raw, err := io.ReadAll(io.LimitReader(body, 1<<30))
+		if err != nil {
+			return nil, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return nil, fmt.Errorf("API server answered %d: %s", resp.StatusCode, statusMessage(raw))
+		}
+		rinfo, err := serializerFor(resp.Header.Get("Content-Type"))
+		if err != nil {
+			return nil, err
+		}
+		list := &discoveryv1.EndpointSliceList{}
+		if _, _, err := rinfo.Serializer.Decode(raw, nil, list); err != nil {
+			return nil, fmt.Errorf("decoding EndpointSliceList: %w", err)
+		}
+		p.metrics.filterSeconds.WithLabelValues("refresh_list").Observe(time.Since(start).Seconds())
+		held := make([]*discoveryv1.EndpointSlice, 0, len(list.Items))
+		for i := range list.Items {
+			es := &list.Items[i]
+			if c.Affects(es.Namespace+"/"+es.Labels[discoveryv1.LabelServiceName], p.state.HasTopology) {
+				held = append(held, es)
+			}
+		}
+		return held, nil
+	}
+}
+
+// statusMessage extracts the message of a metav1.Status body, or returns it shortened.
+func statusMessage(raw []byte) string {
+	var status metav1.Status
+	if err := json.Unmarshal(raw, &status); err == nil && status.Message != "" {
+		return status.Message
+	}
+	if len(raw) > 200 {
+		raw = raw[:200]
+	}
+	return string(raw)
+}
+
+// coalesce bounds how often open watches are brought to a new selection during a burst
+// of changes (a rollout relabelling nodes, a kubectl apply of many Services). Refreshing:
+// the first change of a burst goes out at once, the rest at most every coalesce (each
+// refresh costs a list per watch). Relisting: every change waits coalesce for the rest of
+// its burst (each costs kube-proxy a relist, and client-go backs off more with each relist
+// that follows another closely).
 const coalesce = 100 * time.Millisecond
 
-// RunResets ends the open watches whenever changed fires (bursts coalesced), until ctx ends.
-func (p *Proxy) RunResets(ctx context.Context, changed <-chan struct{}) {
+// RunSelectionChanges brings the open watches to the new selection whenever src fires
+// (bursts coalesced), until ctx ends.
+func (p *Proxy) RunSelectionChanges(ctx context.Context, src ChangeSource) {
+	changed := src.Changed()
 	for {
 		select {
 		case <-ctx.Done():
 			return
 		case <-changed:
 		}
-		timer := time.NewTimer(coalesce)
-	burst:
-		for {
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				return
-			case <-changed:
-			case <-timer.C:
-				break burst
+		if p.RelistOnChange {
+			timer := time.NewTimer(coalesce)
+		burst:
+			for {
+				select {
+				case <-ctx.Done():
+					timer.Stop()
+					return
+				case <-changed:
+				case <-timer.C:
+					break burst
+				}
 			}
 		}
-		p.SelectionChanged()
+		if c := src.TakeChanges(); !c.Empty() {
+			p.SelectionChanged(c)
+		}
+		if !p.RelistOnChange {
+			// Changes meanwhile stay in src (and its signal in changed) for the next round.
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(coalesce):
+			}
+		}
 	}
 }
 

@@ -33,16 +33,20 @@ type Options struct {
 	MetricsAddress string
 	QPS            float32
 	Burst          int
+	// SelectionChange: "refresh" (re-send the affected slices on the open watches) or
+	// "relist" (end the watches with 410).
+	SelectionChange string
 }
 
 // NewOptions returns the defaults: loopback only.
 func NewOptions() *Options {
 	return &Options{
-		NodeName:       os.Getenv("NODE_NAME"),
-		ListenAddress:  "127.0.0.1:51006",
-		MetricsAddress: "127.0.0.1:51007",
-		QPS:            50,
-		Burst:          100,
+		NodeName:        os.Getenv("NODE_NAME"),
+		ListenAddress:   "127.0.0.1:51006",
+		MetricsAddress:  "127.0.0.1:51007",
+		QPS:             50,
+		Burst:           100,
+		SelectionChange: "refresh",
 	}
 }
 
@@ -54,12 +58,16 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "address of /metrics, /healthz and /readyz (empty: off)")
 	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "QPS towards the API server (shared by kube-proxy's requests and the wrapper's informers)")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "burst towards the API server")
+	fs.StringVar(&o.SelectionChange, "selection-change", o.SelectionChange, `how kube-proxy learns of a selection change outside the EndpointSlice stream (annotation, node labels): "refresh" re-sends the affected slices on its open watch, "relist" ends the watch with 410 so it relists (slower: client-go's relist backoff)`)
 }
 
 // Validate checks the flags.
 func (o *Options) Validate() error {
 	if o.NodeName == "" {
 		return errors.New("--node-name (or $NODE_NAME) is required")
+	}
+	if o.SelectionChange != "refresh" && o.SelectionChange != "relist" {
+		return fmt.Errorf("--selection-change: %q, want refresh or relist", o.SelectionChange)
 	}
 	if _, _, err := net.SplitHostPort(o.ListenAddress); err != nil {
 		return fmt.Errorf("--listen-address: %w", err)
@@ -124,11 +132,12 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config, ready func(proxyAddr
 		return err
 	}
 	proxy := NewProxy(upstream, transport, o.NodeName, state, m)
+	proxy.RelistOnChange = o.SelectionChange == "relist"
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	state.Run(ctx)
-	go proxy.RunResets(ctx, state.Changed())
+	go proxy.RunSelectionChanges(ctx, state)
 
 	ln, err := net.Listen("tcp", o.ListenAddress)
 	if err != nil {

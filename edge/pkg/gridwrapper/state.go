@@ -43,8 +43,40 @@ type State struct {
 	// decisions remembers the last decision per annotated multi-slice Service, to notice
 	// when an endpoint change in one slice changes what the Service's other slices keep.
 	decisions map[string]string
+	// pending collects the Services changed since the proxy last took them.
+	pending Changes
 
 	changed chan struct{}
+}
+
+// Changes names the Services whose selection may have changed outside the EndpointSlice
+// stream.
+type Changes struct {
+	// Services by "namespace/name": an annotation changed, or a decision across a
+	// multi-slice Service.
+	Services map[string]bool
+	// All: every Service with topologyKeys (a node's labels changed, a node came or went).
+	All bool
+}
+
+// Merge adds o to c.
+func (c *Changes) Merge(o Changes) {
+	c.All = c.All || o.All
+	for k := range o.Services {
+		if c.Services == nil {
+			c.Services = map[string]bool{}
+		}
+		c.Services[k] = true
+	}
+}
+
+// Empty says whether nothing changed.
+func (c Changes) Empty() bool { return !c.All && len(c.Services) == 0 }
+
+// Affects says whether the Service "namespace/name" is among the changed ones;
+// hasTopology tells whether a Service carries topologyKeys now.
+func (c Changes) Affects(service string, hasTopology func(string) bool) bool {
+	return c.Services[service] || (c.All && hasTopology(service))
 }
 
 type parsedKeys struct {
@@ -98,17 +130,17 @@ func NewState(client kubernetes.Interface, metaClient metadata.Interface, nodeNa
 	if _, err := s.services.AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj interface{}) {
 			if annotation(obj) != "" {
-				s.notify("service annotated")
+				s.notify("service annotated", objKey(obj))
 			}
 		},
 		UpdateFunc: func(old, cur interface{}) {
 			if annotation(old) != annotation(cur) {
-				s.notify("service annotation changed")
+				s.notify("service annotation changed", objKey(cur))
 			}
 		},
 		DeleteFunc: func(obj interface{}) {
 			if annotation(obj) != "" {
-				s.notify("annotated service deleted")
+				s.notify("annotated service deleted", objKey(obj))
 			}
 		},
 	}); err != nil {
@@ -151,12 +183,37 @@ func (s *State) Synced() bool {
 
 // Changed fires (coalesced) when a decision may have changed in a way the EndpointSlice
 // stream does not show: an annotation, a node's labels, or the decision of a Service
-// whose other slices did not change.
+// whose other slices did not change. TakeChanges says which Services.
 func (s *State) Changed() <-chan struct{} { return s.changed }
 
-func (s *State) notify(reason string) {
+// TakeChanges returns the Services changed since the last call.
+func (s *State) TakeChanges() Changes {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.pending
+	s.pending = Changes{}
+	return c
+}
+
+// HasTopology says whether the Service "namespace/name" carries a topologyKeys
+// annotation (valid or not).
+func (s *State) HasTopology(service string) bool {
+	obj, exists, err := s.services.GetStore().GetByKey(service)
+	return err == nil && exists && annotation(obj) != ""
+}
+
+// notify records a change of one Service ("namespace/name"), or of every Service with
+// topologyKeys when service is "".
+func (s *State) notify(reason, service string) {
 	s.metrics.selectionChanges.WithLabelValues(reason).Inc()
-	klog.V(2).InfoS("Topology selection may have changed", "reason", reason)
+	klog.V(2).InfoS("Topology selection may have changed", "reason", reason, "service", service)
+	s.mu.Lock()
+	if service == "" {
+		s.pending.All = true
+	} else {
+		s.pending.Merge(Changes{Services: map[string]bool{service: true}})
+	}
+	s.mu.Unlock()
 	select {
 	case s.changed <- struct{}{}:
 	default:
@@ -168,7 +225,7 @@ func (s *State) notify(reason string) {
 func (s *State) notifyIfTopology(reason string) {
 	for _, obj := range s.services.GetStore().List() {
 		if annotation(obj) != "" {
-			s.notify(reason)
+			s.notify(reason, "")
 			return
 		}
 	}
@@ -201,7 +258,7 @@ func (s *State) sliceChanged(obj interface{}) {
 	s.decisions[svc] = d
 	s.mu.Unlock()
 	if seen && prev != d && len(all) > 1 {
-		s.notify("multi-slice service decision changed")
+		s.notify("multi-slice service decision changed", svc)
 	}
 }
 
@@ -284,6 +341,11 @@ func annotation(obj interface{}) string {
 		return ""
 	}
 	return m.GetAnnotations()[topology.AnnotationKey]
+}
+
+func objKey(obj interface{}) string {
+	key, _ := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	return key
 }
 
 func objLabels(obj interface{}) map[string]string {

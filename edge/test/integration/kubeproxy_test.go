@@ -67,13 +67,7 @@ func TestKubeProxyThroughWrapper(t *testing.T) {
 	}
 	ctx := testenv.Context(t, 10*time.Minute)
 	admin := kubernetes.NewForConfigOrDie(env.Config)
-	applyRBAC(ctx, t, admin)
-
-	// The wrapper's own identity: the ServiceAccount of manifests/edge, so the test also
-	// proves its ClusterRole is enough.
-	wcfg := rest.CopyConfig(env.Config)
-	wcfg.Impersonate = rest.ImpersonationConfig{UserName: wrapperSA,
-		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}
+	wcfg := wrapperConfig(ctx, t, admin, env.Config)
 
 	for _, mode := range []struct {
 		name        string
@@ -94,24 +88,9 @@ func TestKubeProxyThroughWrapper(t *testing.T) {
 func runMode(ctx context.Context, t *testing.T, admin kubernetes.Interface, wcfg *rest.Config, kubeProxyBin string, watchList bool, contentType string) {
 	suffix := fmt.Sprintf("%04x", rand.IntN(1<<16))
 	nodeA, nodeB, nodeC := "gw-a-"+suffix, "gw-b-"+suffix, "gw-c-"+suffix
-	for _, n := range []struct{ name, zone string }{{nodeA, "zone-0"}, {nodeB, "zone-0"}, {nodeC, "zone-1"}} {
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name, Labels: map[string]string{"zone": n.zone}}}
-		created, err := admin.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		// kube-proxy waits up to 30 s for its Node to have an address (no kubelet here).
-		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.1"}}
-		if _, err := admin.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = admin.CoreV1().Nodes().Delete(context.Background(), n.name, metav1.DeleteOptions{}) })
-	}
+	createZonedNodes(ctx, t, admin, map[string]string{nodeA: "zone-0", nodeB: "zone-0", nodeC: "zone-1"})
 	ns := "gw-" + suffix
-	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	createNamespace(ctx, t, admin, ns)
 	// The same three endpoints (one per node) behind a topology Service and a plain one.
 	endpoints := map[string]string{nodeA: "10.200.0.1", nodeB: "10.200.0.2", nodeC: "10.200.0.3"}
 	createService(ctx, t, admin, ns, "topo", `["zone"]`, endpoints)
@@ -165,6 +144,11 @@ func runMode(ctx context.Context, t *testing.T, admin kubernetes.Interface, wcfg
 	want("initial sync", "plain", "10.200.0.1:8080", "10.200.0.2:8080", "10.200.0.3:8080")
 	want("initial sync", "topo", "10.200.0.1:8080", "10.200.0.2:8080")
 
+	// From here on kube-proxy must get every selection change on the EndpointSlice watch it
+	// has open: no 410, no relist (a relist costs it the reflector's backoff, 0.8 s doubling
+	// to 30 s while changes follow each other). Its requests are counted, not timed.
+	synced := rec.sliceRequests()
+
 	relabel(ctx, t, admin, nodeC, "zone-0")
 	want("endpoint node relabelled zone-1 -> zone-0", "topo", "10.200.0.1:8080", "10.200.0.2:8080", "10.200.0.3:8080")
 	relabel(ctx, t, admin, nodeA, "zone-1")
@@ -172,6 +156,20 @@ func runMode(ctx context.Context, t *testing.T, admin kubernetes.Interface, wcfg
 	annotate(ctx, t, admin, ns, "topo", `["rack","*"]`)
 	want(`annotation -> ["rack","*"] (own node has no rack)`, "topo", "10.200.0.1:8080", "10.200.0.2:8080", "10.200.0.3:8080")
 	want("unchanged", "plain", "10.200.0.1:8080", "10.200.0.2:8080", "10.200.0.3:8080")
+	// Repeated changes in a row, each of them only outside the EndpointSlice stream.
+	for i := range 3 {
+		annotate(ctx, t, admin, ns, "topo", `["zone"]`)
+		want(fmt.Sprintf(`repeat %d: annotation -> ["zone"]`, i), "topo", "10.200.0.1:8080")
+		relabel(ctx, t, admin, nodeB, "zone-1")
+		want(fmt.Sprintf("repeat %d: endpoint node relabelled zone-0 -> zone-1", i), "topo", "10.200.0.1:8080", "10.200.0.2:8080")
+		relabel(ctx, t, admin, nodeB, "zone-0")
+		want(fmt.Sprintf("repeat %d: endpoint node relabelled zone-1 -> zone-0", i), "topo", "10.200.0.1:8080")
+		annotate(ctx, t, admin, ns, "topo", `["rack","*"]`)
+		want(fmt.Sprintf(`repeat %d: annotation -> ["rack","*"]`, i), "topo", "10.200.0.1:8080", "10.200.0.2:8080", "10.200.0.3:8080")
+	}
+	if after := rec.sliceRequests(); len(after) != len(synced) {
+		t.Errorf("kube-proxy relisted EndpointSlices after selection changes (the wrapper ended its watch): requests after its sync %v", after[len(synced):])
+	}
 
 	// How kube-proxy asked: WatchList (sendInitialEvents) or list+watch, and in which
 	// encoding the wrapper decoded and re-encoded the EndpointSlices.
@@ -190,27 +188,39 @@ type recorder struct {
 func (r *recorder) wrap(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, req *http.Request) {
 		cw := &captureWriter{ResponseWriter: w}
-		h.ServeHTTP(cw, req)
-		if !strings.HasSuffix(req.URL.Path, "/endpointslices") {
-			r.mu.Lock()
-			if r.kubeProxy && cw.code == http.StatusForbidden {
-				r.refused = append(r.refused, req.Method+" "+req.URL.String())
+		if strings.HasSuffix(req.URL.Path, "/endpointslices") {
+			q := req.URL.Query()
+			kind := "list"
+			if q.Get("watch") == "true" || q.Get("watch") == "1" {
+				kind = "watch"
+				if q.Get("sendInitialEvents") == "true" {
+					kind = "watchlist"
+				}
 			}
-			r.mu.Unlock()
-			return
+			// Recorded when the response starts: a watch is counted while it is open.
+			cw.onHeader = func(code int, contentType string) {
+				r.mu.Lock()
+				r.seen = append(r.seen, fmt.Sprintf("%s %d %s", kind, code, contentType))
+				r.mu.Unlock()
+			}
 		}
-		q := req.URL.Query()
-		kind := "list"
-		if q.Get("watch") == "true" || q.Get("watch") == "1" {
-			kind = "watch"
-			if q.Get("sendInitialEvents") == "true" {
-				kind = "watchlist"
-			}
+		h.ServeHTTP(cw, req)
+		if cw.code == 0 {
+			cw.WriteHeader(http.StatusOK)
 		}
 		r.mu.Lock()
-		r.seen = append(r.seen, fmt.Sprintf("%s %d %s", kind, cw.code, cw.contentType))
+		if cw.onHeader == nil && r.kubeProxy && cw.code == http.StatusForbidden {
+			r.refused = append(r.refused, req.Method+" "+req.URL.String())
+		}
 		r.mu.Unlock()
 	})
+}
+
+// sliceRequests returns the EndpointSlice requests served so far.
+func (r *recorder) sliceRequests() []string {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.seen)
 }
 
 func (r *recorder) check(t *testing.T, watchList bool, contentType string) {
@@ -249,10 +259,14 @@ type captureWriter struct {
 	http.ResponseWriter
 	code        int
 	contentType string
+	onHeader    func(code int, contentType string)
 }
 
 func (c *captureWriter) WriteHeader(code int) {
 	c.code, c.contentType = code, c.Header().Get("Content-Type")
+	if c.onHeader != nil {
+		c.onHeader(c.code, c.contentType)
+	}
 	c.ResponseWriter.WriteHeader(code)
 }
 
@@ -290,7 +304,7 @@ func startWrapper(ctx context.Context, t *testing.T, cfg *rest.Config, node, lis
 		t.Fatal(err)
 	}
 	proxy := gridwrapper.NewProxy(upstream, transport, node, state, m)
-	go proxy.RunResets(ctx, state.Changed())
+	go proxy.RunSelectionChanges(ctx, state)
 	ln, err := net.Listen("tcp", listen)
 	if err != nil {
 		t.Fatal(err)
@@ -338,34 +352,18 @@ users: [{name: kube-proxy, user: {}}]
 `, server)), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cfg := fmt.Sprintf(`apiVersion: kubeproxy.config.k8s.io/v1alpha1
-kind: KubeProxyConfiguration
-mode: iptables
-clientConnection:
-  kubeconfig: %s
-  contentType: %s
-  acceptContentTypes: %s
-hostnameOverride: %s
-healthzBindAddress: 127.0.0.1:10256
-metricsBindAddress: 127.0.0.1:10249
-clusterCIDR: 10.244.0.0/16
-featureGates:
-  WatchListClient: %t
-conntrack:
-  maxPerCore: 0
-  min: 0
-  tcpEstablishedTimeout: 0s
-  tcpCloseWaitTimeout: 0s
-`, kubeconfig, contentType, contentType, node, watchList)
-	if err := os.WriteFile(filepath.Join(dir, "kube-proxy.yaml"), []byte(cfg), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	logPath := filepath.Join(dir, "kube-proxy.log")
 	logFile, err := os.Create(logPath)
 	if err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command("nsenter", "--net=/var/run/netns/"+netns, "--", bin, "--config="+filepath.Join(dir, "kube-proxy.yaml"), "--v=2")
+	// Flags, not --config: with a config file kube-proxy watches it with inotify, and a
+	// shared machine can run out of inotify instances ("too many open files").
+	cmd := exec.Command("nsenter", "--net=/var/run/netns/"+netns, "--", bin, "--kubeconfig="+kubeconfig,
+		"--kube-api-content-type="+contentType, "--proxy-mode=iptables", "--hostname-override="+node,
+		"--healthz-bind-address=127.0.0.1:10256", "--metrics-bind-address=127.0.0.1:10249", "--cluster-cidr=10.244.0.0/16",
+		fmt.Sprintf("--feature-gates=WatchListClient=%t", watchList), "--conntrack-max-per-core=0", "--conntrack-min=0",
+		"--conntrack-tcp-timeout-established=0s", "--conntrack-tcp-timeout-close-wait=0s", "--v=2")
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -446,6 +444,32 @@ func createService(ctx context.Context, t *testing.T, c kubernetes.Interface, ns
 	}
 }
 
+// createZonedNodes creates Nodes (name → "zone" label) with an InternalIP (kube-proxy waits
+// up to 30 s for its Node to have an address; there is no kubelet here), deleted with the test.
+func createZonedNodes(ctx context.Context, t *testing.T, c kubernetes.Interface, zones map[string]string) {
+	t.Helper()
+	for name, zone := range zones {
+		created, err := c.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"zone": zone}}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = c.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+		created.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: "192.0.2.1"}}
+		if _, err := c.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// createNamespace creates a namespace deleted with the test.
+func createNamespace(ctx context.Context, t *testing.T, c kubernetes.Interface, ns string) {
+	t.Helper()
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = c.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+}
+
 func relabel(ctx context.Context, t *testing.T, c kubernetes.Interface, node, zone string) {
 	t.Helper()
 	patch := fmt.Sprintf(`{"metadata":{"labels":{"zone":%q}}}`, zone)
@@ -460,6 +484,17 @@ func annotate(ctx context.Context, t *testing.T, c kubernetes.Interface, ns, svc
 	if _, err := c.CoreV1().Services(ns).Patch(ctx, svc, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// wrapperConfig returns the wrapper's own identity: the ServiceAccount of manifests/edge,
+// with its RBAC applied as shipped, so the tests also prove its ClusterRole is enough.
+func wrapperConfig(ctx context.Context, t *testing.T, admin kubernetes.Interface, cfg *rest.Config) *rest.Config {
+	t.Helper()
+	applyRBAC(ctx, t, admin)
+	wcfg := rest.CopyConfig(cfg)
+	wcfg.Impersonate = rest.ImpersonationConfig{UserName: wrapperSA,
+		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}
+	return wcfg
 }
 
 // applyRBAC creates manifests/edge/rbac.yaml as shipped.
