@@ -69,7 +69,7 @@ func terminating(p *corev1.Pod) {
 	now := metav1.Now()
 	p.DeletionTimestamp = &now
 }
-func failed(p *corev1.Pod)      { p.Status.Phase = corev1.PodFailed }
+func failed(p *corev1.Pod)       { p.Status.Phase = corev1.PodFailed }
 func noIndexLabel(p *corev1.Pod) { delete(p.Labels, appsv1.PodIndexLabel) }
 
 func lines(rs []Record) []string {

@@ -37,9 +37,9 @@ import (
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
 
-	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	seinformers "github.com/staticip/staticip/apis/generated/informers/externalversions"
+	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
 	"github.com/staticip/staticip/edge/pkg/gridhosts"
 	"github.com/staticip/staticip/edge/pkg/hostsfile"
 )
