@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -138,7 +139,7 @@ func TestStatefulSetGridDNS(t *testing.T) {
 		cordon(t, ctx, n, true)
 		t.Cleanup(func() { cordon(t, context.Background(), n, false) })
 	}
-	dnsPods, err := f.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: superedgev1.LabelGridSelector + "=" + edgeDNSGrid})
+	dnsPods, err := f.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=" + edgeDNSGrid})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,21 +234,32 @@ func measureRecordLatency(t *testing.T, ctx context.Context, ns, caller, set str
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A watch, not polling: readyAt is when the API server told us (and the daemon's
+		// informer) that the replacement is Ready.
+		w, err := f.Client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + pod, ResourceVersion: old.ResourceVersion})
+		if err != nil {
+			t.Fatal(err)
+		}
 		if err := f.Client.CoreV1().Pods(ns).Delete(ctx, pod, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		var readyAt time.Time
 		var newIP string
-		if err := framework.WaitFor(ctx, 2*time.Minute, "replacement of "+pod+" Ready", func(ctx context.Context) (bool, error) {
-			p, err := f.Client.CoreV1().Pods(ns).Get(ctx, pod, metav1.GetOptions{})
-			if err != nil || p.UID == old.UID || !framework.PodReady(p) || p.Status.PodIP == "" {
-				return false, nil
+		timeout := time.After(2 * time.Minute)
+		for readyAt.IsZero() {
+			select {
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					t.Fatalf("round %d: pod watch ended", round)
+				}
+				if p, isPod := ev.Object.(*corev1.Pod); isPod && p.UID != old.UID && framework.PodReady(p) && p.Status.PodIP != "" {
+					readyAt, newIP = time.Now(), p.Status.PodIP
+				}
+			case <-timeout:
+				t.Fatalf("round %d: no Ready replacement of %s in 2 minutes", round, pod)
 			}
-			readyAt, newIP = time.Now(), p.Status.PodIP
-			return true, nil
-		}); err != nil {
-			t.Fatal(err)
 		}
+		w.Stop()
 		// The first answer with the new IP after the name went away (the old pod terminating
 		// drops the record; the IP may be the same again).
 		var resolvedAt time.Time
