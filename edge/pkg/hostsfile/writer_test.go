@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -123,7 +124,10 @@ func TestWriteErrorsLeavePreviousFile(t *testing.T) {
 			t.Fatalf("got %v", err)
 		}
 	})
-	t.Run("read-only directory", func(t *testing.T) {
+	t.Run("directory not writable", func(t *testing.T) {
+		// A read-only (0555) directory. Root writes into it anyway with CAP_DAC_OVERRIDE, so as
+		// root the write runs in a child process without any capability (setpriv), like the
+		// DaemonSet's container (uid 0, capabilities dropped).
 		dir := t.TempDir()
 		w := &Writer{Dir: dir, Name: "hosts"}
 		if err := w.Write([]byte("old\n")); err != nil {
@@ -133,22 +137,47 @@ func TestWriteErrorsLeavePreviousFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = os.Chmod(dir, 0o755) })
-		// root writes into a 0555 directory anyway (CAP_DAC_OVERRIDE): check what it can.
-		probe, err := os.CreateTemp(dir, "probe")
-		if err == nil {
-			probe.Close()
-			os.Remove(probe.Name())
-			t.Skip("SKIP: this user writes into a read-only directory (root with CAP_DAC_OVERRIDE); covered by the non-root run")
+		var out []byte
+		if os.Geteuid() == 0 {
+			setpriv, err := exec.LookPath("setpriv")
+			if err != nil {
+				t.Skip("SKIP: running as root and no setpriv (util-linux) to drop CAP_DAC_OVERRIDE")
+			}
+			cmd := exec.Command(setpriv, "--bounding-set=-all", "--inh-caps=-all", "--", os.Args[0])
+			cmd.Env = append(os.Environ(), "HOSTSFILE_CHILD_DIR="+dir)
+			out, err = cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("child without capabilities: %v\n%s", err, out)
+			}
+		} else {
+			out = []byte(childWrite(dir))
 		}
-		err = w.Write([]byte("new\n"))
-		var de *DirError
-		if !errors.As(err, &de) || de.Reason != "NotWritable" || !strings.Contains(err.Error(), "previous file is left intact") {
-			t.Fatalf("got %v, want NotWritable", err)
+		if !strings.Contains(string(out), "NotWritable: directory "+dir+" is not writable (the previous file is left intact)") {
+			t.Fatalf("want a NotWritable error naming %s, got:\n%s", dir, out)
 		}
 		if b, _ := os.ReadFile(w.Path()); string(b) != "old\n" {
 			t.Fatalf("previous file changed: %q", b)
 		}
+		assertNoTemps(t, dir)
 	})
+}
+
+// TestMain: as the child process of "directory not writable" the binary only tries the write.
+func TestMain(m *testing.M) {
+	if dir := os.Getenv("HOSTSFILE_CHILD_DIR"); dir != "" {
+		fmt.Println(childWrite(dir))
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+func childWrite(dir string) string {
+	err := (&Writer{Dir: dir, Name: "hosts"}).Write([]byte("new\n"))
+	var de *DirError
+	if errors.As(err, &de) {
+		return de.Reason + ": " + err.Error()
+	}
+	return fmt.Sprintf("unexpected: %v", err)
 }
 
 func TestWriteIfChangedAndStaleTemps(t *testing.T) {
