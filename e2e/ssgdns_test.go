@@ -169,8 +169,13 @@ func TestStatefulSetGridDNS(t *testing.T) {
 		cordon(t, ctx, n, false)
 	}
 	if err := framework.WaitFor(ctx, 2*time.Minute, "zone-0's CoreDNS back and answering with zone-0's pod", func(ctx context.Context) (bool, error) {
+		// The latency rounds replaced zone-0's pods: their IPs now.
+		p, err := f.Client.CoreV1().Pods(ns).Get(ctx, ssg.Name+"-zone-0-0", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
 		out, err := f.ExecInPod(ns, clientPod[caller], "/testserver", "lookup", dnsName(0)+".")
-		return holds(err == nil && strings.TrimSpace(out) == ips[ssg.Name+"-zone-0-0"], fmt.Errorf("%v %s", err, out))
+		return holds(err == nil && strings.TrimSpace(out) == p.Status.PodIP, fmt.Errorf("%v %s, want %s", err, out, p.Status.PodIP))
 	}); err != nil {
 		t.Fatal(err)
 	}
