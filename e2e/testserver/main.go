@@ -13,6 +13,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"sort"
 	"strings"
 	"time"
 )
@@ -38,13 +39,15 @@ func main() {
 		get(os.Args[2:])
 	case "lookup":
 		lookup(os.Args[2:])
+	case "dnswatch":
+		dnswatch(os.Args[2:])
 	default:
 		usage()
 	}
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: testserver serve [--listen :8080] | get [--timeout 5s] [--count N] URL | lookup NAME")
+	fmt.Fprintln(os.Stderr, "usage: testserver serve [--listen :8080] | get [--timeout 5s] [--count N] URL | lookup NAME | dnswatch [--interval 20ms] [--duration 5m] NAME")
 	os.Exit(2)
 }
 
@@ -124,5 +127,34 @@ func lookup(args []string) {
 	}
 	for _, a := range addrs {
 		fmt.Println(a)
+	}
+}
+
+// dnswatch resolves NAME every --interval until --duration has passed and prints a line
+// "<unix nanoseconds> <addresses, sorted, comma-separated, or - when it did not resolve>"
+// each time the answer changes (and once at the start): the client side of DNS latency
+// measurements (the test compares the timestamps with its own, same machine).
+func dnswatch(args []string) {
+	fs := flag.NewFlagSet("dnswatch", flag.ExitOnError)
+	interval := fs.Duration("interval", 20*time.Millisecond, "time between lookups")
+	duration := fs.Duration("duration", 5*time.Minute, "stop after this long")
+	_ = fs.Parse(args)
+	if fs.NArg() != 1 {
+		usage()
+	}
+	last := "\x00"
+	for end := time.Now().Add(*duration); time.Now().Before(end); time.Sleep(*interval) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		addrs, err := net.DefaultResolver.LookupHost(ctx, fs.Arg(0))
+		cancel()
+		answer := "-"
+		if err == nil {
+			sort.Strings(addrs)
+			answer = strings.Join(addrs, ",")
+		}
+		if answer != last {
+			fmt.Printf("%d %s\n", time.Now().UnixNano(), answer)
+			last = answer
+		}
 	}
 }

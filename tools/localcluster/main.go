@@ -35,6 +35,7 @@ func main() {
 	fs.StringVar(&o.CNI, "cni", o.CNI, "pod network: bridge")
 	fs.StringVar(&o.Scheduler, "scheduler", o.Scheduler, "scheduler binary: kube-scheduler or staticip-scheduler (make build; serves default-scheduler with the staticip plugins)")
 	fs.BoolVar(&o.KubeProxyDirect, "kube-proxy-direct", o.KubeProxyDirect, "kube-proxy talks to the API server directly instead of through application-grid-wrapper")
+	fs.BoolVar(&o.CentralDNS, "central-dns", o.CentralDNS, "one CoreDNS Deployment instead of the edge DNS (a CoreDNS per zone with statefulset-grid-daemon's records; implied by --kube-proxy-direct)")
 	fs.StringVar(&o.Prefix, "prefix", o.Prefix, "prefix of netns and link names")
 	fs.StringVar(&o.PodCIDR, "pod-cidr", o.PodCIDR, "IPv4 /16 of pod addresses (node i gets its .i.0/24)")
 	fs.StringVar(&o.ServiceCIDR, "service-cidr", o.ServiceCIDR, "IPv4 /16 of Service addresses (.0.10 is DNS)")

@@ -47,7 +47,8 @@ demo: up ## local 3-node cluster + a demo workload and an EnhancedStatefulSet ro
 	  echo "  $(BIN)/kubectl exec $$pod -- /testserver get http://hello/"; \
 	  echo "  $(BIN)/kubectl get ests,sip,pods -o wide   # EnhancedStatefulSet web and its StaticIPs"; \
 	  echo "  $(BIN)/kubectl get ssg,dg,sg,sts,deploy -o wide   # grids and their unit workloads"; \
-	  echo "  make status; make down"
+	  echo "  make status; make down"; \
+	  KUBECTL="$(KUBECTL)" tools/localcluster/demo-dns.sh
 
 # e2e: up, suite, down — always down, also on failure — then the leftover check and the
 # up/down lifecycle test (no-op up, up after kill -9, down leaves nothing).

@@ -86,6 +86,15 @@ func DesiredStatefulSet(g *superedgev1.StatefulSetGrid, value, name string) *app
 		Spec:       *g.Spec.Template.DeepCopy(),
 	}
 	pinToUnit(&s.Spec.Template.Spec, g.Spec.GridUniqKey, value)
+	// The pods carry the grid labels too: statefulset-grid-daemon watches only the pods these
+	// select (not every pod of the cluster). The selector is not changed (it is immutable);
+	// the unit itself it reads from the StatefulSet and the pod's owner, not from the labels.
+	podLabels := maps.Clone(s.Spec.Template.Labels)
+	if podLabels == nil {
+		podLabels = map[string]string{}
+	}
+	maps.Copy(podLabels, gridLabels(g.Name, g.Spec.GridUniqKey, value))
+	s.Spec.Template.Labels = podLabels
 	if g.Annotations[jkev1.AnnotationEnable] == "true" || s.Spec.Template.Annotations[jkev1.AnnotationEnable] == "true" {
 		s.ObjectMeta.Annotations[jkev1.AnnotationEnable] = "true"
 		a := maps.Clone(s.Spec.Template.Annotations)

@@ -2,6 +2,7 @@ package grid
 
 import (
 	"errors"
+	"maps"
 	"reflect"
 	"strings"
 	"testing"
@@ -263,6 +264,14 @@ func TestDesiredStatefulSetStaticIP(t *testing.T) {
 	}
 	if s.Spec.Template.Spec.NodeSelector["zone"] != "zone-0" {
 		t.Errorf("nodeSelector %v", s.Spec.Template.Spec.NodeSelector)
+	}
+	// The pods carry the grid labels (statefulset-grid-daemon's pod informer selects on them).
+	want := map[string]string{"app": "a", superedgev1.LabelGridSelector: "ssg", superedgev1.LabelGridUniqKey: "zone", superedgev1.LabelGridUnit: "zone-0"}
+	if !maps.Equal(s.Spec.Template.Labels, want) {
+		t.Errorf("pod template labels %v, want %v", s.Spec.Template.Labels, want)
+	}
+	if len(g.Spec.Template.Template.Labels) != 1 {
+		t.Errorf("the grid's template labels were modified: %v", g.Spec.Template.Template.Labels)
 	}
 }
 

@@ -225,6 +225,8 @@ const (
 	AgentImage             = "localhost/staticip/staticip-agent:v1"
 	ControllerManagerImage = "localhost/staticip/staticip-controller-manager:v1"
 	GridWrapperImage       = "localhost/staticip/application-grid-wrapper:v1"
+	// StatefulSetGridDaemonImage is statefulset-grid-daemon (manifests/edge).
+	StatefulSetGridDaemonImage = "localhost/staticip/statefulset-grid-daemon:v1"
 )
 
 // Defaults are the images the local cluster needs. staticip's own binaries are added here
@@ -241,5 +243,6 @@ func Defaults(binDir string) []Image {
 			Extra: map[string]string{"/staticip": filepath.Join(binDir, "staticip")}},
 		{Ref: ControllerManagerImage, Binary: filepath.Join(binDir, "staticip-controller-manager"), Path: "/staticip-controller-manager"},
 		{Ref: GridWrapperImage, Binary: filepath.Join(binDir, "application-grid-wrapper"), Path: "/application-grid-wrapper"},
+		{Ref: StatefulSetGridDaemonImage, Binary: filepath.Join(binDir, "statefulset-grid-daemon"), Path: "/statefulset-grid-daemon"},
 	}
 }

@@ -36,13 +36,15 @@ type record struct {
 	PodCIDR     string `json:"podCIDR,omitempty"`
 	ServiceCIDR string `json:"serviceCIDR,omitempty"`
 	// KubeProxyDirect: kube-proxy without application-grid-wrapper.
-	KubeProxyDirect bool      `json:"kubeProxyDirect,omitempty"`
-	Started         time.Time `json:"started"`
+	KubeProxyDirect bool `json:"kubeProxyDirect,omitempty"`
+	// CentralDNS: one CoreDNS Deployment instead of the edge DNS (edge_dns.go).
+	CentralDNS bool      `json:"centralDNS,omitempty"`
+	Started    time.Time `json:"started"`
 }
 
 // shape is what must match for `up` on a running cluster to be a no-op.
 func (l layout) shape() string {
-	return fmt.Sprint(len(l.nodes), l.CNI, l.Scheduler, l.Prefix, l.NodeSubnet, l.clusterCIDR, l.serviceCIDR, l.KubeProxyDirect)
+	return fmt.Sprint(len(l.nodes), l.CNI, l.Scheduler, l.Prefix, l.NodeSubnet, l.clusterCIDR, l.serviceCIDR, l.KubeProxyDirect, l.CentralDNS)
 }
 
 // options are the Options of the recorded cluster: o's local settings (state and binary
@@ -50,7 +52,7 @@ func (l layout) shape() string {
 func (r *record) options(o Options) Options {
 	o.Nodes, o.CNI, o.Scheduler, o.Prefix, o.NodeSubnet = r.Nodes, r.CNI, r.Scheduler, r.Prefix, r.NodeSubnet
 	o.PodCIDR, o.ServiceCIDR = r.PodCIDR, r.ServiceCIDR
-	o.KubeProxyDirect = r.KubeProxyDirect
+	o.KubeProxyDirect, o.CentralDNS = r.KubeProxyDirect, r.CentralDNS
 	return o
 }
 
@@ -235,15 +237,15 @@ func Up(ctx context.Context, o Options) error {
 	if err := l.installGridWrapper(); err != nil {
 		return err
 	}
-	o.Logf("addons: CoreDNS (Service %s)", l.dnsServiceIP)
-	if _, err := l.kubectl(l.coreDNSManifest(), "apply", "-f", "-"); err != nil {
-		return err
-	}
 	if err := cni.install(&l); err != nil {
 		return fmt.Errorf("CNI %s: %w", l.CNI, err)
 	}
 	o.Logf("addons: staticip-controller-manager from manifests/controller-manager (2 replicas, Lease leader election)")
 	if err := l.installControllerManager(); err != nil {
+		return err
+	}
+	// After the controller-manager: the edge DNS is a DeploymentGrid (edge_dns.go).
+	if err := l.installDNS(); err != nil {
 		return err
 	}
 	if err := l.waitFor(ctx, 120*time.Second, all, "all nodes Ready", func() (bool, error) {
@@ -264,17 +266,16 @@ func Up(ctx context.Context, o Options) error {
 		return err
 	}
 	if err := l.waitFor(ctx, 120*time.Second, all, "CoreDNS available and default ServiceAccount created", func() (bool, error) {
-		d, err := client.AppsV1().Deployments("kube-system").Get(ctx, "coredns", metav1.GetOptions{})
-		if err != nil || d.Status.AvailableReplicas < 1 {
-			return false, nil
+		if ok, err := l.dnsReady(ctx, client); !ok || err != nil {
+			return ok, err
 		}
-		_, err = client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		_, err := client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		return err == nil, nil
 	}); err != nil {
 		return err
 	}
 	rec := record{Nodes: o.Nodes, CNI: o.CNI, Scheduler: o.Scheduler, Prefix: o.Prefix, NodeSubnet: o.NodeSubnet,
-		PodCIDR: o.PodCIDR, ServiceCIDR: o.ServiceCIDR, KubeProxyDirect: o.KubeProxyDirect, Started: time.Now()}
+		PodCIDR: o.PodCIDR, ServiceCIDR: o.ServiceCIDR, KubeProxyDirect: o.KubeProxyDirect, CentralDNS: o.CentralDNS, Started: time.Now()}
 	b, _ := json.MarshalIndent(rec, "", "  ")
 	if err := os.WriteFile(l.recordFile(), b, 0o644); err != nil {
 		return err

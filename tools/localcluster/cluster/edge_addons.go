@@ -38,12 +38,13 @@ users:
 // kubernetes Service's ClusterIP: kube-proxy gets its rules through the wrapper).
 func (l *layout) gridWrapperOverlay() string {
 	name, tag, _ := strings.Cut(imagebuilder.GridWrapperImage, ":")
+	daemonImages, daemonPatches := l.ssgDaemonOverlay()
 	return fmt.Sprintf(`images:
 - name: %s
   newName: %s
   newTag: %s
-patches:
-- patch: |-
+`+daemonImages+`patches:
+`+daemonPatches+`- patch: |-
     apiVersion: apps/v1
     kind: DaemonSet
     metadata:

@@ -32,6 +32,10 @@ type Options struct {
 	// node's kube-proxy talks to the API server through application-grid-wrapper (the
 	// manifests/edge DaemonSet, on the node's loopback), as on an edge node.
 	KubeProxyDirect bool
+	// CentralDNS runs one CoreDNS Deployment behind kube-dns. By default (with the wrapper
+	// and the staticip CRDs) DNS is the edge DNS of manifests/edge/coredns: one CoreDNS per
+	// zone reading statefulset-grid-daemon's hosts file (edge_dns.go).
+	CentralDNS bool
 	// Prefix starts every global name the cluster creates (netns, links), so that
 	// other users of the machine can tell them apart and `down` finds exactly its own.
 	Prefix string
