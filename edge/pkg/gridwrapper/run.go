@@ -18,8 +18,9 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/klog/v2"
+
+	"github.com/staticip/staticip/edge/pkg/kubeclient"
 )
 
 // ComponentName is the binary's name.
@@ -82,19 +83,7 @@ func (o *Options) Validate() error {
 
 // RestConfig loads the wrapper's own identity.
 func (o *Options) RestConfig() (*rest.Config, error) {
-	var cfg *rest.Config
-	var err error
-	if o.Kubeconfig == "" {
-		cfg, err = rest.InClusterConfig()
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
-	}
-	if err != nil {
-		return nil, err
-	}
-	cfg.QPS, cfg.Burst = o.QPS, o.Burst
-	cfg.UserAgent = ComponentName
-	return cfg, nil
+	return kubeclient.Config(o.Kubeconfig, o.QPS, o.Burst, ComponentName)
 }
 
 // Run serves until ctx ends. ready, if not nil, is called with the bound addresses.

@@ -32,7 +32,6 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/events"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
@@ -42,6 +41,7 @@ import (
 	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
 	"github.com/staticip/staticip/edge/pkg/gridhosts"
 	"github.com/staticip/staticip/edge/pkg/hostsfile"
+	"github.com/staticip/staticip/edge/pkg/kubeclient"
 )
 
 // ComponentName is the binary's name.
@@ -114,19 +114,7 @@ func (o *Options) Validate() error {
 
 // RestConfig loads the daemon's identity.
 func (o *Options) RestConfig() (*rest.Config, error) {
-	var cfg *rest.Config
-	var err error
-	if o.Kubeconfig == "" {
-		cfg, err = rest.InClusterConfig()
-	} else {
-		cfg, err = clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
-	}
-	if err != nil {
-		return nil, err
-	}
-	cfg.QPS, cfg.Burst = o.QPS, o.Burst
-	cfg.UserAgent = ComponentName
-	return cfg, nil
+	return kubeclient.Config(o.Kubeconfig, o.QPS, o.Burst, ComponentName)
 }
 
 // Daemon is one node's daemon.
