@@ -28,16 +28,16 @@ const NetnsAnnotation = "localcluster.staticip.io/netns"
 // record is what `up` leaves in the state directory; `up` compares it to decide whether
 // it has nothing to do, and `status`/`down` read it.
 type record struct {
-	Nodes       int    `json:"nodes"`
-	SpareNodes  int    `json:"spareNodes,omitempty"`
+	Nodes      int `json:"nodes"`
+	SpareNodes int `json:"spareNodes,omitempty"`
 	// FailoverWindow: staticip-controller-manager's --node-failover-window, if set.
 	FailoverWindow string `json:"failoverWindow,omitempty"`
-	CNI         string `json:"cni"`
-	Scheduler   string `json:"scheduler"`
-	Prefix      string `json:"prefix"`
-	NodeSubnet  string `json:"nodeSubnet"`
-	PodCIDR     string `json:"podCIDR,omitempty"`
-	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+	CNI            string `json:"cni"`
+	Scheduler      string `json:"scheduler"`
+	Prefix         string `json:"prefix"`
+	NodeSubnet     string `json:"nodeSubnet"`
+	PodCIDR        string `json:"podCIDR,omitempty"`
+	ServiceCIDR    string `json:"serviceCIDR,omitempty"`
 	// KubeProxyDirect: kube-proxy without application-grid-wrapper.
 	KubeProxyDirect bool      `json:"kubeProxyDirect,omitempty"`
 	Started         time.Time `json:"started"`
