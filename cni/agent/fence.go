@@ -11,6 +11,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
@@ -199,7 +200,11 @@ func (a *Agent) reportObserved(ctx context.Context, observed map[string]string, 
 	if err != nil {
 		return err
 	}
-	if _, err := a.kube.CoreV1().Nodes().Patch(ctx, a.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+	if _, err := a.kube.CoreV1().Nodes().Patch(ctx, a.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); apierrors.IsNotFound(err) {
+		// No Node object (deleted, or not registered yet): nothing to report on, no failure
+		// of this agent; the report is written once the Node exists (its cache entry differs).
+		return nil
+	} else if err != nil {
 		return fmt.Errorf("node %s annotation %s: %w", a.cfg.NodeName, ObservedAnnotation, err)
 	}
 	a.lastObserved = value
