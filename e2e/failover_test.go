@@ -55,6 +55,9 @@ func (c *nodeControl) stop(t *testing.T, node string) {
 	}
 }
 
+func (c *nodeControl) partition(node string) error { return cluster.NodePartition(c.o, node) }
+func (c *nodeControl) heal(node string) error      { return cluster.NodeHeal(c.o, node) }
+
 func (c *nodeControl) start(t *testing.T, node string) {
 	t.Helper()
 	if err := cluster.NodeStart(context.Background(), c.o, node, 3*time.Minute); err != nil {
