@@ -200,13 +200,9 @@ func (l *layout) nodePids(n nodeLayout) []int {
 				continue
 			}
 		}
-		if link, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid)); err == nil {
-			if i := strings.IndexByte(link, '['); i > 0 {
-				if ino, err := strconv.ParseUint(strings.TrimSuffix(link[i+1:], "]"), 10, 64); err == nil && netns[ino] {
-					pids = append(pids, pid)
-					continue
-				}
-			}
+		if ino, ok := netnsOf(pid); ok && netns[ino] {
+			pids = append(pids, pid)
+			continue
 		}
 		if cg, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid)); err == nil && len(tasks) > 0 {
 			for _, line := range strings.Split(string(cg), "\n") {
