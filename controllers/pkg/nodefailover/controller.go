@@ -704,9 +704,8 @@ func (m *migration) reserveTarget(ctx context.Context, sips []*jkev1.StaticIP) (
 		if err != nil {
 			return "", 0, err
 		}
-		updated.Status = m.rec.Status
-		m.rec = updated
-		st = m.st()
+		// Keep m.rec (and pointers into its status) and take the new spec and version.
+		m.rec.Spec, m.rec.ResourceVersion, m.rec.Generation = updated.Spec, updated.ResourceVersion, updated.Generation
 	}
 	st.Target = target
 	if m.became(jkev1alpha1.NodeFailoverConditionTargetReserved, metav1.ConditionTrue, ReasonClaimed) && m.node != nil {
@@ -763,6 +762,20 @@ func (m *migration) afterCommit(ctx context.Context) (time.Duration, error) {
 	st := m.st()
 	target := st.Target
 	if !Reached(st, jkev1alpha1.FailoverRangesMoved) {
+		// A range that still names the failed node and has no recorded move (it appeared, or
+		// a status write was lost): record its move first, then write it on the next pass.
+		recorded := len(st.MovedRanges)
+		for _, r := range m.owned {
+			if !slices.ContainsFunc(st.MovedRanges, func(mv jkev1alpha1.MovedRange) bool { return mv.Name == r.Name }) {
+				st.MovedRanges = append(st.MovedRanges, jkev1alpha1.MovedRange{Name: r.Name, CIDR: r.Spec.CIDR, FromNode: m.failedName(),
+					ToNode: target, OwnerGeneration: r.Spec.OwnerGeneration + 1})
+			}
+		}
+		if len(st.MovedRanges) != recorded {
+			if err := m.writeStatus(ctx); err != nil {
+				return 0, err
+			}
+		}
 		var unsynced, changed []string
 		for _, mv := range st.MovedRanges {
 			r, err := m.c.ranges.Get(mv.Name)
