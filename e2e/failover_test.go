@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -119,12 +120,16 @@ func waitRangeServed(t *testing.T, ctx context.Context, cs versioned.Interface, 
 // spec.ownerGeneration), or, with the same generation, what an operator's plain move does.
 func setRangeOwner(t *testing.T, ctx context.Context, cs versioned.Interface, name, node string, gen int64) {
 	t.Helper()
-	r, err := cs.JkeV1().IPRanges().Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	r.Spec.Node, r.Spec.OwnerGeneration = node, gen
-	if _, err := cs.JkeV1().IPRanges().Update(ctx, r, metav1.UpdateOptions{}); err != nil {
+	// Read-change-write, again on a conflict: the agents' status writes move the resourceVersion.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		r, err := cs.JkeV1().IPRanges().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		r.Spec.Node, r.Spec.OwnerGeneration = node, gen
+		_, err = cs.JkeV1().IPRanges().Update(ctx, r, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 }
