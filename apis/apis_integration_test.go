@@ -188,6 +188,7 @@ type badCase struct {
 const (
 	sipTmpl   = "apiVersion: jke.jdcloud.com/v1\nkind: StaticIP\nmetadata: {name: %s, namespace: default}\nspec: %s\n"
 	iprTmpl   = "apiVersion: jke.jdcloud.com/v1\nkind: IPRange\nmetadata: {name: %s}\nspec: %s\n"
+	nfoTmpl   = "apiVersion: jke.jdcloud.com/v1alpha1\nkind: NodeFailover\nmetadata: {name: %s}\nspec: %s\n"
 	estsTmpl  = "apiVersion: jke.jdcloud.com/v1alpha1\nkind: EnhancedStatefulSet\nmetadata: {name: %s, namespace: default}\nspec: {selector: {matchLabels: {a: b}}, template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c, image: i}]}}, %s}\n"
 	gridTmpl  = "apiVersion: superedge.io/v1\nkind: %s\nmetadata: {name: %s, namespace: default}\nspec: {gridUniqKey: %s, template: %s}\n"
 	podTmplOK = "{selector: {matchLabels: {a: b}}, template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c, image: i}]}}}"
@@ -229,6 +230,28 @@ func badCases() []badCase {
 			},
 			wantField: "spec.ownerGeneration"},
 		{name: "iprange-ownergeneration-negative", obj: fmt.Sprintf(iprTmpl, "bad-og-3", "{cidr: 10.1.0.0/24, ownerGeneration: -1}"), wantField: "spec.ownerGeneration"},
+		{name: "nodefailover-name-not-node", obj: fmt.Sprintf(nfoTmpl, "bad-nfo-1", "{node: other}"), wantField: "spec.node"},
+		{name: "nodefailover-node-changes", obj: fmt.Sprintf(nfoTmpl, "bad-nfo-2", "{node: bad-nfo-2}"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "n9", "spec", "node")
+			}, wantField: "spec.node"},
+		{name: "nodefailover-target-changes", obj: fmt.Sprintf(nfoTmpl, "bad-nfo-3", "{node: bad-nfo-3, target: spare-1}"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "spare-2", "spec", "target")
+			}, wantField: "spec.target"},
+		{name: "nodefailover-target-removed", obj: fmt.Sprintf(nfoTmpl, "bad-nfo-4", "{node: bad-nfo-4, target: spare-1}"),
+			update:    func(u *unstructured.Unstructured) { unstructured.RemoveNestedField(u.Object, "spec", "target") },
+			wantField: "spec.target"},
+		{name: "nodefailover-target-is-node", obj: fmt.Sprintf(nfoTmpl, "bad-nfo-5", "{node: bad-nfo-5, target: bad-nfo-5}"), wantField: "spec.target"},
+		{name: "nodefailover-bad-phase", obj: fmt.Sprintf(nfoTmpl, "bad-nfo-6", "{node: bad-nfo-6}"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, "Halfway", "status", "phase")
+			}, wantField: "status.phase"},
+		{name: "nodefailover-moved-range-generation-zero", obj: fmt.Sprintf(nfoTmpl, "bad-nfo-7", "{node: bad-nfo-7}"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedSlice(u.Object, []any{map[string]any{"name": "r", "cidr": "10.1.0.0/24",
+					"fromNode": "bad-nfo-7", "toNode": "s", "ownerGeneration": int64(0)}}, "status", "movedRanges")
+			}, wantField: "status.movedRanges[0].ownerGeneration"},
 		{name: "ests-negative-partition", obj: fmt.Sprintf(estsTmpl, "bad-part", "updateStrategy: {rollingUpdate: {partition: -1}}"), wantField: "spec.updateStrategy.rollingUpdate.partition"},
 		{name: "ests-maxunavailable-zero", obj: fmt.Sprintf(estsTmpl, "bad-mu-1", "updateStrategy: {rollingUpdate: {maxUnavailable: 0}}"), wantField: "spec.updateStrategy.rollingUpdate.maxUnavailable"},
 		{name: "ests-maxunavailable-zero-percent", obj: fmt.Sprintf(estsTmpl, "bad-mu-2", "updateStrategy: {rollingUpdate: {maxUnavailable: '0%'}}"), wantField: "spec.updateStrategy.rollingUpdate.maxUnavailable"},
@@ -395,6 +418,7 @@ func TestCRDsServed(t *testing.T) {
 		{Group: "jke.jdcloud.com", Version: "v1", Kind: "StaticIP"}:                  "sip",
 		{Group: "jke.jdcloud.com", Version: "v1", Kind: "IPRange"}:                   "ipr",
 		{Group: "jke.jdcloud.com", Version: "v1alpha1", Kind: "EnhancedStatefulSet"}: "ests",
+		{Group: "jke.jdcloud.com", Version: "v1alpha1", Kind: "NodeFailover"}:        "nfo",
 		{Group: "superedge.io", Version: "v1", Kind: "DeploymentGrid"}:               "dg",
 		{Group: "superedge.io", Version: "v1", Kind: "StatefulSetGrid"}:              "ssg",
 		{Group: "superedge.io", Version: "v1", Kind: "ServiceGrid"}:                  "sg",

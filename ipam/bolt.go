@@ -84,7 +84,7 @@ var (
 	bucketReservedBy = []byte("reservedByPod") // namespace/name -> IP (16 bytes)
 	bucketQuarantine = []byte("quarantine")    // IP (16 bytes) -> release time (unix nanos)
 	allBuckets       = [][]byte{bucketMeta, bucketRanges, bucketCursors, bucketAllocs, bucketAttach,
-		bucketReserved, bucketReservedBy, bucketQuarantine}
+		bucketReserved, bucketReservedBy, bucketQuarantine, bucketServed}
 	keySchema      = []byte("schema")
 	keyManagedBy   = []byte("managedBy")  // set by SetNodeRanges: the agent owns the ranges
 	keyRecovering  = []byte("recovering") // RecoveryState (JSON) while a rebuild runs

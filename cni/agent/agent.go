@@ -113,6 +113,8 @@ type Agent struct {
 	// problems of the last pass, so that a standing problem is one Event, not one per pass.
 	recorder record.EventRecorder
 	reported map[string]string
+	// lastObserved is the ObservedAnnotation value this agent last wrote (fence.go).
+	lastObserved string
 	// afterSnapshot, when set (tests), runs between a pass's reading of the caches and its
 	// use of the database: where a CNI ADD can commit unseen.
 	afterSnapshot func()
@@ -395,8 +397,10 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 			a.apiErrors.Add(1)
 			errs = append(errs, err)
 		}
+		routesOK := true
 		if a.cfg.Routes {
 			n, unroutable, err := a.syncRoutes(plan.others, snap.nodeIP)
+			routesOK = err == nil
 			stats.Routes = n
 			if msg := strings.Join(unroutable, ", "); msg != a.unroutable {
 				if msg != "" {
@@ -405,6 +409,15 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 				a.unroutable = msg
 			}
 			if err != nil {
+				errs = append(errs, err)
+			}
+		}
+		if routesOK && !plan.reservationsFailed {
+			apiCtx, cancel := context.WithTimeout(ctx, apiTimeout)
+			err := a.reportObserved(apiCtx, observedRanges(plan.mine, plan.others, a.cfg.Routes, snap.nodeIP), a.view.observedAnnotation(a.cfg.NodeName))
+			cancel()
+			if err != nil {
+				a.apiErrors.Add(1)
 				errs = append(errs, err)
 			}
 		}
@@ -442,6 +455,21 @@ func (a *Agent) syncDB(plan *rangePlan, sips []*jkev1.StaticIP, pods []*corev1.P
 			return nil, rp, err
 		}
 	}
+	// Forced moves first (fence.go): a range this node served at an older ownership generation
+	// goes before anything else reads or applies the node's ranges. Should that fail, nothing
+	// of this pass is applied: a revoked range must never be served, nor its generation
+	// recorded as newly served.
+	served, err := db.Served()
+	if err != nil {
+		return nil, rp, err
+	}
+	if err := a.revoke(db, planRevocations(served, plan.byName)); err != nil {
+		return nil, rp, err
+	}
+	// Recorded before the ranges are applied, so that no range is ever served unrecorded.
+	if err := db.RecordServed(servedRecords(plan.mine, plan.ipam)); err != nil {
+		return nil, rp, fmt.Errorf("recording served ranges: %w", err)
+	}
 	allocs, err := db.Allocations()
 	if err != nil {
 		return nil, rp, err
@@ -459,6 +487,13 @@ func (a *Agent) syncDB(plan *rangePlan, sips []*jkev1.StaticIP, pods []*corev1.P
 			a.draining = d
 		}
 		plan.dropSkipped(rs.Skipped)
+		if stored, err := db.Ranges(); err == nil {
+			if stale := staleServed(served, plan.mine, stored); len(stale) > 0 {
+				if err := db.ForgetServed(stale...); err != nil {
+					errs = append(errs, err)
+				}
+			}
+		}
 	}
 
 	holder := make(map[netip.Addr]string, len(allocs))
@@ -472,6 +507,9 @@ func (a *Agent) syncDB(plan *rangePlan, sips []*jkev1.StaticIP, pods []*corev1.P
 	rp = planReservations(sips, plan.ipam, holder, reservedFor)
 	res, err := db.SyncReservations(rp.reservations)
 	if err != nil {
+		// A range is reported Synced only once every StaticIP IP in it is reserved (a range
+		// that failover just moved here must not look ready before its addresses are held).
+		plan.reservationsFailed = true
 		errs = append(errs, fmt.Errorf("sync reservations: %w", err))
 	}
 	for _, c := range res.Conflicts {
@@ -711,8 +749,13 @@ func (a *Agent) writeStatus(ctx context.Context, plan rangePlan, usage []ipam.Ra
 			}
 		}
 		st.ObservedGeneration = r.Generation
-		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionSynced, Status: metav1.ConditionTrue,
-			Reason: ReasonServing, Message: fmt.Sprintf("node %s allocates from this range", a.cfg.NodeName), ObservedGeneration: r.Generation})
+		cond := metav1.Condition{Type: ConditionSynced, Status: metav1.ConditionTrue,
+			Reason: ReasonServing, Message: fmt.Sprintf("node %s allocates from this range", a.cfg.NodeName), ObservedGeneration: r.Generation}
+		if plan.reservationsFailed {
+			cond.Status, cond.Reason = metav1.ConditionFalse, ReasonReservationsFailed
+			cond.Message = fmt.Sprintf("node %s could not reserve the StaticIPs' addresses in this range yet; it retries", a.cfg.NodeName)
+		}
+		meta.SetStatusCondition(&st.Conditions, cond)
 		update(r, st)
 	}
 	for _, r := range plan.refusedMine {

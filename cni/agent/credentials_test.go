@@ -235,6 +235,35 @@ func TestPluginCredentialWritesOnlyTheIPAnnotationOfItsNode(t *testing.T) {
 			t.Errorf("pod %s changed: labels %v, image %s, annotations %v", p.Name, got.Labels, got.Spec.Containers[0].Image, got.Annotations)
 		}
 	}
+
+	// The agent's own token (rbac.yaml: nodes patch, for node failover) reports what it
+	// programmed on its own Node and can do nothing else to Nodes (admission.yaml,
+	// staticip-agent-node-writes).
+	observed := []byte(`{"metadata":{"annotations":{"` + ObservedAnnotation + `":"{}"}}}`)
+	// RBAC and the policy take effect a moment after they are created (dry runs until then).
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		_, err := agentKube.CoreV1().Nodes().Patch(ctx, nodeB, types.MergePatchType, observed, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
+		if err != nil && !strings.Contains(err.Error(), "cannot ") {
+			break
+		}
+	}
+	if _, err := agentKube.CoreV1().Nodes().Patch(ctx, nodeB, types.MergePatchType, observed, metav1.PatchOptions{}); err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "staticip-agent-node-writes") {
+		t.Errorf("the agent could report on another node (or was refused by something else): %v", err)
+	}
+	if _, err := agentKube.CoreV1().Nodes().Patch(ctx, nodeA, types.MergePatchType, observed, metav1.PatchOptions{}); err != nil {
+		t.Errorf("the agent cannot report on its own node: %v", err)
+	}
+	for what, patch := range map[string]string{
+		"label its own node":              `{"metadata":{"labels":{"evil":"x"}}}`,
+		"annotate its own node otherwise": `{"metadata":{"annotations":{"evil":"x"}}}`,
+		"make its own node unschedulable": `{"spec":{"unschedulable":true}}`,
+		"report and label in one patch":   `{"metadata":{"labels":{"evil":"x"},"annotations":{"` + ObservedAnnotation + `":"{\"a\":\"b/1\"}"}}}`,
+	} {
+		_, err := agentKube.CoreV1().Nodes().Patch(ctx, nodeA, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		if err == nil || !apierrors.IsForbidden(err) {
+			t.Errorf("the agent could %s: %v", what, err)
+		}
+	}
 }
 
 // pluginCredentials are the agent's credentials for the plugin, as main builds them in-cluster.

@@ -24,6 +24,8 @@ const (
 	ReasonInvalid          = "Invalid"
 	ReasonOverlaps         = "Overlaps"
 	ReasonResizedWhileUsed = "ResizedWhileInUse"
+	// ReasonReservationsFailed: the node serves the range but could not reserve its StaticIPs.
+	ReasonReservationsFailed = "ReservationsFailed"
 	// ReasonDuplicateIP is the Event reason on StaticIPs that claim the same IP (or one pod
 	// claimed by records with different IPs).
 	ReasonDuplicateIP = "DuplicateIP"
@@ -47,6 +49,10 @@ type rangePlan struct {
 	refused map[string]refusal
 	// refusedMine are this node's refused IPRanges (it reports them).
 	refusedMine []*jkev1.IPRange
+	// byName are all IPRanges by name (revocations look up the ranges the node served).
+	byName map[string]*jkev1.IPRange
+	// reservationsFailed: the pass could not reserve the StaticIPs' IPs (Synced stays False).
+	reservationsFailed bool
 }
 
 // olderFirst orders objects by creation time, then name: the order in which overlapping claims
@@ -69,7 +75,10 @@ func olderFirst(a, b metav1.Object) bool {
 func planRanges(all []*jkev1.IPRange, node string) rangePlan {
 	sorted := append([]*jkev1.IPRange(nil), all...)
 	sort.SliceStable(sorted, func(i, j int) bool { return olderFirst(sorted[i], sorted[j]) })
-	p := rangePlan{refused: map[string]refusal{}}
+	p := rangePlan{refused: map[string]refusal{}, byName: map[string]*jkev1.IPRange{}}
+	for _, r := range all {
+		p.byName[r.Name] = r
+	}
 	var accepted []*jkev1.IPRange
 	var acceptedNets []netip.Prefix
 	for _, r := range sorted {

@@ -209,14 +209,28 @@ func trimPod(obj any) (any, error) {
 	return t, nil
 }
 
-// trimNode keeps the node's name and addresses (routes go via the InternalIP).
+// trimNode keeps the node's name and addresses (routes go via the InternalIP) and the
+// agent's own ObservedAnnotation.
 func trimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
 		return obj, nil
 	}
-	return &corev1.Node{
+	t := &corev1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion},
 		Status:     corev1.NodeStatus{Addresses: n.Status.Addresses},
-	}, nil
+	}
+	if v, ok := n.Annotations[ObservedAnnotation]; ok { // what the node reported (fence.go)
+		t.Annotations = map[string]string{ObservedAnnotation: v}
+	}
+	return t, nil
+}
+
+// observedAnnotation is the node's ObservedAnnotation as the cache has it.
+func (v *view) observedAnnotation(node string) string {
+	n, err := v.nodes.Get(node)
+	if err != nil {
+		return ""
+	}
+	return n.Annotations[ObservedAnnotation]
 }

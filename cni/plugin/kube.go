@@ -48,9 +48,16 @@ type staticIPObject struct {
 type ipRangeObject struct {
 	Metadata objectMeta `json:"metadata"`
 	Spec     struct {
-		CIDR string `json:"cidr"`
-		Node string `json:"node,omitempty"`
+		CIDR            string `json:"cidr"`
+		Node            string `json:"node,omitempty"`
+		OwnerGeneration int64  `json:"ownerGeneration,omitempty"`
 	} `json:"spec"`
+}
+
+func (c *kubeClient) getIPRange(ctx context.Context, name string) (*ipRangeObject, error) {
+	r := &ipRangeObject{}
+	err := c.do(ctx, http.MethodGet, "/apis/jke.jdcloud.com/v1/ipranges/"+url.PathEscape(name), "", nil, r)
+	return r, err
 }
 
 func newKubeClient(kubeconfig string, timeout time.Duration) (*kubeClient, error) {

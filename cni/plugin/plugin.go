@@ -219,7 +219,16 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	alloc, created, err := db.Allocate(ipam.AllocateRequest{Attachment: att, Pod: pod, IP: req.IP, Alive: hostLinkAlive})
 	ranges, _ := db.Ranges()
+	served, _ := db.Served()
 	db.Close()
+	if err == nil && created {
+		if why := movedWhileFenced(ctx, kc, served, alloc.IP); why != "" {
+			if rerr := p.unallocate(conf, alloc); rerr != nil {
+				p.logf("rollback: undoing the allocation of %s to %s: %v", alloc.IP, args.ContainerID, rerr)
+			}
+			return types.NewError(ErrCodeOutOfRange, fmt.Sprintf("staticip: pod %s: %s", pod, why), "")
+		}
+	}
 	if err != nil {
 		var oor *ipam.OutOfRangeError
 		if errors.As(err, &oor) && oor.OwnerHint == "" {
@@ -268,6 +277,31 @@ func (p *Plugin) unallocate(conf *NetConf, alloc ipam.Allocation) error {
 	}
 	defer db.Close()
 	return db.Unallocate(alloc)
+}
+
+// movedWhileFenced guards the window between a fenced node's return and its agent's first
+// pass (which revokes what node failover moved away, cni/agent/fence.go): until then the
+// database still holds the range, and the plugin would hand out addresses that live on
+// another node now. It asks the API server for the IPRange the address came from (by the name
+// the agent recorded when it served it) and names the move when the range's ownership
+// generation is higher than the one the node served it at. When the API server cannot be
+// asked, nothing is refused: a node offline serves its pods from its database.
+func movedWhileFenced(ctx context.Context, kc *kubeClient, served map[string]ipam.ServedRange, ip netip.Addr) string {
+	if kc == nil {
+		return ""
+	}
+	for name, s := range served {
+		if !s.Subnet.Contains(ip) {
+			continue
+		}
+		r, err := kc.getIPRange(ctx, name)
+		if err != nil || r.Spec.OwnerGeneration <= s.OwnerGeneration {
+			return ""
+		}
+		return fmt.Sprintf("%s belongs to IPRange %s, which node failover moved to node %q (owner generation %d, this node served it at %d) while this node was fenced; staticip-agent withdraws it from this node",
+			ip, name, r.Spec.Node, r.Spec.OwnerGeneration, s.OwnerGeneration)
+	}
+	return ""
 }
 
 func findRange(rs []ipam.Range, ip netip.Addr) (ipam.Range, bool) {

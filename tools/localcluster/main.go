@@ -2,6 +2,7 @@
 //
 //	go run ./tools/localcluster up [--nodes=3] [--state-dir=...] [--cni=bridge] [--scheduler=kube-scheduler]
 //	go run ./tools/localcluster status|top|kubeconfig|down|leftovers
+//	go run ./tools/localcluster node stop|start|partition|heal NODE
 //
 // See tools/localcluster/README.md.
 package main
@@ -24,10 +25,21 @@ func main() {
 		usage()
 	}
 	sub := os.Args[1]
+	args := os.Args[2:]
+	var nodeAction, nodeName string
+	if sub == "node" {
+		// localcluster node stop|start|partition|heal NAME [flags]
+		if len(args) < 2 {
+			usage()
+		}
+		nodeAction, nodeName, args = args[0], args[1], args[2:]
+	}
 	o := cluster.DefaultOptions()
 	root, _ := os.Getwd()
 	fs := flag.NewFlagSet(sub, flag.ExitOnError)
 	fs.IntVar(&o.Nodes, "nodes", o.Nodes, "number of worker nodes")
+	fs.IntVar(&o.SpareNodes, "spare-nodes", o.SpareNodes, "failover spares after the workers (label and NoSchedule taint staticip.jke.jdcloud.com/spare, zone of the worker they back)")
+	fs.StringVar(&o.FailoverWindow, "failover-window", o.FailoverWindow, "staticip-controller-manager --node-failover-window (empty: its default)")
 	fs.StringVar(&o.StateDir, "state-dir", o.StateDir, "directory for all cluster state (removed by down)")
 	fs.StringVar(&o.BinDir, "bin-dir", filepath.Join(root, "_output", "bin"), "directory with etcd, kube-*, kubectl and coredns")
 	fs.StringVar(&o.CRDDir, "crd-dir", filepath.Join(root, "manifests", "crds"), "staticip CRDs to install at up (empty: none)")
@@ -42,7 +54,7 @@ func main() {
 	fs.StringVar(&o.NodeSubnet, "node-subnet", o.NodeSubnet, "IPv4 /24 for the host bridge, control plane and node IPs")
 	sample := fs.Duration("sample", 30*time.Second, "top: CPU sampling interval")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
-	_ = fs.Parse(os.Args[2:])
+	_ = fs.Parse(args)
 	o.RepoRoot = root
 	o.Logf = func(format string, args ...any) {
 		fmt.Printf("localcluster: "+format+"\n", args...)
@@ -73,6 +85,19 @@ func main() {
 		} else {
 			fmt.Println("localcluster: no leftovers")
 		}
+	case "node":
+		switch nodeAction {
+		case "stop":
+			err = cluster.NodeStop(o, nodeName)
+		case "start":
+			err = cluster.NodeStart(ctx, o, nodeName, 3*time.Minute)
+		case "partition":
+			err = cluster.NodePartition(o, nodeName)
+		case "heal":
+			err = cluster.NodeHeal(o, nodeName)
+		default:
+			usage()
+		}
 	case "kubeconfig":
 		var path string
 		if path, err = cluster.Kubeconfig(o); err == nil {
@@ -89,5 +114,6 @@ func main() {
 
 func usage() {
 	fmt.Fprintln(os.Stderr, "usage: localcluster up|down|status|top|kubeconfig|leftovers [flags]   (-h for flags)")
+	fmt.Fprintln(os.Stderr, "       localcluster node stop|start|partition|heal NAME [--state-dir=...]")
 	os.Exit(2)
 }

@@ -5,7 +5,11 @@
 LOCALCLUSTER       := $(OUT)/cluster/localcluster
 CLUSTER_NODES      ?= 3
 CLUSTER_STATE_DIR  ?= /var/lib/staticip-localcluster
-CLUSTER_FLAGS      ?= --nodes=$(CLUSTER_NODES) --state-dir=$(CLUSTER_STATE_DIR)
+# One failover spare and a short failover window: the node-failover e2e tests
+# (e2e/failover_controller_test.go) need both; ordinary tests leave the tainted spare out.
+CLUSTER_SPARE_NODES     ?= 1
+CLUSTER_FAILOVER_WINDOW ?= 5s
+CLUSTER_FLAGS      ?= --nodes=$(CLUSTER_NODES) --spare-nodes=$(CLUSTER_SPARE_NODES) --failover-window=$(CLUSTER_FAILOVER_WINDOW) --state-dir=$(CLUSTER_STATE_DIR)
 CLUSTER_KUBECONFIG := $(CLUSTER_STATE_DIR)/kubeconfig
 KUBECTL            := $(BIN)/kubectl --kubeconfig=$(CLUSTER_KUBECONFIG)
 E2E_FLAGS          ?= -count=1 -p 1 -timeout 30m -v

@@ -60,6 +60,16 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &jkev1alpha1.EnhancedStatefulSetStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("EnhancedStatefulSetUpdateStrategy"):
 		return &jkev1alpha1.EnhancedStatefulSetUpdateStrategyApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("MovedRange"):
+		return &jkev1alpha1.MovedRangeApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("MovedStaticIP"):
+		return &jkev1alpha1.MovedStaticIPApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NodeFailover"):
+		return &jkev1alpha1.NodeFailoverApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NodeFailoverSpec"):
+		return &jkev1alpha1.NodeFailoverSpecApplyConfiguration{}
+	case v1alpha1.SchemeGroupVersion.WithKind("NodeFailoverStatus"):
+		return &jkev1alpha1.NodeFailoverStatusApplyConfiguration{}
 	case v1alpha1.SchemeGroupVersion.WithKind("RollingUpdateEnhancedStatefulSetStrategy"):
 		return &jkev1alpha1.RollingUpdateEnhancedStatefulSetStrategyApplyConfiguration{}
 

@@ -6,7 +6,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
-// GroupName is the API group of EnhancedStatefulSet.
+// GroupName is the API group of EnhancedStatefulSet and NodeFailover.
 const GroupName = "jke.jdcloud.com"
 
 // SchemeGroupVersion is the group version used to register these objects.
@@ -27,6 +27,7 @@ var (
 func addKnownTypes(scheme *runtime.Scheme) error {
 	scheme.AddKnownTypes(SchemeGroupVersion,
 		&EnhancedStatefulSet{}, &EnhancedStatefulSetList{},
+		&NodeFailover{}, &NodeFailoverList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

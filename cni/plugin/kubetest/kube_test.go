@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -275,5 +276,50 @@ func TestOutOfRangeNamesTheOwningNode(t *testing.T) {
 	if !errors.As(err, &te) || te.Code != plugin.ErrCodeOutOfRange ||
 		!strings.Contains(te.Msg, "10.144.0.9 is outside every range of this node (10.143.0.0/24); it belongs to IPRange "+name+" (10.144.0.0/24) owned by node node-b") {
 		t.Fatalf("got %v", err)
+	}
+}
+
+// A node back from a fence, before its agent's first pass: its database still holds the range
+// it served at ownership generation 0, but node failover has moved it to another node at
+// generation 1. ADD must not hand out an address of it (the address lives on the other node
+// now); it fails naming the move, and leaves no allocation behind. Once the agent has revoked
+// the range, ADD fails as for any range the node does not own.
+func TestAddRefusesARangeMovedWhileFenced(t *testing.T) {
+	f := newFixture(t, "10.145.0.0/24")
+	name := "cni-" + fmt.Sprint(time.Now().UnixNano()%1000000)
+	if _, err := f.sip.JkeV1().IPRanges().Create(f.ctx, &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: jkev1.IPRangeSpec{CIDR: "10.145.0.0/24", Node: "node-spare", OwnerGeneration: 1}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.sip.JkeV1().IPRanges().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	// What the agent left before the fence: the range, served at generation 0.
+	db, err := ipam.Open(ipam.ForNetwork(f.dataDir, "staticip"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := db.SetNodeRanges([]ipam.Range{{Subnet: netip.MustParsePrefix("10.145.0.0/24")}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := db.RecordServed(map[string]ipam.ServedRange{name: {Subnet: netip.MustParsePrefix("10.145.0.0/24")}}); err != nil {
+		t.Fatal(err)
+	}
+	db.Close()
+	pod := f.createPod("back", nil)
+	_, err = f.add(f.args(pod, f.podNS(), "ctr-back"))
+	var te *types.Error
+	if !errors.As(err, &te) || te.Code != plugin.ErrCodeOutOfRange ||
+		!strings.Contains(te.Msg, "belongs to IPRange "+name+", which node failover moved to node \"node-spare\" (owner generation 1, this node served it at 0)") {
+		t.Fatalf("ADD on a range moved while fenced: %v, want code %d naming the move", err, plugin.ErrCodeOutOfRange)
+	}
+	if res := f.reservations(); len(res) != 0 {
+		t.Errorf("reservations after the refused ADD: %v", res)
+	}
+	db, err = ipam.Open(ipam.ForNetwork(f.dataDir, "staticip"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	if allocs, _ := db.Allocations(); len(allocs) != 0 {
+		t.Errorf("the refused ADD left allocations: %+v", allocs)
 	}
 }

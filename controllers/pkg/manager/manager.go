@@ -38,6 +38,7 @@ import (
 	"github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
 	"github.com/staticip/staticip/controllers/pkg/grid"
 	"github.com/staticip/staticip/controllers/pkg/metrics"
+	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 	"github.com/staticip/staticip/controllers/pkg/staticip"
 )
 
@@ -46,7 +47,7 @@ const ComponentName = "staticip-controller-manager"
 
 // KnownControllers are the names --controllers accepts.
 var KnownControllers = []string{enhancedstatefulset.Name, staticip.Name,
-	grid.DeploymentGridName, grid.StatefulSetGridName, grid.ServiceGridName}
+	grid.DeploymentGridName, grid.StatefulSetGridName, grid.ServiceGridName, nodefailover.Name}
 
 // ErrLeaderLost is returned when this replica loses the lease: it must exit so that it never
 // acts next to the new leader.
@@ -72,6 +73,11 @@ type Options struct {
 	// InPlaceUpdateTimeout: EnhancedStatefulSet in-place updates not carried out by then are recreated.
 	InPlaceUpdateTimeout time.Duration
 
+	// NodeFailoverWindow: a fenced node must have been NotReady this long before failover moves anything.
+	NodeFailoverWindow time.Duration
+	// NodeFailoverMaxUnhealthy: above this share of NotReady nodes ("34%") failover stops.
+	NodeFailoverMaxUnhealthy string
+
 	// Identity overrides hostname + unique suffix (tests).
 	Identity string
 	// OnStartedLeading, when set, is told the identity when this replica starts leading (tests).
@@ -95,6 +101,8 @@ func NewOptions() *Options {
 		MetricsBindAddress:         ":10260",
 		HealthBindAddress:          ":10261",
 		InPlaceUpdateTimeout:       enhancedstatefulset.DefaultInPlaceUpdateTimeout,
+		NodeFailoverWindow:         nodefailover.DefaultWindow,
+		NodeFailoverMaxUnhealthy:   fmt.Sprintf("%d%%", nodefailover.DefaultMaxUnhealthyPercent),
 	}
 }
 
@@ -112,6 +120,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.LeaderElectReleaseOnCancel, "leader-elect-release-on-cancel", o.LeaderElectReleaseOnCancel, "Release the lease on a clean shutdown so a standby takes over at once.")
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address of the Prometheus /metrics endpoint; empty or 0 disables it.")
 	fs.StringVar(&o.HealthBindAddress, "health-bind-address", o.HealthBindAddress, "Address of /healthz and /readyz; empty or 0 disables it.")
+	fs.DurationVar(&o.NodeFailoverWindow, "node-failover-window", o.NodeFailoverWindow, "nodefailover: how long a node fenced with the node.kubernetes.io/out-of-service taint (or deleted) must have been NotReady before its IP ranges and static IPs move.")
+	fs.StringVar(&o.NodeFailoverMaxUnhealthy, "node-failover-max-unhealthy", o.NodeFailoverMaxUnhealthy, "nodefailover: when more than this share of the nodes is NotReady at once, failover stops (condition + Event, nothing moved).")
 	fs.DurationVar(&o.InPlaceUpdateTimeout, "inplace-update-timeout", o.InPlaceUpdateTimeout, "An EnhancedStatefulSet in-place update whose new containers the kubelet has not started after this long is given up: Event, pod recreated. 0 waits forever.")
 }
 
@@ -120,6 +130,12 @@ func (o *Options) Validate() error {
 	var errs []error
 	if _, err := o.EnabledControllers(); err != nil {
 		errs = append(errs, err)
+	}
+	if _, err := nodefailover.ParsePercent(o.NodeFailoverMaxUnhealthy); err != nil {
+		errs = append(errs, fmt.Errorf("--node-failover-max-unhealthy: %w", err))
+	}
+	if o.NodeFailoverWindow < 0 {
+		errs = append(errs, fmt.Errorf("--node-failover-window must not be negative, got %v", o.NodeFailoverWindow))
 	}
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--workers must be at least 1, got %d", o.Workers))
@@ -379,6 +395,18 @@ func startControllers(ctx context.Context, o *Options, kubeClient kubernetes.Int
 				return err
 			}
 			runs = append(runs, func(ctx context.Context) { c.Run(ctx, o.Workers) })
+		case nodefailover.Name:
+			c, err := nodefailover.NewController(kubeClient, client, kubeInformers.Core().V1().Nodes(),
+				kubeInformers.Core().V1().Pods(), jkeInformers.Jke().V1().IPRanges(), jkeInformers.Jke().V1().StaticIPs(),
+				jkeInformers.Jke().V1alpha1().NodeFailovers(), recorder)
+			if err != nil {
+				return err
+			}
+			c.Window = o.NodeFailoverWindow
+			c.MaxUnhealthyPercent, _ = nodefailover.ParsePercent(o.NodeFailoverMaxUnhealthy)
+			// One worker: migrations are few, and one at a time keeps two of them from racing
+			// for the same spare inside this process (the claim's optimistic lock covers the rest).
+			runs = append(runs, func(ctx context.Context) { c.Run(ctx, 1) })
 		default:
 			run, err := newGridController(name, kubeClient, client, kubeInformers, jkeInformers, recorder)
 			if err != nil {

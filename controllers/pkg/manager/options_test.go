@@ -13,13 +13,14 @@ func TestEnabledControllers(t *testing.T) {
 		want    []string
 		wantErr string
 	}{
-		{flag: []string{"*"}, want: []string{"enhancedstatefulset", "staticip", "deploymentgrid", "statefulsetgrid", "servicegrid"}},
-		{flag: []string{"*", "-deploymentgrid", "-statefulsetgrid", "-servicegrid"}, want: []string{"enhancedstatefulset", "staticip"}},
+		{flag: []string{"*"}, want: []string{"enhancedstatefulset", "staticip", "deploymentgrid", "statefulsetgrid", "servicegrid", "nodefailover"}},
+		{flag: []string{"*", "-deploymentgrid", "-statefulsetgrid", "-servicegrid", "-nodefailover"}, want: []string{"enhancedstatefulset", "staticip"}},
 		{flag: []string{"servicegrid", "statefulsetgrid"}, want: []string{"statefulsetgrid", "servicegrid"}},
 		{flag: []string{"staticip"}, want: []string{"staticip"}},
-		{flag: []string{"*", "-staticip"}, want: []string{"enhancedstatefulset", "deploymentgrid", "statefulsetgrid", "servicegrid"}},
+		{flag: []string{"*", "-staticip"}, want: []string{"enhancedstatefulset", "deploymentgrid", "statefulsetgrid", "servicegrid", "nodefailover"}},
+		{flag: []string{"nodefailover"}, want: []string{"nodefailover"}},
 		{flag: []string{"enhancedstatefulset", "staticip"}, want: []string{"enhancedstatefulset", "staticip"}},
-		{flag: []string{"nodefailover"}, wantErr: `unknown controller "nodefailover"`},
+		{flag: []string{"nodefailovers"}, wantErr: `unknown controller "nodefailovers"`},
 	} {
 		o := NewOptions()
 		o.Controllers = tc.flag
@@ -49,6 +50,13 @@ func TestValidateLeaderElectionDurations(t *testing.T) {
 	o.Workers = 0
 	if err := o.Validate(); err == nil {
 		t.Error("--workers=0 accepted")
+	}
+	for _, bad := range []string{"101%", "-1%", "half", ""} {
+		o = NewOptions()
+		o.NodeFailoverMaxUnhealthy = bad
+		if err := o.Validate(); err == nil || !strings.Contains(err.Error(), "node-failover-max-unhealthy") {
+			t.Errorf("--node-failover-max-unhealthy=%q accepted: %v", bad, err)
+		}
 	}
 	o = NewOptions()
 	o.LeaderElect = false

@@ -69,3 +69,22 @@ func ObserveStatusWrite(controller string, err error) {
 	}
 	StatusWrites.WithLabelValues(controller, result).Inc()
 }
+
+var (
+	// NodeFailoverMigrations counts node failover outcomes: completed, cancelled (the node was
+	// un-fenced before anything moved), stopped_unhealthy and no_target (each counted when the
+	// migration enters that state).
+	NodeFailoverMigrations = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "staticip_nodefailover_migrations_total", Help: "Node failover migrations by result (completed, cancelled, stopped_unhealthy, no_target).",
+	}, []string{"result"})
+	// NodeFailoverStepDuration is how long each failover step took (from the previous step),
+	// and the whole migration (step "Total").
+	NodeFailoverStepDuration = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Name: "staticip_nodefailover_step_duration_seconds", Help: "Duration of each node failover step, from the previous step; step Total is detection to completion.",
+		Buckets: prometheus.ExponentialBuckets(0.05, 2, 16),
+	}, []string{"step"})
+)
+
+func init() {
+	Registry.MustRegister(NodeFailoverMigrations, NodeFailoverStepDuration)
+}

@@ -28,13 +28,16 @@ const NetnsAnnotation = "localcluster.staticip.io/netns"
 // record is what `up` leaves in the state directory; `up` compares it to decide whether
 // it has nothing to do, and `status`/`down` read it.
 type record struct {
-	Nodes       int    `json:"nodes"`
-	CNI         string `json:"cni"`
-	Scheduler   string `json:"scheduler"`
-	Prefix      string `json:"prefix"`
-	NodeSubnet  string `json:"nodeSubnet"`
-	PodCIDR     string `json:"podCIDR,omitempty"`
-	ServiceCIDR string `json:"serviceCIDR,omitempty"`
+	Nodes      int `json:"nodes"`
+	SpareNodes int `json:"spareNodes,omitempty"`
+	// FailoverWindow: staticip-controller-manager's --node-failover-window, if set.
+	FailoverWindow string `json:"failoverWindow,omitempty"`
+	CNI            string `json:"cni"`
+	Scheduler      string `json:"scheduler"`
+	Prefix         string `json:"prefix"`
+	NodeSubnet     string `json:"nodeSubnet"`
+	PodCIDR        string `json:"podCIDR,omitempty"`
+	ServiceCIDR    string `json:"serviceCIDR,omitempty"`
 	// KubeProxyDirect: kube-proxy without application-grid-wrapper.
 	KubeProxyDirect bool `json:"kubeProxyDirect,omitempty"`
 	// CentralDNS: one CoreDNS Deployment instead of the edge DNS (edge_dns.go).
@@ -44,13 +47,14 @@ type record struct {
 
 // shape is what must match for `up` on a running cluster to be a no-op.
 func (l layout) shape() string {
-	return fmt.Sprint(len(l.nodes), l.CNI, l.Scheduler, l.Prefix, l.NodeSubnet, l.clusterCIDR, l.serviceCIDR, l.KubeProxyDirect, l.CentralDNS)
+	return fmt.Sprint(len(l.nodes), l.SpareNodes, l.FailoverWindow, l.CNI, l.Scheduler, l.Prefix, l.NodeSubnet, l.clusterCIDR, l.serviceCIDR, l.KubeProxyDirect, l.CentralDNS)
 }
 
 // options are the Options of the recorded cluster: o's local settings (state and binary
 // directories, logging) with the recorded shape.
 func (r *record) options(o Options) Options {
 	o.Nodes, o.CNI, o.Scheduler, o.Prefix, o.NodeSubnet = r.Nodes, r.CNI, r.Scheduler, r.Prefix, r.NodeSubnet
+	o.SpareNodes, o.FailoverWindow = r.SpareNodes, r.FailoverWindow
 	o.PodCIDR, o.ServiceCIDR = r.PodCIDR, r.ServiceCIDR
 	o.KubeProxyDirect, o.CentralDNS = r.KubeProxyDirect, r.CentralDNS
 	return o
@@ -90,8 +94,8 @@ func Up(ctx context.Context, o Options) error {
 		running := newLayout(rec.options(o))
 		if running.healthy(ctx) {
 			if l.shape() != running.shape() {
-				return fmt.Errorf("a cluster is already up in %s with %d nodes, --cni=%s, --scheduler=%s, --pod-cidr=%s, --service-cidr=%s, --kube-proxy-direct=%t; run `down` first to change it",
-					o.StateDir, rec.Nodes, running.CNI, running.Scheduler, running.PodCIDR, running.ServiceCIDR, running.KubeProxyDirect)
+				return fmt.Errorf("a cluster is already up in %s with %d nodes (+%d spare, failover window %q), --cni=%s, --scheduler=%s, --pod-cidr=%s, --service-cidr=%s, --kube-proxy-direct=%t; run `down` first to change it",
+					o.StateDir, rec.Nodes, rec.SpareNodes, rec.FailoverWindow, running.CNI, running.Scheduler, running.PodCIDR, running.ServiceCIDR, running.KubeProxyDirect)
 			}
 			o.Logf("cluster already up (%d nodes, started %s); nothing to do", rec.Nodes, rec.Started.Format(time.RFC3339))
 			return nil
@@ -274,7 +278,7 @@ func Up(ctx context.Context, o Options) error {
 	}); err != nil {
 		return err
 	}
-	rec := record{Nodes: o.Nodes, CNI: o.CNI, Scheduler: o.Scheduler, Prefix: o.Prefix, NodeSubnet: o.NodeSubnet,
+	rec := record{Nodes: o.Nodes, SpareNodes: o.SpareNodes, FailoverWindow: o.FailoverWindow, CNI: o.CNI, Scheduler: o.Scheduler, Prefix: o.Prefix, NodeSubnet: o.NodeSubnet,
 		PodCIDR: o.PodCIDR, ServiceCIDR: o.ServiceCIDR, KubeProxyDirect: o.KubeProxyDirect, CentralDNS: o.CentralDNS, Started: time.Now()}
 	b, _ := json.MarshalIndent(rec, "", "  ")
 	if err := os.WriteFile(l.recordFile(), b, 0o644); err != nil {

@@ -352,7 +352,8 @@ fileCheckFrequency: 10s
 
 func (l *layout) kubelet(n nodeLayout) daemon {
 	labels := []string{"zone=" + n.zone, "topology.kubernetes.io/zone=" + n.zone, "staticip.localcluster/node-index=" + fmt.Sprint(n.index)}
-	return daemon{name: n.name + "-kubelet", netns: n.netns, argv: []string{
+	labels = append(labels, spareLabels(n)...)
+	return daemon{name: n.name + "-kubelet", netns: n.netns, argv: append([]string{
 		l.bin("kubelet"),
 		"--config=" + filepath.Join(n.dir, "kubelet.yaml"),
 		"--kubeconfig=" + filepath.Join(n.dir, "kubelet.kubeconfig"),
@@ -362,7 +363,7 @@ func (l *layout) kubelet(n nodeLayout) daemon {
 		"--node-ip=" + n.ip,
 		"--node-labels=" + strings.Join(labels, ","),
 		"--v=1",
-	}}
+	}, spareKubeletArgs(n)...)}
 }
 
 func (l *layout) kubeProxyConfig(n nodeLayout) string {

@@ -13,6 +13,12 @@ import (
 type Options struct {
 	// Nodes is the number of worker nodes.
 	Nodes int
+	// SpareNodes are extra nodes after the workers, labelled and tainted as failover spares
+	// (spare.go): no ordinary pod lands there; node failover claims one.
+	SpareNodes int
+	// FailoverWindow, when set, is staticip-controller-manager's --node-failover-window
+	// (e2e: seconds instead of the default minutes).
+	FailoverWindow string
 	// StateDir holds certificates, configs, logs, pids and every component's data.
 	StateDir string
 	// BinDir holds etcd, kube-* and coredns (the repository's _output/bin).
@@ -74,6 +80,9 @@ func DefaultOptions() Options {
 func (o *Options) validate() error {
 	if o.Nodes < 1 || o.Nodes > 200 {
 		return fmt.Errorf("--nodes must be between 1 and 200, got %d", o.Nodes)
+	}
+	if err := o.validateSpares(); err != nil {
+		return err
 	}
 	if !filepath.IsAbs(o.StateDir) {
 		return fmt.Errorf("--state-dir must be absolute, got %q", o.StateDir)
@@ -146,6 +155,7 @@ func slash16(cidr string) ([2]byte, error) {
 type nodeLayout struct {
 	index    int // 1-based
 	name     string
+	spare    bool // a failover spare (spare.go)
 	netns    string
 	hostVeth string
 	ip       string
@@ -195,7 +205,7 @@ func newLayout(o Options) layout {
 	l.clusterCIDR, l.serviceCIDR = l.PodCIDR, l.ServiceCIDR
 	l.kubernetesSvc = fmt.Sprintf("%d.%d.0.1", svc[0], svc[1])
 	l.dnsServiceIP = fmt.Sprintf("%d.%d.0.10", svc[0], svc[1])
-	for i := 1; i <= o.Nodes; i++ {
+	for i := 1; i <= o.Nodes+o.SpareNodes; i++ {
 		name := fmt.Sprintf("node-%d", i)
 		dir := filepath.Join(o.StateDir, name)
 		n := nodeLayout{
@@ -216,6 +226,9 @@ func newLayout(o Options) layout {
 			cniConfDir:       filepath.Join(o.StateDir, "cni", name, "net.d"),
 			kubeletRoot:      filepath.Join(dir, "kubelet"),
 			podLogsDir:       filepath.Join(dir, "pod-logs"),
+		}
+		if i > o.Nodes {
+			n.spare, n.zone = true, spareZone(o.Nodes, i)
 		}
 		l.nodes = append(l.nodes, n)
 	}

@@ -34,7 +34,7 @@ var controllerManagerArgs = []string{
 // controllerManagerOverlay is what differs here from manifests/controller-manager: the
 // image is the one localcluster builds from _output/bin and imports into every node (there
 // is no registry, so never pull), and the lease is shorter.
-func controllerManagerOverlay() string {
+func controllerManagerOverlay(extraArgs ...string) string {
 	name, tag, _ := strings.Cut(imagebuilder.ControllerManagerImage, ":")
 	return fmt.Sprintf(`images:
 - name: %s
@@ -55,7 +55,7 @@ patches:
             imagePullPolicy: Never
             args: [%s]
 `, controllerManagerManifestImage, name, tag, controllerManagerDeployment, controllerManagerNamespace,
-		strings.Join(controllerManagerArgs, ", "))
+		strings.Join(append(append([]string(nil), controllerManagerArgs...), extraArgs...), ", "))
 }
 
 // installControllerManager runs staticip-controller-manager (two replicas, Lease leader
@@ -74,7 +74,7 @@ func (l *layout) installControllerManager() error {
 	if _, err := l.kubectl("", "wait", "--for=condition=Ready", "node", "--all", "--timeout=180s"); err != nil {
 		return err
 	}
-	if err := l.applyOverlay("controller-manager", "manifests/controller-manager", controllerManagerOverlay()); err != nil {
+	if err := l.applyOverlay("controller-manager", "manifests/controller-manager", controllerManagerOverlay(l.failoverArgs()...)); err != nil {
 		return err
 	}
 	_, err := l.kubectl("", "-n", controllerManagerNamespace, "rollout", "status",

@@ -115,16 +115,26 @@ func (l *layout) ourPids() []int {
 			pids = append(pids, pid)
 			continue
 		}
-		if link, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid)); err == nil {
-			// "net:[4026532345]"
-			if i := strings.IndexByte(link, '['); i > 0 {
-				if ino, err := strconv.ParseUint(strings.TrimSuffix(link[i+1:], "]"), 10, 64); err == nil && netns[ino] && !zombie(pid) {
-					pids = append(pids, pid)
-				}
-			}
+		if ino, ok := netnsOf(pid); ok && netns[ino] && !zombie(pid) {
+			pids = append(pids, pid)
 		}
 	}
 	return pids
+}
+
+// netnsOf is the inode of pid's network namespace.
+func netnsOf(pid int) (uint64, bool) {
+	link, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/net", pid))
+	if err != nil {
+		return 0, false
+	}
+	// "net:[4026532345]"
+	i := strings.IndexByte(link, '[')
+	if i < 0 {
+		return 0, false
+	}
+	ino, err := strconv.ParseUint(strings.TrimSuffix(link[i+1:], "]"), 10, 64)
+	return ino, err == nil
 }
 
 func zombie(pid int) bool {

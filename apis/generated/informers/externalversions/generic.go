@@ -63,6 +63,8 @@ func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource
 		// Group=jke.jdcloud.com, Version=v1alpha1
 	case v1alpha1.SchemeGroupVersion.WithResource("enhancedstatefulsets"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Jke().V1alpha1().EnhancedStatefulSets().Informer()}, nil
+	case v1alpha1.SchemeGroupVersion.WithResource("nodefailovers"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Jke().V1alpha1().NodeFailovers().Informer()}, nil
 
 		// Group=superedge.io, Version=v1
 	case superedgev1.SchemeGroupVersion.WithResource("deploymentgrids"):

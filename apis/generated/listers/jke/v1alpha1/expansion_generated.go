@@ -25,3 +25,7 @@ type EnhancedStatefulSetListerExpansion interface{}
 // EnhancedStatefulSetNamespaceListerExpansion allows custom methods to be added to
 // EnhancedStatefulSetNamespaceLister.
 type EnhancedStatefulSetNamespaceListerExpansion interface{}
+
+// NodeFailoverListerExpansion allows custom methods to be added to
+// NodeFailoverLister.
+type NodeFailoverListerExpansion interface{}

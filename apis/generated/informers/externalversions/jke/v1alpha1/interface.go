@@ -26,6 +26,8 @@ import (
 type Interface interface {
 	// EnhancedStatefulSets returns a EnhancedStatefulSetInformer.
 	EnhancedStatefulSets() EnhancedStatefulSetInformer
+	// NodeFailovers returns a NodeFailoverInformer.
+	NodeFailovers() NodeFailoverInformer
 }
 
 type version struct {
@@ -42,4 +44,9 @@ func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakList
 // EnhancedStatefulSets returns a EnhancedStatefulSetInformer.
 func (v *version) EnhancedStatefulSets() EnhancedStatefulSetInformer {
 	return &enhancedStatefulSetInformer{factory: v.factory, namespace: v.namespace, tweakListOptions: v.tweakListOptions}
+}
+
+// NodeFailovers returns a NodeFailoverInformer.
+func (v *version) NodeFailovers() NodeFailoverInformer {
+	return &nodeFailoverInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }

@@ -29,6 +29,7 @@ import (
 type JkeV1alpha1Interface interface {
 	RESTClient() rest.Interface
 	EnhancedStatefulSetsGetter
+	NodeFailoversGetter
 }
 
 // JkeV1alpha1Client is used to interact with features provided by the jke.jdcloud.com group.
@@ -38,6 +39,10 @@ type JkeV1alpha1Client struct {
 
 func (c *JkeV1alpha1Client) EnhancedStatefulSets(namespace string) EnhancedStatefulSetInterface {
 	return newEnhancedStatefulSets(c, namespace)
+}
+
+func (c *JkeV1alpha1Client) NodeFailovers() NodeFailoverInterface {
+	return newNodeFailovers(c)
 }
 
 // NewForConfig creates a new JkeV1alpha1Client for the given config.

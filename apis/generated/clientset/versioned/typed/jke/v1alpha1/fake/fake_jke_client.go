@@ -32,6 +32,10 @@ func (c *FakeJkeV1alpha1) EnhancedStatefulSets(namespace string) v1alpha1.Enhanc
 	return newFakeEnhancedStatefulSets(c, namespace)
 }
 
+func (c *FakeJkeV1alpha1) NodeFailovers() v1alpha1.NodeFailoverInterface {
+	return newFakeNodeFailovers(c)
+}
+
 // RESTClient returns a RESTClient that is used to communicate
 // with API server by this client implementation.
 func (c *FakeJkeV1alpha1) RESTClient() rest.Interface {

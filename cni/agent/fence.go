@@ -1,0 +1,212 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/netip"
+	"sort"
+	"strings"
+
+	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/ipam"
+)
+
+// Node failover, the node side (controllers/README.md, "Node failover"). Two duties:
+//
+//   - A node that served a range at ownership generation g and finds it at a higher generation
+//     (moved by failover while the node was fenced, to another node or even back to itself)
+//     revokes it: the addresses were handed out elsewhere, so it drops the range from its IPAM
+//     without draining, withdraws the host side of every sandbox it had in the range, and never
+//     serves those allocations again (a plain move, same generation, still drains).
+//   - Every node reports in its Node's annotation ObservedAnnotation which ranges it has
+//     programmed, at which owner and generation, so that the failover controller knows when
+//     every route has converged.
+
+// ObservedAnnotation on a Node: a JSON object {"<IPRange name>": "<spec.node>/<spec.ownerGeneration>"}
+// of the ranges whose routes (the other nodes' ranges) and IPAM (its own) the node's agent has
+// programmed. Written after programming, only when it changes.
+const ObservedAnnotation = "staticip.jke.jdcloud.com/ipranges-observed"
+
+// ReasonRangeRevoked is the Event reason on an IPRange a returning node withdrew.
+const ReasonRangeRevoked = "RangeRevoked"
+
+// revocation is one range the node served at an older ownership generation.
+type revocation struct {
+	name    string
+	subnet  netip.Prefix
+	served  int64
+	current *jkev1.IPRange
+}
+
+// planRevocations lists the ranges recorded as served (name -> subnet, generation) that the
+// API now shows at a higher ownership generation, whoever owns them now. A range whose IPRange
+// is gone is not revoked (it drains, as any range leaving the node).
+func planRevocations(served map[string]ipam.ServedRange, byName map[string]*jkev1.IPRange) []revocation {
+	var out []revocation
+	for name, s := range served {
+		r, ok := byName[name]
+		if !ok || r.Spec.OwnerGeneration <= s.OwnerGeneration {
+			continue
+		}
+		out = append(out, revocation{name: name, subnet: s.Subnet, served: s.OwnerGeneration, current: r})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].name < out[j].name })
+	return out
+}
+
+// servedRecords are the generations this pass serves the node's ranges at.
+func servedRecords(mine []*jkev1.IPRange, rs []ipam.Range) map[string]ipam.ServedRange {
+	out := map[string]ipam.ServedRange{}
+	for i, r := range mine {
+		out[r.Name] = ipam.ServedRange{Subnet: rs[i].Subnet, OwnerGeneration: r.Spec.OwnerGeneration}
+	}
+	return out
+}
+
+// staleServed are the records of ranges that are neither served now nor held by the store any
+// more (drained): nothing is left to revoke.
+func staleServed(served map[string]ipam.ServedRange, mine []*jkev1.IPRange, stored []ipam.Range) []string {
+	keep := map[string]bool{}
+	for _, r := range mine {
+		keep[r.Name] = true
+	}
+	inStore := map[netip.Prefix]bool{}
+	for _, r := range stored {
+		inStore[r.Subnet] = true
+	}
+	var out []string
+	for name, s := range served {
+		if !keep[name] && !inStore[s.Subnet] {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// revoke drops the revoked ranges from the database (one transaction each) and withdraws the
+// host side of what the node had in them. Called under the database lock, before the node's
+// ranges are applied.
+func (a *Agent) revoke(db *ipam.DB, revs []revocation) error {
+	var errs []string
+	for _, rv := range revs {
+		removed, err := db.RevokeRange(rv.name, rv.subnet)
+		if err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		withdrawn, err := withdrawHost(rv.subnet, removed)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("withdrawing %s: %v", rv.subnet, err))
+		}
+		msg := fmt.Sprintf("node %s served %s at owner generation %d; it is now at %d (node %q): it was moved while this node was fenced, so this node dropped it without draining (%d allocation(s) forgotten, %d host veth(s) removed) and never serves those addresses again",
+			a.cfg.NodeName, rv.subnet, rv.served, rv.current.Spec.OwnerGeneration, rv.current.Spec.Node, len(removed), withdrawn)
+		a.logf("IPRange %s: %s", rv.name, msg)
+		if a.recorder != nil {
+			a.recorder.Event(rv.current, corev1.EventTypeWarning, ReasonRangeRevoked, msg)
+		}
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("revoking ranges: %s", strings.Join(errs, "; "))
+	}
+	return nil
+}
+
+// withdrawHost deletes the host veth of every sandbox that had an address in subnet: those the
+// database knew (removed) and any plugin veth the host routes an address of subnet to. With the
+// veth go its /32 route and the sandbox's only way onto the wire; the sandbox's CNI DEL later
+// finds neither and succeeds.
+func withdrawHost(subnet netip.Prefix, removed []ipam.Allocation) (int, error) {
+	links, err := pluginLinks()
+	if err != nil {
+		return 0, err
+	}
+	doomed := map[string]bool{}
+	for _, al := range removed {
+		doomed[vethOf(al.Attachment)] = true
+	}
+	routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return 0, err
+	}
+	for _, r := range routes {
+		name, ok := links[r.LinkIndex]
+		if !ok || r.Dst == nil {
+			continue
+		}
+		if ip, ok := netip.AddrFromSlice(r.Dst.IP); ok && subnet.Contains(ip.Unmap()) {
+			doomed[name] = true
+		}
+	}
+	n := 0
+	var errs []string
+	for _, name := range links {
+		if !doomed[name] {
+			continue
+		}
+		l, err := netlink.LinkByName(name)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		if err := netlink.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Sprintf("delete %s: %v", name, err))
+			continue
+		}
+		n++
+	}
+	if len(errs) > 0 {
+		return n, fmt.Errorf("%s", strings.Join(errs, "; "))
+	}
+	return n, nil
+}
+
+// observedRanges is the annotation's content for this pass: the node's own ranges its IPAM
+// serves, and the other nodes' ranges it routes (every one whose node has an address, once the
+// routes were programmed without error; all of them when the agent does not program routes).
+func observedRanges(mine, others []*jkev1.IPRange, routesProgrammed bool, nodeIP func(string) net.IP) map[string]string {
+	out := map[string]string{}
+	for _, r := range mine {
+		out[r.Name] = fmt.Sprintf("%s/%d", r.Spec.Node, r.Spec.OwnerGeneration)
+	}
+	for _, r := range others {
+		if routesProgrammed && nodeIP(r.Spec.Node) == nil {
+			continue
+		}
+		out[r.Name] = fmt.Sprintf("%s/%d", r.Spec.Node, r.Spec.OwnerGeneration)
+	}
+	return out
+}
+
+// reportObserved patches the node's ObservedAnnotation when it differs from what the node
+// carries (or what this agent last wrote, while its cache lags).
+func (a *Agent) reportObserved(ctx context.Context, observed map[string]string, current string) error {
+	b, err := json.Marshal(observed) // keys sorted: equal content, equal string
+	if err != nil {
+		return err
+	}
+	value := string(b)
+	if value == current || value == a.lastObserved {
+		return nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{ObservedAnnotation: value}}})
+	if err != nil {
+		return err
+	}
+	if _, err := a.kube.CoreV1().Nodes().Patch(ctx, a.cfg.NodeName, types.MergePatchType, patch, metav1.PatchOptions{}); apierrors.IsNotFound(err) {
+		// No Node object (deleted, or not registered yet): nothing to report on, no failure
+		// of this agent; the report is written once the Node exists (its cache entry differs).
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("node %s annotation %s: %w", a.cfg.NodeName, ObservedAnnotation, err)
+	}
+	a.lastObserved = value
+	return nil
+}

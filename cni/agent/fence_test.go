@@ -1,0 +1,213 @@
+package agent
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/vishvananda/netlink"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/cni/nstest"
+	"github.com/staticip/staticip/cni/plugin"
+	"github.com/staticip/staticip/ipam"
+)
+
+// sandboxVeth makes what the plugin's ADD leaves on the host for one pod: a host veth named
+// after the container and a /32 route of the pod's IP to it.
+func sandboxVeth(t *testing.T, host *nstest.NetNS, containerID, peer, ip string) {
+	t.Helper()
+	if err := host.Do(func(ns.NetNS) error {
+		name := plugin.HostVethName(containerID, "eth0")
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: name}, PeerName: peer}); err != nil {
+			return err
+		}
+		l, _ := netlink.LinkByName(name)
+		p, _ := netlink.LinkByName(peer)
+		if err := netlink.LinkSetUp(p); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(l); err != nil {
+			return err
+		}
+		_, dst, _ := net.ParseCIDR(ip + "/32")
+		return netlink.RouteAdd(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst, Scope: netlink.SCOPE_LINK})
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hostRouteTo reports the plugin veth the host routes ip to ("" when none).
+func hostRouteTo(host *nstest.NetNS, ip string) string {
+	found := ""
+	host.Do(func(ns.NetNS) error {
+		links, _ := pluginLinks()
+		routes, _ := netlink.RouteList(nil, netlink.FAMILY_V4)
+		for _, r := range routes {
+			if name, ok := links[r.LinkIndex]; ok && r.Dst != nil && r.Dst.IP.String() == ip {
+				found = name
+			}
+		}
+		return nil
+	})
+	return found
+}
+
+// moveRange sets spec.node and spec.ownerGeneration as node failover does (one update) and waits
+// until the agent's cache has it.
+func moveRange(ctx context.Context, t *testing.T, a *Agent, name, node string, gen int64) {
+	t.Helper()
+	r, err := a.sip.JkeV1().IPRanges().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Spec.Node, r.Spec.OwnerGeneration = node, gen
+	if _, err := a.sip.JkeV1().IPRanges().Update(ctx, r, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		c, err := a.view.ranges.Get(name)
+		return err == nil && c.Spec.Node == node && c.Spec.OwnerGeneration == gen, nil
+	}); err != nil {
+		t.Fatalf("the agent's cache never saw %s on %s at generation %d: %v", name, node, gen, err)
+	}
+}
+
+// observedOn is the node's ObservedAnnotation entry for the range ("" when none).
+func observedOn(ctx context.Context, t *testing.T, a *Agent, node, rangeName string) string {
+	t.Helper()
+	n, err := a.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	if v := n.Annotations[ObservedAnnotation]; v != "" {
+		if err := json.Unmarshal([]byte(v), &m); err != nil {
+			t.Fatalf("annotation %s=%q: %v", ObservedAnnotation, v, err)
+		}
+	}
+	return m[rangeName]
+}
+
+// The old node coming back (node failover): its range was moved to a spare with a higher
+// ownership generation while it was fenced. On its first pass its agent withdraws everything
+// of that range — the leftover sandbox's host veth and /32 route, the allocation and the range
+// in its IPAM (no draining) — routes the range to the spare instead, reports the new owner in
+// its Node's annotation, and records an Event. The leftover sandbox's DEL then succeeds and
+// finds nothing; the address is never handed out on this node again. A range that failover
+// moves back to the same node at a still higher generation is served afresh, without any of
+// the old allocations; a plain move (same generation) still drains.
+func TestReturningNodeRevokesRangeMovedWhileFenced(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	ctx, kube, sip, suffix := apiFixture(t, 3*time.Minute)
+	old, spare, rangeName := "cni-node-old-"+suffix, "cni-node-spare-"+suffix, "cni-fence-"+suffix
+	createNode(ctx, t, kube, old, "192.168.81.1")
+	createNode(ctx, t, kube, spare, "192.168.81.2")
+	createIPRange(ctx, t, sip, rangeName, jkev1.IPRangeSpec{CIDR: "10.158.0.0/24", Node: old})
+	host := nodeNetns(t, "fence", "192.168.81.1/24")
+
+	dir := t.TempDir()
+	cfg := Config{NodeName: old, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir, Routes: true}
+	var log syncBuffer
+	a := startedAgent(ctx, t, cfg, kube, sip, &log)
+	sync := func() {
+		t.Helper()
+		if err := host.Do(func(ns.NetNS) error { return a.SyncOnce(ctx) }); err != nil {
+			t.Fatalf("sync: %v\nlog:\n%s", err, log.String())
+		}
+	}
+	sync()
+	if got := observedOn(ctx, t, a, old, rangeName); got != old+"/0" {
+		t.Fatalf("the node reports its own range as %q, want %q", got, old+"/0")
+	}
+	// A pod runs on the node with 10.158.0.5 (its ADD: allocation + host veth + /32 route).
+	allocateAt(t, a.DBPath(), time.Now().Add(-time.Hour), "c-web0", ipam.PodRef{Namespace: "ns", Name: "web-0", UID: "u0"})
+	sandboxVeth(t, host, "c-web0", "cni-fpeer0", "10.158.0.1")
+
+	// Fenced and moved: the range names the spare at generation 1.
+	moveRange(ctx, t, a, rangeName, spare, 1)
+	sync()
+	allocs, _ := dbState(t, a.DBPath())
+	if len(allocs) != 0 {
+		t.Errorf("allocations after the forced move: %v; want none (a forced move must not drain)", allocs)
+	}
+	if v := hostRouteTo(host, "10.158.0.1"); v != "" {
+		t.Errorf("the host still routes 10.158.0.1 to the leftover sandbox's veth %s", v)
+	}
+	if r := agentRoute(host, "10.158.0.0/24"); r == nil || r.Gw.String() != "192.168.81.2" {
+		t.Errorf("route to the moved range: %+v, want via the spare 192.168.81.2", r)
+	}
+	db, err := ipam.Open(ipam.Options{Path: a.DBPath(), OpenTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranges, _ := db.Ranges()
+	if len(ranges) != 0 {
+		t.Errorf("IPAM ranges after the forced move: %+v, want none", ranges)
+	}
+	// The leftover sandbox's DEL succeeds and finds nothing; the IP is not handed out here.
+	if _, found, err := db.Release(ipam.Attachment{ContainerID: "c-web0", IfName: "eth0"}, true); err != nil || found {
+		t.Errorf("DEL of the leftover sandbox: found=%v err=%v, want nothing found and no error", found, err)
+	}
+	if al, _, err := db.Allocate(ipam.AllocateRequest{Attachment: ipam.Attachment{ContainerID: "c-new", IfName: "eth0"},
+		Pod: ipam.PodRef{Namespace: "ns", Name: "new"}, IP: netip.MustParseAddr("10.158.0.1")}); err == nil {
+		t.Errorf("the revoked address was handed out again: %+v", al)
+	}
+	db.Close()
+	if got := observedOn(ctx, t, a, old, rangeName); got != spare+"/1" {
+		t.Errorf("the node reports the moved range as %q, want %q", got, spare+"/1")
+	}
+	if !strings.Contains(log.String(), "never serves those addresses again") {
+		t.Errorf("no revocation in the log:\n%s", log.String())
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		evs, err := kube.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + rangeName + ",reason=" + ReasonRangeRevoked})
+		return err == nil && len(evs.Items) > 0, nil
+	}); err != nil {
+		t.Errorf("no %s Event on IPRange %s", ReasonRangeRevoked, rangeName)
+	}
+
+	// Failover moves it back here (generation 2): served afresh, nothing of before.
+	moveRange(ctx, t, a, rangeName, old, 2)
+	sync()
+	allocateAt(t, a.DBPath(), time.Now().Add(-time.Hour), "c-web1", ipam.PodRef{Namespace: "ns", Name: "web-1", UID: "u1"})
+	sandboxVeth(t, host, "c-web1", "cni-fpeer1", "10.158.0.1")
+	// Fenced again, and failover re-grants the range to this very node at generation 3 (its
+	// state was handed over to a new incarnation): the old allocations go all the same.
+	moveRange(ctx, t, a, rangeName, old, 3)
+	sync()
+	allocs, _ = dbState(t, a.DBPath())
+	if len(allocs) != 0 {
+		t.Errorf("allocations after the re-grant at generation 3: %v; want none", allocs)
+	}
+	if v := hostRouteTo(host, "10.158.0.1"); v != "" {
+		t.Errorf("after the re-grant the host still routes 10.158.0.1 to the old sandbox's veth %s", v)
+	}
+	if got := observedOn(ctx, t, a, old, rangeName); got != old+"/3" {
+		t.Errorf("the node reports the re-granted range as %q, want %q", got, old+"/3")
+	}
+
+	// A plain move (same generation) drains as before: the allocation stays served.
+	allocateAt(t, a.DBPath(), time.Now().Add(-time.Hour), "c-web2", ipam.PodRef{Namespace: "ns", Name: "web-2", UID: "u2"})
+	sandboxVeth(t, host, "c-web2", "cni-fpeer2", "10.158.0.1")
+	moveRange(ctx, t, a, rangeName, spare, 3)
+	sync()
+	allocs, _ = dbState(t, a.DBPath())
+	if strings.Join(allocs, ",") != "c-web2" {
+		t.Errorf("allocations after a plain move: %v; want c-web2 draining", allocs)
+	}
+	if v := hostRouteTo(host, "10.158.0.1"); v == "" {
+		t.Error("a plain move withdrew the running pod's host route")
+	}
+}

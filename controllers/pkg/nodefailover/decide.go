@@ -1,0 +1,444 @@
+// Package nodefailover moves a fenced node's IP ranges and static IPs to a spare node. The
+// controller (controller.go) is a thin sync over the pure decisions in this file: the fencing
+// rule, the unhealthy-share stop, the pods that still hold the node's IPs, the target choice and
+// route convergence. Each is table-tested (decide_test.go).
+package nodefailover
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+)
+
+// Well-known node labels failover matches the target on.
+const (
+	LabelZone         = corev1.LabelTopologyZone       // topology.kubernetes.io/zone
+	LabelInstanceType = corev1.LabelInstanceTypeStable // node.kubernetes.io/instance-type
+)
+
+// Reasons of the Fenced condition and of the fencing decision.
+const (
+	ReasonNotOutOfService = "NotOutOfService"
+	ReasonNodeReady       = "NodeReady"
+	ReasonWithinWindow    = "WithinWindow"
+	ReasonPodsRemain      = "PodsRemain"
+	ReasonFenced          = "Fenced"
+)
+
+// NodeReady reports whether the node's Ready condition is True.
+func NodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// OutOfService reports whether the node carries the out-of-service taint (any effect).
+func OutOfService(n *corev1.Node) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == jkev1alpha1.TaintOutOfService })
+}
+
+// Fence is the fencing decision for one node.
+type Fence struct {
+	// Fenced: the node is known to be off for at least the window.
+	Fenced bool
+	// Candidate: the node is fenced or may become so by waiting (out-of-service or gone). A node
+	// that is not a candidate is running, or may be: nothing of it is ever moved.
+	Candidate    bool
+	Reason       string
+	Message      string
+	RecheckAfter time.Duration
+}
+
+// Fencing applies the fencing rule to a node (nil: its Node object is gone). goneSince is when
+// the controller first saw the node gone or fenced (the record's start): for a deleted node it
+// stands in for the NotReady transition it can no longer read.
+func Fencing(node *corev1.Node, goneSince, now time.Time, window time.Duration) Fence {
+	var since time.Time
+	switch {
+	case node == nil:
+		since = goneSince
+	case !OutOfService(node):
+		return Fence{Reason: ReasonNotOutOfService, Message: fmt.Sprintf("node %s has no %s taint: NotReady alone never moves an IP (a partitioned node still runs its pods)", node.Name, jkev1alpha1.TaintOutOfService)}
+	case NodeReady(node):
+		return Fence{Candidate: true, Reason: ReasonNodeReady, Message: fmt.Sprintf("node %s is tainted out-of-service but Ready", node.Name)}
+	default:
+		since = goneSince
+		for _, c := range node.Status.Conditions {
+			if c.Type == corev1.NodeReady && !c.LastTransitionTime.IsZero() {
+				since = c.LastTransitionTime.Time
+			}
+		}
+	}
+	if since.IsZero() {
+		since = now
+	}
+	if wait := since.Add(window).Sub(now); wait > 0 {
+		return Fence{Candidate: true, Reason: ReasonWithinWindow, RecheckAfter: wait,
+			Message: fmt.Sprintf("not Ready since %s; failover window %s not over (%s left)", since.UTC().Format(time.RFC3339), window, wait.Round(time.Second))}
+	}
+	what := "tainted " + jkev1alpha1.TaintOutOfService + " and not Ready"
+	if node == nil {
+		what = "Node object deleted"
+	}
+	return Fence{Fenced: true, Candidate: true, Reason: ReasonFenced, Message: fmt.Sprintf("%s since %s (window %s)", what, since.UTC().Format(time.RFC3339), window)}
+}
+
+// ParsePrefixes parses the ranges' CIDRs; a range whose CIDR does not parse (the CRD forbids
+// it) is skipped.
+func ParsePrefixes(cidrs []string) []netip.Prefix {
+	var out []netip.Prefix
+	for _, c := range cidrs {
+		if p, err := netip.ParsePrefix(c); err == nil {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
+// HoldingPods names the pod objects that may still hold an IP of the failed node: any pod with
+// an IP inside one of the node's ranges, and any pod bound to the node that is not on the
+// host network (its sandbox may hold an address the API never saw). Pod GC force-deletes them
+// once the node is out-of-service; until then nothing moves.
+func HoldingPods(pods []*corev1.Pod, node string, ranges []netip.Prefix) []string {
+	var out []string
+	for _, p := range pods {
+		holds := p.Spec.NodeName == node && node != "" && !p.Spec.HostNetwork
+		for _, ip := range p.Status.PodIPs {
+			a, err := netip.ParseAddr(ip.IP)
+			if err != nil {
+				continue
+			}
+			for _, r := range ranges {
+				if r.Contains(a) {
+					holds = true
+				}
+			}
+		}
+		if holds {
+			out = append(out, p.Namespace+"/"+p.Name)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Unhealthy counts the nodes that are not Ready, and all nodes. Deleted failed nodes (their
+// Node objects are gone) count as unhealthy nodes too.
+func Unhealthy(nodes []*corev1.Node, deleted int) (notReady, total int) {
+	for _, n := range nodes {
+		total++
+		if !NodeReady(n) {
+			notReady++
+		}
+	}
+	return notReady + deleted, total + deleted
+}
+
+// TooManyUnhealthy: more than maxPercent of the nodes are unhealthy at once. That looks like a
+// partition of the control plane from the nodes, not a node failure: failover stops.
+func TooManyUnhealthy(notReady, total, maxPercent int) bool {
+	return total > 0 && notReady*100 > maxPercent*total
+}
+
+// ParsePercent parses "34%" or "34" into 34 (0..100).
+func ParsePercent(s string) (int, error) {
+	var v int
+	if _, err := fmt.Sscanf(strings.TrimSuffix(strings.TrimSpace(s), "%"), "%d", &v); err != nil || v < 0 || v > 100 {
+		return 0, fmt.Errorf("want a percentage from 0%% to 100%%, got %q", s)
+	}
+	return v, nil
+}
+
+// IPInPrefixes reports whether ip lies in one of the prefixes.
+func IPInPrefixes(ip string, ps []netip.Prefix) bool {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return false
+	}
+	for _, p := range ps {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+// MovingStaticIPs are the StaticIPs that move with the failed node: those that name it, and
+// those whose IP lies in one of its ranges.
+func MovingStaticIPs(sips []*jkev1.StaticIP, node string, ranges []netip.Prefix) []*jkev1.StaticIP {
+	var out []*jkev1.StaticIP
+	for _, s := range sips {
+		if s.DeletionTimestamp != nil {
+			continue
+		}
+		if s.Spec.Node == node || (s.Spec.IP != "" && IPInPrefixes(s.Spec.IP, ranges)) {
+			out = append(out, s)
+		}
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return out[i].Namespace+"/"+out[i].Name < out[j].Namespace+"/"+out[j].Name
+	})
+	return out
+}
+
+// Needed sums the StaticIPs' recorded requests, plus one pod each: all of them must fit.
+func Needed(sips []*jkev1.StaticIP) corev1.ResourceList {
+	out := corev1.ResourceList{}
+	for _, s := range sips {
+		addTo(out, s.Spec.Resources)
+	}
+	out[corev1.ResourcePods] = *resource.NewQuantity(int64(len(sips)), resource.DecimalSI)
+	return out
+}
+
+func addTo(sum, add corev1.ResourceList) {
+	for name, q := range add {
+		cur := sum[name]
+		cur.Add(q)
+		sum[name] = cur
+	}
+}
+
+// AddResources returns a + b.
+func AddResources(a, b corev1.ResourceList) corev1.ResourceList {
+	out := a.DeepCopy()
+	if out == nil {
+		out = corev1.ResourceList{}
+	}
+	addTo(out, b)
+	return out
+}
+
+// FailedNode is what the target must match.
+type FailedNode struct {
+	Name         string
+	Zone         string
+	InstanceType string
+}
+
+// TargetChoice is the outcome of ChooseTarget.
+type TargetChoice struct {
+	// Target is the chosen node; empty when none qualifies.
+	Target string
+	// Rejected says, per node considered, why it was not taken.
+	Rejected map[string]string
+}
+
+// Message summarises why no target was found.
+func (t TargetChoice) Message() string {
+	if len(t.Rejected) == 0 {
+		return fmt.Sprintf("no node has the label %s=true", jkev1alpha1.LabelSpare)
+	}
+	names := make([]string, 0, len(t.Rejected))
+	for n := range t.Rejected {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	parts := make([]string, 0, len(names))
+	for _, n := range names {
+		parts = append(parts, n+": "+t.Rejected[n])
+	}
+	return "no spare qualifies: " + strings.Join(parts, "; ")
+}
+
+// SpareTaint is the taint that keeps a spare free and gates the moved pods.
+var SpareTaint = corev1.Taint{Key: jkev1alpha1.TaintSpare, Value: "true", Effect: corev1.TaintEffectNoSchedule}
+
+// ChooseTarget picks the spare that takes over failed: labelled spare, Ready, carrying the
+// spare taint and no other, not claimed for another failed node, in failed's zone (when known)
+// and of its instance type (where both have one), with allocatable minus used (the requests of
+// its pods and the reservations of absent static-IP pods, see used) holding all of need. The
+// first by name wins, so two controllers would agree.
+func ChooseTarget(failed FailedNode, nodes []*corev1.Node, used map[string]corev1.ResourceList, need corev1.ResourceList) TargetChoice {
+	choice := TargetChoice{Rejected: map[string]string{}}
+	sorted := slices.Clone(nodes)
+	sort.Slice(sorted, func(i, j int) bool { return sorted[i].Name < sorted[j].Name })
+	for _, n := range sorted {
+		if n.Labels[jkev1alpha1.LabelSpare] != "true" || n.Name == failed.Name {
+			continue
+		}
+		if why := TargetProblem(failed, n, used[n.Name], need, true); why != "" {
+			choice.Rejected[n.Name] = why
+			continue
+		}
+		choice.Target = n.Name
+		return choice
+	}
+	return choice
+}
+
+// TargetProblem says why n cannot take over failed ("" if it can). spare: n must also be a
+// spare (label, taint, zone, instance type); an operator-pinned target need not be.
+func TargetProblem(failed FailedNode, n *corev1.Node, used, need corev1.ResourceList, spare bool) string {
+	if claimed := n.Labels[jkev1alpha1.LabelFailoverFor]; claimed != "" && claimed != failed.Name {
+		return "claimed for " + claimed
+	}
+	if n.DeletionTimestamp != nil {
+		return "being deleted"
+	}
+	if !NodeReady(n) {
+		return "not Ready"
+	}
+	if n.Spec.Unschedulable {
+		return "cordoned"
+	}
+	hasSpareTaint := false
+	for _, t := range n.Spec.Taints {
+		if t.MatchTaint(&SpareTaint) {
+			hasSpareTaint = true
+			continue
+		}
+		if spare {
+			return "tainted " + t.ToString()
+		}
+		if t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute {
+			return "tainted " + t.ToString()
+		}
+	}
+	if spare {
+		if !hasSpareTaint {
+			return "lacks the taint " + SpareTaint.ToString()
+		}
+		if failed.Zone != "" && n.Labels[LabelZone] != failed.Zone {
+			return fmt.Sprintf("zone %q, want %q", n.Labels[LabelZone], failed.Zone)
+		}
+		if it := n.Labels[LabelInstanceType]; failed.InstanceType != "" && it != "" && it != failed.InstanceType {
+			return fmt.Sprintf("instance type %q, want %q", it, failed.InstanceType)
+		}
+	}
+	return Fits(n.Status.Allocatable, used, need)
+}
+
+// Fits says which resource of need does not fit into allocatable - used ("" if all fit).
+func Fits(allocatable, used, need corev1.ResourceList) string {
+	names := make([]string, 0, len(need))
+	for name := range need {
+		names = append(names, string(name))
+	}
+	sort.Strings(names)
+	for _, name := range names {
+		q := need[corev1.ResourceName(name)]
+		if q.IsZero() {
+			continue
+		}
+		alloc, ok := allocatable[corev1.ResourceName(name)]
+		if !ok {
+			return fmt.Sprintf("no allocatable %s (need %s)", name, q.String())
+		}
+		free := alloc.DeepCopy()
+		if u, ok := used[corev1.ResourceName(name)]; ok {
+			free.Sub(u)
+		}
+		if free.Cmp(q) < 0 {
+			return fmt.Sprintf("%s: %s free, need %s", name, free.String(), q.String())
+		}
+	}
+	return ""
+}
+
+// ObservedRanges decodes a node's ipranges-observed annotation.
+func ObservedRanges(n *corev1.Node) (map[string]string, error) {
+	v := n.Annotations[jkev1alpha1.AnnotationIPRangesObserved]
+	if v == "" {
+		return nil, nil
+	}
+	out := map[string]string{}
+	if err := json.Unmarshal([]byte(v), &out); err != nil {
+		return nil, fmt.Errorf("annotation %s of node %s: %w", jkev1alpha1.AnnotationIPRangesObserved, n.Name, err)
+	}
+	return out, nil
+}
+
+// ObservedValue is what an agent writes for a range it routes: "<owner node>/<ownerGeneration>".
+func ObservedValue(node string, generation int64) string {
+	return fmt.Sprintf("%s/%d", node, generation)
+}
+
+// RoutesLagging names the Ready nodes other than failed whose agent has not yet reported
+// routes for every moved range at its new owner and generation. Nodes that are not Ready are
+// not waited for: their agent converges (or withdraws) when it comes back.
+func RoutesLagging(nodes []*corev1.Node, failed string, moved []jkev1alpha1.MovedRange) []string {
+	var lagging []string
+	for _, n := range nodes {
+		if n.Name == failed || !NodeReady(n) {
+			continue
+		}
+		observed, err := ObservedRanges(n)
+		for _, m := range moved {
+			if err != nil || observed[m.Name] != ObservedValue(m.ToNode, m.OwnerGeneration) {
+				lagging = append(lagging, n.Name)
+				break
+			}
+		}
+	}
+	sort.Strings(lagging)
+	return lagging
+}
+
+// PhaseIndex is the position of p in the step order (-1 for none).
+func PhaseIndex(p jkev1alpha1.NodeFailoverPhase) int {
+	return slices.Index(jkev1alpha1.NodeFailoverPhases, p)
+}
+
+// Reached reports whether status is at or past p.
+func Reached(st *jkev1alpha1.NodeFailoverStatus, p jkev1alpha1.NodeFailoverPhase) bool {
+	return PhaseIndex(st.Phase) >= PhaseIndex(p)
+}
+
+// RangeMove is what to do with one recorded range move, given the IPRange as it is now.
+type RangeMove int
+
+const (
+	// RangeWrite: the range still names the failed node at the old generation: write the move.
+	RangeWrite RangeMove = iota
+	// RangeDone: the range names the target at (or past) the recorded generation.
+	RangeDone
+	// RangeGone: the IPRange was deleted.
+	RangeGone
+	// RangeChanged: someone else changed the range: never overwrite it.
+	RangeChanged
+)
+
+// DecideRangeMove compares a recorded move with the range (nil: deleted). The move was
+// recorded before its write, so a restart never bumps ownerGeneration twice: a range already at
+// the recorded generation is done, one at the generation before is written, anything else was
+// changed by someone else.
+func DecideRangeMove(m jkev1alpha1.MovedRange, r *jkev1.IPRange) RangeMove {
+	switch {
+	case r == nil:
+		return RangeGone
+	case r.Spec.Node == m.ToNode && r.Spec.OwnerGeneration >= m.OwnerGeneration:
+		return RangeDone
+	case r.Spec.Node == m.FromNode && r.Spec.OwnerGeneration == m.OwnerGeneration-1:
+		return RangeWrite
+	default:
+		return RangeChanged
+	}
+}
+
+// RangeSynced: the owning agent reported the range's current spec (observedGeneration) with
+// Synced True — for a moved range, the target reserved every static IP in it first.
+func RangeSynced(r *jkev1.IPRange) bool {
+	if r.Status.ObservedGeneration != r.Generation {
+		return false
+	}
+	for _, c := range r.Status.Conditions {
+		if c.Type == "Synced" {
+			return c.Status == "True"
+		}
+	}
+	return false
+}

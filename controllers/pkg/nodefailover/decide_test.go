@@ -1,0 +1,326 @@
+package nodefailover
+
+import (
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+)
+
+var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+
+type nodeBuilder struct{ n *corev1.Node }
+
+func node(name string) *nodeBuilder {
+	return &nodeBuilder{n: &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}},
+		Status: corev1.NodeStatus{Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"),
+			corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")}}}}
+}
+
+func (b *nodeBuilder) ready(status corev1.ConditionStatus, since time.Time) *nodeBuilder {
+	b.n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, LastTransitionTime: metav1.NewTime(since)}}
+	return b
+}
+
+func (b *nodeBuilder) taint(key string, effect corev1.TaintEffect) *nodeBuilder {
+	b.n.Spec.Taints = append(b.n.Spec.Taints, corev1.Taint{Key: key, Value: "true", Effect: effect})
+	return b
+}
+
+func (b *nodeBuilder) label(k, v string) *nodeBuilder {
+	b.n.Labels[k] = v
+	return b
+}
+
+func (b *nodeBuilder) spare() *nodeBuilder {
+	return b.label(jkev1alpha1.LabelSpare, "true").taint(jkev1alpha1.TaintSpare, corev1.TaintEffectNoSchedule)
+}
+
+func (b *nodeBuilder) cpu(q string) *nodeBuilder {
+	b.n.Status.Allocatable[corev1.ResourceCPU] = resource.MustParse(q)
+	return b
+}
+
+func TestFencing(t *testing.T) {
+	const window = 2 * time.Minute
+	now := t0.Add(10 * time.Minute)
+	for _, tc := range []struct {
+		name         string
+		node         *corev1.Node
+		goneSince    time.Time
+		fenced, cand bool
+		reason       string
+		recheckAfter time.Duration
+	}{
+		{name: "NotReady for long, no taint: a partition, never moved",
+			node: node("n").ready(corev1.ConditionUnknown, t0).n, reason: ReasonNotOutOfService},
+		{name: "NotReady with only the lifecycle controller's taints",
+			node: node("n").ready(corev1.ConditionFalse, t0).taint("node.kubernetes.io/unreachable", corev1.TaintEffectNoExecute).n, reason: ReasonNotOutOfService},
+		{name: "out-of-service but Ready: wait",
+			node: node("n").ready(corev1.ConditionTrue, t0).taint(jkev1alpha1.TaintOutOfService, corev1.TaintEffectNoExecute).n, cand: true, reason: ReasonNodeReady},
+		{name: "out-of-service, NotReady for less than the window",
+			node: node("n").ready(corev1.ConditionUnknown, now.Add(-30*time.Second)).taint(jkev1alpha1.TaintOutOfService, corev1.TaintEffectNoExecute).n,
+			cand: true, reason: ReasonWithinWindow, recheckAfter: 90 * time.Second},
+		{name: "out-of-service NoSchedule, NotReady for the window: fenced",
+			node:   node("n").ready(corev1.ConditionFalse, now.Add(-window)).taint(jkev1alpha1.TaintOutOfService, corev1.TaintEffectNoSchedule).n,
+			fenced: true, cand: true, reason: ReasonFenced},
+		{name: "out-of-service, no Ready condition at all: window from the record",
+			node: node("n").taint(jkev1alpha1.TaintOutOfService, corev1.TaintEffectNoExecute).n, goneSince: now.Add(-time.Minute),
+			cand: true, reason: ReasonWithinWindow, recheckAfter: time.Minute},
+		{name: "Node deleted, recorded within the window", goneSince: now.Add(-time.Minute), cand: true, reason: ReasonWithinWindow, recheckAfter: time.Minute},
+		{name: "Node deleted, recorded a window ago", goneSince: now.Add(-window), fenced: true, cand: true, reason: ReasonFenced},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Fencing(tc.node, tc.goneSince, now, window)
+			if got.Fenced != tc.fenced || got.Candidate != tc.cand || got.Reason != tc.reason || got.RecheckAfter != tc.recheckAfter {
+				t.Errorf("got %+v, want fenced=%v candidate=%v reason=%s recheck=%v", got, tc.fenced, tc.cand, tc.reason, tc.recheckAfter)
+			}
+		})
+	}
+}
+
+func TestTooManyUnhealthy(t *testing.T) {
+	ready := node("r").ready(corev1.ConditionTrue, t0).n
+	down := node("d").ready(corev1.ConditionUnknown, t0).n
+	noCond := node("x").n
+	for _, tc := range []struct {
+		name    string
+		nodes   []*corev1.Node
+		deleted int
+		max     int
+		stop    bool
+	}{
+		{name: "1 of 3 at 34%", nodes: []*corev1.Node{ready, ready, down}, max: 34},
+		{name: "1 of 4 (3 + spare)", nodes: []*corev1.Node{ready, ready, ready, down}, max: 34},
+		{name: "2 of 4", nodes: []*corev1.Node{ready, ready, down, down}, max: 34, stop: true},
+		{name: "2 of 3 incl. a deleted node", nodes: []*corev1.Node{ready, down}, deleted: 1, max: 34, stop: true},
+		{name: "a node without a Ready condition counts as unhealthy", nodes: []*corev1.Node{ready, noCond, down}, max: 34, stop: true},
+		{name: "exactly the share is allowed", nodes: []*corev1.Node{ready, down}, max: 50},
+		{name: "0% stops at the first", nodes: []*corev1.Node{ready, ready, down}, max: 0, stop: true},
+		{name: "100% never stops", nodes: []*corev1.Node{down, down}, max: 100},
+	} {
+		nr, total := Unhealthy(tc.nodes, tc.deleted)
+		if got := TooManyUnhealthy(nr, total, tc.max); got != tc.stop {
+			t.Errorf("%s: %d/%d at %d%%: stop=%v, want %v", tc.name, nr, total, tc.max, got, tc.stop)
+		}
+	}
+}
+
+func TestParsePercent(t *testing.T) {
+	for in, want := range map[string]int{"34%": 34, "0": 0, "100%": 100, " 50% ": 50} {
+		if got, err := ParsePercent(in); err != nil || got != want {
+			t.Errorf("%q: %d %v, want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"", "101%", "-1", "half", "%"} {
+		if _, err := ParsePercent(bad); err == nil {
+			t.Errorf("%q accepted", bad)
+		}
+	}
+}
+
+func pod(name, nodeName string, hostNetwork bool, ips ...string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: corev1.PodSpec{NodeName: nodeName, HostNetwork: hostNetwork}}
+	for _, ip := range ips {
+		p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+	}
+	return p
+}
+
+func TestHoldingPods(t *testing.T) {
+	ranges := ParsePrefixes([]string{"10.1.3.0/24", "bad", "fd00:3::/64"})
+	pods := []*corev1.Pod{
+		pod("on-node-no-ip-yet", "n3", false),
+		pod("on-node-hostnet", "n3", true, "172.31.0.3"),
+		pod("elsewhere-with-range-ip", "n1", false, "10.1.3.7"),
+		pod("unscheduled-with-range-ip-v6", "", false, "fd00:3::9"),
+		pod("elsewhere", "n1", false, "10.1.1.7"),
+		pod("unscheduled", "", false),
+	}
+	got := HoldingPods(pods, "n3", ranges)
+	want := []string{"ns/elsewhere-with-range-ip", "ns/on-node-no-ip-yet", "ns/unscheduled-with-range-ip-v6"}
+	if !slices.Equal(got, want) {
+		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func sip(name, nodeName, ip, cpu string) *jkev1.StaticIP {
+	s := &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Spec: jkev1.StaticIPSpec{Node: nodeName, IP: ip}}
+	if cpu != "" {
+		s.Spec.Resources = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse(cpu)}
+	}
+	return s
+}
+
+func TestMovingStaticIPsAndNeeded(t *testing.T) {
+	ranges := ParsePrefixes([]string{"10.1.3.0/24"})
+	deleting := sip("deleting", "n3", "10.1.3.9", "1")
+	deleting.DeletionTimestamp = &metav1.Time{Time: t0}
+	got := MovingStaticIPs([]*jkev1.StaticIP{
+		sip("b-on-node", "n3", "10.1.3.5", "500m"),
+		sip("a-ip-in-range-other-node", "n9", "10.1.3.6", "250m"),
+		sip("elsewhere", "n1", "10.1.1.6", "8"),
+		sip("pending-on-node", "n3", "", ""),
+		deleting,
+	}, "n3", ranges)
+	var names []string
+	for _, s := range got {
+		names = append(names, s.Name)
+	}
+	if want := []string{"a-ip-in-range-other-node", "b-on-node", "pending-on-node"}; !slices.Equal(names, want) {
+		t.Fatalf("moving %v, want %v", names, want)
+	}
+	need := Needed(got)
+	if cpu := need[corev1.ResourceCPU]; cpu.Cmp(resource.MustParse("750m")) != 0 {
+		t.Errorf("cpu %s, want 750m", cpu.String())
+	}
+	if pods := need[corev1.ResourcePods]; pods.Value() != 3 {
+		t.Errorf("pods %s, want 3", pods.String())
+	}
+}
+
+func TestChooseTarget(t *testing.T) {
+	ok := corev1.ConditionTrue
+	need := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("2"), corev1.ResourcePods: resource.MustParse("2")}
+	failed := FailedNode{Name: "n3", Zone: "z1", InstanceType: "big"}
+	for _, tc := range []struct {
+		name     string
+		failed   FailedNode
+		nodes    []*corev1.Node
+		used     map[string]corev1.ResourceList
+		want     string
+		rejected map[string]string // node -> substring of the reason
+	}{
+		{name: "the only fitting spare", failed: failed,
+			nodes: []*corev1.Node{node("s1").ready(ok, t0).spare().label(LabelZone, "z1").n}, want: "s1"},
+		{name: "plain nodes are never targets", failed: failed,
+			nodes: []*corev1.Node{node("n1").ready(ok, t0).label(LabelZone, "z1").n}, rejected: map[string]string{}},
+		{name: "spare label without the spare taint", failed: failed,
+			nodes:    []*corev1.Node{node("s1").ready(ok, t0).label(jkev1alpha1.LabelSpare, "true").label(LabelZone, "z1").n},
+			rejected: map[string]string{"s1": "lacks the taint"}},
+		{name: "other zone, NotReady, another taint, claimed, cordoned", failed: failed,
+			nodes: []*corev1.Node{
+				node("s1").ready(ok, t0).spare().label(LabelZone, "z2").n,
+				node("s2").ready(corev1.ConditionFalse, t0).spare().label(LabelZone, "z1").n,
+				node("s3").ready(ok, t0).spare().label(LabelZone, "z1").taint("dedicated", corev1.TaintEffectNoSchedule).n,
+				node("s4").ready(ok, t0).spare().label(LabelZone, "z1").label(jkev1alpha1.LabelFailoverFor, "n7").n,
+				func() *corev1.Node {
+					n := node("s5").ready(ok, t0).spare().label(LabelZone, "z1").n
+					n.Spec.Unschedulable = true
+					return n
+				}(),
+			},
+			rejected: map[string]string{"s1": `zone "z2"`, "s2": "not Ready", "s3": "tainted dedicated", "s4": "claimed for n7", "s5": "cordoned"}},
+		{name: "claimed for this node is fine (resume)", failed: failed,
+			nodes: []*corev1.Node{node("s1").ready(ok, t0).spare().label(LabelZone, "z1").label(jkev1alpha1.LabelFailoverFor, "n3").n}, want: "s1"},
+		{name: "instance type must match where both have one", failed: failed,
+			nodes: []*corev1.Node{
+				node("s1").ready(ok, t0).spare().label(LabelZone, "z1").label(LabelInstanceType, "small").n,
+				node("s2").ready(ok, t0).spare().label(LabelZone, "z1").n,
+			},
+			want: "s2", rejected: map[string]string{"s1": `instance type "small"`}},
+		{name: "unknown zone of a deleted node: any zone", failed: FailedNode{Name: "n3"},
+			nodes: []*corev1.Node{node("s1").ready(ok, t0).spare().label(LabelZone, "z9").n}, want: "s1"},
+		{name: "all or nothing: used + need over allocatable", failed: failed,
+			nodes: []*corev1.Node{
+				node("s1").ready(ok, t0).spare().label(LabelZone, "z1").n,
+				node("s2").ready(ok, t0).spare().label(LabelZone, "z1").cpu("1").n,
+			},
+			used:     map[string]corev1.ResourceList{"s1": {corev1.ResourceCPU: resource.MustParse("2500m")}},
+			rejected: map[string]string{"s1": "cpu: 1500m free, need 2", "s2": "cpu: 1 free, need 2"}},
+		{name: "first by name among fitting spares", failed: failed,
+			nodes: []*corev1.Node{
+				node("s2").ready(ok, t0).spare().label(LabelZone, "z1").n,
+				node("s1").ready(ok, t0).spare().label(LabelZone, "z1").n,
+			}, want: "s1"},
+		{name: "the failed node itself is never its target", failed: FailedNode{Name: "s1"},
+			nodes: []*corev1.Node{node("s1").ready(ok, t0).spare().n}, rejected: map[string]string{}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := ChooseTarget(tc.failed, tc.nodes, tc.used, need)
+			if got.Target != tc.want {
+				t.Fatalf("target %q, want %q (%s)", got.Target, tc.want, got.Message())
+			}
+			for n, why := range tc.rejected {
+				if !strings.Contains(got.Rejected[n], why) {
+					t.Errorf("%s rejected for %q, want %q", n, got.Rejected[n], why)
+				}
+			}
+			if tc.rejected != nil && len(got.Rejected) != len(tc.rejected) {
+				t.Errorf("rejected %v, want %v", got.Rejected, tc.rejected)
+			}
+		})
+	}
+}
+
+func TestDecideRangeMove(t *testing.T) {
+	mv := jkev1alpha1.MovedRange{Name: "r", FromNode: "n3", ToNode: "s1", OwnerGeneration: 5}
+	rng := func(nodeName string, gen int64) *jkev1.IPRange {
+		return &jkev1.IPRange{Spec: jkev1.IPRangeSpec{Node: nodeName, OwnerGeneration: gen}}
+	}
+	for _, tc := range []struct {
+		name string
+		r    *jkev1.IPRange
+		want RangeMove
+	}{
+		{name: "recorded, not written yet", r: rng("n3", 4), want: RangeWrite},
+		{name: "written (a restart after the write): never again", r: rng("s1", 5), want: RangeDone},
+		{name: "moved on further by someone later", r: rng("s1", 6), want: RangeDone},
+		{name: "deleted", r: nil, want: RangeGone},
+		{name: "moved elsewhere by an operator", r: rng("n1", 5), want: RangeChanged},
+		{name: "still on the failed node but bumped by someone else", r: rng("n3", 5), want: RangeChanged},
+		{name: "target named but at an older generation", r: rng("s1", 4), want: RangeChanged},
+	} {
+		if got := DecideRangeMove(mv, tc.r); got != tc.want {
+			t.Errorf("%s: %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestRoutesLagging(t *testing.T) {
+	moved := []jkev1alpha1.MovedRange{{Name: "ra", ToNode: "s1", OwnerGeneration: 1}, {Name: "rb", ToNode: "s1", OwnerGeneration: 5}}
+	annotated := func(b *nodeBuilder, v string) *corev1.Node {
+		b.n.Annotations = map[string]string{jkev1alpha1.AnnotationIPRangesObserved: v}
+		return b.n
+	}
+	ok := corev1.ConditionTrue
+	nodes := []*corev1.Node{
+		annotated(node("n1").ready(ok, t0), `{"ra":"s1/1","rb":"s1/5","other":"n2/0"}`),
+		annotated(node("n2").ready(ok, t0), `{"ra":"s1/1","rb":"n3/4"}`),          // rb still at the old owner
+		annotated(node("n4").ready(ok, t0), `not json`),                           // broken: lagging
+		node("n5").ready(ok, t0).n,                                                // no annotation yet
+		annotated(node("n6").ready(corev1.ConditionUnknown, t0), `{}`),            // NotReady: not waited for
+		annotated(node("n3").ready(corev1.ConditionUnknown, t0), `{"ra":"n3/0"}`), // the failed node
+		annotated(node("s1").ready(ok, t0), `{"ra":"s1/1","rb":"s1/5"}`),
+	}
+	if got, want := RoutesLagging(nodes, "n3", moved), []string{"n2", "n4", "n5"}; !slices.Equal(got, want) {
+		t.Errorf("lagging %v, want %v", got, want)
+	}
+	if got := RoutesLagging(nodes[:1], "n3", moved); len(got) != 0 {
+		t.Errorf("converged node reported lagging: %v", got)
+	}
+}
+
+func TestRangeSynced(t *testing.T) {
+	r := &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Generation: 3}}
+	r.Status.ObservedGeneration = 2
+	r.Status.Conditions = []metav1.Condition{{Type: "Synced", Status: metav1.ConditionTrue}}
+	if RangeSynced(r) {
+		t.Error("Synced for an older generation counted")
+	}
+	r.Status.ObservedGeneration = 3
+	if !RangeSynced(r) {
+		t.Error("Synced at the current generation not counted")
+	}
+	r.Status.Conditions[0].Status = metav1.ConditionFalse
+	if RangeSynced(r) {
+		t.Error("Synced=False counted")
+	}
+}

@@ -1,0 +1,777 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/utils/ptr"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/controllers/pkg/manager"
+	"github.com/staticip/staticip/controllers/pkg/nodefailover"
+)
+
+// The node failover tests simulate nodes: Node objects whose Ready condition the test sets,
+// agents (a loop that reports an IPRange Synced for its owner and writes each Ready node's
+// ipranges-observed annotation), pod GC (the test deletes the failed node's pods) and the
+// workload controller + kubelet (the test creates the moved pods Running on the target).
+// Nodes, ranges and records are cluster-wide: every name carries the test's namespace and
+// everything is deleted at the end, so tests never see each other's objects.
+
+var failoverSubnets atomic.Int32
+
+type failoverEnv struct {
+	*fixture
+	zone string
+	net  int // 10.<net>.0.0/16 holds this test's ranges
+
+	mu          sync.Mutex
+	holdSync    map[string]bool // node -> its agent does not report ranges Synced
+	holdRoutes  bool            // no agent writes ipranges-observed
+	stopManager func()
+}
+
+func newFailoverEnv(t *testing.T) *failoverEnv {
+	e := &failoverEnv{fixture: newFixture(t), zone: "", net: 150 + int(failoverSubnets.Add(1)), holdSync: map[string]bool{}}
+	e.zone = "zone-" + e.ns
+	t.Cleanup(e.cleanup)
+	go e.agents()
+	return e
+}
+
+func (e *failoverEnv) name(n string) string { return e.ns + "-" + n }
+
+func (e *failoverEnv) cleanup() {
+	ctx := context.Background()
+	if e.stopManager != nil {
+		e.stopManager()
+	}
+	ranges, _ := e.client.JkeV1().IPRanges().List(ctx, metav1.ListOptions{})
+	for _, r := range ranges.Items {
+		if strings.HasPrefix(r.Name, e.ns) {
+			_ = e.client.JkeV1().IPRanges().Delete(ctx, r.Name, metav1.DeleteOptions{})
+		}
+	}
+	recs, _ := e.client.JkeV1alpha1().NodeFailovers().List(ctx, metav1.ListOptions{})
+	for _, r := range recs.Items {
+		if strings.HasPrefix(r.Name, e.ns) {
+			_ = e.client.JkeV1alpha1().NodeFailovers().Delete(ctx, r.Name, metav1.DeleteOptions{})
+		}
+	}
+	nodes, _ := e.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	for _, n := range nodes.Items {
+		if strings.HasPrefix(n.Name, e.ns) {
+			_ = e.kube.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{})
+		}
+	}
+}
+
+// startFailover runs a manager with only the nodefailover controller; the returned func stops
+// it and waits (a "restart" is stop + start).
+func (e *failoverEnv) startFailover(window time.Duration) func() {
+	o := manager.NewOptions()
+	o.LeaderElect = false
+	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
+	o.Controllers = []string{nodefailover.Name}
+	o.NodeFailoverWindow = window
+	ctx, cancel := context.WithCancel(e.ctx)
+	done := make(chan error, 1)
+	go func() { done <- manager.Run(ctx, o, e.cfg) }()
+	var once sync.Once
+	stop := func() {
+		once.Do(func() {
+			cancel()
+			if err := <-done; err != nil {
+				e.t.Errorf("manager: %v", err)
+			}
+		})
+	}
+	e.stopManager = stop
+	return stop
+}
+
+func (e *failoverEnv) restart(window time.Duration) {
+	e.t.Helper()
+	e.stopManager()
+	e.startFailover(window)
+}
+
+type nodeOpt func(*corev1.Node)
+
+func spare(n *corev1.Node) {
+	n.Labels[jkev1alpha1.LabelSpare] = "true"
+	n.Spec.Taints = append(n.Spec.Taints, nodefailover.SpareTaint)
+}
+
+func withCPU(cpu string) nodeOpt {
+	return func(n *corev1.Node) {
+		n.Status.Allocatable[corev1.ResourceCPU] = resource.MustParse(cpu)
+		n.Status.Capacity[corev1.ResourceCPU] = resource.MustParse(cpu)
+	}
+}
+
+func inZone(zone string) nodeOpt {
+	return func(n *corev1.Node) { n.Labels[nodefailover.LabelZone] = zone }
+}
+
+// addNode creates a Ready node in the test's zone.
+func (e *failoverEnv) addNode(short string, opts ...nodeOpt) {
+	e.t.Helper()
+	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: e.name(short), Labels: map[string]string{nodefailover.LabelZone: e.zone}},
+		Status: corev1.NodeStatus{
+			Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")},
+			Capacity:    corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4"), corev1.ResourceMemory: resource.MustParse("8Gi"), corev1.ResourcePods: resource.MustParse("110")},
+		}}
+	for _, o := range opts {
+		o(n)
+	}
+	st, taints := n.Status, n.Spec.Taints
+	created, err := e.kube.CoreV1().Nodes().Create(e.ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	// The TaintNodesByCondition admission adds node.kubernetes.io/not-ready to a new Node; the
+	// node lifecycle controller (not running here) removes it once the node is Ready.
+	if !slices.Equal(created.Spec.Taints, taints) {
+		created.Spec.Taints = taints
+		if created, err = e.kube.CoreV1().Nodes().Update(e.ctx, created, metav1.UpdateOptions{}); err != nil {
+			e.t.Fatal(err)
+		}
+	}
+	created.Status = st
+	created.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, Reason: "KubeletReady",
+		LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+	if _, err := e.kube.CoreV1().Nodes().UpdateStatus(e.ctx, created, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *failoverEnv) getNode(short string) *corev1.Node {
+	e.t.Helper()
+	n, err := e.kube.CoreV1().Nodes().Get(e.ctx, e.name(short), metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+// setReady sets the node's Ready condition (a powered-off or partitioned node turns Unknown).
+func (e *failoverEnv) setReady(short string, ready bool) {
+	e.t.Helper()
+	e.retry(func() error {
+		n := e.getNode(short)
+		status, reason := corev1.ConditionTrue, "KubeletReady"
+		if !ready {
+			status, reason = corev1.ConditionUnknown, "NodeStatusUnknown"
+		}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: status, Reason: reason,
+			LastHeartbeatTime: metav1.Now(), LastTransitionTime: metav1.Now()}}
+		_, err := e.kube.CoreV1().Nodes().UpdateStatus(e.ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// fence puts the out-of-service taint on the node, as an operator does after powering it off.
+func (e *failoverEnv) fence(short string) {
+	e.t.Helper()
+	e.retry(func() error {
+		n := e.getNode(short)
+		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: jkev1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+		_, err := e.kube.CoreV1().Nodes().Update(e.ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+func (e *failoverEnv) retry(write func() error) {
+	e.t.Helper()
+	var err error
+	for range 20 {
+		if err = write(); err == nil || !apierrors.IsConflict(err) {
+			break
+		}
+	}
+	if err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// addRange creates an IPRange owned by node (ownerGeneration gen); the simulated agent
+// reports it Synced.
+func (e *failoverEnv) addRange(short string, third int, node string, gen int64) string {
+	e.t.Helper()
+	r := &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: e.name(short)},
+		Spec: jkev1.IPRangeSpec{CIDR: e.cidr(third), Node: e.name(node), OwnerGeneration: gen}}
+	if _, err := e.client.JkeV1().IPRanges().Create(e.ctx, r, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	return r.Name
+}
+
+func (e *failoverEnv) cidr(third int) string { return fmt.Sprintf("10.%d.%d.0/24", e.net, third) }
+func (e *failoverEnv) ip(third, host int) string {
+	return fmt.Sprintf("10.%d.%d.%d", e.net, third, host)
+}
+
+func (e *failoverEnv) getRange(name string) *jkev1.IPRange {
+	e.t.Helper()
+	r, err := e.client.JkeV1().IPRanges().Get(e.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return r
+}
+
+// addStaticIP creates a Bound StaticIP and its running pod on node.
+func (e *failoverEnv) addStaticIP(name, node, ip string) {
+	e.t.Helper()
+	s := &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns},
+		Spec: jkev1.StaticIPSpec{Ref: "web", Kind: "EnhancedStatefulSet", Node: e.name(node), IP: ip, Pod: name,
+			Resources: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("500m"), corev1.ResourceMemory: resource.MustParse("256Mi")}}}
+	if _, err := e.client.JkeV1().StaticIPs(e.ns).Create(e.ctx, s, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	e.runPod(name, node, ip)
+}
+
+// runPod creates the pod Running on node with ip (the workload controller and the kubelet).
+func (e *failoverEnv) runPod(name, node, ip string) {
+	e.t.Helper()
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns, Annotations: map[string]string{jkev1.AnnotationIPAddress: ip}},
+		Spec: corev1.PodSpec{NodeName: e.name(node), Containers: []corev1.Container{{Name: "app", Image: "app:v1"}}}}
+	created, err := e.kube.CoreV1().Pods(e.ns).Create(e.ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	created.Status = corev1.PodStatus{Phase: corev1.PodRunning, PodIP: ip, PodIPs: []corev1.PodIP{{IP: ip}}}
+	if _, err := e.kube.CoreV1().Pods(e.ns).UpdateStatus(e.ctx, created, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// podGC force-deletes the pods on node, as pod GC does once the node is out-of-service.
+func (e *failoverEnv) podGC(node string) {
+	e.t.Helper()
+	pods, err := e.kube.CoreV1().Pods(e.ns).List(e.ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=" + e.name(node)})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, p := range pods.Items {
+		if err := e.kube.CoreV1().Pods(e.ns).Delete(e.ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil && !apierrors.IsNotFound(err) {
+			e.t.Fatal(err)
+		}
+	}
+}
+
+func (e *failoverEnv) setHoldSync(short string, hold bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.holdSync[e.name(short)] = hold
+}
+
+func (e *failoverEnv) setHoldRoutes(hold bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.holdRoutes = hold
+}
+
+// agents simulates the staticip-agent of every Ready node of the test: the owner reports its
+// ranges Synced at their generation, and every node reports the routes it programs.
+func (e *failoverEnv) agents() {
+	_ = wait.PollUntilContextCancel(e.ctx, 50*time.Millisecond, true, func(ctx context.Context) (bool, error) {
+		nodes, err := e.kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		ranges, err := e.client.JkeV1().IPRanges().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, nil
+		}
+		ready := map[string]bool{}
+		for _, n := range nodes.Items {
+			if strings.HasPrefix(n.Name, e.ns) && nodefailover.NodeReady(&n) {
+				ready[n.Name] = true
+			}
+		}
+		e.mu.Lock()
+		holdSync, holdRoutes := maps(e.holdSync), e.holdRoutes
+		e.mu.Unlock()
+		observed := map[string]string{}
+		for i := range ranges.Items {
+			r := &ranges.Items[i]
+			if !strings.HasPrefix(r.Name, e.ns) {
+				continue
+			}
+			observed[r.Name] = nodefailover.ObservedValue(r.Spec.Node, r.Spec.OwnerGeneration)
+			if !ready[r.Spec.Node] || holdSync[r.Spec.Node] || nodefailover.RangeSynced(r) {
+				continue
+			}
+			r.Status.ObservedGeneration = r.Generation
+			meta.SetStatusCondition(&r.Status.Conditions, metav1.Condition{Type: "Synced", Status: metav1.ConditionTrue, Reason: "Served", Message: "simulated agent"})
+			_, _ = e.client.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{})
+		}
+		if holdRoutes {
+			return false, nil
+		}
+		want, _ := json.Marshal(observed)
+		for _, n := range nodes.Items {
+			if !ready[n.Name] || n.Annotations[jkev1alpha1.AnnotationIPRangesObserved] == string(want) {
+				continue
+			}
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{jkev1alpha1.AnnotationIPRangesObserved: string(want)}}})
+			_, _ = e.kube.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		}
+		return false, nil
+	})
+}
+
+func maps(m map[string]bool) map[string]bool {
+	out := make(map[string]bool, len(m))
+	for k, v := range m {
+		out[k] = v
+	}
+	return out
+}
+
+func (e *failoverEnv) record(short string) (*jkev1alpha1.NodeFailover, error) {
+	return e.client.JkeV1alpha1().NodeFailovers().Get(e.ctx, e.name(short), metav1.GetOptions{})
+}
+
+// waitRecord waits until the record satisfies cond; the message names its last state.
+func (e *failoverEnv) waitRecord(short, what string, cond func(*jkev1alpha1.NodeFailover) bool) *jkev1alpha1.NodeFailover {
+	e.t.Helper()
+	var last *jkev1alpha1.NodeFailover
+	e.eventually(time.Minute, what, func() (bool, error) {
+		r, err := e.record(short)
+		if err != nil {
+			return false, err
+		}
+		last = r
+		if cond(r) {
+			return true, nil
+		}
+		return false, fmt.Errorf("record %s: phase %q, target %q, lastError %q, conditions %s", r.Name, r.Status.Phase, r.Status.Target, r.Status.LastError, conditionsString(r.Status.Conditions))
+	})
+	return last
+}
+
+func conditionsString(cs []metav1.Condition) string {
+	var parts []string
+	for _, c := range cs {
+		parts = append(parts, fmt.Sprintf("%s=%s(%s: %s)", c.Type, c.Status, c.Reason, c.Message))
+	}
+	return strings.Join(parts, "; ")
+}
+
+func hasCondition(r *jkev1alpha1.NodeFailover, t string, status metav1.ConditionStatus, reason string) bool {
+	c := meta.FindStatusCondition(r.Status.Conditions, t)
+	return c != nil && c.Status == status && (reason == "" || c.Reason == reason)
+}
+
+func phaseIs(p jkev1alpha1.NodeFailoverPhase) func(*jkev1alpha1.NodeFailover) bool {
+	return func(r *jkev1alpha1.NodeFailover) bool { return r.Status.Phase == p }
+}
+
+func waitingOn(reason string) func(*jkev1alpha1.NodeFailover) bool {
+	return func(r *jkev1alpha1.NodeFailover) bool {
+		return hasCondition(r, jkev1alpha1.NodeFailoverConditionProgressing, metav1.ConditionTrue, reason)
+	}
+}
+
+// assertRange checks a range's owner and generation (the move happened exactly once).
+func (e *failoverEnv) assertRange(name, node string, gen int64) {
+	e.t.Helper()
+	r := e.getRange(name)
+	if r.Spec.Node != e.name(node) || r.Spec.OwnerGeneration != gen {
+		e.t.Fatalf("IPRange %s: node %q ownerGeneration %d, want %q %d", name, r.Spec.Node, r.Spec.OwnerGeneration, e.name(node), gen)
+	}
+}
+
+// stays asserts that cond holds for the whole period (nothing moves).
+func (e *failoverEnv) stays(d time.Duration, what string, cond func() error) {
+	e.t.Helper()
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if err := cond(); err != nil {
+			e.t.Fatalf("%s: %v", what, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// threeNodesAndSpare: n1, n2, n3 with n3 owning two ranges (one at ownerGeneration 4) and two
+// static-IP pods; one spare.
+func (e *failoverEnv) threeNodesAndSpare() (ra, rb string) {
+	for _, n := range []string{"n1", "n2", "n3"} {
+		e.addNode(n)
+	}
+	e.addNode("spare1", spare)
+	ra = e.addRange("r3a", 1, "n3", 0)
+	rb = e.addRange("r3b", 2, "n3", 4)
+	e.addRange("r1", 3, "n1", 0)
+	e.addStaticIP("web-0", "n3", e.ip(1, 10))
+	e.addStaticIP("web-1", "n3", e.ip(2, 10))
+	return ra, rb
+}
+
+// TestNodeFailoverLifecycleWithRestarts runs one migration through every step and restarts the
+// controller at each of them: it resumes from the record, and every range's ownerGeneration is
+// bumped exactly once.
+func TestNodeFailoverLifecycleWithRestarts(t *testing.T) {
+	e := newFailoverEnv(t)
+	ra, rb := e.threeNodesAndSpare()
+	const window = 2 * time.Second
+	e.startFailover(window)
+
+	// Power off n3, fence it. Its pods still exist: Detected/Fenced, nothing moves.
+	e.setReady("n3", false)
+	e.fence("n3")
+	e.waitRecord("n3", "pods remaining block the move", waitingOn(nodefailover.ReasonPodsRemain))
+	e.restart(window)
+	e.waitRecord("n3", "still blocked by the pods after a restart", waitingOn(nodefailover.ReasonPodsRemain))
+	e.assertRange(ra, "n3", 0)
+	e.assertRange(rb, "n3", 4)
+
+	// Pod GC removes them; the spare's agent does not report Synced yet.
+	e.setHoldSync("spare1", true)
+	e.setHoldRoutes(true)
+	e.podGC("n3")
+	rec := e.waitRecord("n3", "ranges written, waiting for the target agent", waitingOn(nodefailover.ReasonWaitingForAgent))
+	if rec.Status.Target != e.name("spare1") || rec.Spec.Target != e.name("spare1") {
+		t.Fatalf("target %q/%q, want %s", rec.Spec.Target, rec.Status.Target, e.name("spare1"))
+	}
+	if got := e.getNode("spare1").Labels[jkev1alpha1.LabelFailoverFor]; got != e.name("n3") {
+		t.Fatalf("spare not claimed: label %q", got)
+	}
+	e.assertRange(ra, "spare1", 1)
+	e.assertRange(rb, "spare1", 5)
+	for range 2 { // twice at the same step
+		e.restart(window)
+		e.waitRecord("n3", "still waiting for the target agent after a restart", waitingOn(nodefailover.ReasonWaitingForAgent))
+		e.assertRange(ra, "spare1", 1)
+		e.assertRange(rb, "spare1", 5)
+	}
+	if !slices.ContainsFunc(e.getNode("spare1").Spec.Taints, func(t corev1.Taint) bool { return t.Key == jkev1alpha1.TaintSpare }) {
+		t.Fatal("spare taint removed before ranges and routes are in place")
+	}
+
+	// The target reports Synced; routes are not converged yet.
+	e.setHoldSync("spare1", false)
+	e.waitRecord("n3", "waiting for routes", waitingOn(nodefailover.ReasonWaitingForRoutes))
+	e.restart(window)
+	e.waitRecord("n3", "still waiting for routes after a restart", waitingOn(nodefailover.ReasonWaitingForRoutes))
+	for _, name := range []string{"web-0", "web-1"} {
+		if s, _ := e.staticIP(name); s.Spec.Node != e.name("n3") {
+			t.Fatalf("StaticIP %s re-pointed to %s before the routes converged", name, s.Spec.Node)
+		}
+	}
+
+	// Routes converge: StaticIPs re-pointed, spare opened, waiting for the pods.
+	e.setHoldRoutes(false)
+	rec = e.waitRecord("n3", "waiting for pods", waitingOn(nodefailover.ReasonWaitingForPods))
+	if rec.Status.Phase != jkev1alpha1.FailoverStaticIPsRebound {
+		t.Fatalf("phase %s, want StaticIPsRebound", rec.Status.Phase)
+	}
+	for _, name := range []string{"web-0", "web-1"} {
+		if s, _ := e.staticIP(name); s.Spec.Node != e.name("spare1") {
+			t.Fatalf("StaticIP %s names %s, want the target", name, s.Spec.Node)
+		}
+	}
+	if slices.ContainsFunc(e.getNode("spare1").Spec.Taints, func(t corev1.Taint) bool { return t.Key == jkev1alpha1.TaintSpare }) {
+		t.Fatal("spare taint still on the target after StaticIPsRebound")
+	}
+	e.restart(window)
+	e.waitRecord("n3", "still waiting for pods after a restart", waitingOn(nodefailover.ReasonWaitingForPods))
+
+	// The workload controllers recreate the pods on the target with their IPs.
+	e.runPod("web-0", "spare1", e.ip(1, 10))
+	e.runPod("web-1", "spare1", e.ip(2, 10))
+	rec = e.waitRecord("n3", "completed", phaseIs(jkev1alpha1.FailoverCompleted))
+	e.restart(window)
+	e.stays(2*time.Second, "a completed migration stays as it is", func() error {
+		r, err := e.record("n3")
+		if err != nil || r.Status.Phase != jkev1alpha1.FailoverCompleted {
+			return fmt.Errorf("record %v %v", r, err)
+		}
+		if g := e.getRange(rb).Spec.OwnerGeneration; g != 5 {
+			return fmt.Errorf("ownerGeneration of %s is %d, want 5", rb, g)
+		}
+		return nil
+	})
+	e.assertRange(ra, "spare1", 1)
+	e.assertRange(rb, "spare1", 5)
+	if got := e.getNode("spare1").Labels[jkev1alpha1.LabelFailoverFor]; got != "" {
+		t.Errorf("claim label left on the target after completion: %q", got)
+	}
+	want := []jkev1alpha1.MovedRange{
+		{Name: ra, CIDR: e.cidr(1), FromNode: e.name("n3"), ToNode: e.name("spare1"), OwnerGeneration: 1},
+		{Name: rb, CIDR: e.cidr(2), FromNode: e.name("n3"), ToNode: e.name("spare1"), OwnerGeneration: 5},
+	}
+	if !slices.Equal(rec.Status.MovedRanges, want) {
+		t.Errorf("movedRanges %+v, want %+v", rec.Status.MovedRanges, want)
+	}
+	if len(rec.Status.MovedStaticIPs) != 2 || !rec.Status.MovedStaticIPs[0].Rebound || !rec.Status.MovedStaticIPs[1].Rebound {
+		t.Errorf("movedStaticIPs %+v", rec.Status.MovedStaticIPs)
+	}
+	e.assertRange(e.name("r1"), "n1", 0) // n1's range never touched
+	// Events on the record, the failed node, the target and the pods.
+	e.eventually(30*time.Second, "events", func() (bool, error) {
+		reasons := e.eventReasons()
+		for _, want := range []string{nodefailover.ReasonDetected, nodefailover.ReasonClaimed, nodefailover.ReasonSpareReleased, nodefailover.ReasonPodMoved, nodefailover.ReasonCompleted, "RangeMoved"} {
+			if !reasons[want] {
+				return false, fmt.Errorf("no %s Event yet (have %v)", want, reasons)
+			}
+		}
+		return true, nil
+	})
+}
+
+// eventReasons collects the reasons of Events about this test's objects (any namespace).
+func (e *failoverEnv) eventReasons() map[string]bool {
+	out := map[string]bool{}
+	list, err := e.kube.CoreV1().Events("").List(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, ev := range list.Items {
+		if strings.HasPrefix(ev.InvolvedObject.Name, e.ns) || ev.InvolvedObject.Namespace == e.ns {
+			out[ev.Reason] = true
+		}
+	}
+	return out
+}
+
+// TestNodeFailoverResumesARecordedMove: a crash after the move was recorded but before the
+// IPRange write finishes it at the recorded generation; a crash after the write does not bump
+// it again.
+func TestNodeFailoverResumesARecordedMove(t *testing.T) {
+	e := newFailoverEnv(t)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		e.addNode(n)
+	}
+	e.addNode("spare1", spare)
+	written := e.addRange("r3a", 1, "n3", 0)
+	pending := e.addRange("r3b", 2, "n3", 7)
+	e.setReady("n3", false)
+	e.fence("n3")
+	// What a previous leader left: spare claimed, both moves recorded, only the first written.
+	e.retry(func() error {
+		n := e.getNode("spare1")
+		n.Labels[jkev1alpha1.LabelFailoverFor] = e.name("n3")
+		_, err := e.kube.CoreV1().Nodes().Update(e.ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	rec, err := e.client.JkeV1alpha1().NodeFailovers().Create(e.ctx, &jkev1alpha1.NodeFailover{ObjectMeta: metav1.ObjectMeta{Name: e.name("n3")},
+		Spec: jkev1alpha1.NodeFailoverSpec{Node: e.name("n3"), Target: e.name("spare1")}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := metav1.NewTime(time.Now().Add(-time.Minute))
+	rec.Status = jkev1alpha1.NodeFailoverStatus{Phase: jkev1alpha1.FailoverTargetReserved, Target: e.name("spare1"), StartTime: &start, PhaseTime: &start,
+		MovedRanges: []jkev1alpha1.MovedRange{
+			{Name: written, CIDR: e.cidr(1), FromNode: e.name("n3"), ToNode: e.name("spare1"), OwnerGeneration: 1},
+			{Name: pending, CIDR: e.cidr(2), FromNode: e.name("n3"), ToNode: e.name("spare1"), OwnerGeneration: 8},
+		}}
+	if _, err := e.client.JkeV1alpha1().NodeFailovers().UpdateStatus(e.ctx, rec, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.retry(func() error {
+		r := e.getRange(written)
+		r.Spec.Node, r.Spec.OwnerGeneration = e.name("spare1"), 1
+		_, err := e.client.JkeV1().IPRanges().Update(e.ctx, r, metav1.UpdateOptions{})
+		return err
+	})
+	e.startFailover(time.Second)
+	e.waitRecord("n3", "completed (no StaticIPs to wait for)", phaseIs(jkev1alpha1.FailoverCompleted))
+	e.assertRange(written, "spare1", 1)
+	e.assertRange(pending, "spare1", 8)
+}
+
+// TestNodeFailoverNoTarget: no spare qualifies (too little CPU, another zone) → condition and
+// Event, nothing moved; a fitting spare appears → the migration goes on.
+func TestNodeFailoverNoTarget(t *testing.T) {
+	e := newFailoverEnv(t)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		e.addNode(n)
+	}
+	e.addNode("small", spare, withCPU("500m")) // web-0 + web-1 need 1 CPU
+	e.addNode("faraway", spare, inZone("elsewhere-"+e.ns))
+	ra := e.addRange("r3a", 1, "n3", 0)
+	e.addStaticIP("web-0", "n3", e.ip(1, 10))
+	e.addStaticIP("web-1", "n3", e.ip(1, 11))
+	e.startFailover(time.Second)
+	e.setReady("n3", false)
+	e.fence("n3")
+	e.podGC("n3")
+	rec := e.waitRecord("n3", "NoTarget", func(r *jkev1alpha1.NodeFailover) bool {
+		return hasCondition(r, jkev1alpha1.NodeFailoverConditionTargetReserved, metav1.ConditionFalse, nodefailover.ReasonNoTarget)
+	})
+	msg := meta.FindStatusCondition(rec.Status.Conditions, jkev1alpha1.NodeFailoverConditionTargetReserved).Message
+	if !strings.Contains(msg, "cpu") || !strings.Contains(msg, "zone") {
+		t.Errorf("NoTarget message does not say why each spare was rejected: %s", msg)
+	}
+	e.stays(2*time.Second, "nothing moves without a target", func() error {
+		if r := e.getRange(ra); r.Spec.Node != e.name("n3") || r.Spec.OwnerGeneration != 0 {
+			return fmt.Errorf("range moved to %s/%d", r.Spec.Node, r.Spec.OwnerGeneration)
+		}
+		for _, n := range []string{"small", "faraway"} {
+			if l := e.getNode(n).Labels[jkev1alpha1.LabelFailoverFor]; l != "" {
+				return fmt.Errorf("%s claimed (%s)", n, l)
+			}
+		}
+		return nil
+	})
+	e.eventually(30*time.Second, "NoTarget Event", func() (bool, error) { return e.eventReasons()[nodefailover.ReasonNoTarget], nil })
+	e.addNode("big", spare)
+	e.waitRecord("n3", "waiting for pods on the new spare", waitingOn(nodefailover.ReasonWaitingForPods))
+	e.assertRange(ra, "big", 1)
+}
+
+// TestNodeFailoverSecondFailure: two nodes fail during one migration and there is one spare:
+// the first takes it, the second does not (the claim), and goes on once a second spare exists.
+func TestNodeFailoverSecondFailure(t *testing.T) {
+	e := newFailoverEnv(t)
+	for _, n := range []string{"n1", "n2", "n3", "n4", "n5", "n6"} {
+		e.addNode(n)
+	}
+	e.addNode("spare1", spare)
+	r3 := e.addRange("r3", 1, "n3", 0)
+	r4 := e.addRange("r4", 2, "n4", 0)
+	e.addStaticIP("web-0", "n3", e.ip(1, 10))
+	e.addStaticIP("web-1", "n4", e.ip(2, 10))
+	e.setHoldSync("spare1", true) // keep the first migration in flight
+	e.startFailover(time.Second)
+	e.setReady("n3", false)
+	e.fence("n3")
+	e.podGC("n3")
+	e.waitRecord("n3", "first migration in flight", waitingOn(nodefailover.ReasonWaitingForAgent))
+
+	e.setReady("n4", false)
+	e.fence("n4")
+	e.podGC("n4")
+	e.waitRecord("n4", "second failure finds no target", func(r *jkev1alpha1.NodeFailover) bool {
+		return hasCondition(r, jkev1alpha1.NodeFailoverConditionTargetReserved, metav1.ConditionFalse, nodefailover.ReasonNoTarget)
+	})
+	e.assertRange(r4, "n4", 0)
+	e.assertRange(r3, "spare1", 1)
+
+	e.addNode("spare2", spare)
+	e.setHoldSync("spare1", false)
+	e.waitRecord("n3", "first waits for its pods", waitingOn(nodefailover.ReasonWaitingForPods))
+	e.waitRecord("n4", "second waits for its pods", waitingOn(nodefailover.ReasonWaitingForPods))
+	e.assertRange(r3, "spare1", 1)
+	e.assertRange(r4, "spare2", 1)
+	e.runPod("web-0", "spare1", e.ip(1, 10))
+	e.runPod("web-1", "spare2", e.ip(2, 10))
+	e.waitRecord("n3", "first completed", phaseIs(jkev1alpha1.FailoverCompleted))
+	e.waitRecord("n4", "second completed", phaseIs(jkev1alpha1.FailoverCompleted))
+}
+
+// TestNodeFailoverTooManyUnhealthy: when more than the allowed share of nodes is NotReady,
+// failover stops (condition + Event) even for a fenced node; it goes on once they recover.
+func TestNodeFailoverTooManyUnhealthy(t *testing.T) {
+	e := newFailoverEnv(t)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		e.addNode(n)
+	}
+	e.addNode("spare1", spare)
+	ra := e.addRange("r3a", 1, "n3", 0)
+	e.addStaticIP("web-0", "n3", e.ip(1, 10))
+	e.startFailover(time.Second)
+	// 2 of 4 NotReady = 50% > 34%.
+	e.setReady("n2", false)
+	e.setReady("n3", false)
+	e.fence("n3")
+	e.podGC("n3")
+	e.waitRecord("n3", "stopped", func(r *jkev1alpha1.NodeFailover) bool {
+		return hasCondition(r, jkev1alpha1.NodeFailoverConditionStopped, metav1.ConditionTrue, nodefailover.ReasonTooManyUnhealthy)
+	})
+	e.stays(2*time.Second, "nothing moves while too many nodes are unhealthy", func() error {
+		if r := e.getRange(ra); r.Spec.Node != e.name("n3") {
+			return fmt.Errorf("range moved to %s", r.Spec.Node)
+		}
+		return nil
+	})
+	e.eventually(30*time.Second, "TooManyUnhealthy Event", func() (bool, error) {
+		return e.eventReasons()[nodefailover.ReasonTooManyUnhealthy], nil
+	})
+	e.setReady("n2", true)
+	e.waitRecord("n3", "goes on once n2 is back", waitingOn(nodefailover.ReasonWaitingForPods))
+	e.assertRange(ra, "spare1", 1)
+}
+
+// TestNodeFailoverPartitionWithoutTaint: a node NotReady for many windows but not fenced (a
+// partition) gets no record and nothing of it moves. Fenced but then un-fenced before anything
+// moved: the record is removed and the spare released.
+func TestNodeFailoverPartitionWithoutTaint(t *testing.T) {
+	e := newFailoverEnv(t)
+	for _, n := range []string{"n1", "n2", "n3"} {
+		e.addNode(n)
+	}
+	e.addNode("spare1", spare)
+	ra := e.addRange("r3a", 1, "n3", 0)
+	e.addStaticIP("web-0", "n3", e.ip(1, 10))
+	e.startFailover(500 * time.Millisecond)
+	e.setReady("n3", false)
+	e.podGC("n3") // even with its pods gone
+	e.stays(3*time.Second, "a partitioned node without the taint keeps everything", func() error {
+		if _, err := e.record("n3"); !apierrors.IsNotFound(err) {
+			return fmt.Errorf("record exists (%v)", err)
+		}
+		if r := e.getRange(ra); r.Spec.Node != e.name("n3") || r.Spec.OwnerGeneration != 0 {
+			return fmt.Errorf("range moved to %s/%d", r.Spec.Node, r.Spec.OwnerGeneration)
+		}
+		if s, _ := e.staticIP("web-0"); s.Spec.Node != e.name("n3") {
+			return fmt.Errorf("StaticIP moved to %s", s.Spec.Node)
+		}
+		if l := e.getNode("spare1").Labels[jkev1alpha1.LabelFailoverFor]; l != "" {
+			return fmt.Errorf("spare claimed for %s", l)
+		}
+		return nil
+	})
+
+	// Paused on the Node, then fenced: recorded, nothing written.
+	e.retry(func() error {
+		n := e.getNode("n3")
+		n.Annotations = map[string]string{jkev1alpha1.AnnotationFailoverPaused: "true"}
+		_, err := e.kube.CoreV1().Nodes().Update(e.ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	e.fence("n3")
+	e.waitRecord("n3", "paused", func(r *jkev1alpha1.NodeFailover) bool {
+		return hasCondition(r, jkev1alpha1.NodeFailoverConditionPaused, metav1.ConditionTrue, "")
+	})
+	e.stays(time.Second, "paused: nothing moves", func() error {
+		if r := e.getRange(ra); r.Spec.Node != e.name("n3") {
+			return fmt.Errorf("range moved to %s", r.Spec.Node)
+		}
+		return nil
+	})
+	// The operator un-fences instead (it was a partition after all) and unpauses.
+	e.retry(func() error {
+		n := e.getNode("n3")
+		n.Spec.Taints = nil
+		n.Annotations = nil
+		_, err := e.kube.CoreV1().Nodes().Update(e.ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	e.eventually(30*time.Second, "record removed after un-fencing", func() (bool, error) {
+		_, err := e.record("n3")
+		return apierrors.IsNotFound(err), nil
+	})
+	e.assertRange(ra, "n3", 0)
+}

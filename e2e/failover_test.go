@@ -1,0 +1,331 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/cni/agent"
+	"github.com/staticip/staticip/e2e/framework"
+	"github.com/staticip/staticip/tools/localcluster/cluster"
+)
+
+// Node failover (issue 16). The power and link of a node are the local cluster's
+// (`localcluster node stop|start|partition|heal`); elsewhere — kind, a real cluster — these
+// tests skip with the reason.
+
+// nodeControl drives the local cluster's node power and links.
+type nodeControl struct{ o cluster.Options }
+
+// requireNodeControl skips unless the cluster under test is a local cluster (its kubeconfig
+// lies in a localcluster state dir).
+func requireNodeControl(t *testing.T) *nodeControl {
+	t.Helper()
+	dir := filepath.Dir(f.Kubeconfig)
+	if _, err := os.Stat(filepath.Join(dir, "cluster.json")); err != nil {
+		t.Skipf("not a local cluster (no %s/cluster.json): powering off or partitioning a node needs tools/localcluster (on kind a node is a container this suite does not stop)", dir)
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	o := cluster.DefaultOptions()
+	o.StateDir, o.BinDir, o.RepoRoot = dir, filepath.Join(root, "_output", "bin"), root
+	o.Logf = t.Logf
+	return &nodeControl{o: o}
+}
+
+func (c *nodeControl) stop(t *testing.T, node string) {
+	t.Helper()
+	if err := cluster.NodeStop(c.o, node); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (c *nodeControl) partition(node string) error { return cluster.NodePartition(c.o, node) }
+func (c *nodeControl) heal(node string) error      { return cluster.NodeHeal(c.o, node) }
+
+func (c *nodeControl) start(t *testing.T, node string) {
+	t.Helper()
+	if err := cluster.NodeStart(context.Background(), c.o, node, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// observed is a node's ipranges-observed report (agent.ObservedAnnotation).
+func observed(ctx context.Context, node string) (map[string]string, error) {
+	n, err := f.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]string{}
+	if v := n.Annotations[agent.ObservedAnnotation]; v != "" {
+		if err := json.Unmarshal([]byte(v), &m); err != nil {
+			return nil, fmt.Errorf("node %s %s=%q: %w", node, agent.ObservedAnnotation, v, err)
+		}
+	}
+	return m, nil
+}
+
+// waitObserved waits until node reports rangeName at want ("<node>/<ownerGeneration>").
+func waitObserved(t *testing.T, ctx context.Context, node, rangeName, want string, timeout time.Duration) {
+	t.Helper()
+	var last map[string]string
+	if err := framework.WaitFor(ctx, timeout, fmt.Sprintf("node %s to report IPRange %s as %s", node, rangeName, want), func(ctx context.Context) (bool, error) {
+		m, err := observed(ctx, node)
+		last = m
+		return err == nil && m[rangeName] == want, nil
+	}); err != nil {
+		t.Fatalf("%v (last report: %v)", err, last)
+	}
+}
+
+// waitRangeServed waits until the IPRange's owner reports it Synced at its current generation.
+func waitRangeServed(t *testing.T, ctx context.Context, cs versioned.Interface, name string) {
+	t.Helper()
+	if err := framework.WaitFor(ctx, 2*time.Minute, "IPRange "+name+" Synced at its generation", func(ctx context.Context) (bool, error) {
+		r, err := cs.JkeV1().IPRanges().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if r.Status.ObservedGeneration != r.Generation {
+			return false, nil
+		}
+		for _, c := range r.Status.Conditions {
+			if c.Type == agent.ConditionSynced && c.ObservedGeneration == r.Generation {
+				return c.Status == metav1.ConditionTrue, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// setRangeOwner does what node failover does to a range (one update: spec.node and
+// spec.ownerGeneration), or, with the same generation, what an operator's plain move does.
+func setRangeOwner(t *testing.T, ctx context.Context, cs versioned.Interface, name, node string, gen int64) {
+	t.Helper()
+	// Read-change-write, again on a conflict: the agents' status writes move the resourceVersion.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		r, err := cs.JkeV1().IPRanges().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		r.Spec.Node, r.Spec.OwnerGeneration = node, gen
+		_, err = cs.JkeV1().IPRanges().Update(ctx, r, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// hostRoutesInto lists the routes of a node's netns into cidr other than the agent's route of
+// the whole range (what would make the node answer for addresses of the range itself).
+func hostRoutesInto(t *testing.T, netns, cidr string) []string {
+	t.Helper()
+	out, err := f.ExecOnNode(netns, "ip", "-4", "route", "show", "root", cidr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var own []string
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		if line == "" || strings.HasPrefix(line, cidr+" via ") {
+			continue
+		}
+		own = append(own, line)
+	}
+	return own
+}
+
+// spareOrOther picks the node that takes a range over: a failover spare when the cluster has
+// one, else another worker.
+func spareOrOther(t *testing.T, ctx context.Context, not string) string {
+	t.Helper()
+	nodes, err := f.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	other := ""
+	for _, n := range nodes.Items {
+		if n.Name == not {
+			continue
+		}
+		if n.Labels[cluster.SpareLabel] == "true" {
+			return n.Name
+		}
+		if other == "" {
+			other = n.Name
+		}
+	}
+	if other == "" {
+		t.Skip("needs a second node")
+	}
+	return other
+}
+
+// The node side of failover, end to end on real nodes, with the test in the failover
+// controller's place (it moves the range as the controller does, so this runs with or without
+// the nodefailover controller): a node with a running pod is powered off; its IPRange is moved to
+// another node at ownership generation + 1; a pod there gets the old pod's IP and answers on it
+// from another node. Then the old node boots on its old state — its IPAM database still holds
+// the old pod's allocation, its netns the old sandbox's veth and /32 route — and its agent
+// withdraws all of it: no route into the range but the agent's one via the new owner, the
+// address reached from the old node is the new pod, the node reports the new owner, and an
+// Event RangeRevoked says so.
+func TestReturningNodeServesNoneOfItsMovedRange(t *testing.T) {
+	ctx := context.Background()
+	ctl := requireNodeControl(t)
+	byNode := requireStaticIPCNI(t, ctx)
+	cs := versioned.NewForConfigOrDie(f.Config)
+	workers := workloadNodes(t, ctx)
+	if len(workers) < 2 {
+		t.Skipf("needs 2 workers, the cluster has %d", len(workers))
+	}
+	old, observer := workers[len(workers)-1].Name, workers[0].Name
+	target := spareOrOther(t, ctx, old)
+	if len(byNode[old]) != 1 {
+		t.Skipf("node %s has %d IPRanges, this test moves exactly one", old, len(byNode[old]))
+	}
+	rng := byNode[old][0]
+	oldNetns, err := f.NodeNetns(ctx, old)
+	if err != nil || oldNetns == "" {
+		t.Skipf("node %s has no network namespace here: %v", old, err)
+	}
+	ns := f.IPRequestNamespace(t, "failover-node")
+
+	// A pod on the old node, and a client on another.
+	victim := testServerPod("victim", old, nil)
+	if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, victim, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	vp, err := f.WaitForPodRunning(ctx, ns, "victim", 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ip := vp.Status.PodIP
+	if _, ok := ipIn([]jkev1.IPRange{rng}, ip); !ok {
+		t.Fatalf("victim's IP %s is not in %s's IPRange %s (%s)", ip, old, rng.Name, rng.Spec.CIDR)
+	}
+	client := testServerPod("client", observer, nil)
+	if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, client, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WaitForPodRunning(ctx, ns, "client", 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+
+	// Power-off; the range moves as failover moves it; the pod object goes as pod GC
+	// force-deletes it once the node is fenced.
+	ctl.stop(t, old)
+	started := false
+	t.Cleanup(func() {
+		if !started {
+			ctl.start(t, old)
+		}
+	})
+	gen := rng.Spec.OwnerGeneration + 1
+	setRangeOwner(t, ctx, cs, rng.Name, target, gen)
+	t.Cleanup(func() {
+		// Give the range back (a plain move: same generation); the old node serves it afresh.
+		_ = f.Client.CoreV1().Pods(ns).Delete(context.Background(), "heir", metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))})
+		_ = framework.WaitFor(context.Background(), time.Minute, "heir gone", func(ctx context.Context) (bool, error) {
+			_, err := f.Client.CoreV1().Pods(ns).Get(ctx, "heir", metav1.GetOptions{})
+			return apierrors.IsNotFound(err), nil
+		})
+		setRangeOwner(t, context.Background(), cs, rng.Name, old, gen)
+		waitRangeServed(t, context.Background(), cs, rng.Name)
+	})
+	if err := f.Client.CoreV1().Pods(ns).Delete(ctx, "victim", metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
+		t.Fatal(err)
+	}
+	waitRangeServed(t, ctx, cs, rng.Name)
+	waitObserved(t, ctx, observer, rng.Name, fmt.Sprintf("%s/%d", target, gen), time.Minute)
+
+	// The IP lives on at the target.
+	heir := testServerPod("heir", target, nil)
+	heir.Annotations = map[string]string{jkev1.AnnotationIPAddress: ip}
+	heir.Spec.Tolerations = []corev1.Toleration{{Key: cluster.SpareTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	runPodOn(t, ctx, ns, heir, target, ip)
+	if r := reachable(t, ns, "client", ip); r.Pod != "heir" {
+		t.Fatalf("%s from %s answered as %q, want heir", ip, observer, r.Pod)
+	}
+
+	// The old node boots on its old state.
+	ctl.start(t, old)
+	started = true
+	waitObserved(t, ctx, old, rng.Name, fmt.Sprintf("%s/%d", target, gen), 2*time.Minute)
+	if own := hostRoutesInto(t, oldNetns, rng.Spec.CIDR); len(own) > 0 {
+		t.Errorf("node %s still routes into its former range %s itself: %v", old, rng.Spec.CIDR, own)
+	}
+	if out, err := f.ExecOnNode(oldNetns, "ip", "-4", "route", "get", ip); err != nil || !strings.Contains(out, "via "+internalIP(t, ctx, target)+" ") {
+		t.Errorf("node %s's route to %s: %q (%v), want the agent's route via %s", old, ip, out, err, target)
+	}
+	waitForRangeEvent(t, ctx, rng.Name, agent.ReasonRangeRevoked, old)
+	if r := reachable(t, ns, "client", ip); r.Pod != "heir" || r.Node != target {
+		t.Errorf("after %s came back, %s answered as %s on %s, want heir on %s", old, ip, r.Pod, r.Node, target)
+	}
+}
+
+// reachable asks the testserver at ip from pod from.
+func reachable(t *testing.T, ns, from, ip string) reply {
+	t.Helper()
+	var out string
+	var err error
+	for i := 0; i < 20; i++ { // routes converge within an agent pass
+		if out, err = f.ExecInPod(ns, from, "/testserver", "get", "--timeout=2s", url(ip, 8080)); err == nil {
+			return parseReply(t, out)
+		}
+		time.Sleep(time.Second)
+	}
+	t.Fatalf("%s from %s: %v: %s", ip, from, err, out)
+	return reply{}
+}
+
+// waitForRangeEvent waits for an Event with reason on the IPRange whose message names node.
+func waitForRangeEvent(t *testing.T, ctx context.Context, rangeName, reason, node string) {
+	t.Helper()
+	if err := framework.WaitFor(ctx, time.Minute, reason+" Event on IPRange "+rangeName, func(ctx context.Context) (bool, error) {
+		evs, err := f.Client.CoreV1().Events("").List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + rangeName + ",reason=" + reason})
+		if err != nil {
+			return false, err
+		}
+		for _, e := range evs.Items {
+			if strings.Contains(e.Message, "node "+node+" ") {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Error(err)
+	}
+}
+
+func internalIP(t *testing.T, ctx context.Context, node string) string {
+	t.Helper()
+	n, err := f.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, a := range n.Status.Addresses {
+		if a.Type == corev1.NodeInternalIP {
+			return a.Address
+		}
+	}
+	t.Fatalf("node %s has no InternalIP", node)
+	return ""
+}
