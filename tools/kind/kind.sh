@@ -92,6 +92,31 @@ YAML
   fi
 }
 
+# Every kind node's systemd, containerd, kubelet and kube-proxy take inotify instances of
+# the host's root user (kind nodes are not user namespaces), counted against the host's
+# fs.inotify.max_user_instances, 128 by default. With the machine's other clusters and
+# test API servers that runs out: kube-proxy then exits with "failed complete: too many
+# open files" and crash-loops (kind's known issue of that name, which says 512). Raised for
+# as long as the cluster is up; down puts the host's value back.
+inotify_instances=/proc/sys/fs/inotify/max_user_instances
+inotify_min=512
+
+raise_inotify() {
+  local cur; cur=$(cat "$inotify_instances")
+  [ "$cur" -ge "$inotify_min" ] && return
+  [ -e "$state/inotify.restore" ] || echo "$cur" >"$state/inotify.restore"
+  echo "$inotify_min" >"$inotify_instances"
+  log "fs.inotify.max_user_instances $cur -> $inotify_min while the cluster is up (kind: too many open files)"
+}
+
+restore_inotify() {
+  [ -e "$state/inotify.restore" ] || return 0
+  local was; was=$(cat "$state/inotify.restore")
+  echo "$was" >"$inotify_instances"
+  rm -f "$state/inotify.restore"
+  log "fs.inotify.max_user_instances back to $was"
+}
+
 cluster_running() {
   kind get clusters 2>/dev/null | grep -qx "$cluster" || return 1
   local n
@@ -111,6 +136,7 @@ up() {
     image=$("$root/tools/kind/nodeimage.sh")
   fi
   log "node image $image ($((SECONDS - t))s)"
+  raise_inotify
   if cluster_running; then
     log "cluster $cluster is up"
   else
@@ -349,6 +375,7 @@ down() {
   # A bridge of a network whose engine died with it.
   if ip link show "$bridge" >/dev/null 2>&1; then ip link del "$bridge"; fi
   rm -f "$kubeconfig"
+  restore_inotify
   log "down"
 }
 
@@ -380,6 +407,9 @@ leftovers() {
   fi
   if iptables-save 2>/dev/null | grep -qiE 'docker|kind'; then log "leftover: iptables rules:"; iptables-save | grep -iE 'docker|kind' >&2; bad=1; fi
   [ -e "$run" ] && { log "leftover: $run"; bad=1; }
+  if [ -e "$state/inotify.restore" ]; then
+    log "leftover: fs.inotify.max_user_instances is $(cat "$inotify_instances"), the host's was $(cat "$state/inotify.restore")"; bad=1
+  fi
   [ $bad -eq 0 ] && log "no leftovers (cached: the node image and rootfs in $state, images in $state/images)"
   return $bad
 }
