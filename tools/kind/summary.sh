@@ -9,6 +9,8 @@ set -euo pipefail
 label=$1 log=$2
 awk -v label="$label" '
   /^=== (RUN|CONT|PAUSE|NAME)/ { cur = $3 }
+  /^=== RUN / && $3 !~ /\// { started[$3] = 1 }
+  /^--- (PASS|FAIL|SKIP): / { delete started[$3] }
   /^ +[A-Za-z0-9_]+\.go:[0-9]+: / && cur != "" { m = $0; sub(/^ +/, "", m); msg[cur] = m }
   /^--- PASS: / { pass++ } /^--- FAIL: / { fail++ } /^--- SKIP: / { skip++ }
   /^ +--- PASS: / { spass++ } /^ +--- FAIL: / { sfail++ } /^ +--- SKIP: / { sskip++ }
@@ -17,4 +19,5 @@ awk -v label="$label" '
     printf "%s: %d tests ran (%d passed, %d failed), %d skipped; subtests: %d passed, %d failed, %d skipped\n",
       label, pass + fail, pass + 0, fail + 0, skip + 0, spass + 0, sfail + 0, sskip + 0
     for (i = 1; i <= ns; i++) printf "%s: skipped %s\n", label, skipped[i]
+    for (n in started) printf "%s: did not finish %s (killed, timed out or panicked)\n", label, n
   }' "$log"
