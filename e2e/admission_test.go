@@ -73,29 +73,20 @@ func TestIPAddressAdmission(t *testing.T) {
 	}
 }
 
-// TestPluginCredentialOnTheNode: the kubeconfig the agent wrote for the plugin on a node of
-// the local cluster authenticates as the plugin's own service account, bound to that node,
-// and cannot relabel a pod of its node nor annotate a pod of another node.
+// TestPluginCredentialOnTheNode: the kubeconfig the agent wrote for the plugin on a node
+// authenticates as the plugin's own service account, bound to that node, and cannot relabel
+// a pod of its node nor annotate a pod of another node. The kubeconfig is read where the
+// node keeps it: the local cluster's CNI directory on this machine, or /etc/cni/net.d in a
+// kind node's container.
 func TestPluginCredentialOnTheNode(t *testing.T) {
 	ctx := context.Background()
 	requireAgents(t)
-	nodes, err := f.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
+	nodes := workloadNodes(t, ctx) // the test's pods run on both
+	if len(nodes) < 2 {
+		t.Skip("needs two nodes that take ordinary pods")
 	}
-	if len(nodes.Items) < 2 {
-		t.Skip("needs two nodes")
-	}
-	mine, other := nodes.Items[0].Name, nodes.Items[1].Name
-	// localcluster: every node's CNI directories are <state dir>/cni/<node> (cni/README.md).
-	path := filepath.Join(filepath.Dir(f.Kubeconfig), "cni", mine, "net.d", "staticip-kubeconfig")
-	if _, err := os.Stat(path); err != nil {
-		t.Skipf("no plugin kubeconfig at %s (not a local cluster): %v", path, err)
-	}
-	cfg, err := clientcmd.BuildConfigFromFlags("", path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	mine, other := nodes[0].Name, nodes[1].Name
+	cfg := pluginCredential(t, ctx, mine)
 	plugin := kubernetes.NewForConfigOrDie(cfg)
 	review, err := plugin.AuthenticationV1().SelfSubjectReviews().Create(ctx, &authenticationv1.SelfSubjectReview{}, metav1.CreateOptions{})
 	if err != nil {
@@ -135,4 +126,40 @@ func TestPluginCredentialOnTheNode(t *testing.T) {
 			t.Logf("refused as it should: %s: %v", c.what, err)
 		}
 	}
+}
+
+// pluginCredential returns the plugin's kubeconfig the agent wrote on the node: on the local
+// cluster from <state dir>/cni/<node>/net.d (cni/README.md), on a kind node from the
+// container's /etc/cni/net.d. A kind node's copy names the kubernetes Service's ClusterIP,
+// which only routes inside the cluster: the same credential is used against the address this
+// suite reaches the same API server at. Skips (with the reason) where neither exists.
+func pluginCredential(t *testing.T, ctx context.Context, node string) *rest.Config {
+	t.Helper()
+	path := filepath.Join(filepath.Dir(f.Kubeconfig), "cni", node, "net.d", "staticip-kubeconfig")
+	if _, err := os.Stat(path); err == nil {
+		cfg, err := clientcmd.BuildConfigFromFlags("", path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return cfg
+	}
+	shell, reason, err := f.NodeShell(ctx, node)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if shell == nil {
+		t.Skipf("SKIP: the plugin's kubeconfig is neither at %s (local cluster) nor in a node container here: %s", path, reason)
+	}
+	const inNode = "/etc/cni/net.d/staticip-kubeconfig"
+	data, err := shell.Exec("cat", inNode)
+	if err != nil {
+		t.Fatalf("the agent wrote no plugin kubeconfig on %s: %v", node, err)
+	}
+	cfg, err := clientcmd.RESTConfigFromKubeConfig([]byte(data))
+	if err != nil {
+		t.Fatalf("%s on %s: %v", inNode, node, err)
+	}
+	t.Logf("plugin kubeconfig %s via %s (server %s, used at %s)", inNode, shell.Where(), cfg.Host, f.Config.Host)
+	cfg.Host = f.Config.Host
+	return cfg
 }

@@ -121,3 +121,42 @@ func TestAgentIsNotPrivileged(t *testing.T) {
 		}
 	}
 }
+
+// Every Deployment can run all its replicas on a cluster where one node is eligible for
+// it: replace-default's scheduler is pinned to the control-plane nodes, and a kubeadm or
+// kind cluster usually has one. A required pod anti-affinity of a Deployment against its
+// own pods on kubernetes.io/hostname leaves the second replica Pending there forever (and
+// `kubectl rollout status` never returns; make e2e-kind's install failed on it). Spread
+// with a topologySpreadConstraint instead: DoNotSchedule over the eligible nodes puts the
+// standby on another node whenever there is one, and beside the leader when there is not.
+func TestReplicasFitOnOneEligibleNode(t *testing.T) {
+	found := 0
+	for path, docs := range yamlDocs(t) {
+		for _, doc := range docs {
+			var d appsv1.Deployment
+			if err := yaml.Unmarshal(doc, &d); err != nil || d.Kind != "Deployment" {
+				continue
+			}
+			found++
+			spec := d.Spec.Template.Spec
+			if spec.Affinity == nil || spec.Affinity.PodAntiAffinity == nil {
+				continue
+			}
+			for _, term := range spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution {
+				if term.TopologyKey != corev1.LabelHostname || term.LabelSelector == nil {
+					continue
+				}
+				own := true
+				for k, v := range term.LabelSelector.MatchLabels {
+					own = own && d.Spec.Template.Labels[k] == v
+				}
+				if own && len(term.LabelSelector.MatchExpressions) == 0 {
+					t.Errorf("%s: Deployment %s requires its replicas on different nodes (required pod anti-affinity on %s): with one eligible node (one control plane) the second stays Pending; use a topologySpreadConstraint", path, d.Name, term.TopologyKey)
+				}
+			}
+		}
+	}
+	if found == 0 {
+		t.Fatal("no Deployment under manifests/: the test reads the wrong directory")
+	}
+}

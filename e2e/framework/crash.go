@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 	"syscall"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 // CrashContainer kills every process of one container of a pod with SIGKILL, the way a
@@ -35,27 +37,49 @@ func (f *Framework) CrashContainer(ctx context.Context, pod *corev1.Pod, contain
 	if id == "" || !containerRunning(pod, container) {
 		return nil, true, fmt.Errorf("pod %s/%s: container %s has no running container ID", pod.Namespace, pod.Name, container)
 	}
-	procs, err := filepath.Glob("/proc/[0-9]*/cgroup")
+	killed, err = signalContainer(id, syscall.SIGKILL)
 	if err != nil {
 		return nil, true, err
-	}
-	for _, path := range procs {
-		b, err := os.ReadFile(path)
-		if err != nil || !(strings.Contains(string(b), "/"+id+"\n") || strings.Contains(string(b), "-"+id+".scope")) {
-			continue // gone, or not the container
-		}
-		pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path)))
-		if err != nil {
-			continue
-		}
-		if err := syscall.Kill(pid, syscall.SIGKILL); err == nil {
-			killed = append(killed, pid)
-		}
 	}
 	if len(killed) == 0 {
 		return nil, true, fmt.Errorf("no process in the cgroup of container %s (%s) of %s/%s", container, id, pod.Namespace, pod.Name)
 	}
 	return killed, true, nil
+}
+
+// containerPIDs are the processes on this machine in the cgroup of the container with this
+// ID (cgroupfs driver: .../<id>; systemd driver, as in kind nodes: .../cri-containerd-<id>.scope).
+func containerPIDs(id string) ([]int, error) {
+	procs, err := filepath.Glob("/proc/[0-9]*/cgroup")
+	if err != nil {
+		return nil, err
+	}
+	var pids []int
+	for _, path := range procs {
+		b, err := os.ReadFile(path)
+		if err != nil || !(strings.Contains(string(b), "/"+id+"\n") || strings.Contains(string(b), "-"+id+".scope")) {
+			continue // gone, or not the container
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(path))); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids, nil
+}
+
+// signalContainer sends sig to every process of the container; returns those it reached.
+func signalContainer(id string, sig syscall.Signal) ([]int, error) {
+	pids, err := containerPIDs(id)
+	if err != nil {
+		return nil, err
+	}
+	var reached []int
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, sig); err == nil {
+			reached = append(reached, pid)
+		}
+	}
+	return reached, nil
 }
 
 func containerRunning(pod *corev1.Pod, container string) bool {
@@ -72,14 +96,23 @@ func containerRunning(pod *corev1.Pod, container string) bool {
 // any other on the machine.
 func localClusterMarker(dir string) string { return "STATICIP_LOCALCLUSTER=" + dir }
 
-// StopAPIServer stops the local cluster's kube-apiserver with SIGSTOP: every request and
-// watch to it hangs (no answer, no error) until resume sends SIGCONT — an API server that
-// is down for everyone, while etcd and every other component keep running. The process is
-// the one recorded in <state dir>/pids/kube-apiserver.pid, the state dir being the directory
-// of the kubeconfig (as localcluster writes it), and must carry that cluster's marker; ok is
-// false on any other cluster, so callers can skip. Callers must resume (t.Cleanup) even when
-// the test fails.
+// StopAPIServer stops the cluster's kube-apiserver with SIGSTOP: every request and watch to
+// it hangs (no answer, no error) until resume sends SIGCONT — an API server that is down for
+// everyone, while etcd and every other component keep running. On the local cluster the
+// process is the one recorded in <state dir>/pids/kube-apiserver.pid, the state dir being the
+// directory of the kubeconfig (as localcluster writes it), and must carry that cluster's
+// marker. On kind (nodes are containers of this machine's docker) it is every process of the
+// control plane's kube-apiserver static pod container, found through its cgroup as
+// CrashContainer does. ok is false on any other cluster, so callers can skip. Callers must
+// resume (t.Cleanup) even when the test fails.
 func (f *Framework) StopAPIServer() (resume func() error, ok bool, err error) {
+	if resume, ok, err := f.stopLocalAPIServer(); ok || err != nil {
+		return resume, ok, err
+	}
+	return f.stopKindAPIServer()
+}
+
+func (f *Framework) stopLocalAPIServer() (resume func() error, ok bool, err error) {
 	stateDir := filepath.Dir(f.Kubeconfig)
 	b, err := os.ReadFile(filepath.Join(stateDir, "pids", "kube-apiserver.pid"))
 	if err != nil {
@@ -97,4 +130,47 @@ func (f *Framework) StopAPIServer() (resume func() error, ok bool, err error) {
 		return nil, true, fmt.Errorf("SIGSTOP kube-apiserver (pid %d): %w", pid, err)
 	}
 	return func() error { return syscall.Kill(pid, syscall.SIGCONT) }, true, nil
+}
+
+// stopKindAPIServer: kubeadm's kube-apiserver static pod (label component=kube-apiserver)
+// on a kind control-plane node of this machine. The pod is read before the stop (nothing
+// answers after it); its processes are stopped and later continued by pid.
+func (f *Framework) stopKindAPIServer() (resume func() error, ok bool, err error) {
+	ctx := context.Background()
+	if typ, _, err := f.ClusterType(ctx); err != nil || typ != KindCluster {
+		return nil, false, nil
+	}
+	pods, err := f.Client.CoreV1().Pods("kube-system").List(ctx, metav1.ListOptions{LabelSelector: "component=kube-apiserver"})
+	if err != nil {
+		return nil, true, err
+	}
+	if len(pods.Items) != 1 {
+		return nil, true, fmt.Errorf("kind: %d kube-apiserver pods (want the one control plane's)", len(pods.Items))
+	}
+	pod := &pods.Items[0]
+	var id string
+	for _, st := range pod.Status.ContainerStatuses {
+		if st.Name == "kube-apiserver" && st.State.Running != nil {
+			_, id, _ = strings.Cut(st.ContainerID, "://")
+		}
+	}
+	if id == "" {
+		return nil, true, fmt.Errorf("kind: %s has no running kube-apiserver container", pod.Name)
+	}
+	stopped, err := signalContainer(id, syscall.SIGSTOP)
+	if err != nil {
+		return nil, true, err
+	}
+	if len(stopped) == 0 {
+		return nil, true, fmt.Errorf("kind: no process of %s's container %s on this machine", pod.Name, id)
+	}
+	return func() error {
+		var errs []error
+		for _, pid := range stopped {
+			if err := syscall.Kill(pid, syscall.SIGCONT); err != nil {
+				errs = append(errs, fmt.Errorf("SIGCONT kube-apiserver pid %d: %w", pid, err))
+			}
+		}
+		return errors.Join(errs...)
+	}, true, nil
 }

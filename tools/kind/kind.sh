@@ -68,15 +68,18 @@ networking:
   # staticip's agent is the cluster's only CNI (manifests/cni).
   disableDefaultCNI: true
 nodes:
+# Zones as the local cluster's (zone-0: two nodes, zone-1: one), so the grid tests have two
+# node units and a node of zone-0 to move into a third; the control plane's NoSchedule
+# taint keeps ordinary pods of zone-0 on the first worker.
 - role: control-plane
   image: $image
-  labels: {zone: zone-a, topology.kubernetes.io/zone: zone-a}
+  labels: {zone: zone-0, topology.kubernetes.io/zone: zone-0}
 - role: worker
   image: $image
-  labels: {zone: zone-a, topology.kubernetes.io/zone: zone-a}
+  labels: {zone: zone-0, topology.kubernetes.io/zone: zone-0}
 - role: worker
   image: $image
-  labels: {zone: zone-b, topology.kubernetes.io/zone: zone-b}
+  labels: {zone: zone-1, topology.kubernetes.io/zone: zone-1}
 YAML
   if [ ! -e /sys/fs/cgroup/cgroup.controllers ]; then
     # cgroup v1 host: kubelet 1.35+ refuses to start on v1 unless told otherwise.
@@ -87,6 +90,31 @@ kubeadmConfigPatches:
   failCgroupV1: false
 YAML
   fi
+}
+
+# Every kind node's systemd, containerd, kubelet and kube-proxy take inotify instances of
+# the host's root user (kind nodes are not user namespaces), counted against the host's
+# fs.inotify.max_user_instances, 128 by default. With the machine's other clusters and
+# test API servers that runs out: kube-proxy then exits with "failed complete: too many
+# open files" and crash-loops (kind's known issue of that name, which says 512). Raised for
+# as long as the cluster is up; down puts the host's value back.
+inotify_instances=/proc/sys/fs/inotify/max_user_instances
+inotify_min=512
+
+raise_inotify() {
+  local cur; cur=$(cat "$inotify_instances")
+  [ "$cur" -ge "$inotify_min" ] && return
+  [ -e "$state/inotify.restore" ] || echo "$cur" >"$state/inotify.restore"
+  echo "$inotify_min" >"$inotify_instances"
+  log "fs.inotify.max_user_instances $cur -> $inotify_min while the cluster is up (kind: too many open files)"
+}
+
+restore_inotify() {
+  [ -e "$state/inotify.restore" ] || return 0
+  local was; was=$(cat "$state/inotify.restore")
+  echo "$was" >"$inotify_instances"
+  rm -f "$state/inotify.restore"
+  log "fs.inotify.max_user_instances back to $was"
 }
 
 cluster_running() {
@@ -108,6 +136,7 @@ up() {
     image=$("$root/tools/kind/nodeimage.sh")
   fi
   log "node image $image ($((SECONDS - t))s)"
+  raise_inotify
   if cluster_running; then
     log "cluster $cluster is up"
   else
@@ -227,6 +256,10 @@ install() {
     fi
   done
   for d in "${extra[@]}"; do
+    if [ "$d" = manifests/edge ]; then
+      install_edge "$d"
+      continue
+    fi
     log "kubectl apply -k $d (not in the README's install section)"
     kubectl apply -k "$d" >/dev/null
   done
@@ -238,6 +271,74 @@ install() {
   for d in $(kubectl get deployments -A -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name}{"\n"}{end}'); do
     kubectl -n "${d%/*}" rollout status "deployment/${d#*/}" --timeout=300s >&2
   done
+}
+
+# install_edge installs application-grid-wrapper the way edge/README.md ("Install") says for
+# a kubeadm cluster, and puts kube-proxy behind it (KIND_KUBE_PROXY_DIRECT=1: neither, as
+# localcluster's --kube-proxy-direct):
+#   1. the wrapper's API server address: the control-plane node's IP and 6443 (in the API
+#      server certificate's SANs). Not its name: the wrapper is on the host network with
+#      ClusterFirstWithHostNet, so names go to CoreDNS's ClusterIP, which needs kube-proxy's
+#      rules, which come through the wrapper. Set by an overlay of manifests/edge (edge/
+#      README's "edit the apiserver ConfigMap"), so a second apply changes nothing;
+#   2. the DaemonSet, RBAC and kube-proxy's kubeconfig ConfigMap, every wrapper Ready;
+#   3. kubeadm's kube-proxy ConfigMap's kubeconfig.conf replaced by the wrapper's
+#      (http://127.0.0.1:51006, kube-proxy is on the host network too) and kube-proxy
+#      restarted — only when it changed, so up twice restarts nothing.
+install_edge() {
+  local d=$1
+  if [ "${KIND_KUBE_PROXY_DIRECT:-0}" = 1 ]; then
+    log "KIND_KUBE_PROXY_DIRECT=1: $d not installed, kube-proxy talks to the API server directly"
+    return
+  fi
+  local cp ip overlay="$state/edge"
+  cp=$(kind get nodes --name "$cluster" | grep control-plane | head -1)
+  ip=$(docker inspect -f "{{(index .NetworkSettings.Networks \"$network\").IPAddress}}" "$cp")
+  [ -n "$ip" ] || { log "no IP of $cp on network $network"; exit 1; }
+  mkdir -p "$overlay"
+  cat >"$overlay/kustomization.yaml" <<YAML
+# Written by tools/kind/kind.sh: $d with the API server address of this kind cluster.
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- $(realpath --relative-to="$overlay" "$root/$d")
+patches:
+- patch: |-
+    apiVersion: v1
+    kind: ConfigMap
+    metadata:
+      name: application-grid-wrapper-apiserver
+      namespace: kube-system
+    data:
+      KUBERNETES_SERVICE_HOST: "$ip"
+      KUBERNETES_SERVICE_PORT: "6443"
+# The pods read the address once (envFrom): naming it in the template rolls them when it
+# changes (a recreated cluster), and only then.
+- patch: |-
+    apiVersion: apps/v1
+    kind: DaemonSet
+    metadata:
+      name: application-grid-wrapper
+      namespace: kube-system
+    spec:
+      template:
+        metadata:
+          annotations:
+            kind.staticip.io/apiserver: "$ip:6443"
+YAML
+  log "kubectl apply -k $d (not in the README's install section; edge/README.md's steps, API server $ip:6443)"
+  kubectl apply -k "$overlay" >/dev/null
+  kubectl -n kube-system rollout status daemonset/application-grid-wrapper --timeout=300s >&2
+  local want have
+  want=$(kubectl -n kube-system get configmap kube-proxy-via-application-grid-wrapper -o jsonpath='{.data.kubeconfig\.conf}')
+  have=$(kubectl -n kube-system get configmap kube-proxy -o jsonpath='{.data.kubeconfig\.conf}')
+  if [ "$want" != "$have" ]; then
+    kubectl -n kube-system patch configmap kube-proxy --type merge \
+      -p "$(jq -n --arg k "$want" '{data: {"kubeconfig.conf": $k}}')" >/dev/null
+    kubectl -n kube-system rollout restart daemonset/kube-proxy >/dev/null
+    log "kube-proxy: kubeconfig.conf is the wrapper's (http://127.0.0.1:51006), restarted"
+  fi
+  kubectl -n kube-system rollout status daemonset/kube-proxy --timeout=300s >&2
 }
 
 # replace_scheduler stops the control plane's kube-scheduler static pod, so that
@@ -274,6 +375,7 @@ down() {
   # A bridge of a network whose engine died with it.
   if ip link show "$bridge" >/dev/null 2>&1; then ip link del "$bridge"; fi
   rm -f "$kubeconfig"
+  restore_inotify
   log "down"
 }
 
@@ -305,6 +407,9 @@ leftovers() {
   fi
   if iptables-save 2>/dev/null | grep -qiE 'docker|kind'; then log "leftover: iptables rules:"; iptables-save | grep -iE 'docker|kind' >&2; bad=1; fi
   [ -e "$run" ] && { log "leftover: $run"; bad=1; }
+  if [ -e "$state/inotify.restore" ]; then
+    log "leftover: fs.inotify.max_user_instances is $(cat "$inotify_instances"), the host's was $(cat "$state/inotify.restore")"; bad=1
+  fi
   [ $bad -eq 0 ] && log "no leftovers (cached: the node image and rootfs in $state, images in $state/images)"
   return $bad
 }

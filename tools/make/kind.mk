@@ -27,12 +27,12 @@ kind-node-image: deps build ## build the offline kind node image (cached by cont
 	@$(ROOT)/tools/kind/dockerd.sh up && eval "export $$($(ROOT)/tools/kind/dockerd.sh env)" && $(ROOT)/tools/kind/nodeimage.sh
 
 # The suite against the kind cluster; prints how many tests ran, passed, skipped (and why).
+# E2E_KIND_CHAOS=1 also runs TestNoDuplicateIPUnderChaos there (skipped on kind otherwise).
 e2e-kind-suite:
 	@mkdir -p $(OUT)
 	@eval "export $$($(ROOT)/tools/kind/dockerd.sh env)"; rc=0; \
-	  $(GO) test -tags e2e $(E2E_FLAGS) ./e2e/... -args -kubeconfig=$(KIND_KUBECONFIG) 2>&1 | tee $(OUT)/e2e-kind.log || rc=$$?; \
-	  echo "e2e-kind: $$(grep -c -- '--- PASS' $(OUT)/e2e-kind.log || true) passed, $$(grep -c -- '--- FAIL' $(OUT)/e2e-kind.log || true) failed, $$(grep -c -- '--- SKIP' $(OUT)/e2e-kind.log || true) skipped"; \
-	  grep -A1 -- '--- SKIP' $(OUT)/e2e-kind.log | grep -v -- '^--$$' || true; \
+	  $(GO) test -tags e2e $(E2E_FLAGS) ./e2e/... -args -kubeconfig=$(KIND_KUBECONFIG) $(if $(filter 1,$(E2E_KIND_CHAOS)),-chaos-on-kind) 2>&1 | tee $(OUT)/e2e-kind.log || rc=$$?; \
+	  $(ROOT)/tools/kind/summary.sh e2e-kind $(OUT)/e2e-kind.log; \
 	  exit $$rc
 
 e2e-kind-lifecycle: ## kind-up twice is a no-op, kind-down leaves nothing, kind-up after a killed dockerd recovers
