@@ -82,9 +82,10 @@ func renderReplaceDefault(t *testing.T) renderedScheduler {
 }
 
 // TestSchedulerReplaceDefaultSurvives: in replace-default mode the scheduler schedules its
-// own replacements, so the rendered overlay must keep it alive without one: two replicas
-// never on one node, on the control-plane nodes whose taints (and the not-ready/unreachable
-// ones) it tolerates, a PDB that keeps one through voluntary disruptions, a hardened
+// own replacements, so the rendered overlay must keep it alive without one: two replicas,
+// on different nodes whenever two are eligible (spread, not required anti-affinity: a
+// one-control-plane cluster such as kind's must still run both), on the control-plane
+// nodes whose taints (and the not-ready/unreachable ones) it tolerates, a PDB that keeps one through voluntary disruptions, a hardened
 // container, the same Lease as kube-scheduler. The API server accepts all of it.
 func TestSchedulerReplaceDefaultSurvives(t *testing.T) {
 	r := renderReplaceDefault(t)
@@ -104,12 +105,12 @@ func TestSchedulerReplaceDefaultSurvives(t *testing.T) {
 		}
 	}
 	podLabels := labels.Set(d.Spec.Template.Labels)
-	if spec.Affinity == nil || spec.Affinity.PodAntiAffinity == nil ||
-		!slices.ContainsFunc(spec.Affinity.PodAntiAffinity.RequiredDuringSchedulingIgnoredDuringExecution, func(term corev1.PodAffinityTerm) bool {
-			sel, err := metav1.LabelSelectorAsSelector(term.LabelSelector)
-			return err == nil && term.TopologyKey == "kubernetes.io/hostname" && sel.Matches(podLabels)
-		}) {
-		t.Errorf("no required anti-affinity of the replicas per kubernetes.io/hostname: %+v", spec.Affinity)
+	if !slices.ContainsFunc(spec.TopologySpreadConstraints, func(c corev1.TopologySpreadConstraint) bool {
+		sel, err := metav1.LabelSelectorAsSelector(c.LabelSelector)
+		return err == nil && c.TopologyKey == "kubernetes.io/hostname" && c.MaxSkew == 1 &&
+			c.WhenUnsatisfiable == corev1.DoNotSchedule && sel.Matches(podLabels)
+	}) {
+		t.Errorf("replicas not spread per kubernetes.io/hostname (DoNotSchedule, maxSkew 1): %+v", spec.TopologySpreadConstraints)
 	}
 	if r.pdb.Spec.MinAvailable == nil || r.pdb.Spec.MinAvailable.IntValue() < 1 {
 		t.Errorf("PDB minAvailable %v: want 1", r.pdb.Spec.MinAvailable)
