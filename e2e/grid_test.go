@@ -57,6 +57,12 @@ func unitNodes(t *testing.T, ctx context.Context, key string) map[string]map[str
 	}
 	out := map[string]map[string]bool{}
 	for _, n := range nodes.Items {
+		// A node the test pods cannot run on (a failover spare's NoSchedule taint) is no
+		// place for a unit's pods or for a client pod pinned there.
+		if taint := untoleratedTaint(n); taint != "" {
+			t.Logf("node %s left out of its unit: tainted %s (test pods do not tolerate it)", n.Name, taint)
+			continue
+		}
 		if v, ok := n.Labels[key]; ok {
 			if out[v] == nil {
 				out[v] = map[string]bool{}

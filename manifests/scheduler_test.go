@@ -85,8 +85,8 @@ func renderReplaceDefault(t *testing.T) renderedScheduler {
 // own replacements, so the rendered overlay must keep it alive without one: two replicas,
 // on different nodes whenever two are eligible (spread, not required anti-affinity: a
 // one-control-plane cluster such as kind's must still run both), on the control-plane
-// nodes whose taints (and the not-ready/unreachable ones) it tolerates, a PDB that keeps one through voluntary disruptions, a hardened
-// container, the same Lease as kube-scheduler. The API server accepts all of it.
+// nodes whose taints (and the not-ready/unreachable ones) it tolerates, a PDB that keeps
+// one through voluntary disruptions, a hardened container, the same Lease as kube-scheduler. The API server accepts all of it.
 func TestSchedulerReplaceDefaultSurvives(t *testing.T) {
 	r := renderReplaceDefault(t)
 	d := r.deployment
