@@ -160,25 +160,18 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, nodeIn
 		return nil, err
 	}
 	// Ranges and StaticIPs: their node (old and new) and the running migrations.
-	if _, err := rangeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { c.enqueueOwner(obj) },
+	ownerHandler := cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueueOwner,
 		UpdateFunc: func(old, cur any) {
 			c.enqueueOwner(old)
 			c.enqueueOwner(cur)
 		},
-		DeleteFunc: func(obj any) { c.enqueueOwner(obj) },
-	}); err != nil {
-		return nil, err
+		DeleteFunc: c.enqueueOwner,
 	}
-	if _, err := sipInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { c.enqueueOwner(obj) },
-		UpdateFunc: func(old, cur any) {
-			c.enqueueOwner(old)
-			c.enqueueOwner(cur)
-		},
-		DeleteFunc: func(obj any) { c.enqueueOwner(obj) },
-	}); err != nil {
-		return nil, err
+	for _, inf := range []cache.SharedIndexInformer{rangeInformer.Informer(), sipInformer.Informer()} {
+		if _, err := inf.AddEventHandler(ownerHandler); err != nil {
+			return nil, err
+		}
 	}
 	// Pods: only running migrations care (pods left holding an IP, pods coming back).
 	if _, err := podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
