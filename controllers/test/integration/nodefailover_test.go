@@ -805,3 +805,31 @@ func TestNodeFailoverWithItsRBAC(t *testing.T) {
 		return e.eventReasons()[nodefailover.ReasonCompleted], nil
 	})
 }
+
+// TestNodeFailoverNodeDeleted: a Node object deleted (a cloud node controller removed the
+// instance) fences it too — once its range was served by an agent. A range whose node never
+// joined is left alone.
+func TestNodeFailoverNodeDeleted(t *testing.T) {
+	e := newFailoverEnv(t)
+	ra, _ := e.threeNodesAndSpare()
+	never := e.addRange("rnever", 9, "not-joined-yet", 0)
+	e.eventually(30*time.Second, "n3's range served by its agent", func() (bool, error) {
+		return nodefailover.RangeSynced(e.getRange(ra)), nil
+	})
+	e.startFailover(time.Second)
+	e.podGC("n3")
+	if err := e.kube.CoreV1().Nodes().Delete(e.ctx, e.name("n3"), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rec := e.waitRecord("n3", "waiting for pods on the spare", waitingOn(nodefailover.ReasonWaitingForPods))
+	if rec.Status.Zone != e.zone {
+		t.Errorf("zone %q not kept from the deleted Node, want %q", rec.Status.Zone, e.zone)
+	}
+	e.assertRange(ra, "spare1", 1)
+	if _, err := e.record("not-joined-yet"); !apierrors.IsNotFound(err) {
+		t.Errorf("a record for a node that never joined: %v", err)
+	}
+	if r := e.getRange(never); r.Spec.Node != e.name("not-joined-yet") {
+		t.Errorf("range of a node that never joined moved to %s", r.Spec.Node)
+	}
+}
