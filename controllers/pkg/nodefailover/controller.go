@@ -98,7 +98,7 @@ type Controller struct {
 	// Now is the clock (tests).
 	Now func() time.Time
 
-	// gone remembers the labels of deleted Nodes (from the delete event) for zone matching.
+	// gone remembers the zone and instance type of Nodes, for when they are deleted.
 	gone *labelMemory
 }
 
@@ -141,44 +141,29 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, nodeIn
 		if n == nil {
 			return
 		}
+		c.gone.put(n.Name, n.Labels)
 		c.queue.Add(n.Name)
 		c.enqueueActive()
 	}
 	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: nodeHandler, UpdateFunc: func(_, cur any) { nodeHandler(cur) },
-		DeleteFunc: func(obj any) {
-			if n, ok := obj.(*corev1.Node); ok {
-				c.gone.put(n.Name, n.Labels)
-			} else if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				if n, ok := t.Obj.(*corev1.Node); ok {
-					c.gone.put(n.Name, n.Labels)
-				}
-			}
-			nodeHandler(obj)
-		},
+		DeleteFunc: nodeHandler,
 	}); err != nil {
 		return nil, err
 	}
 	// Ranges and StaticIPs: their node (old and new) and the running migrations.
-	if _, err := rangeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { c.enqueueOwner(obj) },
+	ownerHandler := cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueueOwner,
 		UpdateFunc: func(old, cur any) {
 			c.enqueueOwner(old)
 			c.enqueueOwner(cur)
 		},
-		DeleteFunc: func(obj any) { c.enqueueOwner(obj) },
-	}); err != nil {
-		return nil, err
+		DeleteFunc: c.enqueueOwner,
 	}
-	if _, err := sipInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: func(obj any) { c.enqueueOwner(obj) },
-		UpdateFunc: func(old, cur any) {
-			c.enqueueOwner(old)
-			c.enqueueOwner(cur)
-		},
-		DeleteFunc: func(obj any) { c.enqueueOwner(obj) },
-	}); err != nil {
-		return nil, err
+	for _, inf := range []cache.SharedIndexInformer{rangeInformer.Informer(), sipInformer.Informer()} {
+		if _, err := inf.AddEventHandler(ownerHandler); err != nil {
+			return nil, err
+		}
 	}
 	// Pods: only running migrations care (pods left holding an IP, pods coming back).
 	if _, err := podInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -196,7 +181,9 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, nodeIn
 	return c, nil
 }
 
-// labelMemory keeps the last labels of deleted Nodes.
+// labelMemory keeps the zone and instance type of every Node seen, so a Node that is deleted
+// before its record is made still gets a target in its zone. (Filled from the event handler:
+// a sync may see the Node gone from the lister before the delete event is handled.)
 type labelMemory struct {
 	mu sync.Mutex
 	m  map[string]map[string]string
@@ -205,7 +192,7 @@ type labelMemory struct {
 func (l *labelMemory) put(name string, lbls map[string]string) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	l.m[name] = lbls
+	l.m[name] = map[string]string{LabelZone: lbls[LabelZone], LabelInstanceType: lbls[LabelInstanceType]}
 }
 
 func (l *labelMemory) get(name string) map[string]string {

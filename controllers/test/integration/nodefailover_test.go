@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -44,6 +45,7 @@ type failoverEnv struct {
 	holdSync    map[string]bool // node -> its agent does not report ranges Synced
 	holdRoutes  bool            // no agent writes ipranges-observed
 	stopManager func()
+	managerCfg  *rest.Config // the manager's identity (default: the test's admin)
 }
 
 func newFailoverEnv(t *testing.T) *failoverEnv {
@@ -91,7 +93,11 @@ func (e *failoverEnv) startFailover(window time.Duration) func() {
 	o.NodeFailoverWindow = window
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
-	go func() { done <- manager.Run(ctx, o, e.cfg) }()
+	cfg := e.cfg
+	if e.managerCfg != nil {
+		cfg = e.managerCfg
+	}
+	go func() { done <- manager.Run(ctx, o, cfg) }()
 	var once sync.Once
 	stop := func() {
 		once.Do(func() {
@@ -774,4 +780,56 @@ func TestNodeFailoverPartitionWithoutTaint(t *testing.T) {
 		return apierrors.IsNotFound(err), nil
 	})
 	e.assertRange(ra, "n3", 0)
+}
+
+// TestNodeFailoverWithItsRBAC runs a whole migration as the manager's ServiceAccount with only
+// the permissions of manifests/controller-manager/rbac.yaml.
+func TestNodeFailoverWithItsRBAC(t *testing.T) {
+	e := newFailoverEnv(t)
+	e.applyRBAC()
+	cfg := rest.CopyConfig(e.cfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:staticip-system:staticip-controller-manager"}
+	e.managerCfg = cfg
+	ra, rb := e.threeNodesAndSpare()
+	e.startFailover(time.Second)
+	e.setReady("n3", false)
+	e.fence("n3")
+	e.podGC("n3")
+	e.waitRecord("n3", "waiting for pods", waitingOn(nodefailover.ReasonWaitingForPods))
+	e.runPod("web-0", "spare1", e.ip(1, 10))
+	e.runPod("web-1", "spare1", e.ip(2, 10))
+	e.waitRecord("n3", "completed", phaseIs(jkev1alpha1.FailoverCompleted))
+	e.assertRange(ra, "spare1", 1)
+	e.assertRange(rb, "spare1", 5)
+	e.eventually(30*time.Second, "events written with the manager's RBAC", func() (bool, error) {
+		return e.eventReasons()[nodefailover.ReasonCompleted], nil
+	})
+}
+
+// TestNodeFailoverNodeDeleted: a Node object deleted (a cloud node controller removed the
+// instance) fences it too — once its range was served by an agent. A range whose node never
+// joined is left alone.
+func TestNodeFailoverNodeDeleted(t *testing.T) {
+	e := newFailoverEnv(t)
+	ra, _ := e.threeNodesAndSpare()
+	never := e.addRange("rnever", 9, "not-joined-yet", 0)
+	e.eventually(30*time.Second, "n3's range served by its agent", func() (bool, error) {
+		return nodefailover.RangeSynced(e.getRange(ra)), nil
+	})
+	e.startFailover(time.Second)
+	e.podGC("n3")
+	if err := e.kube.CoreV1().Nodes().Delete(e.ctx, e.name("n3"), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rec := e.waitRecord("n3", "waiting for pods on the spare", waitingOn(nodefailover.ReasonWaitingForPods))
+	if rec.Status.Zone != e.zone {
+		t.Errorf("zone %q not kept from the deleted Node, want %q", rec.Status.Zone, e.zone)
+	}
+	e.assertRange(ra, "spare1", 1)
+	if _, err := e.record("not-joined-yet"); !apierrors.IsNotFound(err) {
+		t.Errorf("a record for a node that never joined: %v", err)
+	}
+	if r := e.getRange(never); r.Spec.Node != e.name("not-joined-yet") {
+		t.Errorf("range of a node that never joined moved to %s", r.Spec.Node)
+	}
 }
