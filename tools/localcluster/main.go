@@ -34,6 +34,7 @@ func main() {
 	fs.StringVar(&o.ImageDir, "image-dir", filepath.Join(root, "_output", "images"), "image tarballs to import into every node (missing defaults are built)")
 	fs.StringVar(&o.CNI, "cni", o.CNI, "pod network: bridge")
 	fs.StringVar(&o.Scheduler, "scheduler", o.Scheduler, "scheduler binary: kube-scheduler or staticip-scheduler (make build; serves default-scheduler with the staticip plugins)")
+	fs.StringVar(&o.FeatureGates, "feature-gates", "", "feature gates for kube-apiserver and kube-controller-manager, e.g. MaxUnavailableStatefulSet=true")
 	fs.BoolVar(&o.KubeProxyDirect, "kube-proxy-direct", o.KubeProxyDirect, "kube-proxy talks to the API server directly instead of through application-grid-wrapper")
 	fs.StringVar(&o.Prefix, "prefix", o.Prefix, "prefix of netns and link names")
 	fs.StringVar(&o.PodCIDR, "pod-cidr", o.PodCIDR, "IPv4 /16 of pod addresses (node i gets its .i.0/24)")
