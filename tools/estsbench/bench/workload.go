@@ -24,8 +24,8 @@ const (
 	// maxUnavailable as the EnhancedStatefulSets (feature gate MaxUnavailableStatefulSet on
 	// kube-apiserver and kube-controller-manager: localcluster up --feature-gates).
 	WorkloadStatefulSetMaxUnavailable = "statefulset-maxunavailable"
-	WorkloadESTS        = "ests"
-	WorkloadESTSInPlace = "ests-inplace"
+	WorkloadESTS                      = "ests"
+	WorkloadESTSInPlace               = "ests-inplace"
 )
 
 // setLabel selects the pods of one benchmark workload.
