@@ -88,7 +88,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	fmt.Printf("estsbench: %d replicas, %s -> %s, podManagementPolicy %s, ests maxUnavailable %d, statefulset default RollingUpdate (one pod at a time), %d rounds\n",
+	fmt.Printf("estsbench: %d replicas, %s -> %s, podManagementPolicy %s, ests and statefulset-maxunavailable maxUnavailable %d, statefulset default RollingUpdate (one pod at a time), %d rounds\n",
 		cfg.Replicas, cfg.From, cfg.To, cfg.Template.PodManagement, cfg.Template.MaxUnavailable, cfg.Rounds)
 	runner := &bench.Runner{Kube: kube, Staticip: staticip, Log: os.Stdout}
 	results, err := runner.Run(ctx, cfg)
