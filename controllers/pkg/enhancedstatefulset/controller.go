@@ -733,8 +733,12 @@ func (c *Controller) reconcileClaimOwners(ctx context.Context, set *jkev1alpha1.
 	return errors.Join(errs...)
 }
 
-// claimsByControllerIndex indexes PersistentVolumeClaims by their controller's UID.
+// claimsByControllerIndex indexes PersistentVolumeClaims by their controller: its UID, and for a
+// pod controller also podsOfSetKey of the set the pod's name says it belongs to (a set's pod is
+// {set}-{ordinal}), so the claims handed to scaled-down pods are found after the pods are gone.
 const claimsByControllerIndex = "staticip.enhancedstatefulset/claims-by-controller"
+
+func podsOfSetKey(namespace, setName string) string { return "pods-of/" + namespace + "/" + setName }
 
 func addClaimsByControllerIndex(informer cache.SharedIndexInformer) error {
 	if _, ok := informer.GetIndexer().GetIndexers()[claimsByControllerIndex]; ok {
@@ -745,46 +749,76 @@ func addClaimsByControllerIndex(informer cache.SharedIndexInformer) error {
 		if !ok {
 			return nil, nil
 		}
-		if ref := metav1.GetControllerOf(claim); ref != nil {
-			return []string{string(ref.UID)}, nil
+		ref := metav1.GetControllerOf(claim)
+		if ref == nil {
+			return nil, nil
 		}
-		return nil, nil
+		keys := []string{string(ref.UID)}
+		if i := strings.LastIndex(ref.Name, "-"); ref.Kind == podKind.Kind && ref.APIVersion == "v1" && i > 0 {
+			keys = append(keys, podsOfSetKey(claim.Namespace, ref.Name[:i]))
+		}
+		return keys, nil
 	}})
 }
 
-// deleteScaledPVCs deletes, when persistentVolumeClaimRetentionPolicy.whenScaled is Delete, the
-// claims this set controls whose ordinal is scaled down and whose pod is already gone (a pod
-// that went before its claims were handed to it). Claims found by their controller, never by
-// name alone: a claim the set does not control is never deleted. Claims a scaled-down pod
-// controls go with the pod (garbage collector).
+// deleteScaledPVCs, when persistentVolumeClaimRetentionPolicy.whenScaled is Delete, deletes the
+// claims of the set that are found by their controller, never by name alone (a claim the set
+// does not control is never deleted):
+//   - claims this set controls whose ordinal is scaled down and whose pod is gone (a pod that
+//     went before its claims were handed to it);
+//   - claims controlled by a pod of this set that is gone. Those are the claims handed to
+//     scaled-down pods: the garbage collector deletes them too, this only does not wait for it
+//     (a scaled-up pod waits for such a claim to go, errClaimGoing).
 func (c *Controller) deleteScaledPVCs(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, pods []*corev1.Pod) error {
 	if len(set.Spec.VolumeClaimTemplates) == 0 || pvcRetention(set).WhenScaled != appsv1.DeletePersistentVolumeClaimRetentionPolicyType {
 		return nil
 	}
 	present := map[int]bool{}
+	live := map[types.UID]bool{}
 	for _, p := range pods {
 		present[ParseOrdinal(set.Name, p.Name)] = true
+		live[p.UID] = true
 	}
-	owned, err := c.pvcIndexer.ByIndex(claimsByControllerIndex, string(set.UID))
+	ofSet, err := c.pvcIndexer.ByIndex(claimsByControllerIndex, string(set.UID))
+	if err != nil {
+		return err
+	}
+	ofPods, err := c.pvcIndexer.ByIndex(claimsByControllerIndex, podsOfSetKey(set.Namespace, set.Name))
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, obj := range owned {
+	for _, obj := range append(ofSet, ofPods...) {
 		claim := obj.(*corev1.PersistentVolumeClaim)
-		if claim.Namespace != set.Namespace || claim.DeletionTimestamp != nil {
+		ref := metav1.GetControllerOf(claim)
+		if claim.Namespace != set.Namespace || claim.DeletionTimestamp != nil || ref == nil {
 			continue
 		}
+		ord := -1
 		for _, tmpl := range set.Spec.VolumeClaimTemplates {
-			ord := ParseOrdinal(tmpl.Name+"-"+set.Name, claim.Name)
-			if ord < 0 || ord < replicasOf(set) || present[ord] {
+			if o := ParseOrdinal(tmpl.Name+"-"+set.Name, claim.Name); o >= 0 {
+				ord = o
+			}
+		}
+		if ord < 0 {
+			continue
+		}
+		switch {
+		case ref.UID == set.UID:
+			if ord < replicasOf(set) || present[ord] {
 				continue
 			}
-			err := c.kubeClient.CoreV1().PersistentVolumeClaims(set.Namespace).Delete(ctx, claim.Name,
-				metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &claim.UID}})
-			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				errs = append(errs, err)
+		case ref.Kind == podKind.Kind && ref.Name == fmt.Sprintf("%s-%d", set.Name, ord):
+			if live[ref.UID] {
+				continue
 			}
+		default:
+			continue
+		}
+		err := c.kubeClient.CoreV1().PersistentVolumeClaims(set.Namespace).Delete(ctx, claim.Name,
+			metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &claim.UID}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

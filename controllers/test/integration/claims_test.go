@@ -102,8 +102,9 @@ func controllerUID(claim *corev1.PersistentVolumeClaim, kind string) types.UID {
 // persistentVolumeClaimRetentionPolicy reconciles the owner references of existing claims:
 // whenDeleted=Delete makes the set their controller, Retain removes it, and with
 // whenScaled=Delete a scaled-down pod becomes its claims' controller before it is deleted (so
-// the garbage collector deletes them with it). A claim the set does not control is never
-// deleted, even when its name looks like one of the set's.
+// the garbage collector deletes them with it; the controller deletes them too once the pod is
+// gone). A claim the set does not control is never deleted, even when its name looks like one
+// of the set's.
 func TestClaimOwnersFollowRetentionPolicy(t *testing.T) {
 	f := newFixture(t)
 	f.startKubelet("", 100*time.Millisecond, nil)
@@ -155,7 +156,13 @@ func TestClaimOwnersFollowRetentionPolicy(t *testing.T) {
 	}
 	f.updateSet("pvo", func(s *jkev1alpha1.EnhancedStatefulSet) { s.Spec.Replicas = new(int32(1)) })
 	f.waitSettled("pvo", time.Minute)
-	// No garbage collector runs here: the claim stays, controlled by the pod that is gone.
+	// The claim was handed to the scaled-down pod, then deleted once the pod was gone (the
+	// controller does not wait for the garbage collector, which does not run here). The
+	// API server's pvc-protection finalizer keeps it visible while terminating.
+	f.eventually(30*time.Second, "data-pvo-1 deleted after its pod", func() (bool, error) {
+		c := claim("data-pvo-1")
+		return c.DeletionTimestamp != nil, nil
+	})
 	if got := controllerUID(claim("data-pvo-1"), "Pod"); got != scaled.UID {
 		t.Errorf("data-pvo-1 controller pod UID %q, want the scaled-down pod's %q (whenScaled: Delete): %+v", got, scaled.UID, claim("data-pvo-1").OwnerReferences)
 	}
