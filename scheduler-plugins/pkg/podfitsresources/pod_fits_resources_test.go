@@ -237,7 +237,7 @@ func TestFilter(t *testing.T) {
 				code = fwk.Unschedulable
 			}
 			if st.Code() != code || !reflect.DeepEqual(st.Reasons(), tc.want) {
-				t.Fatalf("Filter = %v %q, want %v %q", st.Code(), st.Reasons(), code, tc.want)
+				t.Fatalf("Filter = %v %q, want %v %q", st.Code(), st.Message(), code, tc.want)
 			}
 		})
 	}
