@@ -48,9 +48,11 @@ type estsTest struct {
 	t    *testing.T
 	ns   string
 	name string
-	cs   versioned.Interface
-	mon  *framework.AvailabilityMonitor
-	ips  map[string]string // pod name -> IP at the start
+	// selector finds the set's pods (app=<name> unless the set says otherwise).
+	selector string
+	cs       versioned.Interface
+	mon      *framework.AvailabilityMonitor
+	ips      map[string]string // pod name -> IP at the start
 }
 
 func newESTSTest(t *testing.T, prefix, name string) *estsTest {
@@ -58,7 +60,7 @@ func newESTSTest(t *testing.T, prefix, name string) *estsTest {
 	cs := versioned.NewForConfigOrDie(f.Config)
 	requireManager(t)
 	ns := f.Namespace(t, prefix)
-	e := &estsTest{t: t, ns: ns, name: name, cs: cs}
+	e := &estsTest{t: t, ns: ns, name: name, selector: "app=" + name, cs: cs}
 	e.mon = f.MonitorAvailability(t, ns, e.podNames(), estsMaxUnavailable)
 	return e
 }
@@ -125,7 +127,7 @@ func (e *estsTest) get(ctx context.Context) (*jkev1alpha1.EnhancedStatefulSet, e
 
 // pods returns the set's live pods by name.
 func (e *estsTest) pods(ctx context.Context) (map[string]*corev1.Pod, error) {
-	list, err := f.Client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + e.name})
+	list, err := f.Client.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{LabelSelector: e.selector})
 	if err != nil {
 		return nil, err
 	}
@@ -585,4 +587,64 @@ func waitManagersReady(t *testing.T, ctx context.Context) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// TestEnhancedStatefulSetRollbackWithoutManualDeletion: the published example
+// (manifests/examples/enhancedstatefulset.yaml exactly as written — no podManagementPolicy,
+// so OrderedReady — with only the image made local) and the same set with Parallel: a
+// rollout to an image that never starts, paused, the template reverted, resumed: the
+// rollback completes with no pod deleted by hand, never more than maxUnavailable down, and
+// every pod keeps its IP throughout.
+func TestEnhancedStatefulSetRollbackWithoutManualDeletion(t *testing.T) {
+	for _, policy := range []appsv1.PodManagementPolicyType{appsv1.OrderedReadyPodManagement, appsv1.ParallelPodManagement} {
+		t.Run(string(policy), func(t *testing.T) { rollbackWithoutManualDeletion(t, policy) })
+	}
+}
+
+func rollbackWithoutManualDeletion(t *testing.T, policy appsv1.PodManagementPolicyType) {
+	ctx := context.Background()
+	start := time.Now()
+	set := &jkev1alpha1.EnhancedStatefulSet{}
+	readExample(t, "enhancedstatefulset.yaml", set)
+	if set.Spec.PodManagementPolicy != "" {
+		t.Fatalf("the example now sets podManagementPolicy %q; this test runs it as written (OrderedReady)", set.Spec.PodManagementPolicy)
+	}
+	if policy == appsv1.ParallelPodManagement {
+		set.Spec.PodManagementPolicy = policy
+	}
+	localImage(&set.Spec.Template.Spec, testServerImage)
+	e := newESTSTest(t, "e2e-rollback", set.Name)
+	e.selector = metav1.FormatLabelSelector(set.Spec.Selector)
+	if _, err := e.cs.JkeV1alpha1().EnhancedStatefulSets(e.ns).Create(ctx, set, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	rev1 := e.observed(ctx).Status.UpdateRevision
+	pods := e.waitSettled(ctx, "6 pods Ready", allAt(rev1))
+	e.rememberIPs(pods)
+	e.mon.Arm(t)
+	t.Logf("%s: up in %.1fs", policy, time.Since(start).Seconds())
+
+	e.patchTemplateImage(ctx, brokenImage)
+	rev2 := e.observed(ctx).Status.UpdateRevision
+	if err := framework.WaitFor(ctx, rolloutTimeout, "a pod stuck on the broken image", func(ctx context.Context) (bool, error) {
+		ps, err := e.pods(ctx)
+		for _, p := range ps {
+			if revisionOf(p) == rev2 && waitingOn(p, "ErrImageNeverPull") {
+				return true, nil
+			}
+		}
+		return false, err
+	}); err != nil {
+		t.Fatalf("%v\n%s", err, e.describe(ctx))
+	}
+	e.kubectl("patch", "ests", e.name, "--type", "merge", "-p", `{"spec":{"updateStrategy":{"rollingUpdate":{"paused":true}}}}`)
+	e.patchTemplateImage(ctx, testServerImage)
+	if got := e.observed(ctx).Status.UpdateRevision; got != rev1 {
+		t.Fatalf("reverted template: update revision %s, want %s again", got, rev1)
+	}
+	e.kubectl("patch", "ests", e.name, "--type", "merge", "-p", `{"spec":{"updateStrategy":{"rollingUpdate":{"paused":false}}}}`)
+	pods = e.waitSettled(ctx, "rolled back to the first revision, no pod deleted by hand", allAt(rev1))
+	e.assertIPsKept("rollback", pods)
+	e.mon.Check(t, "rollback")
+	t.Logf("%s: scenario done in %.1fs, peak unavailable %d", policy, time.Since(start).Seconds(), e.mon.Peak())
 }

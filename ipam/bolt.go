@@ -561,7 +561,7 @@ func (d *DB) choose(t *txn, ranges []Range, req AllocateRequest, now time.Time) 
 		}
 		return req.IP, rng, nil
 	}
-	if key := req.Pod.Key(); key != "" {
+	if key := req.Pod.Key(); key != "" && !req.SkipPodReservation {
 		if cur := t.byPod.Get([]byte(key)); cur != nil {
 			ip := keyIP(cur)
 			if rng, ok := rangeFor(ranges, ip); ok {
@@ -1215,6 +1215,19 @@ func (d *DB) Allocations() ([]Allocation, error) {
 		})
 	})
 	return out, err
+}
+
+// PodReservation returns the IP reserved for pod (by namespace/name), if any.
+func (d *DB) PodReservation(pod PodRef) (netip.Addr, bool, error) {
+	var ip netip.Addr
+	var ok bool
+	err := d.view(func(tx *bolt.Tx) error {
+		if cur := tx.Bucket(bucketReservedBy).Get([]byte(pod.Key())); cur != nil {
+			ip, ok = keyIP(cur), true
+		}
+		return nil
+	})
+	return ip, ok, err
 }
 
 // Reservations lists the reservations, ordered by IP.

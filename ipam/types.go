@@ -113,6 +113,10 @@ type AllocateRequest struct {
 	Pod        PodRef
 	// IP, when valid, is the address the pod must get (its annotation, CNI_ARGS IP=, ...).
 	IP netip.Addr
+	// SkipPodReservation: the reservation under the pod's name is not this pod's (its StaticIP
+	// is retained for another workload whose pod has the same name); a free IP is taken and the
+	// reservation stays where it is.
+	SkipPodReservation bool
 	// Alive, when set, is asked (inside the transaction: keep it cheap) whether another
 	// attachment of the same pod still exists before its IP is taken over. A recreated pod
 	// whose earlier sandbox still runs (a force-deleted pod) is refused with a TakeoverError

@@ -30,10 +30,30 @@ type objectMeta struct {
 	Namespace   string            `json:"namespace,omitempty"`
 	UID         string            `json:"uid,omitempty"`
 	Annotations map[string]string `json:"annotations,omitempty"`
+	// OwnerReferences: read on pods only.
+	OwnerReferences []ownerReference `json:"ownerReferences,omitempty"`
 }
 
 type podObject struct {
 	Metadata objectMeta `json:"metadata"`
+}
+
+// ownerReference is the part of metadata.ownerReferences the plugin reads.
+type ownerReference struct {
+	APIVersion string `json:"apiVersion"`
+	Kind       string `json:"kind"`
+	Name       string `json:"name"`
+	Controller *bool  `json:"controller,omitempty"`
+}
+
+// controller is the pod's controller reference, nil if none.
+func (p *podObject) controller() *ownerReference {
+	for i := range p.Metadata.OwnerReferences {
+		if r := &p.Metadata.OwnerReferences[i]; r.Controller != nil && *r.Controller {
+			return r
+		}
+	}
+	return nil
 }
 
 type staticIPObject struct {
@@ -42,6 +62,9 @@ type staticIPObject struct {
 		IP   string `json:"ip,omitempty"`
 		Node string `json:"node,omitempty"`
 		Pod  string `json:"pod,omitempty"`
+		// Kind and Ref: the workload the record belongs to.
+		Kind string `json:"kind,omitempty"`
+		Ref  string `json:"ref,omitempty"`
 	} `json:"spec"`
 }
 

@@ -155,6 +155,44 @@ func (p *Plugin) requestedIP(ctx context.Context, conf *NetConf, args *K8sArgs, 
 	return req, nil
 }
 
+// reservedForAnotherWorkload: the IP reserved under the pod's name is kept by a StaticIP of
+// another workload (spec.kind/ref) than the pod's controller — an EnhancedStatefulSet web's
+// record and a StatefulSet web's pod web-0. The pod name alone is not the key: the StaticIP
+// controller refuses such a pod the annotation, and the CNI must not hand it the IP by name.
+// Asked only when the store holds a reservation for the pod's name and the pod requests no
+// IP; when the API server cannot answer, the reservation is used as before (offline nodes).
+func (p *Plugin) reservedForAnotherWorkload(ctx context.Context, conf *NetConf, kc *kubeClient, pod ipam.PodRef) bool {
+	if kc == nil || pod.Name == "" {
+		return false
+	}
+	db, err := openDB(conf)
+	if err != nil {
+		return false // Allocate reports it
+	}
+	ip, reserved, err := db.PodReservation(pod)
+	db.Close()
+	if err != nil || !reserved {
+		return false
+	}
+	sip, err := kc.getStaticIP(ctx, pod.Namespace, pod.Name)
+	if err != nil || sip.Spec.Ref == "" {
+		return false
+	}
+	obj, err := kc.getPod(ctx, pod.Namespace, pod.Name)
+	if err != nil {
+		return false
+	}
+	if ref := obj.controller(); ref == nil || ref.Kind != sip.Spec.Kind || ref.Name != sip.Spec.Ref {
+		owner := "no controller"
+		if ref != nil {
+			owner = ref.Kind + " " + ref.Name
+		}
+		p.logf("pod %s (%s): %s is reserved by StaticIP %s for %s %s; taking a free IP", pod, owner, ip, sip.Metadata.Name, sip.Spec.Kind, sip.Spec.Ref)
+		return true
+	}
+	return false
+}
+
 // ownerHint asks the API server which node owns ip, for the out-of-range message.
 func ownerHint(ctx context.Context, kc *kubeClient, ip netip.Addr) string {
 	if kc == nil {
@@ -204,6 +242,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return err
 	}
 	att := ipam.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
+	skipReservation := !req.IP.IsValid() && p.reservedForAnotherWorkload(ctx, conf, kc, pod)
 
 	db, err := openDB(conf)
 	if err != nil {
@@ -217,7 +256,8 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	} else if len(draining) > 0 {
 		p.logf("ranges %v are no longer configured but still have allocations; they drain (nothing new is allocated from them)", draining)
 	}
-	alloc, created, err := db.Allocate(ipam.AllocateRequest{Attachment: att, Pod: pod, IP: req.IP, Alive: hostLinkAlive})
+	alloc, created, err := db.Allocate(ipam.AllocateRequest{Attachment: att, Pod: pod, IP: req.IP,
+		SkipPodReservation: skipReservation, Alive: hostLinkAlive})
 	ranges, _ := db.Ranges()
 	served, _ := db.Served()
 	db.Close()

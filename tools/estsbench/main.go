@@ -34,8 +34,8 @@ func main() {
 	replicas := flag.Int("replicas", 50, "pods per workload")
 	rounds := flag.Int("rounds", 2, "rounds; each rolls every workload once, the order rotating from round to round")
 	workloads := flag.String("workloads", strings.Join([]string{bench.WorkloadESTS, bench.WorkloadStatefulSet, bench.WorkloadESTSInPlace}, ","),
-		"workloads to roll: ests (ReCreate), statefulset, ests-inplace (InPlaceIfPossible)")
-	maxUnavailable := flag.Int("max-unavailable", 10, "maxUnavailable of the EnhancedStatefulSets")
+		"workloads to roll: ests (ReCreate), statefulset (budget 1), statefulset-maxunavailable (--max-unavailable; gate MaxUnavailableStatefulSet), ests-inplace (InPlaceIfPossible)")
+	maxUnavailable := flag.Int("max-unavailable", 10, "maxUnavailable of the EnhancedStatefulSets and of statefulset-maxunavailable")
 	podManagement := flag.String("pod-management-policy", string(appsv1.ParallelPodManagement), "podManagementPolicy of both kinds: Parallel or OrderedReady")
 	from := flag.String("from", imagebuilder.TestServerImage, "image the pods start with (present on the nodes: imagePullPolicy Never)")
 	to := flag.String("to", imagebuilder.TestServerV2Image, "image the pods are rolled to")
@@ -88,7 +88,7 @@ func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	fmt.Printf("estsbench: %d replicas, %s -> %s, podManagementPolicy %s, ests maxUnavailable %d, statefulset default RollingUpdate (one pod at a time), %d rounds\n",
+	fmt.Printf("estsbench: %d replicas, %s -> %s, podManagementPolicy %s, ests and statefulset-maxunavailable maxUnavailable %d, statefulset default RollingUpdate (one pod at a time), %d rounds\n",
 		cfg.Replicas, cfg.From, cfg.To, cfg.Template.PodManagement, cfg.Template.MaxUnavailable, cfg.Rounds)
 	runner := &bench.Runner{Kube: kube, Staticip: staticip, Log: os.Stdout}
 	results, err := runner.Run(ctx, cfg)

@@ -46,6 +46,7 @@ func main() {
 	fs.StringVar(&o.ImageDir, "image-dir", filepath.Join(root, "_output", "images"), "image tarballs to import into every node (missing defaults are built)")
 	fs.StringVar(&o.CNI, "cni", o.CNI, "pod network: bridge")
 	fs.StringVar(&o.Scheduler, "scheduler", o.Scheduler, "scheduler binary: kube-scheduler or staticip-scheduler (make build; serves default-scheduler with the staticip plugins)")
+	fs.StringVar(&o.FeatureGates, "feature-gates", "", "feature gates for kube-apiserver and kube-controller-manager, e.g. MaxUnavailableStatefulSet=true")
 	fs.BoolVar(&o.KubeProxyDirect, "kube-proxy-direct", o.KubeProxyDirect, "kube-proxy talks to the API server directly instead of through application-grid-wrapper")
 	fs.BoolVar(&o.CentralDNS, "central-dns", o.CentralDNS, "one CoreDNS Deployment instead of the edge DNS (a CoreDNS per zone with statefulset-grid-daemon's records; implied by --kube-proxy-direct)")
 	fs.StringVar(&o.Prefix, "prefix", o.Prefix, "prefix of netns and link names")

@@ -76,8 +76,10 @@ type Controller struct {
 	setLister jkev1alpha1listers.EnhancedStatefulSetLister
 	podLister corelisters.PodLister
 	pvcLister corelisters.PersistentVolumeClaimLister
-	sipLister jkev1listers.StaticIPLister
-	synced    []cache.InformerSynced
+	// pvcIndexer indexes claims by their controller's UID (claimsByControllerIndex).
+	pvcIndexer cache.Indexer
+	sipLister  jkev1listers.StaticIPLister
+	synced     []cache.InformerSynced
 
 	queue workqueue.TypedRateLimitingInterface[string]
 	// expectations: per set, the writes of the last sync the informer has not shown yet. The
@@ -128,11 +130,14 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 	if err := history.AddControllerRevisionControllerIndexer(revInformer.Informer()); err != nil {
 		return nil, err
 	}
+	if err := addClaimsByControllerIndex(pvcInformer.Informer()); err != nil {
+		return nil, err
+	}
 	c := &Controller{
 		kubeClient: kubeClient, client: client, recorder: recorder,
 		podControl: kcontroller.RealPodControl{KubeClient: kubeClient, Recorder: recorder},
 		history:    history.NewHistory(kubeClient, revInformer.Lister(), revInformer.Informer().GetIndexer()),
-		setLister:  setInformer.Lister(), podLister: podInformer.Lister(), pvcLister: pvcInformer.Lister(), sipLister: sipInformer.Lister(),
+		setLister:  setInformer.Lister(), podLister: podInformer.Lister(), pvcLister: pvcInformer.Lister(), pvcIndexer: pvcInformer.Informer().GetIndexer(), sipLister: sipInformer.Lister(),
 		synced: []cache.InformerSynced{setInformer.Informer().HasSynced, podInformer.Informer().HasSynced,
 			revInformer.Informer().HasSynced, pvcInformer.Informer().HasSynced, sipInformer.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -293,6 +298,11 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		return 0, nil
 	}
 
+	// Claims first, as upstream fixes the claims of condemned pods before deleting them: a
+	// scaled-down pod must control its claims (whenScaled: Delete) before it goes.
+	if err := c.reconcileClaimOwners(ctx, set, pods); err != nil {
+		return 0, err
+	}
 	done, actErr := c.execute(ctx, set, plan, pods, templates)
 	if len(done.conflicts)+len(done.createFailures) > 0 && (plan.RequeueAfter == 0 || plan.RequeueAfter > conflictRetry) {
 		// A human must resolve a StaticIP conflict; look again now and then, not in a hot loop.
@@ -566,8 +576,8 @@ func (c *Controller) createPod(ctx context.Context, set *jkev1alpha1.EnhancedSta
 		return fmt.Errorf("no template for revision %s", a.Revision)
 	}
 	pod := newPod(set, template, a.Ordinal, a.Revision)
-	if err := c.ensureClaims(ctx, set, a.Ordinal); err != nil {
-		if errors.Is(err, errClaimTerminating) {
+	if err := c.ensureClaims(ctx, set, a.Ordinal, nil); err != nil {
+		if errors.Is(err, errClaimGoing) {
 			return err // retried; not a failure
 		}
 		c.recorder.Eventf(set, corev1.EventTypeWarning, "FailedCreate", "create claims for pod %s: %v", pod.Name, err)
@@ -634,16 +644,21 @@ func describeOwner(pod *corev1.Pod) string {
 	return "no controller, labels " + labels.Set(pod.Labels).String()
 }
 
-// ensureClaims creates the missing PVCs of an ordinal. Like upstream, a PVC that is being
-// deleted is never used: the pod waits (errClaimTerminating) until it is gone, then a new one
-// is created.
-func (c *Controller) ensureClaims(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, ordinal int) error {
-	policy := pvcRetention(set)
+// ensureClaims creates the missing PVCs of an ordinal, with the owner references the retention
+// policy wants. Like upstream, a PVC that is going away is never used: one that is terminating,
+// or that a deleted pod controls (the garbage collector deletes it with that pod, upstream's
+// PodClaimIsStale). The pod waits (errClaimGoing) until it is gone, then a new one is created.
+// livePod is the ordinal's pod if it exists.
+func (c *Controller) ensureClaims(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, ordinal int, livePod *corev1.Pod) error {
+	live := map[string]bool{}
+	if livePod != nil {
+		live[string(livePod.UID)] = true
+	}
 	for _, tmpl := range set.Spec.VolumeClaimTemplates {
 		name := ClaimName(set, tmpl.Name, ordinal)
 		if existing, err := c.pvcLister.PersistentVolumeClaims(set.Namespace).Get(name); err == nil {
-			if existing.DeletionTimestamp != nil {
-				return fmt.Errorf("%w: %s", errClaimTerminating, name)
+			if existing.DeletionTimestamp != nil || claimOfGonePod(existing, live) {
+				return fmt.Errorf("%w: %s", errClaimGoing, name)
 			}
 			continue
 		}
@@ -655,10 +670,7 @@ func (c *Controller) ensureClaims(ctx context.Context, set *jkev1alpha1.Enhanced
 		for k, v := range tmpl.Labels {
 			claim.Labels[k] = v
 		}
-		if policy.WhenDeleted == appsv1.DeletePersistentVolumeClaimRetentionPolicyType {
-			claim.OwnerReferences = []metav1.OwnerReference{{APIVersion: controllerKind.GroupVersion().String(), Kind: controllerKind.Kind,
-				Name: set.Name, UID: set.UID, BlockOwnerDeletion: new(true)}}
-		}
+		claim.OwnerReferences = withClaimOwners(claim, set, livePod, ordinal)
 		if _, err := c.kubeClient.CoreV1().PersistentVolumeClaims(set.Namespace).Create(ctx, claim, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
@@ -666,8 +678,8 @@ func (c *Controller) ensureClaims(ctx context.Context, set *jkev1alpha1.Enhanced
 	return nil
 }
 
-// errClaimTerminating: a pod waits for its PVC to finish terminating before a new one is made.
-var errClaimTerminating = errors.New("PersistentVolumeClaim is terminating; the pod waits for it to go")
+// errClaimGoing: a pod waits for its PVC to finish going away before a new one is made.
+var errClaimGoing = errors.New("PersistentVolumeClaim is being deleted (terminating, or controlled by a deleted pod); the pod waits for it to go")
 
 // ensurePendingPodClaims recreates the missing PVCs of pods that are not scheduled yet (a PVC
 // deleted under a Pending pod would keep it Pending forever), as upstream's processReplica.
@@ -679,7 +691,7 @@ func (c *Controller) ensurePendingPodClaims(ctx context.Context, set *jkev1alpha
 	for _, pod := range pods {
 		if pod.Status.Phase == corev1.PodPending && pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil {
 			if ord := ParseOrdinal(set.Name, pod.Name); ord >= 0 {
-				if err := c.ensureClaims(ctx, set, ord); err != nil && !errors.Is(err, errClaimTerminating) {
+				if err := c.ensureClaims(ctx, set, ord, pod); err != nil && !errors.Is(err, errClaimGoing) {
 					errs = append(errs, err)
 				}
 			}
@@ -688,36 +700,125 @@ func (c *Controller) ensurePendingPodClaims(ctx context.Context, set *jkev1alpha
 	return errors.Join(errs...)
 }
 
-// deleteScaledPVCs deletes the PVCs of ordinals at or above replicas whose pod is gone, when
-// persistentVolumeClaimRetentionPolicy.whenScaled is Delete.
+// reconcileClaimOwners gives the existing claims of the set's pods the owner references the
+// retention policy wants (upstream's UpdatePodClaimForRetentionPolicy), so a policy change
+// applies to claims made before it and a scaled-down pod controls its claims before it is
+// deleted (whenScaled: Delete).
+func (c *Controller) reconcileClaimOwners(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, pods []*corev1.Pod) error {
+	var errs []error
+	for _, pod := range pods {
+		ord := ParseOrdinal(set.Name, pod.Name)
+		if ord < 0 {
+			continue
+		}
+		for _, tmpl := range set.Spec.VolumeClaimTemplates {
+			claim, err := c.pvcLister.PersistentVolumeClaims(set.Namespace).Get(ClaimName(set, tmpl.Name, ord))
+			if err != nil || claim.DeletionTimestamp != nil || claimOwnersUpToDate(claim, set, pod, ord) {
+				continue // a missing claim is created (or waited for) with the pod
+			}
+			if hasOtherController(claim, set, pod) {
+				c.recorder.Eventf(set, corev1.EventTypeWarning, "ConflictingController",
+					"PersistentVolumeClaim %s is controlled by %s %s: the retention policy is ignored for it", claim.Name, metav1.GetControllerOf(claim).Kind, metav1.GetControllerOf(claim).Name)
+			}
+			claim = claim.DeepCopy()
+			claim.OwnerReferences = withClaimOwners(claim, set, pod, ord)
+			if _, err := c.kubeClient.CoreV1().PersistentVolumeClaims(set.Namespace).Update(ctx, claim, metav1.UpdateOptions{}); err != nil {
+				if !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+					c.recorder.Eventf(set, corev1.EventTypeWarning, "FailedUpdateClaim", "owner references of PersistentVolumeClaim %s for pod %s: %v", claim.Name, pod.Name, err)
+				}
+				errs = append(errs, fmt.Errorf("update owner references of PersistentVolumeClaim %s: %w", claim.Name, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// claimsByControllerIndex indexes PersistentVolumeClaims by their controller: its UID, and for a
+// pod controller also podsOfSetKey of the set the pod's name says it belongs to (a set's pod is
+// {set}-{ordinal}), so the claims handed to scaled-down pods are found after the pods are gone.
+const claimsByControllerIndex = "staticip.enhancedstatefulset/claims-by-controller"
+
+func podsOfSetKey(namespace, setName string) string { return "pods-of/" + namespace + "/" + setName }
+
+func addClaimsByControllerIndex(informer cache.SharedIndexInformer) error {
+	if _, ok := informer.GetIndexer().GetIndexers()[claimsByControllerIndex]; ok {
+		return nil
+	}
+	return informer.AddIndexers(cache.Indexers{claimsByControllerIndex: func(obj any) ([]string, error) {
+		claim, ok := obj.(*corev1.PersistentVolumeClaim)
+		if !ok {
+			return nil, nil
+		}
+		ref := metav1.GetControllerOf(claim)
+		if ref == nil {
+			return nil, nil
+		}
+		keys := []string{string(ref.UID)}
+		if i := strings.LastIndex(ref.Name, "-"); ref.Kind == podKind.Kind && ref.APIVersion == "v1" && i > 0 {
+			keys = append(keys, podsOfSetKey(claim.Namespace, ref.Name[:i]))
+		}
+		return keys, nil
+	}})
+}
+
+// deleteScaledPVCs, when persistentVolumeClaimRetentionPolicy.whenScaled is Delete, deletes the
+// claims of the set that are found by their controller, never by name alone (a claim the set
+// does not control is never deleted):
+//   - claims this set controls whose ordinal is scaled down and whose pod is gone (a pod that
+//     went before its claims were handed to it);
+//   - claims controlled by a pod of this set that is gone. Those are the claims handed to
+//     scaled-down pods: the garbage collector deletes them too, this only does not wait for it
+//     (a scaled-up pod waits for such a claim to go, errClaimGoing).
 func (c *Controller) deleteScaledPVCs(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, pods []*corev1.Pod) error {
 	if len(set.Spec.VolumeClaimTemplates) == 0 || pvcRetention(set).WhenScaled != appsv1.DeletePersistentVolumeClaimRetentionPolicyType {
 		return nil
 	}
-	replicas := 1
-	if set.Spec.Replicas != nil {
-		replicas = int(*set.Spec.Replicas)
-	}
 	present := map[int]bool{}
+	live := map[types.UID]bool{}
 	for _, p := range pods {
 		present[ParseOrdinal(set.Name, p.Name)] = true
+		live[p.UID] = true
 	}
-	claims, err := c.pvcLister.PersistentVolumeClaims(set.Namespace).List(labels.Everything())
+	ofSet, err := c.pvcIndexer.ByIndex(claimsByControllerIndex, string(set.UID))
+	if err != nil {
+		return err
+	}
+	ofPods, err := c.pvcIndexer.ByIndex(claimsByControllerIndex, podsOfSetKey(set.Namespace, set.Name))
 	if err != nil {
 		return err
 	}
 	var errs []error
-	for _, claim := range claims {
+	for _, obj := range append(ofSet, ofPods...) {
+		claim := obj.(*corev1.PersistentVolumeClaim)
+		ref := metav1.GetControllerOf(claim)
+		if claim.Namespace != set.Namespace || claim.DeletionTimestamp != nil || ref == nil {
+			continue
+		}
+		ord := -1
 		for _, tmpl := range set.Spec.VolumeClaimTemplates {
-			ord := ParseOrdinal(tmpl.Name+"-"+set.Name, claim.Name)
-			if ord < replicas || present[ord] || claim.DeletionTimestamp != nil {
+			if o := ParseOrdinal(tmpl.Name+"-"+set.Name, claim.Name); o >= 0 {
+				ord = o
+			}
+		}
+		if ord < 0 {
+			continue
+		}
+		switch {
+		case ref.UID == set.UID:
+			if ord < replicasOf(set) || present[ord] {
 				continue
 			}
-			err := c.kubeClient.CoreV1().PersistentVolumeClaims(set.Namespace).Delete(ctx, claim.Name,
-				metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &claim.UID}})
-			if err != nil && !apierrors.IsNotFound(err) {
-				errs = append(errs, err)
+		case ref.Kind == podKind.Kind && ref.Name == fmt.Sprintf("%s-%d", set.Name, ord):
+			if live[ref.UID] {
+				continue
 			}
+		default:
+			continue
+		}
+		err := c.kubeClient.CoreV1().PersistentVolumeClaims(set.Namespace).Delete(ctx, claim.Name,
+			metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &claim.UID}})
+		if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+			errs = append(errs, err)
 		}
 	}
 	return errors.Join(errs...)

@@ -92,7 +92,7 @@ func (t *target) describe() string {
 // otherwise the annotated IP pins the pod to the owner of the IPRange containing it.
 func (pl *CheckPodAnnotation) Target(pod *v1.Pod) (*target, *fwk.Status) {
 	annotated := strings.TrimSpace(pod.Annotations[pl.args.IPAddressAnnotation])
-	if sip, ok := pl.cache.StaticIPForPod(pod.Namespace, pod.Name); ok && sip.Active {
+	if sip, ok := pl.cache.StaticIPOfPod(pod); ok && sip.Active {
 		ip := sip.IP
 		if ip == "" {
 			ip = annotated
@@ -133,7 +133,7 @@ func (pl *CheckPodAnnotation) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.Sig
 	if _, annotated := pod.Annotations[pl.args.IPAddressAnnotation]; annotated {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "pods pinned by an IP annotation are not signable")
 	}
-	if _, ok := pl.cache.StaticIPForPod(pod.Namespace, pod.Name); ok {
+	if _, ok := pl.cache.StaticIPOfPod(pod); ok {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "pods with a StaticIP are not signable")
 	}
 	return nil, nil

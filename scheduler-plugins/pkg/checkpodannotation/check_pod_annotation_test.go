@@ -201,3 +201,25 @@ func TestSignPod(t *testing.T) {
 		}
 	}
 }
+
+// TestRecordOfAnotherWorkloadDoesNotPin: StaticIP web-0 kept for EnhancedStatefulSet web pins
+// that set's pod web-0 to its node, but not StatefulSet web's pod web-0 (the record is not
+// its: the StaticIP controller refuses it the annotation and the CNI the IP).
+func TestRecordOfAnotherWorkloadDoesNotPin(t *testing.T) {
+	c := staticipnode.NewEmpty()
+	c.MarkSynced()
+	c.OnStaticIPUpdate(nil, &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-0"},
+		Spec: jkev1.StaticIPSpec{Node: "n1", IP: "10.1.2.3", Kind: "EnhancedStatefulSet", Ref: "web"}})
+	pl := NewWithCache(snapshotHandle{}, c, defaultArgs())
+	podOf := func(apiVersion, kind string) *v1.Pod {
+		p := annotated("web-0", "")
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: "web", UID: "w", Controller: new(true)}}
+		return p
+	}
+	if tgt, st := pl.Target(podOf("apps/v1", "StatefulSet")); tgt != nil || st != nil {
+		t.Errorf("StatefulSet web's pod web-0 pinned by EnhancedStatefulSet web's record: %+v %v", tgt, st)
+	}
+	if tgt, st := pl.Target(podOf("jke.jdcloud.com/v1alpha1", "EnhancedStatefulSet")); tgt == nil || tgt.node != "n1" || st != nil {
+		t.Errorf("EnhancedStatefulSet web's pod web-0: target %+v %v, want n1", tgt, st)
+	}
+}

@@ -101,7 +101,7 @@ func (pl *PodFitsResources) PreFilter(_ context.Context, state fwk.CycleState, p
 		needsIP: !pod.Spec.HostNetwork,
 	}
 	s.names = s.request.Names()
-	if sip, ok := pl.cache.StaticIPForPod(pod.Namespace, pod.Name); ok && sip.Active {
+	if sip, ok := pl.cache.StaticIPOfPod(pod); ok && sip.Active {
 		s.hasOwn, s.ownNode = true, sip.Node
 	}
 	state.Write(stateKey, s)
@@ -114,7 +114,7 @@ func (pl *PodFitsResources) PreFilter(_ context.Context, state fwk.CycleState, p
 // (hostNetwork); a pod with a StaticIP is refused, since its own reservation changes what
 // it competes with. The batch only hints a node, which Filter checks again.
 func (pl *PodFitsResources) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	if _, ok := pl.cache.StaticIPForPod(pod.Namespace, pod.Name); ok {
+	if _, ok := pl.cache.StaticIPOfPod(pod); ok {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "pods with a StaticIP are not signable")
 	}
 	return []fwk.SignFragment{
@@ -180,9 +180,9 @@ func (pl *PodFitsResources) summary(nodeName string, nodeInfo fwk.NodeInfo, view
 	}
 	sum := &nodeSummary{generation: gen, view: view}
 	pods := nodeInfo.GetPods()
-	var present map[podName]struct{}
+	var present map[podName]*v1.Pod
 	if len(view.Held) > 0 {
-		present = make(map[podName]struct{}, len(pods))
+		present = make(map[podName]*v1.Pod, len(pods))
 	}
 	for _, p := range pods {
 		pod := p.GetPod()
@@ -190,11 +190,13 @@ func (pl *PodFitsResources) summary(nodeName string, nodeInfo fwk.NodeInfo, view
 			sum.podNetwork++
 		}
 		if present != nil {
-			present[podName{pod.Namespace, pod.Name}] = struct{}{}
+			present[podName{pod.Namespace, pod.Name}] = pod
 		}
 	}
 	for _, h := range view.Held {
-		if _, ok := present[podName{h.PodNamespace, h.PodName}]; !ok {
+		// A pod of the record's name but of another workload does not make the record's pod
+		// present: the record still holds its place.
+		if pod, ok := present[podName{h.PodNamespace, h.PodName}]; !ok || !staticipnode.BelongsTo(h.Kind, h.Ref, pod) {
 			sum.absent = append(sum.absent, h)
 			sum.reserved.Add(h.Request)
 		}
@@ -214,7 +216,7 @@ type reserving struct {
 // othersThan leaves out pod's own record: a pod never competes with its own reservation.
 func (sum *nodeSummary) othersThan(pod *v1.Pod) reserving {
 	for i, h := range sum.absent {
-		if h.PodNamespace == pod.Namespace && h.PodName == pod.Name {
+		if h.PodNamespace == pod.Namespace && h.PodName == pod.Name && staticipnode.BelongsTo(h.Kind, h.Ref, pod) {
 			held := make([]staticipnode.Held, 0, len(sum.absent)-1)
 			held = append(append(held, sum.absent[:i]...), sum.absent[i+1:]...)
 			reserved := sum.reserved.Clone()

@@ -163,6 +163,24 @@ func TestFilter(t *testing.T) {
 			ranges:    []*jkev1.IPRange{smallRange},
 		},
 		{
+			// EnhancedStatefulSet web's record is not the own reservation of StatefulSet web's
+			// pod web-0: that pod competes with it like any other.
+			name: "IPs exhausted, StaticIP of the same pod name kept for another workload",
+			pod: func() *v1.Pod {
+				p := mkPod("ns", "web-0", "", nil)
+				p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "web", UID: "sts", Controller: new(true)}}
+				return p
+			}(),
+			onNode: fivePods(),
+			staticIPs: func() []*jkev1.StaticIP {
+				s := mkSIP("ns", "web-0", "n1", nil)
+				s.Spec.Kind, s.Spec.Ref = "EnhancedStatefulSet", "web"
+				return []*jkev1.StaticIP{s}
+			}(),
+			ranges: []*jkev1.IPRange{smallRange},
+			want:   []string{"no free IP in node's ranges 10.1.2.0/29 (6 usable: 5 used by pods, 1 reserved for absent static-IP pods: StaticIP ns/web-0)"},
+		},
+		{
 			name: "IPs exhausted, hostNetwork pod needs none",
 			pod: func() *v1.Pod {
 				p := mkPod("ns", "new", "", nil)
@@ -219,7 +237,7 @@ func TestFilter(t *testing.T) {
 				code = fwk.Unschedulable
 			}
 			if st.Code() != code || !reflect.DeepEqual(st.Reasons(), tc.want) {
-				t.Fatalf("Filter = %v %q, want %v %q", st.Code(), st.Reasons(), code, tc.want)
+				t.Fatalf("Filter = %v %q, want %v %q", st.Code(), st.Message(), code, tc.want)
 			}
 		})
 	}

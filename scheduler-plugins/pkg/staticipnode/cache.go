@@ -25,6 +25,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
 	"k8s.io/apimachinery/pkg/util/sets"
@@ -47,6 +48,8 @@ type reservation struct {
 	podKey string // namespace/pod
 	node   string
 	ip     string
+	// kind, ref: the workload the record belongs to.
+	kind, ref string
 	// active: it may hold a reservation (node set, not deleting, not Released).
 	active bool
 	req    Resources
@@ -72,6 +75,8 @@ type StaticIPInfo struct {
 	Name string
 	Node string
 	IP   string
+	// Kind and Ref: the workload the record belongs to ("" when not recorded yet).
+	Kind, Ref string
 	// Active: the record holds the pod's place on Node (not Released, not deleting).
 	Active  bool
 	Request Resources
@@ -103,7 +108,9 @@ type Held struct {
 	// StaticIP is the record's namespace/name (for messages).
 	StaticIP              string
 	PodNamespace, PodName string
-	Request               Resources
+	// Kind and Ref: the workload the record belongs to.
+	Kind, Ref string
+	Request   Resources
 }
 
 // Cache is the staticIPNode cache. All methods are safe for concurrent use.
@@ -328,6 +335,8 @@ func (c *Cache) applyStaticIP(f *StaticIPFields) {
 		podKey: PodKey(f.Namespace, f.Pod),
 		node:   f.Node,
 		ip:     f.IP,
+		kind:   f.Kind,
+		ref:    f.Ref,
 		active: f.Active(),
 		req:    f.Request,
 	}
@@ -447,7 +456,29 @@ func (c *Cache) StaticIPForPod(namespace, name string) (StaticIPInfo, bool) {
 	}
 	r := c.staticIPs[key]
 	_, recName, _ := cutKey(key)
-	return StaticIPInfo{Name: recName, Node: r.node, IP: r.ip, Active: r.active, Request: r.req.Clone()}, true
+	return StaticIPInfo{Name: recName, Node: r.node, IP: r.ip, Kind: r.kind, Ref: r.ref, Active: r.active, Request: r.req.Clone()}, true
+}
+
+// StaticIPOfPod is StaticIPForPod for a pod object: the record only if it belongs to the
+// pod's workload (BelongsTo). A record retained from EnhancedStatefulSet web is not the record
+// of StatefulSet web's pod web-0: it neither pins that pod nor counts as its own reservation.
+func (c *Cache) StaticIPOfPod(pod *v1.Pod) (StaticIPInfo, bool) {
+	info, ok := c.StaticIPForPod(pod.Namespace, pod.Name)
+	if !ok || !BelongsTo(info.Kind, info.Ref, pod) {
+		return StaticIPInfo{}, false
+	}
+	return info, true
+}
+
+// BelongsTo reports whether a record of workload kind/ref (spec.kind, spec.ref) is pod's: the
+// pod's controller reference has that kind and name. A record that names no workload yet
+// belongs to any pod of its pod name (as before the workload was recorded).
+func BelongsTo(kind, ref string, pod *v1.Pod) bool {
+	if ref == "" {
+		return true
+	}
+	c := metav1.GetControllerOf(pod)
+	return c != nil && c.Kind == kind && c.Name == ref
 }
 
 // RangeForIP returns the IPRange whose cidr contains ip (the most specific one when
@@ -502,7 +533,7 @@ func (n *nodeState) build() *NodeInfo {
 	sort.Strings(info.CIDRs)
 	for _, r := range n.active {
 		ns, name, _ := cutKey(r.podKey)
-		info.Held = append(info.Held, Held{StaticIP: r.key, PodNamespace: ns, PodName: name, Request: r.req})
+		info.Held = append(info.Held, Held{StaticIP: r.key, PodNamespace: ns, PodName: name, Kind: r.kind, Ref: r.ref, Request: r.req})
 	}
 	sort.Slice(info.Held, func(i, j int) bool { return info.Held[i].StaticIP < info.Held[j].StaticIP })
 	return info

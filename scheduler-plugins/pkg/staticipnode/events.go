@@ -44,7 +44,9 @@ type StaticIPFields struct {
 	Phase      jkev1.StaticIPPhase
 	// Pod is the pod the record belongs to (spec.pod, or the record's name).
 	Pod, Node, IP string
-	Request       Resources
+	// Kind and Ref: the workload the record belongs to (spec.kind, spec.ref).
+	Kind, Ref string
+	Request   Resources
 }
 
 // Active reports whether the record may hold its pod's place on a node (its pod may still
@@ -64,7 +66,8 @@ func staticIPFieldsOf(sip *jkev1.StaticIP) *StaticIPFields {
 	return &StaticIPFields{
 		Namespace: sip.Namespace, Name: sip.Name, UID: string(sip.UID), ResourceVersion: sip.ResourceVersion,
 		Generation: sip.Generation, Deleting: sip.DeletionTimestamp != nil, Phase: sip.Status.Phase,
-		Pod: StaticIPPodName(sip), Node: sip.Spec.Node, IP: sip.Spec.IP, Request: ResourcesFromList(sip.Spec.Resources),
+		Pod: StaticIPPodName(sip), Node: sip.Spec.Node, IP: sip.Spec.IP, Kind: sip.Spec.Kind, Ref: sip.Spec.Ref,
+		Request: ResourcesFromList(sip.Spec.Resources),
 	}
 }
 
@@ -91,6 +94,8 @@ func staticIPFieldsFrom(obj interface{}) (*StaticIPFields, error) {
 		}
 		f.Node, _, _ = unstructured.NestedString(o.Object, "spec", "node")
 		f.IP, _, _ = unstructured.NestedString(o.Object, "spec", "ip")
+		f.Kind, _, _ = unstructured.NestedString(o.Object, "spec", "kind")
+		f.Ref, _, _ = unstructured.NestedString(o.Object, "spec", "ref")
 		res, _, err := unstructured.NestedMap(o.Object, "spec", "resources")
 		if err != nil {
 			return nil, fmt.Errorf("decoding StaticIP %s/%s: spec.resources: %w", f.Namespace, f.Name, err)

@@ -113,12 +113,14 @@ func (r *Runner) workload(ns, name string, o TemplateOptions) (workload, error) 
 	switch name {
 	case WorkloadStatefulSet:
 		return &statefulSet{client: r.Kube, namespace: ns, opts: o}, nil
+	case WorkloadStatefulSetMaxUnavailable:
+		return &statefulSet{client: r.Kube, namespace: ns, opts: o, maxUnavailable: true}, nil
 	case WorkloadESTS:
 		return &enhancedStatefulSet{client: r.Staticip, namespace: ns, opts: o, name: name, policy: jkev1alpha1.RecreatePodUpdatePolicy}, nil
 	case WorkloadESTSInPlace:
 		return &enhancedStatefulSet{client: r.Staticip, namespace: ns, opts: o, name: name, policy: jkev1alpha1.InPlaceIfPossiblePodUpdatePolicy}, nil
 	}
-	return nil, fmt.Errorf("unknown workload %q (want %s, %s or %s)", name, WorkloadStatefulSet, WorkloadESTS, WorkloadESTSInPlace)
+	return nil, fmt.Errorf("unknown workload %q (want %s, %s, %s or %s)", name, WorkloadStatefulSet, WorkloadStatefulSetMaxUnavailable, WorkloadESTS, WorkloadESTSInPlace)
 }
 
 // measure creates w at cfg.From, waits until it is fully ready, rolls it to cfg.To and

@@ -20,8 +20,12 @@ import (
 // Names of the workloads the benchmark rolls, also the names of their objects.
 const (
 	WorkloadStatefulSet = "statefulset"
-	WorkloadESTS        = "ests"
-	WorkloadESTSInPlace = "ests-inplace"
+	// WorkloadStatefulSetMaxUnavailable is the native StatefulSet with the same
+	// maxUnavailable as the EnhancedStatefulSets (feature gate MaxUnavailableStatefulSet on
+	// kube-apiserver and kube-controller-manager: localcluster up --feature-gates).
+	WorkloadStatefulSetMaxUnavailable = "statefulset-maxunavailable"
+	WorkloadESTS                      = "ests"
+	WorkloadESTSInPlace               = "ests-inplace"
 )
 
 // setLabel selects the pods of one benchmark workload.
@@ -100,9 +104,16 @@ type statefulSet struct {
 	client    kubernetes.Interface
 	namespace string
 	opts      TemplateOptions
+	// maxUnavailable: opts.MaxUnavailable as the StatefulSet's budget (else 1).
+	maxUnavailable bool
 }
 
-func (s *statefulSet) Name() string { return WorkloadStatefulSet }
+func (s *statefulSet) Name() string {
+	if s.maxUnavailable {
+		return WorkloadStatefulSetMaxUnavailable
+	}
+	return WorkloadStatefulSet
+}
 
 func (s *statefulSet) Create(ctx context.Context, replicas int32, image string) error {
 	name := s.Name()
@@ -120,7 +131,16 @@ func (s *statefulSet) Create(ctx context.Context, replicas int32, image string) 
 			RevisionHistoryLimit: &s.opts.RevisionHistory,
 		},
 	}
-	_, err := s.client.AppsV1().StatefulSets(s.namespace).Create(ctx, set, metav1.CreateOptions{})
+	if s.maxUnavailable {
+		budget := intstr.FromInt(s.opts.MaxUnavailable)
+		set.Spec.UpdateStrategy.RollingUpdate = &appsv1.RollingUpdateStatefulSetStrategy{MaxUnavailable: &budget}
+	}
+	created, err := s.client.AppsV1().StatefulSets(s.namespace).Create(ctx, set, metav1.CreateOptions{})
+	if err == nil && s.maxUnavailable && (created.Spec.UpdateStrategy.RollingUpdate == nil || created.Spec.UpdateStrategy.RollingUpdate.MaxUnavailable == nil) {
+		// The API server drops the field with the gate off: this would be the budget-1 run.
+		return fmt.Errorf("%s: the API server dropped spec.updateStrategy.rollingUpdate.maxUnavailable: "+
+			"turn on the MaxUnavailableStatefulSet feature gate (localcluster up --feature-gates=MaxUnavailableStatefulSet=true)", name)
+	}
 	return err
 }
 

@@ -117,7 +117,7 @@ func (l *layout) etcd() daemon {
 }
 
 func (l *layout) apiserver() daemon {
-	return daemon{name: "kube-apiserver", netns: l.cpNetns, argv: []string{
+	return daemon{name: "kube-apiserver", netns: l.cpNetns, argv: append([]string{
 		l.bin("kube-apiserver"),
 		"--etcd-servers=http://127.0.0.1:2379",
 		"--bind-address=0.0.0.0",
@@ -148,12 +148,20 @@ func (l *layout) apiserver() daemon {
 		"--proxy-client-key-file=" + l.pki("front-proxy-client.key"),
 		"--profiling=false",
 		"--v=1",
-	}}
+	}, l.featureGates()...)}
+}
+
+// featureGates is the --feature-gates flag of kube-apiserver and kube-controller-manager, if any.
+func (l *layout) featureGates() []string {
+	if l.FeatureGates == "" {
+		return nil
+	}
+	return []string{"--feature-gates=" + l.FeatureGates}
 }
 
 func (l *layout) controllerManager() daemon {
 	kc := filepath.Join(l.StateDir, "controller-manager.kubeconfig")
-	return daemon{name: "kube-controller-manager", netns: l.cpNetns, argv: []string{
+	return daemon{name: "kube-controller-manager", netns: l.cpNetns, argv: append([]string{
 		l.bin("kube-controller-manager"),
 		"--kubeconfig=" + kc,
 		"--authentication-kubeconfig=" + kc,
@@ -171,7 +179,7 @@ func (l *layout) controllerManager() daemon {
 		"--leader-elect=false",
 		"--profiling=false",
 		"--v=1",
-	}}
+	}, l.featureGates()...)}
 }
 
 func (l *layout) scheduler() daemon {

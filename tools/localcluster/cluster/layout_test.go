@@ -23,6 +23,8 @@ func TestValidateRejectsBadInput(t *testing.T) {
 		"pod cidr bits":   func(o *Options) { o.PodCIDR = "10.244.1.0/16" },
 		"service ipv6":    func(o *Options) { o.ServiceCIDR = "fd00::/16" },
 		"same cidrs":      func(o *Options) { o.ServiceCIDR = o.PodCIDR },
+		"feature gate":    func(o *Options) { o.FeatureGates = "MaxUnavailableStatefulSet" },
+		"gate value":      func(o *Options) { o.FeatureGates = "A=true,B=maybe" },
 	}
 	for name, mutate := range cases {
 		o := DefaultOptions()

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"strconv"
+	"strings"
 )
 
 // Options are what a user chooses; everything else is derived from them.
@@ -34,6 +36,9 @@ type Options struct {
 	CNI string
 	// Scheduler names the scheduler (see schedulers).
 	Scheduler string
+	// FeatureGates ("A=true,B=false"), passed as --feature-gates to kube-apiserver and
+	// kube-controller-manager (e.g. MaxUnavailableStatefulSet=true for tools/estsbench).
+	FeatureGates string
 	// KubeProxyDirect runs kube-proxy against the API server itself. By default every
 	// node's kube-proxy talks to the API server through application-grid-wrapper (the
 	// manifests/edge DaemonSet, on the node's loopback), as on an edge node.
@@ -113,6 +118,14 @@ func (o *Options) validate() error {
 	}
 	if _, ok := schedulers[o.Scheduler]; !ok {
 		return fmt.Errorf("--scheduler=%s is unknown; known: %v", o.Scheduler, keys(schedulers))
+	}
+	if o.FeatureGates != "" {
+		for _, kv := range strings.Split(o.FeatureGates, ",") {
+			name, value, ok := strings.Cut(kv, "=")
+			if _, err := strconv.ParseBool(value); !ok || name == "" || err != nil {
+				return fmt.Errorf("--feature-gates: %q is not Name=true|false", kv)
+			}
+		}
 	}
 	return nil
 }
