@@ -159,7 +159,13 @@ func TestPluginCredentialWritesOnlyTheIPAnnotationOfItsNode(t *testing.T) {
 		}},
 	}
 	for _, r := range refused {
+		// Each policy (staticip-cni-writes, staticip-cni-token, ...) is loaded on its own: the
+		// wait above proves only the first one is in force. A write that goes through is
+		// retried until the refusal comes or 20 s pass (then it is a real hole).
 		err := r.do()
+		for retryUntil := time.Now().Add(20 * time.Second); err == nil && time.Now().Before(retryUntil); err = r.do() {
+			time.Sleep(200 * time.Millisecond)
+		}
 		switch {
 		case err == nil:
 			t.Errorf("the plugin's credential could %s", r.what)
