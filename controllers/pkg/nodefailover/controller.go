@@ -145,12 +145,17 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, nodeIn
 		c.queue.Add(n.Name)
 		c.enqueueActive()
 	}
-	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	nodeHandlerReg, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: nodeHandler, UpdateFunc: func(_, cur any) { nodeHandler(cur) },
 		DeleteFunc: nodeHandler,
-	}); err != nil {
+	})
+	if err != nil {
 		return nil, err
 	}
+	// The workers start only once this handler has seen every Node of the initial list: the
+	// informer's store is filled before its handlers run, so a sync could otherwise find a
+	// Node deleted from the store whose zone the memory above has not been told yet.
+	c.synced = append(c.synced, nodeHandlerReg.HasSynced)
 	// Ranges and StaticIPs: their node (old and new) and the running migrations.
 	ownerHandler := cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueueOwner,

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -816,7 +817,11 @@ func TestNodeFailoverNodeDeleted(t *testing.T) {
 	e.eventually(30*time.Second, "n3's range served by its agent", func() (bool, error) {
 		return nodefailover.RangeSynced(e.getRange(ra)), nil
 	})
+	watchers := e.nodeWatches()
 	e.startFailover(time.Second)
+	// The manager must have listed the Nodes before n3 goes: a Node deleted before the manager
+	// ever saw it leaves no zone to remember (documented). Its informers watch after they list.
+	e.eventually(time.Minute, "the manager watches Nodes", func() (bool, error) { return e.nodeWatches() > watchers, nil })
 	e.podGC("n3")
 	if err := e.kube.CoreV1().Nodes().Delete(e.ctx, e.name("n3"), metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -832,4 +837,24 @@ func TestNodeFailoverNodeDeleted(t *testing.T) {
 	if r := e.getRange(never); r.Spec.Node != e.name("not-joined-yet") {
 		t.Errorf("range of a node that never joined moved to %s", r.Spec.Node)
 	}
+}
+
+// nodeWatches is the API server's count of open WATCH requests on nodes
+// (apiserver_longrunning_requests), from its /metrics.
+func (e *failoverEnv) nodeWatches() int {
+	e.t.Helper()
+	raw, err := e.kube.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(e.ctx)
+	if err != nil {
+		e.t.Fatalf("API server metrics: %v", err)
+	}
+	n := 0
+	for _, line := range strings.Split(string(raw), "\n") {
+		if strings.HasPrefix(line, "apiserver_longrunning_requests{") && strings.Contains(line, `resource="nodes"`) && strings.Contains(line, `verb="WATCH"`) {
+			fields := strings.Fields(line)
+			if v, err := strconv.ParseFloat(fields[len(fields)-1], 64); err == nil {
+				n += int(v)
+			}
+		}
+	}
+	return n
 }
