@@ -58,8 +58,10 @@ func unitNodes(t *testing.T, ctx context.Context, key string) map[string]map[str
 	out := map[string]map[string]bool{}
 	for _, n := range nodes.Items {
 		// A node the test pods cannot run on (a failover spare's NoSchedule taint) is no
-		// place for a unit's pods or for a client pod pinned there.
-		if taint := untoleratedTaint(n); taint != "" {
+		// place for a unit's pods or for a client pod pinned there. The node lifecycle taints
+		// (node.kubernetes.io/not-ready, ...) are passing states, not a reason to leave a node
+		// out: a node just restarted by an earlier test is still its unit's.
+		if taint := untoleratedTaint(n); taint != "" && !strings.HasPrefix(taint, "node.kubernetes.io/") {
 			t.Logf("node %s left out of its unit: tainted %s (test pods do not tolerate it)", n.Name, taint)
 			continue
 		}

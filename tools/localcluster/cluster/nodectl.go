@@ -117,6 +117,14 @@ func NodeStart(ctx context.Context, o Options, name string, timeout time.Duratio
 		if err != nil {
 			return false, nil
 		}
+		// Ready, and usable again: the node lifecycle controller lifts the not-ready and
+		// unreachable taints a moment after the Ready heartbeat; until then the scheduler and
+		// a test choosing nodes by taint would still see the node as down.
+		for _, t := range node.Spec.Taints {
+			if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+				return false, nil
+			}
+		}
 		for _, c := range node.Status.Conditions {
 			if c.Type == corev1.NodeReady {
 				return c.Status == corev1.ConditionTrue && !c.LastHeartbeatTime.Time.Before(booted), nil
@@ -126,7 +134,7 @@ func NodeStart(ctx context.Context, o Options, name string, timeout time.Duratio
 	}); err != nil {
 		return err
 	}
-	l.Logf("%s started and Ready", name)
+	l.Logf("%s started, Ready and untainted", name)
 	return nil
 }
 
