@@ -41,8 +41,10 @@ verify: ## fail when generated code is stale, gofmt/go vet complain or go.mod is
 # README's install, suite, down, leftover check, lifecycle test). Opt-in with E2E_KIND=1
 # (tools/kind/README.md, "Times"): on the merged tree of 2026-11-23 a fresh-clone .ci/run passed
 # the kind suite (17 passed, 6 skipped with reasons) but TestKindLifecycle's fresh `up` timed
-# out waiting for the application-grid-wrapper DaemonSet (2 of 3 pods available after 300 s);
-# kind goes back into `make test` by default once that passes.
+# out waiting for the application-grid-wrapper DaemonSet (2 of 3 pods available after 300 s):
+# on the control plane kube-apiserver's connection to etcd had taken 127.0.0.1:51006 as its
+# source port, the wrapper's listen port, which lies in Linux's ephemeral range (32768-60999);
+# kind goes back into `make test` by default once the edge ports leave that range.
 E2E_KIND ?= 0
 
 test: deps k8s-bins ## unit + integration tests (race), the e2e suite on the local cluster, then on kind with E2E_KIND=1
