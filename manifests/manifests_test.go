@@ -10,6 +10,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -159,4 +160,65 @@ func TestReplicasFitOnOneEligibleNode(t *testing.T) {
 	if found == 0 {
 		t.Fatal("no Deployment under manifests/: the test reads the wrong directory")
 	}
+}
+
+// Every port a host-network workload listens on lies below Linux's ephemeral port range
+// (32768-60999 by default): a port inside it can already be the source port of any outgoing
+// connection of the host — on kind's control plane kube-apiserver's connection to etcd held
+// 127.0.0.1:51006, the wrapper's old listen port, and the wrapper crash-looped on "address
+// already in use".
+func TestHostNetworkPortsOutsideTheEphemeralRange(t *testing.T) {
+	checked := 0
+	for path, docs := range yamlDocs(t) {
+		for _, doc := range docs {
+			var obj struct {
+				Kind string `json:"kind"`
+				Spec struct {
+					corev1.PodSpec `json:",inline"`
+					Template       struct {
+						Spec corev1.PodSpec `json:"spec"`
+					} `json:"template"`
+				} `json:"spec"`
+			}
+			if err := yaml.Unmarshal(doc, &obj); err != nil {
+				continue // not a workload this test reads
+			}
+			spec := obj.Spec.Template.Spec
+			if obj.Kind == "Pod" {
+				spec = obj.Spec.PodSpec
+			}
+			if !spec.HostNetwork {
+				continue
+			}
+			for _, c := range spec.Containers {
+				var ports []int
+				for _, a := range append(append([]string{}, c.Command...), c.Args...) {
+					if _, value, ok := strings.Cut(a, "="); ok && strings.HasPrefix(a, "--") &&
+						(strings.Contains(a, "address=") || strings.HasPrefix(a, "--listen=") || strings.Contains(a, "-port=")) {
+						if i := strings.LastIndex(value, ":"); i >= 0 {
+							value = value[i+1:]
+						}
+						if p, err := strconv.Atoi(value); err == nil {
+							ports = append(ports, p)
+						}
+					}
+				}
+				for _, probe := range []*corev1.Probe{c.LivenessProbe, c.ReadinessProbe, c.StartupProbe} {
+					if probe != nil && probe.HTTPGet != nil {
+						ports = append(ports, probe.HTTPGet.Port.IntValue())
+					}
+				}
+				for _, p := range ports {
+					checked++
+					if p >= 32768 && p <= 60999 {
+						t.Errorf("%s: container %s on the host network uses port %d, inside the ephemeral range 32768-60999", path, c.Name, p)
+					}
+				}
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no host-network port found under manifests/: the test reads the wrong fields")
+	}
+	t.Logf("%d host-network ports checked", checked)
 }

@@ -408,7 +408,7 @@ func (b *bench) setup(cfg *rest.Config) error {
 	}
 	for _, w := range []struct{ netns, host string }{{"gwbw", wHost}, {"gwbr", rHost}} {
 		kubeconfig := filepath.Join(b.dir, w.netns+".kubeconfig")
-		if err := os.WriteFile(kubeconfig, []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: w, cluster: {server: \"http://%s:51006\"}}]\ncontexts: [{name: d, context: {cluster: w, user: u}}]\ncurrent-context: d\nusers: [{name: u, user: {}}]\n", w.host)), 0o600); err != nil {
+		if err := os.WriteFile(kubeconfig, []byte(fmt.Sprintf("apiVersion: v1\nkind: Config\nclusters: [{name: w, cluster: {server: \"http://%s:10266\"}}]\ncontexts: [{name: d, context: {cluster: w, user: u}}]\ncurrent-context: d\nusers: [{name: u, user: {}}]\n", w.host)), 0o600); err != nil {
 			return err
 		}
 		if err := b.kubeProxy(w.netns, kubeconfig); err != nil {
@@ -419,10 +419,10 @@ func (b *bench) setup(cfg *rest.Config) error {
 }
 
 // startWrapper runs application-grid-wrapper as a process of its own for node bench-a,
-// listening on host:51006.
+// listening on host:10266.
 func (b *bench) startWrapper(name, kubeconfig, host string, args ...string) (*exec.Cmd, error) {
 	cmd := exec.Command(filepath.Join(b.binDir, "application-grid-wrapper"), append([]string{"--kubeconfig=" + kubeconfig, "--node-name=bench-a",
-		"--listen-address=" + host + ":51006", "--kube-api-qps=1000", "--kube-api-burst=2000"}, args...)...)
+		"--listen-address=" + host + ":10266", "--kube-api-qps=1000", "--kube-api-burst=2000"}, args...)...)
 	logW, _ := os.Create(filepath.Join(b.dir, name+".log"))
 	cmd.Stdout, cmd.Stderr = logW, logW
 	if err := cmd.Start(); err != nil {

@@ -283,7 +283,7 @@ install() {
 #      README's "edit the apiserver ConfigMap"), so a second apply changes nothing;
 #   2. the DaemonSet, RBAC and kube-proxy's kubeconfig ConfigMap, every wrapper Ready;
 #   3. kubeadm's kube-proxy ConfigMap's kubeconfig.conf replaced by the wrapper's
-#      (http://127.0.0.1:51006, kube-proxy is on the host network too) and kube-proxy
+#      (http://127.0.0.1:10266, kube-proxy is on the host network too) and kube-proxy
 #      restarted — only when it changed, so up twice restarts nothing.
 install_edge() {
   local d=$1
@@ -336,7 +336,7 @@ YAML
     kubectl -n kube-system patch configmap kube-proxy --type merge \
       -p "$(jq -n --arg k "$want" '{data: {"kubeconfig.conf": $k}}')" >/dev/null
     kubectl -n kube-system rollout restart daemonset/kube-proxy >/dev/null
-    log "kube-proxy: kubeconfig.conf is the wrapper's (http://127.0.0.1:51006), restarted"
+    log "kube-proxy: kubeconfig.conf is the wrapper's (http://127.0.0.1:10266), restarted"
   fi
   kubectl -n kube-system rollout status daemonset/kube-proxy --timeout=300s >&2
 }

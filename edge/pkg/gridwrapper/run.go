@@ -43,8 +43,8 @@ type Options struct {
 func NewOptions() *Options {
 	return &Options{
 		NodeName:        os.Getenv("NODE_NAME"),
-		ListenAddress:   "127.0.0.1:51006",
-		MetricsAddress:  "127.0.0.1:51007",
+		ListenAddress:   "127.0.0.1:10266",
+		MetricsAddress:  "127.0.0.1:10267",
 		QPS:             50,
 		Burst:           100,
 		SelectionChange: "refresh",

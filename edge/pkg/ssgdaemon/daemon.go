@@ -73,7 +73,7 @@ func NewOptions() *Options {
 		HostsDir:       "/var/lib/statefulset-grid-daemon",
 		HostsFile:      "hosts",
 		ClusterDomain:  "cluster.local",
-		MetricsAddress: "127.0.0.1:51008",
+		MetricsAddress: "127.0.0.1:10268",
 		Resync:         10 * time.Minute,
 		QPS:            20,
 		Burst:          40,

@@ -11,7 +11,7 @@ import (
 const (
 	gridWrapperDaemonSet     = "application-grid-wrapper"
 	gridWrapperManifestImage = "staticip/application-grid-wrapper"
-	gridWrapperAddress       = "127.0.0.1:51006"
+	gridWrapperAddress       = "127.0.0.1:10266"
 )
 
 // gridWrapperKubeconfig is manifests/edge/kubeconfig.yaml's kubeconfig.conf: kube-proxy
