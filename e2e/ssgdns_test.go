@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -333,21 +334,44 @@ type dnsWatcher struct {
 	seen []dnsChange
 }
 
-// startDNSWatch runs `testserver dnswatch name` in the pod and collects its lines.
+// startDNSWatch runs `testserver dnswatch name` in the pod and collects its lines. The
+// exec stream through the API server and kubelet is the fragile part (a CI run once got no
+// line in 30 s, with nothing to say why): kubectl's stderr is kept, and an exec that ends or
+// stays silent is tried again, up to three times, before the test fails with what kubectl said.
 func startDNSWatch(t *testing.T, ns, pod, name string) *dnsWatcher {
 	t.Helper()
+	var why []string
+	for attempt := 1; attempt <= 3; attempt++ {
+		w, err := execDNSWatch(ns, pod, name)
+		if err == nil {
+			t.Cleanup(w.stop)
+			return w
+		}
+		why = append(why, fmt.Sprintf("attempt %d: %v", attempt, err))
+		time.Sleep(2 * time.Second)
+	}
+	t.Fatalf("testserver dnswatch in %s never printed:\n%s", pod, strings.Join(why, "\n"))
+	return nil
+}
+
+// execDNSWatch starts one `kubectl exec ... testserver dnswatch` and returns once it printed
+// its first line, or an error (with kubectl's stderr) when it ended or was silent for 30 s.
+func execDNSWatch(ns, pod, name string) (*dnsWatcher, error) {
 	cmd := exec.Command(f.Kubectl, "--kubeconfig="+f.Kubeconfig, "exec", "-n", ns, pod, "--",
 		"/testserver", "dnswatch", "--interval=20ms", "--duration=15m", name)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
+	stderr := &lockedBuffer{}
+	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
+		return nil, err
 	}
 	w := &dnsWatcher{cmd: cmd}
-	started := make(chan struct{})
+	started, ended := make(chan struct{}), make(chan struct{})
 	go func() {
+		defer close(ended)
 		sc := bufio.NewScanner(out)
 		first := true
 		for sc.Scan() {
@@ -367,11 +391,33 @@ func startDNSWatch(t *testing.T, ns, pod, name string) *dnsWatcher {
 	}()
 	select {
 	case <-started:
+		return w, nil
+	case <-ended:
+		err := cmd.Wait()
+		return nil, fmt.Errorf("kubectl exec ended before the first line (%v): %s", err, strings.TrimSpace(stderr.String()))
 	case <-time.After(30 * time.Second):
-		t.Fatalf("testserver dnswatch in %s printed nothing in 30 s", pod)
+		w.stop()
+		<-ended
+		return nil, fmt.Errorf("no line in 30 s; kubectl said: %q", strings.TrimSpace(stderr.String()))
 	}
-	t.Cleanup(w.stop)
-	return w
+}
+
+// lockedBuffer is a bytes.Buffer that kubectl's stderr copier and the test may use at once.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func (w *dnsWatcher) changes() []dnsChange {

@@ -487,6 +487,10 @@ func TestStatefulSetGridAndServiceGrid(t *testing.T) {
 		return err == nil && svc.Annotations[superedgev1.AnnotationTopologyKeys] == `["`+key+`"]` && svc.Spec.ClusterIP == clusterIP, err
 	})
 
+	// The restore's Event and the grids' status writes are asynchronous: wait until the
+	// namespace is quiet before counting (a CI run once saw the "Updated" Event land inside
+	// the 3 s window below).
+	f.settle(30 * time.Second)
 	// The write counter sees writes: a label added to the Service by someone else is one
 	// write (and nothing of the grid's is touched, so the controller does not answer it).
 	seen := f.countWrites(3*time.Second, func() {
@@ -500,7 +504,7 @@ func TestStatefulSetGridAndServiceGrid(t *testing.T) {
 	}
 
 	// Steady state: let the status settle, then count every write in the namespace for 30 s.
-	time.Sleep(2 * time.Second)
+	f.settle(30 * time.Second)
 	writes := f.countWrites(30*time.Second, func() {
 		// Node churn that is not a unit change: heartbeat-like status and label writes.
 		for i := range 5 {
@@ -514,6 +518,21 @@ func TestStatefulSetGridAndServiceGrid(t *testing.T) {
 	if len(writes) != 0 {
 		t.Errorf("a steady namespace saw %d writes in 30 s:\n%s", len(writes), strings.Join(writes, "\n"))
 	}
+}
+
+// settle waits until a 2 s window sees no write in the namespace (see countWrites), so a
+// count that follows measures only what it provokes; it fails the test if the namespace never
+// quiets within timeout.
+func (f *fixture) settle(timeout time.Duration) {
+	f.t.Helper()
+	deadline := time.Now().Add(timeout)
+	var last []string
+	for time.Now().Before(deadline) {
+		if last = f.countWrites(2*time.Second, func() {}); len(last) == 0 {
+			return
+		}
+	}
+	f.t.Fatalf("the namespace never quieted in %v; the last 2 s saw:\n%s", timeout, strings.Join(last, "\n"))
 }
 
 // countWrites watches the namespace's grids, workloads, Services and Events for d while
