@@ -313,3 +313,13 @@ func TestKilledProcessesLeaveRecoverableState(t *testing.T) {
 		}
 	}
 }
+
+// TestMain removes the plugin binary pluginBinary built (12 MB a run, which used to stay in
+// $TMPDIR).
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if pluginPath != "" {
+		_ = os.RemoveAll(filepath.Dir(pluginPath))
+	}
+	os.Exit(code)
+}
