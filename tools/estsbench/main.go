@@ -21,6 +21,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -34,9 +35,12 @@ func main() {
 	replicas := flag.Int("replicas", 50, "pods per workload")
 	rounds := flag.Int("rounds", 2, "rounds; each rolls every workload once, the order rotating from round to round")
 	workloads := flag.String("workloads", strings.Join([]string{bench.WorkloadESTS, bench.WorkloadStatefulSet, bench.WorkloadESTSInPlace}, ","),
-		"workloads to roll: ests (ReCreate), statefulset (budget 1), statefulset-maxunavailable (--max-unavailable; gate MaxUnavailableStatefulSet), ests-inplace (InPlaceIfPossible)")
+		"workloads to roll: ests (ReCreate), statefulset (budget 1), statefulset-maxunavailable (--max-unavailable; gate MaxUnavailableStatefulSet), ests-inplace (InPlaceIfPossible), "+
+			"kruise and kruise-inplace (OpenKruise Advanced StatefulSet, ReCreate / InPlaceIfPossible, --max-unavailable; its CRD installed and tools/kruise running)")
 	maxUnavailable := flag.Int("max-unavailable", 10, "maxUnavailable of the EnhancedStatefulSets and of statefulset-maxunavailable")
-	podManagement := flag.String("pod-management-policy", string(appsv1.ParallelPodManagement), "podManagementPolicy of both kinds: Parallel or OrderedReady")
+	podManagement := flag.String("pod-management-policy", string(appsv1.ParallelPodManagement),
+		"podManagementPolicy of every workload: Parallel, OrderedReady, or both comma-separated (each policy is a table of its own, in this order)")
+	restarts := flag.Int("restarts", 0, "also measure delete -> same-IP Running: this many deletions of a static-IP EnhancedStatefulSet's pod, each next to a plain pod's create -> Running (0: skip)")
 	from := flag.String("from", imagebuilder.TestServerImage, "image the pods start with (present on the nodes: imagePullPolicy Never)")
 	to := flag.String("to", imagebuilder.TestServerV2Image, "image the pods are rolled to")
 	cpu := flag.String("cpu-request", "10m", "CPU request of each pod")
@@ -51,10 +55,11 @@ func main() {
 	if err != nil {
 		fail(fmt.Errorf("--cpu-request: %w", err))
 	}
+	policies := strings.Split(*podManagement, ",")
 	cfg := bench.Config{
 		Replicas:  *replicas,
 		Rounds:    *rounds,
-		Workloads: strings.Split(*workloads, ","),
+		Workloads: strings.FieldsFunc(*workloads, func(r rune) bool { return r == ',' }),
 		From:      *from,
 		To:        *to,
 		Template: bench.TemplateOptions{
@@ -62,7 +67,7 @@ func main() {
 			CPURequest:      cpuRequest,
 			GracePeriod:     *grace,
 			ProbePeriod:     int32(*probePeriod),
-			PodManagement:   appsv1.PodManagementPolicyType(*podManagement),
+			PodManagement:   appsv1.PodManagementPolicyType(policies[0]),
 			MaxUnavailable:  *maxUnavailable,
 			RevisionHistory: 2,
 		},
@@ -85,17 +90,47 @@ func main() {
 	if err != nil {
 		fail(err)
 	}
+	dyn, err := dynamic.NewForConfig(restConfig)
+	if err != nil {
+		fail(err)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 
-	fmt.Printf("estsbench: %d replicas, %s -> %s, podManagementPolicy %s, ests and statefulset-maxunavailable maxUnavailable %d, statefulset default RollingUpdate (one pod at a time), %d rounds\n",
-		cfg.Replicas, cfg.From, cfg.To, cfg.Template.PodManagement, cfg.Template.MaxUnavailable, cfg.Rounds)
-	runner := &bench.Runner{Kube: kube, Staticip: staticip, Log: os.Stdout}
-	results, err := runner.Run(ctx, cfg)
-	fmt.Println()
-	bench.PrintTable(os.Stdout, results, bench.WorkloadStatefulSet)
-	if err != nil {
-		fail(err)
+	runner := &bench.Runner{Kube: kube, Staticip: staticip, Dynamic: dyn, Log: os.Stdout}
+	var tables []func()
+	if len(cfg.Workloads) == 0 {
+		policies = nil // --workloads= : only the restart latency
+	}
+	for _, policy := range policies {
+		cfg.Template.PodManagement = appsv1.PodManagementPolicyType(policy)
+		fmt.Printf("estsbench: %d replicas, %s -> %s, podManagementPolicy %s, workloads %s; ests, statefulset-maxunavailable and kruise maxUnavailable %d, statefulset default RollingUpdate (one pod at a time), %d rounds\n",
+			cfg.Replicas, cfg.From, cfg.To, policy, strings.Join(cfg.Workloads, ","), cfg.Template.MaxUnavailable, cfg.Rounds)
+		results, err := runner.Run(ctx, cfg)
+		table := func() {
+			fmt.Printf("\n== podManagementPolicy %s ==\n", policy)
+			bench.PrintTable(os.Stdout, results, bench.WorkloadStatefulSet)
+		}
+		tables = append(tables, table)
+		if err != nil {
+			table()
+			fail(err)
+		}
+	}
+	var restart *bench.RestartResult
+	if *restarts > 0 {
+		res, err := runner.MeasureRestart(ctx, bench.RestartConfig{Count: *restarts, Replicas: 3, Image: cfg.From, Template: cfg.Template, Timeout: cfg.Timeout})
+		if err != nil {
+			fail(fmt.Errorf("restart latency: %w", err))
+		}
+		restart = &res
+	}
+	for _, table := range tables {
+		table()
+	}
+	if restart != nil {
+		fmt.Println()
+		bench.PrintRestart(os.Stdout, *restart)
 	}
 }
 

@@ -119,7 +119,11 @@ type expectation struct {
 	// with a resourceVersion other than those in staleRVs (none = just exist).
 	deletedUID types.UID
 	staleRVs   []string
-	deadline   time.Time
+	// written is the pod as the API server returned it from this controller's create or patch;
+	// until the cache shows the write, the planner sees this copy instead. nil while the
+	// write is in flight.
+	written  *corev1.Pod
+	deadline time.Time
 }
 
 // NewController wires the controller to its informers.
@@ -258,9 +262,6 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 		return 0, nil
 	}
 	set := c.withOwnStatusWrite(key, cached.DeepCopy())
-	if wait := c.pendingExpectations(key); wait {
-		return 200 * time.Millisecond, nil
-	}
 
 	selector, err := metav1.LabelSelectorAsSelector(set.Spec.Selector)
 	if err != nil || selector.Empty() {
@@ -274,6 +275,14 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	pods, err := c.claimPods(ctx, set, selector)
 	if err != nil {
 		return 0, err
+	}
+	// The planner sees this controller's own writes the pod cache does not show yet (a pod it
+	// deleted as terminating, a pod it created or patched as the API server returned it), so it
+	// neither spends budget twice nor waits for the cache: the sync that handles the next
+	// event acts at once, as the StatefulSet controller does.
+	pods, wait := c.withOwnPodWrites(key, pods)
+	if wait {
+		return 200 * time.Millisecond, nil
 	}
 	revisions, err := c.ownedRevisions(set, selector)
 	if err != nil {
@@ -603,7 +612,7 @@ func (c *Controller) createPod(ctx context.Context, set *jkev1alpha1.EnhancedSta
 		staticip.DecoratePod(pod, sip)
 	}
 	c.expect(set, pod.Name, expectation{})
-	_, err := c.kubeClient.CoreV1().Pods(set.Namespace).Create(ctx, pod, metav1.CreateOptions{})
+	created, err := c.kubeClient.CoreV1().Pods(set.Namespace).Create(ctx, pod, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
 		c.forget(set, pod.Name)
 		// Ours (the cache has not shown it yet) is fine; anything else holds the ordinal's name
@@ -623,6 +632,7 @@ func (c *Controller) createPod(ctx context.Context, set *jkev1alpha1.EnhancedSta
 		c.recorder.Eventf(set, corev1.EventTypeWarning, "FailedCreate", "create Pod %s: %v", pod.Name, err)
 		return err
 	}
+	c.expect(set, pod.Name, expectation{written: created})
 	c.recorder.Eventf(set, corev1.EventTypeNormal, "SuccessfulCreate", "create Pod %s at revision %s", pod.Name, a.Revision)
 	return nil
 }
@@ -903,7 +913,7 @@ func (c *Controller) updateInPlace(ctx context.Context, set *jkev1alpha1.Enhance
 		body["spec"] = map[string]any{"containers": containers}
 	}
 	patch, _ := json.Marshal(body)
-	_, err := c.kubeClient.CoreV1().Pods(set.Namespace).Patch(ctx, cached.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	patched, err := c.kubeClient.CoreV1().Pods(set.Namespace).Patch(ctx, cached.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
 	if err != nil {
 		c.forget(set, cached.Name)
 		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
@@ -912,6 +922,7 @@ func (c *Controller) updateInPlace(ctx context.Context, set *jkev1alpha1.Enhance
 		c.recorder.Eventf(set, corev1.EventTypeWarning, "FailedUpdate", "update Pod %s in place: %v", cached.Name, err)
 		return err
 	}
+	c.expect(set, cached.Name, expectation{staleRVs: append(stale, rv), written: patched})
 	c.recorder.Eventf(set, corev1.EventTypeNormal, "SuccessfulUpdateInPlace", "update Pod %s in place to revision %s", cached.Name, a.Revision)
 	return nil
 }
@@ -1106,11 +1117,30 @@ func (c *Controller) clearExpectations(key string) {
 	delete(c.statusWrites, key)
 }
 
-// pendingExpectations says whether the pod cache still lags behind this controller's writes.
-func (c *Controller) pendingExpectations(key string) bool {
+// withOwnPodWrites returns pods (the set's pods in the cache) with the writes of this
+// controller the cache does not show yet applied: a pod it deleted is terminating, a pod it
+// created or patched is the object the API server returned. Planning on that view keeps the
+// budget exact without waiting for the watch; the expectations only end when the cache has
+// caught up (or after expectationTTL). wait is true only when a write is unknown (in flight
+// in another goroutine: never while syncs of one key are serialized).
+func (c *Controller) withOwnPodWrites(key string, pods []*corev1.Pod) (out []*corev1.Pod, wait bool) {
 	ns, _, _ := cache.SplitMetaNamespaceKey(key)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	out = pods
+	cloned := false
+	replace := func(name string, with *corev1.Pod) {
+		if !cloned { // pods is the caller's slice
+			out, cloned = slices.Clone(pods), true
+		}
+		for i, p := range out {
+			if p.Name == name {
+				out[i] = with
+				return
+			}
+		}
+		out = append(out, with)
+	}
 	for name, e := range c.expectations[key] {
 		pod, err := c.podLister.Pods(ns).Get(name)
 		var met bool
@@ -1126,7 +1156,19 @@ func (c *Controller) pendingExpectations(key string) bool {
 			delete(c.expectations[key], name)
 			continue
 		}
-		return true
+		switch {
+		case e.deletedUID != "":
+			if slices.ContainsFunc(pods, func(p *corev1.Pod) bool { return p.Name == name && p.UID == e.deletedUID }) {
+				deleting := pod.DeepCopy()
+				now := metav1.NewTime(c.now())
+				deleting.DeletionTimestamp = &now
+				replace(name, deleting)
+			}
+		case e.written != nil:
+			replace(name, e.written)
+		default:
+			wait = true
+		}
 	}
-	return false
+	return out, wait
 }

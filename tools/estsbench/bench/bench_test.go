@@ -242,3 +242,31 @@ func TestTrackerReplaysEvents(t *testing.T) {
 		t.Error("rolled out with s-0 still at v1")
 	}
 }
+
+// TestReactionTimes: each start after some ready counts from the latest ready before it; the
+// first wave (nothing ready yet) is not counted.
+func TestReactionTimes(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	got := reactionTimes([]time.Time{at(0), at(0), at(1300), at(2050)}, []time.Time{at(1000), at(2000), at(1200)})
+	want := []time.Duration{100 * time.Millisecond, 50 * time.Millisecond}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("reactionTimes = %v, want %v", got, want)
+	}
+}
+
+func TestPercentile(t *testing.T) {
+	var ds []time.Duration
+	for i := 10; i >= 1; i-- {
+		ds = append(ds, time.Duration(i)*time.Second)
+	}
+	if p := Percentile(ds, 90); p != 9*time.Second {
+		t.Errorf("p90 of 1..10 s = %s, want 9s", p)
+	}
+	if p := Percentile(ds, 50); p != 5*time.Second {
+		t.Errorf("p50 of 1..10 s = %s, want 5s", p)
+	}
+	if p := Percentile(nil, 90); p != 0 {
+		t.Errorf("p90 of nothing = %s", p)
+	}
+}

@@ -41,6 +41,10 @@ type Phases struct {
 	// PerPod: the first step of an ordinal's update (deletion or patch) → its pod Ready with
 	// the new image.
 	PerPod time.Duration
+	// ReadyToNextStart: a pod Ready with the new image → the next ordinal's update starts
+	// (deletion or patch), median over the updates that started after some pod was Ready.
+	// Under a budget this is the controller's reaction time: how long a freed slot stays idle.
+	ReadyToNextStart time.Duration
 	// Concurrency: the sum of all ordinals' update times divided by the rollout's time, i.e.
 	// how many pods were being updated at once on average.
 	Concurrency float64
@@ -70,6 +74,22 @@ func Breakdown(setName string, lives []podLife, rollout time.Duration) Phases {
 	var ph Phases
 	var deleteToGone, goneToCreate, createToReady, patchToReady, perPod []time.Duration
 	var total time.Duration
+	var starts, readies []time.Time
+	for _, o := range byOrdinal {
+		switch {
+		case o.old != nil && !o.old.Patched.IsZero():
+			starts = append(starts, o.old.Patched)
+		case o.old != nil && !o.old.Deleting.IsZero():
+			starts = append(starts, o.old.Deleting)
+		}
+		switch {
+		case o.new != nil && !o.new.Ready.IsZero():
+			readies = append(readies, o.new.Ready)
+		case o.old != nil && !o.old.Patched.IsZero() && !o.old.Ready.IsZero():
+			readies = append(readies, o.old.Ready)
+		}
+	}
+	ph.ReadyToNextStart = Median(reactionTimes(starts, readies))
 	for _, o := range byOrdinal {
 		switch {
 		case o.old != nil && !o.old.Patched.IsZero() && !o.old.Ready.IsZero():
@@ -99,9 +119,27 @@ func Breakdown(setName string, lives []podLife, rollout time.Duration) Phases {
 	return ph
 }
 
+// reactionTimes: for each start, the time since the latest ready before it (starts with no
+// ready before them, the first wave, have none).
+func reactionTimes(starts, readies []time.Time) []time.Duration {
+	var out []time.Duration
+	for _, s := range starts {
+		var latest time.Time
+		for _, r := range readies {
+			if r.Before(s) && r.After(latest) {
+				latest = r
+			}
+		}
+		if !latest.IsZero() {
+			out = append(out, s.Sub(latest))
+		}
+	}
+	return out
+}
+
 func (ph Phases) String() string {
 	ms := func(d time.Duration) string { return d.Round(10 * time.Millisecond).String() }
-	s := fmt.Sprintf("per pod %s (median), %.1f pods in flight on average", ms(ph.PerPod), ph.Concurrency)
+	s := fmt.Sprintf("per pod %s (median), %.1f pods in flight on average, ready→next start %s", ms(ph.PerPod), ph.Concurrency, ms(ph.ReadyToNextStart))
 	if ph.Recreated > 0 {
 		s += fmt.Sprintf("; %d recreated: delete→gone %s, gone→created %s, created→ready %s",
 			ph.Recreated, ms(ph.DeleteToGone), ms(ph.GoneToCreate), ms(ph.CreateToReady))

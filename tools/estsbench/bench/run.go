@@ -14,6 +14,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
@@ -42,7 +43,9 @@ type Config struct {
 type Runner struct {
 	Kube     kubernetes.Interface
 	Staticip versioned.Interface
-	Log      io.Writer
+	// Dynamic serves the OpenKruise workloads (nil: they cannot be run).
+	Dynamic dynamic.Interface
+	Log     io.Writer
 }
 
 // Run measures every workload in every round and returns the results in the order taken.
@@ -119,8 +122,18 @@ func (r *Runner) workload(ns, name string, o TemplateOptions) (workload, error) 
 		return &enhancedStatefulSet{client: r.Staticip, namespace: ns, opts: o, name: name, policy: jkev1alpha1.RecreatePodUpdatePolicy}, nil
 	case WorkloadESTSInPlace:
 		return &enhancedStatefulSet{client: r.Staticip, namespace: ns, opts: o, name: name, policy: jkev1alpha1.InPlaceIfPossiblePodUpdatePolicy}, nil
+	case WorkloadKruise, WorkloadKruiseInPlace:
+		if r.Dynamic == nil {
+			return nil, fmt.Errorf("workload %s needs a dynamic client", name)
+		}
+		policy := "ReCreate"
+		if name == WorkloadKruiseInPlace {
+			policy = "InPlaceIfPossible"
+		}
+		return &kruiseStatefulSet{client: r.Dynamic, namespace: ns, opts: o, name: name, podUpdatePolicy: policy}, nil
 	}
-	return nil, fmt.Errorf("unknown workload %q (want %s, %s, %s or %s)", name, WorkloadStatefulSet, WorkloadStatefulSetMaxUnavailable, WorkloadESTS, WorkloadESTSInPlace)
+	return nil, fmt.Errorf("unknown workload %q (want %s, %s, %s, %s, %s or %s)", name, WorkloadStatefulSet, WorkloadStatefulSetMaxUnavailable,
+		WorkloadESTS, WorkloadESTSInPlace, WorkloadKruise, WorkloadKruiseInPlace)
 }
 
 // measure creates w at cfg.From, waits until it is fully ready, rolls it to cfg.To and

@@ -1,0 +1,205 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/watch"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+)
+
+// RestartConfig says how to measure what a user feels when a static-IP pod is deleted.
+type RestartConfig struct {
+	// Count deletions of an EnhancedStatefulSet's static-IP pod, each followed by one plain
+	// pod's creation; the two alternate, so both see the same load.
+	Count int
+	// Replicas of the static-IP EnhancedStatefulSet; deletions go round its ordinals.
+	Replicas int
+	Image    string
+	Template TemplateOptions
+	Timeout  time.Duration
+}
+
+// RestartResult is one latency per deletion and per plain pod.
+type RestartResult struct {
+	// StaticIP: delete of a static-IP pod → its successor (same name, new UID) Running with
+	// the same IP. Plain: create of a pod without a controller → Running.
+	StaticIP, Plain []time.Duration
+}
+
+// Percentile is the p-th percentile (nearest rank) of ds; 0 for none.
+func Percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	rank := int(p/100*float64(len(s))+0.999999) - 1
+	return s[min(max(rank, 0), len(s)-1)]
+}
+
+// restartSet is the name of the static-IP EnhancedStatefulSet of the restart measurement.
+const restartSet = "ests-staticip"
+
+// MeasureRestart creates a static-IP EnhancedStatefulSet (staticip.jke.jdcloud.com/enable), then
+// cfg.Count times deletes one of its pods and times the successor to Running with the same IP,
+// and creates a plain pod of the same template and times it to Running. It fails when a
+// successor comes back with another IP.
+func (r *Runner) MeasureRestart(ctx context.Context, cfg RestartConfig) (RestartResult, error) {
+	var res RestartResult
+	ns, cleanup, err := r.namespace(ctx, "")
+	if err != nil {
+		return res, err
+	}
+	defer cleanup()
+	replicas := int32(cfg.Replicas)
+	maxUnavailable := intstr.FromInt(1)
+	tmpl := podTemplate(restartSet, cfg.Image, cfg.Template)
+	set := &jkev1alpha1.EnhancedStatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: restartSet, Annotations: map[string]string{jkev1.AnnotationEnable: "true"}},
+		Spec: jkev1alpha1.EnhancedStatefulSetSpec{
+			Replicas:            &replicas,
+			Selector:            &metav1.LabelSelector{MatchLabels: map[string]string{setLabel: restartSet}},
+			Template:            tmpl,
+			ServiceName:         ServiceName,
+			PodManagementPolicy: appsv1.ParallelPodManagement,
+			UpdateStrategy: jkev1alpha1.EnhancedStatefulSetUpdateStrategy{Type: appsv1.RollingUpdateStatefulSetStrategyType,
+				RollingUpdate: &jkev1alpha1.RollingUpdateEnhancedStatefulSetStrategy{MaxUnavailable: &maxUnavailable}},
+		},
+	}
+	if _, err := r.Staticip.JkeV1alpha1().EnhancedStatefulSets(ns).Create(ctx, set, metav1.CreateOptions{}); err != nil {
+		return res, err
+	}
+	running := func(p *corev1.Pod) bool {
+		return p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && p.Status.PodIP != ""
+	}
+	for i := range cfg.Replicas {
+		if _, err := r.waitPod(ctx, ns, fmt.Sprintf("%s-%d", restartSet, i), "", cfg.Timeout, func(p *corev1.Pod) (bool, error) { return running(p) && ready(p), nil }); err != nil {
+			return res, fmt.Errorf("static-IP pod %d: %w", i, err)
+		}
+	}
+	r.logf("restart: %d static-IP pods Running and Ready", cfg.Replicas)
+	for i := range cfg.Count {
+		// A static-IP pod: delete, wait for its successor Running with the same IP.
+		name := fmt.Sprintf("%s-%d", restartSet, i%cfg.Replicas)
+		old, err := r.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return res, err
+		}
+		start := time.Now()
+		if err := r.Kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &old.UID}}); err != nil {
+			return res, err
+		}
+		at, err := r.waitPod(ctx, ns, name, old.ResourceVersion, cfg.Timeout, func(p *corev1.Pod) (bool, error) {
+			if p.UID == old.UID || !running(p) {
+				return false, nil
+			}
+			if p.Status.PodIP != old.Status.PodIP {
+				return false, fmt.Errorf("%s came back with IP %s, had %s", name, p.Status.PodIP, old.Status.PodIP)
+			}
+			return true, nil
+		})
+		if err != nil {
+			return res, fmt.Errorf("deletion %d: %w", i+1, err)
+		}
+		res.StaticIP = append(res.StaticIP, at.Sub(start))
+		// Let the successor become Ready before the next deletion or the plain pod.
+		if _, err := r.waitPod(ctx, ns, name, "", cfg.Timeout, func(p *corev1.Pod) (bool, error) { return p.UID != old.UID && ready(p), nil }); err != nil {
+			return res, err
+		}
+
+		// A plain pod of the same template: create, wait Running; then delete it and wait
+		// until it is gone, so it does not load the next measurement.
+		plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("plain-%d", i), Labels: map[string]string{setLabel: "plain"}}, Spec: *tmpl.Spec.DeepCopy()}
+		start = time.Now()
+		created, err := r.Kube.CoreV1().Pods(ns).Create(ctx, plain, metav1.CreateOptions{})
+		if err != nil {
+			return res, err
+		}
+		at, err = r.waitPod(ctx, ns, plain.Name, created.ResourceVersion, cfg.Timeout, func(p *corev1.Pod) (bool, error) { return running(p), nil })
+		if err != nil {
+			return res, fmt.Errorf("plain pod %d: %w", i+1, err)
+		}
+		res.Plain = append(res.Plain, at.Sub(start))
+		if err := r.Kube.CoreV1().Pods(ns).Delete(ctx, plain.Name, metav1.DeleteOptions{}); err != nil {
+			return res, err
+		}
+		if err := poll(ctx, cfg.Timeout, 100*time.Millisecond, func() (bool, error) {
+			_, err := r.Kube.CoreV1().Pods(ns).Get(ctx, plain.Name, metav1.GetOptions{})
+			return err != nil, nil
+		}); err != nil {
+			return res, fmt.Errorf("plain pod %d did not go: %w", i+1, err)
+		}
+		r.logf("restart %d/%d: static-IP pod %s back Running with IP %s after %s; plain pod Running after %s", i+1, cfg.Count, name, old.Status.PodIP,
+			res.StaticIP[i].Round(10*time.Millisecond), res.Plain[i].Round(10*time.Millisecond))
+	}
+	return res, nil
+}
+
+// waitPod watches pod name from resourceVersion (empty: its current state first) until done
+// says so, and returns when the watch delivered that state.
+func (r *Runner) waitPod(ctx context.Context, ns, name, resourceVersion string, timeout time.Duration, done func(*corev1.Pod) (bool, error)) (time.Time, error) {
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	if resourceVersion == "" {
+		list, err := r.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
+		if err != nil {
+			return time.Time{}, err
+		}
+		for i := range list.Items {
+			if ok, err := done(&list.Items[i]); err != nil || ok {
+				return time.Now(), err
+			}
+		}
+		resourceVersion = list.ResourceVersion
+	}
+	for {
+		w, err := r.Kube.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(),
+			ResourceVersion: resourceVersion, AllowWatchBookmarks: true})
+		if err != nil {
+			return time.Time{}, fmt.Errorf("watch pod %s: %w", name, err)
+		}
+		for ev := range w.ResultChan() {
+			now := time.Now()
+			if ev.Type == watch.Error {
+				w.Stop()
+				return time.Time{}, fmt.Errorf("watch pod %s: %v", name, ev.Object)
+			}
+			p, ok := ev.Object.(*corev1.Pod)
+			if !ok {
+				continue
+			}
+			resourceVersion = p.ResourceVersion
+			if ev.Type == watch.Bookmark || ev.Type == watch.Deleted {
+				continue
+			}
+			if ok, err := done(p); err != nil || ok {
+				w.Stop()
+				return now, err
+			}
+		}
+		if ctx.Err() != nil {
+			return time.Time{}, fmt.Errorf("pod %s: %w", name, ctx.Err())
+		}
+	}
+}
+
+// PrintRestart writes the restart latencies: median, p90 and the ratio of the medians.
+func PrintRestart(w interface{ Write([]byte) (int, error) }, res RestartResult) {
+	fmt.Fprintf(w, "delete -> same-IP Running (static-IP EnhancedStatefulSet pod, %d deletions): median %s, p90 %s\n",
+		len(res.StaticIP), secs2(Median(res.StaticIP)), secs2(Percentile(res.StaticIP, 90)))
+	fmt.Fprintf(w, "create -> Running (plain pod, %d pods): median %s, p90 %s\n", len(res.Plain), secs2(Median(res.Plain)), secs2(Percentile(res.Plain, 90)))
+	fmt.Fprintf(w, "ratio static-IP restart / plain pod start (medians): %.2fx, (p90): %.2fx\n",
+		Ratio(Median(res.StaticIP), Median(res.Plain)), Ratio(Percentile(res.StaticIP, 90), Percentile(res.Plain, 90)))
+}
+
+func secs2(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
