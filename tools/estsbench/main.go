@@ -40,6 +40,8 @@ func main() {
 	maxUnavailable := flag.Int("max-unavailable", 10, "maxUnavailable of the EnhancedStatefulSets and of statefulset-maxunavailable")
 	podManagement := flag.String("pod-management-policy", string(appsv1.ParallelPodManagement),
 		"podManagementPolicy of every workload: Parallel, OrderedReady, or both comma-separated (each policy is a table of its own, in this order)")
+	orderedWorkloads := flag.String("ordered-ready-workloads", "", "workloads of the OrderedReady table when --pod-management-policy has both (default: --workloads); "+
+		"OrderedReady starts 50 pods one by one, so each of its rounds takes minutes per workload")
 	restarts := flag.Int("restarts", 0, "also measure delete -> same-IP Running: this many deletions of a static-IP EnhancedStatefulSet's pod, each next to a plain pod's create -> Running (0: skip)")
 	from := flag.String("from", imagebuilder.TestServerImage, "image the pods start with (present on the nodes: imagePullPolicy Never)")
 	to := flag.String("to", imagebuilder.TestServerV2Image, "image the pods are rolled to")
@@ -104,6 +106,10 @@ func main() {
 	}
 	for _, policy := range policies {
 		cfg.Template.PodManagement = appsv1.PodManagementPolicyType(policy)
+		cfg.Workloads = strings.FieldsFunc(*workloads, func(r rune) bool { return r == ',' })
+		if policy == string(appsv1.OrderedReadyPodManagement) && *orderedWorkloads != "" {
+			cfg.Workloads = strings.FieldsFunc(*orderedWorkloads, func(r rune) bool { return r == ',' })
+		}
 		fmt.Printf("estsbench: %d replicas, %s -> %s, podManagementPolicy %s, workloads %s; ests, statefulset-maxunavailable and kruise maxUnavailable %d, statefulset default RollingUpdate (one pod at a time), %d rounds\n",
 			cfg.Replicas, cfg.From, cfg.To, policy, strings.Join(cfg.Workloads, ","), cfg.Template.MaxUnavailable, cfg.Rounds)
 		results, err := runner.Run(ctx, cfg)
