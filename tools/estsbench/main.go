@@ -100,10 +100,6 @@ func main() {
 	defer stop()
 
 	runner := &bench.Runner{Kube: kube, Staticip: staticip, Dynamic: dyn, Log: os.Stdout}
-	var tables []func()
-	if len(cfg.Workloads) == 0 {
-		policies = nil // --workloads= : only the restart latency
-	}
 	for _, policy := range policies {
 		cfg.Template.PodManagement = appsv1.PodManagementPolicyType(policy)
 		cfg.Workloads = strings.FieldsFunc(*workloads, func(r rune) bool { return r == ',' })
@@ -113,13 +109,11 @@ func main() {
 		fmt.Printf("estsbench: %d replicas, %s -> %s, podManagementPolicy %s, workloads %s; ests, statefulset-maxunavailable and kruise maxUnavailable %d, statefulset default RollingUpdate (one pod at a time), %d rounds\n",
 			cfg.Replicas, cfg.From, cfg.To, policy, strings.Join(cfg.Workloads, ","), cfg.Template.MaxUnavailable, cfg.Rounds)
 		results, err := runner.Run(ctx, cfg)
-		table := func() {
-			fmt.Printf("\n== podManagementPolicy %s ==\n", policy)
-			bench.PrintTable(os.Stdout, results, bench.WorkloadStatefulSet)
-		}
-		tables = append(tables, table)
+		// Each policy's table as soon as it is done: a later failure or interruption keeps it.
+		fmt.Printf("\n== podManagementPolicy %s ==\n", policy)
+		bench.PrintTable(os.Stdout, results, bench.WorkloadStatefulSet)
+		fmt.Println()
 		if err != nil {
-			table()
 			fail(err)
 		}
 	}
@@ -130,9 +124,6 @@ func main() {
 			fail(fmt.Errorf("restart latency: %w", err))
 		}
 		restart = &res
-	}
-	for _, table := range tables {
-		table()
 	}
 	if restart != nil {
 		fmt.Println()
