@@ -218,6 +218,29 @@ func TestStatefulSetGridStaticIPs(t *testing.T) {
 	before := waitUnitPods(t, ctx, ns, sets, 2, units)
 	nodesBefore := podNodes(t, ctx, ns)
 	t.Logf("IPs before the update: %v", before)
+	// Where the edge DNS runs (statefulset-grid-daemon + a CoreDNS per unit), the unit's name
+	// for ordinal 0 is watched from a pod of zone-0 through the update: with static IPs it
+	// answers the same IP throughout (or nothing while the pod is being replaced), never another.
+	var dnsName string
+	var watcher *dnsWatcher
+	if edgeDNS(ctx) {
+		var clientNode string
+		for n := range units["zone-0"] {
+			clientNode = n
+			break
+		}
+		if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, testServerPod("client", clientNode, map[string]string{"role": "client"}), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WaitForPodRunning(ctx, ns, "client", gridTimeout); err != nil {
+			t.Fatal(err)
+		}
+		dnsName = fmt.Sprintf("%s-0.%s.%s.svc.cluster.local", ssg.Name, ssg.Spec.Template.ServiceName, ns)
+		waitLookup(t, ns, "client", dnsName, func(a string) bool { return a == before["sip-zone-0-0"] }, time.Minute)
+		watcher = startDNSWatch(t, ns, "client", dnsName)
+	} else {
+		t.Logf("no edge DNS here (statefulset-grid-daemon or kube-system/%s missing): the DNS name is not watched", edgeDNSGrid)
+	}
 
 	start := time.Now()
 	patch := []byte(fmt.Sprintf(`[{"op":"replace","path":"/spec/template/template/spec/containers/0/image","value":%q}]`, testServerV2Image))
@@ -251,6 +274,27 @@ func TestStatefulSetGridStaticIPs(t *testing.T) {
 			t.Errorf("StaticIP %s: %v %+v", pod, err, sip)
 		}
 	}
+	if watcher != nil {
+		want := before["sip-zone-0-0"]
+		waitLookup(t, ns, "client", dnsName, func(a string) bool { return a == want }, time.Minute)
+		changes := watcher.changes()
+		for _, c := range changes {
+			if c.answer != want && c.answer != "-" {
+				t.Errorf("%s answered %s during the update, want only %s (or nothing while the pod was replaced): %v", dnsName, c.answer, want, changes)
+			}
+		}
+		t.Logf("%s from a zone-0 pod through the update: %v", dnsName, changes)
+	}
+}
+
+// edgeDNS tells whether the edge DNS runs here: the statefulset-grid-daemon and the per-unit
+// CoreDNS DeploymentGrid (manifests/edge).
+func edgeDNS(ctx context.Context) bool {
+	if _, err := f.Client.AppsV1().DaemonSets("kube-system").Get(ctx, ssgDaemonName, metav1.GetOptions{}); err != nil {
+		return false
+	}
+	_, err := versioned.NewForConfigOrDie(f.Config).SuperedgeV1().DeploymentGrids("kube-system").Get(ctx, edgeDNSGrid, metav1.GetOptions{})
+	return err == nil
 }
 
 func podNodes(t *testing.T, ctx context.Context, ns string) map[string]string {
