@@ -33,7 +33,7 @@ var clusterType struct {
 }
 
 // ClusterType tells the local cluster, kind and anything else apart, once per run, with
-// a description for logs and skips (e.g. `kind cluster "staticip" (4 nodes, kind://docker/staticip/...)`).
+// a description for logs and skips (e.g. `kind cluster "staticip" (3 nodes, kind://docker/staticip/...)`).
 // Tests that need a local-cluster internal (a node's network namespace to cut, the API
 // server's process) call RequireLocalCluster; tests that only need to run commands on a
 // node use NodeShell, which works on both.

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The kind path: a kind cluster (1 control plane + 3 workers, no default CNI) with staticip
+# The kind path: a kind cluster (1 control plane + 2 workers, no default CNI) with staticip
 # installed the way a user installs it, from manifests/.
 #
 #   kind.sh up          # engine, node image, cluster, install (each step a no-op when done)
@@ -68,10 +68,9 @@ networking:
   # staticip's agent is the cluster's only CNI (manifests/cni).
   disableDefaultCNI: true
 nodes:
-# Zones as the local cluster's: zone-0 has two workers that take ordinary pods (the first
-# and the third), zone-1 one (the second), so the grid tests have two node units and a
-# schedulable node of zone-0 to move into a third (TestGrids). The control plane is in
-# zone-0 too, but its NoSchedule taint keeps test pods off it, so it cannot be that node.
+# Zones as the local cluster's (zone-0: two nodes, zone-1: one), so the grid tests have two
+# node units and a node of zone-0 to move into a third; the control plane's NoSchedule
+# taint keeps ordinary pods of zone-0 on the first worker.
 - role: control-plane
   image: $image
   labels: {zone: zone-0, topology.kubernetes.io/zone: zone-0}
@@ -81,9 +80,6 @@ nodes:
 - role: worker
   image: $image
   labels: {zone: zone-1, topology.kubernetes.io/zone: zone-1}
-- role: worker
-  image: $image
-  labels: {zone: zone-0, topology.kubernetes.io/zone: zone-0}
 YAML
   if [ ! -e /sys/fs/cgroup/cgroup.controllers ]; then
     # cgroup v1 host: kubelet 1.35+ refuses to start on v1 unless told otherwise.
