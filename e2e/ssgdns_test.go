@@ -232,6 +232,8 @@ type dnsChange struct {
 	answer string
 }
 
+func (c dnsChange) String() string { return c.at.Format("15:04:05.000") + " " + c.answer }
+
 // measureRecordLatency deletes the set's pods (the three ordinals in parallel, one after
 // another within an ordinal, latencyRounds deletions or a few more in all) and, for each,
 // measures from the moment the replacement is Ready (seen by this test's pod watch) to the
