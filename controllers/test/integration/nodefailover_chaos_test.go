@@ -278,7 +278,9 @@ func (e *failoverEnv) watchMigration(target string) *migrationHistory {
 				}
 			}
 		})
-	start(func() (runtime.Object, error) { return e.client.JkeV1().StaticIPs(e.ns).List(ctx, metav1.ListOptions{}) },
+	start(func() (runtime.Object, error) {
+		return e.client.JkeV1().StaticIPs(e.ns).List(ctx, metav1.ListOptions{})
+	},
 		func(rv string) (watch.Interface, error) {
 			return e.client.JkeV1().StaticIPs(e.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
 		},
