@@ -215,13 +215,16 @@ func (r *Runner) round(ctx context.Context, cfg Config, ro roles, i int) (Round,
 		if err != nil {
 			return false, err
 		}
+		if res.PodsGone == 0 && OldPodsGone(pods, before) {
+			res.PodsGone = now
+		}
 		if res.ESTS == 0 && MovedWithIPs(pods, ips, ro.spare) {
 			res.ESTS = now
 		}
 		if res.Native == 0 && NativeBack(pods, before, nameNative, ro.failed, cfg.Replicas) {
 			res.Native = now
 		}
-		return res.ESTS > 0 && res.Native > 0, nil
+		return res.ESTS > 0 && res.Native > 0 && res.PodsGone > 0, nil
 	}); err != nil {
 		return res, err
 	}

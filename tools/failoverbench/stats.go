@@ -21,13 +21,16 @@ type Round struct {
 	ESTS, Native time.Duration
 	// NotReady is from the power-off to the Node turning NotReady (before the taint).
 	NotReady time.Duration
+	// PodsGone is from the taint to the last pod object of the failed node gone (pod GC
+	// force-deletes them): both workloads wait for it.
+	PodsGone time.Duration
 	// Phases: when (after the taint) the NodeFailover record was first seen at each phase.
 	Phases map[jkev1alpha1.NodeFailoverPhase]time.Duration
 }
 
 // phaseColumns are the record's phases the table shows (the rest pass within a sync).
-var phaseColumns = []jkev1alpha1.NodeFailoverPhase{jkev1alpha1.FailoverDetected, jkev1alpha1.FailoverSourceEmpty,
-	jkev1alpha1.FailoverRangesMoved, jkev1alpha1.FailoverStaticIPsRebound, jkev1alpha1.FailoverCompleted}
+var phaseColumns = []jkev1alpha1.NodeFailoverPhase{jkev1alpha1.FailoverDetected, jkev1alpha1.FailoverRangesMoved,
+	jkev1alpha1.FailoverStaticIPsRebound}
 
 func setOf(p *corev1.Pod) string { return p.Labels[setLabel] }
 
@@ -79,6 +82,20 @@ func MovedWithIPs(pods []*corev1.Pod, ips map[string]string, target string) bool
 	return ok == len(ips)
 }
 
+// OldPodsGone: no pod object of before is listed any more.
+func OldPodsGone(pods, before []*corev1.Pod) bool {
+	old := map[string]bool{}
+	for _, p := range before {
+		old[string(p.UID)] = true
+	}
+	for _, p := range pods {
+		if old[string(p.UID)] {
+			return false
+		}
+	}
+	return true
+}
+
 // NativeBack: replicas live pods of set run (phase Running), none of them one of before (a new
 // pod object) and none on the failed node.
 func NativeBack(pods, before []*corev1.Pod, set, failed string, replicas int) bool {
@@ -105,16 +122,16 @@ func PrintTable(w io.Writer, rounds []Round) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	cols := []string{"round", "ests (s)", "native (s)", "native/ests", "stop→NotReady (s)"}
+	cols := []string{"round", "ests (s)", "native (s)", "native/ests", "stop→NotReady (s)", "old pods gone (s)"}
 	for _, p := range phaseColumns {
 		cols = append(cols, "record "+string(p)+" (s)")
 	}
 	fmt.Fprintln(tw, strings.Join(cols, "\t")+"\t")
-	var ests, native, notReady []time.Duration
+	var ests, native, notReady, gone []time.Duration
 	phases := map[jkev1alpha1.NodeFailoverPhase][]time.Duration{}
 	for _, r := range rounds {
-		ests, native, notReady = append(ests, r.ESTS), append(native, r.Native), append(notReady, r.NotReady)
-		row := []string{fmt.Sprint(r.N), secs(r.ESTS), secs(r.Native), fmt.Sprintf("%.2f", bench.Ratio(r.Native, r.ESTS)), secs(r.NotReady)}
+		ests, native, notReady, gone = append(ests, r.ESTS), append(native, r.Native), append(notReady, r.NotReady), append(gone, r.PodsGone)
+		row := []string{fmt.Sprint(r.N), secs(r.ESTS), secs(r.Native), fmt.Sprintf("%.2f", bench.Ratio(r.Native, r.ESTS)), secs(r.NotReady), secs(r.PodsGone)}
 		for _, p := range phaseColumns {
 			d, ok := r.Phases[p]
 			if ok {
@@ -127,7 +144,7 @@ func PrintTable(w io.Writer, rounds []Round) {
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	me, mn := bench.Median(ests), bench.Median(native)
-	row := []string{"median", secs(me), secs(mn), fmt.Sprintf("%.2f", bench.Ratio(mn, me)), secs(bench.Median(notReady))}
+	row := []string{"median", secs(me), secs(mn), fmt.Sprintf("%.2f", bench.Ratio(mn, me)), secs(bench.Median(notReady)), secs(bench.Median(gone))}
 	for _, p := range phaseColumns {
 		if len(phases[p]) == 0 {
 			row = append(row, "-")

@@ -19,7 +19,7 @@ func pod(name, set, uid, node, ip string, phase corev1.PodPhase, ready bool) *co
 		st = corev1.ConditionTrue
 	}
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, UID: types.UID(uid), Labels: map[string]string{setLabel: set}},
-		Spec: corev1.PodSpec{NodeName: node},
+		Spec:   corev1.PodSpec{NodeName: node},
 		Status: corev1.PodStatus{Phase: phase, PodIP: ip, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: st}}}}
 }
 
@@ -80,9 +80,9 @@ func TestAllReadyOn(t *testing.T) {
 func TestPrintTable(t *testing.T) {
 	var b bytes.Buffer
 	PrintTable(&b, []Round{
-		{N: 1, ESTS: 10 * time.Second, Native: 30 * time.Second, NotReady: 40 * time.Second, Phases: map[jkev1alpha1.NodeFailoverPhase]time.Duration{jkev1alpha1.FailoverCompleted: 9 * time.Second}},
+		{N: 1, ESTS: 10 * time.Second, Native: 30 * time.Second, NotReady: 40 * time.Second, Phases: map[jkev1alpha1.NodeFailoverPhase]time.Duration{jkev1alpha1.FailoverStaticIPsRebound: 9 * time.Second}},
 		{N: 2, ESTS: 20 * time.Second, Native: 30 * time.Second, NotReady: 40 * time.Second, Phases: map[jkev1alpha1.NodeFailoverPhase]time.Duration{}},
-		{N: 3, ESTS: 12 * time.Second, Native: 36 * time.Second, NotReady: 42 * time.Second, Phases: map[jkev1alpha1.NodeFailoverPhase]time.Duration{jkev1alpha1.FailoverCompleted: 11 * time.Second}},
+		{N: 3, ESTS: 12 * time.Second, Native: 36 * time.Second, NotReady: 42 * time.Second, Phases: map[jkev1alpha1.NodeFailoverPhase]time.Duration{jkev1alpha1.FailoverStaticIPsRebound: 11 * time.Second}},
 	})
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	if len(lines) != 5 {

@@ -278,6 +278,14 @@ func (l *labelMemory) put(name string, lbls map[string]string) {
 	l.m[name] = map[string]string{LabelZone: lbls[LabelZone], LabelInstanceType: lbls[LabelInstanceType]}
 }
 
+// forget drops a deleted Node's labels once nothing needs them: no record is to be made for
+// it, or its record holds the zone and instance type in its status.
+func (l *labelMemory) forget(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.m, name)
+}
+
 func (l *labelMemory) get(name string) map[string]string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -340,7 +348,11 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	}
 	rec, err := c.records.Get(name)
 	if apierrors.IsNotFound(err) {
-		return 0, c.detect(ctx, name, node, owned)
+		recorded, err := c.detect(ctx, name, node, owned)
+		if err == nil && node == nil && !recorded {
+			c.gone.forget(name) // a deleted Node with nothing to move
+		}
+		return 0, err
 	} else if err != nil {
 		return 0, err
 	}
@@ -357,6 +369,9 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	if err == nil && !m.deleted && m.rec.DeletionTimestamp != nil && m.st().Phase == jkev1alpha1.FailoverCompleted {
 		// A deletion held until the migration was through: it may go now.
 		err = m.deleteRecord(ctx, "its migration completed")
+	}
+	if err == nil && node == nil && !m.deleted && m.orig.Phase != "" {
+		c.gone.forget(name) // the record's status holds the deleted Node's zone now
 	}
 	return requeue, err
 }
@@ -396,41 +411,42 @@ func prefixesOf(ranges []*jkev1.IPRange) []netip.Prefix {
 
 // detect creates the record of a node that is out-of-service (or whose Node is gone) and owns
 // ranges or static IPs. A NotReady node without the taint gets no record: nothing of it moves.
-func (c *Controller) detect(ctx context.Context, name string, node *corev1.Node, owned []*jkev1.IPRange) error {
+// recorded: a record exists or was made (its first status write may have failed).
+func (c *Controller) detect(ctx context.Context, name string, node *corev1.Node, owned []*jkev1.IPRange) (recorded bool, err error) {
 	var lbls map[string]string
 	switch {
 	case node != nil && !OutOfService(node):
-		return nil
+		return false, nil
 	case node != nil:
 		lbls = node.Labels
 	default:
 		// A deleted Node: only when one of its ranges was served (an agent reported it), so a
 		// range created ahead of its node joining is not mistaken for a lost node.
 		if !slices.ContainsFunc(owned, func(r *jkev1.IPRange) bool { return meta.FindStatusCondition(r.Status.Conditions, "Synced") != nil }) {
-			return nil
+			return false, nil
 		}
 		lbls = c.gone.get(name)
 	}
 	sips, err := c.staticIPsOf(name, prefixesOf(owned))
 	if err != nil {
-		return err
+		return false, err
 	}
 	if len(owned) == 0 && len(sips) == 0 {
-		return nil
+		return false, nil
 	}
 	rec := &jkev1alpha1.NodeFailover{ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{Finalizer}}, Spec: jkev1alpha1.NodeFailoverSpec{Node: name}}
 	created, err := c.client.JkeV1alpha1().NodeFailovers().Create(ctx, rec, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		return nil // the informer will show it
+		return true, nil // the informer will show it
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	now := metav1.NewTime(c.Now())
 	created.Status = jkev1alpha1.NodeFailoverStatus{Phase: jkev1alpha1.FailoverDetected, StartTime: &now, PhaseTime: &now,
 		Zone: lbls[LabelZone], InstanceType: lbls[LabelInstanceType], ObservedGeneration: created.Generation}
 	if _, err := c.client.JkeV1alpha1().NodeFailovers().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		return err
+		return true, err
 	}
 	msg := fmt.Sprintf("node %s is fenced (out-of-service or deleted) and owns %d IP ranges and %d static IPs: failover record created", name, len(owned), len(sips))
 	c.recorder.Event(created, corev1.EventTypeNormal, ReasonDetected, msg)
@@ -438,7 +454,7 @@ func (c *Controller) detect(ctx context.Context, name string, node *corev1.Node,
 		c.recorder.Event(node, corev1.EventTypeNormal, ReasonDetected, msg)
 	}
 	klog.FromContext(ctx).Info("Node failover detected", "controller", Name, "node", name, "ranges", len(owned), "staticIPs", len(sips))
-	return nil
+	return true, nil
 }
 
 // migration is one sync of one record.
@@ -747,6 +763,10 @@ func (m *migration) restartIfFailedAgain(ctx context.Context) error {
 	}
 	if len(m.owned) == 0 && len(sips) == 0 {
 		return nil
+	}
+	if m.node == nil {
+		// The Node is gone and its labels were forgotten: the new record takes them from this one.
+		m.c.gone.put(m.failedName(), map[string]string{LabelZone: m.st().Zone, LabelInstanceType: m.st().InstanceType})
 	}
 	if err := m.deleteRecord(ctx, "the node failed again; a new migration starts"); err != nil {
 		return err
