@@ -73,9 +73,9 @@ const (
 	ReasonDeleted          = "FailoverRecordDeleted"
 )
 
-// Finalizer holds a record's deletion while its migration is half done: ranges written but
-// not every step through. The controller removes it once the record is Completed, or at once
-// when nothing was moved yet.
+// Finalizer holds a record's deletion while its migration is in flight, so half-moved ranges
+// are never forgotten. The controller removes it once the record is Completed (a deletion
+// requested meanwhile then goes through), or at a deletion before anything moved.
 const Finalizer = "staticip.jke.jdcloud.com/nodefailover"
 
 // recheck is how often a migration that waits on something outside the watched objects (the
@@ -366,9 +366,14 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	if werr := m.writeStatus(ctx); werr != nil && err == nil {
 		err = werr
 	}
-	if err == nil && !m.deleted && m.rec.DeletionTimestamp != nil && m.st().Phase == jkev1alpha1.FailoverCompleted {
-		// A deletion held until the migration was through: it may go now.
-		err = m.deleteRecord(ctx, "its migration completed")
+	if err == nil && !m.deleted && m.st().Phase == jkev1alpha1.FailoverCompleted && slices.Contains(m.rec.Finalizers, Finalizer) {
+		// Nothing is half-moved any more: a deletion held until now goes through, and a record
+		// kept as history carries no finalizer (it can be deleted without this controller).
+		if m.rec.DeletionTimestamp != nil {
+			err = m.deleteRecord(ctx, "its migration completed")
+		} else {
+			err = m.updateFinalizers(ctx, withoutFinalizer(m.rec.Finalizers))
+		}
 	}
 	if err == nil && node == nil && !m.deleted && m.orig.Phase != "" {
 		c.gone.forget(name) // the record's status holds the deleted Node's zone now
@@ -552,7 +557,7 @@ func (m *migration) run(ctx context.Context) (time.Duration, error) {
 		if done, err := m.deleting(ctx); done || err != nil {
 			return 0, err
 		}
-	} else if !slices.Contains(m.rec.Finalizers, Finalizer) {
+	} else if !slices.Contains(m.rec.Finalizers, Finalizer) && st.Phase != jkev1alpha1.FailoverCompleted {
 		// A record made before the finalizer existed, or one an operator stripped.
 		if err := m.updateFinalizers(ctx, append(slices.Clone(m.rec.Finalizers), Finalizer)); err != nil {
 			return 0, err
@@ -706,10 +711,14 @@ func (m *migration) updateFinalizers(ctx context.Context, finalizers []string) e
 	return nil
 }
 
+func withoutFinalizer(fs []string) []string {
+	return slices.DeleteFunc(slices.Clone(fs), func(f string) bool { return f == Finalizer })
+}
+
 // deleteRecord removes the record: its finalizer first, then the object (UID precondition).
 func (m *migration) deleteRecord(ctx context.Context, why string) error {
 	if slices.Contains(m.rec.Finalizers, Finalizer) {
-		err := m.updateFinalizers(ctx, slices.DeleteFunc(slices.Clone(m.rec.Finalizers), func(f string) bool { return f == Finalizer }))
+		err := m.updateFinalizers(ctx, withoutFinalizer(m.rec.Finalizers))
 		if apierrors.IsNotFound(err) {
 			m.deleted = true
 			return nil

@@ -19,6 +19,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -230,7 +231,10 @@ func (e *failoverEnv) watchMigration(target string) *migrationHistory {
 		if err != nil {
 			e.t.Fatal(err)
 		}
-		items, _ := metaItems(obj)
+		items, err := meta.ExtractList(obj)
+		if err != nil {
+			e.t.Fatal(err)
+		}
 		for _, it := range items {
 			handle(watch.Added, it)
 		}
@@ -246,6 +250,11 @@ func (e *failoverEnv) watchMigration(target string) *migrationHistory {
 					return
 				case ev, ok := <-w.ResultChan():
 					if !ok {
+						if ctx.Err() == nil {
+							h.mu.Lock()
+							h.fail("a watch closed early: the history is incomplete")
+							h.mu.Unlock()
+						}
 						return
 					}
 					if ev.Type == watch.Error || ev.Type == watch.Bookmark {
@@ -353,36 +362,6 @@ func (e *failoverEnv) watchMigration(target string) *migrationHistory {
 			}
 		})
 	return h
-}
-
-func metaItems(obj runtime.Object) ([]runtime.Object, error) {
-	switch l := obj.(type) {
-	case *jkev1.IPRangeList:
-		out := make([]runtime.Object, 0, len(l.Items))
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-		return out, nil
-	case *jkev1.StaticIPList:
-		out := make([]runtime.Object, 0, len(l.Items))
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-		return out, nil
-	case *jkev1alpha1.NodeFailoverList:
-		out := make([]runtime.Object, 0, len(l.Items))
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-		return out, nil
-	case *corev1.PodList:
-		out := make([]runtime.Object, 0, len(l.Items))
-		for i := range l.Items {
-			out = append(out, &l.Items[i])
-		}
-		return out, nil
-	}
-	return nil, fmt.Errorf("unexpected list %T", obj)
 }
 
 func listRV(obj runtime.Object) string {

@@ -510,6 +510,9 @@ func TestNodeFailoverLifecycleWithRestarts(t *testing.T) {
 	e.runPod("web-0", "spare1", e.ip(1, 10))
 	e.runPod("web-1", "spare1", e.ip(2, 10))
 	rec = e.waitRecord("n3", "completed", phaseIs(jkev1alpha1.FailoverCompleted))
+	e.waitRecord("n3", "a completed record keeps no finalizer", func(r *jkev1alpha1.NodeFailover) bool {
+		return !slices.Contains(r.Finalizers, nodefailover.Finalizer)
+	})
 	e.restart(window)
 	e.stays(2*time.Second, "a completed migration stays as it is", func() error {
 		r, err := e.record("n3")
