@@ -116,8 +116,36 @@ func (e *failoverEnv) startFailover(window time.Duration) func() {
 
 func (e *failoverEnv) restart(window time.Duration) {
 	e.t.Helper()
+	e.eventsSettled()
 	e.stopManager()
 	e.startFailover(window)
+}
+
+// eventsSettled waits (up to 15 s) until the Events about this test's objects have not
+// changed for a second. Events are written asynchronously and best effort: one not yet sent
+// when a manager stops is lost with it (client-go's recorder), so a restart right after a step
+// could take that step's Event along and fail a later check of the reasons for no fault of
+// the controller (a CI run: "no Completed Event yet").
+func (e *failoverEnv) eventsSettled() {
+	e.t.Helper()
+	last, stableSince := "", time.Now()
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		list, err := e.kube.CoreV1().Events("").List(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, ev := range list.Items {
+			if strings.HasPrefix(ev.InvolvedObject.Name, e.ns) || ev.InvolvedObject.Namespace == e.ns {
+				fmt.Fprintf(&b, "%s/%s/%d;", ev.Name, ev.Reason, ev.Count)
+			}
+		}
+		if b.String() != last {
+			last, stableSince = b.String(), time.Now()
+		} else if time.Since(stableSince) >= time.Second {
+			return
+		}
+	}
 }
 
 type nodeOpt func(*corev1.Node)
