@@ -14,6 +14,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -169,13 +170,30 @@ func TestGrids(t *testing.T) {
 	out, _ := f.RunKubectl("get", "ssg,dg,sg,sts,deploy", "-o", "wide", "-n", ns)
 	t.Logf("kubectl get ssg,dg,sg,sts,deploy -o wide:\n%s", out)
 
-	// node-3 moves into zone-2 (put back at the end): the third unit's workloads appear there.
-	node3 := pickNode(t, units["zone-0"], "node-3")
-	setZone(t, ctx, node3, "zone-2")
-	t.Cleanup(func() { setZone(t, context.Background(), node3, "zone-0") })
+	// A node moves into zone-2 (put back at the end): the third unit's workloads appear there.
+	// On the local cluster that is node-3, a second node of zone-0. Where zone-0 has only one
+	// node that takes pods (kind: 1 control plane + 2 workers, the control plane tainted), the
+	// only node of zone-1 moves instead: zone-1's unit vanishes, so its workloads must go too.
+	moved, from := pickNode(units["zone-0"], "node-3"), "zone-0"
+	if moved == "" {
+		moved, from = pickNode(units["zone-1"], ""), "zone-1"
+		t.Logf("zone-0 has one node that takes pods (%v): moving zone-1's node %s into zone-2 instead", units["zone-0"], moved)
+	}
+	setZone(t, ctx, moved, "zone-2")
+	t.Cleanup(func() { setZone(t, context.Background(), moved, from) })
 	units = unitNodes(t, ctx, "zone")
 	waitUnitPods(t, ctx, ns, map[string]string{"statefulsetgrid-demo-zone-2": "zone-2"}, 3, units)
 	waitUnitPods(t, ctx, ns, map[string]string{"deploymentgrid-demo-zone-2": "zone-2"}, 2, units)
+	if len(units[from]) == 0 {
+		// The unit vanished: its StatefulSet and Deployment are deleted.
+		if err := framework.WaitFor(ctx, gridTimeout, from+"'s workloads deleted", func(ctx context.Context) (bool, error) {
+			_, errS := f.Client.AppsV1().StatefulSets(ns).Get(ctx, "statefulsetgrid-demo-"+from, metav1.GetOptions{})
+			_, errD := f.Client.AppsV1().Deployments(ns).Get(ctx, "deploymentgrid-demo-"+from, metav1.GetOptions{})
+			return holds(apierrors.IsNotFound(errS) && apierrors.IsNotFound(errD), fmt.Errorf("StatefulSet: %v, Deployment: %v", errS, errD))
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
 
 	// Deleting the DeploymentGrid: the garbage collector removes its Deployments (owner references).
 	if err := cs.SuperedgeV1().DeploymentGrids(ns).Delete(ctx, dg.Name, metav1.DeleteOptions{}); err != nil {
@@ -218,6 +236,29 @@ func TestStatefulSetGridStaticIPs(t *testing.T) {
 	before := waitUnitPods(t, ctx, ns, sets, 2, units)
 	nodesBefore := podNodes(t, ctx, ns)
 	t.Logf("IPs before the update: %v", before)
+	// Where the edge DNS runs (statefulset-grid-daemon + a CoreDNS per unit), the unit's name
+	// for ordinal 0 is watched from a pod of zone-0 through the update: with static IPs it
+	// answers the same IP throughout (or nothing while the pod is being replaced), never another.
+	var dnsName string
+	var watcher *dnsWatcher
+	if edgeDNS(ctx) {
+		var clientNode string
+		for n := range units["zone-0"] {
+			clientNode = n
+			break
+		}
+		if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, testServerPod("client", clientNode, map[string]string{"role": "client"}), metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.WaitForPodRunning(ctx, ns, "client", gridTimeout); err != nil {
+			t.Fatal(err)
+		}
+		dnsName = fmt.Sprintf("%s-0.%s.%s.svc.cluster.local", ssg.Name, ssg.Spec.Template.ServiceName, ns)
+		waitLookup(t, ns, "client", dnsName, func(a string) bool { return a == before["sip-zone-0-0"] }, time.Minute)
+		watcher = startDNSWatch(t, ns, "client", dnsName)
+	} else {
+		t.Logf("no edge DNS here (statefulset-grid-daemon or kube-system/%s missing): the DNS name is not watched", edgeDNSGrid)
+	}
 
 	start := time.Now()
 	patch := []byte(fmt.Sprintf(`[{"op":"replace","path":"/spec/template/template/spec/containers/0/image","value":%q}]`, testServerV2Image))
@@ -251,6 +292,27 @@ func TestStatefulSetGridStaticIPs(t *testing.T) {
 			t.Errorf("StaticIP %s: %v %+v", pod, err, sip)
 		}
 	}
+	if watcher != nil {
+		want := before["sip-zone-0-0"]
+		waitLookup(t, ns, "client", dnsName, func(a string) bool { return a == want }, time.Minute)
+		changes := watcher.changes()
+		for _, c := range changes {
+			if c.answer != want && c.answer != "-" {
+				t.Errorf("%s answered %s during the update, want only %s (or nothing while the pod was replaced): %v", dnsName, c.answer, want, changes)
+			}
+		}
+		t.Logf("%s from a zone-0 pod through the update: %v", dnsName, changes)
+	}
+}
+
+// edgeDNS tells whether the edge DNS runs here: the statefulset-grid-daemon and the per-unit
+// CoreDNS DeploymentGrid (manifests/edge).
+func edgeDNS(ctx context.Context) bool {
+	if _, err := f.Client.AppsV1().DaemonSets("kube-system").Get(ctx, ssgDaemonName, metav1.GetOptions{}); err != nil {
+		return false
+	}
+	_, err := versioned.NewForConfigOrDie(f.Config).SuperedgeV1().DeploymentGrids("kube-system").Get(ctx, edgeDNSGrid, metav1.GetOptions{})
+	return err == nil
 }
 
 func podNodes(t *testing.T, ctx context.Context, ns string) map[string]string {
@@ -266,20 +328,20 @@ func podNodes(t *testing.T, ctx context.Context, ns string) map[string]string {
 	return out
 }
 
-func pickNode(t *testing.T, nodes map[string]bool, want string) string {
-	t.Helper()
-	for n := range nodes {
-		if n == want || strings.HasSuffix(n, "-"+want) || strings.HasSuffix(n, want) {
-			return n
-		}
-	}
+// pickNode returns the node of a unit to move into another: the one named want (or ending
+// in it) when the unit has it, else — when the unit keeps another node — the last by name;
+// "" when the unit has at most one node. With want "", the unit's only or last node.
+func pickNode(nodes map[string]bool, want string) string {
 	var names []string
 	for n := range nodes {
+		if want != "" && (n == want || strings.HasSuffix(n, "-"+want)) {
+			return n
+		}
 		names = append(names, n)
 	}
 	sort.Strings(names)
-	if len(names) < 2 {
-		t.Skipf("zone-0 has one node (%v): relabelling it would remove the unit", names)
+	if len(names) == 0 || (want != "" && len(names) < 2) {
+		return ""
 	}
 	return names[len(names)-1]
 }

@@ -199,6 +199,8 @@ kustomizations() {
     case "$d" in manifests/crds | manifests/examples | manifests/cni) continue ;; esac
     if [ -e "$d/kustomization.yaml" ]; then
       echo "$d"
+      # manifests/edge/coredns, the edge DNS, after the wrapper it relies on.
+      if [ -e "$d/coredns/kustomization.yaml" ]; then echo "$d/coredns"; fi
     elif [ -e "$d/replace-default/kustomization.yaml" ]; then
       echo "$d/replace-default"
     fi
@@ -258,6 +260,10 @@ install() {
   for d in "${extra[@]}"; do
     if [ "$d" = manifests/edge ]; then
       install_edge "$d"
+      continue
+    fi
+    if [ "$d" = manifests/edge/coredns ]; then
+      install_edge_dns "$d"
       continue
     fi
     log "kubectl apply -k $d (not in the README's install section)"
@@ -339,6 +345,41 @@ YAML
     log "kube-proxy: kubeconfig.conf is the wrapper's (http://127.0.0.1:10266), restarted"
   fi
   kubectl -n kube-system rollout status daemonset/kube-proxy --timeout=300s >&2
+}
+
+# install_edge_dns runs the edge DNS the way edge/README.md ("The edge DNS", "Install") says:
+# manifests/edge/coredns applied over kubeadm's kube-dns Service (which keeps its clusterIP
+# and now selects only the edge CoreDNS pods, with topologyKeys ["zone","*"]), one CoreDNS per
+# zone from the DeploymentGrid, then kubeadm's coredns Deployment scaled to 0. It needs the
+# wrapper in front of kube-proxy (topologyKeys mean nothing without it): KIND_KUBE_PROXY_DIRECT=1
+# or KIND_CENTRAL_DNS=1 keep kubeadm's CoreDNS.
+install_edge_dns() {
+  local d=$1
+  if [ "${KIND_KUBE_PROXY_DIRECT:-0}" = 1 ] || [ "${KIND_CENTRAL_DNS:-0}" = 1 ]; then
+    log "$d not installed (KIND_KUBE_PROXY_DIRECT=1 or KIND_CENTRAL_DNS=1): kubeadm's CoreDNS stays the cluster's DNS"
+    return
+  fi
+  log "kubectl apply -k $d (edge/README.md's edge DNS: a CoreDNS per zone behind kube-dns with topologyKeys)"
+  # Server-side: kube-dns exists (kubeadm's) with two ports numbered 53, and a client-side
+  # apply's strategic merge keys Service ports by number alone; server-side apply keys them
+  # by port and protocol. --force-conflicts: the selector and ports were kubeadm's fields.
+  kubectl apply --server-side --force-conflicts -k "$d" >/dev/null 2>"$state/apply.log" || { cat "$state/apply.log" >&2; exit 1; }
+  # One Deployment per zone, created by the grid controller.
+  local zones i have dep
+  zones=$(kubectl get nodes -o jsonpath='{range .items[*]}{.metadata.labels.zone}{"\n"}{end}' | sort -u | grep -c .)
+  for i in $(seq 1 120); do
+    have=$(kubectl -n kube-system get deployments -o name | grep -c '^deployment.apps/edge-coredns-' || true)
+    [ "$have" -ge "$zones" ] && break
+    [ "$i" -eq 120 ] && { log "the DeploymentGrid made $have of $zones edge-coredns Deployments in 120 s"; exit 1; }
+    sleep 1
+  done
+  for dep in $(kubectl -n kube-system get deployments -o name | grep '^deployment.apps/edge-coredns-'); do
+    kubectl -n kube-system rollout status "$dep" --timeout=300s >&2
+  done
+  if [ "$(kubectl -n kube-system get deployment coredns -o jsonpath='{.spec.replicas}' 2>/dev/null)" != 0 ]; then
+    kubectl -n kube-system scale deployment/coredns --replicas=0 >/dev/null
+    log "kubeadm's coredns Deployment scaled to 0: the edge CoreDNS answers kube-dns"
+  fi
 }
 
 # replace_scheduler stops the control plane's kube-scheduler static pod, so that

@@ -76,6 +76,9 @@ const (
 	NodeFailoverConditionPaused = "Paused"
 	// NodeFailoverConditionProgressing says what the migration waits on (reason) while it runs.
 	NodeFailoverConditionProgressing = "Progressing"
+	// NodeFailoverConditionDeleting is True while a requested deletion of the record is held
+	// (finalizer) because its migration is half done; the record goes once it completes.
+	NodeFailoverConditionDeleting = "Deleting"
 )
 
 // NodeFailoverSpec names the failed node and, optionally, the target.

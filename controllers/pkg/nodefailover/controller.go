@@ -69,7 +69,14 @@ const (
 	ReasonSpareReleased    = "SpareReleased"
 	ReasonPodRecreate      = "FailoverRecreate"
 	ReasonPodMoved         = "MovedByFailover"
+	ReasonDeletionHeld     = "DeletionHeld"
+	ReasonDeleted          = "FailoverRecordDeleted"
 )
+
+// Finalizer holds a record's deletion while its migration is in flight, so half-moved ranges
+// are never forgotten. The controller removes it once the record is Completed (a deletion
+// requested meanwhile then goes through), or at a deletion before anything moved.
+const Finalizer = "staticip.jke.jdcloud.com/nodefailover"
 
 // recheck is how often a migration that waits on something outside the watched objects (the
 // clock, a spare appearing) looks again.
@@ -102,7 +109,83 @@ type Controller struct {
 	gone *labelMemory
 }
 
-const podsByNodeIndex = "nodefailover.spec.nodeName"
+// Pod indexes: by spec.nodeName, and by the IP block (IPBlockKey) of each pod IP. Pods that may
+// hold a failed node's IPs are found through them, without listing every pod.
+const (
+	podsByNodeIndex    = "nodefailover.spec.nodeName"
+	podsByIPBlockIndex = "nodefailover.status.podIPs.block"
+	// maxBlocks bounds the index lookups for one range (a /16 of IPv4); a wider range is
+	// checked against the list of all pods.
+	maxBlocks = 256
+)
+
+func indexPodsByNode(obj any) ([]string, error) {
+	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
+		return []string{p.Spec.NodeName}, nil
+	}
+	return nil, nil
+}
+
+func indexPodsByIPBlock(obj any) ([]string, error) {
+	p, ok := obj.(*corev1.Pod)
+	if !ok {
+		return nil, nil
+	}
+	var keys []string
+	for _, ip := range p.Status.PodIPs {
+		if a, err := netip.ParseAddr(ip.IP); err == nil && !slices.Contains(keys, IPBlockKey(a)) {
+			keys = append(keys, IPBlockKey(a))
+		}
+	}
+	return keys, nil
+}
+
+// podsOn lists the pods bound to node (index).
+func (c *Controller) podsOn(node string) ([]*corev1.Pod, error) {
+	objs, err := c.podIndex.ByIndex(podsByNodeIndex, node)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]*corev1.Pod, 0, len(objs))
+	for _, o := range objs {
+		if p, ok := o.(*corev1.Pod); ok {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+
+// podsHolding returns the pods that may hold an IP of node: those bound to it and those with
+// an IP in one of ranges (index lookups per IP block; HoldingPods then decides exactly).
+func (c *Controller) podsHolding(node string, ranges []netip.Prefix) ([]*corev1.Pod, error) {
+	out, err := c.podsOn(node)
+	if err != nil {
+		return nil, err
+	}
+	seen := map[types.UID]bool{}
+	for _, p := range out {
+		seen[p.UID] = true
+	}
+	for _, r := range ranges {
+		blocks, ok := IPBlocks(r, maxBlocks)
+		if !ok {
+			return c.pods.List(labels.Everything())
+		}
+		for _, b := range blocks {
+			objs, err := c.podIndex.ByIndex(podsByIPBlockIndex, b)
+			if err != nil {
+				return nil, err
+			}
+			for _, o := range objs {
+				if p, ok := o.(*corev1.Pod); ok && !seen[p.UID] {
+					seen[p.UID] = true
+					out = append(out, p)
+				}
+			}
+		}
+	}
+	return out, nil
+}
 
 // NewController wires the controller to its informers.
 func NewController(kube kubernetes.Interface, client versioned.Interface, nodeInformer coreinformers.NodeInformer,
@@ -121,12 +204,7 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, nodeIn
 		Window: DefaultWindow, MaxUnhealthyPercent: DefaultMaxUnhealthyPercent, Now: time.Now,
 		gone: &labelMemory{m: map[string]map[string]string{}},
 	}
-	if err := podInformer.Informer().AddIndexers(cache.Indexers{podsByNodeIndex: func(obj any) ([]string, error) {
-		if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-			return []string{p.Spec.NodeName}, nil
-		}
-		return nil, nil
-	}}); err != nil {
+	if err := podInformer.Informer().AddIndexers(cache.Indexers{podsByNodeIndex: indexPodsByNode, podsByIPBlockIndex: indexPodsByIPBlock}); err != nil {
 		return nil, err
 	}
 	// A node's own changes concern its record; any node's health, annotations and labels
@@ -200,6 +278,14 @@ func (l *labelMemory) put(name string, lbls map[string]string) {
 	l.m[name] = map[string]string{LabelZone: lbls[LabelZone], LabelInstanceType: lbls[LabelInstanceType]}
 }
 
+// forget drops a deleted Node's labels once nothing needs them: no record is to be made for
+// it, or its record holds the zone and instance type in its status.
+func (l *labelMemory) forget(name string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	delete(l.m, name)
+}
+
 func (l *labelMemory) get(name string) map[string]string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -262,7 +348,11 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	}
 	rec, err := c.records.Get(name)
 	if apierrors.IsNotFound(err) {
-		return 0, c.detect(ctx, name, node, owned)
+		recorded, err := c.detect(ctx, name, node, owned)
+		if err == nil && node == nil && !recorded {
+			c.gone.forget(name) // a deleted Node with nothing to move
+		}
+		return 0, err
 	} else if err != nil {
 		return 0, err
 	}
@@ -275,6 +365,18 @@ func (c *Controller) sync(ctx context.Context, name string) (time.Duration, erro
 	}
 	if werr := m.writeStatus(ctx); werr != nil && err == nil {
 		err = werr
+	}
+	if err == nil && !m.deleted && m.st().Phase == jkev1alpha1.FailoverCompleted && slices.Contains(m.rec.Finalizers, Finalizer) {
+		// Nothing is half-moved any more: a deletion held until now goes through, and a record
+		// kept as history carries no finalizer (it can be deleted without this controller).
+		if m.rec.DeletionTimestamp != nil {
+			err = m.deleteRecord(ctx, "its migration completed")
+		} else {
+			err = m.updateFinalizers(ctx, withoutFinalizer(m.rec.Finalizers))
+		}
+	}
+	if err == nil && node == nil && !m.deleted && m.orig.Phase != "" {
+		c.gone.forget(name) // the record's status holds the deleted Node's zone now
 	}
 	return requeue, err
 }
@@ -314,41 +416,42 @@ func prefixesOf(ranges []*jkev1.IPRange) []netip.Prefix {
 
 // detect creates the record of a node that is out-of-service (or whose Node is gone) and owns
 // ranges or static IPs. A NotReady node without the taint gets no record: nothing of it moves.
-func (c *Controller) detect(ctx context.Context, name string, node *corev1.Node, owned []*jkev1.IPRange) error {
+// recorded: a record exists or was made (its first status write may have failed).
+func (c *Controller) detect(ctx context.Context, name string, node *corev1.Node, owned []*jkev1.IPRange) (recorded bool, err error) {
 	var lbls map[string]string
 	switch {
 	case node != nil && !OutOfService(node):
-		return nil
+		return false, nil
 	case node != nil:
 		lbls = node.Labels
 	default:
 		// A deleted Node: only when one of its ranges was served (an agent reported it), so a
 		// range created ahead of its node joining is not mistaken for a lost node.
 		if !slices.ContainsFunc(owned, func(r *jkev1.IPRange) bool { return meta.FindStatusCondition(r.Status.Conditions, "Synced") != nil }) {
-			return nil
+			return false, nil
 		}
 		lbls = c.gone.get(name)
 	}
 	sips, err := c.staticIPsOf(name, prefixesOf(owned))
 	if err != nil {
-		return err
+		return false, err
 	}
 	if len(owned) == 0 && len(sips) == 0 {
-		return nil
+		return false, nil
 	}
-	rec := &jkev1alpha1.NodeFailover{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: jkev1alpha1.NodeFailoverSpec{Node: name}}
+	rec := &jkev1alpha1.NodeFailover{ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{Finalizer}}, Spec: jkev1alpha1.NodeFailoverSpec{Node: name}}
 	created, err := c.client.JkeV1alpha1().NodeFailovers().Create(ctx, rec, metav1.CreateOptions{})
 	if apierrors.IsAlreadyExists(err) {
-		return nil // the informer will show it
+		return true, nil // the informer will show it
 	}
 	if err != nil {
-		return err
+		return false, err
 	}
 	now := metav1.NewTime(c.Now())
 	created.Status = jkev1alpha1.NodeFailoverStatus{Phase: jkev1alpha1.FailoverDetected, StartTime: &now, PhaseTime: &now,
 		Zone: lbls[LabelZone], InstanceType: lbls[LabelInstanceType], ObservedGeneration: created.Generation}
 	if _, err := c.client.JkeV1alpha1().NodeFailovers().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
-		return err
+		return true, err
 	}
 	msg := fmt.Sprintf("node %s is fenced (out-of-service or deleted) and owns %d IP ranges and %d static IPs: failover record created", name, len(owned), len(sips))
 	c.recorder.Event(created, corev1.EventTypeNormal, ReasonDetected, msg)
@@ -356,7 +459,7 @@ func (c *Controller) detect(ctx context.Context, name string, node *corev1.Node,
 		c.recorder.Event(node, corev1.EventTypeNormal, ReasonDetected, msg)
 	}
 	klog.FromContext(ctx).Info("Node failover detected", "controller", Name, "node", name, "ranges", len(owned), "staticIPs", len(sips))
-	return nil
+	return true, nil
 }
 
 // migration is one sync of one record.
@@ -444,8 +547,20 @@ func (m *migration) run(ctx context.Context) (time.Duration, error) {
 	if st.Phase == "" { // created, but the first status write was lost
 		now := metav1.NewTime(m.now)
 		st.Phase, st.StartTime, st.PhaseTime = jkev1alpha1.FailoverDetected, &now, &now
+		lbls := m.c.gone.get(m.failedName())
 		if m.node != nil {
-			st.Zone, st.InstanceType = m.node.Labels[LabelZone], m.node.Labels[LabelInstanceType]
+			lbls = m.node.Labels
+		}
+		st.Zone, st.InstanceType = lbls[LabelZone], lbls[LabelInstanceType]
+	}
+	if m.rec.DeletionTimestamp != nil {
+		if done, err := m.deleting(ctx); done || err != nil {
+			return 0, err
+		}
+	} else if !slices.Contains(m.rec.Finalizers, Finalizer) && st.Phase != jkev1alpha1.FailoverCompleted {
+		// A record made before the finalizer existed, or one an operator stripped.
+		if err := m.updateFinalizers(ctx, append(slices.Clone(m.rec.Finalizers), Finalizer)); err != nil {
+			return 0, err
 		}
 	}
 	if st.Phase == jkev1alpha1.FailoverCompleted {
@@ -511,7 +626,7 @@ func (m *migration) beforeMoving(ctx context.Context) (done bool, requeue time.D
 		fmt.Sprintf("%d of %d nodes are not Ready (at most %d%% allowed)", notReady, total, m.c.MaxUnhealthyPercent))
 	m.setPhase(jkev1alpha1.FailoverFenced)
 
-	pods, err := m.c.pods.List(labels.Everything())
+	pods, err := m.c.podsHolding(name, prefixesOf(m.owned))
 	if err != nil {
 		return false, 0, err
 	}
@@ -552,15 +667,88 @@ func (m *migration) beforeMoving(ctx context.Context) (done bool, requeue time.D
 	return true, 0, nil
 }
 
+// deleting handles a record whose deletion was requested. Before the first range write nothing
+// moved: the claim is released and the record goes (done). A Completed record goes too. In
+// between, ranges are half-moved and only this record knows from where: the deletion is held
+// (finalizer) and the migration goes on; the record goes once Completed (see sync). An
+// operator who really wants it gone removes the finalizer by hand and finishes the moves.
+func (m *migration) deleting(ctx context.Context) (done bool, err error) {
+	if !slices.Contains(m.rec.Finalizers, Finalizer) {
+		m.deleted = true // someone removed the finalizer: the API server deletes it
+		return true, nil
+	}
+	if m.st().Phase == jkev1alpha1.FailoverCompleted {
+		return true, m.deleteRecord(ctx, "its migration completed")
+	}
+	if !m.committed() {
+		if err := m.releaseClaim(ctx); err != nil {
+			return true, err
+		}
+		return true, m.deleteRecord(ctx, "nothing had moved yet")
+	}
+	msg := fmt.Sprintf("deletion requested while %d IP ranges are half-moved to %s: held (finalizer %s) until the migration completes; the record goes then",
+		len(m.st().MovedRanges), m.st().Target, Finalizer)
+	if !meta.IsStatusConditionTrue(m.orig.Conditions, jkev1alpha1.NodeFailoverConditionDeleting) {
+		m.c.recorder.Event(m.rec, corev1.EventTypeWarning, ReasonDeletionHeld, msg)
+		if m.node != nil {
+			m.c.recorder.Event(m.node, corev1.EventTypeWarning, ReasonDeletionHeld, msg)
+		}
+		m.logger.Info("NodeFailover deletion held until the migration completes", "movedRanges", len(m.st().MovedRanges))
+	}
+	m.setCondition(jkev1alpha1.NodeFailoverConditionDeleting, metav1.ConditionTrue, ReasonDeletionHeld, msg)
+	return false, nil
+}
+
+// updateFinalizers writes the record's finalizers (optimistic lock on its resourceVersion).
+func (m *migration) updateFinalizers(ctx context.Context, finalizers []string) error {
+	rec := m.rec.DeepCopy()
+	rec.Finalizers = finalizers
+	updated, err := m.c.client.JkeV1alpha1().NodeFailovers().Update(ctx, rec, metav1.UpdateOptions{})
+	if err != nil {
+		return err
+	}
+	m.rec.Finalizers, m.rec.ResourceVersion = updated.Finalizers, updated.ResourceVersion
+	return nil
+}
+
+func withoutFinalizer(fs []string) []string {
+	return slices.DeleteFunc(slices.Clone(fs), func(f string) bool { return f == Finalizer })
+}
+
+// deleteRecord removes the record: its finalizer first, then the object (UID precondition).
+func (m *migration) deleteRecord(ctx context.Context, why string) error {
+	if slices.Contains(m.rec.Finalizers, Finalizer) {
+		err := m.updateFinalizers(ctx, withoutFinalizer(m.rec.Finalizers))
+		if apierrors.IsNotFound(err) {
+			m.deleted = true
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	m.deleted = true
+	if m.rec.DeletionTimestamp != nil {
+		// The deletion was requested: without the finalizer the API server completes it.
+		m.c.recorder.Eventf(m.rec, corev1.EventTypeNormal, ReasonDeleted, "record deleted: %s", why)
+		m.logger.Info("NodeFailover record deleted", "reason", why)
+		return nil
+	}
+	uid := m.rec.UID
+	err := m.c.client.JkeV1alpha1().NodeFailovers().Delete(ctx, m.rec.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}
+
 // cancel undoes a migration that moved nothing because the node is no longer fenced (the taint
 // was removed): the spare's claim is released and the record deleted.
 func (m *migration) cancel(ctx context.Context, why string) error {
 	if err := m.releaseClaim(ctx); err != nil {
 		return err
 	}
-	uid := m.rec.UID
-	err := m.c.client.JkeV1alpha1().NodeFailovers().Delete(ctx, m.rec.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-	if err != nil && !apierrors.IsNotFound(err) {
+	if err := m.deleteRecord(ctx, "cancelled: "+why); err != nil {
 		return err
 	}
 	msg := "failover cancelled before anything moved: " + why
@@ -569,7 +757,6 @@ func (m *migration) cancel(ctx context.Context, why string) error {
 	}
 	metrics.NodeFailoverMigrations.WithLabelValues("cancelled").Inc()
 	m.logger.Info("Node failover cancelled", "reason", why)
-	m.deleted = true
 	return nil
 }
 
@@ -586,13 +773,14 @@ func (m *migration) restartIfFailedAgain(ctx context.Context) error {
 	if len(m.owned) == 0 && len(sips) == 0 {
 		return nil
 	}
-	uid := m.rec.UID
-	err = m.c.client.JkeV1alpha1().NodeFailovers().Delete(ctx, m.rec.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-	if err != nil && !apierrors.IsNotFound(err) {
+	if m.node == nil {
+		// The Node is gone and its labels were forgotten: the new record takes them from this one.
+		m.c.gone.put(m.failedName(), map[string]string{LabelZone: m.st().Zone, LabelInstanceType: m.st().InstanceType})
+	}
+	if err := m.deleteRecord(ctx, "the node failed again; a new migration starts"); err != nil {
 		return err
 	}
 	m.logger.Info("Node failed again after a completed failover; starting a new one")
-	m.deleted = true
 	m.c.queue.Add(m.rec.Name)
 	return nil
 }
@@ -632,15 +820,22 @@ func (m *migration) reserveTarget(ctx context.Context, sips []*jkev1.StaticIP) (
 			target = claims[0].Name // a claim of an earlier sync that did not reach spec.target
 		}
 	}
-	used, err := m.c.usage()
+	nodes, err := m.c.nodes.List(labels.Everything())
+	if err != nil {
+		return "", 0, err
+	}
+	// Capacity is counted on the nodes that may become the target only.
+	candidates := []string{target}
+	for _, n := range nodes {
+		if n.Labels[jkev1alpha1.LabelSpare] == "true" {
+			candidates = append(candidates, n.Name)
+		}
+	}
+	used, err := m.c.usage(candidates)
 	if err != nil {
 		return "", 0, err
 	}
 	if target == "" {
-		nodes, err := m.c.nodes.List(labels.Everything())
-		if err != nil {
-			return "", 0, err
-		}
 		choice := ChooseTarget(failed, nodes, used, need)
 		if choice.Target == "" {
 			msg := fmt.Sprintf("%s (need %s for %d static IPs); nothing moved", choice.Message(), resourceString(need), len(sips))
@@ -708,13 +903,23 @@ func (m *migration) reserveTarget(ctx context.Context, sips []*jkev1.StaticIP) (
 	return target, 0, nil
 }
 
-// usage is, per node, the requests of its pods that are not finished plus the reservations of
-// static-IP pods that are absent (the scheduler's staticIPNode cache holds those for them).
-func (c *Controller) usage() (map[string]corev1.ResourceList, error) {
+// usage is, for each of nodes, the requests of its pods that are not finished plus the
+// reservations of static-IP pods that are absent (the scheduler's staticIPNode cache holds
+// those for them). Pods come from the by-node index: no list of every pod.
+func (c *Controller) usage(nodes []string) (map[string]corev1.ResourceList, error) {
 	out := map[string]corev1.ResourceList{}
-	pods, err := c.pods.List(labels.Everything())
-	if err != nil {
-		return nil, err
+	wanted := map[string]bool{}
+	var pods []*corev1.Pod
+	for _, n := range nodes {
+		if n == "" || wanted[n] {
+			continue
+		}
+		wanted[n] = true
+		on, err := c.podsOn(n)
+		if err != nil {
+			return nil, err
+		}
+		pods = append(pods, on...)
 	}
 	live := map[string]string{} // namespace/name -> node
 	for _, p := range pods {
@@ -735,7 +940,7 @@ func (c *Controller) usage() (map[string]corev1.ResourceList, error) {
 		if pod == "" {
 			pod = s.Name
 		}
-		if s.Spec.Node == "" || live[s.Namespace+"/"+pod] == s.Spec.Node {
+		if !wanted[s.Spec.Node] || live[s.Namespace+"/"+pod] == s.Spec.Node {
 			continue
 		}
 		req := s.Spec.Resources.DeepCopy()

@@ -73,6 +73,8 @@ func (e *failoverEnv) cleanup() {
 	recs, _ := e.client.JkeV1alpha1().NodeFailovers().List(ctx, metav1.ListOptions{})
 	for _, r := range recs.Items {
 		if strings.HasPrefix(r.Name, e.ns) {
+			// The manager is stopped: nobody else removes the finalizer.
+			_, _ = e.client.JkeV1alpha1().NodeFailovers().Patch(ctx, r.Name, types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`), metav1.PatchOptions{})
 			_ = e.client.JkeV1alpha1().NodeFailovers().Delete(ctx, r.Name, metav1.DeleteOptions{})
 		}
 	}
@@ -114,8 +116,36 @@ func (e *failoverEnv) startFailover(window time.Duration) func() {
 
 func (e *failoverEnv) restart(window time.Duration) {
 	e.t.Helper()
+	e.eventsSettled()
 	e.stopManager()
 	e.startFailover(window)
+}
+
+// eventsSettled waits (up to 15 s) until the Events about this test's objects have not
+// changed for a second. Events are written asynchronously and best effort: one not yet sent
+// when a manager stops is lost with it (client-go's recorder), so a restart right after a step
+// could take that step's Event along and fail a later check of the reasons for no fault of
+// the controller (a CI run: "no Completed Event yet").
+func (e *failoverEnv) eventsSettled() {
+	e.t.Helper()
+	last, stableSince := "", time.Now()
+	for deadline := time.Now().Add(15 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
+		list, err := e.kube.CoreV1().Events("").List(e.ctx, metav1.ListOptions{})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		var b strings.Builder
+		for _, ev := range list.Items {
+			if strings.HasPrefix(ev.InvolvedObject.Name, e.ns) || ev.InvolvedObject.Namespace == e.ns {
+				fmt.Fprintf(&b, "%s/%s/%d;", ev.Name, ev.Reason, ev.Count)
+			}
+		}
+		if b.String() != last {
+			last, stableSince = b.String(), time.Now()
+		} else if time.Since(stableSince) >= time.Second {
+			return
+		}
+	}
 }
 
 type nodeOpt func(*corev1.Node)
@@ -508,6 +538,9 @@ func TestNodeFailoverLifecycleWithRestarts(t *testing.T) {
 	e.runPod("web-0", "spare1", e.ip(1, 10))
 	e.runPod("web-1", "spare1", e.ip(2, 10))
 	rec = e.waitRecord("n3", "completed", phaseIs(jkev1alpha1.FailoverCompleted))
+	e.waitRecord("n3", "a completed record keeps no finalizer", func(r *jkev1alpha1.NodeFailover) bool {
+		return !slices.Contains(r.Finalizers, nodefailover.Finalizer)
+	})
 	e.restart(window)
 	e.stays(2*time.Second, "a completed migration stays as it is", func() error {
 		r, err := e.record("n3")
@@ -857,4 +890,82 @@ func (e *failoverEnv) nodeWatches() int {
 		}
 	}
 	return n
+}
+
+// TestNodeFailoverRecordDeletedMidMigration: deleting a record after its ranges were written
+// does not forget the migration: the record stays (finalizer) and the migration completes —
+// the target keeps its spare taint until its agent has reserved the ranges — then it goes. A
+// record deleted before anything moved goes at once and releases its claim.
+func TestNodeFailoverRecordDeletedMidMigration(t *testing.T) {
+	e := newFailoverEnv(t)
+	ra, rb := e.threeNodesAndSpare()
+	e.setHoldSync("spare1", true)
+	e.startFailover(time.Second)
+	e.setReady("n3", false)
+	e.fence("n3")
+	e.podGC("n3")
+	e.waitRecord("n3", "ranges written, waiting for the target agent", waitingOn(nodefailover.ReasonWaitingForAgent))
+	if err := e.client.JkeV1alpha1().NodeFailovers().Delete(e.ctx, e.name("n3"), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.stays(3*time.Second, "a record deleted mid-migration is held and nothing skips ahead", func() error {
+		r, err := e.record("n3")
+		if err != nil {
+			return fmt.Errorf("record gone mid-migration: %v", err)
+		}
+		if len(r.Status.MovedRanges) != 2 {
+			return fmt.Errorf("record lost its moves: %+v (uid %s)", r.Status.MovedRanges, r.UID)
+		}
+		if !slices.ContainsFunc(e.getNode("spare1").Spec.Taints, func(t corev1.Taint) bool { return t.Key == jkev1alpha1.TaintSpare }) {
+			return fmt.Errorf("spare taint removed before the target's agent reserved the ranges")
+		}
+		for _, name := range []string{"web-0", "web-1"} {
+			if s, _ := e.staticIP(name); s.Spec.Node != e.name("n3") {
+				return fmt.Errorf("StaticIP %s re-pointed to %s before the ranges were served", name, s.Spec.Node)
+			}
+		}
+		return nil
+	})
+	rec := e.waitRecord("n3", "deletion held", func(r *jkev1alpha1.NodeFailover) bool {
+		return r.DeletionTimestamp != nil && hasCondition(r, jkev1alpha1.NodeFailoverConditionProgressing, metav1.ConditionTrue, "")
+	})
+	if !slices.Contains(rec.Finalizers, nodefailover.Finalizer) {
+		t.Errorf("finalizers %v", rec.Finalizers)
+	}
+	e.eventually(30*time.Second, "DeletionHeld Event", func() (bool, error) { return e.eventReasons()[nodefailover.ReasonDeletionHeld], nil })
+
+	e.setHoldSync("spare1", false)
+	e.waitRecord("n3", "waiting for pods", waitingOn(nodefailover.ReasonWaitingForPods))
+	e.runPod("web-0", "spare1", e.ip(1, 10))
+	e.runPod("web-1", "spare1", e.ip(2, 10))
+	e.eventually(time.Minute, "the record goes once the migration completed", func() (bool, error) {
+		_, err := e.record("n3")
+		return apierrors.IsNotFound(err), nil
+	})
+	e.assertRange(ra, "spare1", 1)
+	e.assertRange(rb, "spare1", 5)
+	if got := e.getNode("spare1").Labels[jkev1alpha1.LabelFailoverFor]; got != "" {
+		t.Errorf("claim label left: %q", got)
+	}
+
+	// Before anything moved: deleting goes at once (the node is still fenced, so it is
+	// detected again — with a new record, which carries the finalizer too).
+	e.addNode("n4")
+	e.addNode("spare2", spare)
+	r4 := e.addRange("r4", 4, "n4", 0)
+	e.addStaticIP("db-0", "n4", e.ip(4, 10))
+	e.setReady("n4", false)
+	e.fence("n4")
+	old := e.waitRecord("n4", "pods remaining block the move", waitingOn(nodefailover.ReasonPodsRemain))
+	if !slices.Contains(old.Finalizers, nodefailover.Finalizer) {
+		t.Errorf("finalizers %v", old.Finalizers)
+	}
+	if err := e.client.JkeV1alpha1().NodeFailovers().Delete(e.ctx, e.name("n4"), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(30*time.Second, "the uncommitted record goes", func() (bool, error) {
+		r, err := e.record("n4")
+		return apierrors.IsNotFound(err) || (err == nil && r.UID != old.UID), nil
+	})
+	e.assertRange(r4, "n4", 0)
 }

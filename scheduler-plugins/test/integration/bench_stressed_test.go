@@ -54,7 +54,7 @@ func BenchmarkStressedBacklog(b *testing.B) {
 	s := setUpStressed(b, env, *stressNodes)
 	b.Cleanup(s.tearDown)
 	schedulerConfig := unlimited(env.Config)
-	for _, mode := range benchModes(b) {
+	for _, mode := range benchModes(b, roundOrder(1)) {
 		b.Run(mode.name, func(b *testing.B) {
 			profiles := LoadProfiles(b, mode.config)
 			for i := 0; i < b.N; i++ {

@@ -27,7 +27,7 @@ import (
 var (
 	benchNodes  = flag.Int("sched-bench-nodes", 100, "nodes in BenchmarkSchedulingThroughput (issue 5 full size: 5000)")
 	benchPods   = flag.Int("sched-bench-pods", 300, "pods in BenchmarkSchedulingThroughput (issue 5 full size: 10000)")
-	benchOrder  = flag.String("sched-bench-order", "off,on", "order of the modes in one round (on,off: plugins first)")
+	benchOrder  = flag.String("sched-bench-order", "alternate", "order of the modes in one round: off,on, on,off (plugins first) or alternate (off,on in odd rounds, on,off in even ones, so that each mode runs first in half the rounds)")
 	benchRounds = flag.Int("sched-bench-rounds", 1, "rounds of the modes in one process, after the warm-up; the summary pairs round i's modes")
 	benchWarmup = flag.Bool("sched-bench-warmup", false, "run one discarded round of every mode first, so that neither measured mode pays the process's warm-up (first lists, heap growth)")
 )
@@ -97,18 +97,31 @@ type benchMode struct {
 func benchSchedule(b *testing.B) []benchMode {
 	var out []benchMode
 	if *benchWarmup {
-		for _, m := range benchModes(b) {
+		for _, m := range benchModes(b, roundOrder(0)) {
 			m.name = "warmup-" + m.name
 			out = append(out, m)
 		}
 	}
 	for r := 1; r <= *benchRounds; r++ {
-		for _, m := range benchModes(b) {
+		for _, m := range benchModes(b, roundOrder(r)) {
 			m.round = r
 			out = append(out, m)
 		}
 	}
 	return out
+}
+
+// roundOrder is the order of the modes in round r (0: the warm-up). The mode that runs first
+// in a round pays more CPU per pod (earlier runs: 0.92x with the plugins second, 1.27x with
+// them first), so "alternate" puts each mode first in half the measured rounds.
+func roundOrder(r int) string {
+	if *benchOrder != "alternate" {
+		return *benchOrder
+	}
+	if r%2 == 0 {
+		return "on,off"
+	}
+	return "off,on"
 }
 
 // benchResults collects the measured rounds and prints, per mode, the medians and, per
@@ -134,6 +147,7 @@ func (r *benchResults) add(mode benchMode, m *measurement) {
 func (r *benchResults) summarize() {
 	var podsRatio, cpuRatio []float64
 	perMode := map[string][][2]float64{}
+	byOrder := map[string][][2]float64{}
 	for round := 1; round <= len(r.rounds); round++ {
 		on, off := r.rounds[round]["on"], r.rounds[round]["off"]
 		for key, m := range r.rounds[round] {
@@ -145,7 +159,29 @@ func (r *benchResults) summarize() {
 		pr := (float64(on.pods) / on.elapsed.Seconds()) / (float64(off.pods) / off.elapsed.Seconds())
 		cr := on.cpuPerPod / off.cpuPerPod
 		podsRatio, cpuRatio = append(podsRatio, pr), append(cpuRatio, cr)
-		fmt.Printf("round %d: on/off pods/s %.2f, on/off cpu/pod %.2f\n", round, pr, cr)
+		order := roundOrder(round)
+		byOrder[order] = append(byOrder[order], [2]float64{pr, cr})
+		fmt.Printf("round %d (%s): on/off pods/s %.2f, on/off cpu/pod %.2f\n", round, order, pr, cr)
+	}
+	// Per order, and the geometric mean of the two orders' medians: the position effect
+	// cancels there, whatever the number of rounds of each.
+	var orders []string
+	for o := range byOrder {
+		orders = append(orders, o)
+	}
+	sort.Strings(orders)
+	podsGeo, cpuGeo := 1.0, 1.0
+	for _, o := range orders {
+		var p, c []float64
+		for _, x := range byOrder[o] {
+			p, c = append(p, x[0]), append(c, x[1])
+		}
+		fmt.Printf("order %s: %d rounds, median on/off pods/s %.2f, median on/off cpu/pod %.2f\n", o, len(p), median(p), median(c))
+		podsGeo *= median(p)
+		cpuGeo *= median(c)
+	}
+	if len(orders) == 2 {
+		fmt.Printf("BALANCED geometric mean of the two orders' medians: on/off pods/s %.2f, on/off cpu/pod %.2f\n", math.Sqrt(podsGeo), math.Sqrt(cpuGeo))
 	}
 	for key, v := range perMode {
 		var pods, cpu []float64
@@ -171,16 +207,16 @@ func median(v []float64) float64 {
 	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-func benchModes(b *testing.B) []benchMode {
+func benchModes(b *testing.B, order string) []benchMode {
 	modes := map[string]string{
 		"off": "manifests/scheduler/benchmark/default-scheduler-config.yaml",
 		"on":  replaceDefault,
 	}
 	var out []benchMode
-	for _, name := range strings.Split(*benchOrder, ",") {
+	for _, name := range strings.Split(order, ",") {
 		config, ok := modes[name]
 		if !ok {
-			b.Fatalf("-sched-bench-order: unknown mode %q (off, on)", name)
+			b.Fatalf("-sched-bench-order: unknown mode %q (off,on, on,off or alternate)", name)
 		}
 		out = append(out, benchMode{name: "plugins=" + name, config: config, key: name})
 	}

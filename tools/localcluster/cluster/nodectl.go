@@ -4,14 +4,16 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
 
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	runtimeapi "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
 // Node power and link control for failover tests (`localcluster node stop|start|partition|heal
@@ -99,9 +101,11 @@ func NodeStart(ctx context.Context, o Options, name string, timeout time.Duratio
 			return l.componentError(d.name, err)
 		}
 		if d.name == n.name+"-containerd" {
-			// The socket file outlives the killed containerd: wait until it answers.
+			// The socket file outlives the killed containerd: wait until its CRI service answers.
+			// (`ctr version` answers earlier, while CRI still says "server is not initialized
+			// yet" — and a kubelet started then exits: failoverbench's 5th round hit that.)
 			if err := l.waitFor(ctx, 60*time.Second, []string{d.name}, n.name+" containerd", func() (bool, error) {
-				return exec.Command("ctr", "--address", n.containerdSocket, "version").Run() == nil, nil
+				return criReady(ctx, n.containerdSocket) == nil, nil
 			}); err != nil {
 				return err
 			}
@@ -222,4 +226,17 @@ func (l *layout) nodePids(n nodeLayout) []int {
 		}
 	}
 	return pids
+}
+
+// criReady asks the runtime's CRI service for its version, as the kubelet does first.
+func criReady(ctx context.Context, socket string) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	conn, err := grpc.NewClient("unix://"+socket, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	_, err = runtimeapi.NewRuntimeServiceClient(conn).Version(ctx, &runtimeapi.VersionRequest{})
+	return err
 }
