@@ -62,9 +62,10 @@ type staticIPObject struct {
 		IP   string `json:"ip,omitempty"`
 		Node string `json:"node,omitempty"`
 		Pod  string `json:"pod,omitempty"`
-		// Kind and Ref: the workload the record belongs to.
-		Kind string `json:"kind,omitempty"`
-		Ref  string `json:"ref,omitempty"`
+		// APIGroup, Kind and Ref: the workload the record belongs to.
+		APIGroup string `json:"apiGroup,omitempty"`
+		Kind     string `json:"kind,omitempty"`
+		Ref      string `json:"ref,omitempty"`
 	} `json:"spec"`
 }
 

@@ -17,6 +17,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/staticip/staticip/apis/workloadref"
 	"github.com/staticip/staticip/ipam"
 )
 
@@ -156,8 +157,9 @@ func (p *Plugin) requestedIP(ctx context.Context, conf *NetConf, args *K8sArgs, 
 }
 
 // reservedForAnotherWorkload: the IP reserved under the pod's name is kept by a StaticIP of
-// another workload (spec.kind/ref) than the pod's controller — an EnhancedStatefulSet web's
-// record and a StatefulSet web's pod web-0. The pod name alone is not the key: the StaticIP
+// another workload (spec.apiGroup/kind/ref) than the pod's controller — an EnhancedStatefulSet
+// web's record and a StatefulSet web's pod web-0, or apps' StatefulSet web's record and
+// OpenKruise's StatefulSet web's pod web-0. The pod name alone is not the key: the StaticIP
 // controller refuses such a pod the annotation, and the CNI must not hand it the IP by name.
 // Asked only when the store holds a reservation for the pod's name and the pod requests no
 // IP; when the API server cannot answer, the reservation is used as before (offline nodes).
@@ -182,12 +184,18 @@ func (p *Plugin) reservedForAnotherWorkload(ctx context.Context, conf *NetConf, 
 	if err != nil {
 		return false
 	}
-	if ref := obj.controller(); ref == nil || ref.Kind != sip.Spec.Kind || ref.Name != sip.Spec.Ref {
-		owner := "no controller"
-		if ref != nil {
-			owner = ref.Kind + " " + ref.Name
+	rec := workloadref.FromRecord(sip.Spec.APIGroup, sip.Spec.Kind, sip.Spec.Ref)
+	var owner *workloadref.Ref
+	if ref := obj.controller(); ref != nil {
+		o := workloadref.FromOwner(ref.APIVersion, ref.Kind, ref.Name)
+		owner = &o
+	}
+	if !workloadref.Belongs(rec, owner) {
+		desc := "no controller"
+		if owner != nil {
+			desc = owner.String()
 		}
-		p.logf("pod %s (%s): %s is reserved by StaticIP %s for %s %s; taking a free IP", pod, owner, ip, sip.Metadata.Name, sip.Spec.Kind, sip.Spec.Ref)
+		p.logf("pod %s (%s): %s is reserved by StaticIP %s for %s; taking a free IP", pod, desc, ip, sip.Metadata.Name, rec)
 		return true
 	}
 	return false

@@ -65,6 +65,13 @@ type StaticIPSpec struct {
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	Ref string `json:"ref,omitempty"`
+	// APIGroup is the API group of the workload that owns the pod: apps for a StatefulSet,
+	// jke.jdcloud.com for an EnhancedStatefulSet. Group, kind and name together identify the
+	// workload (OpenKruise's StatefulSet web is not apps' StatefulSet web). Empty in records
+	// written before it existed: the kind then implies the group.
+	// +optional
+	// +kubebuilder:validation:MaxLength=253
+	APIGroup string `json:"apiGroup,omitempty"`
 	// Kind is the kind of the workload that owns the pod, e.g. EnhancedStatefulSet or StatefulSet.
 	// +optional
 	// +kubebuilder:validation:MaxLength=63

@@ -324,62 +324,79 @@ func TestAddRefusesARangeMovedWhileFenced(t *testing.T) {
 	}
 }
 
-// TestReservationOfAnotherWorkloadIsNotTaken: the IP a StaticIP keeps for pod web-0 of
-// EnhancedStatefulSet web is not given by pod name to a pod web-0 of a native StatefulSet web
-// (the StaticIP controller refuses to annotate that pod, item 9 of issue 11); it gets a free
-// IP and the reservation stays for the workload it belongs to, whose pod still gets it.
+// TestReservationOfAnotherWorkloadIsNotTaken: the IP a StaticIP keeps for pod web-0 of one
+// workload is not given by pod name to a pod web-0 of another workload (the StaticIP
+// controller refuses to annotate that pod, item 9 of issue 11): EnhancedStatefulSet web against
+// a native StatefulSet web, and a native StatefulSet web against another API group's
+// StatefulSet web (OpenKruise's) — the same kind and name, another workload. The other pod gets
+// a free IP and the reservation stays for the workload it belongs to, whose pod still gets it.
 func TestReservationOfAnotherWorkloadIsNotTaken(t *testing.T) {
-	f := newFixture(t, "10.143.0.0/24")
-	ownedBy := func(apiVersion, kind string, annotations map[string]string) *corev1.Pod {
-		t.Helper()
-		p, err := f.kube.CoreV1().Pods(f.ns).Create(f.ctx, &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Name: "web-0", Annotations: annotations, OwnerReferences: []metav1.OwnerReference{{
-				APIVersion: apiVersion, Kind: kind, Name: "web", UID: "0f0e0d0c-0000-0000-0000-000000000001", Controller: new(true)}}},
-			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
-		}, metav1.CreateOptions{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	gone := func() {
-		t.Helper()
-		if err := f.kube.CoreV1().Pods(f.ns).Delete(f.ctx, "web-0", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	sip, err := f.sip.JkeV1().StaticIPs(f.ns).Create(f.ctx, &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Name: "web-0"},
-		Spec: jkev1.StaticIPSpec{Pod: "web-0", Kind: "EnhancedStatefulSet", Ref: "web"}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	netns := f.podNS()
-	first := ownedBy("jke.jdcloud.com/v1alpha1", "EnhancedStatefulSet", map[string]string{jkev1.AnnotationEnable: "true"})
-	ip := f.mustAdd(f.args(first, netns, "ctr-ests"))
-	sip.Spec.IP = ip // what the StaticIP controller records
-	if _, err := f.sip.JkeV1().StaticIPs(f.ns).Update(f.ctx, sip, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	f.del(f.args(first, netns, "ctr-ests"))
-	gone()
-	if owner := f.reservations()[ip]; owner != f.ns+"/web-0" {
-		t.Fatalf("after DEL %s reserved for %q, want %s/web-0", ip, owner, f.ns)
-	}
+	type owner struct{ apiVersion, kind string }
+	for i, tc := range []struct {
+		name           string
+		recordKind     string
+		owner, another owner
+	}{
+		{"ests-vs-sts", "EnhancedStatefulSet",
+			owner{"jke.jdcloud.com/v1alpha1", "EnhancedStatefulSet"}, owner{"apps/v1", "StatefulSet"}},
+		// A record without spec.apiGroup (written before it existed): its kind implies apps.
+		{"other-group", "StatefulSet",
+			owner{"apps/v1", "StatefulSet"}, owner{"apps.kruise.io/v1beta1", "StatefulSet"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t, fmt.Sprintf("10.143.%d.0/24", i))
+			ownedBy := func(o owner, annotations map[string]string) *corev1.Pod {
+				t.Helper()
+				p, err := f.kube.CoreV1().Pods(f.ns).Create(f.ctx, &corev1.Pod{
+					ObjectMeta: metav1.ObjectMeta{Name: "web-0", Annotations: annotations, OwnerReferences: []metav1.OwnerReference{{
+						APIVersion: o.apiVersion, Kind: o.kind, Name: "web", UID: "0f0e0d0c-0000-0000-0000-000000000001", Controller: new(true)}}},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
+				}, metav1.CreateOptions{})
+				if err != nil {
+					t.Fatal(err)
+				}
+				return p
+			}
+			gone := func() {
+				t.Helper()
+				if err := f.kube.CoreV1().Pods(f.ns).Delete(f.ctx, "web-0", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			sip, err := f.sip.JkeV1().StaticIPs(f.ns).Create(f.ctx, &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Name: "web-0"},
+				Spec: jkev1.StaticIPSpec{Pod: "web-0", Kind: tc.recordKind, Ref: "web"}}, metav1.CreateOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			netns := f.podNS()
+			first := ownedBy(tc.owner, map[string]string{jkev1.AnnotationEnable: "true"})
+			ip := f.mustAdd(f.args(first, netns, "ctr-own"))
+			sip.Spec.IP = ip // what the StaticIP controller records
+			if _, err := f.sip.JkeV1().StaticIPs(f.ns).Update(f.ctx, sip, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+			f.del(f.args(first, netns, "ctr-own"))
+			gone()
+			if owner := f.reservations()[ip]; owner != f.ns+"/web-0" {
+				t.Fatalf("after DEL %s reserved for %q, want %s/web-0", ip, owner, f.ns)
+			}
 
-	native := ownedBy("apps/v1", "StatefulSet", nil)
-	got := f.mustAdd(f.args(native, netns, "ctr-native"))
-	if got == ip {
-		t.Fatalf("pod web-0 of StatefulSet web got %s, the IP StaticIP web-0 keeps for EnhancedStatefulSet web", ip)
-	}
-	if owner := f.reservations()[ip]; owner != f.ns+"/web-0" {
-		t.Fatalf("the reservation of %s moved: %q", ip, owner)
-	}
-	f.del(f.args(native, netns, "ctr-native"))
-	gone()
+			other := ownedBy(tc.another, nil)
+			got := f.mustAdd(f.args(other, netns, "ctr-other"))
+			if got == ip {
+				t.Fatalf("pod web-0 of %s %s web got %s, the IP StaticIP web-0 keeps for %s web", tc.another.apiVersion, tc.another.kind, ip, tc.recordKind)
+			}
+			if owner := f.reservations()[ip]; owner != f.ns+"/web-0" {
+				t.Fatalf("the reservation of %s moved: %q", ip, owner)
+			}
+			f.del(f.args(other, netns, "ctr-other"))
+			gone()
 
-	// The workload's own pod, recreated before its annotation is written, still gets it by name.
-	again := ownedBy("jke.jdcloud.com/v1alpha1", "EnhancedStatefulSet", nil)
-	if got := f.mustAdd(f.args(again, netns, "ctr-ests-2")); got != ip {
-		t.Fatalf("EnhancedStatefulSet web's pod web-0 got %s, want its reserved %s", got, ip)
+			// The workload's own pod, recreated before its annotation is written, still gets it by name.
+			again := ownedBy(tc.owner, nil)
+			if got := f.mustAdd(f.args(again, netns, "ctr-own-2")); got != ip {
+				t.Fatalf("%s web's pod web-0 got %s, want its reserved %s", tc.recordKind, got, ip)
+			}
+		})
 	}
 }

@@ -31,6 +31,7 @@ import (
 	jkev1alpha1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1alpha1"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/workloadref"
 	"github.com/staticip/staticip/controllers/pkg/metrics"
 	"github.com/staticip/staticip/controllers/pkg/worker"
 )
@@ -87,7 +88,7 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 		},
 		workloadIndex: func(obj any) ([]string, error) {
 			if s, ok := obj.(*jkev1.StaticIP); ok && s.Spec.Ref != "" {
-				return []string{workloadKey(s.Namespace, s.Spec.Kind, s.Spec.Ref)}, nil
+				return []string{workloadKey(s.Namespace, RecordRef(s))}, nil
 			}
 			return nil, nil
 		},
@@ -153,7 +154,9 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 	return c, nil
 }
 
-func workloadKey(ns, kind, name string) string { return ns + "/" + kind + "/" + name }
+func workloadKey(ns string, w workloadref.Ref) string {
+	return ns + "/" + w.Group + "/" + w.Kind + "/" + w.Name
+}
 
 func (c *Controller) enqueueKey(obj any) {
 	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
@@ -203,9 +206,9 @@ func (c *Controller) enqueueWorkload(obj any) {
 	var key string
 	switch w := obj.(type) {
 	case *jkev1alpha1.EnhancedStatefulSet:
-		key = workloadKey(w.Namespace, EnhancedStatefulSetKind.Kind, w.Name)
+		key = workloadKey(w.Namespace, workloadref.Ref{Group: EnhancedStatefulSetKind.Group, Kind: EnhancedStatefulSetKind.Kind, Name: w.Name})
 	case *appsv1.StatefulSet:
-		key = workloadKey(w.Namespace, StatefulSetKind.Kind, w.Name)
+		key = workloadKey(w.Namespace, workloadref.Ref{Group: StatefulSetKind.Group, Kind: StatefulSetKind.Kind, Name: w.Name})
 	default:
 		return
 	}
@@ -317,14 +320,14 @@ func (c *Controller) adoptPod(ctx context.Context, pod *corev1.Pod) error {
 // policy that applies to the record: the EnhancedStatefulSet's staticIPRetentionPolicy, or for
 // a StatefulSet (whose API has no such field) the record's own spec.retentionPolicy.
 func (c *Controller) recordWorkload(sip *jkev1.StaticIP) *Workload {
-	switch sip.Spec.Kind {
-	case EnhancedStatefulSetKind.Kind:
+	switch {
+	case recordOfKind(sip, EnhancedStatefulSetKind):
 		set, err := c.setLister.EnhancedStatefulSets(sip.Namespace).Get(sip.Spec.Ref)
 		if err != nil || set.DeletionTimestamp != nil {
 			return nil
 		}
 		return &Workload{Object: set, GVK: EnhancedStatefulSetKind, Retention: RetentionPolicy(set.Spec.StaticIPRetentionPolicy)}
-	case StatefulSetKind.Kind:
+	case recordOfKind(sip, StatefulSetKind):
 		sts, err := c.stsLister.StatefulSets(sip.Namespace).Get(sip.Spec.Ref)
 		if err != nil || sts.DeletionTimestamp != nil {
 			return nil
@@ -383,10 +386,15 @@ func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *
 	}()
 
 	// A record retained from one workload is never taken by another of the same pod name (an
-	// EnhancedStatefulSet web and a StatefulSet web): report it, record nothing, annotate nothing.
+	// EnhancedStatefulSet web and a StatefulSet web, or apps' StatefulSet web and OpenKruise's):
+	// report it, record nothing, annotate nothing. Any controller counts, not only the kinds we
+	// record. A pod without a controller (orphaned, about to be adopted) is no conflict.
 	w, _ := c.podWorkload(pod)
-	if w != nil && !SameWorkload(sip, *w) {
-		conflict(ConflictWorkloadMismatch, "pod %s belongs to %s %s but StaticIP %s is retained for %s %s", pod.Name, w.GVK.Kind, w.Object.GetName(), sip.Name, sip.Spec.Kind, sip.Spec.Ref)
+	if ref := metav1.GetControllerOf(pod); ref != nil {
+		owner := workloadref.FromOwner(ref.APIVersion, ref.Kind, ref.Name)
+		if rec := RecordRef(sip); !workloadref.Belongs(rec, &owner) {
+			conflict(ConflictWorkloadMismatch, "pod %s belongs to %s but StaticIP %s is retained for %s", pod.Name, owner, sip.Name, rec)
+		}
 	}
 	if sip.Spec.IP != "" && annotated != "" && annotated != sip.Spec.IP {
 		conflict(ConflictAnnotationMismatch, "pod %s has %s=%s but StaticIP %s records %s", pod.Name, jkev1.AnnotationIPAddress, annotated, sip.Name, sip.Spec.IP)
@@ -411,7 +419,7 @@ func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *
 		sip.Spec.Node = pod.Spec.NodeName // the IP followed the pod (e.g. a failover moved its range)
 		sip.Spec.Pod = pod.Name
 		if w != nil {
-			sip.Spec.Kind, sip.Spec.Ref = w.GVK.Kind, w.Object.GetName()
+			sip.Spec.APIGroup, sip.Spec.Kind, sip.Spec.Ref = w.GVK.Group, w.GVK.Kind, w.Object.GetName()
 		}
 		sip.Spec.Resources = resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 		if !apiequality.Semantic.DeepEqual(orig.Spec, sip.Spec) {
@@ -540,8 +548,8 @@ func (c *Controller) scaledAway(ctx context.Context, sip *jkev1.StaticIP) bool {
 	}
 	var replicas int32
 	policy := RetentionPolicy(sip.Spec.RetentionPolicy)
-	switch sip.Spec.Kind {
-	case EnhancedStatefulSetKind.Kind:
+	switch {
+	case recordOfKind(sip, EnhancedStatefulSetKind):
 		if _, err := c.setLister.EnhancedStatefulSets(sip.Namespace).Get(sip.Spec.Ref); err != nil {
 			return false
 		}
@@ -551,7 +559,7 @@ func (c *Controller) scaledAway(ctx context.Context, sip *jkev1.StaticIP) bool {
 		}
 		replicas = ptrOr(set.Spec.Replicas, 1)
 		policy = RetentionPolicy(set.Spec.StaticIPRetentionPolicy)
-	case StatefulSetKind.Kind:
+	case recordOfKind(sip, StatefulSetKind):
 		if _, err := c.stsLister.StatefulSets(sip.Namespace).Get(sip.Spec.Ref); err != nil {
 			return false
 		}

@@ -17,6 +17,7 @@ import (
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/workloadref"
 )
 
 // Enabled says whether a workload's pods get fixed IPs: the enable annotation is "true" on
@@ -46,11 +47,31 @@ type Workload struct {
 	Retention jkev1.StaticIPRetentionPolicy
 }
 
+// Ref is the workload w: API group, kind and name.
+func (w Workload) Ref() workloadref.Ref {
+	return workloadref.Ref{Group: w.GVK.Group, Kind: w.GVK.Kind, Name: w.Object.GetName()}
+}
+
+// RecordRef is the workload sip names (spec.apiGroup, spec.kind, spec.ref; the group implied
+// by the kind in records written before spec.apiGroup).
+func RecordRef(sip *jkev1.StaticIP) workloadref.Ref {
+	return workloadref.FromRecord(sip.Spec.APIGroup, sip.Spec.Kind, sip.Spec.Ref)
+}
+
+// recordOfKind says whether sip names a workload of group and kind gvk.
+func recordOfKind(sip *jkev1.StaticIP, gvk schema.GroupVersionKind) bool {
+	r := RecordRef(sip)
+	return r.Kind == gvk.Kind && r.Group == gvk.Group
+}
+
 // ConflictError says a StaticIP with the pod's name belongs to another workload.
-type ConflictError struct{ Name, Kind, Ref string }
+type ConflictError struct {
+	Name  string
+	Owner workloadref.Ref
+}
 
 func (e *ConflictError) Error() string {
-	return fmt.Sprintf("StaticIP %s belongs to %s %q, not to this workload", e.Name, e.Kind, e.Ref)
+	return fmt.Sprintf("StaticIP %s belongs to %s, not to this workload", e.Name, e.Owner)
 }
 
 // desiredOwnerRefs returns sip's owner references with the workload's reference added (when
@@ -81,7 +102,7 @@ func NewStaticIP(w Workload, podName string) *jkev1.StaticIP {
 			Name: podName, Namespace: w.Object.GetNamespace(),
 			OwnerReferences: desiredOwnerRefs(nil, w),
 		},
-		Spec: jkev1.StaticIPSpec{Ref: w.Object.GetName(), Kind: w.GVK.Kind, Pod: podName, RetentionPolicy: &policy},
+		Spec: jkev1.StaticIPSpec{Ref: w.Object.GetName(), APIGroup: w.GVK.Group, Kind: w.GVK.Kind, Pod: podName, RetentionPolicy: &policy},
 	}
 }
 
@@ -128,7 +149,7 @@ func Ensure(ctx context.Context, client versioned.Interface, lister jkev1listers
 		return nil, err
 	}
 	if !SameWorkload(sip, w) {
-		return sip, &ConflictError{Name: podName, Kind: sip.Spec.Kind, Ref: sip.Spec.Ref}
+		return sip, &ConflictError{Name: podName, Owner: RecordRef(sip)}
 	}
 	if sip.DeletionTimestamp != nil || sip.Status.Phase == jkev1.StaticIPReleased {
 		return nil, &ReleasingError{Name: ns + "/" + podName}
@@ -137,7 +158,7 @@ func Ensure(ctx context.Context, client versioned.Interface, lister jkev1listers
 	upd := sip.DeepCopy()
 	upd.OwnerReferences = desiredOwnerRefs(sip.OwnerReferences, w)
 	upd.Spec.RetentionPolicy = &policy
-	upd.Spec.Ref, upd.Spec.Kind = w.Object.GetName(), w.GVK.Kind
+	upd.Spec.Ref, upd.Spec.APIGroup, upd.Spec.Kind = w.Object.GetName(), w.GVK.Group, w.GVK.Kind
 	if upd.Spec.Pod == "" {
 		upd.Spec.Pod = podName
 	}
@@ -157,9 +178,10 @@ func Ensure(ctx context.Context, client versioned.Interface, lister jkev1listers
 	return claimed, nil
 }
 
-// SameWorkload says whether sip belongs to w (or to nobody yet).
+// SameWorkload says whether sip belongs to w (or to nobody yet): API group, kind and name.
 func SameWorkload(sip *jkev1.StaticIP, w Workload) bool {
-	return (sip.Spec.Ref == "" || sip.Spec.Ref == w.Object.GetName()) && (sip.Spec.Kind == "" || sip.Spec.Kind == w.GVK.Kind)
+	ref := w.Ref()
+	return workloadref.Belongs(RecordRef(sip), &ref)
 }
 
 // ReconcileOwnership returns sip with the owner references and retention policy w's policy

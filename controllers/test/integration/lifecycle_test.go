@@ -188,7 +188,7 @@ func TestNoTakeoverAcrossWorkloads(t *testing.T) {
 			return false, err
 		}
 		c := findCondition(rec.Status.Conditions, jkev1.StaticIPConditionConflict)
-		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "StatefulSet tk") &&
+		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "pod tk-0 belongs to StatefulSet.apps tk") &&
 			anyContains(f.events("tk-0"), "WorkloadMismatch"), nil
 	})
 	time.Sleep(time.Second)
@@ -202,5 +202,52 @@ func TestNoTakeoverAcrossWorkloads(t *testing.T) {
 	}
 	if p.Annotations[jkev1.AnnotationIPAddress] != "" {
 		t.Errorf("the StatefulSet's pod got the EnhancedStatefulSet's IP: %v", p.Annotations)
+	}
+}
+
+// TestNoTakeoverAcrossAPIGroups: the same kind and name in another API group is another
+// workload. A record retained from apps' StatefulSet "og" (without spec.apiGroup, as records
+// were written before it existed: its kind implies apps) is not handed to pod og-0 of
+// OpenKruise's StatefulSet "og" (apps.kruise.io): Conflict and an Event, no ip-address
+// annotation on the pod, the record untouched.
+func TestNoTakeoverAcrossAPIGroups(t *testing.T) {
+	f := newFixture(t)
+	f.startManager()
+	rec := &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Name: "og-0"},
+		Spec: jkev1.StaticIPSpec{Ref: "og", Kind: "StatefulSet", Pod: "og-0", IP: "10.98.0.6", Node: "node-a",
+			RetentionPolicy: &jkev1.StaticIPRetentionPolicy{WhenScaled: jkev1.RetainStaticIP, WhenDeleted: jkev1.RetainStaticIP}}}
+	if _, err := f.client.JkeV1().StaticIPs(f.ns).Create(f.ctx, rec, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// Stand in for OpenKruise's Advanced StatefulSet controller (its CRD is not installed here:
+	// only the pod's controller reference matters).
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "og-0", Labels: map[string]string{"app": "og"},
+		Annotations: map[string]string{jkev1.AnnotationEnable: "true"},
+		OwnerReferences: []metav1.OwnerReference{{APIVersion: "apps.kruise.io/v1beta1", Kind: "StatefulSet", Name: "og",
+			UID: "0f0e0d0c-0000-0000-0000-00000000000a", Controller: ptr.To(true), BlockOwnerDeletion: ptr.To(true)}}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:v1"}}}}
+	if _, err := f.kube.CoreV1().Pods(f.ns).Create(f.ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually(30*time.Second, "Conflict on og-0 and an Event", func() (bool, error) {
+		rec, err := f.staticIP("og-0")
+		if err != nil {
+			return false, err
+		}
+		c := findCondition(rec.Status.Conditions, jkev1.StaticIPConditionConflict)
+		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "apps.kruise.io") &&
+			anyContains(f.events("og-0"), "WorkloadMismatch"), nil
+	})
+	time.Sleep(time.Second)
+	rec, _ = f.staticIP("og-0")
+	if rec.Spec.Kind != "StatefulSet" || rec.Spec.Ref != "og" || rec.Spec.IP != "10.98.0.6" || (rec.Spec.APIGroup != "" && rec.Spec.APIGroup != "apps") {
+		t.Errorf("record taken over: %+v", rec.Spec)
+	}
+	p, err := f.kube.CoreV1().Pods(f.ns).Get(f.ctx, "og-0", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Annotations[jkev1.AnnotationIPAddress] != "" {
+		t.Errorf("OpenKruise StatefulSet og's pod got apps StatefulSet og's IP: %v", p.Annotations)
 	}
 }

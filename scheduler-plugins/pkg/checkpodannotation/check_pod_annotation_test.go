@@ -222,4 +222,21 @@ func TestRecordOfAnotherWorkloadDoesNotPin(t *testing.T) {
 	if tgt, st := pl.Target(podOf("jke.jdcloud.com/v1alpha1", "EnhancedStatefulSet")); tgt == nil || tgt.node != "n1" || st != nil {
 		t.Errorf("EnhancedStatefulSet web's pod web-0: target %+v %v, want n1", tgt, st)
 	}
+
+	// The same kind and name in another API group is another workload: StatefulSet web-1's
+	// record (no spec.apiGroup: written before it existed, its kind implies apps) pins apps'
+	// StatefulSet web's pod, not OpenKruise's StatefulSet web's.
+	c.OnStaticIPUpdate(nil, &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-1"},
+		Spec: jkev1.StaticIPSpec{Node: "n2", IP: "10.1.2.4", Kind: "StatefulSet", Ref: "web"}})
+	podOf = func(apiVersion, kind string) *v1.Pod {
+		p := annotated("web-1", "")
+		p.OwnerReferences = []metav1.OwnerReference{{APIVersion: apiVersion, Kind: kind, Name: "web", UID: "w", Controller: new(true)}}
+		return p
+	}
+	if tgt, st := pl.Target(podOf("apps.kruise.io/v1beta1", "StatefulSet")); tgt != nil || st != nil {
+		t.Errorf("OpenKruise StatefulSet web's pod web-1 pinned by apps StatefulSet web's record: %+v %v", tgt, st)
+	}
+	if tgt, st := pl.Target(podOf("apps/v1", "StatefulSet")); tgt == nil || tgt.node != "n2" || st != nil {
+		t.Errorf("apps StatefulSet web's pod web-1: target %+v %v, want n2", tgt, st)
+	}
 }

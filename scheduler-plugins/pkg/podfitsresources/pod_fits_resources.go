@@ -196,7 +196,7 @@ func (pl *PodFitsResources) summary(nodeName string, nodeInfo fwk.NodeInfo, view
 	for _, h := range view.Held {
 		// A pod of the record's name but of another workload does not make the record's pod
 		// present: the record still holds its place.
-		if pod, ok := present[podName{h.PodNamespace, h.PodName}]; !ok || !staticipnode.BelongsTo(h.Kind, h.Ref, pod) {
+		if pod, ok := present[podName{h.PodNamespace, h.PodName}]; !ok || !staticipnode.BelongsTo(h.Workload, pod) {
 			sum.absent = append(sum.absent, h)
 			sum.reserved.Add(h.Request)
 		}
@@ -216,7 +216,7 @@ type reserving struct {
 // othersThan leaves out pod's own record: a pod never competes with its own reservation.
 func (sum *nodeSummary) othersThan(pod *v1.Pod) reserving {
 	for i, h := range sum.absent {
-		if h.PodNamespace == pod.Namespace && h.PodName == pod.Name && staticipnode.BelongsTo(h.Kind, h.Ref, pod) {
+		if h.PodNamespace == pod.Namespace && h.PodName == pod.Name && staticipnode.BelongsTo(h.Workload, pod) {
 			held := make([]staticipnode.Held, 0, len(sum.absent)-1)
 			held = append(append(held, sum.absent[:i]...), sum.absent[i+1:]...)
 			reserved := sum.reserved.Clone()

@@ -181,6 +181,23 @@ func TestFilter(t *testing.T) {
 			want:   []string{"no free IP in node's ranges 10.1.2.0/29 (6 usable: 5 used by pods, 1 reserved for absent static-IP pods: StaticIP ns/web-0)"},
 		},
 		{
+			// The same kind and name in another API group is another workload too.
+			name: "IPs exhausted, StaticIP of the same pod name kept for another group's StatefulSet",
+			pod: func() *v1.Pod {
+				p := mkPod("ns", "web-0", "", nil)
+				p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps.kruise.io/v1beta1", Kind: "StatefulSet", Name: "web", UID: "asts", Controller: new(true)}}
+				return p
+			}(),
+			onNode: fivePods(),
+			staticIPs: func() []*jkev1.StaticIP {
+				s := mkSIP("ns", "web-0", "n1", nil)
+				s.Spec.Kind, s.Spec.Ref = "StatefulSet", "web"
+				return []*jkev1.StaticIP{s}
+			}(),
+			ranges: []*jkev1.IPRange{smallRange},
+			want:   []string{"no free IP in node's ranges 10.1.2.0/29 (6 usable: 5 used by pods, 1 reserved for absent static-IP pods: StaticIP ns/web-0)"},
+		},
+		{
 			name: "IPs exhausted, hostNetwork pod needs none",
 			pod: func() *v1.Pod {
 				p := mkPod("ns", "new", "", nil)

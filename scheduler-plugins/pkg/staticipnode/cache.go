@@ -36,6 +36,7 @@ import (
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	"github.com/staticip/staticip/apis/generated/informers/externalversions"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/workloadref"
 )
 
 // PodKey is "namespace/name" of a pod.
@@ -48,8 +49,8 @@ type reservation struct {
 	podKey string // namespace/pod
 	node   string
 	ip     string
-	// kind, ref: the workload the record belongs to.
-	kind, ref string
+	// workload the record belongs to.
+	workload workloadref.Ref
 	// active: it may hold a reservation (node set, not deleting, not Released).
 	active bool
 	req    Resources
@@ -75,8 +76,8 @@ type StaticIPInfo struct {
 	Name string
 	Node string
 	IP   string
-	// Kind and Ref: the workload the record belongs to ("" when not recorded yet).
-	Kind, Ref string
+	// Workload the record belongs to (API group, kind, name; empty name when not recorded yet).
+	Workload workloadref.Ref
 	// Active: the record holds the pod's place on Node (not Released, not deleting).
 	Active  bool
 	Request Resources
@@ -108,9 +109,9 @@ type Held struct {
 	// StaticIP is the record's namespace/name (for messages).
 	StaticIP              string
 	PodNamespace, PodName string
-	// Kind and Ref: the workload the record belongs to.
-	Kind, Ref string
-	Request   Resources
+	// Workload the record belongs to.
+	Workload workloadref.Ref
+	Request  Resources
 }
 
 // Cache is the staticIPNode cache. All methods are safe for concurrent use.
@@ -330,15 +331,14 @@ func (c *Cache) OnStaticIPUpdate(_, newObj interface{}) {
 func (c *Cache) applyStaticIP(f *StaticIPFields) {
 	key := f.Namespace + "/" + f.Name
 	next := &reservation{
-		key:    key,
-		uid:    f.UID,
-		podKey: PodKey(f.Namespace, f.Pod),
-		node:   f.Node,
-		ip:     f.IP,
-		kind:   f.Kind,
-		ref:    f.Ref,
-		active: f.Active(),
-		req:    f.Request,
+		key:      key,
+		uid:      f.UID,
+		podKey:   PodKey(f.Namespace, f.Pod),
+		node:     f.Node,
+		ip:       f.IP,
+		workload: f.Workload,
+		active:   f.Active(),
+		req:      f.Request,
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -456,7 +456,7 @@ func (c *Cache) StaticIPForPod(namespace, name string) (StaticIPInfo, bool) {
 	}
 	r := c.staticIPs[key]
 	_, recName, _ := cutKey(key)
-	return StaticIPInfo{Name: recName, Node: r.node, IP: r.ip, Kind: r.kind, Ref: r.ref, Active: r.active, Request: r.req.Clone()}, true
+	return StaticIPInfo{Name: recName, Node: r.node, IP: r.ip, Workload: r.workload, Active: r.active, Request: r.req.Clone()}, true
 }
 
 // StaticIPOfPod is StaticIPForPod for a pod object: the record only if it belongs to the
@@ -464,21 +464,22 @@ func (c *Cache) StaticIPForPod(namespace, name string) (StaticIPInfo, bool) {
 // of StatefulSet web's pod web-0: it neither pins that pod nor counts as its own reservation.
 func (c *Cache) StaticIPOfPod(pod *v1.Pod) (StaticIPInfo, bool) {
 	info, ok := c.StaticIPForPod(pod.Namespace, pod.Name)
-	if !ok || !BelongsTo(info.Kind, info.Ref, pod) {
+	if !ok || !BelongsTo(info.Workload, pod) {
 		return StaticIPInfo{}, false
 	}
 	return info, true
 }
 
-// BelongsTo reports whether a record of workload kind/ref (spec.kind, spec.ref) is pod's: the
-// pod's controller reference has that kind and name. A record that names no workload yet
-// belongs to any pod of its pod name (as before the workload was recorded).
-func BelongsTo(kind, ref string, pod *v1.Pod) bool {
-	if ref == "" {
-		return true
+// BelongsTo reports whether a record of workload w (spec.apiGroup, spec.kind, spec.ref) is
+// pod's: the pod's controller reference has that API group, kind and name. A record that
+// names no workload yet belongs to any pod of its pod name (as before the workload was
+// recorded). The same rule as the StaticIP controller's and the CNI's (package workloadref).
+func BelongsTo(w workloadref.Ref, pod *v1.Pod) bool {
+	if c := metav1.GetControllerOf(pod); c != nil {
+		owner := workloadref.FromOwner(c.APIVersion, c.Kind, c.Name)
+		return workloadref.Belongs(w, &owner)
 	}
-	c := metav1.GetControllerOf(pod)
-	return c != nil && c.Kind == kind && c.Name == ref
+	return workloadref.Belongs(w, nil)
 }
 
 // RangeForIP returns the IPRange whose cidr contains ip (the most specific one when
@@ -533,7 +534,7 @@ func (n *nodeState) build() *NodeInfo {
 	sort.Strings(info.CIDRs)
 	for _, r := range n.active {
 		ns, name, _ := cutKey(r.podKey)
-		info.Held = append(info.Held, Held{StaticIP: r.key, PodNamespace: ns, PodName: name, Kind: r.kind, Ref: r.ref, Request: r.req})
+		info.Held = append(info.Held, Held{StaticIP: r.key, PodNamespace: ns, PodName: name, Workload: r.workload, Request: r.req})
 	}
 	sort.Slice(info.Held, func(i, j int) bool { return info.Held[i].StaticIP < info.Held[j].StaticIP })
 	return info

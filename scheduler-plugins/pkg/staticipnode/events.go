@@ -13,6 +13,7 @@ import (
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/workloadref"
 )
 
 // Event resources of the staticip CRDs in the scheduler's "<plural>.<version>.<group>" form:
@@ -44,9 +45,9 @@ type StaticIPFields struct {
 	Phase      jkev1.StaticIPPhase
 	// Pod is the pod the record belongs to (spec.pod, or the record's name).
 	Pod, Node, IP string
-	// Kind and Ref: the workload the record belongs to (spec.kind, spec.ref).
-	Kind, Ref string
-	Request   Resources
+	// Workload the record belongs to (spec.apiGroup, spec.kind, spec.ref).
+	Workload workloadref.Ref
+	Request  Resources
 }
 
 // Active reports whether the record may hold its pod's place on a node (its pod may still
@@ -66,7 +67,7 @@ func staticIPFieldsOf(sip *jkev1.StaticIP) *StaticIPFields {
 	return &StaticIPFields{
 		Namespace: sip.Namespace, Name: sip.Name, UID: string(sip.UID), ResourceVersion: sip.ResourceVersion,
 		Generation: sip.Generation, Deleting: sip.DeletionTimestamp != nil, Phase: sip.Status.Phase,
-		Pod: StaticIPPodName(sip), Node: sip.Spec.Node, IP: sip.Spec.IP, Kind: sip.Spec.Kind, Ref: sip.Spec.Ref,
+		Pod: StaticIPPodName(sip), Node: sip.Spec.Node, IP: sip.Spec.IP, Workload: workloadref.FromRecord(sip.Spec.APIGroup, sip.Spec.Kind, sip.Spec.Ref),
 		Request: ResourcesFromList(sip.Spec.Resources),
 	}
 }
@@ -94,8 +95,10 @@ func staticIPFieldsFrom(obj interface{}) (*StaticIPFields, error) {
 		}
 		f.Node, _, _ = unstructured.NestedString(o.Object, "spec", "node")
 		f.IP, _, _ = unstructured.NestedString(o.Object, "spec", "ip")
-		f.Kind, _, _ = unstructured.NestedString(o.Object, "spec", "kind")
-		f.Ref, _, _ = unstructured.NestedString(o.Object, "spec", "ref")
+		group, _, _ := unstructured.NestedString(o.Object, "spec", "apiGroup")
+		kind, _, _ := unstructured.NestedString(o.Object, "spec", "kind")
+		ref, _, _ := unstructured.NestedString(o.Object, "spec", "ref")
+		f.Workload = workloadref.FromRecord(group, kind, ref)
 		res, _, err := unstructured.NestedMap(o.Object, "spec", "resources")
 		if err != nil {
 			return nil, fmt.Errorf("decoding StaticIP %s/%s: spec.resources: %w", f.Namespace, f.Name, err)

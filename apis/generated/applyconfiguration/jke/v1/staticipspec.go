@@ -29,6 +29,11 @@ import (
 type StaticIPSpecApplyConfiguration struct {
 	// Ref is the name of the workload that owns the pod.
 	Ref *string `json:"ref,omitempty"`
+	// APIGroup is the API group of the workload that owns the pod: apps for a StatefulSet,
+	// jke.jdcloud.com for an EnhancedStatefulSet. Group, kind and name together identify the
+	// workload (OpenKruise's StatefulSet web is not apps' StatefulSet web). Empty in records
+	// written before it existed: the kind then implies the group.
+	APIGroup *string `json:"apiGroup,omitempty"`
 	// Kind is the kind of the workload that owns the pod, e.g. EnhancedStatefulSet or StatefulSet.
 	Kind *string `json:"kind,omitempty"`
 	// Node is the node that holds the IP (it owns the IPRange the IP belongs to).
@@ -55,6 +60,14 @@ func StaticIPSpec() *StaticIPSpecApplyConfiguration {
 // If called multiple times, the Ref field is set to the value of the last call.
 func (b *StaticIPSpecApplyConfiguration) WithRef(value string) *StaticIPSpecApplyConfiguration {
 	b.Ref = &value
+	return b
+}
+
+// WithAPIGroup sets the APIGroup field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the APIGroup field is set to the value of the last call.
+func (b *StaticIPSpecApplyConfiguration) WithAPIGroup(value string) *StaticIPSpecApplyConfiguration {
+	b.APIGroup = &value
 	return b
 }
 
