@@ -13,6 +13,7 @@ import (
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/workloadref"
 	ests "github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
 )
 
@@ -182,26 +183,38 @@ func TestNoTakeoverAcrossWorkloads(t *testing.T) {
 	if _, err := f.kube.CoreV1().Pods(f.ns).Create(f.ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.eventually(30*time.Second, "Conflict on tk-0 and an Event", func() (bool, error) {
-		rec, err := f.staticIP("tk-0")
+	f.expectNoTakeover(rec, "pod tk-0 belongs to StatefulSet.apps tk")
+}
+
+// expectNoTakeover waits for the WorkloadMismatch conflict on record want (its message
+// containing msg, and an Event), then checks the record kept its workload, IP and owner
+// references and its pod got no ip-address annotation from it.
+func (f *fixture) expectNoTakeover(want *jkev1.StaticIP, msg string) {
+	f.t.Helper()
+	f.eventually(30*time.Second, "Conflict on "+want.Name+" and an Event", func() (bool, error) {
+		rec, err := f.staticIP(want.Name)
 		if err != nil {
 			return false, err
 		}
 		c := findCondition(rec.Status.Conditions, jkev1.StaticIPConditionConflict)
-		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "pod tk-0 belongs to StatefulSet.apps tk") &&
-			anyContains(f.events("tk-0"), "WorkloadMismatch"), nil
+		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, msg) &&
+			anyContains(f.events(want.Name), "WorkloadMismatch"), nil
 	})
 	time.Sleep(time.Second)
-	rec, _ = f.staticIP("tk-0")
-	if rec.Spec.Kind != "EnhancedStatefulSet" || rec.Spec.Ref != "tk" || len(rec.OwnerReferences) != 0 {
-		t.Errorf("record taken over: %+v %+v", rec.Spec, rec.OwnerReferences)
+	rec, err := f.staticIP(want.Name)
+	if err != nil {
+		f.t.Fatal(err)
 	}
-	p, err := f.kube.CoreV1().Pods(f.ns).Get(f.ctx, "tk-0", metav1.GetOptions{})
+	if rec.Spec.Kind != want.Spec.Kind || rec.Spec.Ref != want.Spec.Ref || rec.Spec.IP != want.Spec.IP ||
+		(rec.Spec.APIGroup != "" && rec.Spec.APIGroup != workloadref.ImpliedGroup(want.Spec.Kind)) || len(rec.OwnerReferences) != 0 {
+		f.t.Errorf("record taken over: %+v %+v", rec.Spec, rec.OwnerReferences)
+	}
+	p, err := f.kube.CoreV1().Pods(f.ns).Get(f.ctx, want.Spec.Pod, metav1.GetOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
-		t.Fatal(err)
+		f.t.Fatal(err)
 	}
-	if p.Annotations[jkev1.AnnotationIPAddress] != "" {
-		t.Errorf("the StatefulSet's pod got the EnhancedStatefulSet's IP: %v", p.Annotations)
+	if err == nil && p.Annotations[jkev1.AnnotationIPAddress] != "" {
+		f.t.Errorf("pod %s of another workload got the record's IP: %v", p.Name, p.Annotations)
 	}
 }
 
@@ -229,25 +242,5 @@ func TestNoTakeoverAcrossAPIGroups(t *testing.T) {
 	if _, err := f.kube.CoreV1().Pods(f.ns).Create(f.ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.eventually(30*time.Second, "Conflict on og-0 and an Event", func() (bool, error) {
-		rec, err := f.staticIP("og-0")
-		if err != nil {
-			return false, err
-		}
-		c := findCondition(rec.Status.Conditions, jkev1.StaticIPConditionConflict)
-		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "apps.kruise.io") &&
-			anyContains(f.events("og-0"), "WorkloadMismatch"), nil
-	})
-	time.Sleep(time.Second)
-	rec, _ = f.staticIP("og-0")
-	if rec.Spec.Kind != "StatefulSet" || rec.Spec.Ref != "og" || rec.Spec.IP != "10.98.0.6" || (rec.Spec.APIGroup != "" && rec.Spec.APIGroup != "apps") {
-		t.Errorf("record taken over: %+v", rec.Spec)
-	}
-	p, err := f.kube.CoreV1().Pods(f.ns).Get(f.ctx, "og-0", metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.Annotations[jkev1.AnnotationIPAddress] != "" {
-		t.Errorf("OpenKruise StatefulSet og's pod got apps StatefulSet og's IP: %v", p.Annotations)
-	}
+	f.expectNoTakeover(rec, "pod og-0 belongs to StatefulSet.apps.kruise.io og but StaticIP og-0 is retained for StatefulSet.apps og")
 }

@@ -13,7 +13,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
@@ -21,6 +20,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/staticip/staticip/edge/pkg/kubeclient"
+	"github.com/staticip/staticip/edge/pkg/statusserver"
 )
 
 // ComponentName is the binary's name.
@@ -138,24 +138,16 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config, ready func(proxyAddr
 	metricsAddr := ""
 	var msrv *http.Server
 	if o.MetricsAddress != "" {
-		mln, err := net.Listen("tcp", o.MetricsAddress)
+		msrv, metricsAddr, err = statusserver.Start(o.MetricsAddress, m.Registry, func() error {
+			if !state.Synced() {
+				return errors.New("caches not synced")
+			}
+			return nil
+		}, errCh)
 		if err != nil {
 			_ = srv.Close()
 			return err
 		}
-		metricsAddr = mln.Addr().String()
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-			if !state.Synced() {
-				http.Error(w, "caches not synced", http.StatusServiceUnavailable)
-				return
-			}
-			_, _ = w.Write([]byte("ok"))
-		})
-		msrv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { errCh <- msrv.Serve(mln) }()
 	}
 	klog.InfoS("Serving", "node", o.NodeName, "listen", ln.Addr().String(), "metrics", metricsAddr, "upstream", upstream.String())
 	if ready != nil {

@@ -16,7 +16,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -42,6 +41,7 @@ import (
 	"github.com/staticip/staticip/edge/pkg/gridhosts"
 	"github.com/staticip/staticip/edge/pkg/hostsfile"
 	"github.com/staticip/staticip/edge/pkg/kubeclient"
+	"github.com/staticip/staticip/edge/pkg/statusserver"
 )
 
 // ComponentName is the binary's name.
@@ -366,24 +366,18 @@ func RunWithServer(ctx context.Context, o *Options, cfg *rest.Config, ready func
 	errCh := make(chan error, 2)
 	var srv *http.Server
 	if o.MetricsAddress != "" {
-		ln, err := net.Listen("tcp", o.MetricsAddress)
+		var addr string
+		srv, addr, err = statusserver.Start(o.MetricsAddress, m.Registry, func() error {
+			if !d.Synced() {
+				return errors.New("caches not synced or hosts file not written")
+			}
+			return nil
+		}, errCh)
 		if err != nil {
 			return err
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{}))
-		mux.HandleFunc("/healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("ok")) })
-		mux.HandleFunc("/readyz", func(w http.ResponseWriter, _ *http.Request) {
-			if !d.Synced() {
-				http.Error(w, "caches not synced or hosts file not written", http.StatusServiceUnavailable)
-				return
-			}
-			_, _ = w.Write([]byte("ok"))
-		})
-		srv = &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-		go func() { errCh <- srv.Serve(ln) }()
 		if ready != nil {
-			ready(ln.Addr().String())
+			ready(addr)
 		}
 	}
 	klog.InfoS("Starting", "node", o.NodeName, "file", d.writer.Path(), "clusterDomain", o.ClusterDomain, "metrics", o.MetricsAddress)

@@ -71,7 +71,11 @@ func (l *layout) writePKI() error {
 	if !l.KubeProxyDirect {
 		// kube-proxy reaches the API server through application-grid-wrapper on its node's
 		// loopback, with no credentials of its own (manifests/edge/kubeconfig.yaml).
-		return os.WriteFile(filepath.Join(l.StateDir, "kube-proxy.kubeconfig"), []byte(gridWrapperKubeconfig), 0o600)
+		kc, err := gridWrapperKubeconfig(l.RepoRoot)
+		if err != nil {
+			return fmt.Errorf("kube-proxy's kubeconfig through application-grid-wrapper: %w", err)
+		}
+		return os.WriteFile(filepath.Join(l.StateDir, "kube-proxy.kubeconfig"), kc, 0o600)
 	}
 	return nil
 }

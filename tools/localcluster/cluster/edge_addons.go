@@ -2,7 +2,11 @@ package cluster
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
+
+	"sigs.k8s.io/yaml"
 
 	"github.com/staticip/staticip/tools/images/imagebuilder"
 )
@@ -11,27 +15,39 @@ import (
 const (
 	gridWrapperDaemonSet     = "application-grid-wrapper"
 	gridWrapperManifestImage = "staticip/application-grid-wrapper"
-	gridWrapperAddress       = "127.0.0.1:10266"
+	// gridWrapperKubeProxyConfigMap holds kube-proxy's kubeconfig through the wrapper.
+	gridWrapperKubeProxyConfigMap = "kube-proxy-via-application-grid-wrapper"
 )
 
-// gridWrapperKubeconfig is manifests/edge/kubeconfig.yaml's kubeconfig.conf: kube-proxy
-// talks plain HTTP to the wrapper on its node's loopback.
-var gridWrapperKubeconfig = `apiVersion: v1
-kind: Config
-clusters:
-- name: application-grid-wrapper
-  cluster:
-    server: http://` + gridWrapperAddress + `
-contexts:
-- name: default
-  context:
-    cluster: application-grid-wrapper
-    user: kube-proxy
-current-context: default
-users:
-- name: kube-proxy
-  user: {}
-`
+// gridWrapperKubeconfig reads kubeconfig.conf of the ConfigMap
+// kube-proxy-via-application-grid-wrapper in manifests/edge/kubeconfig.yaml: the kubeconfig
+// kube-proxy uses to talk plain HTTP to the wrapper on its node's loopback. The shipped
+// manifest is the one source (tools/kind/kind.sh reads the same ConfigMap from the cluster).
+func gridWrapperKubeconfig(repoRoot string) ([]byte, error) {
+	path := filepath.Join(repoRoot, "manifests", "edge", "kubeconfig.yaml")
+	raw, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	for _, doc := range strings.Split(string(raw), "\n---") {
+		var cm struct {
+			Kind     string `json:"kind"`
+			Metadata struct {
+				Name string `json:"name"`
+			} `json:"metadata"`
+			Data map[string]string `json:"data"`
+		}
+		if err := yaml.Unmarshal([]byte(doc), &cm); err != nil {
+			return nil, fmt.Errorf("%s: %w", path, err)
+		}
+		if cm.Kind == "ConfigMap" && cm.Metadata.Name == gridWrapperKubeProxyConfigMap {
+			if kc := cm.Data["kubeconfig.conf"]; kc != "" {
+				return []byte(kc), nil
+			}
+		}
+	}
+	return nil, fmt.Errorf("%s: no ConfigMap %s with kubeconfig.conf", path, gridWrapperKubeProxyConfigMap)
+}
 
 // gridWrapperOverlay is what differs here from manifests/edge: the locally built image
 // (never pulled) and the API server's real address (the wrapper cannot use the

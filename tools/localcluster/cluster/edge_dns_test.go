@@ -51,3 +51,21 @@ func TestEdgeDNSOverlays(t *testing.T) {
 		}
 	}
 }
+
+// kube-proxy's kubeconfig through the wrapper comes from the shipped manifest, the one source
+// kind.sh reads too: loopback, plain HTTP, the wrapper's port, no credentials.
+func TestGridWrapperKubeconfigFromTheManifest(t *testing.T) {
+	root, _ := filepath.Abs("../../..")
+	kc, err := gridWrapperKubeconfig(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"kind: Config", "server: http://127.0.0.1:10266", "current-context: default", "user: {}"} {
+		if !strings.Contains(string(kc), want) {
+			t.Errorf("kubeconfig lacks %q:\n%s", want, kc)
+		}
+	}
+	if _, err := gridWrapperKubeconfig(t.TempDir()); err == nil {
+		t.Error("a checkout without manifests/edge/kubeconfig.yaml gave a kubeconfig")
+	}
+}
