@@ -205,6 +205,8 @@ func badCases() []badCase {
 			}, wantField: "spec"},
 		{name: "staticip-ip-removed-once-set", obj: fmt.Sprintf(sipTmpl, "bad-ip-5", "{ip: 10.10.0.6}"),
 			update: func(u *unstructured.Unstructured) { unstructured.RemoveNestedField(u.Object, "spec", "ip") }, wantField: "spec"},
+		{name: "staticip-apigroup-with-version", obj: fmt.Sprintf(sipTmpl, "bad-group-1", "{apiGroup: apps/v1, kind: StatefulSet, ref: web}"), wantField: "spec.apiGroup"},
+		{name: "staticip-apigroup-uppercase", obj: fmt.Sprintf(sipTmpl, "bad-group-2", "{apiGroup: Apps, kind: StatefulSet, ref: web}"), wantField: "spec.apiGroup"},
 		{name: "staticip-bad-retention", obj: fmt.Sprintf(sipTmpl, "bad-ret", "{retentionPolicy: {whenScaled: Maybe}}"), wantField: "spec.retentionPolicy.whenScaled"},
 		{name: "staticip-bad-phase", obj: fmt.Sprintf(sipTmpl, "bad-phase", "{ip: 10.10.0.7}"),
 			update: func(u *unstructured.Unstructured) {

@@ -71,6 +71,7 @@ type StaticIPSpec struct {
 	// written before it existed: the kind then implies the group.
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
+	// +kubebuilder:validation:Pattern=`^$|^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$`
 	APIGroup string `json:"apiGroup,omitempty"`
 	// Kind is the kind of the workload that owns the pod, e.g. EnhancedStatefulSet or StatefulSet.
 	// +optional
