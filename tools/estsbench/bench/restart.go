@@ -31,9 +31,15 @@ type RestartConfig struct {
 
 // RestartResult is one latency per deletion and per plain pod.
 type RestartResult struct {
-	// StaticIP: delete of a static-IP pod → its successor (same name, new UID) Running with
-	// the same IP. Plain: create of a pod without a controller → Running.
-	StaticIP, Plain []time.Duration
+	// StaticIP: delete of a static-IP EnhancedStatefulSet pod → its successor (same name, new
+	// UID) Running with the same IP. StatefulSet: the same for a native StatefulSet's pod
+	// (no static IP: the peer a user would otherwise run; its successor may get any IP).
+	// Plain: create of a pod without a controller → Running.
+	StaticIP, StatefulSet, Plain []time.Duration
+	// StaticIPGone, StatefulSetGone: the part of each restart from the delete call until the
+	// old pod object is gone (the kubelet stopped the container and tore the sandbox down);
+	// no successor of the same name can exist before.
+	StaticIPGone, StatefulSetGone []time.Duration
 }
 
 // Percentile is the p-th percentile (nearest rank) of ds; 0 for none.
@@ -47,13 +53,18 @@ func Percentile(ds []time.Duration, p float64) time.Duration {
 	return s[min(max(rank, 0), len(s)-1)]
 }
 
-// restartSet is the name of the static-IP EnhancedStatefulSet of the restart measurement.
-const restartSet = "ests-staticip"
+// restartSet is the name of the static-IP EnhancedStatefulSet of the restart measurement,
+// restartPeer the native StatefulSet's.
+const (
+	restartSet  = "ests-staticip"
+	restartPeer = "sts-plain"
+)
 
-// MeasureRestart creates a static-IP EnhancedStatefulSet (staticip.jke.jdcloud.com/enable), then
-// cfg.Count times deletes one of its pods and times the successor to Running with the same IP,
-// and creates a plain pod of the same template and times it to Running. It fails when a
-// successor comes back with another IP.
+// MeasureRestart creates a static-IP EnhancedStatefulSet (staticip.jke.jdcloud.com/enable) and
+// a native StatefulSet of the same template without static IPs, then cfg.Count times deletes
+// one pod of each and times its successor to Running (the static-IP one with the same IP), and
+// creates a plain pod of the same template and times it to Running. The three alternate, so
+// all see the same load. It fails when a static-IP successor comes back with another IP.
 func (r *Runner) MeasureRestart(ctx context.Context, cfg RestartConfig) (RestartResult, error) {
 	var res RestartResult
 	ns, cleanup, err := r.namespace(ctx, "")
@@ -79,53 +90,92 @@ func (r *Runner) MeasureRestart(ctx context.Context, cfg RestartConfig) (Restart
 	if _, err := r.Staticip.JkeV1alpha1().EnhancedStatefulSets(ns).Create(ctx, set, metav1.CreateOptions{}); err != nil {
 		return res, err
 	}
+	peer := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: restartPeer},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas:            &replicas,
+			Selector:            &metav1.LabelSelector{MatchLabels: map[string]string{setLabel: restartPeer}},
+			Template:            podTemplate(restartPeer, cfg.Image, cfg.Template),
+			ServiceName:         ServiceName,
+			PodManagementPolicy: appsv1.ParallelPodManagement,
+		},
+	}
+	if _, err := r.Kube.AppsV1().StatefulSets(ns).Create(ctx, peer, metav1.CreateOptions{}); err != nil {
+		return res, err
+	}
 	running := func(p *corev1.Pod) bool {
 		return p.Status.Phase == corev1.PodRunning && p.DeletionTimestamp == nil && p.Status.PodIP != ""
 	}
-	for i := range cfg.Replicas {
-		if _, err := r.waitPod(ctx, ns, fmt.Sprintf("%s-%d", restartSet, i), "", cfg.Timeout, func(p *corev1.Pod) (bool, error) { return running(p) && ready(p), nil }); err != nil {
-			return res, fmt.Errorf("static-IP pod %d: %w", i, err)
+	for _, owner := range []string{restartSet, restartPeer} {
+		for i := range cfg.Replicas {
+			if _, err := r.waitPod(ctx, ns, fmt.Sprintf("%s-%d", owner, i), "", cfg.Timeout, func(p *corev1.Pod) (bool, error) { return running(p) && ready(p), nil }); err != nil {
+				return res, fmt.Errorf("pod %s-%d: %w", owner, i, err)
+			}
 		}
 	}
-	r.logf("restart: %d static-IP pods Running and Ready", cfg.Replicas)
-	for i := range cfg.Count {
-		// A static-IP pod: delete, wait for its successor Running with the same IP.
-		name := fmt.Sprintf("%s-%d", restartSet, i%cfg.Replicas)
+	r.logf("restart: %d static-IP pods and %d StatefulSet pods Running and Ready", cfg.Replicas, cfg.Replicas)
+	// restart deletes pod name and times its successor to Running (and the old object's
+	// disappearance); sameIP: the successor must have the old pod's IP.
+	restart := func(name string, sameIP bool) (gone, back time.Duration, oldIP string, err error) {
 		old, err := r.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return res, err
+			return 0, 0, "", err
 		}
 		start := time.Now()
 		if err := r.Kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &old.UID}}); err != nil {
-			return res, err
+			return 0, 0, "", err
 		}
-		at, err := r.waitPod(ctx, ns, name, old.ResourceVersion, cfg.Timeout, func(p *corev1.Pod) (bool, error) {
+		var goneAt time.Time
+		at, err := r.waitPodEvents(ctx, ns, name, old.ResourceVersion, cfg.Timeout, func(t time.Time, p *corev1.Pod) {
+			if p.UID == old.UID && goneAt.IsZero() {
+				goneAt = t
+			}
+		}, func(p *corev1.Pod) (bool, error) {
 			if p.UID == old.UID || !running(p) {
 				return false, nil
 			}
-			if p.Status.PodIP != old.Status.PodIP {
+			if sameIP && p.Status.PodIP != old.Status.PodIP {
 				return false, fmt.Errorf("%s came back with IP %s, had %s", name, p.Status.PodIP, old.Status.PodIP)
 			}
 			return true, nil
 		})
 		if err != nil {
+			return 0, 0, "", err
+		}
+		if goneAt.IsZero() { // the watch missed the deletion (compacted): count it as at the end
+			goneAt = at
+		}
+		// Let the successor become Ready before the next measurement.
+		if _, err := r.waitPod(ctx, ns, name, "", cfg.Timeout, func(p *corev1.Pod) (bool, error) { return p.UID != old.UID && ready(p), nil }); err != nil {
+			return 0, 0, "", err
+		}
+		return goneAt.Sub(start), at.Sub(start), old.Status.PodIP, nil
+	}
+	for i := range cfg.Count {
+		// A static-IP pod: delete, wait for its successor Running with the same IP; then a
+		// native StatefulSet's pod the same way, without the IP check.
+		name := fmt.Sprintf("%s-%d", restartSet, i%cfg.Replicas)
+		gone, back, ip, err := restart(name, true)
+		if err != nil {
 			return res, fmt.Errorf("deletion %d: %w", i+1, err)
 		}
-		res.StaticIP = append(res.StaticIP, at.Sub(start))
-		// Let the successor become Ready before the next deletion or the plain pod.
-		if _, err := r.waitPod(ctx, ns, name, "", cfg.Timeout, func(p *corev1.Pod) (bool, error) { return p.UID != old.UID && ready(p), nil }); err != nil {
-			return res, err
+		res.StaticIP, res.StaticIPGone = append(res.StaticIP, back), append(res.StaticIPGone, gone)
+		peerName := fmt.Sprintf("%s-%d", restartPeer, i%cfg.Replicas)
+		gone, back, _, err = restart(peerName, false)
+		if err != nil {
+			return res, fmt.Errorf("StatefulSet deletion %d: %w", i+1, err)
 		}
+		res.StatefulSet, res.StatefulSetGone = append(res.StatefulSet, back), append(res.StatefulSetGone, gone)
 
 		// A plain pod of the same template: create, wait Running; then delete it and wait
 		// until it is gone, so it does not load the next measurement.
 		plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("plain-%d", i), Labels: map[string]string{setLabel: "plain"}}, Spec: *tmpl.Spec.DeepCopy()}
-		start = time.Now()
+		start := time.Now()
 		created, err := r.Kube.CoreV1().Pods(ns).Create(ctx, plain, metav1.CreateOptions{})
 		if err != nil {
 			return res, err
 		}
-		at, err = r.waitPod(ctx, ns, plain.Name, created.ResourceVersion, cfg.Timeout, func(p *corev1.Pod) (bool, error) { return running(p), nil })
+		at, err := r.waitPod(ctx, ns, plain.Name, created.ResourceVersion, cfg.Timeout, func(p *corev1.Pod) (bool, error) { return running(p), nil })
 		if err != nil {
 			return res, fmt.Errorf("plain pod %d: %w", i+1, err)
 		}
@@ -139,8 +189,9 @@ func (r *Runner) MeasureRestart(ctx context.Context, cfg RestartConfig) (Restart
 		}); err != nil {
 			return res, fmt.Errorf("plain pod %d did not go: %w", i+1, err)
 		}
-		r.logf("restart %d/%d: static-IP pod %s back Running with IP %s after %s; plain pod Running after %s", i+1, cfg.Count, name, old.Status.PodIP,
-			res.StaticIP[i].Round(10*time.Millisecond), res.Plain[i].Round(10*time.Millisecond))
+		r.logf("restart %d/%d: static-IP pod %s back Running with IP %s after %s (gone after %s); StatefulSet pod %s after %s (gone after %s); plain pod Running after %s",
+			i+1, cfg.Count, name, ip, res.StaticIP[i].Round(10*time.Millisecond), res.StaticIPGone[i].Round(10*time.Millisecond),
+			peerName, res.StatefulSet[i].Round(10*time.Millisecond), res.StatefulSetGone[i].Round(10*time.Millisecond), res.Plain[i].Round(10*time.Millisecond))
 	}
 	return res, nil
 }
@@ -148,6 +199,12 @@ func (r *Runner) MeasureRestart(ctx context.Context, cfg RestartConfig) (Restart
 // waitPod watches pod name from resourceVersion (empty: its current state first) until done
 // says so, and returns when the watch delivered that state.
 func (r *Runner) waitPod(ctx context.Context, ns, name, resourceVersion string, timeout time.Duration, done func(*corev1.Pod) (bool, error)) (time.Time, error) {
+	return r.waitPodEvents(ctx, ns, name, resourceVersion, timeout, nil, done)
+}
+
+// waitPodEvents is waitPod that also hands each Deleted event (with the time the watch
+// delivered it) to deleted, when not nil.
+func (r *Runner) waitPodEvents(ctx context.Context, ns, name, resourceVersion string, timeout time.Duration, deleted func(time.Time, *corev1.Pod), done func(*corev1.Pod) (bool, error)) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if resourceVersion == "" {
@@ -179,6 +236,9 @@ func (r *Runner) waitPod(ctx context.Context, ns, name, resourceVersion string, 
 				continue
 			}
 			resourceVersion = p.ResourceVersion
+			if ev.Type == watch.Deleted && deleted != nil {
+				deleted(now, p)
+			}
 			if ev.Type == watch.Bookmark || ev.Type == watch.Deleted {
 				continue
 			}
@@ -193,13 +253,23 @@ func (r *Runner) waitPod(ctx context.Context, ns, name, resourceVersion string, 
 	}
 }
 
-// PrintRestart writes the restart latencies: median, p90 and the ratio of the medians.
+// PrintRestart writes the restart latencies: median, p90 and the ratios of the medians.
 func PrintRestart(w interface{ Write([]byte) (int, error) }, res RestartResult) {
-	fmt.Fprintf(w, "delete -> same-IP Running (static-IP EnhancedStatefulSet pod, %d deletions): median %s, p90 %s\n",
-		len(res.StaticIP), secs2(Median(res.StaticIP)), secs2(Percentile(res.StaticIP, 90)))
+	fmt.Fprintf(w, "delete -> same-IP Running (static-IP EnhancedStatefulSet pod, %d deletions): median %s, p90 %s; of which delete -> old pod gone: median %s\n",
+		len(res.StaticIP), secs2(Median(res.StaticIP)), secs2(Percentile(res.StaticIP, 90)), secs2(Median(res.StaticIPGone)))
+	fmt.Fprintf(w, "delete -> Running (native StatefulSet pod, no static IP, %d deletions): median %s, p90 %s; of which delete -> old pod gone: median %s\n",
+		len(res.StatefulSet), secs2(Median(res.StatefulSet)), secs2(Percentile(res.StatefulSet, 90)), secs2(Median(res.StatefulSetGone)))
 	fmt.Fprintf(w, "create -> Running (plain pod, %d pods): median %s, p90 %s\n", len(res.Plain), secs2(Median(res.Plain)), secs2(Percentile(res.Plain, 90)))
 	fmt.Fprintf(w, "ratio static-IP restart / plain pod start (medians): %.2fx, (p90): %.2fx\n",
 		Ratio(Median(res.StaticIP), Median(res.Plain)), Ratio(Percentile(res.StaticIP, 90), Percentile(res.Plain, 90)))
+	fmt.Fprintf(w, "ratio static-IP restart / native StatefulSet restart (medians): %.2fx, (p90): %.2fx\n",
+		Ratio(Median(res.StaticIP), Median(res.StatefulSet)), Ratio(Percentile(res.StaticIP, 90), Percentile(res.StatefulSet, 90)))
+	// What follows the deletion, per restart: the successor's start, next to a plain pod's.
+	after := make([]time.Duration, len(res.StaticIP))
+	for i := range res.StaticIP {
+		after[i] = res.StaticIP[i] - res.StaticIPGone[i]
+	}
+	fmt.Fprintf(w, "static-IP restart after the old pod is gone: median %s -> %.2fx the plain pod's start\n", secs2(Median(after)), Ratio(Median(after), Median(res.Plain)))
 }
 
 func secs2(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
