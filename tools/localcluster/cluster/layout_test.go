@@ -87,6 +87,7 @@ func TestLayoutNamesFitAndDiffer(t *testing.T) {
 func TestPKI(t *testing.T) {
 	o := DefaultOptions()
 	o.StateDir = t.TempDir()
+	o.RepoRoot, _ = filepath.Abs("../../..") // kube-proxy's kubeconfig comes from manifests/edge
 	o.Nodes = 2
 	l := newLayout(o)
 	if err := os.MkdirAll(l.pkiDir, 0o700); err != nil {
