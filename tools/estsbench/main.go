@@ -106,6 +106,9 @@ func main() {
 		if policy == string(appsv1.OrderedReadyPodManagement) && *orderedWorkloads != "" {
 			cfg.Workloads = strings.FieldsFunc(*orderedWorkloads, func(r rune) bool { return r == ',' })
 		}
+		if len(cfg.Workloads) == 0 && *restarts > 0 {
+			continue // --workloads= --restarts=N: only the restart latency
+		}
 		fmt.Printf("estsbench: %d replicas, %s -> %s, podManagementPolicy %s, workloads %s; ests, statefulset-maxunavailable and kruise maxUnavailable %d, statefulset default RollingUpdate (one pod at a time), %d rounds\n",
 			cfg.Replicas, cfg.From, cfg.To, policy, strings.Join(cfg.Workloads, ","), cfg.Template.MaxUnavailable, cfg.Rounds)
 		results, err := runner.Run(ctx, cfg)
