@@ -53,11 +53,11 @@ func Percentile(ds []time.Duration, p float64) time.Duration {
 	return s[min(max(rank, 0), len(s)-1)]
 }
 
-// restartSet is the name of the static-IP EnhancedStatefulSet of the restart measurement,
-// restartPeer the native StatefulSet's.
+// restartSet is the name of the static-IP EnhancedStatefulSet of the restart measurement;
+// restartPeer the native StatefulSet's (the rollout benchmark's plain StatefulSet).
 const (
 	restartSet  = "ests-staticip"
-	restartPeer = "sts-plain"
+	restartPeer = WorkloadStatefulSet
 )
 
 // MeasureRestart creates a static-IP EnhancedStatefulSet (staticip.jke.jdcloud.com/enable) and
@@ -90,17 +90,11 @@ func (r *Runner) MeasureRestart(ctx context.Context, cfg RestartConfig) (Restart
 	if _, err := r.Staticip.JkeV1alpha1().EnhancedStatefulSets(ns).Create(ctx, set, metav1.CreateOptions{}); err != nil {
 		return res, err
 	}
-	peer := &appsv1.StatefulSet{
-		ObjectMeta: metav1.ObjectMeta{Name: restartPeer},
-		Spec: appsv1.StatefulSetSpec{
-			Replicas:            &replicas,
-			Selector:            &metav1.LabelSelector{MatchLabels: map[string]string{setLabel: restartPeer}},
-			Template:            podTemplate(restartPeer, cfg.Image, cfg.Template),
-			ServiceName:         ServiceName,
-			PodManagementPolicy: appsv1.ParallelPodManagement,
-		},
-	}
-	if _, err := r.Kube.AppsV1().StatefulSets(ns).Create(ctx, peer, metav1.CreateOptions{}); err != nil {
+	// The peer: the rollout benchmark's plain StatefulSet (same template), Parallel like the set.
+	peerOpts := cfg.Template
+	peerOpts.PodManagement = appsv1.ParallelPodManagement
+	peer := &statefulSet{client: r.Kube, namespace: ns, opts: peerOpts}
+	if err := peer.Create(ctx, replicas, cfg.Image); err != nil {
 		return res, err
 	}
 	running := func(p *corev1.Pod) bool {
