@@ -206,9 +206,9 @@ func (c *Controller) enqueueWorkload(obj any) {
 	var key string
 	switch w := obj.(type) {
 	case *jkev1alpha1.EnhancedStatefulSet:
-		key = workloadKey(w.Namespace, workloadref.Ref{Group: EnhancedStatefulSetKind.Group, Kind: EnhancedStatefulSetKind.Kind, Name: w.Name})
+		key = workloadKey(w.Namespace, refOf(EnhancedStatefulSetKind, w.Name))
 	case *appsv1.StatefulSet:
-		key = workloadKey(w.Namespace, workloadref.Ref{Group: StatefulSetKind.Group, Kind: StatefulSetKind.Kind, Name: w.Name})
+		key = workloadKey(w.Namespace, refOf(StatefulSetKind, w.Name))
 	default:
 		return
 	}

@@ -48,8 +48,11 @@ type Workload struct {
 }
 
 // Ref is the workload w: API group, kind and name.
-func (w Workload) Ref() workloadref.Ref {
-	return workloadref.Ref{Group: w.GVK.Group, Kind: w.GVK.Kind, Name: w.Object.GetName()}
+func (w Workload) Ref() workloadref.Ref { return refOf(w.GVK, w.Object.GetName()) }
+
+// refOf is workload name of group and kind gvk.
+func refOf(gvk schema.GroupVersionKind, name string) workloadref.Ref {
+	return workloadref.Ref{Group: gvk.Group, Kind: gvk.Kind, Name: name}
 }
 
 // RecordRef is the workload sip names (spec.apiGroup, spec.kind, spec.ref; the group implied
@@ -60,8 +63,7 @@ func RecordRef(sip *jkev1.StaticIP) workloadref.Ref {
 
 // recordOfKind says whether sip names a workload of group and kind gvk.
 func recordOfKind(sip *jkev1.StaticIP, gvk schema.GroupVersionKind) bool {
-	r := RecordRef(sip)
-	return r.Kind == gvk.Kind && r.Group == gvk.Group
+	return RecordRef(sip) == refOf(gvk, sip.Spec.Ref)
 }
 
 // ConflictError says a StaticIP with the pod's name belongs to another workload.
