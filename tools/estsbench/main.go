@@ -51,6 +51,8 @@ func main() {
 	settle := flag.Duration("settle", 5*time.Second, "pause between 'ready at --from' and the update")
 	timeout := flag.Duration("timeout", 15*time.Minute, "limit of each phase (ready, rollout, deletion) of each workload")
 	namespace := flag.String("namespace", "", "namespace to use (default: a new estsbench-* namespace, deleted at the end)")
+	managerOnHost := flag.String("manager-on-host", "", "path of a staticip-controller-manager binary to run on this host in place of its Deployment while the benchmark runs "+
+		"(scaled to 0, then back), so it is scheduled like kube-controller-manager and Kruise on the local cluster; empty: the Deployment's pods")
 	flag.Parse()
 
 	cpuRequest, err := resource.ParseQuantity(*cpu)
@@ -100,6 +102,15 @@ func main() {
 	defer stop()
 
 	runner := &bench.Runner{Kube: kube, Staticip: staticip, Dynamic: dyn, Log: os.Stdout}
+	if *managerOnHost != "" {
+		hm := &bench.HostManager{Kube: kube, Binary: *managerOnHost, Kubeconfig: *kubeconfig, Log: runner.Logf}
+		stopManager, err := hm.Start(ctx)
+		if err != nil {
+			fail(fmt.Errorf("--manager-on-host: %w", err))
+		}
+		atExit = append(atExit, stopManager)
+		defer stopManager()
+	}
 	for _, policy := range policies {
 		cfg.Template.PodManagement = appsv1.PodManagementPolicyType(policy)
 		cfg.Workloads = strings.FieldsFunc(*workloads, func(r rune) bool { return r == ',' })
@@ -134,7 +145,13 @@ func main() {
 	}
 }
 
+// atExit runs before fail exits (deferred calls do not run on os.Exit).
+var atExit []func()
+
 func fail(err error) {
 	fmt.Fprintln(os.Stderr, "estsbench:", err)
+	for _, f := range atExit {
+		f()
+	}
 	os.Exit(1)
 }

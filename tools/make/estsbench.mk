@@ -3,6 +3,8 @@
 # after the other, on a running cluster whose staticip-controller-manager is running.
 #   make ests-bench                                   # the default local cluster
 #   make ests-bench ESTS_BENCH_KUBECONFIG=/var/lib/staticip-c3/kubeconfig ESTS_BENCH_FLAGS=--rounds=3
+# The manager as a host process, scheduled like kube-controller-manager (tools/estsbench/README.md):
+#   make ests-bench ESTS_BENCH_FLAGS="--rounds=3 --manager-on-host=_output/bin/staticip-controller-manager"
 # The OpenKruise peer (workloads kruise, kruise-inplace; tools/estsbench/README.md):
 #   make kruise-asts                                  # builds _output/bin/kruise-asts (tools/kruise, its own module)
 #   make kruise-crd ESTS_BENCH_KUBECONFIG=...         # installs the Advanced StatefulSet CRD

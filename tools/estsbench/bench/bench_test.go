@@ -175,28 +175,41 @@ func TestBreakdown(t *testing.T) {
 	lives := []podLife{
 		// s-0 and s-1 recreated: deleting → gone → new pod → ready.
 		{Name: "s-0", Old: true, Deleting: at(0), Gone: at(1000)},
-		{Name: "s-0", Created: at(1200), Ready: at(3200)},
+		{Name: "s-0", Created: at(1200), Scheduled: at(1300), Addressed: at(1600), Running: at(2200), Ready: at(3200)},
 		{Name: "s-1", Old: true, Deleting: at(0), Gone: at(2000)},
-		{Name: "s-1", Created: at(2400), Ready: at(4000)},
+		// s-1's IP and its running container arrived in one watch event.
+		{Name: "s-1", Created: at(2400), Scheduled: at(2500), Addressed: at(3000), Running: at(3000), Ready: at(4000)},
 		// s-2 updated in place.
-		{Name: "s-2", Old: true, Patched: at(100), Ready: at(1100)},
+		{Name: "s-2", Old: true, Patched: at(100), Running: at(700), Ready: at(1100)},
+		// s-4's new pod was never seen scheduled: it counts for created→ready, not for the steps.
+		{Name: "s-4", Old: true, Deleting: at(0), Gone: at(100)},
+		{Name: "s-4", Created: at(200), Running: at(1000), Ready: at(1400)},
 		// s-3 never touched; a pod of another set.
 		{Name: "s-3", Old: true},
 		{Name: "t-0", Old: true, Deleting: at(0), Gone: at(10)},
 	}
 	ph := Breakdown("s", lives, 4*time.Second)
-	if ph.Recreated != 2 || ph.InPlace != 1 {
+	if ph.Recreated != 3 || ph.InPlace != 1 {
 		t.Fatalf("recreated %d, in place %d", ph.Recreated, ph.InPlace)
 	}
 	ms := time.Millisecond
-	if ph.DeleteToGone != 1500*ms || ph.GoneToCreate != 300*ms || ph.CreateToReady != 1800*ms || ph.PatchToReady != 1000*ms {
+	// delete→gone 1 s, 2 s, 0.1 s; gone→created 200, 400, 100 ms; created→ready 2, 1.6, 1.2 s.
+	if ph.DeleteToGone != 1000*ms || ph.GoneToCreate != 200*ms || ph.CreateToReady != 1600*ms || ph.PatchToReady != 1000*ms {
 		t.Errorf("phases %+v", ph)
 	}
-	// per pod: 3.2 s, 4 s, 1 s → median 3.2 s; in flight (3.2+4+1)/4 = 2.05.
-	if ph.PerPod != 3200*ms || ph.Concurrency < 2.04 || ph.Concurrency > 2.06 {
+	// The steps of s-0 and s-1 only (s-4 lacks one): →scheduled 100, 100; →IP 300, 500;
+	// →running 600, 0; →ready 1000, 1000 (ms), medians of two = their means.
+	if ph.CreateToScheduled != 100*ms || ph.ScheduledToAddressed != 400*ms || ph.AddressedToRunning != 300*ms || ph.RunningToReady != 1000*ms {
+		t.Errorf("steps of created→ready %+v", ph)
+	}
+	if ph.PatchToRunning != 600*ms || ph.InPlaceRunningToReady != 400*ms {
+		t.Errorf("steps of patch→ready %+v", ph)
+	}
+	// per pod: 3.2 s, 4 s, 1 s, 1.4 s → median 2.3 s; in flight (3.2+4+1+1.4)/4 = 2.4.
+	if ph.PerPod != 2300*ms || ph.Concurrency < 2.39 || ph.Concurrency > 2.41 {
 		t.Errorf("per pod %s, concurrency %.3f", ph.PerPod, ph.Concurrency)
 	}
-	if !strings.Contains(ph.String(), "2 recreated") || !strings.Contains(ph.String(), "1 in place") {
+	if !strings.Contains(ph.String(), "3 recreated") || !strings.Contains(ph.String(), "1 in place") || !strings.Contains(ph.String(), "→IP 400ms") {
 		t.Errorf("String() = %s", ph)
 	}
 }

@@ -20,6 +20,12 @@ type podLife struct {
 	// Patched: first seen with the new image in its spec while it had the old one before
 	// (an in-place update).
 	Patched time.Time
+	// Scheduled: first seen with a node (new pods only); Addressed: first seen with a pod IP,
+	// i.e. the sandbox and the CNI ADD are done (new pods only).
+	Scheduled, Addressed time.Time
+	// Running: first seen running the new image in every container (the kubelet's status
+	// after the container started; for an in-place update, the restarted container).
+	Running time.Time
 	// Ready: first seen Ready and running the new image.
 	Ready time.Time
 }
@@ -36,8 +42,15 @@ type Phases struct {
 	// CreateToReady: new pod appears → Ready with the new image (scheduling, sandbox,
 	// container start, first successful probe).
 	CreateToReady time.Duration
-	// PatchToReady: in-place patch → Ready with the new image.
-	PatchToReady time.Duration
+	// The steps of CreateToReady, as medians over the pods that showed every step:
+	// created → scheduled (the scheduler's binding), scheduled → addressed (the kubelet's
+	// sandbox and CNI ADD), addressed → running the new image, running → Ready (the first
+	// successful readiness probe, then the kubelet's status write).
+	CreateToScheduled, ScheduledToAddressed, AddressedToRunning, RunningToReady time.Duration
+	// PatchToReady: in-place patch → Ready with the new image; PatchToRunning and
+	// InPlaceRunningToReady split it where the restarted container is first seen running
+	// (the rest is the readiness probe and the InPlaceUpdateReady gate's round trips).
+	PatchToReady, PatchToRunning, InPlaceRunningToReady time.Duration
 	// PerPod: the first step of an ordinal's update (deletion or patch) → its pod Ready with
 	// the new image.
 	PerPod time.Duration
@@ -73,6 +86,7 @@ func Breakdown(setName string, lives []podLife, rollout time.Duration) Phases {
 	}
 	var ph Phases
 	var deleteToGone, goneToCreate, createToReady, patchToReady, perPod []time.Duration
+	var toScheduled, toAddressed, toRunning, runningToReady, patchToRunning, inPlaceRunningToReady []time.Duration
 	var total time.Duration
 	var starts, readies []time.Time
 	for _, o := range byOrdinal {
@@ -95,6 +109,10 @@ func Breakdown(setName string, lives []podLife, rollout time.Duration) Phases {
 		case o.old != nil && !o.old.Patched.IsZero() && !o.old.Ready.IsZero():
 			ph.InPlace++
 			patchToReady = append(patchToReady, o.old.Ready.Sub(o.old.Patched))
+			if r := o.old.Running; !r.IsZero() && !r.Before(o.old.Patched) && !r.After(o.old.Ready) {
+				patchToRunning = append(patchToRunning, r.Sub(o.old.Patched))
+				inPlaceRunningToReady = append(inPlaceRunningToReady, o.old.Ready.Sub(r))
+			}
 			perPod = append(perPod, o.old.Ready.Sub(o.old.Patched))
 			total += o.old.Ready.Sub(o.old.Patched)
 		case o.old != nil && o.new != nil && !o.old.Deleting.IsZero() && !o.new.Ready.IsZero():
@@ -104,6 +122,12 @@ func Breakdown(setName string, lives []podLife, rollout time.Duration) Phases {
 				goneToCreate = append(goneToCreate, o.new.Created.Sub(o.old.Gone))
 			}
 			createToReady = append(createToReady, o.new.Ready.Sub(o.new.Created))
+			if n := o.new; stepsInOrder(n.Created, n.Scheduled, n.Addressed, n.Running, n.Ready) {
+				toScheduled = append(toScheduled, n.Scheduled.Sub(n.Created))
+				toAddressed = append(toAddressed, n.Addressed.Sub(n.Scheduled))
+				toRunning = append(toRunning, n.Running.Sub(n.Addressed))
+				runningToReady = append(runningToReady, n.Ready.Sub(n.Running))
+			}
 			perPod = append(perPod, o.new.Ready.Sub(o.old.Deleting))
 			total += o.new.Ready.Sub(o.old.Deleting)
 		}
@@ -112,11 +136,25 @@ func Breakdown(setName string, lives []podLife, rollout time.Duration) Phases {
 	ph.GoneToCreate = Median(goneToCreate)
 	ph.CreateToReady = Median(createToReady)
 	ph.PatchToReady = Median(patchToReady)
+	ph.CreateToScheduled, ph.ScheduledToAddressed = Median(toScheduled), Median(toAddressed)
+	ph.AddressedToRunning, ph.RunningToReady = Median(toRunning), Median(runningToReady)
+	ph.PatchToRunning, ph.InPlaceRunningToReady = Median(patchToRunning), Median(inPlaceRunningToReady)
 	ph.PerPod = Median(perPod)
 	if rollout > 0 {
 		ph.Concurrency = float64(total) / float64(rollout)
 	}
 	return ph
+}
+
+// stepsInOrder says whether every step was seen and none before the one ahead of it (the
+// watch can show two steps in one event: equal times are in order).
+func stepsInOrder(steps ...time.Time) bool {
+	for i, t := range steps {
+		if t.IsZero() || i > 0 && t.Before(steps[i-1]) {
+			return false
+		}
+	}
+	return true
 }
 
 // reactionTimes: for each start, the time since the latest ready before it (starts with no
@@ -141,11 +179,13 @@ func (ph Phases) String() string {
 	ms := func(d time.Duration) string { return d.Round(10 * time.Millisecond).String() }
 	s := fmt.Sprintf("per pod %s (median), %.1f pods in flight on average, ready→next start %s", ms(ph.PerPod), ph.Concurrency, ms(ph.ReadyToNextStart))
 	if ph.Recreated > 0 {
-		s += fmt.Sprintf("; %d recreated: delete→gone %s, gone→created %s, created→ready %s",
-			ph.Recreated, ms(ph.DeleteToGone), ms(ph.GoneToCreate), ms(ph.CreateToReady))
+		s += fmt.Sprintf("; %d recreated: delete→gone %s, gone→created %s, created→ready %s (→scheduled %s, →IP %s, →running %s, →ready %s)",
+			ph.Recreated, ms(ph.DeleteToGone), ms(ph.GoneToCreate), ms(ph.CreateToReady),
+			ms(ph.CreateToScheduled), ms(ph.ScheduledToAddressed), ms(ph.AddressedToRunning), ms(ph.RunningToReady))
 	}
 	if ph.InPlace > 0 {
-		s += fmt.Sprintf("; %d in place: patch→ready %s", ph.InPlace, ms(ph.PatchToReady))
+		s += fmt.Sprintf("; %d in place: patch→ready %s (→running %s, →ready %s)", ph.InPlace, ms(ph.PatchToReady),
+			ms(ph.PatchToRunning), ms(ph.InPlaceRunningToReady))
 	}
 	return s
 }

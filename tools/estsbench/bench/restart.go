@@ -107,7 +107,7 @@ func (r *Runner) MeasureRestart(ctx context.Context, cfg RestartConfig) (Restart
 			}
 		}
 	}
-	r.logf("restart: %d static-IP pods and %d StatefulSet pods Running and Ready", cfg.Replicas, cfg.Replicas)
+	r.Logf("restart: %d static-IP pods and %d StatefulSet pods Running and Ready", cfg.Replicas, cfg.Replicas)
 	// restart deletes pod name and times its successor to Running (and the old object's
 	// disappearance); sameIP: the successor must have the old pod's IP.
 	restart := func(name string, sameIP bool) (gone, back time.Duration, oldIP string, err error) {
@@ -183,7 +183,7 @@ func (r *Runner) MeasureRestart(ctx context.Context, cfg RestartConfig) (Restart
 		}); err != nil {
 			return res, fmt.Errorf("plain pod %d did not go: %w", i+1, err)
 		}
-		r.logf("restart %d/%d: static-IP pod %s back Running with IP %s after %s (gone after %s); StatefulSet pod %s after %s (gone after %s); plain pod Running after %s",
+		r.Logf("restart %d/%d: static-IP pod %s back Running with IP %s after %s (gone after %s); StatefulSet pod %s after %s (gone after %s); plain pod Running after %s",
 			i+1, cfg.Count, name, ip, res.StaticIP[i].Round(10*time.Millisecond), res.StaticIPGone[i].Round(10*time.Millisecond),
 			peerName, res.StatefulSet[i].Round(10*time.Millisecond), res.StatefulSetGone[i].Round(10*time.Millisecond), res.Plain[i].Round(10*time.Millisecond))
 	}

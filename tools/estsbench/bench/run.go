@@ -83,7 +83,8 @@ func (r *Runner) Run(ctx context.Context, cfg Config) ([]Result, error) {
 	return results, nil
 }
 
-func (r *Runner) logf(format string, args ...any) {
+// Logf prints a line with the time of day.
+func (r *Runner) Logf(format string, args ...any) {
 	fmt.Fprintf(r.Log, "%s "+format+"\n", append([]any{time.Now().UTC().Format("15:04:05")}, args...)...)
 }
 
@@ -108,7 +109,7 @@ func (r *Runner) namespace(ctx context.Context, name string) (string, func(), er
 			return "", nil, fmt.Errorf("no default ServiceAccount in %s", ns.Name)
 		}
 	}
-	r.logf("namespace %s", ns.Name)
+	r.Logf("namespace %s", ns.Name)
 	return ns.Name, cleanup, nil
 }
 
@@ -164,7 +165,7 @@ func (r *Runner) measure(ctx context.Context, ns string, w workload, cfg Config)
 		return Result{}, fmt.Errorf("ready at %s: %w", cfg.From, err)
 	}
 	createAll := time.Since(start)
-	r.logf("%s: %d pods ready at %s after %s", w.Name(), replicas, cfg.From, createAll.Round(100*time.Millisecond))
+	r.Logf("%s: %d pods ready at %s after %s", w.Name(), replicas, cfg.From, createAll.Round(100*time.Millisecond))
 	time.Sleep(cfg.Settle)
 
 	tracker.startMeasuring(cfg.To)
@@ -173,7 +174,7 @@ func (r *Runner) measure(ctx context.Context, ns string, w workload, cfg Config)
 		return Result{}, err
 	}
 	progress := func() {
-		r.logf("%s: rolling, %s so far, max unavailable %d", w.Name(), time.Since(start).Round(time.Second), tracker.maxSoFar())
+		r.Logf("%s: rolling, %s so far, max unavailable %d", w.Name(), time.Since(start).Round(time.Second), tracker.maxSoFar())
 	}
 	if err := r.waitRolledOut(ctx, w, tracker, cfg, cfg.To, generation, progress); err != nil {
 		return Result{}, fmt.Errorf("rollout to %s: %w", cfg.To, err)
@@ -185,8 +186,8 @@ func (r *Runner) measure(ctx context.Context, ns string, w workload, cfg Config)
 	maxUnavailable, atMax, lives := tracker.stopMeasuring()
 	res.MaxUnavailable = maxUnavailable
 	res.Phases = Breakdown(w.Name(), lives, res.Rollout)
-	r.logf("%s: rolled %d pods to %s in %s, max unavailable %d %v", w.Name(), replicas, cfg.To, res.Rollout.Round(100*time.Millisecond), res.MaxUnavailable, atMax)
-	r.logf("%s: %s", w.Name(), res.Phases)
+	r.Logf("%s: rolled %d pods to %s in %s, max unavailable %d %v", w.Name(), replicas, cfg.To, res.Rollout.Round(100*time.Millisecond), res.MaxUnavailable, atMax)
+	r.Logf("%s: %s", w.Name(), res.Phases)
 
 	start = time.Now()
 	if err := w.Delete(ctx); err != nil {
@@ -202,7 +203,7 @@ func (r *Runner) measure(ctx context.Context, ns string, w workload, cfg Config)
 		return res, fmt.Errorf("deletion: %w", err)
 	}
 	res.DeleteAll = time.Since(start)
-	r.logf("%s: deleted, pods gone after %s", w.Name(), res.DeleteAll.Round(100*time.Millisecond))
+	r.Logf("%s: deleted, pods gone after %s", w.Name(), res.DeleteAll.Round(100*time.Millisecond))
 	return res, nil
 }
 

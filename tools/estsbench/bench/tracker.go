@@ -100,6 +100,15 @@ func (t *podTracker) recordLocked(p *corev1.Pod, deleted bool, now time.Time) {
 	if l.Old && l.Patched.IsZero() && len(p.Spec.Containers) > 0 && p.Spec.Containers[0].Image == t.image {
 		l.Patched = now
 	}
+	if !deleted && !l.Old && l.Scheduled.IsZero() && p.Spec.NodeName != "" {
+		l.Scheduled = now
+	}
+	if !deleted && !l.Old && l.Addressed.IsZero() && p.Status.PodIP != "" {
+		l.Addressed = now
+	}
+	if !deleted && l.Running.IsZero() && live(p) && runsImage(p, t.image) {
+		l.Running = now
+	}
 	if !deleted && l.Ready.IsZero() && live(p) && ready(p) && runsImage(p, t.image) {
 		l.Ready = now
 	}
