@@ -112,6 +112,8 @@ func (h *HostManager) Start(ctx context.Context) (stop func(), err error) {
 	}
 	exited = make(chan struct{})
 	go func() { _ = cmd.Wait(); close(exited) }()
+	// The manager's Lease identity is its hostname + "_" + a UUID (manager.Options.identity);
+	// a Deployment pod's hostname is its pod name, so a holder with this host's name is ours.
 	host, _ := os.Hostname()
 	if err := poll(ctx, time.Minute, 200*time.Millisecond, func() (bool, error) {
 		select {

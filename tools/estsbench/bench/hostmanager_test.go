@@ -61,8 +61,11 @@ func TestHostManagerReplacesTheDeployment(t *testing.T) {
 		t.Errorf("Deployment at %d replicas while the host manager runs, want 0", n)
 	}
 	var pid []byte
-	for start := time.Now(); len(pid) == 0 && time.Since(start) < 10*time.Second; time.Sleep(20 * time.Millisecond) {
+	if err := poll(context.Background(), 10*time.Second, 20*time.Millisecond, func() (bool, error) {
 		pid, _ = os.ReadFile(pidFile)
+		return len(pid) > 0, nil
+	}); err != nil {
+		t.Fatalf("host manager wrote no pid: %v", err)
 	}
 	proc := "/proc/" + strings.TrimSpace(string(pid))
 	if _, err := os.Stat(proc); err != nil {

@@ -100,17 +100,22 @@ func (t *podTracker) recordLocked(p *corev1.Pod, deleted bool, now time.Time) {
 	if l.Old && l.Patched.IsZero() && len(p.Spec.Containers) > 0 && p.Spec.Containers[0].Image == t.image {
 		l.Patched = now
 	}
-	if !deleted && !l.Old && l.Scheduled.IsZero() && p.Spec.NodeName != "" {
+	if deleted {
+		return
+	}
+	if !l.Old && l.Scheduled.IsZero() && p.Spec.NodeName != "" {
 		l.Scheduled = now
 	}
-	if !deleted && !l.Old && l.Addressed.IsZero() && p.Status.PodIP != "" {
+	if !l.Old && l.Addressed.IsZero() && p.Status.PodIP != "" {
 		l.Addressed = now
 	}
-	if !deleted && l.Running.IsZero() && live(p) && runsImage(p, t.image) {
-		l.Running = now
-	}
-	if !deleted && l.Ready.IsZero() && live(p) && ready(p) && runsImage(p, t.image) {
-		l.Ready = now
+	if live(p) && runsImage(p, t.image) {
+		if l.Running.IsZero() {
+			l.Running = now
+		}
+		if l.Ready.IsZero() && ready(p) {
+			l.Ready = now
+		}
 	}
 }
 
