@@ -188,6 +188,7 @@ type badCase struct {
 const (
 	sipTmpl   = "apiVersion: jke.jdcloud.com/v1\nkind: StaticIP\nmetadata: {name: %s, namespace: default}\nspec: %s\n"
 	iprTmpl   = "apiVersion: jke.jdcloud.com/v1\nkind: IPRange\nmetadata: {name: %s}\nspec: %s\n"
+	ippTmpl   = "apiVersion: jke.jdcloud.com/v1\nkind: IPPool\nmetadata: {name: %s}\nspec: %s\n"
 	nfoTmpl   = "apiVersion: jke.jdcloud.com/v1alpha1\nkind: NodeFailover\nmetadata: {name: %s}\nspec: %s\n"
 	estsTmpl  = "apiVersion: jke.jdcloud.com/v1alpha1\nkind: EnhancedStatefulSet\nmetadata: {name: %s, namespace: default}\nspec: {selector: {matchLabels: {a: b}}, template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c, image: i}]}}, %s}\n"
 	gridTmpl  = "apiVersion: superedge.io/v1\nkind: %s\nmetadata: {name: %s, namespace: default}\nspec: {gridUniqKey: %s, template: %s}\n"
@@ -232,6 +233,32 @@ func badCases() []badCase {
 			},
 			wantField: "spec.ownerGeneration"},
 		{name: "iprange-ownergeneration-negative", obj: fmt.Sprintf(iprTmpl, "bad-og-3", "{cidr: 10.1.0.0/24, ownerGeneration: -1}"), wantField: "spec.ownerGeneration"},
+		{name: "ippool-cidrs-missing", obj: fmt.Sprintf(ippTmpl, "bad-ipp-0", "{blockSize: 24}"), wantField: "spec.cidrs"},
+		{name: "ippool-cidrs-empty", obj: fmt.Sprintf(ippTmpl, "bad-ipp-1", "{cidrs: []}"), wantField: "spec.cidrs"},
+		{name: "ippool-cidr-not-a-cidr", obj: fmt.Sprintf(ippTmpl, "bad-ipp-2", "{cidrs: [10.244.0.0]}"), wantField: "spec.cidrs[0]"},
+		{name: "ippool-cidr-not-aligned", obj: fmt.Sprintf(ippTmpl, "bad-ipp-3", "{cidrs: [10.244.0.1/16]}"), wantField: "spec.cidrs[0]"},
+		{name: "ippool-blocksize-wider-than-cidr", obj: fmt.Sprintf(ippTmpl, "bad-ipp-4", "{cidrs: [10.244.0.0/16], blockSize: 12}"), wantField: "spec.blockSize"},
+		{name: "ippool-blocksize-beyond-ipv4", obj: fmt.Sprintf(ippTmpl, "bad-ipp-5", "{cidrs: [10.244.0.0/16], blockSize: 64}"), wantField: "spec.blockSize"},
+		{name: "ippool-too-many-blocks", obj: fmt.Sprintf(ippTmpl, "bad-ipp-6", "{cidrs: ['fd00::/48']}"), wantField: "spec.cidrs"},
+		{name: "ippool-mixed-families", obj: fmt.Sprintf(ippTmpl, "bad-ipp-7", "{cidrs: [10.244.0.0/16, 'fd00::/104']}"), wantField: "spec.cidrs"},
+		{name: "ippool-exclude-outside", obj: fmt.Sprintf(ippTmpl, "bad-ipp-8", "{cidrs: [10.244.0.0/16], excludeIPs: [10.9.0.1]}"), wantField: "spec.excludeIPs"},
+		{name: "ippool-bad-mode", obj: fmt.Sprintf(ippTmpl, "bad-ipp-9", "{cidrs: [10.244.0.0/16], mode: Random}"), wantField: "spec.mode"},
+		{name: "ippool-cidr-removed", obj: fmt.Sprintf(ippTmpl, "bad-ipp-10", "{cidrs: [10.244.0.0/16, 10.245.0.0/16]}"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedStringSlice(u.Object, []string{"10.244.0.0/16"}, "spec", "cidrs")
+			}, wantField: "spec.cidrs"},
+		{name: "ippool-cidr-changed", obj: fmt.Sprintf(ippTmpl, "bad-ipp-11", "{cidrs: [10.244.0.0/16]}"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedStringSlice(u.Object, []string{"10.246.0.0/16"}, "spec", "cidrs")
+			}, wantField: "spec.cidrs"},
+		{name: "ippool-blocksize-changed", obj: fmt.Sprintf(ippTmpl, "bad-ipp-12", "{cidrs: [10.244.0.0/16], blockSize: 24}"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, int64(25), "spec", "blockSize")
+			}, wantField: "spec.blockSize"},
+		{name: "ippool-blocksize-set-later", obj: fmt.Sprintf(ippTmpl, "bad-ipp-13", "{cidrs: [10.244.0.0/16]}"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, int64(24), "spec", "blockSize")
+			}, wantField: "spec.blockSize"},
 		{name: "nodefailover-name-not-node", obj: fmt.Sprintf(nfoTmpl, "bad-nfo-1", "{node: other}"), wantField: "spec.node"},
 		{name: "nodefailover-node-changes", obj: fmt.Sprintf(nfoTmpl, "bad-nfo-2", "{node: bad-nfo-2}"),
 			update: func(u *unstructured.Unstructured) {
@@ -411,6 +438,45 @@ func TestStaticIPIPSetOnce(t *testing.T) {
 	}
 }
 
+// TestIPPoolDefaultsAndGrowth: a minimal pool gets its defaults (Blocks, None, 5m; blockSize
+// stays unset and means /24 or /120), and growing it by a CIDR is accepted.
+func TestIPPoolDefaultsAndGrowth(t *testing.T) {
+	dyn, mapper := dynamicClients(t)
+	ctx := testenv.Context(t, time.Minute)
+	m, err := mapper.RESTMapping(schema.GroupKind{Group: "jke.jdcloud.com", Kind: "IPPool"}, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := dyn.Resource(m.Resource)
+	for _, tc := range []struct{ name, spec string }{
+		{"ipp-ok-v4", "{cidrs: [10.244.0.0/16]}"},
+		{"ipp-ok-v6", "{cidrs: ['fd00:10:244::/104'], excludeIPs: ['fd00:10:244::5']}"},
+		{"ipp-ok-full", "{cidrs: [10.250.0.0/20], blockSize: 26, mode: NodePodCIDR, gatewayPolicy: FirstHost, releaseAfter: 30s, nodeSelector: {matchLabels: {pool: a}}, excludeIPs: [10.250.0.1]}"},
+	} {
+		dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(fmt.Sprintf(ippTmpl, tc.name, tc.spec)), 4096)
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); err != nil {
+			t.Fatal(err)
+		}
+		created, err := res.Create(ctx, obj, metav1.CreateOptions{FieldValidation: "Strict"})
+		if err != nil {
+			t.Fatalf("%s: a valid pool must be accepted: %v", tc.name, err)
+		}
+		if tc.name == "ipp-ok-v4" {
+			spec, _, _ := unstructured.NestedMap(created.Object, "spec")
+			if spec["mode"] != "Blocks" || spec["gatewayPolicy"] != "None" || spec["releaseAfter"] != "5m" || spec["blockSize"] != nil {
+				t.Errorf("defaults: got %v, want mode Blocks, gatewayPolicy None, releaseAfter 5m, no blockSize", spec)
+			}
+		}
+		cidrs, _, _ := unstructured.NestedStringSlice(created.Object, "spec", "cidrs")
+		grown := append(cidrs, map[bool]string{true: "fd00:10:245::/104", false: "10.251.0.0/20"}[strings.Contains(cidrs[0], ":")])
+		_ = unstructured.SetNestedStringSlice(created.Object, grown, "spec", "cidrs")
+		if _, err := res.Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("%s: adding a CIDR (pool growth) must be accepted: %v", tc.name, err)
+		}
+	}
+}
+
 // TestCRDsServed: every kind the design names is served, with its short name, as discovery
 // (and so kubectl) sees it.
 func TestCRDsServed(t *testing.T) {
@@ -419,6 +485,7 @@ func TestCRDsServed(t *testing.T) {
 	want := map[schema.GroupVersionKind]string{
 		{Group: "jke.jdcloud.com", Version: "v1", Kind: "StaticIP"}:                  "sip",
 		{Group: "jke.jdcloud.com", Version: "v1", Kind: "IPRange"}:                   "ipr",
+		{Group: "jke.jdcloud.com", Version: "v1", Kind: "IPPool"}:                    "ipp",
 		{Group: "jke.jdcloud.com", Version: "v1alpha1", Kind: "EnhancedStatefulSet"}: "ests",
 		{Group: "jke.jdcloud.com", Version: "v1alpha1", Kind: "NodeFailover"}:        "nfo",
 		{Group: "superedge.io", Version: "v1", Kind: "DeploymentGrid"}:               "dg",
