@@ -35,6 +35,7 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/controllers/pkg/metrics"
+	"github.com/staticip/staticip/controllers/pkg/podindex"
 	"github.com/staticip/staticip/controllers/pkg/staticip"
 	"github.com/staticip/staticip/controllers/pkg/worker"
 )
@@ -93,7 +94,7 @@ type Controller struct {
 	ranges    jkev1listers.IPRangeLister
 	staticIPs jkev1listers.StaticIPLister
 	records   jkev1alpha1listers.NodeFailoverLister
-	podIndex  cache.Indexer
+	podIndex  *podindex.Pods
 
 	synced []cache.InformerSynced
 	queue  workqueue.TypedRateLimitingInterface[string]
@@ -109,82 +110,13 @@ type Controller struct {
 	gone *labelMemory
 }
 
-// Pod indexes: by spec.nodeName, and by the IP block (IPBlockKey) of each pod IP. Pods that may
-// hold a failed node's IPs are found through them, without listing every pod.
-const (
-	podsByNodeIndex    = "nodefailover.spec.nodeName"
-	podsByIPBlockIndex = "nodefailover.status.podIPs.block"
-	// maxBlocks bounds the index lookups for one range (a /16 of IPv4); a wider range is
-	// checked against the list of all pods.
-	maxBlocks = 256
-)
-
-func indexPodsByNode(obj any) ([]string, error) {
-	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-		return []string{p.Spec.NodeName}, nil
-	}
-	return nil, nil
-}
-
-func indexPodsByIPBlock(obj any) ([]string, error) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return nil, nil
-	}
-	var keys []string
-	for _, ip := range p.Status.PodIPs {
-		if a, err := netip.ParseAddr(ip.IP); err == nil && !slices.Contains(keys, IPBlockKey(a)) {
-			keys = append(keys, IPBlockKey(a))
-		}
-	}
-	return keys, nil
-}
-
-// podsOn lists the pods bound to node (index).
-func (c *Controller) podsOn(node string) ([]*corev1.Pod, error) {
-	objs, err := c.podIndex.ByIndex(podsByNodeIndex, node)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*corev1.Pod, 0, len(objs))
-	for _, o := range objs {
-		if p, ok := o.(*corev1.Pod); ok {
-			out = append(out, p)
-		}
-	}
-	return out, nil
-}
+// podsOn lists the pods bound to node.
+func (c *Controller) podsOn(node string) ([]*corev1.Pod, error) { return c.podIndex.On(node) }
 
 // podsHolding returns the pods that may hold an IP of node: those bound to it and those with
 // an IP in one of ranges (index lookups per IP block; HoldingPods then decides exactly).
 func (c *Controller) podsHolding(node string, ranges []netip.Prefix) ([]*corev1.Pod, error) {
-	out, err := c.podsOn(node)
-	if err != nil {
-		return nil, err
-	}
-	seen := map[types.UID]bool{}
-	for _, p := range out {
-		seen[p.UID] = true
-	}
-	for _, r := range ranges {
-		blocks, ok := IPBlocks(r, maxBlocks)
-		if !ok {
-			return c.pods.List(labels.Everything())
-		}
-		for _, b := range blocks {
-			objs, err := c.podIndex.ByIndex(podsByIPBlockIndex, b)
-			if err != nil {
-				return nil, err
-			}
-			for _, o := range objs {
-				if p, ok := o.(*corev1.Pod); ok && !seen[p.UID] {
-					seen[p.UID] = true
-					out = append(out, p)
-				}
-			}
-		}
-	}
-	return out, nil
+	return c.podIndex.Candidates(node, ranges)
 }
 
 // NewController wires the controller to its informers.
@@ -196,7 +128,6 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, nodeIn
 		kube: kube, client: client, recorder: recorder,
 		nodes: nodeInformer.Lister(), pods: podInformer.Lister(), ranges: rangeInformer.Lister(),
 		staticIPs: sipInformer.Lister(), records: recordInformer.Lister(),
-		podIndex: podInformer.Informer().GetIndexer(),
 		synced: []cache.InformerSynced{nodeInformer.Informer().HasSynced, podInformer.Informer().HasSynced,
 			rangeInformer.Informer().HasSynced, sipInformer.Informer().HasSynced, recordInformer.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -204,9 +135,11 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, nodeIn
 		Window: DefaultWindow, MaxUnhealthyPercent: DefaultMaxUnhealthyPercent, Now: time.Now,
 		gone: &labelMemory{m: map[string]map[string]string{}},
 	}
-	if err := podInformer.Informer().AddIndexers(cache.Indexers{podsByNodeIndex: indexPodsByNode, podsByIPBlockIndex: indexPodsByIPBlock}); err != nil {
+	podIndex, err := podindex.New(podInformer.Informer(), podInformer.Lister())
+	if err != nil {
 		return nil, err
 	}
+	c.podIndex = podIndex
 	// A node's own changes concern its record; any node's health, annotations and labels
 	// concern every running migration (unhealthy share, routes, spares).
 	nodeHandler := func(obj any) {

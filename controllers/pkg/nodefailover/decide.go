@@ -135,63 +135,6 @@ func HoldingPods(pods []*corev1.Pod, node string, ranges []netip.Prefix) []strin
 	return out
 }
 
-// Block sizes of the pod IP index: a node's range is usually a /24 (IPv4) or a /64 (IPv6) or
-// smaller, so it falls in one block.
-const (
-	ipv4BlockBits = 24
-	ipv6BlockBits = 64
-)
-
-// IPBlockKey is the index key of an address: its /24 (IPv4) or /64 (IPv6) block.
-func IPBlockKey(a netip.Addr) string {
-	a = a.Unmap()
-	bits := ipv6BlockBits
-	if a.Is4() {
-		bits = ipv4BlockBits
-	}
-	p, _ := a.Prefix(bits)
-	return p.String()
-}
-
-// IPBlocks lists the index keys of the blocks prefix p overlaps, or false when there are more
-// than max of them.
-func IPBlocks(p netip.Prefix, max int) ([]string, bool) {
-	p = p.Masked()
-	bits := ipv6BlockBits
-	if p.Addr().Is4() {
-		bits = ipv4BlockBits
-	}
-	if p.Bits() >= bits {
-		return []string{IPBlockKey(p.Addr())}, true
-	}
-	if bits-p.Bits() > 30 || 1<<(bits-p.Bits()) > max {
-		return nil, false
-	}
-	n := 1 << (bits - p.Bits())
-	out := make([]string, 0, n)
-	b := p.Addr().As16()
-	for i := 0; i < n; i++ {
-		// Add i at the block's lowest bit: byte (bits-1)/8 of the 16-byte form, plus carry.
-		c := b
-		carry := uint(i) << ((8 - uint(bits)%8) % 8)
-		pos := (bits - 1) / 8
-		if p.Addr().Is4() {
-			pos += 12
-		}
-		for ; carry > 0 && pos >= 0; pos-- {
-			sum := uint(c[pos]) + carry&0xff
-			c[pos] = byte(sum)
-			carry = carry>>8 + sum>>8
-		}
-		a := netip.AddrFrom16(c)
-		if p.Addr().Is4() {
-			a = a.Unmap()
-		}
-		out = append(out, IPBlockKey(a))
-	}
-	return out, true
-}
-
 // Unhealthy counts the nodes that are not Ready, and all nodes. Deleted failed nodes (their
 // Node objects are gone) count as unhealthy nodes too.
 func Unhealthy(nodes []*corev1.Node, deleted int) (notReady, total int) {
