@@ -37,6 +37,7 @@ import (
 	"github.com/staticip/staticip/apis/generated/informers/externalversions"
 	"github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
 	"github.com/staticip/staticip/controllers/pkg/grid"
+	"github.com/staticip/staticip/controllers/pkg/ippool"
 	"github.com/staticip/staticip/controllers/pkg/metrics"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 	"github.com/staticip/staticip/controllers/pkg/staticip"
@@ -47,7 +48,7 @@ const ComponentName = "staticip-controller-manager"
 
 // KnownControllers are the names --controllers accepts.
 var KnownControllers = []string{enhancedstatefulset.Name, staticip.Name,
-	grid.DeploymentGridName, grid.StatefulSetGridName, grid.ServiceGridName, nodefailover.Name}
+	grid.DeploymentGridName, grid.StatefulSetGridName, grid.ServiceGridName, nodefailover.Name, ippool.Name}
 
 // ErrLeaderLost is returned when this replica loses the lease: it must exit so that it never
 // acts next to the new leader.
@@ -407,6 +408,15 @@ func startControllers(ctx context.Context, o *Options, kubeClient kubernetes.Int
 			// One worker: migrations are few, and one at a time keeps two of them from racing
 			// for the same spare inside this process (the claim's optimistic lock covers the rest).
 			runs = append(runs, func(ctx context.Context) { c.Run(ctx, 1) })
+		case ippool.Name:
+			c, err := ippool.NewController(kubeClient, client, jkeInformers.Jke().V1().IPPools(),
+				jkeInformers.Jke().V1().IPRanges(), kubeInformers.Core().V1().Nodes(), kubeInformers.Core().V1().Pods(),
+				jkeInformers.Jke().V1().StaticIPs(), jkeInformers.Jke().V1alpha1().NodeFailovers(), recorder)
+			if err != nil {
+				return err
+			}
+			// One worker whatever --workers says: one key plans every pool.
+			runs = append(runs, func(ctx context.Context) { c.Run(ctx) })
 		default:
 			run, err := newGridController(name, kubeClient, client, kubeInformers, jkeInformers, recorder)
 			if err != nil {
