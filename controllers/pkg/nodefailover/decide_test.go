@@ -324,4 +324,3 @@ func TestRangeSynced(t *testing.T) {
 		t.Error("Synced=False counted")
 	}
 }
-

@@ -183,4 +183,3 @@ func Blocks(p netip.Prefix, max int) ([]string, bool) {
 	}
 	return out, true
 }
-
