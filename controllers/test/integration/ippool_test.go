@@ -131,7 +131,9 @@ func TestIPPoolJoinReleaseAndReturn(t *testing.T) {
 	if _, err := f.client.JkeV1().IPRanges().Create(f.ctx, hand, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = f.client.JkeV1().IPRanges().Delete(context.Background(), hand.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = f.client.JkeV1().IPRanges().Delete(context.Background(), hand.Name, metav1.DeleteOptions{})
+	})
 	f.startAllocatorAsServiceAccount()
 	handNode := f.poolNode("hand")
 	start := time.Now()
@@ -339,7 +341,9 @@ func TestIPPoolGrowthAndPodCIDRMode(t *testing.T) {
 	if _, err := f.client.JkeV1().IPRanges().Create(f.ctx, hand, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = f.client.JkeV1().IPRanges().Delete(context.Background(), hand.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = f.client.JkeV1().IPRanges().Delete(context.Background(), hand.Name, metav1.DeleteOptions{})
+	})
 	mk := func(name, podCIDR string) string {
 		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: f.ns + "-" + name, Labels: map[string]string{f.poolKey(): "kind"}},
 			Spec: corev1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}}}
