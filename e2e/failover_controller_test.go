@@ -260,6 +260,7 @@ func TestNodeFailoverMovesStaticPodsWithTheirIPs(t *testing.T) {
 			t.Errorf("after %s came back, %s answered as %s on %s, want %s on %s", failed, ip, r.Pod, r.Node, pod, spare)
 		}
 	}
+	returnedNodeServesANewBlock(t, ctx, cs, ns, failed, moved, clients[0])
 	if errs := w.errors(); len(errs) > 0 {
 		t.Errorf("%d pod events checked; an IP was held twice:\n%s", w.checked(), strings.Join(errs, "\n"))
 	} else {
@@ -267,10 +268,60 @@ func TestNodeFailoverMovesStaticPodsWithTheirIPs(t *testing.T) {
 	}
 }
 
+// returnedNodeServesANewBlock: where the failed node's ranges came from an IPPool, the range
+// allocator gave the node a fresh block (never one held elsewhere) once it owned none, and a
+// pod sent there runs with an address of that block, reachable from another node. A node whose
+// ranges were written by hand gets nothing back by itself (cni/README.md, "Address space").
+func returnedNodeServesANewBlock(t *testing.T, ctx context.Context, cs versioned.Interface, ns, node string, moved []jkev1.IPRange, from string) {
+	t.Helper()
+	fromPool := false
+	old := map[string]bool{}
+	for _, r := range moved {
+		old[r.Spec.CIDR] = true
+		fromPool = fromPool || r.Labels[jkev1.LabelIPPool] != ""
+	}
+	if !fromPool {
+		t.Logf("%s's ranges were not given by an IPPool: it gets no new block by itself", node)
+		return
+	}
+	var fresh jkev1.IPRange
+	if err := framework.WaitFor(ctx, 2*time.Minute, node+" owns a new IPPool block", func(ctx context.Context) (bool, error) {
+		for _, r := range rangesOf(t, ctx, cs, node) {
+			if !old[r.Spec.CIDR] && r.Labels[jkev1.LabelIPPool] != "" {
+				fresh = r
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if old[fresh.Spec.CIDR] {
+		t.Fatalf("%s got back %s, a block that moved to the spare", node, fresh.Spec.CIDR)
+	}
+	waitRangeServed(t, ctx, cs, fresh.Name)
+	name := "back-on-" + node
+	if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, testServerPod(name, node, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.WaitForPodRunning(ctx, ns, name, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, in := ipIn([]jkev1.IPRange{fresh}, p.Status.PodIP); !in {
+		t.Errorf("pod %s on the returned node %s has %s, outside its new block %s", name, node, p.Status.PodIP, fresh.Spec.CIDR)
+	}
+	if r := reachable(t, ns, from, p.Status.PodIP); r.Pod != name || r.Node != node {
+		t.Errorf("%s from %s answered as %s on %s, want %s on %s", p.Status.PodIP, from, r.Pod, r.Node, name, node)
+	}
+	t.Logf("%s came back with the new block %s (IPRange %s); pod %s runs there with %s", node, fresh.Spec.CIDR, fresh.Name, name, p.Status.PodIP)
+}
+
 // restoreAfterFailover gives the cluster its shape back for the tests that follow: the set is
-// deleted, the ranges go back to the failed node (a plain move: same generation, the spare
-// drains and the node serves them afresh), the spare is unclaimed and tainted again, the fence
-// and the record are removed.
+// deleted, ranges written by hand go back to the failed node (a plain move: same generation,
+// the spare drains and the node serves them afresh) while IPPool blocks are unassigned (the node
+// has a new block; the allocator returns the old one to the pool), the spare is unclaimed and
+// tainted again, the fence and the record are removed.
 func restoreAfterFailover(t *testing.T, cs versioned.Interface, ns, failed, spare string, moved []jkev1.IPRange) {
 	ctx := context.Background()
 	_ = cs.JkeV1alpha1().EnhancedStatefulSets(ns).Delete(ctx, "db", metav1.DeleteOptions{})
@@ -281,6 +332,10 @@ func restoreAfterFailover(t *testing.T, cs versioned.Interface, ns, failed, spar
 	_ = cs.JkeV1alpha1().NodeFailovers().Delete(ctx, failed, metav1.DeleteOptions{})
 	for _, r := range moved {
 		if cur, err := cs.JkeV1().IPRanges().Get(ctx, r.Name, metav1.GetOptions{}); err == nil && cur.Spec.Node != failed {
+			if cur.Labels[jkev1.LabelIPPool] != "" {
+				setRangeOwner(t, ctx, cs, r.Name, "", cur.Spec.OwnerGeneration)
+				continue
+			}
 			setRangeOwner(t, ctx, cs, r.Name, failed, cur.Spec.OwnerGeneration)
 		}
 	}
@@ -293,7 +348,9 @@ func restoreAfterFailover(t *testing.T, cs versioned.Interface, ns, failed, spar
 		t.Errorf("unfence %s: %v", failed, err)
 	}
 	for _, r := range moved {
-		waitRangeServed(t, ctx, cs, r.Name)
+		if r.Labels[jkev1.LabelIPPool] == "" {
+			waitRangeServed(t, ctx, cs, r.Name)
+		}
 	}
 }
 

@@ -192,10 +192,15 @@ func (o *Options) RestConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
-// Identity is hostname + a unique suffix, so two replicas on one host never share it.
+// Identity is the pod's name ($POD_NAME, from the downward API: the manager runs on the host
+// network, where the hostname is the node's) or else the hostname, plus a unique suffix, so two
+// replicas on one host never share it.
 func (o *Options) identity() string {
 	if o.Identity != "" {
 		return o.Identity
+	}
+	if pod := os.Getenv("POD_NAME"); pod != "" {
+		return pod + "_" + uuid.NewString()
 	}
 	host, err := os.Hostname()
 	if err != nil || host == "" {
