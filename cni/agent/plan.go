@@ -26,6 +26,9 @@ const (
 	ReasonResizedWhileUsed = "ResizedWhileInUse"
 	// ReasonReservationsFailed: the node serves the range but could not reserve its StaticIPs.
 	ReasonReservationsFailed = "ReservationsFailed"
+	// ReasonWaitingForPreviousOwner: the range names this node, but another node still holds
+	// addresses of it (it drains there); this node allocates from it once that node has drained.
+	ReasonWaitingForPreviousOwner = "WaitingForPreviousOwner"
 	// ReasonDuplicateIP is the Event reason on StaticIPs that claim the same IP (or one pod
 	// claimed by records with different IPs).
 	ReasonDuplicateIP = "DuplicateIP"
