@@ -269,7 +269,7 @@ func TestNodeFailoverMovesStaticPodsWithTheirIPs(t *testing.T) {
 
 // restoreAfterFailover gives the cluster its shape back for the tests that follow: the set is
 // deleted, the ranges go back to the failed node (a plain move: same generation, the spare
-// drains and the node serves them afresh), the spare is unclaimed and tainted again, the fence
+// drains and the node serves them afresh once it has; unassigned first, setRangeOwner), the spare is unclaimed and tainted again, the fence
 // and the record are removed.
 func restoreAfterFailover(t *testing.T, cs versioned.Interface, ns, failed, spare string, moved []jkev1.IPRange) {
 	ctx := context.Background()

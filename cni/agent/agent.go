@@ -364,6 +364,7 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		a.afterSnapshot()
 	}
 	plan := planRanges(snap.ranges, a.cfg.NodeName)
+	plan.waitForPreviousOwners(holders(snap.observed, a.cfg.NodeName))
 	stats, rp, err := a.syncDB(&plan, snap.staticIPs, snap.pods)
 	if err != nil {
 		errs = append(errs, err)
@@ -414,7 +415,7 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		}
 		if routesOK && !plan.reservationsFailed {
 			apiCtx, cancel := context.WithTimeout(ctx, apiTimeout)
-			err := a.reportObserved(apiCtx, observedRanges(plan.mine, plan.others, a.cfg.Routes, snap.nodeIP), a.view.observedAnnotation(a.cfg.NodeName))
+			err := a.reportObserved(apiCtx, observedRanges(a.cfg.NodeName, plan.mine, plan.others, plan.draining, a.cfg.Routes, snap.nodeIP), a.view.observedAnnotation(a.cfg.NodeName))
 			cancel()
 			if err != nil {
 				a.apiErrors.Add(1)
@@ -488,6 +489,7 @@ func (a *Agent) syncDB(plan *rangePlan, sips []*jkev1.StaticIP, pods []*corev1.P
 		}
 		plan.dropSkipped(rs.Skipped)
 		if stored, err := db.Ranges(); err == nil {
+			plan.draining = drainingHeld(served, plan.mine, stored, plan.byName)
 			if stale := staleServed(served, plan.mine, stored); len(stale) > 0 {
 				if err := db.ForgetServed(stale...); err != nil {
 					errs = append(errs, err)

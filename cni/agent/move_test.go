@@ -114,8 +114,8 @@ func TestMovedRangeWaitsForThePreviousOwner(t *testing.T) {
 		deleteLink(t, m.hostA, plugin.HostVethName("c-holder", "eth0"))
 		releaseOn(t, m.a.DBPath(), "c-holder")
 		m.syncA()
-		if got := observedOn(m.ctx, t, m.a, m.nodeA, m.rangeName); got != "" {
-			t.Errorf("%s still reports the drained range as %q", m.nodeA, got)
+		if got := observedOn(m.ctx, t, m.a, m.nodeA, m.rangeName); got != m.nodeB+"/0" {
+			t.Errorf("%s reports the drained range as %q, want the route to its owner %q", m.nodeA, got, m.nodeB+"/0")
 		}
 		waitObservedSynced(m.ctx, t, m.b, m.nodeA)
 		m.syncB()
