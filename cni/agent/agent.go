@@ -115,6 +115,8 @@ type Agent struct {
 	reported map[string]string
 	// lastObserved is the ObservedAnnotation value this agent last wrote (fence.go).
 	lastObserved string
+	// lastNetwork is the NetworkUnavailable condition this agent last wrote (network.go).
+	lastNetwork string
 	// afterSnapshot, when set (tests), runs between a pass's reading of the caches and its
 	// use of the database: where a CNI ADD can commit unseen.
 	afterSnapshot func()
@@ -421,6 +423,13 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 				a.apiErrors.Add(1)
 				errs = append(errs, err)
 			}
+		}
+		apiCtx, cancel = context.WithTimeout(ctx, apiTimeout)
+		err = a.reportNetwork(apiCtx, plan, a.view.networkCondition(a.cfg.NodeName))
+		cancel()
+		if err != nil {
+			a.apiErrors.Add(1)
+			errs = append(errs, err)
 		}
 		stats.RefusedRanges = len(plan.refused)
 		stats.Duplicates = len(rp.duplicates)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -228,4 +229,65 @@ func waitCondition(ctx context.Context, t *testing.T, ag *Agent, rangeName strin
 		t.Fatalf("IPRange %s condition %s: %+v", rangeName, ConditionSynced, c)
 	}
 	return c
+}
+
+// A node without a usable range says so on its Node (issue 24, item 4): NetworkUnavailable is
+// True (StaticIPNoRange) while no IPRange names it, False (StaticIPRangeReady) once one does,
+// and True again once its only range moved away and only drains (a pod still holds an address
+// of it), the message naming the draining range.
+func TestNetworkUnavailableFollowsTheNodesRanges(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	ctx, kube, sip, suffix := apiFixture(t, 3*time.Minute)
+	node, rangeName := "cni-netu-"+suffix, "cni-netu-"+suffix
+	createNode(ctx, t, kube, node, "192.168.86.1")
+	host := nodeNetns(t, "netu", "192.168.86.1/24")
+	dir := t.TempDir()
+	var log syncBuffer
+	a := startedAgent(ctx, t, Config{NodeName: node, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir, Routes: true}, kube, sip, &log)
+	sync := func() {
+		t.Helper()
+		if err := host.Do(func(ns.NetNS) error { return a.SyncOnce(ctx) }); err != nil {
+			t.Fatalf("sync: %v\nlog:\n%s", err, log.String())
+		}
+	}
+	want := func(status corev1.ConditionStatus, reason, inMessage string) {
+		t.Helper()
+		var c *corev1.NodeCondition
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+			n, err := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			c = networkConditionOf(n)
+			return c != nil && c.Status == status && c.Reason == reason && strings.Contains(c.Message, inMessage), nil
+		}); err != nil {
+			t.Fatalf("node %s condition %s: %+v, want %s/%s with %q in its message", node, corev1.NodeNetworkUnavailable, c, status, reason, inMessage)
+		}
+	}
+	sync()
+	want(corev1.ConditionTrue, ReasonNoRange, "no IPRange names this node")
+
+	createIPRange(ctx, t, sip, rangeName, jkev1.IPRangeSpec{CIDR: "10.163.0.0/29", Node: node})
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		_, err := a.view.ranges.Get(rangeName)
+		return err == nil, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	sync()
+	want(corev1.ConditionFalse, ReasonRangeReady, rangeName)
+	before, _ := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	sync() // unchanged: nothing written
+	after, _ := kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+	if before.ResourceVersion != after.ResourceVersion {
+		t.Errorf("a pass with nothing changed wrote the Node (resourceVersion %s -> %s)", before.ResourceVersion, after.ResourceVersion)
+	}
+
+	x := allocateAt(t, a.DBPath(), time.Now().Add(-time.Hour), "c-netu", ipam.PodRef{Namespace: "ns", Name: "p", UID: "u-netu"}).IP
+	sandboxVeth(t, host, "c-netu", "cni-npeer0", x.String())
+	moveRange(ctx, t, a, rangeName, "", 0)
+	sync()
+	want(corev1.ConditionTrue, ReasonNoRange, rangeName+" moved away and only drain")
 }

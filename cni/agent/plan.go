@@ -401,3 +401,48 @@ func vethOf(att ipam.Attachment) string {
 	}
 	return plugin.HostVethName(att.ContainerID, att.IfName)
 }
+
+// Reasons of the Node condition NetworkUnavailable the agent sets (network.go).
+const (
+	// ReasonNoRange: the node has no range it allocates from (none names it, or every one
+	// that does drains, waits for its previous owner or is left out).
+	ReasonNoRange = "StaticIPNoRange"
+	// ReasonRangeReady: the node allocates from at least one range.
+	ReasonRangeReady = "StaticIPRangeReady"
+)
+
+// networkCondition is the node's NetworkUnavailable condition for this pass: False while it
+// allocates from at least one range; True, saying why and what fixes it, while it has none.
+// Status, reason and message only: the caller keeps the transition time while the status
+// stays.
+func networkCondition(node string, plan rangePlan) (status corev1.ConditionStatus, reason, message string) {
+	if len(plan.mine) > 0 {
+		return corev1.ConditionFalse, ReasonRangeReady, fmt.Sprintf("staticip: node %s allocates pod IPs from IPRange(s) %s", node, rangeNames(plan.mine))
+	}
+	var why []string
+	for _, r := range plan.refusedMine {
+		why = append(why, fmt.Sprintf("IPRange %s is not served (%s: %s)", r.Name, plan.refused[r.Name].Reason, plan.refused[r.Name].Message))
+	}
+	if len(plan.draining) > 0 {
+		var ds []string
+		for name := range plan.draining {
+			ds = append(ds, name)
+		}
+		sort.Strings(ds)
+		why = append(why, fmt.Sprintf("IPRange(s) %s moved away and only drain", strings.Join(ds, ", ")))
+	}
+	if len(why) == 0 {
+		why = append(why, "no IPRange names this node")
+	}
+	return corev1.ConditionTrue, ReasonNoRange, fmt.Sprintf(
+		"staticip: node %s has no IP range to allocate pod IPs from: %s; pods other than host-network ones cannot get an IP here until an IPRange names this node (an IPPool that matches it, or one written by hand)",
+		node, strings.Join(why, "; "))
+}
+
+func rangeNames(rs []*jkev1.IPRange) string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.Name)
+	}
+	return strings.Join(out, ", ")
+}

@@ -239,7 +239,19 @@ func trimNode(obj any) (any, error) {
 	if v, ok := n.Annotations[ObservedAnnotation]; ok { // what the node reported (fence.go)
 		t.Annotations = map[string]string{ObservedAnnotation: v}
 	}
+	if c := networkConditionOf(n); c != nil { // what the agent reported (network.go)
+		t.Status.Conditions = []corev1.NodeCondition{*c}
+	}
 	return t, nil
+}
+
+// networkCondition is the node's NetworkUnavailable condition as the cache has it, or nil.
+func (v *view) networkCondition(node string) *corev1.NodeCondition {
+	n, err := v.nodes.Get(node)
+	if err != nil {
+		return nil
+	}
+	return networkConditionOf(n)
 }
 
 // observedAnnotation is the node's ObservedAnnotation as the cache has it.
