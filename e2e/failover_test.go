@@ -126,6 +126,15 @@ func setRangeOwner(t *testing.T, ctx context.Context, cs versioned.Interface, na
 		if err != nil {
 			return err
 		}
+		if r.Spec.Node != "" && node != "" && r.Spec.Node != node && gen == r.Spec.OwnerGeneration {
+			// The API server refuses a move straight from one node to another at the same
+			// generation (issue 24): unassign first; the new node serves the range once the old
+			// one has drained it.
+			r.Spec.Node = ""
+			if r, err = cs.JkeV1().IPRanges().Update(ctx, r, metav1.UpdateOptions{}); err != nil {
+				return err
+			}
+		}
 		r.Spec.Node, r.Spec.OwnerGeneration = node, gen
 		_, err = cs.JkeV1().IPRanges().Update(ctx, r, metav1.UpdateOptions{})
 		return err

@@ -92,6 +92,43 @@ func staleServed(served map[string]ipam.ServedRange, mine []*jkev1.IPRange, stor
 	return out
 }
 
+// drainingHeld are the ranges this node drains — held in its store, draining, not served any
+// more — by IPRange name, at the ownership generation it served them at: they stay in its
+// ObservedAnnotation as "<this node>/<generation>" until their last address is released, so
+// that a node the range is assigned to meanwhile waits (waitForPreviousOwners). A draining range
+// without a served record (a database from before those records) is named by the IPRange
+// whose CIDR it is, at that range's current generation.
+func drainingHeld(served map[string]ipam.ServedRange, mine []*jkev1.IPRange, stored []ipam.Range, byName map[string]*jkev1.IPRange) map[string]int64 {
+	serving := map[string]bool{}
+	for _, r := range mine {
+		serving[r.Name] = true
+	}
+	draining := map[netip.Prefix]bool{}
+	for _, r := range stored {
+		if r.Draining {
+			draining[r.Subnet] = true
+		}
+	}
+	out := map[string]int64{}
+	named := map[netip.Prefix]bool{}
+	for name, s := range served {
+		if !serving[name] && draining[s.Subnet] {
+			out[name] = s.OwnerGeneration
+			named[s.Subnet] = true
+		}
+	}
+	for _, r := range byName {
+		pfx, err := netip.ParsePrefix(r.Spec.CIDR)
+		if err != nil || serving[r.Name] || !draining[pfx.Masked()] || named[pfx.Masked()] {
+			continue
+		}
+		if _, ok := out[r.Name]; !ok {
+			out[r.Name] = r.Spec.OwnerGeneration
+		}
+	}
+	return out
+}
+
 // revoke drops the revoked ranges from the database (one transaction each) and withdraws the
 // host side of what the node had in them. Called under the database lock, before the node's
 // ranges are applied.
@@ -171,7 +208,10 @@ func withdrawHost(subnet netip.Prefix, removed []ipam.Allocation) (int, error) {
 // observedRanges is the annotation's content for this pass: the node's own ranges its IPAM
 // serves, and the other nodes' ranges it routes (every one whose node has an address, once the
 // routes were programmed without error; all of them when the agent does not program routes).
-func observedRanges(mine, others []*jkev1.IPRange, routesProgrammed bool, nodeIP func(string) net.IP) map[string]string {
+//
+// The ranges it drains (drainingHeld) are reported as "<this node>/<generation served at>",
+// in place of the route to their new owner: "this node still holds addresses of it".
+func observedRanges(self string, mine, others []*jkev1.IPRange, draining map[string]int64, routesProgrammed bool, nodeIP func(string) net.IP) map[string]string {
 	out := map[string]string{}
 	for _, r := range mine {
 		out[r.Name] = fmt.Sprintf("%s/%d", r.Spec.Node, r.Spec.OwnerGeneration)
@@ -181,6 +221,9 @@ func observedRanges(mine, others []*jkev1.IPRange, routesProgrammed bool, nodeIP
 			continue
 		}
 		out[r.Name] = fmt.Sprintf("%s/%d", r.Spec.Node, r.Spec.OwnerGeneration)
+	}
+	for name, gen := range draining {
+		out[name] = fmt.Sprintf("%s/%d", self, gen)
 	}
 	return out
 }

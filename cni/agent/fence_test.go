@@ -201,6 +201,9 @@ func TestReturningNodeRevokesRangeMovedWhileFenced(t *testing.T) {
 	// A plain move (same generation) drains as before: the allocation stays served.
 	allocateAt(t, a.DBPath(), time.Now().Add(-time.Hour), "c-web2", ipam.PodRef{Namespace: "ns", Name: "web-2", UID: "u2"})
 	sandboxVeth(t, host, "c-web2", "cni-fpeer2", "10.158.0.1")
+	// (straight from one node to another at the same generation the API server refuses: the
+	// range is unassigned, then assigned)
+	moveRange(ctx, t, a, rangeName, "", 3)
 	moveRange(ctx, t, a, rangeName, spare, 3)
 	sync()
 	allocs, _ = dbState(t, a.DBPath())
@@ -209,5 +212,9 @@ func TestReturningNodeRevokesRangeMovedWhileFenced(t *testing.T) {
 	}
 	if v := hostRouteTo(host, "10.158.0.1"); v == "" {
 		t.Error("a plain move withdrew the running pod's host route")
+	}
+	// It reports the range it drains as its own, so the spare waits for it.
+	if got := observedOn(ctx, t, a, old, rangeName); got != old+"/3" {
+		t.Errorf("the node reports the range it drains as %q, want %q", got, old+"/3")
 	}
 }

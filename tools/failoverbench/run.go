@@ -275,6 +275,15 @@ func (r *Runner) restore(ctx context.Context, cfg Config, ro roles, ns string) e
 			if err != nil {
 				return err
 			}
+			if rg.Spec.Node != "" && rg.Spec.Node != ro.failed {
+				// Not straight from the spare to the failed node at the same generation: the
+				// API server refuses that (issue 24). Unassigned first, the failed node serves
+				// it once the spare has drained it.
+				rg.Spec.Node = ""
+				if rg, err = r.Staticip.JkeV1().IPRanges().Update(ctx, rg, metav1.UpdateOptions{}); err != nil {
+					return err
+				}
+			}
 			rg.Spec.Node = ro.failed
 			_, err = r.Staticip.JkeV1().IPRanges().Update(ctx, rg, metav1.UpdateOptions{})
 			return err
