@@ -46,7 +46,8 @@ type failoverEnv struct {
 	holdSync    map[string]bool // node -> its agent does not report ranges Synced
 	holdRoutes  bool            // no agent writes ipranges-observed
 	stopManager func()
-	managerCfg  *rest.Config // the manager's identity (default: the test's admin)
+	managerCfg  *rest.Config           // the manager's identity (default: the test's admin)
+	options     func(*manager.Options) // more manager flags (default: none)
 }
 
 func newFailoverEnv(t *testing.T) *failoverEnv {
@@ -94,6 +95,12 @@ func (e *failoverEnv) startFailover(window time.Duration) func() {
 	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
 	o.Controllers = []string{nodefailover.Name}
 	o.NodeFailoverWindow = window
+	// The tests play pod GC themselves (podGC); a pod left on a fenced node is force-deleted
+	// by the controller only where a test asks for it (TestNodeFailoverPodsThatNeverLeave).
+	o.FencedPodDeletionGrace = time.Hour
+	if e.options != nil {
+		e.options(o)
+	}
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	cfg := e.cfg
@@ -840,11 +847,12 @@ func TestNodeFailoverWithItsRBAC(t *testing.T) {
 	})
 }
 
-// TestNodeFailoverNodeDeleted: a Node object deleted (a cloud node controller removed the
-// instance) fences it too — once its range was served by an agent. A range whose node never
-// joined is left alone.
+// TestNodeFailoverNodeDeleted: with --node-deletion-is-fence, a Node object deleted (a cloud
+// node controller removed the instance) fences it too — once its range was served by an
+// agent. A range whose node never joined is left alone.
 func TestNodeFailoverNodeDeleted(t *testing.T) {
 	e := newFailoverEnv(t)
+	e.options = func(o *manager.Options) { o.NodeDeletionIsFence = true }
 	ra, _ := e.threeNodesAndSpare()
 	never := e.addRange("rnever", 9, "not-joined-yet", 0)
 	e.eventually(30*time.Second, "n3's range served by its agent", func() (bool, error) {
