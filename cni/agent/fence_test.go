@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -16,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/cni/nstest"
@@ -99,6 +101,23 @@ func observedOn(ctx context.Context, t *testing.T, a *Agent, node, rangeName str
 	return m[rangeName]
 }
 
+// fenceFixture: a node "old" (192.168.<net>.1, its own netns named tag) owning IPRange cidr, a
+// spare (192.168.<net>.2), and old's agent started with routes.
+func fenceFixture(t *testing.T, tag string, net int, cidr string) (context.Context, kubernetes.Interface, string, string, string, *nstest.NetNS, *Agent, *syncBuffer) {
+	t.Helper()
+	ctx, kube, sip, suffix := apiFixture(t, 3*time.Minute)
+	old, spare, rangeName := "cni-node-"+tag+"-old-"+suffix, "cni-node-"+tag+"-spare-"+suffix, "cni-"+tag+"-"+suffix
+	createNode(ctx, t, kube, old, fmt.Sprintf("192.168.%d.1", net))
+	createNode(ctx, t, kube, spare, fmt.Sprintf("192.168.%d.2", net))
+	createIPRange(ctx, t, sip, rangeName, jkev1.IPRangeSpec{CIDR: cidr, Node: old})
+	host := nodeNetns(t, tag, fmt.Sprintf("192.168.%d.1/24", net))
+	dir := t.TempDir()
+	cfg := Config{NodeName: old, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir, Routes: true}
+	log := &syncBuffer{}
+	a := startedAgent(ctx, t, cfg, kube, sip, log)
+	return ctx, kube, old, spare, rangeName, host, a, log
+}
+
 // The old node coming back (node failover): its range was moved to a spare with a higher
 // ownership generation while it was fenced. On its first pass its agent withdraws everything
 // of that range — the leftover sandbox's host veth and /32 route, the allocation and the range
@@ -111,17 +130,7 @@ func TestReturningNodeRevokesRangeMovedWhileFenced(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces")
 	}
-	ctx, kube, sip, suffix := apiFixture(t, 3*time.Minute)
-	old, spare, rangeName := "cni-node-old-"+suffix, "cni-node-spare-"+suffix, "cni-fence-"+suffix
-	createNode(ctx, t, kube, old, "192.168.81.1")
-	createNode(ctx, t, kube, spare, "192.168.81.2")
-	createIPRange(ctx, t, sip, rangeName, jkev1.IPRangeSpec{CIDR: "10.158.0.0/24", Node: old})
-	host := nodeNetns(t, "fence", "192.168.81.1/24")
-
-	dir := t.TempDir()
-	cfg := Config{NodeName: old, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir, Routes: true}
-	var log syncBuffer
-	a := startedAgent(ctx, t, cfg, kube, sip, &log)
+	ctx, kube, old, spare, rangeName, host, a, log := fenceFixture(t, "fence", 81, "10.158.0.0/24")
 	sync := func() {
 		t.Helper()
 		if err := host.Do(func(ns.NetNS) error { return a.SyncOnce(ctx) }); err != nil {
@@ -221,17 +230,7 @@ func TestRevocationRetriesAFailedWithdrawal(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces")
 	}
-	ctx, kube, sip, suffix := apiFixture(t, 3*time.Minute)
-	old, spare, rangeName := "cni-node-wold-"+suffix, "cni-node-wspare-"+suffix, "cni-wfence-"+suffix
-	createNode(ctx, t, kube, old, "192.168.82.1")
-	createNode(ctx, t, kube, spare, "192.168.82.2")
-	createIPRange(ctx, t, sip, rangeName, jkev1.IPRangeSpec{CIDR: "10.159.0.0/24", Node: old})
-	host := nodeNetns(t, "wfence", "192.168.82.1/24")
-
-	dir := t.TempDir()
-	cfg := Config{NodeName: old, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir, Routes: true}
-	var log syncBuffer
-	a := startedAgent(ctx, t, cfg, kube, sip, &log)
+	ctx, _, _, spare, rangeName, host, a, log := fenceFixture(t, "wfence", 82, "10.159.0.0/24")
 	sync := func() error { return host.Do(func(ns.NetNS) error { return a.SyncOnce(ctx) }) }
 	if err := sync(); err != nil {
 		t.Fatalf("sync: %v\nlog:\n%s", err, log.String())

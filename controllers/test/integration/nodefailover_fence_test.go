@@ -123,28 +123,12 @@ func TestNodeFailoverFenceWithdrawnBeforeRangeWrite(t *testing.T) {
 	e.setReady("n3", false)
 	e.fence("n3")
 	e.podGC("n3")
-	// What a leader left that recorded both moves and died before the first range write.
-	e.retry(func() error {
-		n := e.getNode("spare1")
-		n.Labels[jkev1alpha1.LabelFailoverFor] = e.name("n3")
-		_, err := e.kube.CoreV1().Nodes().Update(e.ctx, n, metav1.UpdateOptions{})
-		return err
+	// What a leader left that recorded both moves and died before the first range write; the
+	// record was paused meanwhile.
+	e.leftByDeadLeader("n3", "spare1", map[string]string{jkev1alpha1.AnnotationFailoverPaused: "true"}, []jkev1alpha1.MovedRange{
+		{Name: ra, CIDR: e.cidr(1), FromNode: e.name("n3"), ToNode: e.name("spare1"), OwnerGeneration: 1},
+		{Name: rb, CIDR: e.cidr(2), FromNode: e.name("n3"), ToNode: e.name("spare1"), OwnerGeneration: 5},
 	})
-	rec, err := e.client.JkeV1alpha1().NodeFailovers().Create(e.ctx, &jkev1alpha1.NodeFailover{ObjectMeta: metav1.ObjectMeta{Name: e.name("n3"),
-		Finalizers: []string{nodefailover.Finalizer}, Annotations: map[string]string{jkev1alpha1.AnnotationFailoverPaused: "true"}},
-		Spec: jkev1alpha1.NodeFailoverSpec{Node: e.name("n3"), Target: e.name("spare1")}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := metav1.NewTime(time.Now().Add(-time.Minute))
-	rec.Status = jkev1alpha1.NodeFailoverStatus{Phase: jkev1alpha1.FailoverTargetReserved, Target: e.name("spare1"), StartTime: &start, PhaseTime: &start,
-		MovedRanges: []jkev1alpha1.MovedRange{
-			{Name: ra, CIDR: e.cidr(1), FromNode: e.name("n3"), ToNode: e.name("spare1"), OwnerGeneration: 1},
-			{Name: rb, CIDR: e.cidr(2), FromNode: e.name("n3"), ToNode: e.name("spare1"), OwnerGeneration: 5},
-		}}
-	if _, err := e.client.JkeV1alpha1().NodeFailovers().UpdateStatus(e.ctx, rec, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	const window = time.Second
 	e.startFailover(window)
 	e.waitRecord("n3", "paused", func(r *jkev1alpha1.NodeFailover) bool {

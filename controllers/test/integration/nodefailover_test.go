@@ -616,26 +616,10 @@ func TestNodeFailoverResumesARecordedMove(t *testing.T) {
 	e.setReady("n3", false)
 	e.fence("n3")
 	// What a previous leader left: spare claimed, both moves recorded, only the first written.
-	e.retry(func() error {
-		n := e.getNode("spare1")
-		n.Labels[jkev1alpha1.LabelFailoverFor] = e.name("n3")
-		_, err := e.kube.CoreV1().Nodes().Update(e.ctx, n, metav1.UpdateOptions{})
-		return err
+	e.leftByDeadLeader("n3", "spare1", nil, []jkev1alpha1.MovedRange{
+		{Name: written, CIDR: e.cidr(1), FromNode: e.name("n3"), ToNode: e.name("spare1"), OwnerGeneration: 1},
+		{Name: pending, CIDR: e.cidr(2), FromNode: e.name("n3"), ToNode: e.name("spare1"), OwnerGeneration: 8},
 	})
-	rec, err := e.client.JkeV1alpha1().NodeFailovers().Create(e.ctx, &jkev1alpha1.NodeFailover{ObjectMeta: metav1.ObjectMeta{Name: e.name("n3")},
-		Spec: jkev1alpha1.NodeFailoverSpec{Node: e.name("n3"), Target: e.name("spare1")}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := metav1.NewTime(time.Now().Add(-time.Minute))
-	rec.Status = jkev1alpha1.NodeFailoverStatus{Phase: jkev1alpha1.FailoverTargetReserved, Target: e.name("spare1"), StartTime: &start, PhaseTime: &start,
-		MovedRanges: []jkev1alpha1.MovedRange{
-			{Name: written, CIDR: e.cidr(1), FromNode: e.name("n3"), ToNode: e.name("spare1"), OwnerGeneration: 1},
-			{Name: pending, CIDR: e.cidr(2), FromNode: e.name("n3"), ToNode: e.name("spare1"), OwnerGeneration: 8},
-		}}
-	if _, err := e.client.JkeV1alpha1().NodeFailovers().UpdateStatus(e.ctx, rec, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	e.retry(func() error {
 		r := e.getRange(written)
 		r.Spec.Node, r.Spec.OwnerGeneration = e.name("spare1"), 1
@@ -646,6 +630,31 @@ func TestNodeFailoverResumesARecordedMove(t *testing.T) {
 	e.waitRecord("n3", "completed (no StaticIPs to wait for)", phaseIs(jkev1alpha1.FailoverCompleted))
 	e.assertRange(written, "spare1", 1)
 	e.assertRange(pending, "spare1", 8)
+}
+
+// leftByDeadLeader makes what a leader leaves that claimed target for failed, recorded the
+// moves and died: the claim label, the record (with its finalizer and annotations) at
+// TargetReserved with the moves.
+func (e *failoverEnv) leftByDeadLeader(failed, target string, annotations map[string]string, moves []jkev1alpha1.MovedRange) {
+	e.t.Helper()
+	e.retry(func() error {
+		n := e.getNode(target)
+		n.Labels[jkev1alpha1.LabelFailoverFor] = e.name(failed)
+		_, err := e.kube.CoreV1().Nodes().Update(e.ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	rec, err := e.client.JkeV1alpha1().NodeFailovers().Create(e.ctx, &jkev1alpha1.NodeFailover{ObjectMeta: metav1.ObjectMeta{Name: e.name(failed),
+		Finalizers: []string{nodefailover.Finalizer}, Annotations: annotations},
+		Spec: jkev1alpha1.NodeFailoverSpec{Node: e.name(failed), Target: e.name(target)}}, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	start := metav1.NewTime(time.Now().Add(-time.Minute))
+	rec.Status = jkev1alpha1.NodeFailoverStatus{Phase: jkev1alpha1.FailoverTargetReserved, Target: e.name(target), StartTime: &start, PhaseTime: &start,
+		MovedRanges: moves}
+	if _, err := e.client.JkeV1alpha1().NodeFailovers().UpdateStatus(e.ctx, rec, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // TestNodeFailoverNoTarget: no spare qualifies (too little CPU, another zone) → condition and
