@@ -647,7 +647,13 @@ func (m *migration) beforeMoving(ctx context.Context) (done bool, requeue time.D
 		return false, 0, err
 	}
 	if holding := HoldingPods(pods, name, prefixesOf(m.owned)); len(holding) > 0 {
-		doomed, wait := FencedPodDeletion(pods, name, prefixesOf(m.owned), fence.FencedAt, m.now, m.c.FencedPodDeletionGrace)
+		// The grace runs from the fence as this controller saw it: a node NotReady for hours
+		// and tainted a moment ago still gives the taint manager and pod GC the grace first.
+		from := fence.FencedAt
+		if st.StartTime != nil && st.StartTime.After(from) {
+			from = st.StartTime.Time
+		}
+		doomed, wait := FencedPodDeletion(pods, name, prefixesOf(m.owned), from, m.now, m.c.FencedPodDeletionGrace)
 		if err := m.deleteFencedPods(ctx, doomed); err != nil {
 			return false, 0, err
 		}

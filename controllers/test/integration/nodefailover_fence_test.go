@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/rest"
 
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/controllers/pkg/manager"
@@ -62,10 +63,15 @@ func (e *failoverEnv) deletePods(names ...string) {
 // the host network, with an IP of the node's range) stays bound to the fenced node, since
 // nothing in Kubernetes deletes it. After --fenced-pod-deletion-grace the controller
 // force-deletes it (UID precondition, Events on the pod and the record) and the migration
-// completes. A hostNetwork pod on the node neither blocks nor is deleted. The manager is
-// restarted between the steps.
+// completes. A hostNetwork pod on the node neither blocks nor is deleted. The manager runs
+// with its RBAC and is restarted between the steps.
 func TestNodeFailoverPodsThatNeverLeave(t *testing.T) {
 	e := newFailoverEnv(t)
+	// As the manager's ServiceAccount: its ClusterRole must allow the pod deletion.
+	e.applyRBAC()
+	cfg := rest.CopyConfig(e.cfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:staticip-system:staticip-controller-manager"}
+	e.managerCfg = cfg
 	ra, rb := e.threeNodesAndSpare()
 	e.options = func(o *manager.Options) { o.FencedPodDeletionGrace = 3 * time.Second }
 	const window = time.Second
