@@ -9,7 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/rest"
 
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/controllers/pkg/manager"
@@ -68,10 +67,7 @@ func (e *failoverEnv) deletePods(names ...string) {
 func TestNodeFailoverPodsThatNeverLeave(t *testing.T) {
 	e := newFailoverEnv(t)
 	// As the manager's ServiceAccount: its ClusterRole must allow the pod deletion.
-	e.applyRBAC()
-	cfg := rest.CopyConfig(e.cfg)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:staticip-system:staticip-controller-manager"}
-	e.managerCfg = cfg
+	e.asManagerServiceAccount()
 	ra, rb := e.threeNodesAndSpare()
 	e.options = func(o *manager.Options) { o.FencedPodDeletionGrace = 3 * time.Second }
 	const window = time.Second

@@ -832,14 +832,20 @@ func TestNodeFailoverPartitionWithoutTaint(t *testing.T) {
 	e.assertRange(ra, "n3", 0)
 }
 
-// TestNodeFailoverWithItsRBAC runs a whole migration as the manager's ServiceAccount with only
-// the permissions of manifests/controller-manager/rbac.yaml.
-func TestNodeFailoverWithItsRBAC(t *testing.T) {
-	e := newFailoverEnv(t)
+// asManagerServiceAccount makes the manager run as its ServiceAccount with only the
+// permissions of manifests/controller-manager/rbac.yaml.
+func (e *failoverEnv) asManagerServiceAccount() {
 	e.applyRBAC()
 	cfg := rest.CopyConfig(e.cfg)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:staticip-system:staticip-controller-manager"}
 	e.managerCfg = cfg
+}
+
+// TestNodeFailoverWithItsRBAC runs a whole migration as the manager's ServiceAccount with only
+// the permissions of manifests/controller-manager/rbac.yaml.
+func TestNodeFailoverWithItsRBAC(t *testing.T) {
+	e := newFailoverEnv(t)
+	e.asManagerServiceAccount()
 	ra, rb := e.threeNodesAndSpare()
 	e.startFailover(time.Second)
 	e.setReady("n3", false)
