@@ -79,10 +79,12 @@ type Config struct {
 
 // Agent runs the sync.
 type Agent struct {
-	cfg  Config
-	kube kubernetes.Interface
-	sip  versioned.Interface
-	log  io.Writer
+	// withdrawHook replaces withdrawHost (fault-injection tests); nil: withdrawHost.
+	withdrawHook func(subnet netip.Prefix, attachments []ipam.Attachment) (int, error)
+	cfg          Config
+	kube         kubernetes.Interface
+	sip          versioned.Interface
+	log          io.Writer
 	// lastSync is the unix time of the last successful sync (health endpoint).
 	lastSync atomic.Int64
 	stats    atomic.Pointer[Stats]

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -227,5 +228,33 @@ func TestDrainingHeld(t *testing.T) {
 	obs := observedRanges("n1", mine, []*jkev1.IPRange{ipr("moved", 1, "10.0.0.0/24", "n2")}, got, false, nil)
 	if obs["moved"] != "n1/3" || obs["mine"] != "n1/0" || obs["legacy"] != "n1/4" {
 		t.Fatalf("observed %v: a draining range must be reported as held by this node, in place of its route", obs)
+	}
+}
+
+// A revocation whose host side is not withdrawn yet (record Revoked) is planned again on every
+// pass, whatever the API shows now, and is never forgotten as stale.
+func TestPendingRevocationIsRetried(t *testing.T) {
+	sub := netip.MustParsePrefix("10.160.0.0/24")
+	served := map[string]ipam.ServedRange{
+		"pending-gone":  {Subnet: sub, OwnerGeneration: 1, Revoked: true},
+		"moved":         {Subnet: netip.MustParsePrefix("10.161.0.0/24"), OwnerGeneration: 1},
+		"same":          {Subnet: netip.MustParsePrefix("10.162.0.0/24"), OwnerGeneration: 2},
+		"gone-drains":   {Subnet: netip.MustParsePrefix("10.163.0.0/24"), OwnerGeneration: 0},
+		"pending-again": {Subnet: netip.MustParsePrefix("10.164.0.0/24"), OwnerGeneration: 3, Revoked: true},
+	}
+	byName := map[string]*jkev1.IPRange{
+		"moved":         {Spec: jkev1.IPRangeSpec{Node: "spare", OwnerGeneration: 2}},
+		"same":          {Spec: jkev1.IPRangeSpec{Node: "me", OwnerGeneration: 2}},
+		"pending-again": {Spec: jkev1.IPRangeSpec{Node: "me", OwnerGeneration: 3}},
+	}
+	var names []string
+	for _, rv := range planRevocations(served, byName) {
+		names = append(names, rv.name)
+	}
+	if want := []string{"moved", "pending-again", "pending-gone"}; !slices.Equal(names, want) {
+		t.Errorf("planned %v, want %v", names, want)
+	}
+	if stale := staleServed(served, nil, nil); !slices.Equal(stale, []string{"gone-drains", "moved", "same"}) {
+		t.Errorf("stale %v: a pending revocation must never be forgotten as stale", stale)
 	}
 }

@@ -78,6 +78,11 @@ type Options struct {
 	NodeFailoverWindow time.Duration
 	// NodeFailoverMaxUnhealthy: above this share of NotReady nodes ("34%") failover stops.
 	NodeFailoverMaxUnhealthy string
+	// FencedPodDeletionGrace: how long after a node is fenced the pod objects still bound to
+	// it that may hold an IP of its ranges are force-deleted.
+	FencedPodDeletionGrace time.Duration
+	// NodeDeletionIsFence: a deleted Node counts as fenced (its machine is known to be off).
+	NodeDeletionIsFence bool
 
 	// Identity overrides hostname + unique suffix (tests).
 	Identity string
@@ -104,6 +109,7 @@ func NewOptions() *Options {
 		InPlaceUpdateTimeout:       enhancedstatefulset.DefaultInPlaceUpdateTimeout,
 		NodeFailoverWindow:         nodefailover.DefaultWindow,
 		NodeFailoverMaxUnhealthy:   fmt.Sprintf("%d%%", nodefailover.DefaultMaxUnhealthyPercent),
+		FencedPodDeletionGrace:     nodefailover.DefaultFencedPodDeletionGrace,
 	}
 }
 
@@ -122,6 +128,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address of the Prometheus /metrics endpoint; empty or 0 disables it.")
 	fs.StringVar(&o.HealthBindAddress, "health-bind-address", o.HealthBindAddress, "Address of /healthz and /readyz; empty or 0 disables it.")
 	fs.DurationVar(&o.NodeFailoverWindow, "node-failover-window", o.NodeFailoverWindow, "nodefailover: how long a node fenced with the node.kubernetes.io/out-of-service taint (or deleted) must have been NotReady before its IP ranges and static IPs move.")
+	fs.DurationVar(&o.FencedPodDeletionGrace, "fenced-pod-deletion-grace", o.FencedPodDeletionGrace, "nodefailover: once a node is fenced (out-of-service and NotReady for the window), the pod objects still bound to it that may hold an IP of its ranges (pods that tolerate every taint, e.g. DaemonSet pods not on the host network) are force-deleted after this grace, so its ranges can move. Pods on the host network are never deleted.")
+	fs.BoolVar(&o.NodeDeletionIsFence, "node-deletion-is-fence", o.NodeDeletionIsFence, "nodefailover: a deleted Node object counts as fenced (its machine is known to be off). Off by default: a deleted node may be partitioned and still run its pods, so its ranges move only once the operator annotates its NodeFailover staticip.jke.jdcloud.com/node-off=true.")
 	fs.StringVar(&o.NodeFailoverMaxUnhealthy, "node-failover-max-unhealthy", o.NodeFailoverMaxUnhealthy, "nodefailover: when more than this share of the nodes is NotReady at once, failover stops (condition + Event, nothing moved).")
 	fs.DurationVar(&o.InPlaceUpdateTimeout, "inplace-update-timeout", o.InPlaceUpdateTimeout, "An EnhancedStatefulSet in-place update whose new containers the kubelet has not started after this long is given up: Event, pod recreated. 0 waits forever.")
 }
@@ -134,6 +142,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := nodefailover.ParsePercent(o.NodeFailoverMaxUnhealthy); err != nil {
 		errs = append(errs, fmt.Errorf("--node-failover-max-unhealthy: %w", err))
+	}
+	if o.FencedPodDeletionGrace < 0 {
+		errs = append(errs, fmt.Errorf("--fenced-pod-deletion-grace must not be negative, got %v", o.FencedPodDeletionGrace))
 	}
 	if o.NodeFailoverWindow < 0 {
 		errs = append(errs, fmt.Errorf("--node-failover-window must not be negative, got %v", o.NodeFailoverWindow))
@@ -409,6 +420,8 @@ func startControllers(ctx context.Context, o *Options, kubeClient kubernetes.Int
 				return err
 			}
 			c.Window = o.NodeFailoverWindow
+			c.FencedPodDeletionGrace = o.FencedPodDeletionGrace
+			c.NodeDeletionIsFence = o.NodeDeletionIsFence
 			c.MaxUnhealthyPercent, _ = nodefailover.ParsePercent(o.NodeFailoverMaxUnhealthy)
 			// One worker: migrations are few, and one at a time keeps two of them from racing
 			// for the same spare inside this process (the claim's optimistic lock covers the rest).

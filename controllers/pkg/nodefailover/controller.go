@@ -47,6 +47,9 @@ const Name = "nodefailover"
 const (
 	DefaultWindow              = 2 * time.Minute
 	DefaultMaxUnhealthyPercent = 34
+	// DefaultFencedPodDeletionGrace: how long after the fence the pods still bound to the node
+	// (those that tolerate the out-of-service taint) are force-deleted.
+	DefaultFencedPodDeletionGrace = 30 * time.Second
 )
 
 // Reasons of conditions and Events (besides the fencing reasons in decide.go).
@@ -72,6 +75,7 @@ const (
 	ReasonPodMoved         = "MovedByFailover"
 	ReasonDeletionHeld     = "DeletionHeld"
 	ReasonDeleted          = "FailoverRecordDeleted"
+	ReasonFencedPodDeleted = "FencedPodDeleted"
 )
 
 // Finalizer holds a record's deletion while its migration is in flight, so half-moved ranges
@@ -103,6 +107,11 @@ type Controller struct {
 	Window time.Duration
 	// MaxUnhealthyPercent: above this share of NotReady nodes failover stops.
 	MaxUnhealthyPercent int
+	// FencedPodDeletionGrace: once a node has been fenced this long, the pod objects still
+	// bound to it that may hold an IP of its ranges are force-deleted.
+	FencedPodDeletionGrace time.Duration
+	// NodeDeletionIsFence: a deleted Node counts as fenced (off by default).
+	NodeDeletionIsFence bool
 	// Now is the clock (tests).
 	Now func() time.Time
 
@@ -132,7 +141,7 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, nodeIn
 			rangeInformer.Informer().HasSynced, sipInformer.Informer().HasSynced, recordInformer.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name}),
-		Window: DefaultWindow, MaxUnhealthyPercent: DefaultMaxUnhealthyPercent, Now: time.Now,
+		Window: DefaultWindow, MaxUnhealthyPercent: DefaultMaxUnhealthyPercent, FencedPodDeletionGrace: DefaultFencedPodDeletionGrace, Now: time.Now,
 		gone: &labelMemory{m: map[string]map[string]string{}},
 	}
 	podIndex, err := podindex.New(podInformer.Informer(), podInformer.Lister())
@@ -467,6 +476,13 @@ func (m *migration) committed() bool {
 	return len(m.st().MovedRanges) > 0 || Reached(m.st(), jkev1alpha1.FailoverRangesMoved)
 }
 
+// fenceRules: the manager's settings, and the operator's node-off statement on the record of a
+// deleted Node.
+func (m *migration) fenceRules() FenceRules {
+	return FenceRules{Window: m.c.Window,
+		NodeDeletionIsFence: m.c.NodeDeletionIsFence || m.rec.Annotations[jkev1alpha1.AnnotationNodeOff] == "true"}
+}
+
 func (m *migration) paused() bool {
 	if m.rec.Annotations[jkev1alpha1.AnnotationFailoverPaused] == "true" {
 		return true
@@ -523,7 +539,7 @@ func (m *migration) run(ctx context.Context) (time.Duration, error) {
 func (m *migration) beforeMoving(ctx context.Context) (done bool, requeue time.Duration, err error) {
 	st := m.st()
 	name := m.failedName()
-	fence := Fencing(m.node, st.StartTime.Time, m.now, m.c.Window)
+	fence := Fencing(m.node, st.StartTime.Time, m.now, m.fenceRules())
 	if !fence.Candidate {
 		return false, 0, m.cancel(ctx, fence.Message)
 	}
@@ -564,11 +580,21 @@ func (m *migration) beforeMoving(ctx context.Context) (done bool, requeue time.D
 		return false, 0, err
 	}
 	if holding := HoldingPods(pods, name, prefixesOf(m.owned)); len(holding) > 0 {
-		msg := fmt.Sprintf("%s; waiting for %d pod objects that may hold its IPs to be deleted (pod GC force-deletes them once the node is out-of-service): %s",
-			fence.Message, len(holding), shortList(holding))
+		// The grace runs from the fence as this controller saw it: a node NotReady for hours
+		// and tainted a moment ago still gives the taint manager and pod GC the grace first.
+		from := fence.FencedAt
+		if st.StartTime != nil && st.StartTime.After(from) {
+			from = st.StartTime.Time
+		}
+		doomed, wait := FencedPodDeletion(pods, name, prefixesOf(m.owned), from, m.now, m.c.FencedPodDeletionGrace)
+		if err := m.deleteFencedPods(ctx, doomed); err != nil {
+			return false, 0, err
+		}
+		msg := fmt.Sprintf("%s; waiting for %d pod objects that may hold its IPs to be deleted (the taint manager and pod GC delete those that do not tolerate the out-of-service taint; those still bound to the node are force-deleted %s after the fence): %s",
+			fence.Message, len(holding), m.c.FencedPodDeletionGrace, shortList(holding))
 		m.setCondition(jkev1alpha1.NodeFailoverConditionFenced, metav1.ConditionFalse, ReasonPodsRemain, msg)
 		m.waiting(ReasonPodsRemain, msg)
-		return false, 0, nil
+		return false, wait, nil
 	}
 	m.setCondition(jkev1alpha1.NodeFailoverConditionFenced, metav1.ConditionTrue, ReasonFenced, fence.Message)
 	m.setPhase(jkev1alpha1.FailoverSourceEmpty)
@@ -598,6 +624,30 @@ func (m *migration) beforeMoving(ctx context.Context) (done bool, requeue time.D
 		return false, 0, err
 	}
 	return true, 0, nil
+}
+
+// deleteFencedPods force-deletes (grace period 0, UID precondition: never a pod of the same
+// name created since) the pod objects FencedPodDeletion chose: the machine is off, so nothing
+// runs them, and their objects are all that keeps the node's IPs claimed. Their controllers
+// recreate them (a DaemonSet's pod comes back when the node returns).
+func (m *migration) deleteFencedPods(ctx context.Context, pods []*corev1.Pod) error {
+	zero := int64(0)
+	for _, p := range pods {
+		uid := p.UID
+		err := m.c.kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero,
+			Preconditions: &metav1.Preconditions{UID: &uid}})
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			continue // gone, or another pod of that name: the next sync sees it
+		} else if err != nil {
+			return fmt.Errorf("force-delete pod %s/%s on fenced node %s: %w", p.Namespace, p.Name, m.failedName(), err)
+		}
+		msg := fmt.Sprintf("pod %s/%s was still bound to node %s %s after the node was fenced (out-of-service and not Ready): force-deleted so the node's IP ranges can move (its controller recreates it; a DaemonSet's pod comes back when the node returns)",
+			p.Namespace, p.Name, m.failedName(), m.c.FencedPodDeletionGrace)
+		m.c.recorder.Event(p, corev1.EventTypeWarning, ReasonFencedPodDeleted, msg)
+		m.c.recorder.Event(m.rec, corev1.EventTypeNormal, ReasonFencedPodDeleted, msg)
+		m.logger.Info("Force-deleted a pod bound to the fenced node", "pod", klog.KObj(p))
+	}
+	return nil
 }
 
 // deleting handles a record whose deletion was requested. Before the first range write nothing
@@ -907,14 +957,30 @@ func (m *migration) afterCommit(ctx context.Context) (time.Duration, error) {
 			}
 		}
 		var unsynced, changed []string
-		for _, mv := range st.MovedRanges {
+		current := make([]*jkev1.IPRange, len(st.MovedRanges))
+		decisions := make([]RangeMove, len(st.MovedRanges))
+		written, toWrite := false, false
+		for i, mv := range st.MovedRanges {
 			r, err := m.c.ranges.Get(mv.Name)
 			if apierrors.IsNotFound(err) {
 				r = nil
 			} else if err != nil {
 				return 0, err
 			}
-			switch DecideRangeMove(mv, r) {
+			current[i], decisions[i] = r, DecideRangeMove(mv, r)
+			written = written || decisions[i] == RangeDone
+			toWrite = toWrite || decisions[i] == RangeWrite
+		}
+		if toWrite {
+			// The fence is the statement "this machine runs nothing": re-read it before the
+			// writes that commit the move, however long ago the move was recorded.
+			if ok, requeue, err := m.fenceStillHolds(ctx, written); !ok || err != nil {
+				return requeue, err
+			}
+		}
+		for i, mv := range st.MovedRanges {
+			r := current[i]
+			switch decisions[i] {
 			case RangeWrite:
 				moved := r.DeepCopy()
 				moved.Spec.Node, moved.Spec.OwnerGeneration = mv.ToNode, mv.OwnerGeneration
@@ -970,6 +1036,9 @@ func (m *migration) afterCommit(ctx context.Context) (time.Duration, error) {
 	}
 
 	if !Reached(st, jkev1alpha1.FailoverStaticIPsRebound) {
+		if ok, requeue, err := m.fenceStillHolds(ctx, true); !ok || err != nil {
+			return requeue, err
+		}
 		if err := m.rebindStaticIPs(ctx, moved); err != nil {
 			return 0, err
 		}
@@ -1039,6 +1108,60 @@ func (m *migration) afterCommit(ctx context.Context) (time.Duration, error) {
 		m.c.recorder.Eventf(m.node, corev1.EventTypeNormal, ReasonCompleted, "failover to %s completed", target)
 	}
 	return 0, nil
+}
+
+// fenceStillHolds re-checks the fence on the Node as the API server has it now (not the cache),
+// right before writes that commit a move. written: a range move was written already. A node
+// that is back and un-fenced before any range was written cancels the migration (nothing
+// moved); otherwise nothing is written until the node is fenced again (condition Stopped,
+// reason FenceWithdrawn, and a Warning Event).
+func (m *migration) fenceStillHolds(ctx context.Context, written bool) (bool, time.Duration, error) {
+	st := m.st()
+	node, err := m.c.kube.CoreV1().Nodes().Get(ctx, m.failedName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		node = nil
+	} else if err != nil {
+		return false, 0, fmt.Errorf("re-read node %s before committing the move: %w", m.failedName(), err)
+	}
+	var since time.Time
+	if st.StartTime != nil {
+		since = st.StartTime.Time
+	}
+	fence := Fencing(node, since, m.now, m.fenceRules())
+	switch CheckCommit(fence, written) {
+	case CommitProceed:
+		if c := meta.FindStatusCondition(st.Conditions, jkev1alpha1.NodeFailoverConditionStopped); c != nil && c.Reason == ReasonFenceWithdrawn {
+			m.setCondition(jkev1alpha1.NodeFailoverConditionStopped, metav1.ConditionFalse, ReasonFenced, fence.Message)
+			m.setCondition(jkev1alpha1.NodeFailoverConditionFenced, metav1.ConditionTrue, ReasonFenced, fence.Message)
+		}
+		return true, 0, nil
+	case CommitCancel:
+		m.node = node
+		m.c.recorder.Eventf(m.rec, corev1.EventTypeNormal, ReasonCancelled, "failover cancelled before any range was written: %s", fence.Message)
+		return false, 0, m.cancel(ctx, fence.Message+" (re-checked before writing the recorded range moves; none had been written)")
+	}
+	what := "no recorded range move was written yet"
+	if written {
+		what = "some ranges were moved already"
+	}
+	msg := fmt.Sprintf("node %s is no longer fenced (%s) and %s: nothing more is written until it is fenced again. "+
+		"Fence it again (out-of-service taint, machine off) to finish, or abandon the migration by hand (controllers/README.md, \"Recovering\")",
+		m.failedName(), fence.Message, what)
+	if m.became(jkev1alpha1.NodeFailoverConditionStopped, metav1.ConditionTrue, ReasonFenceWithdrawn) {
+		m.c.recorder.Event(m.rec, corev1.EventTypeWarning, ReasonFenceWithdrawn, msg)
+		if node != nil {
+			m.c.recorder.Event(node, corev1.EventTypeWarning, ReasonFenceWithdrawn, msg)
+		}
+		m.logger.Info("Fence withdrawn mid-migration: holding", "written", written)
+	}
+	m.setCondition(jkev1alpha1.NodeFailoverConditionStopped, metav1.ConditionTrue, ReasonFenceWithdrawn, msg)
+	m.setCondition(jkev1alpha1.NodeFailoverConditionFenced, metav1.ConditionFalse, fence.Reason, fence.Message)
+	m.waiting(ReasonFenceWithdrawn, msg)
+	requeue := fence.RecheckAfter
+	if requeue <= 0 {
+		requeue = recheck
+	}
+	return false, requeue, nil
 }
 
 // rebindStaticIPs points every moving StaticIP at the target, and deletes pods that the

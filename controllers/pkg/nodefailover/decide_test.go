@@ -52,12 +52,13 @@ func TestFencing(t *testing.T) {
 	const window = 2 * time.Minute
 	now := t0.Add(10 * time.Minute)
 	for _, tc := range []struct {
-		name         string
-		node         *corev1.Node
-		goneSince    time.Time
-		fenced, cand bool
-		reason       string
-		recheckAfter time.Duration
+		name            string
+		node            *corev1.Node
+		goneSince       time.Time
+		fenced, cand    bool
+		reason          string
+		recheckAfter    time.Duration
+		deletionIsFence bool
 	}{
 		{name: "NotReady for long, no taint: a partition, never moved",
 			node: node("n").ready(corev1.ConditionUnknown, t0).n, reason: ReasonNotOutOfService},
@@ -74,11 +75,15 @@ func TestFencing(t *testing.T) {
 		{name: "out-of-service, no Ready condition at all: window from the record",
 			node: node("n").taint(jkev1alpha1.TaintOutOfService, corev1.TaintEffectNoExecute).n, goneSince: now.Add(-time.Minute),
 			cand: true, reason: ReasonWithinWindow, recheckAfter: time.Minute},
-		{name: "Node deleted, recorded within the window", goneSince: now.Add(-time.Minute), cand: true, reason: ReasonWithinWindow, recheckAfter: time.Minute},
-		{name: "Node deleted, recorded a window ago", goneSince: now.Add(-window), fenced: true, cand: true, reason: ReasonFenced},
+		{name: "Node deleted, deletion is a fence, recorded within the window", goneSince: now.Add(-time.Minute), deletionIsFence: true,
+			cand: true, reason: ReasonWithinWindow, recheckAfter: time.Minute},
+		{name: "Node deleted, deletion is a fence, recorded a window ago", goneSince: now.Add(-window), deletionIsFence: true,
+			fenced: true, cand: true, reason: ReasonFenced},
+		{name: "Node deleted, deletion is not a fence (default): never fenced, however long ago",
+			goneSince: now.Add(-time.Hour), cand: true, reason: ReasonNodeDeleted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Fencing(tc.node, tc.goneSince, now, window)
+			got := Fencing(tc.node, tc.goneSince, now, FenceRules{Window: window, NodeDeletionIsFence: tc.deletionIsFence})
 			if got.Fenced != tc.fenced || got.Candidate != tc.cand || got.Reason != tc.reason || got.RecheckAfter != tc.recheckAfter {
 				t.Errorf("got %+v, want fenced=%v candidate=%v reason=%s recheck=%v", got, tc.fenced, tc.cand, tc.reason, tc.recheckAfter)
 			}
@@ -148,6 +153,67 @@ func TestHoldingPods(t *testing.T) {
 	want := []string{"ns/elsewhere-with-range-ip", "ns/on-node-no-ip-yet", "ns/unscheduled-with-range-ip-v6"}
 	if !slices.Equal(got, want) {
 		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func TestFencedAt(t *testing.T) {
+	now := t0.Add(10 * time.Minute)
+	n := node("n").ready(corev1.ConditionUnknown, t0).taint(jkev1alpha1.TaintOutOfService, corev1.TaintEffectNoExecute).n
+	if got := Fencing(n, time.Time{}, now, FenceRules{Window: time.Minute}); !got.FencedAt.Equal(t0.Add(time.Minute)) {
+		t.Errorf("fenced at %v, want the NotReady transition + the window %v", got.FencedAt, t0.Add(time.Minute))
+	}
+}
+
+func TestCheckCommit(t *testing.T) {
+	fenced := Fence{Fenced: true, Candidate: true}
+	waiting := Fence{Candidate: true, Reason: ReasonNodeReady}
+	running := Fence{Reason: ReasonNotOutOfService}
+	for _, tc := range []struct {
+		name    string
+		fence   Fence
+		written bool
+		want    CommitCheck
+	}{
+		{"still fenced, nothing written", fenced, false, CommitProceed},
+		{"still fenced, some written", fenced, true, CommitProceed},
+		{"back and un-tainted before any write: cancel, nothing moved", running, false, CommitCancel},
+		{"back and un-tainted after a range moved: hold, never write more", running, true, CommitHold},
+		{"Ready again but still tainted: hold", waiting, false, CommitHold},
+		{"Ready again after a range moved: hold", waiting, true, CommitHold},
+	} {
+		if got := CheckCommit(tc.fence, tc.written); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestFencedPodDeletion(t *testing.T) {
+	ranges := ParsePrefixes([]string{"10.1.3.0/24"})
+	tolerating := pod("logship-n3", "n3", false, "10.1.3.50")
+	noIPYet := pod("b-no-ip-yet", "n3", false)
+	terminating := pod("a-terminating", "n3", false, "10.1.3.51")
+	terminating.DeletionTimestamp = &metav1.Time{Time: t0}
+	pods := []*corev1.Pod{
+		tolerating, noIPYet, terminating,
+		pod("node-exporter", "n3", true, "172.31.0.3"),          // host network: never
+		pod("elsewhere-with-range-ip", "n1", false, "10.1.3.7"), // bound to a live node: never
+		pod("unscheduled-with-range-ip", "", false, "10.1.3.8"),
+		pod("other-node", "n1", false, "10.1.1.7"),
+	}
+	fencedAt := t0
+	if got, wait := FencedPodDeletion(pods, "n3", ranges, fencedAt, t0.Add(10*time.Second), 30*time.Second); got != nil || wait != 20*time.Second {
+		t.Errorf("within the grace: %v, wait %v; want none, 20s", got, wait)
+	}
+	got, wait := FencedPodDeletion(pods, "n3", ranges, fencedAt, t0.Add(30*time.Second), 30*time.Second)
+	var names []string
+	for _, p := range got {
+		names = append(names, p.Name)
+	}
+	if want := []string{"a-terminating", "b-no-ip-yet", "logship-n3"}; !slices.Equal(names, want) || wait != 0 {
+		t.Errorf("after the grace: %v (wait %v), want %v", names, wait, want)
+	}
+	if got, wait := FencedPodDeletion(pods[3:], "n3", ranges, fencedAt, t0.Add(time.Hour), 0); got != nil || wait != 0 {
+		t.Errorf("only host-network pods and pods elsewhere: %v, %v; want nothing", got, wait)
 	}
 }
 
