@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
 	"github.com/staticip/staticip/edge/pkg/topology"
 )
 
@@ -309,7 +310,7 @@ func (s *State) serviceKeys(namespace, name string) ([]string, bool) {
 	p, ok := s.keys[key]
 	if !ok || p.value != value {
 		p = parsedKeys{value: value}
-		p.keys, p.err = topology.ParseKeys(value)
+		p.keys, p.err = superedgev1.ParseTopologyKeys(value)
 		s.keys[key] = p
 		if p.err != nil {
 			s.metrics.invalidAnnotations.Inc()
@@ -340,7 +341,7 @@ func annotation(obj interface{}) string {
 	if err != nil {
 		return ""
 	}
-	return m.GetAnnotations()[topology.AnnotationKey]
+	return m.GetAnnotations()[superedgev1.AnnotationTopologyKeys]
 }
 
 func objKey(obj interface{}) string {
@@ -366,8 +367,8 @@ func trim(obj interface{}) (interface{}, error) {
 	m.SetManagedFields(nil)
 	switch o := obj.(type) {
 	case *metav1.PartialObjectMetadata:
-		if v, ok := o.Annotations[topology.AnnotationKey]; ok {
-			o.Annotations = map[string]string{topology.AnnotationKey: v}
+		if v, ok := o.Annotations[superedgev1.AnnotationTopologyKeys]; ok {
+			o.Annotations = map[string]string{superedgev1.AnnotationTopologyKeys: v}
 		} else {
 			o.Annotations = nil
 		}
