@@ -230,7 +230,10 @@ func (p *Proxy) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		if timeout <= 0 {
 			timeout = DefaultWriteTimeout
 		}
-		rw = &deadlineWriter{ResponseWriter: rw, rc: http.NewResponseController(rw), timeout: timeout}
+		dw := &deadlineWriter{ResponseWriter: rw, rc: http.NewResponseController(rw), timeout: timeout}
+		// The connection may serve the client's next request: no deadline left behind.
+		defer func() { _ = dw.rc.SetWriteDeadline(time.Time{}) }()
+		rw = dw
 	}
 	p.rp.ServeHTTP(rw, r)
 }
