@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/httptest"
 	"net/url"
+	"slices"
 	"testing"
 	"time"
 
@@ -107,7 +109,8 @@ func TestStatePrunesServices(t *testing.T) {
 	poll := func(what string, cond func() bool) {
 		t.Helper()
 		if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) { return cond(), nil }); err != nil {
-			t.Fatalf("%s: %v (keys %v, decisions %v)", what, err, s.trackedKeys(), s.trackedDecisions())
+			keys, decisions := s.tracked()
+			t.Fatalf("%s: %v (keys %v, decisions %v)", what, err, keys, decisions)
 		}
 	}
 	poll("synced", s.Synced)
@@ -118,7 +121,7 @@ func TestStatePrunesServices(t *testing.T) {
 	if _, err := client.DiscoveryV1().EndpointSlices("ns").Update(ctx, slice("s1", "s1-b"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll("keys and decisions tracked", func() bool { return len(s.trackedKeys()) == 2 && len(s.trackedDecisions()) == 1 })
+	poll("keys and decisions tracked", func() bool { keys, decisions := s.tracked(); return len(keys) == 2 && len(decisions) == 1 })
 
 	svcs := metaClient.Resource(corev1.SchemeGroupVersion.WithResource("services")).Namespace("ns")
 	if err := svcs.Delete(ctx, "s2", metav1.DeleteOptions{}); err != nil {
@@ -132,30 +135,16 @@ func TestStatePrunesServices(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	poll("nothing tracked once the Services are gone", func() bool { return len(s.trackedKeys()) == 0 && len(s.trackedDecisions()) == 0 })
+	poll("nothing tracked once the Services are gone", func() bool { keys, decisions := s.tracked(); return len(keys) == 0 && len(decisions) == 0 })
 }
 
 func ptrTo[T any](v T) *T { return &v }
 
-// trackedKeys and trackedDecisions name the Services State keeps parsed keys and decisions of.
-func (s *State) trackedKeys() []string {
+// tracked names the Services State keeps parsed keys and decisions of.
+func (s *State) tracked() (keys, decisions []string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []string
-	for k := range s.keys {
-		out = append(out, k)
-	}
-	return out
-}
-
-func (s *State) trackedDecisions() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	for k := range s.decisions {
-		out = append(out, k)
-	}
-	return out
+	return slices.Sorted(maps.Keys(s.keys)), slices.Sorted(maps.Keys(s.decisions))
 }
 
 // TestStuckClientIsDropped: a watch client that never reads is dropped after the write

@@ -10,13 +10,9 @@ import (
 	"testing"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/staticip/staticip/tools/testenv"
 )
@@ -59,14 +55,7 @@ func TestNodeLabelChangeListsNothing(t *testing.T) {
 
 	rec := &recorder{}
 	proxyURL := startWrapper(ctx, t, wcfg, self, "127.0.0.1:0", rec)
-	client := kubernetes.NewForConfigOrDie(&rest.Config{Host: proxyURL, ContentConfig: rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf"}})
-	lw := cache.NewFilteredListWatchFromClient(client.DiscoveryV1().RESTClient(), "endpointslices", metav1.NamespaceAll,
-		func(o *metav1.ListOptions) { o.LabelSelector = "!" + corev1.IsHeadlessService })
-	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
-	reflector := cache.NewReflector(lw, &discoveryv1.EndpointSlice{}, store, 0)
-	rctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go reflector.RunWithContext(rctx)
+	store, _ := runReflector(ctx, t, proxyURL)
 
 	endpoints := func() int {
 		obj, ok, _ := store.GetByKey(ns + "/topo-1")
