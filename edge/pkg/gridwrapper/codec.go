@@ -300,6 +300,11 @@ func (w *watchFilter) run() error {
 	}()
 	fw := w.info.StreamSerializer.Framer.NewFrameWriter(w.out)
 	for {
+		if reason := w.endRequested(); reason != "" {
+			// Before any further frame: an end asked for at the start precedes everything.
+			w.writeEnd(fw, reason)
+			return nil
+		}
 		select {
 		case f := <-frames:
 			if f.err != nil {
@@ -321,9 +326,8 @@ func (w *watchFilter) run() error {
 				}
 			}
 		case <-w.kick:
-			if reason := w.endRequested(); reason != "" {
-				w.writeEnd(fw, reason)
-				return nil
+			if w.endRequested() != "" {
+				continue
 			}
 			if w.runRefresh(fw) {
 				return nil
