@@ -186,13 +186,14 @@ type badCase struct {
 }
 
 const (
-	sipTmpl   = "apiVersion: jke.jdcloud.com/v1\nkind: StaticIP\nmetadata: {name: %s, namespace: default}\nspec: %s\n"
-	iprTmpl   = "apiVersion: jke.jdcloud.com/v1\nkind: IPRange\nmetadata: {name: %s}\nspec: %s\n"
-	ippTmpl   = "apiVersion: jke.jdcloud.com/v1\nkind: IPPool\nmetadata: {name: %s}\nspec: %s\n"
-	nfoTmpl   = "apiVersion: jke.jdcloud.com/v1alpha1\nkind: NodeFailover\nmetadata: {name: %s}\nspec: %s\n"
-	estsTmpl  = "apiVersion: jke.jdcloud.com/v1alpha1\nkind: EnhancedStatefulSet\nmetadata: {name: %s, namespace: default}\nspec: {selector: {matchLabels: {a: b}}, template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c, image: i}]}}, %s}\n"
-	gridTmpl  = "apiVersion: superedge.io/v1\nkind: %s\nmetadata: {name: %s, namespace: default}\nspec: {gridUniqKey: %s, template: %s}\n"
-	podTmplOK = "{selector: {matchLabels: {a: b}}, template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c, image: i}]}}}"
+	sipTmpl    = "apiVersion: jke.jdcloud.com/v1\nkind: StaticIP\nmetadata: {name: %s, namespace: default}\nspec: %s\n"
+	iprTmpl    = "apiVersion: jke.jdcloud.com/v1\nkind: IPRange\nmetadata: {name: %s}\nspec: %s\n"
+	ippTmpl    = "apiVersion: jke.jdcloud.com/v1\nkind: IPPool\nmetadata: {name: %s}\nspec: %s\n"
+	nfoTmpl    = "apiVersion: jke.jdcloud.com/v1alpha1\nkind: NodeFailover\nmetadata: {name: %s}\nspec: %s\n"
+	estsTmpl   = "apiVersion: jke.jdcloud.com/v1alpha1\nkind: EnhancedStatefulSet\nmetadata: {name: %s, namespace: default}\nspec: {selector: {matchLabels: {a: b}}, template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c, image: i}]}}, %s}\n"
+	gridTmpl   = "apiVersion: superedge.io/v1\nkind: %s\nmetadata: {name: %s, namespace: default}\nspec: {gridUniqKey: %s, template: %s}\n"
+	sgKeysTmpl = "apiVersion: superedge.io/v1\nkind: ServiceGrid\nmetadata: {name: %s, namespace: default}\nspec: {gridUniqKey: zone, template: {ports: [{port: 80}]}, topologyKeys: %s}\n"
+	podTmplOK  = "{selector: {matchLabels: {a: b}}, template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c, image: i}]}}}"
 )
 
 func badCases() []badCase {
@@ -320,6 +321,11 @@ func badCases() []badCase {
 		{name: "statefulsetgrid-key-leading-dash", obj: fmt.Sprintf(gridTmpl, "StatefulSetGrid", "bad-key-3", "-zone", podTmplOK), wantField: "spec.gridUniqKey"},
 		{name: "servicegrid-key-bad-prefix", obj: fmt.Sprintf(gridTmpl, "ServiceGrid", "bad-key-4", "'Bad_Prefix/zone'", "{ports: [{port: 80}]}"), wantField: "spec.gridUniqKey"},
 		{name: "servicegrid-key-two-slashes", obj: fmt.Sprintf(gridTmpl, "ServiceGrid", "bad-key-5", "'a.io/b/c'", "{ports: [{port: 80}]}"), wantField: "spec.gridUniqKey"},
+		// spec.topologyKeys: the rule of superedgev1.ValidateTopologyKeys, as CEL.
+		{name: "servicegrid-topologykeys-duplicate", obj: fmt.Sprintf(sgKeysTmpl, "bad-keys-1", `[zone, zone]`), wantField: "spec.topologyKeys"},
+		{name: "servicegrid-topologykeys-empty-key", obj: fmt.Sprintf(sgKeysTmpl, "bad-keys-2", `[""]`), wantField: "spec.topologyKeys[0]"},
+		{name: "servicegrid-topologykeys-any-not-last", obj: fmt.Sprintf(sgKeysTmpl, "bad-keys-3", `["*", zone]`), wantField: "spec.topologyKeys"},
+		{name: "servicegrid-topologykeys-empty-list", obj: fmt.Sprintf(sgKeysTmpl, "bad-keys-4", `[]`), wantField: "spec.topologyKeys"},
 		{name: "deploymentgrid-key-missing", obj: "apiVersion: superedge.io/v1\nkind: DeploymentGrid\nmetadata: {name: bad-key-6, namespace: default}\nspec: {template: " + podTmplOK + "}\n", wantField: "spec.gridUniqKey"},
 		// A selector that does not match the template's labels is not rejected here: a CEL rule
 		// over the pod template's unbounded label map exceeds the CRD cost budget 100x. The grid

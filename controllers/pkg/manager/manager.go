@@ -279,13 +279,16 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
 		if o.OnStartedLeading != nil {
 			o.OnStartedLeading(identity)
 		}
+		ready.Store(false)
 		return startControllers(ctx, o, kubeClient, client, recorder, &ready)
 	}
-	ready.Store(!o.LeaderElect) // a standby is ready to take over as soon as it runs
-
 	if !o.LeaderElect {
 		return runControllers(ctx)
 	}
+	// A standby is ready: it runs no controller and holds no cache (as a standby
+	// kube-controller-manager, whose informers also start only once it leads), so a rolling
+	// update of the Deployment proceeds through it. On taking the lease it is not ready until
+	// its caches have synced (startControllers).
 	ready.Store(true)
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.leaseNamespace(), o.LeaderElectLeaseName,
 		kubeClient.CoreV1(), kubeClient.CoordinationV1(), resourcelock.ResourceLockConfig{
@@ -382,7 +385,8 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
 	return runErr
 }
 
-// startControllers creates the informers and runs the enabled controllers until ctx is done.
+// startControllers creates the informers and runs the enabled controllers until ctx is done;
+// ready is set once every informer the controllers use has synced.
 func startControllers(ctx context.Context, o *Options, kubeClient kubernetes.Interface, client versioned.Interface,
 	recorder record.EventRecorder, ready *atomic.Bool) error {
 	names, err := o.EnabledControllers()
@@ -448,12 +452,28 @@ func startControllers(ctx context.Context, o *Options, kubeClient kubernetes.Int
 	defer kubeInformers.Shutdown()
 	defer jkeInformers.Shutdown()
 	var wg sync.WaitGroup
+	wg.Go(func() {
+		if allSynced(kubeInformers.WaitForCacheSync(ctx.Done())) && allSynced(jkeInformers.WaitForCacheSync(ctx.Done())) {
+			ready.Store(true)
+			klog.FromContext(ctx).Info("Caches synced: ready")
+		}
+	})
 	for _, run := range runs {
 		wg.Go(func() { run(ctx) })
 	}
 	klog.FromContext(ctx).Info("Controllers started", "controllers", names)
 	wg.Wait()
 	return nil
+}
+
+// allSynced reports whether every informer of a factory's WaitForCacheSync synced.
+func allSynced[T comparable](synced map[T]bool) bool {
+	for _, ok := range synced {
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // serve starts /metrics and /healthz, /readyz.
