@@ -11,7 +11,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"k8s.io/client-go/util/retry"
+
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/e2e/framework"
 )
 
@@ -31,11 +34,12 @@ func TestNodeWithOnlyDrainingRangesTakesNoPods(t *testing.T) {
 	if len(ranges) == 0 {
 		t.Skipf("node %s owns no IPRange", node)
 	}
+	// The IPPools that gave the node its blocks would give it a fresh one as soon as it owns
+	// none: leave the node out of them for the test (as an operator leaves a node out of the
+	// address space), and put the selectors back afterwards.
 	for _, r := range ranges {
-		for _, o := range r.OwnerReferences {
-			if o.Kind == "IPPool" {
-				t.Skipf("IPRange %s is an IPPool's: its range allocator would give node %s a fresh block as soon as it owns none", r.Name, node)
-			}
+		if pool := r.Labels[jkev1.LabelIPPool]; pool != "" {
+			excludeFromPool(t, ctx, cs, pool, node)
 		}
 	}
 	ns := f.Namespace(t, "netunavail")
@@ -137,4 +141,38 @@ func TestNodeWithOnlyDrainingRangesTakesNoPods(t *testing.T) {
 	} else if p.Spec.NodeName != node {
 		t.Errorf("newcomer runs on %s, want %s", p.Spec.NodeName, node)
 	}
+}
+
+// excludeFromPool adds "kubernetes.io/hostname NotIn [node]" to IPPool pool's node selector
+// until the test ends.
+func excludeFromPool(t *testing.T, ctx context.Context, cs versioned.Interface, pool, node string) {
+	t.Helper()
+	p, err := cs.JkeV1().IPPools().Get(ctx, pool, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := p.Spec.NodeSelector.DeepCopy()
+	sel := p.Spec.NodeSelector.DeepCopy()
+	if sel == nil {
+		sel = &metav1.LabelSelector{}
+	}
+	sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{
+		Key: corev1.LabelHostname, Operator: metav1.LabelSelectorOpNotIn, Values: []string{node}})
+	p.Spec.NodeSelector = sel
+	if _, err := cs.JkeV1().IPPools().Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("leave %s out of IPPool %s: %v", node, pool, err)
+	}
+	t.Cleanup(func() {
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			p, err := cs.JkeV1().IPPools().Get(context.Background(), pool, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			p.Spec.NodeSelector = before
+			_, err = cs.JkeV1().IPPools().Update(context.Background(), p, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			t.Errorf("restore IPPool %s's node selector: %v", pool, err)
+		}
+	})
 }

@@ -48,8 +48,10 @@ const (
 	DefaultWindow              = 2 * time.Minute
 	DefaultMaxUnhealthyPercent = 34
 	// DefaultFencedPodDeletionGrace: how long after the fence the pods still bound to the node
-	// (those that tolerate the out-of-service taint) are force-deleted.
-	DefaultFencedPodDeletionGrace = 30 * time.Second
+	// (those that tolerate the out-of-service taint) are force-deleted: the fence (taint + NotReady
+	// past the window) already says the node is off; the grace only lets the taint manager and pod
+	// GC delete what they delete first, so the static pods are back within seconds.
+	DefaultFencedPodDeletionGrace = 5 * time.Second
 )
 
 // Reasons of conditions and Events (besides the fencing reasons in decide.go).
