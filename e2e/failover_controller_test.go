@@ -276,7 +276,14 @@ func TestNodeFailoverMovesStaticPodsWithTheirIPs(t *testing.T) {
 			t.Errorf("after %s came back, %s answered as %s on %s, want %s on %s", failed, ip, r.Pod, r.Node, pod, spare)
 		}
 	}
+	// The operator lifts the fence once the machine is back (Kubernetes' out-of-service
+	// procedure); only then does the range allocator give the node a block.
+	if _, err := f.Client.CoreV1().Nodes().Patch(ctx, failed, types.MergePatchType, []byte(`{"spec":{"taints":null}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	returnedNodeServesANewBlock(t, ctx, cs, ns, failed, moved, clients[0])
+	back := waitOnePodOn(t, ctx, ns, "logship", failed)
+	t.Logf("the DaemonSet's pod %s runs on %s again with %s", back.Name, failed, back.Status.PodIP)
 	if errs := w.errors(); len(errs) > 0 {
 		t.Errorf("%d pod events checked; an IP was held twice:\n%s", w.checked(), strings.Join(errs, "\n"))
 	} else {

@@ -118,13 +118,14 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, poolIn
 			return nil, err
 		}
 	}
-	// Nodes: joins, leaves, and changes of labels or podCIDRs (not the heartbeats).
+	// Nodes: joins, leaves, and changes of labels, podCIDRs or the fence (not the heartbeats).
 	if _, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc: all, DeleteFunc: all,
 		UpdateFunc: func(old, cur any) {
 			o, ok1 := old.(*corev1.Node)
 			n, ok2 := cur.(*corev1.Node)
-			if !ok1 || !ok2 || !apiequality.Semantic.DeepEqual(o.Labels, n.Labels) || !slices.Equal(o.Spec.PodCIDRs, n.Spec.PodCIDRs) {
+			if !ok1 || !ok2 || !apiequality.Semantic.DeepEqual(o.Labels, n.Labels) || !slices.Equal(o.Spec.PodCIDRs, n.Spec.PodCIDRs) ||
+				outOfService(o) != outOfService(n) {
 				c.queue.Add(key)
 			}
 		},
@@ -219,7 +220,7 @@ func (c *Controller) input(now time.Time) (Input, error) {
 		return in, err
 	}
 	for _, n := range nodes {
-		node := Node{Name: n.Name, Labels: n.Labels}
+		node := Node{Name: n.Name, Labels: n.Labels, OutOfService: outOfService(n)}
 		for _, s := range n.Spec.PodCIDRs {
 			if p, err := netip.ParsePrefix(s); err == nil {
 				node.PodCIDRs = append(node.PodCIDRs, p.Masked())
@@ -503,4 +504,10 @@ func shortList(items []string) string {
 		return strings.Join(items, ", ")
 	}
 	return strings.Join(items[:max], ", ") + fmt.Sprintf(" and %d more", len(items)-max)
+}
+
+// outOfService: the node carries node.kubernetes.io/out-of-service (the operator's word that it
+// is shut down: node failover moves its ranges away).
+func outOfService(n *corev1.Node) bool {
+	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeOutOfService })
 }

@@ -7,6 +7,7 @@ package ippool
 import (
 	"cmp"
 	"fmt"
+	corev1 "k8s.io/api/core/v1"
 	"maps"
 	"net/netip"
 	"slices"
@@ -51,6 +52,10 @@ type Node struct {
 	Name     string
 	Labels   map[string]string
 	PodCIDRs []netip.Prefix
+	// OutOfService: the node is fenced (node.kubernetes.io/out-of-service): it gets no block
+	// until the operator removes the taint. Node failover moves a fenced node's ranges away; a
+	// block given to it then would only be moved after them, again and again.
+	OutOfService bool
 }
 
 // Range is an IPRange as the planner needs it.
@@ -133,6 +138,7 @@ const (
 	ReasonOverlap         = "CIDROverlapsOlderPool"
 	ReasonBadSelector     = "InvalidNodeSelector"
 	ReasonDeleting        = "Deleting"
+	ReasonOutOfService    = "NodeOutOfService"
 	ReasonValid           = "Valid"
 	// heldRecheck is how soon a block whose release is held by something not watched
 	// (e.g. a failover record) is looked at again.
@@ -217,6 +223,11 @@ func Compute(in Input) Plan {
 				}
 			}
 			if pool == nil {
+				continue
+			}
+			if n.OutOfService {
+				plan.Skips = append(plan.Skips, Skip{Node: n.Name, Pool: pool.Name, Reason: ReasonOutOfService,
+					Message: fmt.Sprintf("IPPool %s: no block for a node tainted %s (fenced; node failover moves its ranges away); remove the taint once the node is back and it gets one", pool.Name, corev1.TaintNodeOutOfService)})
 				continue
 			}
 			if pool.Mode != jkev1.IPPoolNodePodCIDR {

@@ -71,6 +71,9 @@ func TestComputeAssign(t *testing.T) {
 	}{
 		{name: "first fit in name order", pools: []Pool{pool("p", 1, "10.244.0.0/22")}, nodes: nodes("b", "a"),
 			want: []string{"a=10.244.0.0/24", "b=10.244.1.0/24"}},
+		{name: "a fenced node (out-of-service) gets nothing: failover moves its ranges away, a block would follow them",
+			pools: []Pool{pool("p", 1, "10.244.0.0/22")}, nodes: []Node{{Name: "a", OutOfService: true}, {Name: "b"}},
+			want: []string{"b=10.244.0.0/24"}},
 		{name: "a node that owns a range gets nothing (hand-written or moved by failover)",
 			pools: []Pool{pool("p", 1, "10.244.0.0/22")}, nodes: nodes("a", "b"),
 			ranges: []Range{rng("node-a", "192.168.5.0/24", "a", "")}, want: []string{"b=10.244.0.0/24"}},

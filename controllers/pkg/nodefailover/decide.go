@@ -188,6 +188,40 @@ func HoldingPods(pods []*corev1.Pod, node string, ranges []netip.Prefix) []strin
 	return out
 }
 
+// NeverStarted drops from pods those bound to node that its kubelet can never have started: no
+// IP, no start time (a kubelet that saw the pod would have set it) and created after lastSeen,
+// the node's last heartbeat. The node is fenced (out-of-service: the operator says it is off),
+// so such a pod — a DaemonSet's pod recreated on the fenced node, a pod the scheduler bound there
+// before the taint — holds no address, and waiting for it (or deleting it again and again while
+// its controller recreates it) would only stall the move. lastSeen zero: nothing is dropped.
+func NeverStarted(pods []*corev1.Pod, node string, lastSeen time.Time) []*corev1.Pod {
+	if lastSeen.IsZero() {
+		return pods
+	}
+	out := make([]*corev1.Pod, 0, len(pods))
+	for _, p := range pods {
+		if p.Spec.NodeName == node && len(p.Status.PodIPs) == 0 && p.Status.PodIP == "" && p.Status.StartTime == nil &&
+			p.CreationTimestamp.Time.After(lastSeen) {
+			continue
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+// LastSeen is the node's last heartbeat (its Ready condition's), zero without one.
+func LastSeen(node *corev1.Node) time.Time {
+	if node == nil {
+		return time.Time{}
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.LastHeartbeatTime.Time
+		}
+	}
+	return time.Time{}
+}
+
 // FencedPodDeletion lists the pod objects still bound to a fenced node that hold, or may hold,
 // an IP of its ranges (HoldingPods without the pods on other nodes) and that the controller
 // force-deletes once the node has been fenced for grace: DaemonSet pods and others that

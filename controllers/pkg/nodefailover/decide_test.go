@@ -390,3 +390,27 @@ func TestRangeSynced(t *testing.T) {
 		t.Error("Synced=False counted")
 	}
 }
+
+func TestNeverStarted(t *testing.T) {
+	lastSeen := t0
+	created := func(p *corev1.Pod, at time.Time) *corev1.Pod { p.CreationTimestamp = metav1.Time{Time: at}; return p }
+	started := created(pod("started-no-ip", "n3", false), lastSeen.Add(time.Minute))
+	started.Status.StartTime = &metav1.Time{Time: lastSeen.Add(time.Minute)}
+	pods := []*corev1.Pod{
+		created(pod("recreated-after", "n3", false), lastSeen.Add(time.Minute)),           // the DaemonSet's new pod: dropped
+		created(pod("before-no-ip", "n3", false), lastSeen.Add(-time.Minute)),             // may have a sandbox: kept
+		created(pod("after-with-ip", "n3", false, "10.1.3.9"), lastSeen.Add(time.Minute)), // an IP: kept
+		started, // the kubelet reported it: kept
+		created(pod("elsewhere", "n1", false), lastSeen.Add(time.Minute)), // another node: kept
+	}
+	var names []string
+	for _, p := range NeverStarted(pods, "n3", lastSeen) {
+		names = append(names, p.Name)
+	}
+	if want := []string{"before-no-ip", "after-with-ip", "started-no-ip", "elsewhere"}; !slices.Equal(names, want) {
+		t.Errorf("kept %v, want %v", names, want)
+	}
+	if got := NeverStarted(pods, "n3", time.Time{}); len(got) != len(pods) {
+		t.Errorf("without a heartbeat nothing may be dropped: kept %d of %d", len(got), len(pods))
+	}
+}

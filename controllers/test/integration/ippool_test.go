@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -196,10 +197,28 @@ func TestIPPoolJoinReleaseAndReturn(t *testing.T) {
 	}
 	f.eventually(30*time.Second, "the block back in the pool", func() (bool, error) { return !f.rangeExists(ra.Name), nil })
 
-	// Return after failover: b's block moves to a spare at ownerGeneration+1; b owns nothing
-	// and gets a new block, never the moved one.
+	// Return after failover: b is fenced (out-of-service), its block moves to a spare at
+	// ownerGeneration+1; b owns nothing but gets no block while fenced (failover would move
+	// it after the first: on the local cluster that loop handed out 100+ blocks), and a new
+	// one — never the moved one — once the operator lifts the fence.
 	spare := f.poolNode("spare")
 	rspare := f.waitBlock(spare)
+	setTaints := func(taints []corev1.Taint) {
+		t.Helper()
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			n, err := f.kube.CoreV1().Nodes().Get(f.ctx, b, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			n.Spec.Taints = taints
+			_, err = f.kube.CoreV1().Nodes().Update(f.ctx, n, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	setTaints([]corev1.Taint{{Key: corev1.TaintNodeOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute}})
+	time.Sleep(time.Second)
 	cur, err := f.client.JkeV1().IPRanges().Get(f.ctx, rb.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -208,6 +227,11 @@ func TestIPPoolJoinReleaseAndReturn(t *testing.T) {
 	if _, err := f.client.JkeV1().IPRanges().Update(f.ctx, cur, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	time.Sleep(3 * time.Second)
+	if rs := f.rangesByNode()[b]; len(rs) != 0 {
+		t.Fatalf("the fenced node %s got %d blocks while tainted out-of-service: %v", b, len(rs), rs)
+	}
+	setTaints(nil)
 	nb := f.waitBlock(b)
 	if nb.Spec.CIDR == rb.Spec.CIDR || nb.Spec.CIDR == rspare.Spec.CIDR {
 		t.Errorf("the returned node got %s; its old block was %s, the spare's %s", nb.Spec.CIDR, rb.Spec.CIDR, rspare.Spec.CIDR)
