@@ -392,6 +392,19 @@ func TestReservationOfAnotherWorkloadIsNotTaken(t *testing.T) {
 			f.del(f.args(other, netns, "ctr-other"))
 			gone()
 
+			// Asking for that IP by annotation (or CNI_ARGS) is the same question: the reservation
+			// under the name web-0 is not this pod's, so the IP it keeps is not free for it.
+			asking := ownedBy(tc.another, map[string]string{jkev1.AnnotationIPAddress: ip})
+			if got, err := f.add(f.args(asking, netns, "ctr-asking")); err == nil {
+				t.Fatalf("pod web-0 of %s %s web asking for %s got %s, the IP StaticIP web-0 keeps for %s web", tc.another.apiVersion, tc.another.kind, ip, got, tc.recordKind)
+			} else if !strings.Contains(err.Error(), "reserved for pod "+f.ns+"/web-0 of another workload") {
+				t.Errorf("ADD asking for the IP of another workload: %v, want it named reserved for another workload", err)
+			}
+			if owner := f.reservations()[ip]; owner != f.ns+"/web-0" {
+				t.Fatalf("the reservation of %s moved: %q", ip, owner)
+			}
+			gone()
+
 			// The workload's own pod, recreated before its annotation is written, still gets it by name.
 			again := ownedBy(tc.owner, nil)
 			if got := f.mustAdd(f.args(again, netns, "ctr-own-2")); got != ip {
