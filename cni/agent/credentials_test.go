@@ -115,7 +115,9 @@ func TestPluginCredentialWritesOnlyTheIPAnnotationOfItsNode(t *testing.T) {
 			t.Fatal(err)
 		}
 		rangeOf[n] = r
-		t.Cleanup(func() { _ = versioned.NewForConfigOrDie(env.Config).JkeV1().IPRanges().Delete(context.Background(), r.Name, metav1.DeleteOptions{}) })
+		t.Cleanup(func() {
+			_ = versioned.NewForConfigOrDie(env.Config).JkeV1().IPRanges().Delete(context.Background(), r.Name, metav1.DeleteOptions{})
+		})
 	}
 	synced := func(n string) error {
 		r, err := versioned.NewForConfigOrDie(env.Config).JkeV1().IPRanges().Get(ctx, rangeOf[n].Name, metav1.GetOptions{}) // the agent reads through its informer

@@ -67,7 +67,9 @@ func TestMetricsNeedAuthorizedCaller(t *testing.T) {
 		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "scraper", Namespace: f.ns}}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = f.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = f.kube.RbacV1().ClusterRoleBindings().Delete(context.Background(), binding, metav1.DeleteOptions{})
+	})
 
 	metricsAddr, healthAddr := freePort(t), freePort(t)
 	f.startManagerWith(func(o *manager.Options) {
