@@ -2,7 +2,6 @@ package manifests_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -34,17 +33,7 @@ func TestIPAddressTemplatePolicy(t *testing.T) {
 	env := testenv.Get(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	admin := kubernetes.NewForConfigOrDie(env.Config)
-	if err := testenv.ApplyKustomization(ctx, env.Config, "admission"); err != nil {
-		t.Fatal(err)
-	}
-	suffix := fmt.Sprint(time.Now().UnixNano() % 1000000)
-	closed, open := "tclosed-"+suffix, "topen-"+suffix
-	for ns, labels := range map[string]map[string]string{closed: nil, open: {optInLabel: "true"}} {
-		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns, Labels: labels}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
+	admin, closed, open, suffix := admissionNamespaces(ctx, t, env, "t")
 	role := "workload-writer-" + suffix
 	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role},
 		Rules: []rbacv1.PolicyRule{
