@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"time"
 
@@ -44,7 +45,8 @@ type Options struct {
 // caller the API server authenticates and authorizes (system:masters always is).
 func NewOptions() *Options {
 	authn := options.NewDelegatingAuthenticationOptions()
-	authz := options.NewDelegatingAuthorizationOptions().WithAlwaysAllowPaths(AlwaysAllowPaths...)
+	authz := options.NewDelegatingAuthorizationOptions()
+	authz.AlwaysAllowPaths = slices.Clone(AlwaysAllowPaths)
 	return &Options{Authentication: authn, Authorization: authz}
 }
 
