@@ -186,12 +186,14 @@ type badCase struct {
 }
 
 const (
-	sipTmpl   = "apiVersion: jke.jdcloud.com/v1\nkind: StaticIP\nmetadata: {name: %s, namespace: default}\nspec: %s\n"
-	iprTmpl   = "apiVersion: jke.jdcloud.com/v1\nkind: IPRange\nmetadata: {name: %s}\nspec: %s\n"
-	nfoTmpl   = "apiVersion: jke.jdcloud.com/v1alpha1\nkind: NodeFailover\nmetadata: {name: %s}\nspec: %s\n"
-	estsTmpl  = "apiVersion: jke.jdcloud.com/v1alpha1\nkind: EnhancedStatefulSet\nmetadata: {name: %s, namespace: default}\nspec: {selector: {matchLabels: {a: b}}, template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c, image: i}]}}, %s}\n"
-	gridTmpl  = "apiVersion: superedge.io/v1\nkind: %s\nmetadata: {name: %s, namespace: default}\nspec: {gridUniqKey: %s, template: %s}\n"
-	podTmplOK = "{selector: {matchLabels: {a: b}}, template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c, image: i}]}}}"
+	sipTmpl    = "apiVersion: jke.jdcloud.com/v1\nkind: StaticIP\nmetadata: {name: %s, namespace: default}\nspec: %s\n"
+	iprTmpl    = "apiVersion: jke.jdcloud.com/v1\nkind: IPRange\nmetadata: {name: %s}\nspec: %s\n"
+	ippTmpl    = "apiVersion: jke.jdcloud.com/v1\nkind: IPPool\nmetadata: {name: %s}\nspec: %s\n"
+	nfoTmpl    = "apiVersion: jke.jdcloud.com/v1alpha1\nkind: NodeFailover\nmetadata: {name: %s}\nspec: %s\n"
+	estsTmpl   = "apiVersion: jke.jdcloud.com/v1alpha1\nkind: EnhancedStatefulSet\nmetadata: {name: %s, namespace: default}\nspec: {selector: {matchLabels: {a: b}}, template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c, image: i}]}}, %s}\n"
+	gridTmpl   = "apiVersion: superedge.io/v1\nkind: %s\nmetadata: {name: %s, namespace: default}\nspec: {gridUniqKey: %s, template: %s}\n"
+	sgKeysTmpl = "apiVersion: superedge.io/v1\nkind: ServiceGrid\nmetadata: {name: %s, namespace: default}\nspec: {gridUniqKey: zone, template: {ports: [{port: 80}]}, topologyKeys: %s}\n"
+	podTmplOK  = "{selector: {matchLabels: {a: b}}, template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c, image: i}]}}}"
 )
 
 func badCases() []badCase {
@@ -232,6 +234,32 @@ func badCases() []badCase {
 			},
 			wantField: "spec.ownerGeneration"},
 		{name: "iprange-ownergeneration-negative", obj: fmt.Sprintf(iprTmpl, "bad-og-3", "{cidr: 10.1.0.0/24, ownerGeneration: -1}"), wantField: "spec.ownerGeneration"},
+		{name: "ippool-cidrs-missing", obj: fmt.Sprintf(ippTmpl, "bad-ipp-0", "{blockSize: 24}"), wantField: "spec.cidrs"},
+		{name: "ippool-cidrs-empty", obj: fmt.Sprintf(ippTmpl, "bad-ipp-1", "{cidrs: []}"), wantField: "spec.cidrs"},
+		{name: "ippool-cidr-not-a-cidr", obj: fmt.Sprintf(ippTmpl, "bad-ipp-2", "{cidrs: [10.244.0.0]}"), wantField: "spec.cidrs[0]"},
+		{name: "ippool-cidr-not-aligned", obj: fmt.Sprintf(ippTmpl, "bad-ipp-3", "{cidrs: [10.244.0.1/16]}"), wantField: "spec.cidrs[0]"},
+		{name: "ippool-blocksize-wider-than-cidr", obj: fmt.Sprintf(ippTmpl, "bad-ipp-4", "{cidrs: [10.244.0.0/16], blockSize: 12}"), wantField: "spec.blockSize"},
+		{name: "ippool-blocksize-beyond-ipv4", obj: fmt.Sprintf(ippTmpl, "bad-ipp-5", "{cidrs: [10.244.0.0/16], blockSize: 64}"), wantField: "spec.blockSize"},
+		{name: "ippool-too-many-blocks", obj: fmt.Sprintf(ippTmpl, "bad-ipp-6", "{cidrs: ['fd00::/48']}"), wantField: "spec.cidrs"},
+		{name: "ippool-mixed-families", obj: fmt.Sprintf(ippTmpl, "bad-ipp-7", "{cidrs: [10.244.0.0/16, 'fd00::/104']}"), wantField: "spec.cidrs"},
+		{name: "ippool-exclude-outside", obj: fmt.Sprintf(ippTmpl, "bad-ipp-8", "{cidrs: [10.244.0.0/16], excludeIPs: [10.9.0.1]}"), wantField: "spec.excludeIPs"},
+		{name: "ippool-bad-mode", obj: fmt.Sprintf(ippTmpl, "bad-ipp-9", "{cidrs: [10.244.0.0/16], mode: Random}"), wantField: "spec.mode"},
+		{name: "ippool-cidr-removed", obj: fmt.Sprintf(ippTmpl, "bad-ipp-10", "{cidrs: [10.244.0.0/16, 10.245.0.0/16]}"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedStringSlice(u.Object, []string{"10.244.0.0/16"}, "spec", "cidrs")
+			}, wantField: "spec.cidrs"},
+		{name: "ippool-cidr-changed", obj: fmt.Sprintf(ippTmpl, "bad-ipp-11", "{cidrs: [10.244.0.0/16]}"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedStringSlice(u.Object, []string{"10.246.0.0/16"}, "spec", "cidrs")
+			}, wantField: "spec.cidrs"},
+		{name: "ippool-blocksize-changed", obj: fmt.Sprintf(ippTmpl, "bad-ipp-12", "{cidrs: [10.244.0.0/16], blockSize: 24}"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, int64(25), "spec", "blockSize")
+			}, wantField: "spec.blockSize"},
+		{name: "ippool-blocksize-set-later", obj: fmt.Sprintf(ippTmpl, "bad-ipp-13", "{cidrs: [10.244.0.0/16]}"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedField(u.Object, int64(24), "spec", "blockSize")
+			}, wantField: "spec.blockSize"},
 		{name: "nodefailover-name-not-node", obj: fmt.Sprintf(nfoTmpl, "bad-nfo-1", "{node: other}"), wantField: "spec.node"},
 		{name: "nodefailover-node-changes", obj: fmt.Sprintf(nfoTmpl, "bad-nfo-2", "{node: bad-nfo-2}"),
 			update: func(u *unstructured.Unstructured) {
@@ -293,6 +321,11 @@ func badCases() []badCase {
 		{name: "statefulsetgrid-key-leading-dash", obj: fmt.Sprintf(gridTmpl, "StatefulSetGrid", "bad-key-3", "-zone", podTmplOK), wantField: "spec.gridUniqKey"},
 		{name: "servicegrid-key-bad-prefix", obj: fmt.Sprintf(gridTmpl, "ServiceGrid", "bad-key-4", "'Bad_Prefix/zone'", "{ports: [{port: 80}]}"), wantField: "spec.gridUniqKey"},
 		{name: "servicegrid-key-two-slashes", obj: fmt.Sprintf(gridTmpl, "ServiceGrid", "bad-key-5", "'a.io/b/c'", "{ports: [{port: 80}]}"), wantField: "spec.gridUniqKey"},
+		// spec.topologyKeys: the rule of superedgev1.ValidateTopologyKeys, as CEL.
+		{name: "servicegrid-topologykeys-duplicate", obj: fmt.Sprintf(sgKeysTmpl, "bad-keys-1", `[zone, zone]`), wantField: "spec.topologyKeys"},
+		{name: "servicegrid-topologykeys-empty-key", obj: fmt.Sprintf(sgKeysTmpl, "bad-keys-2", `[""]`), wantField: "spec.topologyKeys[0]"},
+		{name: "servicegrid-topologykeys-any-not-last", obj: fmt.Sprintf(sgKeysTmpl, "bad-keys-3", `["*", zone]`), wantField: "spec.topologyKeys"},
+		{name: "servicegrid-topologykeys-empty-list", obj: fmt.Sprintf(sgKeysTmpl, "bad-keys-4", `[]`), wantField: "spec.topologyKeys"},
 		{name: "deploymentgrid-key-missing", obj: "apiVersion: superedge.io/v1\nkind: DeploymentGrid\nmetadata: {name: bad-key-6, namespace: default}\nspec: {template: " + podTmplOK + "}\n", wantField: "spec.gridUniqKey"},
 		// A selector that does not match the template's labels is not rejected here: a CEL rule
 		// over the pod template's unbounded label map exceeds the CRD cost budget 100x. The grid
@@ -411,6 +444,45 @@ func TestStaticIPIPSetOnce(t *testing.T) {
 	}
 }
 
+// TestIPPoolDefaultsAndGrowth: a minimal pool gets its defaults (Blocks, None, 5m; blockSize
+// stays unset and means /24 or /120), and growing it by a CIDR is accepted.
+func TestIPPoolDefaultsAndGrowth(t *testing.T) {
+	dyn, mapper := dynamicClients(t)
+	ctx := testenv.Context(t, time.Minute)
+	m, err := mapper.RESTMapping(schema.GroupKind{Group: "jke.jdcloud.com", Kind: "IPPool"}, "v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	res := dyn.Resource(m.Resource)
+	for _, tc := range []struct{ name, spec string }{
+		{"ipp-ok-v4", "{cidrs: [10.244.0.0/16]}"},
+		{"ipp-ok-v6", "{cidrs: ['fd00:10:244::/104'], excludeIPs: ['fd00:10:244::5']}"},
+		{"ipp-ok-full", "{cidrs: [10.250.0.0/20], blockSize: 26, mode: NodePodCIDR, gatewayPolicy: FirstHost, releaseAfter: 30s, nodeSelector: {matchLabels: {pool: a}}, excludeIPs: [10.250.0.1]}"},
+	} {
+		dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(fmt.Sprintf(ippTmpl, tc.name, tc.spec)), 4096)
+		obj := &unstructured.Unstructured{}
+		if err := dec.Decode(&obj.Object); err != nil {
+			t.Fatal(err)
+		}
+		created, err := res.Create(ctx, obj, metav1.CreateOptions{FieldValidation: "Strict"})
+		if err != nil {
+			t.Fatalf("%s: a valid pool must be accepted: %v", tc.name, err)
+		}
+		if tc.name == "ipp-ok-v4" {
+			spec, _, _ := unstructured.NestedMap(created.Object, "spec")
+			if spec["mode"] != "Blocks" || spec["gatewayPolicy"] != "None" || spec["releaseAfter"] != "5m" || spec["blockSize"] != nil {
+				t.Errorf("defaults: got %v, want mode Blocks, gatewayPolicy None, releaseAfter 5m, no blockSize", spec)
+			}
+		}
+		cidrs, _, _ := unstructured.NestedStringSlice(created.Object, "spec", "cidrs")
+		grown := append(cidrs, map[bool]string{true: "fd00:10:245::/104", false: "10.251.0.0/20"}[strings.Contains(cidrs[0], ":")])
+		_ = unstructured.SetNestedStringSlice(created.Object, grown, "spec", "cidrs")
+		if _, err := res.Update(ctx, created, metav1.UpdateOptions{}); err != nil {
+			t.Errorf("%s: adding a CIDR (pool growth) must be accepted: %v", tc.name, err)
+		}
+	}
+}
+
 // TestCRDsServed: every kind the design names is served, with its short name, as discovery
 // (and so kubectl) sees it.
 func TestCRDsServed(t *testing.T) {
@@ -419,6 +491,7 @@ func TestCRDsServed(t *testing.T) {
 	want := map[schema.GroupVersionKind]string{
 		{Group: "jke.jdcloud.com", Version: "v1", Kind: "StaticIP"}:                  "sip",
 		{Group: "jke.jdcloud.com", Version: "v1", Kind: "IPRange"}:                   "ipr",
+		{Group: "jke.jdcloud.com", Version: "v1", Kind: "IPPool"}:                    "ipp",
 		{Group: "jke.jdcloud.com", Version: "v1alpha1", Kind: "EnhancedStatefulSet"}: "ests",
 		{Group: "jke.jdcloud.com", Version: "v1alpha1", Kind: "NodeFailover"}:        "nfo",
 		{Group: "superedge.io", Version: "v1", Kind: "DeploymentGrid"}:               "dg",

@@ -20,6 +20,7 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/cni/agent"
+	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 	"github.com/staticip/staticip/e2e/framework"
 )
 
@@ -197,7 +198,14 @@ func TestNodeFailoverMovesStaticPodsWithTheirIPs(t *testing.T) {
 		}
 		clients = append(clients, name)
 	}
-	t.Logf("%s runs %v; spare %s; ranges %d", failed, ips, spare, len(moved))
+	// What an ordinary cluster also runs on the node (issue 25): a log shipper's DaemonSet pod
+	// that tolerates every taint and is not on the host network (nothing in Kubernetes ever
+	// deletes it from a fenced node: the controller force-deletes it after
+	// --fenced-pod-deletion-grace), and a plain Deployment's pod (evicted by the taint manager,
+	// removed by pod GC).
+	dsPod := tolerateEverythingDaemonSet(t, ctx, ns, "logship", failed)
+	deployPod := plainDeployment(t, ctx, ns, "plain", failed)
+	t.Logf("%s runs %v, DaemonSet pod %s, Deployment pod %s; spare %s; ranges %d", failed, ips, dsPod.Name, deployPod.Name, spare, len(moved))
 
 	// Power-off, then the operator's (or a remediator's) fence.
 	ctl.stop(t, failed)
@@ -211,6 +219,7 @@ func TestNodeFailoverMovesStaticPodsWithTheirIPs(t *testing.T) {
 	if _, err := f.Client.CoreV1().Nodes().Patch(ctx, failed, types.StrategicMergePatchType, []byte(taint), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	fencedAt := time.Now()
 	t.Cleanup(func() { restoreAfterFailover(t, cs, ns, failed, spare, moved) })
 
 	if err := framework.WaitFor(ctx, 6*time.Minute, "NodeFailover "+failed+" Completed", func(ctx context.Context) (bool, error) {
@@ -224,9 +233,16 @@ func TestNodeFailoverMovesStaticPodsWithTheirIPs(t *testing.T) {
 		t.Fatalf("%v\nNodeFailover: %+v", err, nf)
 	}
 	after := waitSetOn(t, ctx, ns, "db", len(ips), spare, 2*time.Minute)
+	t.Logf("fence -> every static pod Running and Ready on the spare %s with its IP: %s (no pod deleted by hand)", spare, time.Since(fencedAt).Round(100*time.Millisecond))
 	if !reflect.DeepEqual(after, ips) {
 		t.Errorf("pods on the spare %s: %v, want the same IPs as on %s: %v", spare, after, failed, ips)
 	}
+	for _, p := range []*corev1.Pod{dsPod, deployPod} {
+		if cur, err := f.Client.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{}); err == nil && cur.UID == p.UID {
+			t.Errorf("pod %s (uid %s) is still bound to the fenced node %s after the failover completed", p.Name, p.UID, failed)
+		}
+	}
+	waitForPodEvent(t, ctx, ns, dsPod.Name, nodefailover.ReasonFencedPodDeleted, failed)
 	for _, r := range moved {
 		got, err := cs.JkeV1().IPRanges().Get(ctx, r.Name, metav1.GetOptions{})
 		if err != nil {
@@ -260,6 +276,7 @@ func TestNodeFailoverMovesStaticPodsWithTheirIPs(t *testing.T) {
 			t.Errorf("after %s came back, %s answered as %s on %s, want %s on %s", failed, ip, r.Pod, r.Node, pod, spare)
 		}
 	}
+	returnedNodeServesANewBlock(t, ctx, cs, ns, failed, moved, clients[0])
 	if errs := w.errors(); len(errs) > 0 {
 		t.Errorf("%d pod events checked; an IP was held twice:\n%s", w.checked(), strings.Join(errs, "\n"))
 	} else {
@@ -267,10 +284,114 @@ func TestNodeFailoverMovesStaticPodsWithTheirIPs(t *testing.T) {
 	}
 }
 
+// returnedNodeServesANewBlock: where the failed node's ranges came from an IPPool, the range
+// allocator gave the node a fresh block (never one held elsewhere) once it owned none, and a
+// pod sent there runs with an address of that block, reachable from another node. A node whose
+// ranges were written by hand gets nothing back by itself (cni/README.md, "Address space").
+func returnedNodeServesANewBlock(t *testing.T, ctx context.Context, cs versioned.Interface, ns, node string, moved []jkev1.IPRange, from string) {
+	t.Helper()
+	fromPool := false
+	old := map[string]bool{}
+	for _, r := range moved {
+		old[r.Spec.CIDR] = true
+		fromPool = fromPool || r.Labels[jkev1.LabelIPPool] != ""
+	}
+	if !fromPool {
+		t.Logf("%s's ranges were not given by an IPPool: it gets no new block by itself", node)
+		return
+	}
+	var fresh jkev1.IPRange
+	if err := framework.WaitFor(ctx, 2*time.Minute, node+" owns a new IPPool block", func(ctx context.Context) (bool, error) {
+		for _, r := range rangesOf(t, ctx, cs, node) {
+			if !old[r.Spec.CIDR] && r.Labels[jkev1.LabelIPPool] != "" {
+				fresh = r
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if old[fresh.Spec.CIDR] {
+		t.Fatalf("%s got back %s, a block that moved to the spare", node, fresh.Spec.CIDR)
+	}
+	waitRangeServed(t, ctx, cs, fresh.Name)
+	name := "back-on-" + node
+	if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, testServerPod(name, node, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	p, err := f.WaitForPodRunning(ctx, ns, name, 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, in := ipIn([]jkev1.IPRange{fresh}, p.Status.PodIP); !in {
+		t.Errorf("pod %s on the returned node %s has %s, outside its new block %s", name, node, p.Status.PodIP, fresh.Spec.CIDR)
+	}
+	if r := reachable(t, ns, from, p.Status.PodIP); r.Pod != name || r.Node != node {
+		t.Errorf("%s from %s answered as %s on %s, want %s on %s", p.Status.PodIP, from, r.Pod, r.Node, name, node)
+	}
+	t.Logf("%s came back with the new block %s (IPRange %s); pod %s runs there with %s", node, fresh.Spec.CIDR, fresh.Name, name, p.Status.PodIP)
+}
+
+// tolerateEverythingDaemonSet runs a DaemonSet on node only (not on the host network,
+// tolerating every taint: the shape of log shippers and monitoring agents) and returns its pod
+// once it runs there with an IP.
+func tolerateEverythingDaemonSet(t *testing.T, ctx context.Context, ns, name, node string) *corev1.Pod {
+	t.Helper()
+	labels := map[string]string{"app": name}
+	spec := testServerPod("", node, nil).Spec
+	spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+	ds := &appsv1.DaemonSet{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: appsv1.DaemonSetSpec{Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: spec}}}
+	if _, err := f.Client.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return waitOnePodOn(t, ctx, ns, name, node)
+}
+
+// plainDeployment runs a one-replica Deployment whose pod is on node and returns that pod
+// once it runs there with an IP.
+func plainDeployment(t *testing.T, ctx context.Context, ns, name, node string) *corev1.Pod {
+	t.Helper()
+	labels := map[string]string{"app": name}
+	d := &appsv1.Deployment{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: labels},
+		Spec: appsv1.DeploymentSpec{Replicas: ptr(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: testServerPod("", node, nil).Spec}}}
+	if _, err := f.Client.AppsV1().Deployments(ns).Create(ctx, d, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return waitOnePodOn(t, ctx, ns, name, node)
+}
+
+// waitOnePodOn waits until a pod labelled app=name runs Ready on node with an IP.
+func waitOnePodOn(t *testing.T, ctx context.Context, ns, name, node string) *corev1.Pod {
+	t.Helper()
+	var found *corev1.Pod
+	if err := framework.WaitFor(ctx, 3*time.Minute, "a pod of "+name+" Ready on "+node, func(ctx context.Context) (bool, error) {
+		pods, err := f.Client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: "app=" + name})
+		if err != nil {
+			return false, err
+		}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			if p.Spec.NodeName == node && p.DeletionTimestamp == nil && framework.PodReady(p) && p.Status.PodIP != "" {
+				found = p
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return found
+}
+
 // restoreAfterFailover gives the cluster its shape back for the tests that follow: the set is
-// deleted, the ranges go back to the failed node (a plain move: same generation, the spare
-// drains and the node serves them afresh), the spare is unclaimed and tainted again, the fence
-// and the record are removed.
+// deleted, ranges written by hand go back to the failed node (a plain move: same generation,
+// the spare drains and the node serves them afresh) while IPPool blocks are unassigned (the node
+// has a new block; the allocator returns the old one to the pool), the spare is unclaimed and
+// tainted again, the fence and the record are removed.
 func restoreAfterFailover(t *testing.T, cs versioned.Interface, ns, failed, spare string, moved []jkev1.IPRange) {
 	ctx := context.Background()
 	_ = cs.JkeV1alpha1().EnhancedStatefulSets(ns).Delete(ctx, "db", metav1.DeleteOptions{})
@@ -281,6 +402,10 @@ func restoreAfterFailover(t *testing.T, cs versioned.Interface, ns, failed, spar
 	_ = cs.JkeV1alpha1().NodeFailovers().Delete(ctx, failed, metav1.DeleteOptions{})
 	for _, r := range moved {
 		if cur, err := cs.JkeV1().IPRanges().Get(ctx, r.Name, metav1.GetOptions{}); err == nil && cur.Spec.Node != failed {
+			if cur.Labels[jkev1.LabelIPPool] != "" {
+				setRangeOwner(t, ctx, cs, r.Name, "", cur.Spec.OwnerGeneration)
+				continue
+			}
 			setRangeOwner(t, ctx, cs, r.Name, failed, cur.Spec.OwnerGeneration)
 		}
 	}
@@ -293,7 +418,9 @@ func restoreAfterFailover(t *testing.T, cs versioned.Interface, ns, failed, spar
 		t.Errorf("unfence %s: %v", failed, err)
 	}
 	for _, r := range moved {
-		waitRangeServed(t, ctx, cs, r.Name)
+		if r.Labels[jkev1.LabelIPPool] == "" {
+			waitRangeServed(t, ctx, cs, r.Name)
+		}
 	}
 }
 

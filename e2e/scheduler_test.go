@@ -25,27 +25,29 @@ func TestSchedulerPinsPodToNodeOwningItsIP(t *testing.T) {
 	ctx := context.Background()
 	nodes := workloadNodes(t, ctx)
 	target := nodes[len(nodes)-1]
-	if target.Spec.PodCIDR == "" {
-		t.Skipf("node %s has no podCIDR to carve an IPRange from", target.Name)
-	}
 	cs := versioned.NewForConfigOrDie(f.Config)
 	ns := f.IPRequestNamespace(t, "e2e-sched")
 
-	// The IP comes from an IPRange of the target node: its own when the cluster has one per
-	// node (the staticip CNI), else a /28 at the top of its pod CIDR made for this test.
-	prefix := strings.TrimSuffix(target.Spec.PodCIDR, "0/24")
-	rangeCIDR := prefix + "240/28"
+	// The IP comes from an IPRange of the target node: its own when it has one (the staticip
+	// CNI: the IPPool allocator's block, or the podCIDR mirrored), else a /28 at the top of its
+	// pod CIDR made for this test.
 	list, err := cs.JkeV1().IPRanges().List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	owned := false
+	var rangeCIDR, prefix string
 	for _, r := range list.Items {
-		if r.Spec.Node == target.Name && r.Spec.CIDR == target.Spec.PodCIDR {
-			owned, rangeCIDR = true, r.Spec.CIDR
+		if r.Spec.Node == target.Name && strings.HasSuffix(r.Spec.CIDR, ".0/24") {
+			rangeCIDR, prefix = r.Spec.CIDR, strings.TrimSuffix(r.Spec.CIDR, "0/24")
+			break
 		}
 	}
-	if !owned {
+	if rangeCIDR == "" {
+		if target.Spec.PodCIDR == "" {
+			t.Skipf("node %s owns no IPv4 /24 IPRange and has no podCIDR to carve one from", target.Name)
+		}
+		prefix = strings.TrimSuffix(target.Spec.PodCIDR, "0/24")
+		rangeCIDR = prefix + "240/28"
 		rangeName := "e2e-" + ns
 		if _, err := cs.JkeV1().IPRanges().Create(ctx, &jkev1.IPRange{
 			ObjectMeta: metav1.ObjectMeta{Name: rangeName},

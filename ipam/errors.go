@@ -95,7 +95,11 @@ type ExhaustedError struct {
 
 func (e *ExhaustedError) Error() string {
 	if len(e.Ranges) == 0 {
-		return "no free IP address: this node has no IP ranges"
+		// Said in the pod's events (FailedCreatePodSandBox): why, and what fixes it.
+		return "no free IP address: this node has no IP ranges to allocate from (no IPRange names it, or every range it had " +
+			"moved away and only drains, or waits for the node that held it before); staticip-agent reports this on the Node " +
+			"as NetworkUnavailable=True (StaticIPNoRange). Give the node a range (an IPPool that selects it, or an IPRange " +
+			"whose spec.node names it) and the pod starts; host-network pods are not affected"
 	}
 	return fmt.Sprintf("no free IP address in range(s) %s", joinPrefixes(e.Ranges))
 }

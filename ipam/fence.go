@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	bolt "go.etcd.io/bbolt"
 )
@@ -20,6 +21,17 @@ import (
 type ServedRange struct {
 	Subnet          netip.Prefix `json:"subnet"`
 	OwnerGeneration int64        `json:"ownerGeneration"`
+	// Revoked: RevokeRange dropped the range from the store; the host side of its sandboxes
+	// (veths, /32 routes) may not be withdrawn yet. The record stays until it is
+	// (ForgetServed), so a failed or interrupted withdrawal is retried.
+	Revoked bool `json:"revoked,omitempty"`
+	// Withdraw: the sandboxes the store held in the range when it was revoked, whose host side
+	// is to be withdrawn (the store no longer knows them).
+	Withdraw []Attachment `json:"withdraw,omitempty"`
+}
+
+func (s ServedRange) equal(o ServedRange) bool {
+	return s.Subnet == o.Subnet && s.OwnerGeneration == o.OwnerGeneration && s.Revoked == o.Revoked && slices.Equal(s.Withdraw, o.Withdraw)
 }
 
 // bucketServed: IPRange name -> ServedRange (JSON).
@@ -37,7 +49,7 @@ func (d *DB) RecordServed(served map[string]ServedRange) error {
 	}
 	changed := false
 	for name, s := range served {
-		if h, ok := have[name]; !ok || h != s {
+		if h, ok := have[name]; !ok || !h.equal(s) {
 			changed = true
 		}
 	}
@@ -63,7 +75,7 @@ func (d *DB) RecordServed(served map[string]ServedRange) error {
 }
 
 // ForgetServed drops the records of names (ranges that left the node and are gone from the
-// store).
+// store, or revoked ranges whose host side is withdrawn).
 func (d *DB) ForgetServed(names ...string) error {
 	if len(names) == 0 {
 		return nil
@@ -95,10 +107,13 @@ func (d *DB) Served() (map[string]ServedRange, error) {
 	return out, err
 }
 
-// RevokeRange removes, in one transaction, the range subnet (draining or not), every allocation,
-// reservation and quarantine entry inside it, and the served record of name: the node never
-// serves any of it again. It returns the allocations it removed (their sandboxes may still
-// exist: the caller withdraws their host side; their CNI DEL finds nothing and succeeds).
+// RevokeRange removes, in one transaction, the range subnet (draining or not) and every
+// allocation, reservation and quarantine entry inside it: the node never serves any of it
+// again. The served record of name is kept, marked Revoked, with the attachments of the removed
+// allocations added to its Withdraw list: their sandboxes may still exist, and the caller
+// withdraws their host side and only then forgets the record (ForgetServed), so a withdrawal
+// that fails or is interrupted is done again on the next pass. Their CNI DEL finds nothing and
+// succeeds. It returns the allocations it removed.
 func (d *DB) RevokeRange(name string, subnet netip.Prefix) ([]Allocation, error) {
 	subnet = subnet.Masked()
 	var removed []Allocation
@@ -149,10 +164,27 @@ func (d *DB) RevokeRange(name string, subnet netip.Prefix) ([]Allocation, error)
 				}
 			}
 		}
-		if name != "" {
-			return tx.Bucket(bucketServed).Delete([]byte(name))
+		if name == "" {
+			return nil
 		}
-		return nil
+		b := tx.Bucket(bucketServed)
+		rec := ServedRange{Subnet: subnet}
+		if v := b.Get([]byte(name)); v != nil {
+			if err := json.Unmarshal(v, &rec); err != nil {
+				return decodeErr("served range", []byte(name), err)
+			}
+		}
+		rec.Revoked = true
+		for _, a := range removed {
+			if !slices.Contains(rec.Withdraw, a.Attachment) {
+				rec.Withdraw = append(rec.Withdraw, a.Attachment)
+			}
+		}
+		v, err := json.Marshal(rec)
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte(name), v)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("revoke range %s: %w", subnet, err)

@@ -50,9 +50,11 @@ func TestRevokeRangeDropsEverythingInsteadOfDraining(t *testing.T) {
 	if res, _ := d.Reservations(); len(res) != 0 {
 		t.Fatalf("reservations after revocation: %+v", res)
 	}
+	// The served record stays, marked Revoked with the sandboxes to withdraw, until the
+	// caller has withdrawn their host side and forgets it.
 	served, _ := d.Served()
-	if _, ok := served["a"]; ok || len(served) != 1 {
-		t.Fatalf("served after revocation: %+v", served)
+	if a := served["a"]; !a.Revoked || len(a.Withdraw) != 1 || a.Withdraw[0] != a1.Attachment || len(served) != 2 {
+		t.Fatalf("served after revocation: %+v, want a kept as revoked with %v to withdraw", served, a1.Attachment)
 	}
 	// The leftover sandbox's DEL finds nothing and succeeds; its IP is never handed out here.
 	if _, found, err := d.Release(att("c1"), true); err != nil || found {
@@ -62,9 +64,19 @@ func TestRevokeRangeDropsEverythingInsteadOfDraining(t *testing.T) {
 	if err == nil {
 		t.Fatal("an IP of the revoked range was allocated")
 	}
-	// Revoking again (a pass repeated after a crash) is a no-op.
+	// Revoking again (a pass repeated after a failed withdrawal or a crash) removes nothing
+	// more and keeps what is still to withdraw.
 	if removed, err := d.RevokeRange("a", pfx("10.1.0.0/24")); err != nil || len(removed) != 0 {
 		t.Fatalf("second revocation: %v, %v", removed, err)
+	}
+	if served, _ := d.Served(); len(served["a"].Withdraw) != 1 {
+		t.Fatalf("a repeated revocation lost the sandboxes to withdraw: %+v", served["a"])
+	}
+	if err := d.ForgetServed("a"); err != nil {
+		t.Fatal(err)
+	}
+	if served, _ := d.Served(); len(served) != 1 {
+		t.Fatalf("served after the withdrawal was done: %+v", served)
 	}
 	if err := d.RecordServed(map[string]ServedRange{"x": {}}); !errors.Is(err, ErrInvalid) {
 		t.Fatalf("a record without subnet: %v, want InvalidError", err)

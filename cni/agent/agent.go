@@ -79,10 +79,12 @@ type Config struct {
 
 // Agent runs the sync.
 type Agent struct {
-	cfg  Config
-	kube kubernetes.Interface
-	sip  versioned.Interface
-	log  io.Writer
+	// withdrawHook replaces withdrawHost (fault-injection tests); nil: withdrawHost.
+	withdrawHook func(subnet netip.Prefix, attachments []ipam.Attachment) (int, error)
+	cfg          Config
+	kube         kubernetes.Interface
+	sip          versioned.Interface
+	log          io.Writer
 	// lastSync is the unix time of the last successful sync (health endpoint).
 	lastSync atomic.Int64
 	stats    atomic.Pointer[Stats]
@@ -115,6 +117,8 @@ type Agent struct {
 	reported map[string]string
 	// lastObserved is the ObservedAnnotation value this agent last wrote (fence.go).
 	lastObserved string
+	// lastNetwork is the NetworkUnavailable condition this agent last wrote (network.go).
+	lastNetwork string
 	// afterSnapshot, when set (tests), runs between a pass's reading of the caches and its
 	// use of the database: where a CNI ADD can commit unseen.
 	afterSnapshot func()
@@ -364,6 +368,7 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		a.afterSnapshot()
 	}
 	plan := planRanges(snap.ranges, a.cfg.NodeName)
+	plan.waitForPreviousOwners(holders(snap.observed, a.cfg.NodeName))
 	stats, rp, err := a.syncDB(&plan, snap.staticIPs, snap.pods)
 	if err != nil {
 		errs = append(errs, err)
@@ -414,12 +419,19 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		}
 		if routesOK && !plan.reservationsFailed {
 			apiCtx, cancel := context.WithTimeout(ctx, apiTimeout)
-			err := a.reportObserved(apiCtx, observedRanges(plan.mine, plan.others, a.cfg.Routes, snap.nodeIP), a.view.observedAnnotation(a.cfg.NodeName))
+			err := a.reportObserved(apiCtx, observedRanges(a.cfg.NodeName, plan.mine, plan.others, plan.draining, a.cfg.Routes, snap.nodeIP), a.view.observedAnnotation(a.cfg.NodeName))
 			cancel()
 			if err != nil {
 				a.apiErrors.Add(1)
 				errs = append(errs, err)
 			}
+		}
+		apiCtx, cancel = context.WithTimeout(ctx, apiTimeout)
+		err = a.reportNetwork(apiCtx, plan, a.view.networkCondition(a.cfg.NodeName))
+		cancel()
+		if err != nil {
+			a.apiErrors.Add(1)
+			errs = append(errs, err)
 		}
 		stats.RefusedRanges = len(plan.refused)
 		stats.Duplicates = len(rp.duplicates)
@@ -488,6 +500,7 @@ func (a *Agent) syncDB(plan *rangePlan, sips []*jkev1.StaticIP, pods []*corev1.P
 		}
 		plan.dropSkipped(rs.Skipped)
 		if stored, err := db.Ranges(); err == nil {
+			plan.draining = drainingHeld(served, plan.mine, stored, plan.byName)
 			if stale := staleServed(served, plan.mine, stored); len(stale) > 0 {
 				if err := db.ForgetServed(stale...); err != nil {
 					errs = append(errs, err)

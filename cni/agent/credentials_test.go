@@ -307,6 +307,39 @@ func TestPluginCredentialWritesOnlyTheIPAnnotationOfItsNode(t *testing.T) {
 			t.Errorf("the agent could %s: %v", what, err)
 		}
 	}
+	// Its Node's NetworkUnavailable condition (rbac.yaml: nodes/status patch), and nothing
+	// else of any Node's status.
+	cond := func(typ, status, reason string) string {
+		return `{"status":{"conditions":[{"type":"` + typ + `","status":"` + status + `","reason":"` + reason + `","message":"m","lastHeartbeatTime":"2026-01-01T00:00:00Z","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}`
+	}
+	statusPatch := func(node, patch string) error {
+		_, err := agentKube.CoreV1().Nodes().Patch(ctx, node, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status")
+		return err
+	}
+	if err := statusPatch(nodeA, cond("NetworkUnavailable", "True", ReasonNoRange)); err != nil {
+		t.Errorf("the agent cannot set its own node's NetworkUnavailable condition: %v", err)
+	}
+	if err := statusPatch(nodeA, cond("NetworkUnavailable", "False", ReasonRangeReady)); err != nil {
+		t.Errorf("the agent cannot clear its own node's NetworkUnavailable condition: %v", err)
+	}
+	for what, do := range map[string]func() error{
+		"set another node's NetworkUnavailable": func() error { return statusPatch(nodeB, cond("NetworkUnavailable", "True", ReasonNoRange)) },
+		"set its own node's Ready condition":    func() error { return statusPatch(nodeA, cond("Ready", "False", "StaticIPNoRange")) },
+		"set NetworkUnavailable with another CNI's reason": func() error {
+			return statusPatch(nodeA, cond("NetworkUnavailable", "False", "CalicoIsUp"))
+		},
+		"set NetworkUnavailable and MemoryPressure in one patch": func() error {
+			return statusPatch(nodeA, `{"status":{"conditions":[{"type":"NetworkUnavailable","status":"True","reason":"StaticIPNoRange","message":"m"},{"type":"MemoryPressure","status":"True","reason":"x","message":"m"}]}}`)
+		},
+		"change its own node's capacity": func() error { return statusPatch(nodeA, `{"status":{"capacity":{"pods":"500"}}}`) },
+		"change its own node's addresses": func() error {
+			return statusPatch(nodeA, `{"status":{"addresses":[{"type":"InternalIP","address":"10.9.9.9"}]}}`)
+		},
+	} {
+		if err := do(); err == nil || !apierrors.IsForbidden(err) {
+			t.Errorf("the agent could %s: %v", what, err)
+		}
+	}
 }
 
 // pluginCredentials are the agent's credentials for the plugin, as main builds them in-cluster.

@@ -47,13 +47,14 @@ type revocation struct {
 }
 
 // planRevocations lists the ranges recorded as served (name -> subnet, generation) that the
-// API now shows at a higher ownership generation, whoever owns them now. A range whose IPRange
-// is gone is not revoked (it drains, as any range leaving the node).
+// API now shows at a higher ownership generation, whoever owns them now, and the revocations
+// whose withdrawal is not finished (record Revoked), whatever the API shows now. A range whose
+// IPRange is gone is not revoked (it drains, as any range leaving the node).
 func planRevocations(served map[string]ipam.ServedRange, byName map[string]*jkev1.IPRange) []revocation {
 	var out []revocation
 	for name, s := range served {
 		r, ok := byName[name]
-		if !ok || r.Spec.OwnerGeneration <= s.OwnerGeneration {
+		if !s.Revoked && (!ok || r.Spec.OwnerGeneration <= s.OwnerGeneration) {
 			continue
 		}
 		out = append(out, revocation{name: name, subnet: s.Subnet, served: s.OwnerGeneration, current: r})
@@ -84,7 +85,7 @@ func staleServed(served map[string]ipam.ServedRange, mine []*jkev1.IPRange, stor
 	}
 	var out []string
 	for name, s := range served {
-		if !keep[name] && !inStore[s.Subnet] {
+		if !keep[name] && !inStore[s.Subnet] && !s.Revoked {
 			out = append(out, name)
 		}
 	}
@@ -92,10 +93,54 @@ func staleServed(served map[string]ipam.ServedRange, mine []*jkev1.IPRange, stor
 	return out
 }
 
-// revoke drops the revoked ranges from the database (one transaction each) and withdraws the
-// host side of what the node had in them. Called under the database lock, before the node's
-// ranges are applied.
+// drainingHeld are the ranges this node drains — held in its store, draining, not served any
+// more — by IPRange name, at the ownership generation it served them at: they stay in its
+// ObservedAnnotation as "<this node>/<generation>" until their last address is released, so
+// that a node the range is assigned to meanwhile waits (waitForPreviousOwners). A draining range
+// without a served record (a database from before those records) is named by the IPRange
+// whose CIDR it is, at that range's current generation.
+func drainingHeld(served map[string]ipam.ServedRange, mine []*jkev1.IPRange, stored []ipam.Range, byName map[string]*jkev1.IPRange) map[string]int64 {
+	serving := map[string]bool{}
+	for _, r := range mine {
+		serving[r.Name] = true
+	}
+	draining := map[netip.Prefix]bool{}
+	for _, r := range stored {
+		if r.Draining {
+			draining[r.Subnet] = true
+		}
+	}
+	out := map[string]int64{}
+	named := map[netip.Prefix]bool{}
+	for name, s := range served {
+		if !serving[name] && draining[s.Subnet] {
+			out[name] = s.OwnerGeneration
+			named[s.Subnet] = true
+		}
+	}
+	for _, r := range byName {
+		pfx, err := netip.ParsePrefix(r.Spec.CIDR)
+		if err != nil || serving[r.Name] || !draining[pfx.Masked()] || named[pfx.Masked()] {
+			continue
+		}
+		if _, ok := out[r.Name]; !ok {
+			out[r.Name] = r.Spec.OwnerGeneration
+		}
+	}
+	return out
+}
+
+// revoke withdraws the revoked ranges: first out of the database (one transaction each: from
+// then on nothing of the range is handed out, and the served record, marked Revoked, keeps the
+// sandboxes to withdraw), then the host side (veths and /32 routes), and only then the served
+// record is forgotten. A withdrawal that fails or is interrupted (a crash) leaves the record,
+// and the next pass does it again. Called under the database lock, before the node's ranges
+// are applied.
 func (a *Agent) revoke(db *ipam.DB, revs []revocation) error {
+	withdraw := a.withdrawHook
+	if withdraw == nil {
+		withdraw = withdrawHost
+	}
 	var errs []string
 	for _, rv := range revs {
 		removed, err := db.RevokeRange(rv.name, rv.subnet)
@@ -103,14 +148,29 @@ func (a *Agent) revoke(db *ipam.DB, revs []revocation) error {
 			errs = append(errs, err.Error())
 			continue
 		}
-		withdrawn, err := withdrawHost(rv.subnet, removed)
+		served, err := db.Served()
 		if err != nil {
-			errs = append(errs, fmt.Sprintf("withdrawing %s: %v", rv.subnet, err))
+			errs = append(errs, err.Error())
+			continue
 		}
-		msg := fmt.Sprintf("node %s served %s at owner generation %d; it is now at %d (node %q): it was moved while this node was fenced, so this node dropped it without draining (%d allocation(s) forgotten, %d host veth(s) removed) and never serves those addresses again",
-			a.cfg.NodeName, rv.subnet, rv.served, rv.current.Spec.OwnerGeneration, rv.current.Spec.Node, len(removed), withdrawn)
+		withdrawn, err := withdraw(rv.subnet, served[rv.name].Withdraw)
+		if err != nil {
+			errs = append(errs, fmt.Sprintf("withdrawing %s (the next pass tries again): %v", rv.subnet, err))
+			a.logf("IPRange %s: withdrawing the host side of %s failed, retried on the next pass: %v", rv.name, rv.subnet, err)
+			continue
+		}
+		if err := db.ForgetServed(rv.name); err != nil {
+			errs = append(errs, err.Error())
+			continue
+		}
+		now := "gone"
+		if rv.current != nil {
+			now = fmt.Sprintf("now at %d (node %q)", rv.current.Spec.OwnerGeneration, rv.current.Spec.Node)
+		}
+		msg := fmt.Sprintf("node %s served %s at owner generation %d; it is %s: it was moved while this node was fenced, so this node dropped it without draining (%d allocation(s) forgotten, %d host veth(s) removed) and never serves those addresses again",
+			a.cfg.NodeName, rv.subnet, rv.served, now, len(removed), withdrawn)
 		a.logf("IPRange %s: %s", rv.name, msg)
-		if a.recorder != nil {
+		if a.recorder != nil && rv.current != nil {
 			a.recorder.Event(rv.current, corev1.EventTypeWarning, ReasonRangeRevoked, msg)
 		}
 	}
@@ -121,17 +181,18 @@ func (a *Agent) revoke(db *ipam.DB, revs []revocation) error {
 }
 
 // withdrawHost deletes the host veth of every sandbox that had an address in subnet: those the
-// database knew (removed) and any plugin veth the host routes an address of subnet to. With the
+// database knew (removed: the attachments recorded at the revocation) and any plugin veth the
+// host routes an address of subnet to. With the
 // veth go its /32 route and the sandbox's only way onto the wire; the sandbox's CNI DEL later
 // finds neither and succeeds.
-func withdrawHost(subnet netip.Prefix, removed []ipam.Allocation) (int, error) {
+func withdrawHost(subnet netip.Prefix, removed []ipam.Attachment) (int, error) {
 	links, err := pluginLinks()
 	if err != nil {
 		return 0, err
 	}
 	doomed := map[string]bool{}
 	for _, al := range removed {
-		doomed[vethOf(al.Attachment)] = true
+		doomed[vethOf(al)] = true
 	}
 	routes, err := netlink.RouteList(nil, netlink.FAMILY_ALL)
 	if err != nil {
@@ -171,7 +232,10 @@ func withdrawHost(subnet netip.Prefix, removed []ipam.Allocation) (int, error) {
 // observedRanges is the annotation's content for this pass: the node's own ranges its IPAM
 // serves, and the other nodes' ranges it routes (every one whose node has an address, once the
 // routes were programmed without error; all of them when the agent does not program routes).
-func observedRanges(mine, others []*jkev1.IPRange, routesProgrammed bool, nodeIP func(string) net.IP) map[string]string {
+//
+// The ranges it drains (drainingHeld) are reported as "<this node>/<generation served at>",
+// in place of the route to their new owner: "this node still holds addresses of it".
+func observedRanges(self string, mine, others []*jkev1.IPRange, draining map[string]int64, routesProgrammed bool, nodeIP func(string) net.IP) map[string]string {
 	out := map[string]string{}
 	for _, r := range mine {
 		out[r.Name] = fmt.Sprintf("%s/%d", r.Spec.Node, r.Spec.OwnerGeneration)
@@ -181,6 +245,9 @@ func observedRanges(mine, others []*jkev1.IPRange, routesProgrammed bool, nodeIP
 			continue
 		}
 		out[r.Name] = fmt.Sprintf("%s/%d", r.Spec.Node, r.Spec.OwnerGeneration)
+	}
+	for name, gen := range draining {
+		out[name] = fmt.Sprintf("%s/%d", self, gen)
 	}
 	return out
 }

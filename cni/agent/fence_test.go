@@ -3,6 +3,8 @@ package agent
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"net"
 	"net/netip"
 	"os"
@@ -15,6 +17,7 @@ import (
 	"github.com/vishvananda/netlink"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/cni/nstest"
@@ -98,6 +101,23 @@ func observedOn(ctx context.Context, t *testing.T, a *Agent, node, rangeName str
 	return m[rangeName]
 }
 
+// fenceFixture: a node "old" (192.168.<net>.1, its own netns named tag) owning IPRange cidr, a
+// spare (192.168.<net>.2), and old's agent started with routes.
+func fenceFixture(t *testing.T, tag string, net int, cidr string) (context.Context, kubernetes.Interface, string, string, string, *nstest.NetNS, *Agent, *syncBuffer) {
+	t.Helper()
+	ctx, kube, sip, suffix := apiFixture(t, 3*time.Minute)
+	old, spare, rangeName := "cni-node-"+tag+"-old-"+suffix, "cni-node-"+tag+"-spare-"+suffix, "cni-"+tag+"-"+suffix
+	createNode(ctx, t, kube, old, fmt.Sprintf("192.168.%d.1", net))
+	createNode(ctx, t, kube, spare, fmt.Sprintf("192.168.%d.2", net))
+	createIPRange(ctx, t, sip, rangeName, jkev1.IPRangeSpec{CIDR: cidr, Node: old})
+	host := nodeNetns(t, tag, fmt.Sprintf("192.168.%d.1/24", net))
+	dir := t.TempDir()
+	cfg := Config{NodeName: old, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir, Routes: true}
+	log := &syncBuffer{}
+	a := startedAgent(ctx, t, cfg, kube, sip, log)
+	return ctx, kube, old, spare, rangeName, host, a, log
+}
+
 // The old node coming back (node failover): its range was moved to a spare with a higher
 // ownership generation while it was fenced. On its first pass its agent withdraws everything
 // of that range — the leftover sandbox's host veth and /32 route, the allocation and the range
@@ -110,17 +130,7 @@ func TestReturningNodeRevokesRangeMovedWhileFenced(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces")
 	}
-	ctx, kube, sip, suffix := apiFixture(t, 3*time.Minute)
-	old, spare, rangeName := "cni-node-old-"+suffix, "cni-node-spare-"+suffix, "cni-fence-"+suffix
-	createNode(ctx, t, kube, old, "192.168.81.1")
-	createNode(ctx, t, kube, spare, "192.168.81.2")
-	createIPRange(ctx, t, sip, rangeName, jkev1.IPRangeSpec{CIDR: "10.158.0.0/24", Node: old})
-	host := nodeNetns(t, "fence", "192.168.81.1/24")
-
-	dir := t.TempDir()
-	cfg := Config{NodeName: old, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir, Routes: true}
-	var log syncBuffer
-	a := startedAgent(ctx, t, cfg, kube, sip, &log)
+	ctx, kube, old, spare, rangeName, host, a, log := fenceFixture(t, "fence", 81, "10.158.0.0/24")
 	sync := func() {
 		t.Helper()
 		if err := host.Do(func(ns.NetNS) error { return a.SyncOnce(ctx) }); err != nil {
@@ -201,6 +211,9 @@ func TestReturningNodeRevokesRangeMovedWhileFenced(t *testing.T) {
 	// A plain move (same generation) drains as before: the allocation stays served.
 	allocateAt(t, a.DBPath(), time.Now().Add(-time.Hour), "c-web2", ipam.PodRef{Namespace: "ns", Name: "web-2", UID: "u2"})
 	sandboxVeth(t, host, "c-web2", "cni-fpeer2", "10.158.0.1")
+	// (straight from one node to another at the same generation the API server refuses: the
+	// range is unassigned, then assigned)
+	moveRange(ctx, t, a, rangeName, "", 3)
 	moveRange(ctx, t, a, rangeName, spare, 3)
 	sync()
 	allocs, _ = dbState(t, a.DBPath())
@@ -209,5 +222,107 @@ func TestReturningNodeRevokesRangeMovedWhileFenced(t *testing.T) {
 	}
 	if v := hostRouteTo(host, "10.158.0.1"); v == "" {
 		t.Error("a plain move withdrew the running pod's host route")
+	}
+	// It reports the range it drains as its own, so the spare waits for it.
+	if got := observedOn(ctx, t, a, old, rangeName); got != old+"/3" {
+		t.Errorf("the node reports the range it drains as %q, want %q", got, old+"/3")
+	}
+}
+
+// Revocation withdraws first and forgets last: the served record of a revoked range stays
+// until the host veths and /32 routes of its sandboxes are gone, so a withdrawal that fails
+// (or a crash in it) is finished on the next pass. Meanwhile nothing of the range is handed
+// out. The fault is injected into the withdrawal step (withdrawHook).
+func TestRevocationRetriesAFailedWithdrawal(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	ctx, _, _, spare, rangeName, host, a, log := fenceFixture(t, "wfence", 82, "10.159.0.0/24")
+	sync := func() error { return host.Do(func(ns.NetNS) error { return a.SyncOnce(ctx) }) }
+	if err := sync(); err != nil {
+		t.Fatalf("sync: %v\nlog:\n%s", err, log.String())
+	}
+	// Two pods run with addresses of the range; the first one's route is gone already (its
+	// veth stays): only the store knows it.
+	allocateAt(t, a.DBPath(), time.Now().Add(-time.Hour), "c-w0", ipam.PodRef{Namespace: "ns", Name: "w-0", UID: "u0"})
+	allocateAt(t, a.DBPath(), time.Now().Add(-time.Hour), "c-w1", ipam.PodRef{Namespace: "ns", Name: "w-1", UID: "u1"})
+	sandboxVeth(t, host, "c-w0", "cni-wpeer0", "10.159.0.1")
+	sandboxVeth(t, host, "c-w1", "cni-wpeer1", "10.159.0.2")
+	if err := host.Do(func(ns.NetNS) error {
+		l, err := netlink.LinkByName(plugin.HostVethName("c-w0", "eth0"))
+		if err != nil {
+			return err
+		}
+		_, dst, _ := net.ParseCIDR("10.159.0.1/32")
+		return netlink.RouteDel(&netlink.Route{LinkIndex: l.Attrs().Index, Dst: dst, Scope: netlink.SCOPE_LINK})
+	}); err != nil {
+		t.Fatal(err)
+	}
+	vethExists := func(container string) bool {
+		found := false
+		host.Do(func(ns.NetNS) error {
+			_, err := netlink.LinkByName(plugin.HostVethName(container, "eth0"))
+			found = err == nil
+			return nil
+		})
+		return found
+	}
+
+	// The range is moved while the node was fenced; the first withdrawal fails after removing
+	// nothing (as a crash in it would).
+	failures := 1
+	a.withdrawHook = func(subnet netip.Prefix, atts []ipam.Attachment) (int, error) {
+		if failures > 0 {
+			failures--
+			return 0, errors.New("injected: withdrawal failed")
+		}
+		return withdrawHost(subnet, atts)
+	}
+	moveRange(ctx, t, a, rangeName, spare, 1)
+	if err := sync(); err == nil || !strings.Contains(err.Error(), "injected") {
+		t.Fatalf("the failed withdrawal is not reported: %v", err)
+	}
+	db, err := ipam.Open(ipam.Options{Path: a.DBPath(), OpenTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served, _ := db.Served()
+	if _, ok := served[rangeName]; !ok {
+		t.Errorf("the served record of %s was forgotten before its sandboxes were withdrawn: %+v", rangeName, served)
+	}
+	// Nothing of the range is handed out meanwhile.
+	if al, _, err := db.Allocate(ipam.AllocateRequest{Attachment: ipam.Attachment{ContainerID: "c-new", IfName: "eth0"},
+		Pod: ipam.PodRef{Namespace: "ns", Name: "new"}, IP: netip.MustParseAddr("10.159.0.3")}); err == nil {
+		t.Errorf("an address of the range being revoked was handed out: %+v", al)
+	}
+	db.Close()
+	if !vethExists("c-w0") || !vethExists("c-w1") {
+		t.Fatal("the injected failure removed a veth")
+	}
+
+	// The next pass finishes the withdrawal — also of the sandbox only the store knew of —
+	// and only then forgets the record.
+	if err := sync(); err != nil {
+		t.Fatalf("second pass: %v\nlog:\n%s", err, log.String())
+	}
+	for _, c := range []string{"c-w0", "c-w1"} {
+		if vethExists(c) {
+			t.Errorf("the host veth of %s is still there after the retried withdrawal", c)
+		}
+	}
+	if v := hostRouteTo(host, "10.159.0.2"); v != "" {
+		t.Errorf("the host still routes 10.159.0.2 to %s", v)
+	}
+	db, err = ipam.Open(ipam.Options{Path: a.DBPath(), OpenTimeout: 30 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	served, _ = db.Served()
+	if _, ok := served[rangeName]; ok {
+		t.Errorf("the served record of %s is kept after the withdrawal finished: %+v", rangeName, served[rangeName])
+	}
+	if allocs, _ := db.Allocations(); len(allocs) != 0 {
+		t.Errorf("allocations left: %+v", allocs)
 	}
 }

@@ -1,9 +1,12 @@
 package agent
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/netip"
 	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -26,6 +29,9 @@ const (
 	ReasonResizedWhileUsed = "ResizedWhileInUse"
 	// ReasonReservationsFailed: the node serves the range but could not reserve its StaticIPs.
 	ReasonReservationsFailed = "ReservationsFailed"
+	// ReasonWaitingForPreviousOwner: the range names this node, but another node still holds
+	// addresses of it (it drains there); this node allocates from it once that node has drained.
+	ReasonWaitingForPreviousOwner = "WaitingForPreviousOwner"
 	// ReasonDuplicateIP is the Event reason on StaticIPs that claim the same IP (or one pod
 	// claimed by records with different IPs).
 	ReasonDuplicateIP = "DuplicateIP"
@@ -53,6 +59,9 @@ type rangePlan struct {
 	byName map[string]*jkev1.IPRange
 	// reservationsFailed: the pass could not reserve the StaticIPs' IPs (Synced stays False).
 	reservationsFailed bool
+	// draining are the ranges this node still holds addresses of although they left it, by
+	// name, at the ownership generation it served them at (drainingHeld).
+	draining map[string]int64
 }
 
 // olderFirst orders objects by creation time, then name: the order in which overlapping claims
@@ -144,6 +153,74 @@ func (p *rangePlan) dropSkipped(skipped []ipam.RangeConflict) {
 		}
 		mine = append(mine, p.mine[i])
 		rs = append(rs, r)
+	}
+	p.mine, p.ipam = mine, rs
+}
+
+// heldBy is one node's report that it holds addresses of a range (it serves or drains it) at an
+// ownership generation: its ObservedAnnotation entry "<itself>/<generation>".
+type heldBy struct {
+	node       string
+	generation int64
+}
+
+// holders reads the other nodes' reports: range name -> the nodes that report holding it
+// themselves. An entry naming another node is a route, not a claim, and is skipped; so is a
+// report that does not parse (no agent writes one).
+func holders(observed map[string]string, self string) map[string][]heldBy {
+	out := map[string][]heldBy{}
+	for node, v := range observed {
+		if node == self || v == "" {
+			continue
+		}
+		m := map[string]string{}
+		if json.Unmarshal([]byte(v), &m) != nil {
+			continue
+		}
+		for name, val := range m {
+			i := strings.LastIndexByte(val, '/')
+			if i < 0 || val[:i] != node {
+				continue
+			}
+			gen, err := strconv.ParseInt(val[i+1:], 10, 64)
+			if err != nil {
+				continue
+			}
+			out[name] = append(out[name], heldBy{node: node, generation: gen})
+		}
+	}
+	for _, hs := range out {
+		sort.Slice(hs, func(i, j int) bool { return hs[i].node < hs[j].node })
+	}
+	return out
+}
+
+// waitForPreviousOwners takes out of the plan this node's ranges that another node still
+// reports holding at the range's current ownership generation (or a higher one): the range was
+// reassigned by hand (unassigned, then assigned here) while the old node's pods still hold
+// addresses of it, and the old node drains it. Only the node that owns a range allocates from it,
+// and a range that moved away only drains: this node serves it once the old node has drained it
+// and stops reporting it. A report at a lower generation does not hold the range: node failover
+// moved it (ownerGeneration+1) and the old node revokes it instead of draining.
+func (p *rangePlan) waitForPreviousOwners(held map[string][]heldBy) {
+	var mine []*jkev1.IPRange
+	var rs []ipam.Range
+	for i, r := range p.mine {
+		var by []string
+		for _, h := range held[r.Name] {
+			if h.generation >= r.Spec.OwnerGeneration {
+				by = append(by, h.node)
+			}
+		}
+		if len(by) > 0 {
+			p.refuse(r, r.Spec.Node, refusal{ReasonWaitingForPreviousOwner, fmt.Sprintf(
+				"node %s still holds addresses of this range (its pods keep them while it drains; Node annotation %s): node %s allocates from it once they are released. "+
+					"Should that node be gone for good, delete its Node object, or move the range with ownerGeneration+1 (it then drops the range when it returns)",
+				strings.Join(by, ", "), ObservedAnnotation, r.Spec.Node)})
+			continue
+		}
+		mine = append(mine, r)
+		rs = append(rs, p.ipam[i])
 	}
 	p.mine, p.ipam = mine, rs
 }
@@ -323,4 +400,49 @@ func vethOf(att ipam.Attachment) string {
 		return link
 	}
 	return plugin.HostVethName(att.ContainerID, att.IfName)
+}
+
+// Reasons of the Node condition NetworkUnavailable the agent sets (network.go).
+const (
+	// ReasonNoRange: the node has no range it allocates from (none names it, or every one
+	// that does drains, waits for its previous owner or is left out).
+	ReasonNoRange = "StaticIPNoRange"
+	// ReasonRangeReady: the node allocates from at least one range.
+	ReasonRangeReady = "StaticIPRangeReady"
+)
+
+// networkCondition is the node's NetworkUnavailable condition for this pass: False while it
+// allocates from at least one range; True, saying why and what fixes it, while it has none.
+// Status, reason and message only: the caller keeps the transition time while the status
+// stays.
+func networkCondition(node string, plan rangePlan) (status corev1.ConditionStatus, reason, message string) {
+	if len(plan.mine) > 0 {
+		return corev1.ConditionFalse, ReasonRangeReady, fmt.Sprintf("staticip: node %s allocates pod IPs from IPRange(s) %s", node, rangeNames(plan.mine))
+	}
+	var why []string
+	for _, r := range plan.refusedMine {
+		why = append(why, fmt.Sprintf("IPRange %s is not served (%s: %s)", r.Name, plan.refused[r.Name].Reason, plan.refused[r.Name].Message))
+	}
+	if len(plan.draining) > 0 {
+		var ds []string
+		for name := range plan.draining {
+			ds = append(ds, name)
+		}
+		sort.Strings(ds)
+		why = append(why, fmt.Sprintf("IPRange(s) %s moved away and only drain", strings.Join(ds, ", ")))
+	}
+	if len(why) == 0 {
+		why = append(why, "no IPRange names this node")
+	}
+	return corev1.ConditionTrue, ReasonNoRange, fmt.Sprintf(
+		"staticip: node %s has no IP range to allocate pod IPs from: %s; pods other than host-network ones cannot get an IP here until an IPRange names this node (an IPPool that matches it, or one written by hand)",
+		node, strings.Join(why, "; "))
+}
+
+func rangeNames(rs []*jkev1.IPRange) string {
+	var out []string
+	for _, r := range rs {
+		out = append(out, r.Name)
+	}
+	return strings.Join(out, ", ")
 }

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -170,5 +171,90 @@ func TestJudge(t *testing.T) {
 		if free != c.free || spared != c.spared {
 			t.Errorf("case %d (%s %s): free=%v spared=%q, want %v %q", i, c.al.Pod, c.al.Attachment.ContainerID, free, spared, c.free, c.spared)
 		}
+	}
+}
+
+func TestWaitForPreviousOwners(t *testing.T) {
+	gen := func(r *jkev1.IPRange, g int64) *jkev1.IPRange { r.Spec.OwnerGeneration = g; return r }
+	cases := []struct {
+		name     string
+		observed map[string]string // node -> annotation
+		mine     string
+		waiting  string // the refused range's message names these nodes
+	}{
+		{name: "nobody else holds it", observed: map[string]string{"n2": `{"r":"n1/2","s":"n2/0"}`}, mine: "r"},
+		{name: "the old owner drains it at the same generation",
+			observed: map[string]string{"n2": `{"r":"n2/2"}`}, waiting: "n2"},
+		{name: "a report at a lower generation: failover moved it, the old node revokes",
+			observed: map[string]string{"n2": `{"r":"n2/1"}`}, mine: "r"},
+		{name: "the node's own report is no claim of another", observed: map[string]string{"n1": `{"r":"n1/2"}`}, mine: "r"},
+		{name: "a route entry naming another node is no claim", observed: map[string]string{"n3": `{"r":"n2/2"}`}, mine: "r"},
+		{name: "two nodes hold it", observed: map[string]string{"n3": `{"r":"n3/2"}`, "n2": `{"r":"n2/5"}`}, waiting: "n2, n3"},
+		{name: "an unparsable report is ignored", observed: map[string]string{"n2": `{r`, "n3": `{"r":"n3/x"}`}, mine: "r"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p := planRanges([]*jkev1.IPRange{gen(ipr("r", 1, "10.0.0.0/24", "n1"), 2)}, "n1")
+			p.waitForPreviousOwners(holders(c.observed, "n1"))
+			if names(p.mine) != c.mine || len(p.ipam) != len(p.mine) {
+				t.Fatalf("mine %q (%d ipam), want %q", names(p.mine), len(p.ipam), c.mine)
+			}
+			why, refused := p.refused["r"]
+			if refused != (c.waiting != "") {
+				t.Fatalf("refused %v (%+v), want waiting for %q", refused, why, c.waiting)
+			}
+			if refused && (why.Reason != ReasonWaitingForPreviousOwner || !strings.HasPrefix(why.Message, "node "+c.waiting+" still holds") || names(p.refusedMine) != "r") {
+				t.Fatalf("refusal %+v (refusedMine %q), want %s naming %s", why, names(p.refusedMine), ReasonWaitingForPreviousOwner, c.waiting)
+			}
+		})
+	}
+}
+
+func TestDrainingHeld(t *testing.T) {
+	pfx := netip.MustParsePrefix
+	served := map[string]ipam.ServedRange{
+		"moved": {Subnet: pfx("10.0.0.0/24"), OwnerGeneration: 3},
+		"mine":  {Subnet: pfx("10.0.1.0/24"), OwnerGeneration: 1},
+		"gone":  {Subnet: pfx("10.0.2.0/24"), OwnerGeneration: 0}, // drained: not in the store
+	}
+	mine := []*jkev1.IPRange{ipr("mine", 1, "10.0.1.0/24", "n1")}
+	stored := []ipam.Range{{Subnet: pfx("10.0.0.0/24"), Draining: true}, {Subnet: pfx("10.0.1.0/24")}, {Subnet: pfx("10.0.3.0/24"), Draining: true}}
+	legacy := ipr("legacy", 1, "10.0.3.0/24", "n2")
+	legacy.Spec.OwnerGeneration = 4
+	got := drainingHeld(served, mine, stored, map[string]*jkev1.IPRange{"mine": mine[0], "legacy": legacy})
+	if len(got) != 2 || got["moved"] != 3 || got["legacy"] != 4 {
+		t.Fatalf("draining %v, want moved at 3 (its served record) and legacy at 4 (no record: the IPRange of that CIDR)", got)
+	}
+	obs := observedRanges("n1", mine, []*jkev1.IPRange{ipr("moved", 1, "10.0.0.0/24", "n2")}, got, false, nil)
+	if obs["moved"] != "n1/3" || obs["mine"] != "n1/0" || obs["legacy"] != "n1/4" {
+		t.Fatalf("observed %v: a draining range must be reported as held by this node, in place of its route", obs)
+	}
+}
+
+// A revocation whose host side is not withdrawn yet (record Revoked) is planned again on every
+// pass, whatever the API shows now, and is never forgotten as stale.
+func TestPendingRevocationIsRetried(t *testing.T) {
+	sub := netip.MustParsePrefix("10.160.0.0/24")
+	served := map[string]ipam.ServedRange{
+		"pending-gone":  {Subnet: sub, OwnerGeneration: 1, Revoked: true},
+		"moved":         {Subnet: netip.MustParsePrefix("10.161.0.0/24"), OwnerGeneration: 1},
+		"same":          {Subnet: netip.MustParsePrefix("10.162.0.0/24"), OwnerGeneration: 2},
+		"gone-drains":   {Subnet: netip.MustParsePrefix("10.163.0.0/24"), OwnerGeneration: 0},
+		"pending-again": {Subnet: netip.MustParsePrefix("10.164.0.0/24"), OwnerGeneration: 3, Revoked: true},
+	}
+	byName := map[string]*jkev1.IPRange{
+		"moved":         {Spec: jkev1.IPRangeSpec{Node: "spare", OwnerGeneration: 2}},
+		"same":          {Spec: jkev1.IPRangeSpec{Node: "me", OwnerGeneration: 2}},
+		"pending-again": {Spec: jkev1.IPRangeSpec{Node: "me", OwnerGeneration: 3}},
+	}
+	var names []string
+	for _, rv := range planRevocations(served, byName) {
+		names = append(names, rv.name)
+	}
+	if want := []string{"moved", "pending-again", "pending-gone"}; !slices.Equal(names, want) {
+		t.Errorf("planned %v, want %v", names, want)
+	}
+	if stale := staleServed(served, nil, nil); !slices.Equal(stale, []string{"gone-drains", "moved", "same"}) {
+		t.Errorf("stale %v: a pending revocation must never be forgotten as stale", stale)
 	}
 }

@@ -77,7 +77,11 @@ func (a *Agent) Start(ctx context.Context) error {
 		onAdd   bool
 	}{
 		{podInf, func(any, any) bool { return false }, false}, // GC cares about pods that are gone
-		{nodeInf, func(o, n any) bool { return !reflect.DeepEqual(nodeAddresses(o), nodeAddresses(n)) }, true},
+		// A node's addresses (routes) or its report of the ranges it holds (a range assigned
+		// here waits until the node it left has drained it).
+		{nodeInf, func(o, n any) bool {
+			return !reflect.DeepEqual(nodeAddresses(o), nodeAddresses(n)) || observedOf(o) != observedOf(n)
+		}, true},
 		{rangeInf, func(o, n any) bool { return !reflect.DeepEqual(o.(*jkev1.IPRange).Spec, n.(*jkev1.IPRange).Spec) }, true},
 		{sipInf, func(o, n any) bool { return !reflect.DeepEqual(o.(*jkev1.StaticIP).Spec, n.(*jkev1.StaticIP).Spec) }, true},
 	}
@@ -144,6 +148,8 @@ type snapshot struct {
 	staticIPs []*jkev1.StaticIP
 	pods      []*corev1.Pod
 	nodeIP    func(name string) net.IP
+	// observed are the nodes' ObservedAnnotation values, by node name.
+	observed map[string]string
 }
 
 func (v *view) snapshot() (*snapshot, error) {
@@ -160,7 +166,17 @@ func (v *view) snapshot() (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &snapshot{ranges: ranges, staticIPs: sips, pods: pods, nodeIP: func(name string) net.IP {
+	nodes, err := v.nodes.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	observed := map[string]string{}
+	for _, n := range nodes {
+		if a := n.Annotations[ObservedAnnotation]; a != "" {
+			observed[n.Name] = a
+		}
+	}
+	return &snapshot{ranges: ranges, staticIPs: sips, pods: pods, observed: observed, nodeIP: func(name string) net.IP {
 		n, err := v.nodes.Get(name)
 		if err != nil {
 			return nil
@@ -223,7 +239,19 @@ func trimNode(obj any) (any, error) {
 	if v, ok := n.Annotations[ObservedAnnotation]; ok { // what the node reported (fence.go)
 		t.Annotations = map[string]string{ObservedAnnotation: v}
 	}
+	if c := networkConditionOf(n); c != nil { // what the agent reported (network.go)
+		t.Status.Conditions = []corev1.NodeCondition{*c}
+	}
 	return t, nil
+}
+
+// networkCondition is the node's NetworkUnavailable condition as the cache has it, or nil.
+func (v *view) networkCondition(node string) *corev1.NodeCondition {
+	n, err := v.nodes.Get(node)
+	if err != nil {
+		return nil
+	}
+	return networkConditionOf(n)
 }
 
 // observedAnnotation is the node's ObservedAnnotation as the cache has it.
@@ -233,4 +261,11 @@ func (v *view) observedAnnotation(node string) string {
 		return ""
 	}
 	return n.Annotations[ObservedAnnotation]
+}
+
+func observedOf(obj any) string {
+	if n, ok := obj.(*corev1.Node); ok {
+		return n.Annotations[ObservedAnnotation]
+	}
+	return ""
 }

@@ -345,6 +345,9 @@ func movedWhileFenced(ctx context.Context, kc *kubeClient, served map[string]ipa
 		if !s.Subnet.Contains(ip) {
 			continue
 		}
+		if s.Revoked { // revoked, its host side not yet withdrawn: never handed out again
+			return fmt.Sprintf("%s belongs to IPRange %s, which this node revoked (node failover moved it while this node was fenced); staticip-agent is withdrawing it", ip, name)
+		}
 		r, err := kc.getIPRange(ctx, name)
 		if err != nil || r.Spec.OwnerGeneration <= s.OwnerGeneration {
 			return ""

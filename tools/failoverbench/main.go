@@ -40,6 +40,7 @@ func main() {
 	node := flag.String("node", "", "node to fail (default: the last worker in the spare's zone)")
 	image := flag.String("image", imagebuilder.TestServerImage, "image of the pods (present on the nodes: imagePullPolicy Never)")
 	timeout := flag.Duration("timeout", 6*time.Minute, "limit of each wait (pods up, failover, restore)")
+	daemonSet := flag.Bool("tolerating-daemonset", true, "also run a DaemonSet pod on the failed node that tolerates every taint (not on the host network): the failover must not stall on it")
 	flag.Parse()
 
 	if *stateDir == "" {
@@ -70,10 +71,13 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	results, err := r.Run(ctx, Config{Rounds: *rounds, Replicas: *replicas, Node: *node, Image: *image, Timeout: *timeout})
+	results, err := r.Run(ctx, Config{Rounds: *rounds, Replicas: *replicas, Node: *node, Image: *image, Timeout: *timeout, DaemonSet: *daemonSet})
 	PrintTable(os.Stdout, results)
 	if err != nil {
 		fail(err)
+	}
+	if n := DuplicateCount(results); n > 0 {
+		fail(fmt.Errorf("%d pod events showed an IP held by two live pods", n))
 	}
 }
 

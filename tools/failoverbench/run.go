@@ -36,6 +36,7 @@ const (
 	setLabel        = "failoverbench.staticip.jke.jdcloud.com/set"
 	nameESTS        = "ests"
 	nameNative      = "native"
+	nameDaemonSet   = "logship"
 )
 
 // Config is one benchmark run.
@@ -44,6 +45,10 @@ type Config struct {
 	Node             string
 	Image            string
 	Timeout          time.Duration
+	// DaemonSet: also run a DaemonSet on the failed node that tolerates every taint and is not
+	// on the host network (a log shipper's shape): nothing in Kubernetes deletes its pod from a
+	// fenced node, the failover controller does (issue 25).
+	DaemonSet bool
 }
 
 // Runner drives the cluster.
@@ -160,8 +165,12 @@ func (r *Runner) round(ctx context.Context, cfg Config, ro roles, i int) (Round,
 	}()
 
 	r.logf("round %d: namespace %s, %d static-IP pods and %d native pods on %s", i, ns.Name, cfg.Replicas, cfg.Replicas, ro.failed)
-	if err := r.createWorkloads(ctx, ns.Name, cfg); err != nil {
+	if err := r.createWorkloads(ctx, ns.Name, cfg, ro.failed); err != nil {
 		return Round{}, err
+	}
+	want := 2 * cfg.Replicas
+	if cfg.DaemonSet {
+		want++
 	}
 	var before []*corev1.Pod
 	if err := r.poll(ctx, cfg.Timeout, "every pod Ready on "+ro.failed, func(ctx context.Context) (bool, error) {
@@ -169,10 +178,17 @@ func (r *Runner) round(ctx context.Context, cfg Config, ro roles, i int) (Round,
 		if err != nil {
 			return false, err
 		}
-		return AllReadyOn(before, ro.failed, 2*cfg.Replicas), nil
+		return AllReadyOn(before, ro.failed, want), nil
 	}); err != nil {
 		return Round{}, err
 	}
+	// Every pod event of the cluster, from here to the end of the round, is checked for an IP
+	// held by two live pods.
+	watchCtx, stopWatch := context.WithCancel(ctx)
+	watcher := newDuplicateWatcher(r.Kube)
+	watchDone := make(chan error, 1)
+	go func() { watchDone <- watcher.run(watchCtx) }()
+	defer stopWatch()
 	ips := StaticIPs(before, nameESTS)
 	// From now on the native pods may be placed on the other workers.
 	for _, n := range ro.others {
@@ -229,7 +245,16 @@ func (r *Runner) round(ctx context.Context, cfg Config, ro roles, i int) (Round,
 		return res, err
 	}
 	booted = true
-	return res, r.restore(ctx, cfg, ro, ns.Name)
+	err = r.restore(ctx, cfg, ro, ns.Name)
+	stopWatch()
+	if werr := <-watchDone; werr != nil && err == nil {
+		err = fmt.Errorf("duplicate-IP watch: %w", werr)
+	}
+	res.Events, res.Duplicates = watcher.result()
+	for _, d := range res.Duplicates {
+		r.logf("round %d: DUPLICATE IP %s", i, d)
+	}
+	return res, err
 }
 
 // restore gives the cluster its shape back: workloads and their StaticIPs gone, the node
@@ -240,6 +265,7 @@ func (r *Runner) restore(ctx context.Context, cfg Config, ro roles, ns string) e
 	r.logf("restore: deleting the workloads, booting %s", ro.failed)
 	_ = r.Staticip.JkeV1alpha1().EnhancedStatefulSets(ns).Delete(ctx, nameESTS, metav1.DeleteOptions{})
 	_ = r.Kube.AppsV1().StatefulSets(ns).Delete(ctx, nameNative, metav1.DeleteOptions{})
+	_ = r.Kube.AppsV1().DaemonSets(ns).Delete(ctx, nameDaemonSet, metav1.DeleteOptions{})
 	if err := cluster.NodeStart(ctx, r.Nodes, ro.failed, cfg.Timeout); err != nil {
 		return err
 	}
@@ -275,6 +301,20 @@ func (r *Runner) restore(ctx context.Context, cfg Config, ro roles, ns string) e
 			if err != nil {
 				return err
 			}
+			if rg.Spec.Node != "" && rg.Spec.Node != ro.failed {
+				// Not straight from the spare to the failed node at the same generation: the
+				// API server refuses that (issue 24). Unassigned first, the failed node serves
+				// it once the spare has drained it.
+				rg.Spec.Node = ""
+				if rg, err = r.Staticip.JkeV1().IPRanges().Update(ctx, rg, metav1.UpdateOptions{}); err != nil {
+					return err
+				}
+			}
+			if rg.Labels[jkev1.LabelIPPool] != "" {
+				// An IPPool's block stays unassigned: the failed node got a fresh block when it
+				// owned none, and the allocator returns this one to the pool.
+				return nil
+			}
 			rg.Spec.Node = ro.failed
 			_, err = r.Staticip.JkeV1().IPRanges().Update(ctx, rg, metav1.UpdateOptions{})
 			return err
@@ -290,13 +330,21 @@ func (r *Runner) restore(ctx context.Context, cfg Config, ro roles, ns string) e
 		return fmt.Errorf("spare %s back to the pool: %w", ro.spare, err)
 	}
 	return r.poll(ctx, cfg.Timeout, "ranges served by "+ro.failed, func(ctx context.Context) (bool, error) {
-		for _, mv := range rec.Status.MovedRanges {
-			rg, err := r.Staticip.JkeV1().IPRanges().Get(ctx, mv.Name, metav1.GetOptions{})
-			if err != nil || !Served(rg) {
-				return false, nil
+		list, err := r.Staticip.JkeV1().IPRanges().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		serves := false
+		for i := range list.Items {
+			rg := &list.Items[i]
+			if rg.Spec.Node == ro.failed {
+				if !Served(rg) {
+					return false, nil
+				}
+				serves = true
 			}
 		}
-		return true, nil
+		return serves, nil
 	})
 }
 
@@ -313,7 +361,21 @@ func Served(r *jkev1.IPRange) bool {
 	return false
 }
 
-func (r *Runner) createWorkloads(ctx context.Context, ns string, cfg Config) error {
+func (r *Runner) createWorkloads(ctx context.Context, ns string, cfg Config, failed string) error {
+	if cfg.DaemonSet {
+		tmpl := podTemplate(nameDaemonSet, corev1.LabelHostname, failed, cfg.Image)
+		tmpl.Spec.Tolerations = []corev1.Toleration{{Operator: corev1.TolerationOpExists}}
+		ds := &appsv1.DaemonSet{
+			ObjectMeta: metav1.ObjectMeta{Name: nameDaemonSet},
+			Spec: appsv1.DaemonSetSpec{
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{setLabel: nameDaemonSet}},
+				Template: tmpl,
+			},
+		}
+		if _, err := r.Kube.AppsV1().DaemonSets(ns).Create(ctx, ds, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
 	replicas := int32(cfg.Replicas)
 	ests := &jkev1alpha1.EnhancedStatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: nameESTS, Annotations: map[string]string{jkev1.AnnotationEnable: "true"}},

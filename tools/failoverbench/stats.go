@@ -26,6 +26,10 @@ type Round struct {
 	PodsGone time.Duration
 	// Phases: when (after the taint) the NodeFailover record was first seen at each phase.
 	Phases map[jkev1alpha1.NodeFailoverPhase]time.Duration
+	// Events: pod events of the whole cluster checked during the round (from the pods Ready to
+	// the end of the restore); Duplicates: IPs seen held by two pods at one of them.
+	Events     int
+	Duplicates []string
 }
 
 // phaseColumns are the record's phases the table shows (the rest pass within a sync).
@@ -122,7 +126,7 @@ func PrintTable(w io.Writer, rounds []Round) {
 		return
 	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	cols := []string{"round", "ests (s)", "native (s)", "native/ests", "stop→NotReady (s)", "old pods gone (s)"}
+	cols := []string{"round", "ests (s)", "native (s)", "native/ests", "stop→NotReady (s)", "old pods gone (s)", "pod events", "IPs held twice"}
 	for _, p := range phaseColumns {
 		cols = append(cols, "record "+string(p)+" (s)")
 	}
@@ -131,7 +135,8 @@ func PrintTable(w io.Writer, rounds []Round) {
 	phases := map[jkev1alpha1.NodeFailoverPhase][]time.Duration{}
 	for _, r := range rounds {
 		ests, native, notReady, gone = append(ests, r.ESTS), append(native, r.Native), append(notReady, r.NotReady), append(gone, r.PodsGone)
-		row := []string{fmt.Sprint(r.N), secs(r.ESTS), secs(r.Native), fmt.Sprintf("%.2f", bench.Ratio(r.Native, r.ESTS)), secs(r.NotReady), secs(r.PodsGone)}
+		row := []string{fmt.Sprint(r.N), secs(r.ESTS), secs(r.Native), fmt.Sprintf("%.2f", bench.Ratio(r.Native, r.ESTS)), secs(r.NotReady), secs(r.PodsGone),
+			fmt.Sprint(r.Events), fmt.Sprint(len(r.Duplicates))}
 		for _, p := range phaseColumns {
 			d, ok := r.Phases[p]
 			if ok {
@@ -144,7 +149,7 @@ func PrintTable(w io.Writer, rounds []Round) {
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	me, mn := bench.Median(ests), bench.Median(native)
-	row := []string{"median", secs(me), secs(mn), fmt.Sprintf("%.2f", bench.Ratio(mn, me)), secs(bench.Median(notReady)), secs(bench.Median(gone))}
+	row := []string{"median", secs(me), secs(mn), fmt.Sprintf("%.2f", bench.Ratio(mn, me)), secs(bench.Median(notReady)), secs(bench.Median(gone)), "", ""}
 	for _, p := range phaseColumns {
 		if len(phases[p]) == 0 {
 			row = append(row, "-")

@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,5 +91,39 @@ func TestPrintTable(t *testing.T) {
 	}
 	if f := strings.Fields(lines[4]); f[0] != "median" || f[1] != "12.0" || f[2] != "30.0" || f[3] != "2.50" || f[len(f)-1] != "10.0" {
 		t.Errorf("median row %q", lines[4])
+	}
+}
+
+func TestHeldTwice(t *testing.T) {
+	mk := func(uid, name, ip string, mod func(*corev1.Pod)) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{UID: types.UID(uid), Namespace: "ns", Name: name}}
+		if ip != "" {
+			p.Status.PodIPs = []corev1.PodIP{{IP: ip}}
+		}
+		if mod != nil {
+			mod(p)
+		}
+		return p
+	}
+	deleting := func(p *corev1.Pod) { p.DeletionTimestamp = &metav1.Time{} }
+	for _, c := range []struct {
+		name string
+		pods []*corev1.Pod
+		want []string
+	}{
+		{"distinct IPs", []*corev1.Pod{mk("1", "a", "10.0.0.1", nil), mk("2", "b", "10.0.0.2", nil)}, nil},
+		{"one IP on two pods", []*corev1.Pod{mk("1", "a", "10.0.0.1", nil), mk("2", "b", "10.0.0.1", nil)}, []string{"10.0.0.1: ns/a, ns/b"}},
+		{"a pod being deleted still holds its IP", []*corev1.Pod{mk("1", "a", "10.0.0.1", deleting), mk("2", "b", "10.0.0.1", nil)}, []string{"10.0.0.1: ns/a, ns/b"}},
+		{"a finished pod holds nothing", []*corev1.Pod{mk("1", "a", "10.0.0.1", func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }), mk("2", "b", "10.0.0.1", nil)}, nil},
+		{"host-network pods share the node's address", []*corev1.Pod{mk("1", "a", "172.30.0.11", func(p *corev1.Pod) { p.Spec.HostNetwork = true }), mk("2", "b", "172.30.0.11", func(p *corev1.Pod) { p.Spec.HostNetwork = true })}, nil},
+		{"no IP yet", []*corev1.Pod{mk("1", "a", "", nil), mk("2", "b", "", nil)}, nil},
+	} {
+		m := map[types.UID]*corev1.Pod{}
+		for _, p := range c.pods {
+			m[p.UID] = p
+		}
+		if got := HeldTwice(m); !slices.Equal(got, c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
 	}
 }

@@ -232,17 +232,16 @@ install() {
     case "$applied" in *" $d "*) ;; *) extra+=("$d") ;; esac
   done
   load_images "${dirs[@]}" "${extra[@]}"
-  # One IPRange per node: the node's pod CIDR, as kubeadm's controller-manager allocated it
-  # (the README's my-ipranges.yaml).
-  local n cidr
-  : >"$state/ipranges.yaml"
-  for n in $nodes; do
-    cidr=$(kubectl get node "$n" -o jsonpath='{.spec.podCIDR}')
-    [ -n "$cidr" ] || { log "node $n has no podCIDR"; exit 1; }
-    printf 'apiVersion: jke.jdcloud.com/v1\nkind: IPRange\nmetadata:\n  name: %s\nspec:\n  cidr: %s\n  node: %s\n---\n' "$n" "$cidr" "$n" >>"$state/ipranges.yaml"
-  done
+  # The README's my-ippool.yaml: one IPPool in NodePodCIDR mode over kubeadm's pod subnet, so
+  # the range allocator mirrors each node's podCIDR (kube-controller-manager allocated it) into
+  # its IPRange; no range is written per node.
+  local subnet
+  subnet=$(kubectl -n kube-system get configmap kubeadm-config -o jsonpath='{.data.ClusterConfiguration}' |
+    awk '/podSubnet:/ {print $2; exit}')
+  [ -n "$subnet" ] || { log "kubeadm-config has no podSubnet"; exit 1; }
+  printf 'apiVersion: jke.jdcloud.com/v1\nkind: IPPool\nmetadata:\n  name: default\nspec:\n  cidrs: [%s]\n  mode: NodePodCIDR\n' "$subnet" >"$state/ippool.yaml"
   for cmd in "${cmds[@]}"; do
-    cmd=${cmd//my-ipranges.yaml/$state/ipranges.yaml}
+    cmd=${cmd//my-ippool.yaml/$state/ippool.yaml}
     log "README: $cmd"
     # Word splitting as the shell would (the README's commands have no quoting); CRDs may
     # still be establishing when the next command names their kinds: retry a little.

@@ -36,6 +36,12 @@ import (
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
 	// Group=jke.jdcloud.com, Version=v1
+	case v1.SchemeGroupVersion.WithKind("IPPool"):
+		return &jkev1.IPPoolApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("IPPoolSpec"):
+		return &jkev1.IPPoolSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("IPPoolStatus"):
+		return &jkev1.IPPoolStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("IPRange"):
 		return &jkev1.IPRangeApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("IPRangeSpec"):

@@ -11,6 +11,7 @@ import (
 // +kubebuilder:validation:XValidation:rule="!has(self.rangeEnd) || !isCIDR(self.cidr) || !isIP(self.rangeEnd) || cidr(self.cidr).containsIP(self.rangeEnd)",message="rangeEnd must lie inside cidr",fieldPath=".rangeEnd"
 // +kubebuilder:validation:XValidation:rule="!has(self.excludeIPs) || !isCIDR(self.cidr) || self.excludeIPs.all(e, !isIP(e) || cidr(self.cidr).containsIP(e))",message="every excluded IP must lie inside cidr",fieldPath=".excludeIPs"
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.ownerGeneration) || (has(self.ownerGeneration) && self.ownerGeneration >= oldSelf.ownerGeneration)",message="ownerGeneration may only go up",fieldPath=".ownerGeneration"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.node) || size(oldSelf.node) == 0 || !has(self.node) || size(self.node) == 0 || self.node == oldSelf.node || (has(self.ownerGeneration) && self.ownerGeneration == (has(oldSelf.ownerGeneration) ? oldSelf.ownerGeneration : 0) + 1)",message="node may not change from one node straight to another: the old node may still run pods with addresses of this range. To move a range, unassign it (node empty), then assign it to the new node: the new node serves it once the old node has drained it (its Synced condition says WaitingForPreviousOwner meanwhile). Only ownerGeneration+1 moves it at once (node failover of a fenced node: the old node then drops the range and deletes the network of its pods in it)",fieldPath=".node"
 type IPRangeSpec struct {
 	// CIDR is the network, e.g. 10.10.0.0/24. It must be network-aligned (no host bits set).
 	// +kubebuilder:validation:MinLength=1
@@ -18,7 +19,11 @@ type IPRangeSpec struct {
 	// +kubebuilder:validation:XValidation:rule="isCIDR(self)",message="must be a CIDR such as 10.10.0.0/24"
 	// +kubebuilder:validation:XValidation:rule="!isCIDR(self) || cidr(self) == cidr(self).masked()",message="must be network-aligned: no host bits may be set after the prefix length"
 	CIDR string `json:"cidr"`
-	// Node is the node that currently owns the range. Empty: not assigned.
+	// Node is the node that currently owns the range. Empty: not assigned. It changes from one
+	// node straight to another only together with ownerGeneration+1 (node failover); an
+	// operator unassigns a range, then assigns it, and the new node allocates from it only once
+	// no other node reports holding addresses of it (the Node annotation
+	// staticip.jke.jdcloud.com/ipranges-observed).
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	Node string `json:"node,omitempty"`

@@ -19,6 +19,11 @@ const (
 	// AnnotationFailoverPaused with value "true" on a NodeFailover or on the failed Node stops
 	// the controller from writing anything for that migration.
 	AnnotationFailoverPaused = "staticip.jke.jdcloud.com/failover-paused"
+	// AnnotationNodeOff with value "true" on the NodeFailover of a deleted Node is the
+	// operator's statement that the machine is off: the fence of a Node object that no longer
+	// exists (it cannot carry the out-of-service taint). Without it, and without the manager's
+	// --node-deletion-is-fence, a deleted node's ranges never move.
+	AnnotationNodeOff = "staticip.jke.jdcloud.com/node-off"
 	// AnnotationIPRangesObserved on a Node is written by that node's agent: a JSON object
 	// {"<iprange>": "<owner node>/<ownerGeneration>"} of the ranges it has programmed routes for.
 	AnnotationIPRangesObserved = "staticip.jke.jdcloud.com/ipranges-observed"

@@ -188,6 +188,20 @@ type ServiceGridSpec struct {
 	// +kubebuilder:validation:MaxLength=317
 	// +kubebuilder:validation:Pattern=`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`
 	GridUniqKey string `json:"gridUniqKey"`
+	// TopologyKeys are the Service's topologyKeys: node label keys in order, the first one this
+	// node has that selects a ready endpoint wins, "*" (only last) selects any endpoint (e.g.
+	// ["zone","*"] to fall back to any unit). Unset: [gridUniqKey], as SuperEdge writes it, or
+	// the ServiceGrid's own topologyKeys annotation (a JSON list; not both). The rule is
+	// ValidateTopologyKeys'; the API server checks it here, the controller checks the annotation.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MinItems=1
+	// +kubebuilder:validation:MaxItems=16
+	// +kubebuilder:validation:items:MinLength=1
+	// +kubebuilder:validation:items:MaxLength=317
+	// +kubebuilder:validation:XValidation:rule="self.all(k, self.exists_one(x, x == k))",message="a key may appear only once"
+	// +kubebuilder:validation:XValidation:rule="!self.exists(k, k == '*') || self[size(self) - 1] == '*'",message="\"*\" may only be the last key"
+	TopologyKeys []string `json:"topologyKeys,omitempty"`
 	// Template is the spec of the Service {name}-svc.
 	Template corev1.ServiceSpec `json:"template"`
 }

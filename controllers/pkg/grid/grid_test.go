@@ -427,12 +427,29 @@ func TestServiceTopologyKeys(t *testing.T) {
 	if got, err := ServiceTopologyKeys(g); err != nil || got != `["zone"]` {
 		t.Errorf("%q %v", got, err)
 	}
-	for ann, want := range map[string]string{`["zone","*"]`: `["zone","*"]`, `[ "a", "b" ]`: `["a","b"]`, `"zone"`: "", `[]`: "", `["*","zone"]`: ""} {
+	for ann, want := range map[string]string{`["zone","*"]`: `["zone","*"]`, `[ "a", "b" ]`: `["a","b"]`, `"zone"`: "", `[]`: "", `["*","zone"]`: "",
+		// The wrapper refuses these (and then passes the endpoints unfiltered): so must the grid.
+		`["zone","zone"]`: "", `[""]`: "", `["zone",""]`: ""} {
 		g.Annotations = map[string]string{superedgev1.AnnotationTopologyKeys: ann}
 		got, err := ServiceTopologyKeys(g)
 		if (want == "") != (err != nil) || got != want {
 			t.Errorf("%s: %q %v, want %q", ann, got, err, want)
 		}
+	}
+	// spec.topologyKeys: used when set; not together with the annotation.
+	g.Annotations = nil
+	g.Spec.TopologyKeys = []string{"zone", "*"}
+	if got, err := ServiceTopologyKeys(g); err != nil || got != `["zone","*"]` {
+		t.Errorf("spec: %q %v", got, err)
+	}
+	g.Spec.TopologyKeys = []string{"zone", "zone"}
+	if got, err := ServiceTopologyKeys(g); err == nil || !strings.Contains(err.Error(), "appears twice") {
+		t.Errorf("spec duplicates: %q %v", got, err)
+	}
+	g.Spec.TopologyKeys = []string{"zone"}
+	g.Annotations = map[string]string{superedgev1.AnnotationTopologyKeys: `["zone"]`}
+	if got, err := ServiceTopologyKeys(g); err == nil || !strings.Contains(err.Error(), "both set") {
+		t.Errorf("spec and annotation: %q %v", got, err)
 	}
 }
 

@@ -1,7 +1,6 @@
 package grid
 
 import (
-	"encoding/json"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -10,24 +9,31 @@ import (
 	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
 )
 
-// ServiceTopologyKeys is the topologyKeys annotation a ServiceGrid's Service gets: the grid's
-// own topologyKeys annotation when it has one (a JSON list of label keys, e.g.
-// ["zone","*"] for a fallback to any endpoint), else ["<gridUniqKey>"] as SuperEdge writes it.
+// ServiceTopologyKeys is the topologyKeys annotation a ServiceGrid's Service gets:
+// spec.topologyKeys when set, else the grid's own topologyKeys annotation when it has one (a JSON
+// list of label keys, e.g. ["zone","*"] for a fallback to any endpoint), else ["<gridUniqKey>"]
+// as SuperEdge writes it. Keys that application-grid-wrapper would reject (superedgev1's one
+// parser) are an error: the grid must not look Ready while every wrapper passes the Service's
+// endpoints unfiltered.
 func ServiceTopologyKeys(g *superedgev1.ServiceGrid) (string, error) {
-	own, ok := g.Annotations[superedgev1.AnnotationTopologyKeys]
-	if !ok {
-		return TopologyKeys(g.Spec.GridUniqKey), nil
-	}
-	var keys []string
-	if err := json.Unmarshal([]byte(own), &keys); err != nil || len(keys) == 0 {
-		return "", fmt.Errorf("annotation %s=%q is not a non-empty JSON list of label keys", superedgev1.AnnotationTopologyKeys, own)
-	}
-	for i, k := range keys {
-		if k == "*" && i != len(keys)-1 {
-			return "", fmt.Errorf("annotation %s: \"*\" may only be the last key", superedgev1.AnnotationTopologyKeys)
+	own, annotated := g.Annotations[superedgev1.AnnotationTopologyKeys]
+	switch {
+	case len(g.Spec.TopologyKeys) > 0 && annotated:
+		return "", fmt.Errorf("spec.topologyKeys and the annotation %s are both set: set one", superedgev1.AnnotationTopologyKeys)
+	case len(g.Spec.TopologyKeys) > 0:
+		// The API server checks the same rule (CEL); this covers objects stored before it.
+		if err := superedgev1.ValidateTopologyKeys(g.Spec.TopologyKeys); err != nil {
+			return "", fmt.Errorf("spec.topologyKeys: %w", err)
 		}
+		return TopologyKeys(g.Spec.TopologyKeys...), nil
+	case annotated:
+		keys, err := superedgev1.ParseTopologyKeys(own)
+		if err != nil {
+			return "", fmt.Errorf("annotation %w", err)
+		}
+		return TopologyKeys(keys...), nil
 	}
-	return TopologyKeys(keys...), nil
+	return TopologyKeys(g.Spec.GridUniqKey), nil
 }
 
 // DesiredService is the ServiceGrid's Service: a deep copy of the template, the grid labels

@@ -37,6 +37,7 @@ import (
 	"github.com/staticip/staticip/apis/generated/informers/externalversions"
 	"github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
 	"github.com/staticip/staticip/controllers/pkg/grid"
+	"github.com/staticip/staticip/controllers/pkg/ippool"
 	"github.com/staticip/staticip/controllers/pkg/metrics"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 	"github.com/staticip/staticip/controllers/pkg/staticip"
@@ -48,7 +49,7 @@ const ComponentName = "staticip-controller-manager"
 
 // KnownControllers are the names --controllers accepts.
 var KnownControllers = []string{enhancedstatefulset.Name, staticip.Name,
-	grid.DeploymentGridName, grid.StatefulSetGridName, grid.ServiceGridName, nodefailover.Name}
+	grid.DeploymentGridName, grid.StatefulSetGridName, grid.ServiceGridName, nodefailover.Name, ippool.Name}
 
 // ErrLeaderLost is returned when this replica loses the lease: it must exit so that it never
 // acts next to the new leader.
@@ -81,6 +82,11 @@ type Options struct {
 	NodeFailoverWindow time.Duration
 	// NodeFailoverMaxUnhealthy: above this share of NotReady nodes ("34%") failover stops.
 	NodeFailoverMaxUnhealthy string
+	// FencedPodDeletionGrace: how long after a node is fenced the pod objects still bound to
+	// it that may hold an IP of its ranges are force-deleted.
+	FencedPodDeletionGrace time.Duration
+	// NodeDeletionIsFence: a deleted Node counts as fenced (its machine is known to be off).
+	NodeDeletionIsFence bool
 
 	// Identity overrides hostname + unique suffix (tests).
 	Identity string
@@ -108,6 +114,7 @@ func NewOptions() *Options {
 		InPlaceUpdateTimeout:       enhancedstatefulset.DefaultInPlaceUpdateTimeout,
 		NodeFailoverWindow:         nodefailover.DefaultWindow,
 		NodeFailoverMaxUnhealthy:   fmt.Sprintf("%d%%", nodefailover.DefaultMaxUnhealthyPercent),
+		FencedPodDeletionGrace:     nodefailover.DefaultFencedPodDeletionGrace,
 	}
 }
 
@@ -127,6 +134,8 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.HealthBindAddress, "health-bind-address", o.HealthBindAddress, "Address of /healthz and /readyz (plain HTTP, no credentials); empty or 0 disables it.")
 	o.Metrics.AddFlags(fs)
 	fs.DurationVar(&o.NodeFailoverWindow, "node-failover-window", o.NodeFailoverWindow, "nodefailover: how long a node fenced with the node.kubernetes.io/out-of-service taint (or deleted) must have been NotReady before its IP ranges and static IPs move.")
+	fs.DurationVar(&o.FencedPodDeletionGrace, "fenced-pod-deletion-grace", o.FencedPodDeletionGrace, "nodefailover: once a node is fenced (out-of-service and NotReady for the window), the pod objects still bound to it that may hold an IP of its ranges (pods that tolerate every taint, e.g. DaemonSet pods not on the host network) are force-deleted after this grace, so its ranges can move. Pods on the host network are never deleted.")
+	fs.BoolVar(&o.NodeDeletionIsFence, "node-deletion-is-fence", o.NodeDeletionIsFence, "nodefailover: a deleted Node object counts as fenced (its machine is known to be off). Off by default: a deleted node may be partitioned and still run its pods, so its ranges move only once the operator annotates its NodeFailover staticip.jke.jdcloud.com/node-off=true.")
 	fs.StringVar(&o.NodeFailoverMaxUnhealthy, "node-failover-max-unhealthy", o.NodeFailoverMaxUnhealthy, "nodefailover: when more than this share of the nodes is NotReady at once, failover stops (condition + Event, nothing moved).")
 	fs.DurationVar(&o.InPlaceUpdateTimeout, "inplace-update-timeout", o.InPlaceUpdateTimeout, "An EnhancedStatefulSet in-place update whose new containers the kubelet has not started after this long is given up: Event, pod recreated. 0 waits forever.")
 }
@@ -139,6 +148,9 @@ func (o *Options) Validate() error {
 	}
 	if _, err := nodefailover.ParsePercent(o.NodeFailoverMaxUnhealthy); err != nil {
 		errs = append(errs, fmt.Errorf("--node-failover-max-unhealthy: %w", err))
+	}
+	if o.FencedPodDeletionGrace < 0 {
+		errs = append(errs, fmt.Errorf("--fenced-pod-deletion-grace must not be negative, got %v", o.FencedPodDeletionGrace))
 	}
 	if o.NodeFailoverWindow < 0 {
 		errs = append(errs, fmt.Errorf("--node-failover-window must not be negative, got %v", o.NodeFailoverWindow))
@@ -197,10 +209,15 @@ func (o *Options) RestConfig() (*rest.Config, error) {
 	return cfg, nil
 }
 
-// Identity is hostname + a unique suffix, so two replicas on one host never share it.
+// Identity is the pod's name ($POD_NAME, from the downward API: the manager runs on the host
+// network, where the hostname is the node's) or else the hostname, plus a unique suffix, so two
+// replicas on one host never share it.
 func (o *Options) identity() string {
 	if o.Identity != "" {
 		return o.Identity
+	}
+	if pod := os.Getenv("POD_NAME"); pod != "" {
+		return pod + "_" + uuid.NewString()
 	}
 	host, err := os.Hostname()
 	if err != nil || host == "" {
@@ -270,13 +287,16 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
 		if o.OnStartedLeading != nil {
 			o.OnStartedLeading(identity)
 		}
+		ready.Store(false)
 		return startControllers(ctx, o, kubeClient, client, recorder, &ready)
 	}
-	ready.Store(!o.LeaderElect) // a standby is ready to take over as soon as it runs
-
 	if !o.LeaderElect {
 		return runControllers(ctx)
 	}
+	// A standby is ready: it runs no controller and holds no cache (as a standby
+	// kube-controller-manager, whose informers also start only once it leads), so a rolling
+	// update of the Deployment proceeds through it. On taking the lease it is not ready until
+	// its caches have synced (startControllers).
 	ready.Store(true)
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.leaseNamespace(), o.LeaderElectLeaseName,
 		kubeClient.CoreV1(), kubeClient.CoordinationV1(), resourcelock.ResourceLockConfig{
@@ -373,7 +393,8 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
 	return runErr
 }
 
-// startControllers creates the informers and runs the enabled controllers until ctx is done.
+// startControllers creates the informers and runs the enabled controllers until ctx is done;
+// ready is set once every informer the controllers use has synced.
 func startControllers(ctx context.Context, o *Options, kubeClient kubernetes.Interface, client versioned.Interface,
 	recorder record.EventRecorder, ready *atomic.Bool) error {
 	names, err := o.EnabledControllers()
@@ -411,10 +432,21 @@ func startControllers(ctx context.Context, o *Options, kubeClient kubernetes.Int
 				return err
 			}
 			c.Window = o.NodeFailoverWindow
+			c.FencedPodDeletionGrace = o.FencedPodDeletionGrace
+			c.NodeDeletionIsFence = o.NodeDeletionIsFence
 			c.MaxUnhealthyPercent, _ = nodefailover.ParsePercent(o.NodeFailoverMaxUnhealthy)
 			// One worker: migrations are few, and one at a time keeps two of them from racing
 			// for the same spare inside this process (the claim's optimistic lock covers the rest).
 			runs = append(runs, func(ctx context.Context) { c.Run(ctx, 1) })
+		case ippool.Name:
+			c, err := ippool.NewController(kubeClient, client, jkeInformers.Jke().V1().IPPools(),
+				jkeInformers.Jke().V1().IPRanges(), kubeInformers.Core().V1().Nodes(), kubeInformers.Core().V1().Pods(),
+				jkeInformers.Jke().V1().StaticIPs(), jkeInformers.Jke().V1alpha1().NodeFailovers(), recorder)
+			if err != nil {
+				return err
+			}
+			// One worker whatever --workers says: one key plans every pool.
+			runs = append(runs, func(ctx context.Context) { c.Run(ctx) })
 		default:
 			run, err := newGridController(name, kubeClient, client, kubeInformers, jkeInformers, recorder)
 			if err != nil {
@@ -428,12 +460,28 @@ func startControllers(ctx context.Context, o *Options, kubeClient kubernetes.Int
 	defer kubeInformers.Shutdown()
 	defer jkeInformers.Shutdown()
 	var wg sync.WaitGroup
+	wg.Go(func() {
+		if allSynced(kubeInformers.WaitForCacheSync(ctx.Done())) && allSynced(jkeInformers.WaitForCacheSync(ctx.Done())) {
+			ready.Store(true)
+			klog.FromContext(ctx).Info("Caches synced: ready")
+		}
+	})
 	for _, run := range runs {
 		wg.Go(func() { run(ctx) })
 	}
 	klog.FromContext(ctx).Info("Controllers started", "controllers", names)
 	wg.Wait()
 	return nil
+}
+
+// allSynced reports whether every informer of a factory's WaitForCacheSync synced.
+func allSynced[T comparable](synced map[T]bool) bool {
+	for _, ok := range synced {
+		if !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // serve starts /metrics (HTTPS, delegated authentication and authorization, until ctx ends)

@@ -35,6 +35,7 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/controllers/pkg/metrics"
+	"github.com/staticip/staticip/controllers/pkg/podindex"
 	"github.com/staticip/staticip/controllers/pkg/staticip"
 	"github.com/staticip/staticip/controllers/pkg/worker"
 )
@@ -46,6 +47,11 @@ const Name = "nodefailover"
 const (
 	DefaultWindow              = 2 * time.Minute
 	DefaultMaxUnhealthyPercent = 34
+	// DefaultFencedPodDeletionGrace: how long after the fence the pods still bound to the node
+	// (those that tolerate the out-of-service taint) are force-deleted: the fence (taint + NotReady
+	// past the window) already says the node is off; the grace only lets the taint manager and pod
+	// GC delete what they delete first, so the static pods are back within seconds.
+	DefaultFencedPodDeletionGrace = 5 * time.Second
 )
 
 // Reasons of conditions and Events (besides the fencing reasons in decide.go).
@@ -71,6 +77,7 @@ const (
 	ReasonPodMoved         = "MovedByFailover"
 	ReasonDeletionHeld     = "DeletionHeld"
 	ReasonDeleted          = "FailoverRecordDeleted"
+	ReasonFencedPodDeleted = "FencedPodDeleted"
 )
 
 // Finalizer holds a record's deletion while its migration is in flight, so half-moved ranges
@@ -93,7 +100,7 @@ type Controller struct {
 	ranges    jkev1listers.IPRangeLister
 	staticIPs jkev1listers.StaticIPLister
 	records   jkev1alpha1listers.NodeFailoverLister
-	podIndex  cache.Indexer
+	podIndex  *podindex.Pods
 
 	synced []cache.InformerSynced
 	queue  workqueue.TypedRateLimitingInterface[string]
@@ -102,6 +109,11 @@ type Controller struct {
 	Window time.Duration
 	// MaxUnhealthyPercent: above this share of NotReady nodes failover stops.
 	MaxUnhealthyPercent int
+	// FencedPodDeletionGrace: once a node has been fenced this long, the pod objects still
+	// bound to it that may hold an IP of its ranges are force-deleted.
+	FencedPodDeletionGrace time.Duration
+	// NodeDeletionIsFence: a deleted Node counts as fenced (off by default).
+	NodeDeletionIsFence bool
 	// Now is the clock (tests).
 	Now func() time.Time
 
@@ -109,82 +121,13 @@ type Controller struct {
 	gone *labelMemory
 }
 
-// Pod indexes: by spec.nodeName, and by the IP block (IPBlockKey) of each pod IP. Pods that may
-// hold a failed node's IPs are found through them, without listing every pod.
-const (
-	podsByNodeIndex    = "nodefailover.spec.nodeName"
-	podsByIPBlockIndex = "nodefailover.status.podIPs.block"
-	// maxBlocks bounds the index lookups for one range (a /16 of IPv4); a wider range is
-	// checked against the list of all pods.
-	maxBlocks = 256
-)
-
-func indexPodsByNode(obj any) ([]string, error) {
-	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
-		return []string{p.Spec.NodeName}, nil
-	}
-	return nil, nil
-}
-
-func indexPodsByIPBlock(obj any) ([]string, error) {
-	p, ok := obj.(*corev1.Pod)
-	if !ok {
-		return nil, nil
-	}
-	var keys []string
-	for _, ip := range p.Status.PodIPs {
-		if a, err := netip.ParseAddr(ip.IP); err == nil && !slices.Contains(keys, IPBlockKey(a)) {
-			keys = append(keys, IPBlockKey(a))
-		}
-	}
-	return keys, nil
-}
-
-// podsOn lists the pods bound to node (index).
-func (c *Controller) podsOn(node string) ([]*corev1.Pod, error) {
-	objs, err := c.podIndex.ByIndex(podsByNodeIndex, node)
-	if err != nil {
-		return nil, err
-	}
-	out := make([]*corev1.Pod, 0, len(objs))
-	for _, o := range objs {
-		if p, ok := o.(*corev1.Pod); ok {
-			out = append(out, p)
-		}
-	}
-	return out, nil
-}
+// podsOn lists the pods bound to node.
+func (c *Controller) podsOn(node string) ([]*corev1.Pod, error) { return c.podIndex.On(node) }
 
 // podsHolding returns the pods that may hold an IP of node: those bound to it and those with
 // an IP in one of ranges (index lookups per IP block; HoldingPods then decides exactly).
 func (c *Controller) podsHolding(node string, ranges []netip.Prefix) ([]*corev1.Pod, error) {
-	out, err := c.podsOn(node)
-	if err != nil {
-		return nil, err
-	}
-	seen := map[types.UID]bool{}
-	for _, p := range out {
-		seen[p.UID] = true
-	}
-	for _, r := range ranges {
-		blocks, ok := IPBlocks(r, maxBlocks)
-		if !ok {
-			return c.pods.List(labels.Everything())
-		}
-		for _, b := range blocks {
-			objs, err := c.podIndex.ByIndex(podsByIPBlockIndex, b)
-			if err != nil {
-				return nil, err
-			}
-			for _, o := range objs {
-				if p, ok := o.(*corev1.Pod); ok && !seen[p.UID] {
-					seen[p.UID] = true
-					out = append(out, p)
-				}
-			}
-		}
-	}
-	return out, nil
+	return c.podIndex.Candidates(node, ranges)
 }
 
 // NewController wires the controller to its informers.
@@ -196,17 +139,18 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, nodeIn
 		kube: kube, client: client, recorder: recorder,
 		nodes: nodeInformer.Lister(), pods: podInformer.Lister(), ranges: rangeInformer.Lister(),
 		staticIPs: sipInformer.Lister(), records: recordInformer.Lister(),
-		podIndex: podInformer.Informer().GetIndexer(),
 		synced: []cache.InformerSynced{nodeInformer.Informer().HasSynced, podInformer.Informer().HasSynced,
 			rangeInformer.Informer().HasSynced, sipInformer.Informer().HasSynced, recordInformer.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name}),
-		Window: DefaultWindow, MaxUnhealthyPercent: DefaultMaxUnhealthyPercent, Now: time.Now,
+		Window: DefaultWindow, MaxUnhealthyPercent: DefaultMaxUnhealthyPercent, FencedPodDeletionGrace: DefaultFencedPodDeletionGrace, Now: time.Now,
 		gone: &labelMemory{m: map[string]map[string]string{}},
 	}
-	if err := podInformer.Informer().AddIndexers(cache.Indexers{podsByNodeIndex: indexPodsByNode, podsByIPBlockIndex: indexPodsByIPBlock}); err != nil {
+	podIndex, err := podindex.New(podInformer.Informer(), podInformer.Lister())
+	if err != nil {
 		return nil, err
 	}
+	c.podIndex = podIndex
 	// A node's own changes concern its record; any node's health, annotations and labels
 	// concern every running migration (unhealthy share, routes, spares).
 	nodeHandler := func(obj any) {
@@ -534,6 +478,13 @@ func (m *migration) committed() bool {
 	return len(m.st().MovedRanges) > 0 || Reached(m.st(), jkev1alpha1.FailoverRangesMoved)
 }
 
+// fenceRules: the manager's settings, and the operator's node-off statement on the record of a
+// deleted Node.
+func (m *migration) fenceRules() FenceRules {
+	return FenceRules{Window: m.c.Window,
+		NodeDeletionIsFence: m.c.NodeDeletionIsFence || m.rec.Annotations[jkev1alpha1.AnnotationNodeOff] == "true"}
+}
+
 func (m *migration) paused() bool {
 	if m.rec.Annotations[jkev1alpha1.AnnotationFailoverPaused] == "true" {
 		return true
@@ -590,7 +541,7 @@ func (m *migration) run(ctx context.Context) (time.Duration, error) {
 func (m *migration) beforeMoving(ctx context.Context) (done bool, requeue time.Duration, err error) {
 	st := m.st()
 	name := m.failedName()
-	fence := Fencing(m.node, st.StartTime.Time, m.now, m.c.Window)
+	fence := Fencing(m.node, st.StartTime.Time, m.now, m.fenceRules())
 	if !fence.Candidate {
 		return false, 0, m.cancel(ctx, fence.Message)
 	}
@@ -631,11 +582,21 @@ func (m *migration) beforeMoving(ctx context.Context) (done bool, requeue time.D
 		return false, 0, err
 	}
 	if holding := HoldingPods(pods, name, prefixesOf(m.owned)); len(holding) > 0 {
-		msg := fmt.Sprintf("%s; waiting for %d pod objects that may hold its IPs to be deleted (pod GC force-deletes them once the node is out-of-service): %s",
-			fence.Message, len(holding), shortList(holding))
+		// The grace runs from the fence as this controller saw it: a node NotReady for hours
+		// and tainted a moment ago still gives the taint manager and pod GC the grace first.
+		from := fence.FencedAt
+		if st.StartTime != nil && st.StartTime.After(from) {
+			from = st.StartTime.Time
+		}
+		doomed, wait := FencedPodDeletion(pods, name, prefixesOf(m.owned), from, m.now, m.c.FencedPodDeletionGrace)
+		if err := m.deleteFencedPods(ctx, doomed); err != nil {
+			return false, 0, err
+		}
+		msg := fmt.Sprintf("%s; waiting for %d pod objects that may hold its IPs to be deleted (the taint manager and pod GC delete those that do not tolerate the out-of-service taint; those still bound to the node are force-deleted %s after the fence): %s",
+			fence.Message, len(holding), m.c.FencedPodDeletionGrace, shortList(holding))
 		m.setCondition(jkev1alpha1.NodeFailoverConditionFenced, metav1.ConditionFalse, ReasonPodsRemain, msg)
 		m.waiting(ReasonPodsRemain, msg)
-		return false, 0, nil
+		return false, wait, nil
 	}
 	m.setCondition(jkev1alpha1.NodeFailoverConditionFenced, metav1.ConditionTrue, ReasonFenced, fence.Message)
 	m.setPhase(jkev1alpha1.FailoverSourceEmpty)
@@ -665,6 +626,30 @@ func (m *migration) beforeMoving(ctx context.Context) (done bool, requeue time.D
 		return false, 0, err
 	}
 	return true, 0, nil
+}
+
+// deleteFencedPods force-deletes (grace period 0, UID precondition: never a pod of the same
+// name created since) the pod objects FencedPodDeletion chose: the machine is off, so nothing
+// runs them, and their objects are all that keeps the node's IPs claimed. Their controllers
+// recreate them (a DaemonSet's pod comes back when the node returns).
+func (m *migration) deleteFencedPods(ctx context.Context, pods []*corev1.Pod) error {
+	zero := int64(0)
+	for _, p := range pods {
+		uid := p.UID
+		err := m.c.kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero,
+			Preconditions: &metav1.Preconditions{UID: &uid}})
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			continue // gone, or another pod of that name: the next sync sees it
+		} else if err != nil {
+			return fmt.Errorf("force-delete pod %s/%s on fenced node %s: %w", p.Namespace, p.Name, m.failedName(), err)
+		}
+		msg := fmt.Sprintf("pod %s/%s was still bound to node %s %s after the node was fenced (out-of-service and not Ready): force-deleted so the node's IP ranges can move (its controller recreates it; a DaemonSet's pod comes back when the node returns)",
+			p.Namespace, p.Name, m.failedName(), m.c.FencedPodDeletionGrace)
+		m.c.recorder.Event(p, corev1.EventTypeWarning, ReasonFencedPodDeleted, msg)
+		m.c.recorder.Event(m.rec, corev1.EventTypeNormal, ReasonFencedPodDeleted, msg)
+		m.logger.Info("Force-deleted a pod bound to the fenced node", "pod", klog.KObj(p))
+	}
+	return nil
 }
 
 // deleting handles a record whose deletion was requested. Before the first range write nothing
@@ -974,14 +959,30 @@ func (m *migration) afterCommit(ctx context.Context) (time.Duration, error) {
 			}
 		}
 		var unsynced, changed []string
-		for _, mv := range st.MovedRanges {
+		current := make([]*jkev1.IPRange, len(st.MovedRanges))
+		decisions := make([]RangeMove, len(st.MovedRanges))
+		written, toWrite := false, false
+		for i, mv := range st.MovedRanges {
 			r, err := m.c.ranges.Get(mv.Name)
 			if apierrors.IsNotFound(err) {
 				r = nil
 			} else if err != nil {
 				return 0, err
 			}
-			switch DecideRangeMove(mv, r) {
+			current[i], decisions[i] = r, DecideRangeMove(mv, r)
+			written = written || decisions[i] == RangeDone
+			toWrite = toWrite || decisions[i] == RangeWrite
+		}
+		if toWrite {
+			// The fence is the statement "this machine runs nothing": re-read it before the
+			// writes that commit the move, however long ago the move was recorded.
+			if ok, requeue, err := m.fenceStillHolds(ctx, written); !ok || err != nil {
+				return requeue, err
+			}
+		}
+		for i, mv := range st.MovedRanges {
+			r := current[i]
+			switch decisions[i] {
 			case RangeWrite:
 				moved := r.DeepCopy()
 				moved.Spec.Node, moved.Spec.OwnerGeneration = mv.ToNode, mv.OwnerGeneration
@@ -1037,6 +1038,9 @@ func (m *migration) afterCommit(ctx context.Context) (time.Duration, error) {
 	}
 
 	if !Reached(st, jkev1alpha1.FailoverStaticIPsRebound) {
+		if ok, requeue, err := m.fenceStillHolds(ctx, true); !ok || err != nil {
+			return requeue, err
+		}
 		if err := m.rebindStaticIPs(ctx, moved); err != nil {
 			return 0, err
 		}
@@ -1106,6 +1110,60 @@ func (m *migration) afterCommit(ctx context.Context) (time.Duration, error) {
 		m.c.recorder.Eventf(m.node, corev1.EventTypeNormal, ReasonCompleted, "failover to %s completed", target)
 	}
 	return 0, nil
+}
+
+// fenceStillHolds re-checks the fence on the Node as the API server has it now (not the cache),
+// right before writes that commit a move. written: a range move was written already. A node
+// that is back and un-fenced before any range was written cancels the migration (nothing
+// moved); otherwise nothing is written until the node is fenced again (condition Stopped,
+// reason FenceWithdrawn, and a Warning Event).
+func (m *migration) fenceStillHolds(ctx context.Context, written bool) (bool, time.Duration, error) {
+	st := m.st()
+	node, err := m.c.kube.CoreV1().Nodes().Get(ctx, m.failedName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		node = nil
+	} else if err != nil {
+		return false, 0, fmt.Errorf("re-read node %s before committing the move: %w", m.failedName(), err)
+	}
+	var since time.Time
+	if st.StartTime != nil {
+		since = st.StartTime.Time
+	}
+	fence := Fencing(node, since, m.now, m.fenceRules())
+	switch CheckCommit(fence, written) {
+	case CommitProceed:
+		if c := meta.FindStatusCondition(st.Conditions, jkev1alpha1.NodeFailoverConditionStopped); c != nil && c.Reason == ReasonFenceWithdrawn {
+			m.setCondition(jkev1alpha1.NodeFailoverConditionStopped, metav1.ConditionFalse, ReasonFenced, fence.Message)
+			m.setCondition(jkev1alpha1.NodeFailoverConditionFenced, metav1.ConditionTrue, ReasonFenced, fence.Message)
+		}
+		return true, 0, nil
+	case CommitCancel:
+		m.node = node
+		m.c.recorder.Eventf(m.rec, corev1.EventTypeNormal, ReasonCancelled, "failover cancelled before any range was written: %s", fence.Message)
+		return false, 0, m.cancel(ctx, fence.Message+" (re-checked before writing the recorded range moves; none had been written)")
+	}
+	what := "no recorded range move was written yet"
+	if written {
+		what = "some ranges were moved already"
+	}
+	msg := fmt.Sprintf("node %s is no longer fenced (%s) and %s: nothing more is written until it is fenced again. "+
+		"Fence it again (out-of-service taint, machine off) to finish, or abandon the migration by hand (controllers/README.md, \"Recovering\")",
+		m.failedName(), fence.Message, what)
+	if m.became(jkev1alpha1.NodeFailoverConditionStopped, metav1.ConditionTrue, ReasonFenceWithdrawn) {
+		m.c.recorder.Event(m.rec, corev1.EventTypeWarning, ReasonFenceWithdrawn, msg)
+		if node != nil {
+			m.c.recorder.Event(node, corev1.EventTypeWarning, ReasonFenceWithdrawn, msg)
+		}
+		m.logger.Info("Fence withdrawn mid-migration: holding", "written", written)
+	}
+	m.setCondition(jkev1alpha1.NodeFailoverConditionStopped, metav1.ConditionTrue, ReasonFenceWithdrawn, msg)
+	m.setCondition(jkev1alpha1.NodeFailoverConditionFenced, metav1.ConditionFalse, fence.Reason, fence.Message)
+	m.waiting(ReasonFenceWithdrawn, msg)
+	requeue := fence.RecheckAfter
+	if requeue <= 0 {
+		requeue = recheck
+	}
+	return false, requeue, nil
 }
 
 // rebindStaticIPs points every moving StaticIP at the target, and deletes pods that the

@@ -33,6 +33,10 @@ const (
 	ReasonWithinWindow    = "WithinWindow"
 	ReasonPodsRemain      = "PodsRemain"
 	ReasonFenced          = "Fenced"
+	// ReasonNodeDeleted: the Node object is gone, and deletion is not a fence here.
+	ReasonNodeDeleted = "NodeDeleted"
+	// ReasonFenceWithdrawn: the node is no longer fenced after a move was recorded.
+	ReasonFenceWithdrawn = "FenceWithdrawn"
 )
 
 // NodeReady reports whether the node's Ready condition is True.
@@ -60,14 +64,33 @@ type Fence struct {
 	Reason       string
 	Message      string
 	RecheckAfter time.Duration
+	// FencedAt: when the node became fenced (NotReady transition or record start + window);
+	// set when Fenced.
+	FencedAt time.Time
+}
+
+// FenceRules are the operator's settings the fencing rule applies.
+type FenceRules struct {
+	// Window: how long the node must have been NotReady (or gone) before it is fenced.
+	Window time.Duration
+	// NodeDeletionIsFence: a deleted Node object means its machine is off (the manager's
+	// --node-deletion-is-fence, or the record's node-off annotation for one node). Without it
+	// a deleted node may be a partitioned one that still runs its pods: never fenced.
+	NodeDeletionIsFence bool
 }
 
 // Fencing applies the fencing rule to a node (nil: its Node object is gone). goneSince is when
 // the controller first saw the node gone or fenced (the record's start): for a deleted node it
 // stands in for the NotReady transition it can no longer read.
-func Fencing(node *corev1.Node, goneSince, now time.Time, window time.Duration) Fence {
+func Fencing(node *corev1.Node, goneSince, now time.Time, rules FenceRules) Fence {
 	var since time.Time
 	switch {
+	case node == nil && !rules.NodeDeletionIsFence:
+		return Fence{Candidate: true, Reason: ReasonNodeDeleted, Message: fmt.Sprintf(
+			"Node object deleted: deletion is not a fence here (a deleted node may be partitioned and still run its pods). "+
+				"Once you know the machine is off, annotate this record %s=true, or run the manager with --node-deletion-is-fence "+
+				"if whatever deletes Nodes in this cluster deletes only machines that are off; a kubelet that comes back re-registers its Node and cancels this",
+			jkev1alpha1.AnnotationNodeOff)}
 	case node == nil:
 		since = goneSince
 	case !OutOfService(node):
@@ -85,15 +108,45 @@ func Fencing(node *corev1.Node, goneSince, now time.Time, window time.Duration) 
 	if since.IsZero() {
 		since = now
 	}
+	window := rules.Window
 	if wait := since.Add(window).Sub(now); wait > 0 {
 		return Fence{Candidate: true, Reason: ReasonWithinWindow, RecheckAfter: wait,
 			Message: fmt.Sprintf("not Ready since %s; failover window %s not over (%s left)", since.UTC().Format(time.RFC3339), window, wait.Round(time.Second))}
 	}
 	what := "tainted " + jkev1alpha1.TaintOutOfService + " and not Ready"
 	if node == nil {
-		what = "Node object deleted"
+		what = "Node object deleted (deletion counts as a fence)"
 	}
-	return Fence{Fenced: true, Candidate: true, Reason: ReasonFenced, Message: fmt.Sprintf("%s since %s (window %s)", what, since.UTC().Format(time.RFC3339), window)}
+	return Fence{Fenced: true, Candidate: true, Reason: ReasonFenced, FencedAt: since.Add(window),
+		Message: fmt.Sprintf("%s since %s (window %s)", what, since.UTC().Format(time.RFC3339), window)}
+}
+
+// CommitCheck is what to do before a write that commits a move (an IPRange write, a StaticIP
+// re-point), given the fence as it is now.
+type CommitCheck int
+
+const (
+	// CommitProceed: the node is fenced; write.
+	CommitProceed CommitCheck = iota
+	// CommitCancel: the node is no longer a candidate (it runs again, un-tainted) and no move
+	// was written: cancel the migration with nothing moved.
+	CommitCancel
+	// CommitHold: the node is not fenced now; write nothing and wait (a move was written
+	// already, or the node may still become fenced again).
+	CommitHold
+)
+
+// CheckCommit re-checks the fence before a committing write. written: a range already names
+// the target at its new generation (a move happened).
+func CheckCommit(f Fence, written bool) CommitCheck {
+	switch {
+	case f.Fenced:
+		return CommitProceed
+	case !f.Candidate && !written:
+		return CommitCancel
+	default:
+		return CommitHold
+	}
 }
 
 // ParsePrefixes parses the ranges' CIDRs; a range whose CIDR does not parse (the CRD forbids
@@ -135,61 +188,32 @@ func HoldingPods(pods []*corev1.Pod, node string, ranges []netip.Prefix) []strin
 	return out
 }
 
-// Block sizes of the pod IP index: a node's range is usually a /24 (IPv4) or a /64 (IPv6) or
-// smaller, so it falls in one block.
-const (
-	ipv4BlockBits = 24
-	ipv6BlockBits = 64
-)
-
-// IPBlockKey is the index key of an address: its /24 (IPv4) or /64 (IPv6) block.
-func IPBlockKey(a netip.Addr) string {
-	a = a.Unmap()
-	bits := ipv6BlockBits
-	if a.Is4() {
-		bits = ipv4BlockBits
-	}
-	p, _ := a.Prefix(bits)
-	return p.String()
-}
-
-// IPBlocks lists the index keys of the blocks prefix p overlaps, or false when there are more
-// than max of them.
-func IPBlocks(p netip.Prefix, max int) ([]string, bool) {
-	p = p.Masked()
-	bits := ipv6BlockBits
-	if p.Addr().Is4() {
-		bits = ipv4BlockBits
-	}
-	if p.Bits() >= bits {
-		return []string{IPBlockKey(p.Addr())}, true
-	}
-	if bits-p.Bits() > 30 || 1<<(bits-p.Bits()) > max {
-		return nil, false
-	}
-	n := 1 << (bits - p.Bits())
-	out := make([]string, 0, n)
-	b := p.Addr().As16()
-	for i := 0; i < n; i++ {
-		// Add i at the block's lowest bit: byte (bits-1)/8 of the 16-byte form, plus carry.
-		c := b
-		carry := uint(i) << ((8 - uint(bits)%8) % 8)
-		pos := (bits - 1) / 8
-		if p.Addr().Is4() {
-			pos += 12
+// FencedPodDeletion lists the pod objects still bound to a fenced node that hold, or may hold,
+// an IP of its ranges (HoldingPods without the pods on other nodes) and that the controller
+// force-deletes once the node has been fenced for grace: DaemonSet pods and others that
+// tolerate the out-of-service taint, which neither the taint manager nor pod GC ever removes.
+// Pods on the host network hold no range IP and are never deleted (unless their IP is in a
+// range, which a host address never is). wait > 0: the grace is not over yet; look again then.
+func FencedPodDeletion(pods []*corev1.Pod, node string, ranges []netip.Prefix, fencedAt, now time.Time, grace time.Duration) (doomed []*corev1.Pod, wait time.Duration) {
+	for _, p := range pods {
+		if p.Spec.NodeName != node || node == "" || p.Spec.HostNetwork {
+			continue
 		}
-		for ; carry > 0 && pos >= 0; pos-- {
-			sum := uint(c[pos]) + carry&0xff
-			c[pos] = byte(sum)
-			carry = carry>>8 + sum>>8
+		if len(HoldingPods([]*corev1.Pod{p}, node, ranges)) == 0 {
+			continue
 		}
-		a := netip.AddrFrom16(c)
-		if p.Addr().Is4() {
-			a = a.Unmap()
-		}
-		out = append(out, IPBlockKey(a))
+		doomed = append(doomed, p)
 	}
-	return out, true
+	if len(doomed) == 0 {
+		return nil, 0
+	}
+	if w := fencedAt.Add(grace).Sub(now); w > 0 {
+		return nil, w
+	}
+	sort.Slice(doomed, func(i, j int) bool {
+		return doomed[i].Namespace+"/"+doomed[i].Name < doomed[j].Namespace+"/"+doomed[j].Name
+	})
+	return doomed, 0
 }
 
 // Unhealthy counts the nodes that are not Ready, and all nodes. Deleted failed nodes (their

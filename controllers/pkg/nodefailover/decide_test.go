@@ -1,7 +1,6 @@
 package nodefailover
 
 import (
-	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -53,12 +52,13 @@ func TestFencing(t *testing.T) {
 	const window = 2 * time.Minute
 	now := t0.Add(10 * time.Minute)
 	for _, tc := range []struct {
-		name         string
-		node         *corev1.Node
-		goneSince    time.Time
-		fenced, cand bool
-		reason       string
-		recheckAfter time.Duration
+		name            string
+		node            *corev1.Node
+		goneSince       time.Time
+		fenced, cand    bool
+		reason          string
+		recheckAfter    time.Duration
+		deletionIsFence bool
 	}{
 		{name: "NotReady for long, no taint: a partition, never moved",
 			node: node("n").ready(corev1.ConditionUnknown, t0).n, reason: ReasonNotOutOfService},
@@ -75,11 +75,15 @@ func TestFencing(t *testing.T) {
 		{name: "out-of-service, no Ready condition at all: window from the record",
 			node: node("n").taint(jkev1alpha1.TaintOutOfService, corev1.TaintEffectNoExecute).n, goneSince: now.Add(-time.Minute),
 			cand: true, reason: ReasonWithinWindow, recheckAfter: time.Minute},
-		{name: "Node deleted, recorded within the window", goneSince: now.Add(-time.Minute), cand: true, reason: ReasonWithinWindow, recheckAfter: time.Minute},
-		{name: "Node deleted, recorded a window ago", goneSince: now.Add(-window), fenced: true, cand: true, reason: ReasonFenced},
+		{name: "Node deleted, deletion is a fence, recorded within the window", goneSince: now.Add(-time.Minute), deletionIsFence: true,
+			cand: true, reason: ReasonWithinWindow, recheckAfter: time.Minute},
+		{name: "Node deleted, deletion is a fence, recorded a window ago", goneSince: now.Add(-window), deletionIsFence: true,
+			fenced: true, cand: true, reason: ReasonFenced},
+		{name: "Node deleted, deletion is not a fence (default): never fenced, however long ago",
+			goneSince: now.Add(-time.Hour), cand: true, reason: ReasonNodeDeleted},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Fencing(tc.node, tc.goneSince, now, window)
+			got := Fencing(tc.node, tc.goneSince, now, FenceRules{Window: window, NodeDeletionIsFence: tc.deletionIsFence})
 			if got.Fenced != tc.fenced || got.Candidate != tc.cand || got.Reason != tc.reason || got.RecheckAfter != tc.recheckAfter {
 				t.Errorf("got %+v, want fenced=%v candidate=%v reason=%s recheck=%v", got, tc.fenced, tc.cand, tc.reason, tc.recheckAfter)
 			}
@@ -149,6 +153,67 @@ func TestHoldingPods(t *testing.T) {
 	want := []string{"ns/elsewhere-with-range-ip", "ns/on-node-no-ip-yet", "ns/unscheduled-with-range-ip-v6"}
 	if !slices.Equal(got, want) {
 		t.Errorf("got %v, want %v", got, want)
+	}
+}
+
+func TestFencedAt(t *testing.T) {
+	now := t0.Add(10 * time.Minute)
+	n := node("n").ready(corev1.ConditionUnknown, t0).taint(jkev1alpha1.TaintOutOfService, corev1.TaintEffectNoExecute).n
+	if got := Fencing(n, time.Time{}, now, FenceRules{Window: time.Minute}); !got.FencedAt.Equal(t0.Add(time.Minute)) {
+		t.Errorf("fenced at %v, want the NotReady transition + the window %v", got.FencedAt, t0.Add(time.Minute))
+	}
+}
+
+func TestCheckCommit(t *testing.T) {
+	fenced := Fence{Fenced: true, Candidate: true}
+	waiting := Fence{Candidate: true, Reason: ReasonNodeReady}
+	running := Fence{Reason: ReasonNotOutOfService}
+	for _, tc := range []struct {
+		name    string
+		fence   Fence
+		written bool
+		want    CommitCheck
+	}{
+		{"still fenced, nothing written", fenced, false, CommitProceed},
+		{"still fenced, some written", fenced, true, CommitProceed},
+		{"back and un-tainted before any write: cancel, nothing moved", running, false, CommitCancel},
+		{"back and un-tainted after a range moved: hold, never write more", running, true, CommitHold},
+		{"Ready again but still tainted: hold", waiting, false, CommitHold},
+		{"Ready again after a range moved: hold", waiting, true, CommitHold},
+	} {
+		if got := CheckCommit(tc.fence, tc.written); got != tc.want {
+			t.Errorf("%s: got %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+func TestFencedPodDeletion(t *testing.T) {
+	ranges := ParsePrefixes([]string{"10.1.3.0/24"})
+	tolerating := pod("logship-n3", "n3", false, "10.1.3.50")
+	noIPYet := pod("b-no-ip-yet", "n3", false)
+	terminating := pod("a-terminating", "n3", false, "10.1.3.51")
+	terminating.DeletionTimestamp = &metav1.Time{Time: t0}
+	pods := []*corev1.Pod{
+		tolerating, noIPYet, terminating,
+		pod("node-exporter", "n3", true, "172.31.0.3"),          // host network: never
+		pod("elsewhere-with-range-ip", "n1", false, "10.1.3.7"), // bound to a live node: never
+		pod("unscheduled-with-range-ip", "", false, "10.1.3.8"),
+		pod("other-node", "n1", false, "10.1.1.7"),
+	}
+	fencedAt := t0
+	if got, wait := FencedPodDeletion(pods, "n3", ranges, fencedAt, t0.Add(10*time.Second), 30*time.Second); got != nil || wait != 20*time.Second {
+		t.Errorf("within the grace: %v, wait %v; want none, 20s", got, wait)
+	}
+	got, wait := FencedPodDeletion(pods, "n3", ranges, fencedAt, t0.Add(30*time.Second), 30*time.Second)
+	var names []string
+	for _, p := range got {
+		names = append(names, p.Name)
+	}
+	if want := []string{"a-terminating", "b-no-ip-yet", "logship-n3"}; !slices.Equal(names, want) || wait != 0 {
+		t.Errorf("after the grace: %v (wait %v), want %v", names, wait, want)
+	}
+	if got, wait := FencedPodDeletion(pods[3:], "n3", ranges, fencedAt, t0.Add(time.Hour), 0); got != nil || wait != 0 {
+		t.Errorf("only host-network pods and pods elsewhere: %v, %v; want nothing", got, wait)
 	}
 }
 
@@ -323,51 +388,5 @@ func TestRangeSynced(t *testing.T) {
 	r.Status.Conditions[0].Status = metav1.ConditionFalse
 	if RangeSynced(r) {
 		t.Error("Synced=False counted")
-	}
-}
-
-func TestIPBlocks(t *testing.T) {
-	for _, tc := range []struct {
-		prefix string
-		want   []string
-		ok     bool
-	}{
-		{"10.1.3.0/24", []string{"10.1.3.0/24"}, true},
-		{"10.1.3.64/26", []string{"10.1.3.0/24"}, true},
-		{"10.1.2.0/23", []string{"10.1.2.0/24", "10.1.3.0/24"}, true},
-		{"10.1.255.0/23", []string{"10.1.254.0/24", "10.1.255.0/24"}, true}, // masked to 10.1.254.0/23
-		{"10.1.0.0/22", []string{"10.1.0.0/24", "10.1.1.0/24", "10.1.2.0/24", "10.1.3.0/24"}, true},
-		{"10.0.0.0/15", nil, false}, // 512 blocks > 256
-		{"fd00:1:2:3::/64", []string{"fd00:1:2:3::/64"}, true},
-		{"fd00:1:2:3:4::/80", []string{"fd00:1:2:3::/64"}, true},
-		{"fd00:1:2:2::/63", []string{"fd00:1:2:2::/64", "fd00:1:2:3::/64"}, true},
-		{"fd00:1:2:ff00::/56", nil, true}, // 256 blocks: counted below
-		{"fd00::/48", nil, false},
-	} {
-		got, ok := IPBlocks(netip.MustParsePrefix(tc.prefix), 256)
-		if ok != tc.ok {
-			t.Errorf("%s: ok %v, want %v", tc.prefix, ok, tc.ok)
-			continue
-		}
-		if tc.want == nil && ok {
-			if len(got) != 256 || got[0] != "fd00:1:2:ff00::/64" || got[255] != "fd00:1:2:ffff::/64" {
-				t.Errorf("%s: %d blocks %v..%v", tc.prefix, len(got), got[0], got[len(got)-1])
-			}
-			continue
-		}
-		if !slices.Equal(got, tc.want) {
-			t.Errorf("%s: %v, want %v", tc.prefix, got, tc.want)
-		}
-	}
-	// Every address of a range falls in one of its blocks.
-	p := netip.MustParsePrefix("10.7.4.0/22")
-	blocks, _ := IPBlocks(p, 256)
-	for a := p.Addr(); p.Contains(a); a = a.Next() {
-		if !slices.Contains(blocks, IPBlockKey(a)) {
-			t.Fatalf("%s of %s in block %s, not among %v", a, p, IPBlockKey(a), blocks)
-		}
-	}
-	if k := IPBlockKey(netip.MustParseAddr("::ffff:10.1.3.9")); k != "10.1.3.0/24" {
-		t.Errorf("a v4-mapped address: %s", k)
 	}
 }

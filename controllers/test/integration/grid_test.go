@@ -372,6 +372,54 @@ func TestGridInvalidSpec(t *testing.T) {
 	})
 }
 
+// TestServiceGridTopologyKeysRefused: topologyKeys every application-grid-wrapper would refuse
+// (it would then pass the Service's endpoints unfiltered) are refused by the grid too:
+// Ready=False InvalidSpec with the reason, a Warning Event, and no Service.
+func TestServiceGridTopologyKeysRefused(t *testing.T) {
+	f := newFixture(t)
+	f.node("n1", map[string]string{f.gridKey(): "zone-0"})
+	f.startManager(gridControllers...)
+	for name, keys := range map[string]string{"dup": `["zone","zone"]`, "empty": `[""]`} {
+		g := f.newServiceGrid(name)
+		g.Annotations = map[string]string{superedgev1.AnnotationTopologyKeys: keys}
+		if _, err := f.client.SuperedgeV1().ServiceGrids(f.ns).Create(f.ctx, g, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		var c *metav1.Condition
+		f.eventually(30*time.Second, name+": Ready=False InvalidSpec", func() (bool, error) {
+			got, err := f.client.SuperedgeV1().ServiceGrids(f.ns).Get(f.ctx, name, metav1.GetOptions{})
+			if err != nil {
+				return false, err
+			}
+			c = findCondition(got.Status.Conditions, superedgev1.ConditionReady)
+			return holds(c != nil && c.Reason == grid.ReasonInvalidSpec, fmt.Errorf("%+v", c))
+		})
+		if c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "topologyKeys") {
+			t.Errorf("%s: condition %+v", name, c)
+		}
+		if evs := f.gridEvents(name); !strings.Contains(evs, "InvalidSpec:") || !strings.Contains(evs, "topologyKeys") {
+			t.Errorf("%s: Events %s", name, evs)
+		}
+		if _, err := f.kube.CoreV1().Services(f.ns).Get(f.ctx, name+"-svc", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			t.Errorf("%s: Service %s-svc: %v, want NotFound", name, name, err)
+		}
+	}
+	// spec.topologyKeys (the API server checks them, CEL) become the Service's annotation.
+	g := f.newServiceGrid("good")
+	g.Spec.TopologyKeys = []string{f.gridKey(), superedgev1.TopologyKeyAny}
+	if _, err := f.client.SuperedgeV1().ServiceGrids(f.ns).Create(f.ctx, g, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want := `["` + f.gridKey() + `","*"]`
+	f.eventually(30*time.Second, "Service good-svc with spec.topologyKeys", func() (bool, error) {
+		svc, err := f.kube.CoreV1().Services(f.ns).Get(f.ctx, "good-svc", metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		return holds(svc.Annotations[superedgev1.AnnotationTopologyKeys] == want, fmt.Errorf("annotations %v", svc.Annotations))
+	})
+}
+
 func (f *fixture) newStatefulSetGrid(name string) *superedgev1.StatefulSetGrid {
 	return &superedgev1.StatefulSetGrid{
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: f.ns, Annotations: map[string]string{jkev1.AnnotationEnable: "true"}},

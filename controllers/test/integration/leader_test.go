@@ -206,11 +206,14 @@ func TestHealthAndMetricsEndpoints(t *testing.T) {
 		b, _ := io.ReadAll(resp.Body)
 		return resp.StatusCode, string(b)
 	}
-	for _, p := range []string{"/healthz", "/readyz"} {
-		if code, body := get(p); code != 200 {
-			t.Errorf("%s: %d %s", p, code, body)
-		}
+	if code, body := get("/healthz"); code != 200 {
+		t.Errorf("/healthz: %d %s", code, body)
 	}
+	// Ready once the leader's caches have synced (not before: TestReadyzWaitsForCaches).
+	f.eventually(30*time.Second, "/readyz 200", func() (bool, error) {
+		code, _ := get("/readyz")
+		return code == 200, nil
+	})
 	f.eventually(30*time.Second, "sync metrics", func() (bool, error) {
 		code, body := get("/metrics")
 		if code != 200 {

@@ -46,7 +46,8 @@ type failoverEnv struct {
 	holdSync    map[string]bool // node -> its agent does not report ranges Synced
 	holdRoutes  bool            // no agent writes ipranges-observed
 	stopManager func()
-	managerCfg  *rest.Config // the manager's identity (default: the test's admin)
+	managerCfg  *rest.Config           // the manager's identity (default: the test's admin)
+	options     func(*manager.Options) // more manager flags (default: none)
 }
 
 func newFailoverEnv(t *testing.T) *failoverEnv {
@@ -94,6 +95,12 @@ func (e *failoverEnv) startFailover(window time.Duration) func() {
 	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
 	o.Controllers = []string{nodefailover.Name}
 	o.NodeFailoverWindow = window
+	// The tests play pod GC themselves (podGC); a pod left on a fenced node is force-deleted
+	// by the controller only where a test asks for it (TestNodeFailoverPodsThatNeverLeave).
+	o.FencedPodDeletionGrace = time.Hour
+	if e.options != nil {
+		e.options(o)
+	}
 	ctx, cancel := context.WithCancel(e.ctx)
 	done := make(chan error, 1)
 	cfg := e.cfg
@@ -609,26 +616,10 @@ func TestNodeFailoverResumesARecordedMove(t *testing.T) {
 	e.setReady("n3", false)
 	e.fence("n3")
 	// What a previous leader left: spare claimed, both moves recorded, only the first written.
-	e.retry(func() error {
-		n := e.getNode("spare1")
-		n.Labels[jkev1alpha1.LabelFailoverFor] = e.name("n3")
-		_, err := e.kube.CoreV1().Nodes().Update(e.ctx, n, metav1.UpdateOptions{})
-		return err
+	e.leftByDeadLeader("n3", "spare1", nil, []jkev1alpha1.MovedRange{
+		{Name: written, CIDR: e.cidr(1), FromNode: e.name("n3"), ToNode: e.name("spare1"), OwnerGeneration: 1},
+		{Name: pending, CIDR: e.cidr(2), FromNode: e.name("n3"), ToNode: e.name("spare1"), OwnerGeneration: 8},
 	})
-	rec, err := e.client.JkeV1alpha1().NodeFailovers().Create(e.ctx, &jkev1alpha1.NodeFailover{ObjectMeta: metav1.ObjectMeta{Name: e.name("n3")},
-		Spec: jkev1alpha1.NodeFailoverSpec{Node: e.name("n3"), Target: e.name("spare1")}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	start := metav1.NewTime(time.Now().Add(-time.Minute))
-	rec.Status = jkev1alpha1.NodeFailoverStatus{Phase: jkev1alpha1.FailoverTargetReserved, Target: e.name("spare1"), StartTime: &start, PhaseTime: &start,
-		MovedRanges: []jkev1alpha1.MovedRange{
-			{Name: written, CIDR: e.cidr(1), FromNode: e.name("n3"), ToNode: e.name("spare1"), OwnerGeneration: 1},
-			{Name: pending, CIDR: e.cidr(2), FromNode: e.name("n3"), ToNode: e.name("spare1"), OwnerGeneration: 8},
-		}}
-	if _, err := e.client.JkeV1alpha1().NodeFailovers().UpdateStatus(e.ctx, rec, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	e.retry(func() error {
 		r := e.getRange(written)
 		r.Spec.Node, r.Spec.OwnerGeneration = e.name("spare1"), 1
@@ -639,6 +630,31 @@ func TestNodeFailoverResumesARecordedMove(t *testing.T) {
 	e.waitRecord("n3", "completed (no StaticIPs to wait for)", phaseIs(jkev1alpha1.FailoverCompleted))
 	e.assertRange(written, "spare1", 1)
 	e.assertRange(pending, "spare1", 8)
+}
+
+// leftByDeadLeader makes what a leader leaves that claimed target for failed, recorded the
+// moves and died: the claim label, the record (with its finalizer and annotations) at
+// TargetReserved with the moves.
+func (e *failoverEnv) leftByDeadLeader(failed, target string, annotations map[string]string, moves []jkev1alpha1.MovedRange) {
+	e.t.Helper()
+	e.retry(func() error {
+		n := e.getNode(target)
+		n.Labels[jkev1alpha1.LabelFailoverFor] = e.name(failed)
+		_, err := e.kube.CoreV1().Nodes().Update(e.ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+	rec, err := e.client.JkeV1alpha1().NodeFailovers().Create(e.ctx, &jkev1alpha1.NodeFailover{ObjectMeta: metav1.ObjectMeta{Name: e.name(failed),
+		Finalizers: []string{nodefailover.Finalizer}, Annotations: annotations},
+		Spec: jkev1alpha1.NodeFailoverSpec{Node: e.name(failed), Target: e.name(target)}}, metav1.CreateOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	start := metav1.NewTime(time.Now().Add(-time.Minute))
+	rec.Status = jkev1alpha1.NodeFailoverStatus{Phase: jkev1alpha1.FailoverTargetReserved, Target: e.name(target), StartTime: &start, PhaseTime: &start,
+		MovedRanges: moves}
+	if _, err := e.client.JkeV1alpha1().NodeFailovers().UpdateStatus(e.ctx, rec, metav1.UpdateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
 }
 
 // TestNodeFailoverNoTarget: no spare qualifies (too little CPU, another zone) → condition and
@@ -816,14 +832,20 @@ func TestNodeFailoverPartitionWithoutTaint(t *testing.T) {
 	e.assertRange(ra, "n3", 0)
 }
 
-// TestNodeFailoverWithItsRBAC runs a whole migration as the manager's ServiceAccount with only
-// the permissions of manifests/controller-manager/rbac.yaml.
-func TestNodeFailoverWithItsRBAC(t *testing.T) {
-	e := newFailoverEnv(t)
+// asManagerServiceAccount makes the manager run as its ServiceAccount with only the
+// permissions of manifests/controller-manager/rbac.yaml.
+func (e *failoverEnv) asManagerServiceAccount() {
 	e.applyRBAC()
 	cfg := rest.CopyConfig(e.cfg)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:staticip-system:staticip-controller-manager"}
 	e.managerCfg = cfg
+}
+
+// TestNodeFailoverWithItsRBAC runs a whole migration as the manager's ServiceAccount with only
+// the permissions of manifests/controller-manager/rbac.yaml.
+func TestNodeFailoverWithItsRBAC(t *testing.T) {
+	e := newFailoverEnv(t)
+	e.asManagerServiceAccount()
 	ra, rb := e.threeNodesAndSpare()
 	e.startFailover(time.Second)
 	e.setReady("n3", false)
@@ -840,11 +862,12 @@ func TestNodeFailoverWithItsRBAC(t *testing.T) {
 	})
 }
 
-// TestNodeFailoverNodeDeleted: a Node object deleted (a cloud node controller removed the
-// instance) fences it too — once its range was served by an agent. A range whose node never
-// joined is left alone.
+// TestNodeFailoverNodeDeleted: with --node-deletion-is-fence, a Node object deleted (a cloud
+// node controller removed the instance) fences it too — once its range was served by an
+// agent. A range whose node never joined is left alone.
 func TestNodeFailoverNodeDeleted(t *testing.T) {
 	e := newFailoverEnv(t)
+	e.options = func(o *manager.Options) { o.NodeDeletionIsFence = true }
 	ra, _ := e.threeNodesAndSpare()
 	never := e.addRange("rnever", 9, "not-joined-yet", 0)
 	e.eventually(30*time.Second, "n3's range served by its agent", func() (bool, error) {

@@ -6,9 +6,11 @@ import (
 	"fmt"
 	"hash/fnv"
 	"io"
+	"maps"
 	"mime"
 	"net/http"
 	"net/url"
+	"slices"
 	"sync"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -52,23 +54,87 @@ func serializerFor(contentType string) (runtime.SerializerInfo, error) {
 type sliceFilter func(*discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice
 
 // filterList decodes an EndpointSliceList in its own encoding, filters every item and
-// encodes it back the same way. List metadata (resourceVersion, continue) is untouched.
-func filterList(info runtime.SerializerInfo, body []byte, filter sliceFilter) ([]byte, string, error) {
+// encodes it back the same way. List metadata (resourceVersion, continue) is untouched and
+// returned. v, when not nil, records every item as the client will hold it.
+func filterList(info runtime.SerializerInfo, body []byte, filter sliceFilter, v *view) ([]byte, metav1.ListMeta, error) {
 	list := &discoveryv1.EndpointSliceList{}
 	if _, _, err := info.Serializer.Decode(body, nil, list); err != nil {
-		return nil, "", fmt.Errorf("decoding EndpointSliceList: %w", err)
+		return nil, metav1.ListMeta{}, fmt.Errorf("decoding EndpointSliceList: %w", err)
 	}
 	for i := range list.Items {
-		if out := filter(&list.Items[i]); out != &list.Items[i] {
+		orig := list.Items[i] // shallow: the filter never modifies its input
+		out := filter(&list.Items[i])
+		if v != nil {
+			v.put(&orig, fingerprint(orig.ResourceVersion, out))
+		}
+		if out != &list.Items[i] {
 			list.Items[i] = *out
 		}
 	}
 	var buf bytes.Buffer
 	enc := scheme.Codecs.EncoderForVersion(info.Serializer, discoveryv1.SchemeGroupVersion)
 	if err := enc.Encode(list, &buf); err != nil {
-		return nil, "", fmt.Errorf("encoding EndpointSliceList: %w", err)
+		return nil, metav1.ListMeta{}, fmt.Errorf("encoding EndpointSliceList: %w", err)
 	}
-	return buf.Bytes(), list.ResourceVersion, nil
+	return buf.Bytes(), list.ListMeta, nil
+}
+
+// view is what one client holds of the EndpointSlices it lists and watches through the
+// wrapper: the version of each slice its list or stream carried (unfiltered, managedFields
+// dropped), by Service, and a fingerprint of the filtered version it was sent. A selection
+// change re-filters the held versions of the changed Services and re-sends those whose result
+// differs: no request to the API server.
+type view struct {
+	bySvc map[string]map[string]*discoveryv1.EndpointSlice // service -> slice key -> held version
+	sent  map[string]string                                // slice key -> fingerprint sent
+	svcOf map[string]string                                // slice key -> service
+}
+
+func newView() *view {
+	return &view{bySvc: map[string]map[string]*discoveryv1.EndpointSlice{}, sent: map[string]string{}, svcOf: map[string]string{}}
+}
+
+func serviceOf(es *discoveryv1.EndpointSlice) string {
+	return es.Namespace + "/" + es.Labels[discoveryv1.LabelServiceName]
+}
+
+// put records es (not modified afterwards by anyone) as held, sent with fingerprint fp.
+func (v *view) put(es *discoveryv1.EndpointSlice, fp string) {
+	key := es.Namespace + "/" + es.Name
+	v.remove(key)
+	held := es
+	if len(es.ManagedFields) > 0 {
+		cp := *es
+		cp.ManagedFields = nil
+		held = &cp
+	}
+	svc := serviceOf(es)
+	if v.bySvc[svc] == nil {
+		v.bySvc[svc] = map[string]*discoveryv1.EndpointSlice{}
+	}
+	v.bySvc[svc][key] = held
+	v.svcOf[key] = svc
+	v.sent[key] = fp
+}
+
+func (v *view) remove(key string) {
+	if svc, ok := v.svcOf[key]; ok {
+		delete(v.bySvc[svc], key)
+		if len(v.bySvc[svc]) == 0 {
+			delete(v.bySvc, svc)
+		}
+		delete(v.svcOf, key)
+	}
+	delete(v.sent, key)
+}
+
+// clone copies the index (the held slices are shared: nobody modifies them).
+func (v *view) clone() *view {
+	out := &view{bySvc: make(map[string]map[string]*discoveryv1.EndpointSlice, len(v.bySvc)), sent: maps.Clone(v.sent), svcOf: maps.Clone(v.svcOf)}
+	for svc, m := range v.bySvc {
+		out.bySvc[svc] = maps.Clone(m)
+	}
+	return out
 }
 
 // watchFilter rewrites one EndpointSlice watch stream frame by frame: ADDED, MODIFIED
@@ -78,11 +144,12 @@ func filterList(info runtime.SerializerInfo, body []byte, filter sliceFilter) ([
 //
 // A selection change (refresh) is written into the same stream by the same goroutine
 // that forwards the API server's frames, between two of them: for each slice of an
-// affected Service, the version the client holds (the API server's list at exactly the
-// stream's newest resourceVersion) re-filtered, as a MODIFIED event carrying that
-// version's own resourceVersion, then a BOOKMARK at the stream's newest resourceVersion
-// (see writeRefresh). The only other frame the wrapper writes itself is the 410 Expired ERROR
-// of end(), when a refresh is impossible.
+// affected Service, the version the client holds (the view: what its list and this stream
+// carried) re-filtered, as a MODIFIED event carrying that version's own resourceVersion,
+// then a BOOKMARK at the stream's newest resourceVersion (see writeRefresh). The only other
+// frame the wrapper writes itself is the 410 Expired ERROR of end(), when a refresh is
+// impossible. That goroutine is the only writer, and holds no lock while it writes: a client
+// that does not read blocks its own stream only (the proxy's write timeout then drops it).
 type watchFilter struct {
 	info   runtime.SerializerInfo
 	in     io.ReadCloser
@@ -91,25 +158,30 @@ type watchFilter struct {
 	// onEvent gets the resourceVersion of every event or bookmark passed on, and the
 	// selection generation the client's view at that resourceVersion was filtered with.
 	onEvent func(rv string, gen uint64)
-	// listAt, when set, returns the slices of the affected Services exactly as the API
-	// server held them at a resourceVersion (the client's view); nil: every selection
-	// change ends the watch with 410.
-	listAt func(rv string, c Changes) ([]*discoveryv1.EndpointSlice, error)
+	// refreshes: a selection change is re-sent on the stream; false: every selection change
+	// ends the watch with 410.
+	refreshes bool
 	// onRefresh, when set, gets the outcome of every refresh (slices re-sent or error).
 	onRefresh func(resent int, err error)
+	// onEnd, when set, gets the client's view at the stream's position when the stream ends
+	// other than with a 410 (the client resumes from there), before the client sees the end.
+	onEnd func(rv string, v *view)
 
 	// Owned by the forwarding goroutine (run).
 	pos streamPosition
-	// sent fingerprints the filtered version of each slice last written on this stream
-	// (resourceVersion and the endpoints kept), so a refresh re-sends only what changes.
-	sent map[string]string
+	// held is the client's view: the versions of the slices it holds and the fingerprint
+	// of what it was sent of each (resourceVersion and the endpoints kept), so a refresh
+	// re-sends only what changes.
+	held *view
 	// gen is the selection generation the client's view was last filtered with.
 	gen uint64
 
-	kick chan struct{} // a refresh is pending (capacity 1)
+	kick chan struct{} // a refresh or an end is pending (capacity 1)
 
+	// mu guards what other goroutines hand to run; never held while writing to the client.
 	mu         sync.Mutex
 	ended      bool
+	endReason  string // end() asked for a 410 with this reason
 	pending    Changes
 	pendingGen uint64
 }
@@ -177,7 +249,7 @@ func (p *streamPosition) refreshable() (wait bool, whyNot string) {
 
 func newWatchFilter(info runtime.SerializerInfo, in io.ReadCloser, out *io.PipeWriter, filter sliceFilter, onEvent func(string, uint64)) *watchFilter {
 	return &watchFilter{info: info, in: in, out: out, filter: filter, onEvent: onEvent,
-		sent: map[string]string{}, kick: make(chan struct{}, 1)}
+		held: newView(), kick: make(chan struct{}, 1)}
 }
 
 // refresh asks the forwarding goroutine to re-send the slices of the changed Services
@@ -199,7 +271,7 @@ type frameOrErr struct {
 }
 
 // run copies the stream until the upstream ends, the client goes away or end() is
-// called. It is the only writer of the stream (end's 410 aside, which closes it).
+// called. It is the only writer of the stream.
 func (w *watchFilter) run() error {
 	frames := make(chan frameOrErr)
 	done := make(chan struct{})
@@ -228,6 +300,11 @@ func (w *watchFilter) run() error {
 	}()
 	fw := w.info.StreamSerializer.Framer.NewFrameWriter(w.out)
 	for {
+		if reason := w.endRequested(); reason != "" {
+			// Before any further frame: an end asked for at the start precedes everything.
+			w.writeEnd(fw, reason)
+			return nil
+		}
 		select {
 		case f := <-frames:
 			if f.err != nil {
@@ -244,15 +321,28 @@ func (w *watchFilter) run() error {
 			}
 			if !w.pos.initial && w.hasPending() {
 				// Changes that came during WatchList's initial events: right after its end.
-				w.runRefresh(fw)
+				if w.runRefresh(fw) {
+					return nil
+				}
 			}
 		case <-w.kick:
-			w.runRefresh(fw)
+			if w.endRequested() != "" {
+				continue
+			}
+			if w.runRefresh(fw) {
+				return nil
+			}
 		}
 		if w.isEnded() {
 			return nil
 		}
 	}
+}
+
+func (w *watchFilter) endRequested() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.endReason
 }
 
 // forward rewrites and writes one frame from the API server.
@@ -261,23 +351,19 @@ func (w *watchFilter) forward(fw io.Writer, frame []byte) error {
 	if err != nil {
 		return err
 	}
-	w.mu.Lock()
-	if w.ended {
-		w.mu.Unlock()
+	if w.isEnded() {
 		return nil
 	}
-	_, err = fw.Write(out)
-	w.mu.Unlock()
-	if err != nil {
+	if _, err := fw.Write(out); err != nil {
 		return err
 	}
 	w.pos.observe(ev.eventType, ev.rv, ev.initialEnd)
 	switch {
 	case ev.key == "":
 	case ev.eventType == watch.Deleted:
-		delete(w.sent, ev.key)
+		w.held.remove(ev.key)
 	default:
-		w.sent[ev.key] = ev.fingerprint
+		w.held.put(ev.obj, ev.fingerprint)
 	}
 	if ev.rv != "" && w.onEvent != nil {
 		w.onEvent(ev.rv, w.gen)
@@ -297,31 +383,33 @@ func (w *watchFilter) isEnded() bool {
 	return w.ended
 }
 
-// runRefresh writes a pending refresh, or ends the watch with 410 when it cannot.
-func (w *watchFilter) runRefresh(fw io.Writer) {
+// runRefresh writes a pending refresh, or ends the watch with 410 when it cannot (then it
+// returns true).
+func (w *watchFilter) runRefresh(fw io.Writer) bool {
 	if wait, _ := w.pos.refreshable(); wait {
-		return // kept pending until the initial-events-end bookmark
+		return false // kept pending until the initial-events-end bookmark
 	}
 	w.mu.Lock()
 	c, gen := w.pending, w.pendingGen
 	w.pending = Changes{}
 	w.mu.Unlock()
 	if c.Empty() {
-		return
+		return false
 	}
 	n, err := w.writeRefresh(fw, c)
 	if w.onRefresh != nil {
 		w.onRefresh(n, err)
 	}
 	if err != nil {
-		w.end("application-grid-wrapper: topology selection changed (" + err.Error() + "), relist")
-		return
+		w.writeEnd(fw, "application-grid-wrapper: topology selection changed ("+err.Error()+"), relist")
+		return true
 	}
 	// The client's view at the stream's position is now filtered with generation gen.
 	w.gen = max(w.gen, gen)
 	if w.onEvent != nil {
 		w.onEvent(w.pos.rv, w.gen)
 	}
+	return false
 }
 
 // errNoRefresh: the watch cannot take a refresh; the caller ends it with 410.
@@ -333,10 +421,11 @@ var errNoRefresh = errors.New("no refresh on this watch")
 // slices re-sent.
 //
 // Why this is exact, and invents nothing:
-//   - the client's store is the API server's state at the stream's newest
-//     resourceVersion N (every event up to N was delivered, in order), so the list at
-//     exactly N holds precisely the objects the client has; each is re-sent with its own
-//     resourceVersion, as kube-proxy already has it, only its endpoints re-filtered;
+//   - the client's store is what its list (or the WatchList initial events) and this
+//     stream carried, in order, up to the stream's newest resourceVersion N: exactly the
+//     view (held), kept from those very frames; each slice is re-sent with its own
+//     resourceVersion, as the client already has it, only its endpoints re-filtered (and
+//     without managedFields, which the view does not keep);
 //   - a MODIFIED event sets client-go's lastSyncResourceVersion to that object's
 //     resourceVersion, older than N: the closing BOOKMARK at N (a resourceVersion the
 //     API server itself sent on this stream, and true: everything up to N is delivered)
@@ -351,32 +440,31 @@ var errNoRefresh = errors.New("no refresh on this watch")
 // (its resync period equals its informer factory's, see edge/README.md); the relist a
 // 410 causes depends on the same thing.
 func (w *watchFilter) writeRefresh(fw io.Writer, c Changes) (int, error) {
-	if w.listAt == nil {
+	if !w.refreshes {
 		return 0, errNoRefresh
 	}
 	if _, whyNot := w.pos.refreshable(); whyNot != "" {
 		return 0, fmt.Errorf("%w: %s", errNoRefresh, whyNot)
 	}
-	held, err := w.listAt(w.pos.rv, c)
-	if err != nil {
-		return 0, fmt.Errorf("list at resourceVersion %s: %w", w.pos.rv, err)
-	}
 	enc := scheme.Codecs.EncoderForVersion(w.info.Serializer, discoveryv1.SchemeGroupVersion)
 	var frames [][]byte
 	fingerprints := map[string]string{}
-	for _, es := range held {
-		filtered := w.filter(es)
-		key := es.Namespace + "/" + es.Name
-		fp := fingerprint(es.ResourceVersion, filtered)
-		if w.sent[key] == fp {
-			continue
+	for _, svc := range slices.Sorted(maps.Keys(c.Services)) {
+		held := w.held.bySvc[svc]
+		for _, key := range slices.Sorted(maps.Keys(held)) {
+			es := held[key]
+			filtered := w.filter(es)
+			fp := fingerprint(es.ResourceVersion, filtered)
+			if w.held.sent[key] == fp {
+				continue
+			}
+			frame, err := w.encodeEvent(enc, watch.Modified, filtered)
+			if err != nil {
+				return 0, err
+			}
+			frames = append(frames, frame)
+			fingerprints[key] = fp
 		}
-		frame, err := w.encodeEvent(enc, watch.Modified, filtered)
-		if err != nil {
-			return 0, err
-		}
-		frames = append(frames, frame)
-		fingerprints[key] = fp
 	}
 	if len(frames) == 0 {
 		return 0, nil
@@ -387,9 +475,7 @@ func (w *watchFilter) writeRefresh(fw io.Writer, c Changes) (int, error) {
 		return 0, err
 	}
 	frames = append(frames, frame)
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if w.ended {
+	if w.isEnded() {
 		return 0, nil
 	}
 	for _, f := range frames {
@@ -398,7 +484,7 @@ func (w *watchFilter) writeRefresh(fw io.Writer, c Changes) (int, error) {
 		}
 	}
 	for k, fp := range fingerprints {
-		w.sent[k] = fp
+		w.held.sent[k] = fp
 	}
 	return len(fingerprints), nil
 }
@@ -436,7 +522,8 @@ type event struct {
 	eventType   watch.EventType
 	rv          string
 	initialEnd  bool
-	key         string // namespace/name of an ADDED/MODIFIED/DELETED slice
+	key         string                     // namespace/name of an ADDED/MODIFIED/DELETED slice
+	obj         *discoveryv1.EndpointSlice // that slice as the API server sent it
 	fingerprint string
 }
 
@@ -467,7 +554,7 @@ func (w *watchFilter) rewrite(frame []byte) ([]byte, event, error) {
 	if _, _, err := w.info.Serializer.Decode(wev.Object.Raw, nil, es); err != nil {
 		return nil, ev, fmt.Errorf("decoding EndpointSlice of a %s event: %w", wev.Type, err)
 	}
-	ev.rv, ev.key = es.ResourceVersion, es.Namespace+"/"+es.Name
+	ev.rv, ev.key, ev.obj = es.ResourceVersion, es.Namespace+"/"+es.Name, es
 	filtered := w.filter(es)
 	ev.fingerprint = fingerprint(es.ResourceVersion, filtered)
 	if filtered == es {
@@ -485,37 +572,59 @@ func (w *watchFilter) rewrite(frame []byte) ([]byte, event, error) {
 	return buf.Bytes(), ev, nil
 }
 
-// end writes a 410 Expired ERROR event and closes the stream: client-go's reflector then
-// relists (with the resourceVersion it last saw, so the API server serves current data
+// end asks for the stream to be ended with a 410 Expired ERROR event: client-go's reflector
+// then relists (with the resourceVersion it last saw, so the API server serves current data
 // and no resourceVersion is made up), and the relist passes the filter with the new
-// selection.
+// selection. It never blocks: the forwarding goroutine writes the event.
 func (w *watchFilter) end(reason string) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
+	if w.ended || w.endReason != "" {
+		w.mu.Unlock()
+		return
+	}
+	w.endReason = reason
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+// writeEnd writes the 410 and closes the stream (the forwarding goroutine only).
+func (w *watchFilter) writeEnd(fw io.Writer, reason string) {
+	w.mu.Lock()
 	if w.ended {
+		w.mu.Unlock()
 		return
 	}
 	w.ended = true
+	w.mu.Unlock()
 	status := apierrors.NewResourceExpired(reason).ErrStatus
 	raw, err := runtime.Encode(scheme.Codecs.EncoderForVersion(w.info.Serializer, schema.GroupVersion{Version: "v1"}), &status)
 	if err == nil {
 		var buf bytes.Buffer
 		event := metav1.WatchEvent{Type: string(watch.Error), Object: runtime.RawExtension{Raw: raw}}
 		if err = w.info.StreamSerializer.Serializer.Encode(&event, &buf); err == nil {
-			_, err = w.info.StreamSerializer.Framer.NewFrameWriter(w.out).Write(buf.Bytes())
+			_, err = fw.Write(buf.Bytes())
 		}
 	}
 	_ = w.out.CloseWithError(err)
 	_ = w.in.Close()
 }
 
+// close ends the stream without a 410: the client resumes from the stream's position, where
+// onEnd leaves its view.
 func (w *watchFilter) close(err error) {
 	w.mu.Lock()
-	defer w.mu.Unlock()
 	if w.ended {
+		w.mu.Unlock()
 		return
 	}
 	w.ended = true
+	w.mu.Unlock()
+	if w.onEnd != nil && w.pos.rv != "" && !w.pos.initial {
+		w.onEnd(w.pos.rv, w.held)
+	}
 	_ = w.out.CloseWithError(err)
 }
 

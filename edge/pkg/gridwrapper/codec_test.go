@@ -158,7 +158,7 @@ func TestFilterList(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		out, rv, err := filterList(info, raw, dropOdd)
+		out, lm, err := filterList(info, raw, dropOdd, nil)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -166,8 +166,8 @@ func TestFilterList(t *testing.T) {
 		if err := runtime.DecodeInto(scheme.Codecs.UniversalDecoder(), out, got); err != nil {
 			t.Fatalf("%s: client cannot decode the filtered list: %v", mediaType, err)
 		}
-		if rv != "77" || got.ResourceVersion != "77" || len(got.Items) != 2 || len(got.Items[0].Endpoints) != 2 || len(got.Items[1].Endpoints) != 0 {
-			t.Errorf("%s: filtered list %+v (rv %s)", mediaType, got, rv)
+		if rv := lm.ResourceVersion; rv != "77" || got.ResourceVersion != "77" || len(got.Items) != 2 || len(got.Items[0].Endpoints) != 2 || len(got.Items[1].Endpoints) != 0 {
+			t.Errorf("%s: filtered list %+v (rv %s)", mediaType, got, lm.ResourceVersion)
 		}
 	}
 	if _, err := serializerFor("application/cbor"); err == nil {

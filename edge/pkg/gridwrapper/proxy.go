@@ -4,15 +4,12 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
-	"maps"
 	"net/http"
 	"net/http/httputil"
 	"net/url"
 	"regexp"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -20,13 +17,8 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/apimachinery/pkg/selection"
-	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 )
 
@@ -34,8 +26,6 @@ import (
 type Filterer interface {
 	Synced() bool
 	Filter(*discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice
-	// HasTopology says whether the Service "namespace/name" carries topologyKeys.
-	HasTopology(service string) bool
 }
 
 // ChangeSource tells the proxy when, and for which Services, the selection changed
@@ -72,13 +62,15 @@ type Proxy struct {
 	state    Filterer
 	metrics  *Metrics
 	rp       *httputil.ReverseProxy
-	upstream *url.URL
-	client   *http.Client
 
 	// RelistOnChange: a selection change ends every open EndpointSlice watch with 410 so
 	// the clients relist, instead of refreshing the affected slices on the open watches.
 	// Set before serving.
 	RelistOnChange bool
+	// WriteTimeout bounds each write to an EndpointSlice watch client (0: DefaultWriteTimeout):
+	// a client that does not read is dropped (it re-watches, as after any broken watch) rather
+	// than holding its stream, and the upstream watch behind it, forever. Set before serving.
+	WriteTimeout time.Duration
 
 	mu      sync.Mutex
 	watches map[*watchFilter]struct{}
@@ -90,13 +82,49 @@ type Proxy struct {
 	generation uint64
 	rvGen      map[string]uint64
 	rvOrder    []string
+	// views are the clients' views (what they hold of the slices) at the resourceVersions of
+	// the lists served and the watches ended, which a watch resuming from one of them starts
+	// from (cloned); pages are those of paginated lists by continue token, until their last
+	// page. Both bounded (maxViews).
+	views     map[string]*view
+	viewOrder []string
+	pages     map[string]*view
+	pageOrder []string
+}
+
+// maxViews bounds the views kept (one client, kube-proxy, needs one or two at a time).
+const maxViews = 8
+
+// DefaultWriteTimeout is the default Proxy.WriteTimeout.
+const DefaultWriteTimeout = 30 * time.Second
+
+// keep adds v under key to a bounded map with its insertion order.
+func keep(m map[string]*view, order *[]string, key string, v *view) {
+	if _, ok := m[key]; !ok {
+		*order = append(*order, key)
+		if len(*order) > maxViews {
+			delete(m, (*order)[0])
+			*order = (*order)[1:]
+		}
+	}
+	m[key] = v
+}
+
+// saveView keeps the client's view at resourceVersion rv.
+func (p *Proxy) saveView(rv string, v *view) {
+	if rv == "" || v == nil {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	keep(p.views, &p.viewOrder, rv, v)
 }
 
 // NewProxy proxies to upstream through transport (which carries the wrapper's own
 // credentials).
 func NewProxy(upstream *url.URL, transport http.RoundTripper, nodeName string, state Filterer, m *Metrics) *Proxy {
 	p := &Proxy{nodeName: nodeName, state: state, metrics: m, watches: map[*watchFilter]struct{}{}, rvGen: map[string]uint64{},
-		upstream: upstream, client: &http.Client{Transport: transport}}
+		views: map[string]*view{}, pages: map[string]*view{}}
 	p.rp = &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(upstream)
@@ -197,8 +225,39 @@ func (p *Proxy) ServeHTTP(rw http.ResponseWriter, r *http.Request) {
 		}
 	}
 	p.metrics.requests.WithLabelValues(resource, verb, "proxied").Inc()
+	if rt == filterSlices && isWatch(r) {
+		timeout := p.WriteTimeout
+		if timeout <= 0 {
+			timeout = DefaultWriteTimeout
+		}
+		dw := &deadlineWriter{ResponseWriter: rw, rc: http.NewResponseController(rw), timeout: timeout}
+		// The connection may serve the client's next request: no deadline left behind.
+		defer func() { _ = dw.rc.SetWriteDeadline(time.Time{}) }()
+		rw = dw
+	}
 	p.rp.ServeHTTP(rw, r)
 }
+
+// deadlineWriter bounds every write (and flush) to a watch client by a deadline: past it the
+// write fails, the reverse proxy aborts the response and closes the stream it copies from, and
+// the watch's forwarding goroutine ends.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+}
+
+func (d *deadlineWriter) Write(b []byte) (int, error) {
+	_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	return d.ResponseWriter.Write(b)
+}
+
+func (d *deadlineWriter) FlushError() error {
+	_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	return d.rc.Flush()
+}
+
+func (d *deadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
 
 func (p *Proxy) modifyResponse(resp *http.Response) error {
 	r := resp.Request
@@ -232,12 +291,31 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 		if err != nil {
 			return err
 		}
-		out, rv, err := filterList(info, raw, p.state.Filter)
+		// The client's view: a first page starts one, a further page adds to its first's.
+		var v *view
+		if cont := r.URL.Query().Get("continue"); cont == "" {
+			v = newView()
+		} else {
+			p.mu.Lock()
+			v = p.pages[cont]
+			delete(p.pages, cont)
+			p.mu.Unlock()
+		}
+		out, lm, err := filterList(info, raw, p.state.Filter, v)
 		if err != nil {
 			return err
 		}
 		p.metrics.filterSeconds.WithLabelValues("list").Observe(time.Since(start).Seconds())
-		p.remember(rv, gen)
+		if lm.Continue != "" {
+			if v != nil {
+				p.mu.Lock()
+				keep(p.pages, &p.pageOrder, lm.Continue, v)
+				p.mu.Unlock()
+			}
+		} else {
+			p.saveView(lm.ResourceVersion, v)
+		}
+		p.remember(lm.ResourceVersion, gen)
 		resp.Body = io.NopCloser(bytes.NewReader(out))
 		resp.ContentLength = int64(len(out))
 		resp.Header.Set("Content-Length", strconv.Itoa(len(out)))
@@ -259,11 +337,21 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	wf.gen = gen
 	wf.pos = newStreamPosition(r.URL.Query())
 	if !p.RelistOnChange {
-		wf.listAt = p.listAt(r, info)
+		wf.refreshes = true
 		wf.onRefresh = p.refreshed
+		wf.onEnd = p.saveView
 	}
 	p.watches[wf] = struct{}{}
 	stale := p.staleStart(r)
+	if stale == "" && wf.refreshes && wf.pos.rv != "" {
+		// A watch resuming from a resourceVersion: the client holds the view of the list or
+		// watch that handed it out.
+		if v := p.views[wf.pos.rv]; v != nil {
+			wf.held = v.clone()
+		} else {
+			stale = "no view of that resourceVersion"
+		}
+	}
 	p.mu.Unlock()
 	p.metrics.watchesOpen.Inc()
 	go func() {
@@ -279,8 +367,8 @@ func (p *Proxy) modifyResponse(resp *http.Response) error {
 	if stale != "" {
 		p.metrics.watchResets.WithLabelValues(stale).Inc()
 		klog.V(2).InfoS("Ending EndpointSlice watch at once so the client relists", "reason", stale, "resourceVersion", r.URL.Query().Get("resourceVersion"))
-		// Not here: end writes into the pipe, which nobody reads before this returns.
-		go wf.end("application-grid-wrapper: " + stale + ", relist")
+		// Written by the watch's own goroutine, once the client reads.
+		wf.end("application-grid-wrapper: " + stale + ", relist")
 	}
 	resp.Body = pr
 	return nil
@@ -336,16 +424,17 @@ func (p *Proxy) SelectionChanged(c Changes) {
 		open = append(open, wf)
 	}
 	p.mu.Unlock()
+	// Neither call blocks: each watch's own goroutine writes, so a client slow to read its
+	// stream holds up nobody else.
 	for _, wf := range open {
-		if wf.listAt != nil {
+		if wf.refreshes {
 			wf.refresh(c, gen)
 			continue
 		}
 		p.metrics.watchResets.WithLabelValues("selection changed").Inc()
-		// Each on its own: a client slow to read its stream must not hold up the others.
-		go wf.end("application-grid-wrapper: topology selection changed, relist")
+		wf.end("application-grid-wrapper: topology selection changed, relist")
 	}
-	klog.V(2).InfoS("Topology selection changed", "watches", len(open), "services", len(c.Services), "allTopologyServices", c.All, "relist", p.RelistOnChange)
+	klog.V(2).InfoS("Topology selection changed", "watches", len(open), "services", len(c.Services), "relist", p.RelistOnChange)
 }
 
 // refreshed records the outcome of one watch's refresh.
@@ -361,106 +450,6 @@ func (p *Proxy) refreshed(resent int, err error) {
 		p.metrics.refreshes.WithLabelValues("resent").Inc()
 		p.metrics.refreshedSlices.Add(float64(resent))
 	}
-}
-
-// maxNamedServices bounds the Services a refresh names in its label selector; beyond it
-// the list is of all slices the client watches, narrowed here.
-const maxNamedServices = 100
-
-// listAt returns how a watch's refresh reads the client's view: the EndpointSlices the
-// watch request selects, listed from the API server at exactly a resourceVersion (so
-// exactly as the client holds them), in the watch's own encoding, those of the changed
-// Services only.
-func (p *Proxy) listAt(watchReq *http.Request, info runtime.SerializerInfo) func(string, Changes) ([]*discoveryv1.EndpointSlice, error) {
-	ctx := watchReq.Context()
-	q := watchReq.URL.Query()
-	return func(rv string, c Changes) ([]*discoveryv1.EndpointSlice, error) {
-		sel, err := labels.Parse(q.Get("labelSelector"))
-		if err != nil {
-			return nil, fmt.Errorf("label selector: %w", err)
-		}
-		if !c.All && len(c.Services) <= maxNamedServices {
-			names := map[string]bool{}
-			for key := range c.Services {
-				if _, name, err := cache.SplitMetaNamespaceKey(key); err == nil {
-					names[name] = true
-				}
-			}
-			req, err := labels.NewRequirement(discoveryv1.LabelServiceName, selection.In, slices.Sorted(maps.Keys(names)))
-			if err != nil {
-				return nil, err
-			}
-			sel = sel.Add(*req)
-		}
-		out := url.Values{}
-		if s := sel.String(); s != "" {
-			out.Set("labelSelector", s)
-		}
-		if fs := q.Get("fieldSelector"); fs != "" {
-			out.Set("fieldSelector", fs)
-		}
-		out.Set("resourceVersion", rv)
-		out.Set("resourceVersionMatch", string(metav1.ResourceVersionMatchExact))
-		u := p.upstream.JoinPath(watchReq.URL.Path)
-		u.RawQuery = out.Encode()
-		ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, u.String(), nil)
-		if err != nil {
-			return nil, err
-		}
-		req.Header.Set("Accept", info.MediaType)
-		start := time.Now()
-		resp, err := p.client.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		defer resp.Body.Close()
-		body := io.Reader(resp.Body)
-		if strings.EqualFold(resp.Header.Get("Content-Encoding"), "gzip") {
-			zr, err := gzip.NewReader(resp.Body)
-			if err != nil {
-				return nil, fmt.Errorf("gzip response: %w", err)
-			}
-			body = zr
-		}
-		raw, err := io.ReadAll(io.LimitReader(body, 1<<30))
-		if err != nil {
-			return nil, err
-		}
-		if resp.StatusCode != http.StatusOK {
-			return nil, fmt.Errorf("API server answered %d: %s", resp.StatusCode, statusMessage(raw))
-		}
-		rinfo, err := serializerFor(resp.Header.Get("Content-Type"))
-		if err != nil {
-			return nil, err
-		}
-		list := &discoveryv1.EndpointSliceList{}
-		if _, _, err := rinfo.Serializer.Decode(raw, nil, list); err != nil {
-			return nil, fmt.Errorf("decoding EndpointSliceList: %w", err)
-		}
-		p.metrics.filterSeconds.WithLabelValues("refresh_list").Observe(time.Since(start).Seconds())
-		held := make([]*discoveryv1.EndpointSlice, 0, len(list.Items))
-		for i := range list.Items {
-			es := &list.Items[i]
-			if c.Affects(es.Namespace+"/"+es.Labels[discoveryv1.LabelServiceName], p.state.HasTopology) {
-				held = append(held, es)
-			}
-		}
-		return held, nil
-	}
-}
-
-// statusMessage extracts the message of a metav1.Status body, or returns it shortened.
-func statusMessage(raw []byte) string {
-	var status metav1.Status
-	if err := json.Unmarshal(raw, &status); err == nil && status.Message != "" {
-		return status.Message
-	}
-	if len(raw) > 200 {
-		raw = raw[:200]
-	}
-	return string(raw)
 }
 
 // coalesce bounds how often open watches are brought to a new selection during a burst

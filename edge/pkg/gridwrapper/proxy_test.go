@@ -61,7 +61,6 @@ type fakeState struct{ synced bool }
 
 func (f fakeState) Synced() bool                                                    { return f.synced }
 func (f fakeState) Filter(es *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice { return es }
-func (f fakeState) HasTopology(string) bool                                         { return false }
 
 // TestNotSyncedAnswers429: EndpointSlice requests wait for the caches (429 + Retry-After),
 // other requests pass, refused ones never reach the API server.
@@ -140,8 +139,7 @@ func TestStaleWatchStartEnds(t *testing.T) {
 
 type dropAll struct{}
 
-func (dropAll) Synced() bool            { return true }
-func (dropAll) HasTopology(string) bool { return true }
+func (dropAll) Synced() bool { return true }
 func (dropAll) Filter(es *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {
 	out := es.DeepCopy()
 	out.Endpoints = nil

@@ -1,10 +1,7 @@
 package gridwrapper
 
 import (
-	"errors"
 	"io"
-	"net/http"
-	"net/http/httptest"
 	"net/url"
 	"sync"
 	"testing"
@@ -191,7 +188,6 @@ func TestRefreshResendsHeldVersionThenBookmark(t *testing.T) {
 	for _, mediaType := range []string{mediaTypeProtobuf, mediaTypeJSON} {
 		t.Run(mediaType, func(t *testing.T) {
 			sel := &switchable{}
-			listed := make(chan string, 4)
 			var gens []string
 			var mu sync.Mutex
 			var wf *watchFilter
@@ -203,14 +199,8 @@ func TestRefreshResendsHeldVersionThenBookmark(t *testing.T) {
 				})
 				q, _ := url.ParseQuery("watch=true&sendInitialEvents=true&resourceVersionMatch=NotOlderThan&allowWatchBookmarks=true")
 				wf.pos = newStreamPosition(q)
-				wf.listAt = func(rv string, c Changes) ([]*discoveryv1.EndpointSlice, error) {
-					if !c.Services["ns/svc-a"] || c.All {
-						t.Errorf("refresh of %+v, want ns/svc-a", c)
-					}
-					listed <- rv
-					// The API server's list at exactly rv: the version of "a" the client has.
-					return []*discoveryv1.EndpointSlice{withSvc(testSlice("a", "40", "10.0.0.1", "10.0.0.2", "10.0.0.3"), "svc-a")}, nil
-				}
+				// The refresh re-sends what the stream itself carried: no list.
+				wf.refreshes = true
 				return wf
 			})
 
@@ -229,9 +219,6 @@ func TestRefreshResendsHeldVersionThenBookmark(t *testing.T) {
 			if got := h.expect("initial-events-end bookmark, untouched", watch.Bookmark, "42", 0); got.Annotations[metav1.InitialEventsAnnotationKey] != "true" {
 				t.Fatalf("initial-events-end annotation lost: %+v", got)
 			}
-			if rv := <-listed; rv != "42" {
-				t.Errorf("listed at %s, want 42 (the initial-events-end bookmark)", rv)
-			}
 			h.expect("refresh: a as the client holds it, re-filtered, own resourceVersion", watch.Modified, "40", 3)
 			if got := h.expect("refresh ends with a bookmark at the stream's position", watch.Bookmark, "42", 0); len(got.Annotations) != 0 {
 				t.Errorf("refresh bookmark carries annotations %v", got.Annotations)
@@ -241,18 +228,12 @@ func TestRefreshResendsHeldVersionThenBookmark(t *testing.T) {
 			h.send(watch.Modified, withSvc(testSlice("c", "43", "10.0.2.1"), "svc-c"))
 			h.expect("c", watch.Modified, "43", 1)
 			wf.refresh(Changes{Services: map[string]bool{"ns/svc-a": true}}, 2)
-			if rv := <-listed; rv != "43" {
-				t.Errorf("listed at %s, want 43 (the newest event sent)", rv)
-			}
 			h.send(watch.Bookmark, testSlice("", "44"))
 			h.expect("API server bookmark next: the no-op refresh wrote nothing", watch.Bookmark, "44", 0)
 
 			// Back to the old selection.
 			sel.set(false)
 			wf.refresh(Changes{Services: map[string]bool{"ns/svc-a": true}}, 3)
-			if rv := <-listed; rv != "44" {
-				t.Errorf("listed at %s, want 44", rv)
-			}
 			h.expect("refresh back", watch.Modified, "40", 2)
 			h.expect("refresh bookmark", watch.Bookmark, "44", 0)
 
@@ -293,21 +274,14 @@ func h0info(t *testing.T, mediaType string) runtime.SerializerInfo {
 // TestRefreshImpossibleEndsWith410: when a refresh cannot be written exactly, the watch
 // is ended with 410 Expired (the client relists), never left with the old selection.
 func TestRefreshImpossibleEndsWith410(t *testing.T) {
-	heldA := func(string, Changes) ([]*discoveryv1.EndpointSlice, error) {
-		return []*discoveryv1.EndpointSlice{withSvc(testSlice("a", "40", "10.0.0.1", "10.0.0.2"), "svc-a")}, nil
-	}
 	tests := []struct {
-		name   string
-		query  string
-		listAt func(string, Changes) ([]*discoveryv1.EndpointSlice, error)
+		name      string
+		query     string
+		refreshes bool
 	}{
-		{"client takes no bookmarks", "watch=true&resourceVersion=39", heldA},
-		{"watch from 0: position unknown", "watch=true&resourceVersion=0&allowWatchBookmarks=true", heldA},
-		{"list at the position fails (compacted)", "watch=true&resourceVersion=39&allowWatchBookmarks=true",
-			func(string, Changes) ([]*discoveryv1.EndpointSlice, error) {
-				return nil, errors.New("API server answered 410: too old resource version")
-			}},
-		{"relist mode (no listAt)", "watch=true&resourceVersion=39&allowWatchBookmarks=true", nil},
+		{"client takes no bookmarks", "watch=true&resourceVersion=39", true},
+		{"watch from 0: position unknown", "watch=true&resourceVersion=0&allowWatchBookmarks=true", true},
+		{"relist mode", "watch=true&resourceVersion=39&allowWatchBookmarks=true", false},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -318,7 +292,7 @@ func TestRefreshImpossibleEndsWith410(t *testing.T) {
 				wf = newWatchFilter(h0info(t, mediaTypeProtobuf), in, out, sel.filter, nil)
 				q, _ := url.ParseQuery(tt.query)
 				wf.pos = newStreamPosition(q)
-				wf.listAt = tt.listAt
+				wf.refreshes = tt.refreshes
 				wf.onRefresh = func(n int, err error) { results = append(results, errString(err)) }
 				return wf
 			})
@@ -344,72 +318,4 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
-}
-
-// topologyOf is a Filterer whose Services with topologyKeys are listed.
-type topologyOf map[string]bool
-
-func (topologyOf) Synced() bool                                                    { return true }
-func (topologyOf) Filter(es *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice { return es }
-func (t topologyOf) HasTopology(svc string) bool                                   { return t[svc] }
-
-// TestListAtAsksForExactlyTheClientsView: a refresh reads the client's view with the
-// watch's own selectors plus the changed Services' names, at exactly the stream's
-// resourceVersion, in the watch's encoding; it keeps the changed Services' slices only
-// (for a node change: those of the Services with topologyKeys).
-func TestListAtAsksForExactlyTheClientsView(t *testing.T) {
-	var queries []url.Values
-	upstream := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		queries = append(queries, r.URL.Query())
-		if r.URL.Path != "/apis/discovery.k8s.io/v1/endpointslices" || r.Header.Get("Accept") != mediaTypeProtobuf {
-			t.Errorf("list %s Accept %q", r.URL.Path, r.Header.Get("Accept"))
-		}
-		list := &discoveryv1.EndpointSliceList{ListMeta: metav1.ListMeta{ResourceVersion: "90"}, Items: []discoveryv1.EndpointSlice{
-			*withSvc(testSlice("a-1", "50", "10.0.0.1"), "svc-a"), *withSvc(testSlice("b-1", "51", "10.0.0.2"), "svc-b"),
-			*withSvc(testSlice("c-1", "52", "10.0.0.3"), "svc-c")}}
-		info, _ := serializerFor(mediaTypeProtobuf)
-		raw, err := runtime.Encode(scheme.Codecs.EncoderForVersion(info.Serializer, discoveryv1.SchemeGroupVersion), list)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w.Header().Set("Content-Type", mediaTypeProtobuf)
-		_, _ = w.Write(raw)
-	}))
-	defer upstream.Close()
-	u, _ := url.Parse(upstream.URL)
-	p := NewProxy(u, http.DefaultTransport, "node-a", topologyOf{"ns/svc-a": true, "ns/svc-c": true}, NewMetrics())
-	watchReq := httptest.NewRequest("GET", "/apis/discovery.k8s.io/v1/endpointslices?watch=true&labelSelector=%21service.kubernetes.io%2Fheadless&resourceVersion=80&allowWatchBookmarks=true", nil)
-	info, _ := serializerFor(mediaTypeProtobuf + ";stream=watch")
-	listAt := p.listAt(watchReq, info)
-
-	names := func(slices []*discoveryv1.EndpointSlice) []string {
-		var out []string
-		for _, es := range slices {
-			out = append(out, es.Name)
-		}
-		return out
-	}
-	got, err := listAt("85", Changes{Services: map[string]bool{"ns/svc-b": true}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := queries[0]
-	if q.Get("resourceVersion") != "85" || q.Get("resourceVersionMatch") != "Exact" ||
-		q.Get("labelSelector") != "kubernetes.io/service-name in (svc-b),!service.kubernetes.io/headless" || q.Get("watch") != "" {
-		t.Errorf("one Service changed: list query %v", q)
-	}
-	if n := names(got); len(n) != 1 || n[0] != "b-1" {
-		t.Errorf("one Service changed: kept %v, want [b-1]", n)
-	}
-
-	got, err = listAt("86", Changes{All: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if q := queries[1]; q.Get("resourceVersion") != "86" || q.Get("labelSelector") != "!service.kubernetes.io/headless" {
-		t.Errorf("node change: list query %v", q)
-	}
-	if n := names(got); len(n) != 2 || n[0] != "a-1" || n[1] != "c-1" {
-		t.Errorf("node change: kept %v, want the Services with topologyKeys [a-1 c-1]", n)
-	}
 }

@@ -37,17 +37,20 @@ type Options struct {
 	// SelectionChange: "refresh" (re-send the affected slices on the open watches) or
 	// "relist" (end the watches with 410).
 	SelectionChange string
+	// WatchWriteTimeout bounds each write to an EndpointSlice watch client.
+	WatchWriteTimeout time.Duration
 }
 
 // NewOptions returns the defaults: loopback only.
 func NewOptions() *Options {
 	return &Options{
-		NodeName:        os.Getenv("NODE_NAME"),
-		ListenAddress:   "127.0.0.1:10266",
-		MetricsAddress:  "127.0.0.1:10267",
-		QPS:             50,
-		Burst:           100,
-		SelectionChange: "refresh",
+		NodeName:          os.Getenv("NODE_NAME"),
+		ListenAddress:     "127.0.0.1:10266",
+		MetricsAddress:    "127.0.0.1:10267",
+		QPS:               50,
+		Burst:             100,
+		SelectionChange:   "refresh",
+		WatchWriteTimeout: DefaultWriteTimeout,
 	}
 }
 
@@ -59,6 +62,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "address of /metrics, /healthz and /readyz (empty: off)")
 	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "QPS towards the API server (shared by kube-proxy's requests and the wrapper's informers)")
 	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "burst towards the API server")
+	fs.DurationVar(&o.WatchWriteTimeout, "watch-write-timeout", o.WatchWriteTimeout, "a write to an EndpointSlice watch client (kube-proxy) that does not complete by then drops that client, which re-watches")
 	fs.StringVar(&o.SelectionChange, "selection-change", o.SelectionChange, `how kube-proxy learns of a selection change outside the EndpointSlice stream (annotation, node labels): "refresh" re-sends the affected slices on its open watch, "relist" ends the watch with 410 so it relists (slower: client-go's relist backoff)`)
 }
 
@@ -66,6 +70,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 func (o *Options) Validate() error {
 	if o.NodeName == "" {
 		return errors.New("--node-name (or $NODE_NAME) is required")
+	}
+	if o.WatchWriteTimeout <= 0 {
+		return fmt.Errorf("--watch-write-timeout: %v, want > 0", o.WatchWriteTimeout)
 	}
 	if o.SelectionChange != "refresh" && o.SelectionChange != "relist" {
 		return fmt.Errorf("--selection-change: %q, want refresh or relist", o.SelectionChange)
@@ -122,6 +129,7 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config, ready func(proxyAddr
 	}
 	proxy := NewProxy(upstream, transport, o.NodeName, state, m)
 	proxy.RelistOnChange = o.SelectionChange == "relist"
+	proxy.WriteTimeout = o.WatchWriteTimeout
 
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()

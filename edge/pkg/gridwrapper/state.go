@@ -3,6 +3,7 @@ package gridwrapper
 import (
 	"context"
 	"maps"
+	"slices"
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
@@ -18,12 +19,17 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 
+	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
 	"github.com/staticip/staticip/edge/pkg/topology"
 )
 
 // byService indexes EndpointSlices by "namespace/service-name" (the
-// kubernetes.io/service-name label), the only way a slice names its Service.
-const byService = "service"
+// kubernetes.io/service-name label), the only way a slice names its Service; byNode by the
+// nodes of their endpoints (which Services a node's labels can matter to).
+const (
+	byService = "service"
+	byNode    = "node"
+)
 
 // State is what the wrapper decides from: annotated Services and node labels (metadata
 // informers: no spec, no status), and the EndpointSlices themselves (a Service's decision
@@ -38,10 +44,12 @@ type State struct {
 	slices   cache.SharedIndexInformer // discoveryv1.EndpointSlice
 
 	mu sync.Mutex
-	// keys caches each annotated Service's parsed keys by annotation value.
+	// keys caches each annotated Service's parsed keys by annotation value; pruned when the
+	// Service or its annotation goes.
 	keys map[string]parsedKeys
 	// decisions remembers the last decision per annotated multi-slice Service, to notice
-	// when an endpoint change in one slice changes what the Service's other slices keep.
+	// when an endpoint change in one slice changes what the Service's other slices keep;
+	// pruned with the Service, its annotation or its last slice.
 	decisions map[string]string
 	// pending collects the Services changed since the proxy last took them.
 	pending Changes
@@ -52,16 +60,13 @@ type State struct {
 // Changes names the Services whose selection may have changed outside the EndpointSlice
 // stream.
 type Changes struct {
-	// Services by "namespace/name": an annotation changed, or a decision across a
-	// multi-slice Service.
+	// Services by "namespace/name": an annotation changed, a decision across a multi-slice
+	// Service, or a node label that Service compares (affectedByNode).
 	Services map[string]bool
-	// All: every Service with topologyKeys (a node's labels changed, a node came or went).
-	All bool
 }
 
 // Merge adds o to c.
 func (c *Changes) Merge(o Changes) {
-	c.All = c.All || o.All
 	for k := range o.Services {
 		if c.Services == nil {
 			c.Services = map[string]bool{}
@@ -71,13 +76,7 @@ func (c *Changes) Merge(o Changes) {
 }
 
 // Empty says whether nothing changed.
-func (c Changes) Empty() bool { return !c.All && len(c.Services) == 0 }
-
-// Affects says whether the Service "namespace/name" is among the changed ones;
-// hasTopology tells whether a Service carries topologyKeys now.
-func (c Changes) Affects(service string, hasTopology func(string) bool) bool {
-	return c.Services[service] || (c.All && hasTopology(service))
-}
+func (c Changes) Empty() bool { return len(c.Services) == 0 }
 
 type parsedKeys struct {
 	value string
@@ -123,6 +122,18 @@ func NewState(client kubernetes.Interface, metaClient metadata.Interface, nodeNa
 			return nil, nil
 		}
 		return []string{es.Namespace + "/" + svc}, nil
+	}, byNode: func(obj interface{}) ([]string, error) {
+		es, ok := obj.(*discoveryv1.EndpointSlice)
+		if !ok {
+			return nil, nil
+		}
+		var nodes []string
+		for i := range es.Endpoints {
+			if n := es.Endpoints[i].NodeName; n != nil && !slices.Contains(nodes, *n) {
+				nodes = append(nodes, *n)
+			}
+		}
+		return nodes, nil
 	}}); err != nil {
 		return nil, err
 	}
@@ -135,10 +146,14 @@ func NewState(client kubernetes.Interface, metaClient metadata.Interface, nodeNa
 		},
 		UpdateFunc: func(old, cur interface{}) {
 			if annotation(old) != annotation(cur) {
+				if annotation(cur) == "" {
+					s.forget(objKey(cur))
+				}
 				s.notify("service annotation changed", objKey(cur))
 			}
 		},
 		DeleteFunc: func(obj interface{}) {
+			s.forget(objKey(obj))
 			if annotation(obj) != "" {
 				s.notify("annotated service deleted", objKey(obj))
 			}
@@ -147,15 +162,21 @@ func NewState(client kubernetes.Interface, metaClient metadata.Interface, nodeNa
 		return nil, err
 	}
 	if _, err := s.nodes.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		// A node appearing or going away changes which endpoints match a key, so does a
-		// label change on any node (its endpoints' value) or on this one (which keys apply).
-		AddFunc: func(obj interface{}) { s.notifyIfTopology("node added") },
+		// A node appearing or going away changes which of its endpoints match a key, so does
+		// a label change (its endpoints' value; on this node: which keys apply). Only the
+		// Services that compare a changed label are named (affectedByNode).
+		AddFunc: func(obj interface{}) { s.nodeChanged("node added", objKey(obj), nil, objLabels(obj)) },
 		UpdateFunc: func(old, cur interface{}) {
 			if !maps.Equal(objLabels(old), objLabels(cur)) {
-				s.notifyIfTopology("node labels changed")
+				s.nodeChanged("node labels changed", objKey(cur), objLabels(old), objLabels(cur))
 			}
 		},
-		DeleteFunc: func(obj interface{}) { s.notifyIfTopology("node deleted") },
+		DeleteFunc: func(obj interface{}) {
+			if d, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = d.Obj
+			}
+			s.nodeChanged("node deleted", objKey(obj), objLabels(obj), nil)
+		},
 	}); err != nil {
 		return nil, err
 	}
@@ -195,23 +216,19 @@ func (s *State) TakeChanges() Changes {
 	return c
 }
 
-// HasTopology says whether the Service "namespace/name" carries a topologyKeys
-// annotation (valid or not).
-func (s *State) HasTopology(service string) bool {
-	obj, exists, err := s.services.GetStore().GetByKey(service)
-	return err == nil && exists && annotation(obj) != ""
-}
-
-// notify records a change of one Service ("namespace/name"), or of every Service with
-// topologyKeys when service is "".
-func (s *State) notify(reason, service string) {
+// notify records a change of the named Services ("namespace/name").
+func (s *State) notify(reason string, services ...string) {
+	if len(services) == 0 {
+		return
+	}
 	s.metrics.selectionChanges.WithLabelValues(reason).Inc()
-	klog.V(2).InfoS("Topology selection may have changed", "reason", reason, "service", service)
+	klog.V(2).InfoS("Topology selection may have changed", "reason", reason, "services", services)
 	s.mu.Lock()
-	if service == "" {
-		s.pending.All = true
-	} else {
-		s.pending.Merge(Changes{Services: map[string]bool{service: true}})
+	if s.pending.Services == nil {
+		s.pending.Services = map[string]bool{}
+	}
+	for _, svc := range services {
+		s.pending.Services[svc] = true
 	}
 	s.mu.Unlock()
 	select {
@@ -220,15 +237,50 @@ func (s *State) notify(reason, service string) {
 	}
 }
 
-// notifyIfTopology notifies only when some Service uses topologyKeys: node churn in a
-// cluster that does not use the wrapper's filtering must not reset kube-proxy's watches.
-func (s *State) notifyIfTopology(reason string) {
-	for _, obj := range s.services.GetStore().List() {
-		if annotation(obj) != "" {
-			s.notify(reason, "")
-			return
-		}
+// nodeChanged names the Services whose selection a node's change can move, worked out from
+// the informers alone (no request): see affectedByNode.
+func (s *State) nodeChanged(reason, node string, old, cur map[string]string) {
+	if !s.Synced() {
+		return // nothing is served before the sync, and everything after it is filtered anew
 	}
+	affected := affectedByNode(nodeChange{
+		self: s.nodeName, selfLabels: s.selfLabels(), node: node, old: old, cur: cur,
+		keysOf: func(svc string) ([]string, bool) {
+			ns, name, err := cache.SplitMetaNamespaceKey(svc)
+			if err != nil {
+				return nil, false
+			}
+			return s.serviceKeys(ns, name)
+		},
+		annotated: func() []string {
+			var out []string
+			for _, obj := range s.services.GetStore().List() {
+				if annotation(obj) != "" {
+					out = append(out, objKey(obj))
+				}
+			}
+			return out
+		},
+		onNode: func(node string) []string {
+			objs, _ := s.slices.GetIndexer().ByIndex(byNode, node)
+			out := make([]string, 0, len(objs))
+			for _, o := range objs {
+				if es := o.(*discoveryv1.EndpointSlice); es.Labels[discoveryv1.LabelServiceName] != "" {
+					out = append(out, es.Namespace+"/"+es.Labels[discoveryv1.LabelServiceName])
+				}
+			}
+			return out
+		},
+	})
+	s.notify(reason, slices.Sorted(maps.Keys(affected))...)
+}
+
+// forget drops what State remembers of a Service (its annotation or the Service is gone).
+func (s *State) forget(service string) {
+	s.mu.Lock()
+	delete(s.keys, service)
+	delete(s.decisions, service)
+	s.mu.Unlock()
 }
 
 // sliceChanged re-decides a multi-slice annotated Service after one of its slices
@@ -244,10 +296,14 @@ func (s *State) sliceChanged(obj interface{}) {
 	}
 	svc := es.Namespace + "/" + es.Labels[discoveryv1.LabelServiceName]
 	keys, ok := s.serviceKeys(es.Namespace, es.Labels[discoveryv1.LabelServiceName])
-	if !ok {
+	siblings, _ := s.slices.GetIndexer().ByIndex(byService, svc)
+	if !ok || len(siblings) == 0 {
+		// Not (or no longer) annotated, or its last slice is gone: nothing to remember.
+		s.mu.Lock()
+		delete(s.decisions, svc)
+		s.mu.Unlock()
 		return
 	}
-	siblings, _ := s.slices.GetIndexer().ByIndex(byService, svc)
 	all := make([]*discoveryv1.EndpointSlice, 0, len(siblings))
 	for _, o := range siblings {
 		all = append(all, o.(*discoveryv1.EndpointSlice))
@@ -297,11 +353,14 @@ func (s *State) serviceKeys(namespace, name string) ([]string, bool) {
 	}
 	key := namespace + "/" + name
 	obj, exists, err := s.services.GetStore().GetByKey(key)
-	if err != nil || !exists {
-		return nil, false
+	value := ""
+	if err == nil && exists {
+		value = annotation(obj)
 	}
-	value := annotation(obj)
 	if value == "" {
+		s.mu.Lock()
+		delete(s.keys, key)
+		s.mu.Unlock()
 		return nil, false
 	}
 	s.mu.Lock()
@@ -309,7 +368,7 @@ func (s *State) serviceKeys(namespace, name string) ([]string, bool) {
 	p, ok := s.keys[key]
 	if !ok || p.value != value {
 		p = parsedKeys{value: value}
-		p.keys, p.err = topology.ParseKeys(value)
+		p.keys, p.err = superedgev1.ParseTopologyKeys(value)
 		s.keys[key] = p
 		if p.err != nil {
 			s.metrics.invalidAnnotations.Inc()
@@ -340,7 +399,7 @@ func annotation(obj interface{}) string {
 	if err != nil {
 		return ""
 	}
-	return m.GetAnnotations()[topology.AnnotationKey]
+	return m.GetAnnotations()[superedgev1.AnnotationTopologyKeys]
 }
 
 func objKey(obj interface{}) string {
@@ -366,8 +425,8 @@ func trim(obj interface{}) (interface{}, error) {
 	m.SetManagedFields(nil)
 	switch o := obj.(type) {
 	case *metav1.PartialObjectMetadata:
-		if v, ok := o.Annotations[topology.AnnotationKey]; ok {
-			o.Annotations = map[string]string{topology.AnnotationKey: v}
+		if v, ok := o.Annotations[superedgev1.AnnotationTopologyKeys]; ok {
+			o.Annotations = map[string]string{superedgev1.AnnotationTopologyKeys: v}
 		} else {
 			o.Annotations = nil
 		}

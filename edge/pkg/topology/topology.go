@@ -2,47 +2,15 @@
 // `topologyKeys` annotation (an ordered JSON list of node label keys, "*" last meaning
 // "any endpoint"), the labels of this node and the labels of the endpoints' nodes.
 //
-// The functions here are pure: the wrapper feeds them what its informers hold.
+// The functions here are pure: the wrapper feeds them what its informers hold. The keys are
+// parsed by superedgev1.ParseTopologyKeys, the one parser the grid controller uses too.
 package topology
 
 import (
-	"encoding/json"
-	"fmt"
-
 	discoveryv1 "k8s.io/api/discovery/v1"
+
+	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
 )
-
-// AnnotationKey is the Service annotation ServiceGrid writes, as SuperEdge defines it.
-const AnnotationKey = "topologyKeys"
-
-// AnyKey selects every endpoint. Only allowed as the last key.
-const AnyKey = "*"
-
-// ParseKeys reads the annotation value: a JSON list of label keys. An empty list and
-// "*" anywhere but last are errors (upstream's old Service.spec.topologyKeys validated
-// the same way), so that a typo never silently changes where traffic goes.
-func ParseKeys(value string) ([]string, error) {
-	var keys []string
-	if err := json.Unmarshal([]byte(value), &keys); err != nil {
-		return nil, fmt.Errorf("annotation %s=%q is not a JSON list of strings: %w", AnnotationKey, value, err)
-	}
-	if len(keys) == 0 {
-		return nil, fmt.Errorf("annotation %s=%q is an empty list", AnnotationKey, value)
-	}
-	seen := make(map[string]bool, len(keys))
-	for i, k := range keys {
-		switch {
-		case k == "":
-			return nil, fmt.Errorf("annotation %s=%q: key %d is empty", AnnotationKey, value, i)
-		case k == AnyKey && i != len(keys)-1:
-			return nil, fmt.Errorf("annotation %s=%q: %q may only be the last key", AnnotationKey, value, AnyKey)
-		case seen[k]:
-			return nil, fmt.Errorf("annotation %s=%q: key %q appears twice", AnnotationKey, value, k)
-		}
-		seen[k] = true
-	}
-	return keys, nil
-}
 
 // NodeLabels returns the labels of a node, false when the node is unknown.
 type NodeLabels func(node string) (map[string]string, bool)
@@ -62,7 +30,7 @@ func (d Decision) None() bool { return !d.All && d.Key == "" }
 func (d Decision) String() string {
 	switch {
 	case d.All:
-		return AnyKey
+		return superedgev1.TopologyKeyAny
 	case d.None():
 		return "none"
 	default:
@@ -76,7 +44,7 @@ func (d Decision) String() string {
 // endpoint, ready or not. No winner: no endpoint for this node.
 func Decide(keys []string, self map[string]string, slices []*discoveryv1.EndpointSlice, nodeLabels NodeLabels) Decision {
 	for _, key := range keys {
-		if key == AnyKey {
+		if key == superedgev1.TopologyKeyAny {
 			return Decision{All: true}
 		}
 		value, ok := self[key]

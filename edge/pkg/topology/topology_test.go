@@ -129,32 +129,3 @@ func TestDecideAndFilter(t *testing.T) {
 		})
 	}
 }
-
-func TestParseKeys(t *testing.T) {
-	tests := []struct {
-		in      string
-		want    []string
-		wantErr string
-	}{
-		{`["zone"]`, []string{"zone"}, ""},
-		{`["zone","*"]`, []string{"zone", "*"}, ""},
-		{`["*"]`, []string{"*"}, ""},
-		{`["*","zone"]`, nil, "only be the last"},
-		{`[]`, nil, "empty list"},
-		{`zone`, nil, "not a JSON list"},
-		{`["zone",""]`, nil, "is empty"},
-		{`["zone","zone"]`, nil, "twice"},
-	}
-	for _, tt := range tests {
-		got, err := ParseKeys(tt.in)
-		if tt.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
-				t.Errorf("ParseKeys(%s) error = %v, want %q", tt.in, err, tt.wantErr)
-			}
-			continue
-		}
-		if err != nil || !reflect.DeepEqual(got, tt.want) {
-			t.Errorf("ParseKeys(%s) = %v, %v; want %v", tt.in, got, err, tt.want)
-		}
-	}
-}

@@ -42,14 +42,7 @@ func TestRefreshKeepsReflectorPosition(t *testing.T) {
 
 	rec := &recorder{}
 	proxyURL := startWrapper(ctx, t, wcfg, self, "127.0.0.1:0", rec)
-	client := kubernetes.NewForConfigOrDie(&rest.Config{Host: proxyURL, ContentConfig: rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf"}})
-	lw := cache.NewFilteredListWatchFromClient(client.DiscoveryV1().RESTClient(), "endpointslices", metav1.NamespaceAll,
-		func(o *metav1.ListOptions) { o.LabelSelector = "!" + corev1.IsHeadlessService })
-	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
-	reflector := cache.NewReflector(lw, &discoveryv1.EndpointSlice{}, store, 0)
-	rctx, stop := context.WithCancel(ctx)
-	defer stop()
-	go reflector.RunWithContext(rctx)
+	store, reflector := runReflector(ctx, t, proxyURL)
 
 	held := func() *discoveryv1.EndpointSlice {
 		obj, ok, _ := store.GetByKey(ns + "/topo-1")
@@ -137,4 +130,18 @@ func TestResumeFromOlderResourceVersionReplays(t *testing.T) {
 	case <-time.After(time.Minute):
 		t.Fatal("no replay")
 	}
+}
+
+// runReflector runs client-go's own reflector (WatchList, as kube-proxy runs it) on the
+// EndpointSlices kube-proxy watches, through the wrapper at proxyURL, until the test ends.
+func runReflector(ctx context.Context, t *testing.T, proxyURL string) (cache.Store, *cache.Reflector) {
+	client := kubernetes.NewForConfigOrDie(&rest.Config{Host: proxyURL, ContentConfig: rest.ContentConfig{ContentType: "application/vnd.kubernetes.protobuf"}})
+	lw := cache.NewFilteredListWatchFromClient(client.DiscoveryV1().RESTClient(), "endpointslices", metav1.NamespaceAll,
+		func(o *metav1.ListOptions) { o.LabelSelector = "!" + corev1.IsHeadlessService })
+	store := cache.NewStore(cache.MetaNamespaceKeyFunc)
+	reflector := cache.NewReflector(lw, &discoveryv1.EndpointSlice{}, store, 0)
+	rctx, stop := context.WithCancel(ctx)
+	t.Cleanup(stop)
+	go reflector.RunWithContext(rctx)
+	return store, reflector
 }

@@ -10,7 +10,10 @@ type NodesWithoutIPRangePolicy string
 
 const (
 	// NodesWithoutIPRangeAllow: such a node's pod IPs are not managed by staticip ranges
-	// (another IPAM hands them out); only the resource reservations are checked there.
+	// (another IPAM hands them out); only the resource reservations are checked there. A node
+	// that staticip does manage (its agent reports the condition NetworkUnavailable with a
+	// StaticIP... reason) but that has no usable range (NetworkUnavailable=True) takes no pod
+	// that needs an IP, under either policy.
 	NodesWithoutIPRangeAllow NodesWithoutIPRangePolicy = "Allow"
 	// NodesWithoutIPRangeReject: a pod that needs a pod-network IP does not fit there.
 	NodesWithoutIPRangeReject NodesWithoutIPRangePolicy = "Reject"

@@ -141,6 +141,12 @@ func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod 
 	nodeName := nodeInfo.Node().Name
 	view := pl.cache.Node(nodeName)
 	checkIP := s.needsIP && pl.args.CheckIPs
+	if checkIP && staticIPNetwork(nodeInfo.Node()) == networkUnavailable {
+		// A staticip node with no range to allocate from: every pod that needs an IP would
+		// hang in ContainerCreating there, including those that tolerate the
+		// network-unavailable taint (DaemonSet pods tolerating every taint).
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, noUsableRangeReason)
+	}
 	if len(view.Held) == 0 && (!checkIP || !view.HasRanges) {
 		if checkIP && pl.args.NodesWithoutIPRange == config.NodesWithoutIPRangeReject {
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, noRangeReason)
@@ -157,6 +163,42 @@ func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod 
 }
 
 const noRangeReason = "node owns no IPRange to give the pod an IP from"
+
+// noUsableRangeReason is one text for every such node, so that FailedScheduling counts them
+// ("3 node(s) ...").
+const noUsableRangeReason = "staticip node has no usable IP range for pod IPs (its agent reports NetworkUnavailable=True, reason StaticIPNoRange: no IPRange names it, or its ranges drain or wait for their previous node)"
+
+// The staticip network of a node, as its agent reports it (cni/agent, network.go): the Node
+// condition NetworkUnavailable with a reason the agent sets (StaticIP...). A node without
+// such a condition has no staticip agent (another CNI, or none yet): nodesWithoutIPRange
+// decides there.
+type nodeNetwork int
+
+const (
+	notStaticIP nodeNetwork = iota
+	networkReady
+	networkUnavailable
+)
+
+// agentReasonPrefix starts every reason the staticip agent gives NetworkUnavailable.
+const agentReasonPrefix = "StaticIP"
+
+func staticIPNetwork(node *v1.Node) nodeNetwork {
+	if node == nil {
+		return notStaticIP
+	}
+	for i := range node.Status.Conditions {
+		c := &node.Status.Conditions[i]
+		if c.Type != v1.NodeNetworkUnavailable || !strings.HasPrefix(c.Reason, agentReasonPrefix) {
+			continue
+		}
+		if c.Status == v1.ConditionTrue {
+			return networkUnavailable
+		}
+		return networkReady
+	}
+	return notStaticIP
+}
 
 // nodeSummary is what Filter needs of one node for any pod: it depends only on the node's
 // pods (NodeInfo generation) and on the cache's view of the node, so it is computed once per
@@ -358,12 +400,15 @@ func (pl *PodFitsResources) ipVerdict(s *preFilterState, nodeName string, view *
 // EventsToRegister: a rejected pod may fit once a pod leaves a node (bound or nominated
 // there) or is scaled down, a node grows, a reservation shrinks or disappears (StaticIP
 // released, deleted or moved), the pod's own StaticIP changes, or an IPRange is added,
-// changed or deleted (a node without ranges takes pods under nodesWithoutIPRange: Allow).
+// changed or deleted (a node without ranges takes pods under nodesWithoutIPRange: Allow), or a
+// staticip node's agent reports that it has a usable range again (NetworkUnavailable no
+// longer True).
 func (pl *PodFitsResources) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPodDelete},
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.UpdatePodScaleDown}, QueueingHintFn: pl.isSchedulableAfterPodScaleDown},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeCondition}, QueueingHintFn: pl.isSchedulableAfterNodeNetworkChange},
 		{Event: fwk.ClusterEvent{Resource: staticipnode.StaticIPResource, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterStaticIPChange},
 		{Event: fwk.ClusterEvent{Resource: staticipnode.IPRangeResource, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterIPRangeChange},
 	}, nil
@@ -411,6 +456,20 @@ func (pl *PodFitsResources) isSchedulableAfterNodeChange(_ klog.Logger, _ *v1.Po
 		return fwk.Queue, err
 	}
 	return fwk.Queue, nil // a new node, or one whose allocatable changed
+}
+
+// isSchedulableAfterNodeNetworkChange: a node whose staticip agent reported no usable range
+// reports one now.
+func (pl *PodFitsResources) isSchedulableAfterNodeNetworkChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
+	before, after, err := schedutil.As[*v1.Node](oldObj, newObj)
+	if err != nil {
+		return fwk.Queue, err
+	}
+	if pod.Spec.HostNetwork || !pl.args.CheckIPs || staticIPNetwork(before) != networkUnavailable || staticIPNetwork(after) == networkUnavailable {
+		return fwk.QueueSkip, nil
+	}
+	logger.V(5).Info("a staticip node has a usable IP range again", "pod", klog.KObj(pod), "node", klog.KObj(after))
+	return fwk.Queue, nil
 }
 
 // isSchedulableAfterStaticIPChange reads only the fields it needs; the event is decoded and

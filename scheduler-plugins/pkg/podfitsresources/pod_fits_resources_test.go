@@ -65,8 +65,10 @@ func TestFilter(t *testing.T) {
 		staticIPs []*jkev1.StaticIP
 		ranges    []*jkev1.IPRange
 		args      *config.PodFitsResourcesWithStaticIPArgs
-		want      []string // nil: fits
-		code      fwk.Code // default Unschedulable
+		// network: the node's NetworkUnavailable condition, "status/reason" ("": none)
+		network string
+		want    []string // nil: fits
+		code    fwk.Code // default Unschedulable
 	}{
 		{
 			name: "no reservations: fits",
@@ -215,6 +217,51 @@ func TestFilter(t *testing.T) {
 			args:   &config.PodFitsResourcesWithStaticIPArgs{CheckIPs: false, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow},
 		},
 		{
+			name: "node without ranges and without a staticip agent, Allow: fits (another IPAM serves it)",
+			pod:  mkPod("ns", "new", "", nil),
+		},
+		{
+			name: "another CNI's NetworkUnavailable=False: not a staticip node, fits",
+			pod:  mkPod("ns", "new", "", nil), network: "False/CalicoIsUp",
+		},
+		{
+			name: "staticip node without a range, Allow: refused",
+			pod:  mkPod("ns", "new", "", nil), network: "True/" + "StaticIPNoRange",
+			want: []string{noUsableRangeReason},
+			code: fwk.UnschedulableAndUnresolvable,
+		},
+		{
+			name: "staticip node whose ranges drain or wait (an IPRange still names it): refused",
+			pod:  mkPod("ns", "new", "", nil), network: "True/StaticIPNoRange", ranges: []*jkev1.IPRange{smallRange},
+			want: []string{noUsableRangeReason},
+			code: fwk.UnschedulableAndUnresolvable,
+		},
+		{
+			name: "staticip node without a range, even the pod's own StaticIP on it: refused",
+			pod:  mkPod("ns", "web-0", "", nil), network: "True/StaticIPNoRange", ranges: []*jkev1.IPRange{smallRange},
+			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", nil)},
+			want:      []string{noUsableRangeReason},
+			code:      fwk.UnschedulableAndUnresolvable,
+		},
+		{
+			name: "staticip node without a range, hostNetwork pod: fits",
+			pod: func() *v1.Pod {
+				p := mkPod("ns", "new", "", nil)
+				p.Spec.HostNetwork = true
+				return p
+			}(),
+			network: "True/StaticIPNoRange",
+		},
+		{
+			name: "staticip node without a range, checkIPs off: fits",
+			pod:  mkPod("ns", "new", "", nil), network: "True/StaticIPNoRange",
+			args: &config.PodFitsResourcesWithStaticIPArgs{CheckIPs: false, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow},
+		},
+		{
+			name: "staticip node with a usable range: fits",
+			pod:  mkPod("ns", "new", "", nil), network: "False/StaticIPRangeReady", ranges: []*jkev1.IPRange{smallRange},
+		},
+		{
 			name: "node without ranges, Reject",
 			pod:  mkPod("ns", "new", "", nil),
 			args: &config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeReject},
@@ -237,7 +284,12 @@ func TestFilter(t *testing.T) {
 			}
 			pl := NewWithCache(c, args)
 			nodeInfo := framework.NewNodeInfo(tc.onNode...)
-			nodeInfo.SetNode(mkNode("n1"))
+			node := mkNode("n1")
+			if tc.network != "" {
+				status, reason, _ := strings.Cut(tc.network, "/")
+				node.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeNetworkUnavailable, Status: v1.ConditionStatus(status), Reason: reason}}
+			}
+			nodeInfo.SetNode(node)
 			state := framework.NewCycleState()
 			if _, st := pl.PreFilter(context.Background(), state, tc.pod, nil); !st.IsSuccess() {
 				t.Fatalf("PreFilter: %v", st)
@@ -461,3 +513,37 @@ func TestHintsApplyEachEventOnce(t *testing.T) {
 		t.Fatalf("the created StaticIP was not applied: %+v", before)
 	}
 }
+
+func TestQueueWhenAStaticIPNodeGetsARange(t *testing.T) {
+	withNetwork := func(status v1.ConditionStatus, reason string) *v1.Node {
+		n := mkNode("n1")
+		n.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeNetworkUnavailable, Status: status, Reason: reason}}
+		return n
+	}
+	hostNet := mkPod("ns", "h", "", nil)
+	hostNet.Spec.HostNetwork = true
+	for _, tc := range []struct {
+		name          string
+		pod           *v1.Pod
+		before, after *v1.Node
+		want          fwk.QueueingHint
+	}{
+		{"no range -> range", mkPod("ns", "p", "", nil), withNetwork("True", agentReason("NoRange")), withNetwork("False", agentReason("RangeReady")), fwk.Queue},
+		{"no range -> condition gone", mkPod("ns", "p", "", nil), withNetwork("True", agentReason("NoRange")), mkNode("n1"), fwk.Queue},
+		{"range -> no range", mkPod("ns", "p", "", nil), withNetwork("False", agentReason("RangeReady")), withNetwork("True", agentReason("NoRange")), fwk.QueueSkip},
+		{"another condition changed", mkPod("ns", "p", "", nil), mkNode("n1"), mkNode("n1"), fwk.QueueSkip},
+		{"hostNetwork pod was never refused", hostNet, withNetwork("True", agentReason("NoRange")), withNetwork("False", agentReason("RangeReady")), fwk.QueueSkip},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := staticipnode.NewEmpty()
+			pl := NewWithCache(c, config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow})
+			got, err := pl.isSchedulableAfterNodeNetworkChange(klog.Background(), tc.pod, tc.before, tc.after)
+			if err != nil || got != tc.want {
+				t.Fatalf("hint %v (%v), want %v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+// agentReason is an agent's reason (cni/agent: StaticIPNoRange, StaticIPRangeReady).
+func agentReason(s string) string { return agentReasonPrefix + s }

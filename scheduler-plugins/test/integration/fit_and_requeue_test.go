@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -10,6 +11,7 @@ import (
 	schedulingv1 "k8s.io/api/scheduling/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
@@ -231,5 +233,68 @@ func TestRequeueOnNominatedPodDeletion(t *testing.T) {
 	// waitScheduled gives up after 60 s.
 	if got := f.waitScheduled("waiting"); got != "sched-nom-n1" {
 		t.Fatalf("waiting on %s", got)
+	}
+}
+
+// setNetwork sets the node's NetworkUnavailable condition as the staticip agent does
+// (cni/agent, network.go).
+func (f *fixture) setNetwork(node string, status v1.ConditionStatus, reason string) {
+	f.t.Helper()
+	patch := fmt.Sprintf(`{"status":{"conditions":[{"type":"NetworkUnavailable","status":%q,"reason":%q,"message":"set by the test as staticip-agent does"}]}}`, status, reason)
+	if _, err := f.kube.CoreV1().Nodes().Patch(f.ctx, node, types.StrategicMergePatchType, []byte(patch), metav1.PatchOptions{}, "status"); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// podOn creates a pod that may run only on node (a nodeSelector, as a DaemonSet pod's
+// affinity pins it), tolerating every taint.
+func (f *fixture) podOn(name, node string) {
+	f.t.Helper()
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: name},
+		Spec: v1.PodSpec{NodeSelector: map[string]string{"kubernetes.io/hostname": node},
+			Tolerations: []v1.Toleration{{Operator: v1.TolerationOpExists}},
+			Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10",
+				Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse("100m")}}}}}}
+	if _, err := f.kube.CoreV1().Pods(f.ns).Create(f.ctx, p, metav1.CreateOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// TestStaticIPNodeWithoutRangeTakesNoPods (issue 24, item 4): a node whose staticip agent
+// reports no usable range (NetworkUnavailable=True, StaticIPNoRange) takes no pod that needs an
+// IP, even one that tolerates every taint (there is no node lifecycle controller here to taint
+// it: the plugin alone refuses), with a reason FailedScheduling shows; an ordinary node without
+// any range or agent still takes pods (nodesWithoutIPRange: Allow). Once the node has a range
+// and its agent reports it, the pod is retried and placed there.
+func TestStaticIPNodeWithoutRangeTakesNoPods(t *testing.T) {
+	f := newFixture(t)
+	f.node("sched-norange-sip", "8", 110)
+	f.node("sched-norange-plain", "8", 110)
+	f.setNetwork("sched-norange-sip", v1.ConditionTrue, "StaticIPNoRange")
+	sched := StartScheduler(t, f.cfg, LoadProfiles(t, replaceDefault))
+	defer sched.Stop()
+
+	f.podOn("ordinary", "sched-norange-plain")
+	if got := f.waitScheduled("ordinary"); got != "sched-norange-plain" {
+		t.Fatalf("ordinary on %s", got)
+	}
+	hostNet := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: f.ns, Name: "hostnet"},
+		Spec: v1.PodSpec{HostNetwork: true, NodeSelector: map[string]string{"kubernetes.io/hostname": "sched-norange-sip"},
+			Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}}}
+	if _, err := f.kube.CoreV1().Pods(f.ns).Create(f.ctx, hostNet, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if got := f.waitScheduled("hostnet"); got != "sched-norange-sip" {
+		t.Fatalf("hostnet on %s", got)
+	}
+
+	f.podOn("daemon", "sched-norange-sip")
+	f.waitUnschedulable("daemon", "staticip node has no usable IP range for pod IPs")
+	// A range names the node, but its agent has not served it yet (it waits, say): still not.
+	f.ipRange("sched-norange-r1", "10.71.1.0/24", "sched-norange-sip")
+	f.waitUnschedulable("daemon", "staticip node has no usable IP range for pod IPs")
+	f.setNetwork("sched-norange-sip", v1.ConditionFalse, "StaticIPRangeReady")
+	if got := f.waitScheduled("daemon"); got != "sched-norange-sip" {
+		t.Fatalf("daemon on %s", got)
 	}
 }

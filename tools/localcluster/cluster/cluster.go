@@ -229,9 +229,13 @@ func Up(ctx context.Context, o Options) error {
 	}
 	// Node CIDRs come from the layout (the CNI config already uses them); record them on
 	// the Nodes as node-ipam would, for anything that reads spec.podCIDR.
+	// With the staticip CNI the IPPool allocator gives the nodes their ranges instead.
 	for _, n := range l.nodes {
 		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}},"spec":{"podCIDR":%q,"podCIDRs":[%q]}}`,
 			NetnsAnnotation, n.netns, n.podCIDR, n.podCIDR)
+		if cni.ownsAddressSpace() {
+			patch = fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, NetnsAnnotation, n.netns)
+		}
 		if _, err := client.CoreV1().Nodes().Patch(ctx, n.name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
 			return fmt.Errorf("set %s podCIDR: %w", n.name, err)
 		}
@@ -268,6 +272,11 @@ func Up(ctx context.Context, o Options) error {
 		return ready == len(l.nodes), nil
 	}); err != nil {
 		return err
+	}
+	if cni.ownsAddressSpace() {
+		if err := l.routeAssignedRanges(ctx, client); err != nil {
+			return err
+		}
 	}
 	if err := l.waitFor(ctx, 120*time.Second, all, "CoreDNS available and default ServiceAccount created", func() (bool, error) {
 		if ok, err := l.dnsReady(ctx, client); !ok || err != nil {

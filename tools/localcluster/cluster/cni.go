@@ -21,6 +21,10 @@ type cniProvider interface {
 	// routesBetweenNodes: whether `up` routes every node's pod CIDR from every other node
 	// (bridge), or the CNI programs those routes itself (staticip's agent).
 	routesBetweenNodes() bool
+	// ownsAddressSpace: whether the CNI gives the nodes their pod addresses itself (staticip's
+	// IPPool allocator), so that `up` neither sets Node.spec.podCIDR nor routes the layout's
+	// per-node CIDRs, and routes the ranges the nodes were given once they are Ready.
+	ownsAddressSpace() bool
 }
 
 // cniProviders are the values of --cni.
@@ -87,12 +91,20 @@ func (bridgeCNI) installNode(l *layout, n nodeLayout) error {
 
 func (bridgeCNI) install(*layout) error    { return nil }
 func (bridgeCNI) routesBetweenNodes() bool { return true }
+func (bridgeCNI) ownsAddressSpace() bool   { return false }
 
 // staticipCNI is staticip's own CNI, installed the way users install it: the shipped
 // manifests/cni (agent DaemonSet + RBAC) with only the image and the host paths changed,
-// and one IPRange per node (the node's pod CIDR). Until its agent has written the conflist a
-// node is NotReady; the agent, not `up`, routes each node's range from the other nodes.
+// and one IPPool (LocalClusterPool) over the cluster's pod CIDR, from which
+// staticip-controller-manager's range allocator gives every node a /24 block as an IPRange
+// (no IPRange is written here). Until its agent has written the conflist a node is NotReady;
+// the agent, not `up`, routes each node's range from the other nodes.
 type staticipCNI struct{}
+
+// LocalClusterPool is the name of the IPPool `up` creates.
+const LocalClusterPool = "default"
+
+func (staticipCNI) ownsAddressSpace() bool { return true }
 
 // installNode links only the loopback plugin, which containerd needs for every sandbox's lo;
 // the agent installs the staticip binary and its conflist.
@@ -103,11 +115,8 @@ func (staticipCNI) installNode(_ *layout, n nodeLayout) error {
 func (staticipCNI) routesBetweenNodes() bool { return false }
 
 func (staticipCNI) install(l *layout) error {
-	var ranges strings.Builder
-	for _, n := range l.nodes {
-		fmt.Fprintf(&ranges, "apiVersion: jke.jdcloud.com/v1\nkind: IPRange\nmetadata:\n  name: %s\nspec:\n  cidr: %s\n  node: %s\n---\n", n.name, n.podCIDR, n.name)
-	}
-	if _, err := l.kubectl(ranges.String(), "apply", "-f", "-"); err != nil {
+	pool := fmt.Sprintf("apiVersion: jke.jdcloud.com/v1\nkind: IPPool\nmetadata:\n  name: %s\nspec:\n  cidrs: [%s]\n  blockSize: 24\n", LocalClusterPool, l.clusterCIDR)
+	if _, err := l.kubectl(pool, "apply", "-f", "-"); err != nil {
 		return err
 	}
 	// Every node's CNI state lives under <state>/cni/<node name>, mounted at the same path

@@ -1,10 +1,13 @@
 package cluster
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
+
+	"k8s.io/client-go/kubernetes"
 )
 
 // setupNetwork creates the host bridge and one network namespace per control plane and
@@ -41,6 +44,9 @@ func (l *layout) setupNetwork() error {
 	// (staticip's agent routes other nodes' IPRanges), from every other node.
 	betweenNodes := cniProviders[l.CNI].routesBetweenNodes()
 	for _, n := range l.nodes {
+		if cniProviders[l.CNI].ownsAddressSpace() {
+			break // routeAssignedRanges, once the nodes have their ranges
+		}
 		if err := run("ip", "route", "add", n.podCIDR, "via", n.ip, "dev", l.bridge); err != nil {
 			return fmt.Errorf("route to %s's pod CIDR (is %s used elsewhere on this machine?): %w", n.name, n.podCIDR, err)
 		}
@@ -142,4 +148,35 @@ func (l *layout) teardownNetwork() error {
 func linkExists(name string) bool {
 	_, err := os.Stat("/sys/class/net/" + name)
 	return err == nil
+}
+
+// routeAssignedRanges routes, from the host and the control plane, every IPRange the nodes were
+// given (by the IPPool allocator, with the staticip CNI) via its node, as setupNetwork does for
+// the layout's fixed per-node CIDRs with other CNIs. Run once the nodes are Ready (a node turns
+// Ready when its agent serves a range). A range given later (a node back after a failover gets a
+// new block) is not routed from the host: the nodes route each other's ranges themselves.
+func (l *layout) routeAssignedRanges(ctx context.Context, _ kubernetes.Interface) error {
+	out, err := l.kubectl("", "get", "ipranges", "-o", `jsonpath={range .items[*]}{.spec.cidr} {.spec.node}{"\n"}{end}`)
+	if err != nil {
+		return err
+	}
+	ipOf := map[string]string{}
+	for _, n := range l.nodes {
+		ipOf[n.name] = n.ip
+	}
+	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
+		cidr, node, _ := strings.Cut(strings.TrimSpace(line), " ")
+		ip := ipOf[node]
+		if cidr == "" || ip == "" {
+			continue
+		}
+		if err := run("ip", "route", "replace", cidr, "via", ip, "dev", l.bridge); err != nil {
+			return fmt.Errorf("route to %s's IPRange %s (is it used elsewhere on this machine?): %w", node, cidr, err)
+		}
+		if err := run("ip", "-n", l.cpNetns, "route", "replace", cidr, "via", ip); err != nil {
+			return err
+		}
+		l.Logf("network: %s (IPRange of %s) routed via %s from the host and the control plane", cidr, node, ip)
+	}
+	return nil
 }

@@ -67,13 +67,11 @@ func (l *layout) installControllerManager() error {
 		l.Logf("addons: staticip-controller-manager skipped (no --crd-dir, no staticip CRDs)")
 		return nil
 	}
-	// Wait for every node first (with the staticip CNI a node turns Ready when its agent has
-	// written the CNI config), so that the scheduler can honour the Deployment's
-	// anti-affinity and the two replicas land on different nodes, as they would in a real
-	// cluster: the failover e2e then kills a leader whose standby runs elsewhere.
-	if _, err := l.kubectl("", "wait", "--for=condition=Ready", "node", "--all", "--timeout=180s"); err != nil {
-		return err
-	}
+	// The nodes have registered but are not Ready yet with the staticip CNI: a node turns Ready
+	// when its agent serves an IPRange, which the manager's IPPool allocator gives it. The
+	// manager runs on the host network and tolerates not-ready nodes for that reason; its
+	// required anti-affinity puts the two replicas on different nodes, as in a real cluster (the
+	// failover e2e kills a leader whose standby runs elsewhere).
 	if err := l.applyOverlay("controller-manager", "manifests/controller-manager", controllerManagerOverlay(l.failoverArgs()...)); err != nil {
 		return err
 	}

@@ -55,6 +55,8 @@ func (f *genericInformer) Lister() cache.GenericLister {
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
 	// Group=jke.jdcloud.com, Version=v1
+	case v1.SchemeGroupVersion.WithResource("ippools"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Jke().V1().IPPools().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("ipranges"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Jke().V1().IPRanges().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("staticips"):

@@ -19,7 +19,9 @@ type PodFitsResourcesWithStaticIPArgs struct {
 	// CheckIPs: a pod that needs a pod-network IP fits a node with IPRanges only when one
 	// of the node's addresses is free, or its own StaticIP holds one there. Default true.
 	CheckIPs *bool `json:"checkIPs,omitempty"`
-	// NodesWithoutIPRange: Allow (default; only reservations are checked there) or Reject.
+	// NodesWithoutIPRange: what a node that owns no IPRange and has no staticip agent does:
+	// Allow (default; only reservations are checked there) or Reject. A staticip node (its agent
+	// reports NetworkUnavailable, reason StaticIP...) without a usable range is refused either way.
 	NodesWithoutIPRange NodesWithoutIPRangePolicy `json:"nodesWithoutIPRange,omitempty"`
 }
 

@@ -26,7 +26,11 @@ package v1
 type IPRangeSpecApplyConfiguration struct {
 	// CIDR is the network, e.g. 10.10.0.0/24. It must be network-aligned (no host bits set).
 	CIDR *string `json:"cidr,omitempty"`
-	// Node is the node that currently owns the range. Empty: not assigned.
+	// Node is the node that currently owns the range. Empty: not assigned. It changes from one
+	// node straight to another only together with ownerGeneration+1 (node failover); an
+	// operator unassigns a range, then assigns it, and the new node allocates from it only once
+	// no other node reports holding addresses of it (the Node annotation
+	// staticip.jke.jdcloud.com/ipranges-observed).
 	Node *string `json:"node,omitempty"`
 	// OwnerGeneration counts forced moves of the range between nodes (node failover). It only
 	// goes up. A node's agent remembers the generation it served the range at; when the range

@@ -29,6 +29,12 @@ import (
 type ServiceGridSpecApplyConfiguration struct {
 	// GridUniqKey is the node label whose values define the node units.
 	GridUniqKey *string `json:"gridUniqKey,omitempty"`
+	// TopologyKeys are the Service's topologyKeys: node label keys in order, the first one this
+	// node has that selects a ready endpoint wins, "*" (only last) selects any endpoint (e.g.
+	// ["zone","*"] to fall back to any unit). Unset: [gridUniqKey], as SuperEdge writes it, or
+	// the ServiceGrid's own topologyKeys annotation (a JSON list; not both). The rule is
+	// ValidateTopologyKeys'; the API server checks it here, the controller checks the annotation.
+	TopologyKeys []string `json:"topologyKeys,omitempty"`
 	// Template is the spec of the Service {name}-svc.
 	Template *corev1.ServiceSpec `json:"template,omitempty"`
 }
@@ -44,6 +50,16 @@ func ServiceGridSpec() *ServiceGridSpecApplyConfiguration {
 // If called multiple times, the GridUniqKey field is set to the value of the last call.
 func (b *ServiceGridSpecApplyConfiguration) WithGridUniqKey(value string) *ServiceGridSpecApplyConfiguration {
 	b.GridUniqKey = &value
+	return b
+}
+
+// WithTopologyKeys adds the given value to the TopologyKeys field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the TopologyKeys field.
+func (b *ServiceGridSpecApplyConfiguration) WithTopologyKeys(values ...string) *ServiceGridSpecApplyConfiguration {
+	for i := range values {
+		b.TopologyKeys = append(b.TopologyKeys, values[i])
+	}
 	return b
 }
 

@@ -18,6 +18,10 @@ limitations under the License.
 
 package v1
 
+// IPPoolListerExpansion allows custom methods to be added to
+// IPPoolLister.
+type IPPoolListerExpansion interface{}
+
 // IPRangeListerExpansion allows custom methods to be added to
 // IPRangeLister.
 type IPRangeListerExpansion interface{}

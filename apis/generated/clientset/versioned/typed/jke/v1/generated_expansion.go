@@ -18,6 +18,8 @@ limitations under the License.
 
 package v1
 
+type IPPoolExpansion interface{}
+
 type IPRangeExpansion interface{}
 
 type StaticIPExpansion interface{}

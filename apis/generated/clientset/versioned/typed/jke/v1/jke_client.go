@@ -28,6 +28,7 @@ import (
 
 type JkeV1Interface interface {
 	RESTClient() rest.Interface
+	IPPoolsGetter
 	IPRangesGetter
 	StaticIPsGetter
 }
@@ -35,6 +36,10 @@ type JkeV1Interface interface {
 // JkeV1Client is used to interact with features provided by the jke.jdcloud.com group.
 type JkeV1Client struct {
 	restClient rest.Interface
+}
+
+func (c *JkeV1Client) IPPools() IPPoolInterface {
+	return newIPPools(c)
 }
 
 func (c *JkeV1Client) IPRanges() IPRangeInterface {

@@ -28,6 +28,10 @@ type FakeJkeV1 struct {
 	*testing.Fake
 }
 
+func (c *FakeJkeV1) IPPools() v1.IPPoolInterface {
+	return newFakeIPPools(c)
+}
+
 func (c *FakeJkeV1) IPRanges() v1.IPRangeInterface {
 	return newFakeIPRanges(c)
 }

@@ -1,0 +1,595 @@
+// Package ippool is the range allocator: it gives every node that an IPPool selects, and that
+// owns no IPRange of the pool's IP family, a block of the pool as an IPRange, and returns the
+// block of a deleted node to the pool once nothing holds an IP of it. plan.go decides (pure,
+// table-tested); controller.go reads the informers and carries the plan out.
+package ippool
+
+import (
+	"cmp"
+	"fmt"
+	"maps"
+	"net/netip"
+	"slices"
+	"strings"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+)
+
+// Default block prefix lengths when spec.blockSize is unset.
+const (
+	DefaultBlockBitsIPv4 = 24
+	DefaultBlockBitsIPv6 = 120
+)
+
+// Pool is an IPPool as the planner needs it.
+type Pool struct {
+	Name    string
+	Created time.Time
+	CIDRs   []netip.Prefix
+	// BlockBits is the block prefix length in effect.
+	BlockBits int
+	Mode      jkev1.IPPoolMode
+	// Selector chooses the nodes (labels.Everything() for an empty one); nil when the
+	// selector does not parse (the pool is then not Ready).
+	Selector    labels.Selector
+	SelectorErr string
+	Excludes    []netip.Addr
+	// FirstHostGateway: each block's network+1 is its gateway.
+	FirstHostGateway bool
+	ReleaseAfter     time.Duration
+	// Deleting pools hand out nothing (their blocks stay: see controllers/README.md).
+	Deleting bool
+}
+
+func (p *Pool) is4() bool { return len(p.CIDRs) > 0 && p.CIDRs[0].Addr().Is4() }
+
+// Node is a Node as the planner needs it.
+type Node struct {
+	Name     string
+	Labels   map[string]string
+	PodCIDRs []netip.Prefix
+}
+
+// Range is an IPRange as the planner needs it.
+type Range struct {
+	Name string
+	CIDR netip.Prefix
+	Node string
+	// Pool is the value of the jke.jdcloud.com/ippool label ("" for hand-written ranges, which
+	// the planner only ever avoids).
+	Pool            string
+	OwnerGeneration int64
+	// GoneSince is when the allocator first saw the range's node gone (zero: not marked).
+	GoneSince time.Time
+	Deleting  bool
+}
+
+// Input is everything one pass looks at.
+type Input struct {
+	Pools  []Pool
+	Nodes  []Node
+	Ranges []Range
+	Now    time.Time
+	// Held says why a pool range may not be deleted yet ("" when nothing holds it): a pod
+	// object with an IP in it, a StaticIP whose spec.ip lies in it, a node failover moving it.
+	// For an extra block of a live node (pendingOn = the node) it also counts the node's pods
+	// that have no IP yet: one of them may be getting an address of this very block.
+	Held func(r Range, pendingOn string) string
+}
+
+// Assign is an IPRange to create.
+type Assign struct {
+	Pool, Node, Name string
+	CIDR             netip.Prefix
+	Gateway          string
+	Excludes         []string
+}
+
+// Release is a pool range to delete.
+type Release struct {
+	Range, Pool, Node, Why string
+}
+
+// Mark sets (Since non-zero) or clears the node-gone annotation of a range.
+type Mark struct {
+	Range string
+	Since time.Time
+}
+
+// Skip is a node the plan could not serve, and why (an Event on the Node).
+type Skip struct {
+	Node, Pool, Reason, Message string
+}
+
+// PoolStatus is what a pool's status should say.
+type PoolStatus struct {
+	BlockBits                 int32
+	Total, Assigned, Free     int64
+	Ready                     bool
+	ReadyReason, ReadyMessage string
+	Waiting                   []string // nodes left without a block: Exhausted
+	AssignedNow               int
+}
+
+// Plan is what to do now.
+type Plan struct {
+	Assign  []Assign
+	Release []Release
+	Mark    []Mark
+	Skips   []Skip
+	Pools   map[string]*PoolStatus
+	// Requeue: look again this soon (a quarantine ends, a held block may be freed); 0: only on events.
+	Requeue time.Duration
+}
+
+// Skip reasons and pool condition reasons.
+const (
+	ReasonPoolExhausted   = "IPPoolExhausted"
+	ReasonPodCIDROverlaps = "PodCIDROverlapsIPRange"
+	ReasonNoPodCIDR       = "NoPodCIDRInPool"
+	ReasonOverlap         = "CIDROverlapsOlderPool"
+	ReasonBadSelector     = "InvalidNodeSelector"
+	ReasonDeleting        = "Deleting"
+	ReasonValid           = "Valid"
+	// heldRecheck is how soon a block whose release is held by something not watched
+	// (e.g. a failover record) is looked at again.
+	heldRecheck = 30 * time.Second
+)
+
+// RangeName is the IPRange name of a block: <pool>-<cidr with '.', ':' and '/' as '-'>, so two
+// allocators that pick the same block for two nodes collide on Create.
+func RangeName(pool string, p netip.Prefix) string {
+	r := strings.NewReplacer(".", "-", ":", "-", "/", "-")
+	return pool + "-" + r.Replace(p.String())
+}
+
+// Compute is the allocator's decision for one pass.
+func Compute(in Input) Plan {
+	plan := Plan{Pools: map[string]*PoolStatus{}}
+	pools := slices.Clone(in.Pools)
+	slices.SortFunc(pools, func(a, b Pool) int {
+		if c := a.Created.Compare(b.Created); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Name, b.Name)
+	})
+	// Validity: a pool whose CIDRs overlap each other or an older valid pool hands out nothing.
+	var valid []*Pool
+	for i := range pools {
+		p := &pools[i]
+		st := &PoolStatus{BlockBits: int32(p.BlockBits), Ready: true, ReadyReason: ReasonValid, ReadyMessage: "blocks are handed out"}
+		plan.Pools[p.Name] = st
+		switch {
+		case p.Selector == nil:
+			st.Ready, st.ReadyReason, st.ReadyMessage = false, ReasonBadSelector, "nodeSelector: "+p.SelectorErr
+		case p.Deleting:
+			st.Ready, st.ReadyReason, st.ReadyMessage = false, ReasonDeleting, "the pool is being deleted: it hands out no block; its blocks stay with their nodes"
+		default:
+			if msg := overlapMessage(p, valid); msg != "" {
+				st.Ready, st.ReadyReason, st.ReadyMessage = false, ReasonOverlap, msg
+			}
+		}
+		if st.Ready {
+			valid = append(valid, p)
+		}
+	}
+	poolByName := map[string]*Pool{}
+	for i := range pools {
+		poolByName[pools[i].Name] = &pools[i]
+	}
+
+	// What each node owns, by family; every CIDR in use.
+	type famKey struct {
+		node string
+		v4   bool
+	}
+	owns := map[famKey]bool{}
+	occupied := make([]netip.Prefix, 0, len(in.Ranges))
+	poolRanges := map[string][]Range{}
+	for _, r := range in.Ranges {
+		occupied = append(occupied, r.CIDR)
+		if r.Node != "" && !r.Deleting {
+			owns[famKey{r.Node, r.CIDR.Addr().Is4()}] = true
+		}
+		if r.Pool != "" {
+			poolRanges[r.Pool] = append(poolRanges[r.Pool], r)
+		}
+	}
+	nodes := slices.Clone(in.Nodes)
+	slices.SortFunc(nodes, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
+	live := map[string]bool{}
+	waiting := map[string][]string{}
+	for _, n := range nodes {
+		live[n.Name] = true
+		set := labels.Set(n.Labels)
+		for _, v4 := range []bool{true, false} {
+			if owns[famKey{n.Name, v4}] {
+				continue
+			}
+			var pool *Pool
+			for _, p := range valid {
+				if p.is4() == v4 && p.Selector.Matches(set) {
+					pool = p
+					break
+				}
+			}
+			if pool == nil {
+				continue
+			}
+			if pool.Mode != jkev1.IPPoolNodePodCIDR {
+				waiting[pool.Name] = append(waiting[pool.Name], n.Name)
+				continue
+			}
+			mirrored := false
+			for _, pc := range n.PodCIDRs {
+				if pc.Addr().Is4() != v4 || !insideAny(pc, pool.CIDRs) {
+					continue
+				}
+				mirrored = true
+				if o, ok := overlapping(pc, occupied); ok {
+					plan.Skips = append(plan.Skips, Skip{Node: n.Name, Pool: pool.Name, Reason: ReasonPodCIDROverlaps,
+						Message: fmt.Sprintf("IPPool %s: the node's podCIDR %s overlaps the IPRange CIDR %s; no range mirrored", pool.Name, pc, o)})
+					continue
+				}
+				a := newAssign(pool, n.Name, pc)
+				plan.Assign = append(plan.Assign, a)
+				occupied = append(occupied, pc)
+			}
+			if !mirrored {
+				plan.Skips = append(plan.Skips, Skip{Node: n.Name, Pool: pool.Name, Reason: ReasonNoPodCIDR,
+					Message: fmt.Sprintf("IPPool %s (NodePodCIDR): the node has no spec.podCIDRs inside %s", pool.Name, prefixList(pool.CIDRs))})
+			}
+		}
+	}
+
+	// Blocks: first fit, per pool in age order, per CIDR in spec order.
+	for _, p := range pools {
+		st := plan.Pools[p.Name]
+		for _, c := range p.CIDRs {
+			st.Total = satAdd(st.Total, blockCount(c, p.BlockBits))
+		}
+		queue := waiting[p.Name]
+		for _, c := range p.CIDRs {
+			occ := occupiedBlocks(c, p.BlockBits, occupied)
+			full := excludedBlocks(&p, c)
+			var used int64
+			for _, iv := range occ {
+				used += int64(iv.hi-iv.lo) + 1
+			}
+			for idx := range full {
+				if !occupiedAt(occ, idx) {
+					used++
+				}
+			}
+			free := blockCount(c, p.BlockBits) - used
+			// Walk the gaps between occupied intervals.
+			next := uint64(0)
+			last := uint64(blockCount(c, p.BlockBits) - 1)
+			for i := 0; len(queue) > 0 && next <= last; {
+				for i < len(occ) && occ[i].hi < next {
+					i++
+				}
+				if i < len(occ) && occ[i].lo <= next {
+					if occ[i].hi == last {
+						break
+					}
+					next = occ[i].hi + 1
+					continue
+				}
+				if !full[next] {
+					b := blockAt(c, p.BlockBits, next)
+					a := newAssign(&p, queue[0], b)
+					plan.Assign = append(plan.Assign, a)
+					occupied = append(occupied, b)
+					queue = queue[1:]
+					free--
+					st.AssignedNow++
+				}
+				if next == last {
+					break
+				}
+				next++
+			}
+			st.Free = satAdd(st.Free, free)
+		}
+		st.Waiting = queue
+		for _, r := range poolRanges[p.Name] {
+			if !r.Deleting {
+				st.Assigned++
+			}
+		}
+		st.Assigned += int64(st.AssignedNow)
+		for _, a := range plan.Assign {
+			if a.Pool == p.Name && p.Mode == jkev1.IPPoolNodePodCIDR {
+				st.Assigned++
+			}
+		}
+	}
+
+	// Returns: blocks of nodes that are gone, and extra blocks a race gave one node.
+	perNode := map[famKey][]Range{}
+	for _, name := range sortedKeys(poolRanges) {
+		p := poolByName[name]
+		if p == nil {
+			continue // a pool that no longer exists: its ranges are left alone
+		}
+		for _, r := range poolRanges[name] {
+			if r.Deleting {
+				continue
+			}
+			if r.Node != "" && live[r.Node] {
+				if !r.GoneSince.IsZero() {
+					plan.Mark = append(plan.Mark, Mark{Range: r.Name})
+				}
+				if r.OwnerGeneration == 0 {
+					k := famKey{r.Node, r.CIDR.Addr().Is4()}
+					perNode[k] = append(perNode[k], r)
+				}
+				continue
+			}
+			if r.GoneSince.IsZero() {
+				plan.Mark = append(plan.Mark, Mark{Range: r.Name, Since: in.Now})
+				plan.requeue(p.ReleaseAfter)
+				continue
+			}
+			if wait := r.GoneSince.Add(p.ReleaseAfter).Sub(in.Now); wait > 0 {
+				plan.requeue(wait)
+				continue
+			}
+			if why := in.Held(r, ""); why != "" {
+				plan.requeue(heldRecheck)
+				continue
+			}
+			plan.Release = append(plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node,
+				Why: fmt.Sprintf("node %s is gone since %s, the quarantine of %s has passed and nothing holds an IP of %s",
+					orNone(r.Node), r.GoneSince.UTC().Format(time.RFC3339), p.ReleaseAfter, r.CIDR)})
+		}
+	}
+	for _, k := range slices.SortedFunc(maps.Keys(perNode), func(a, b famKey) int {
+		return cmp.Or(strings.Compare(a.node, b.node), cmp.Compare(boolInt(a.v4), boolInt(b.v4)))
+	}) {
+		rs := perNode[k]
+		if len(rs) < 2 {
+			continue
+		}
+		slices.SortFunc(rs, func(a, b Range) int { return strings.Compare(a.Name, b.Name) })
+		var held, free []Range
+		for _, r := range rs {
+			if in.Held(r, k.node) != "" {
+				held = append(held, r)
+			} else {
+				free = append(free, r)
+			}
+		}
+		if len(held) == 0 {
+			free = free[1:] // keep the first by name
+		}
+		for _, r := range free {
+			plan.Release = append(plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node,
+				Why: fmt.Sprintf("node %s got more than one block of its family (two allocators raced); %s is empty", r.Node, r.CIDR)})
+		}
+	}
+	return plan
+}
+
+func (p *Plan) requeue(d time.Duration) {
+	if d <= 0 {
+		d = time.Second
+	}
+	if p.Requeue == 0 || d < p.Requeue {
+		p.Requeue = d
+	}
+}
+
+func newAssign(p *Pool, node string, b netip.Prefix) Assign {
+	a := Assign{Pool: p.Name, Node: node, Name: RangeName(p.Name, b), CIDR: b}
+	if p.FirstHostGateway {
+		a.Gateway = b.Addr().Next().String()
+	}
+	for _, e := range p.Excludes {
+		if b.Contains(e) && e.String() != a.Gateway {
+			a.Excludes = append(a.Excludes, e.String())
+		}
+	}
+	return a
+}
+
+func overlapMessage(p *Pool, older []*Pool) string {
+	for i, c := range p.CIDRs {
+		for _, d := range p.CIDRs[:i] {
+			if c.Overlaps(d) {
+				return fmt.Sprintf("CIDRs %s and %s overlap", d, c)
+			}
+		}
+		for _, o := range older {
+			for _, d := range o.CIDRs {
+				if c.Overlaps(d) {
+					return fmt.Sprintf("CIDR %s overlaps %s of the older IPPool %s; this pool hands out nothing", c, d, o.Name)
+				}
+			}
+		}
+	}
+	return ""
+}
+
+func insideAny(p netip.Prefix, cidrs []netip.Prefix) bool {
+	for _, c := range cidrs {
+		if c.Bits() <= p.Bits() && c.Contains(p.Addr()) {
+			return true
+		}
+	}
+	return false
+}
+
+func overlapping(p netip.Prefix, ps []netip.Prefix) (netip.Prefix, bool) {
+	for _, o := range ps {
+		if o.Overlaps(p) {
+			return o, true
+		}
+	}
+	return netip.Prefix{}, false
+}
+
+// interval is a closed range of block indices.
+type interval struct{ lo, hi uint64 }
+
+// blockCount is the number of blocks of bits in c (CEL keeps it <= 2^32).
+func blockCount(c netip.Prefix, bits int) int64 {
+	if bits < c.Bits() || bits-c.Bits() > 62 {
+		return 0
+	}
+	return int64(1) << (bits - c.Bits())
+}
+
+// addrBits reads the address bits [from, to) as a number (to-from <= 64).
+func addrBits(a netip.Addr, from, to int) uint64 {
+	b := a.AsSlice()
+	var v uint64
+	for i := from; i < to; i++ {
+		v = v<<1 | uint64(b[i/8]>>(7-i%8)&1)
+	}
+	return v
+}
+
+// blockAt is block idx of bits inside c.
+func blockAt(c netip.Prefix, bits int, idx uint64) netip.Prefix {
+	b := c.Addr().AsSlice()
+	for i := bits - 1; i >= c.Bits(); i-- {
+		if idx&1 == 1 {
+			b[i/8] |= 1 << (7 - i%8)
+		}
+		idx >>= 1
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return netip.PrefixFrom(a, bits)
+}
+
+// occupiedBlocks lists, merged and sorted, the block indices of c that overlap any of ps.
+func occupiedBlocks(c netip.Prefix, bits int, ps []netip.Prefix) []interval {
+	n := blockCount(c, bits)
+	var out []interval
+	for _, q := range ps {
+		if q.Addr().Is4() != c.Addr().Is4() || !q.Overlaps(c) {
+			continue
+		}
+		switch {
+		case q.Bits() <= c.Bits(): // q covers c
+			out = append(out, interval{0, uint64(n - 1)})
+		case q.Bits() >= bits:
+			i := addrBits(q.Addr(), c.Bits(), bits)
+			out = append(out, interval{i, i})
+		default:
+			lo := addrBits(q.Addr(), c.Bits(), bits)
+			out = append(out, interval{lo, lo + uint64(1)<<(bits-q.Bits()) - 1})
+		}
+	}
+	slices.SortFunc(out, func(a, b interval) int { return cmp.Compare(a.lo, b.lo) })
+	merged := out[:0]
+	for _, iv := range out {
+		if k := len(merged); k > 0 && iv.lo <= merged[k-1].hi+1 {
+			merged[k-1].hi = max(merged[k-1].hi, iv.hi)
+			continue
+		}
+		merged = append(merged, iv)
+	}
+	return merged
+}
+
+func occupiedAt(occ []interval, idx uint64) bool {
+	i, _ := slices.BinarySearchFunc(occ, idx, func(iv interval, t uint64) int {
+		if iv.hi < t {
+			return -1
+		}
+		if iv.lo > t {
+			return 1
+		}
+		return 0
+	})
+	return i < len(occ) && occ[i].lo <= idx && idx <= occ[i].hi
+}
+
+// excludedBlocks are the blocks of c whose every host address is excluded (or the gateway):
+// such a block is never handed out.
+func excludedBlocks(p *Pool, c netip.Prefix) map[uint64]bool {
+	if len(p.Excludes) == 0 {
+		return nil
+	}
+	hostBits := c.Addr().BitLen() - p.BlockBits
+	if hostBits > 16 {
+		return nil // more than 65534 hosts: never fully excluded by a list of <= 1024
+	}
+	hosts := 1<<hostBits - 1 // network+1 .. last (IPv6), the last being broadcast in IPv4
+	if c.Addr().Is4() {
+		hosts--
+	}
+	counts := map[uint64]map[netip.Addr]bool{}
+	for _, e := range p.Excludes {
+		if !c.Contains(e) {
+			continue
+		}
+		idx := addrBits(e, c.Bits(), p.BlockBits)
+		b := blockAt(c, p.BlockBits, idx)
+		if e == b.Addr() || (c.Addr().Is4() && e == lastAddr(b)) {
+			continue
+		}
+		if counts[idx] == nil {
+			counts[idx] = map[netip.Addr]bool{}
+			if p.FirstHostGateway {
+				counts[idx][b.Addr().Next()] = true
+			}
+		}
+		counts[idx][e] = true
+	}
+	out := map[uint64]bool{}
+	for idx, s := range counts {
+		if len(s) >= hosts {
+			out[idx] = true
+		}
+	}
+	return out
+}
+
+func lastAddr(b netip.Prefix) netip.Addr {
+	s := b.Addr().AsSlice()
+	for i := b.Bits(); i < len(s)*8; i++ {
+		s[i/8] |= 1 << (7 - i%8)
+	}
+	a, _ := netip.AddrFromSlice(s)
+	return a
+}
+
+func satAdd(a, b int64) int64 {
+	if a > 0 && b > 0 && a+b < 0 {
+		return 1<<63 - 1
+	}
+	return a + b
+}
+
+func prefixList(ps []netip.Prefix) string {
+	s := make([]string, len(ps))
+	for i, p := range ps {
+		s[i] = p.String()
+	}
+	return strings.Join(s, ", ")
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	return slices.Sorted(maps.Keys(m))
+}

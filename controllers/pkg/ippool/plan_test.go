@@ -1,0 +1,268 @@
+package ippool
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/labels"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+)
+
+var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
+
+func pool(name string, age int, cidrs ...string) Pool {
+	p := Pool{Name: name, Created: t0.Add(-time.Duration(age) * time.Hour), Mode: jkev1.IPPoolBlocks,
+		Selector: labels.Everything(), ReleaseAfter: 5 * time.Minute, BlockBits: DefaultBlockBitsIPv4}
+	for _, c := range cidrs {
+		p.CIDRs = append(p.CIDRs, netip.MustParsePrefix(c))
+	}
+	if len(p.CIDRs) > 0 && p.CIDRs[0].Addr().Is6() {
+		p.BlockBits = DefaultBlockBitsIPv6
+	}
+	return p
+}
+
+func nodes(names ...string) []Node {
+	var out []Node
+	for _, n := range names {
+		out = append(out, Node{Name: n})
+	}
+	return out
+}
+
+func rng(name, cidr, node, pool string) Range {
+	return Range{Name: name, CIDR: netip.MustParsePrefix(cidr), Node: node, Pool: pool}
+}
+
+func nothingHeld(Range, string) string { return "" }
+
+// assigned renders the plan's assignments as "node=cidr".
+func assigned(p Plan) []string {
+	var out []string
+	for _, a := range p.Assign {
+		out = append(out, a.Node+"="+a.CIDR.String())
+	}
+	return out
+}
+
+func TestComputeAssign(t *testing.T) {
+	withLabel := func(n Node, k, v string) Node { n.Labels = map[string]string{k: v}; return n }
+	sel := func(p Pool, k, v string) Pool { p.Selector = labels.SelectorFromSet(labels.Set{k: v}); return p }
+	excl := func(p Pool, ips ...string) Pool {
+		for _, ip := range ips {
+			p.Excludes = append(p.Excludes, netip.MustParseAddr(ip))
+		}
+		return p
+	}
+	small := pool("small", 1, "10.9.0.0/30")
+	small.BlockBits = 30
+	for _, tc := range []struct {
+		name    string
+		pools   []Pool
+		nodes   []Node
+		ranges  []Range
+		want    []string
+		waiting map[string][]string
+	}{
+		{name: "first fit in name order", pools: []Pool{pool("p", 1, "10.244.0.0/22")}, nodes: nodes("b", "a"),
+			want: []string{"a=10.244.0.0/24", "b=10.244.1.0/24"}},
+		{name: "a node that owns a range gets nothing (hand-written or moved by failover)",
+			pools: []Pool{pool("p", 1, "10.244.0.0/22")}, nodes: nodes("a", "b"),
+			ranges: []Range{rng("node-a", "192.168.5.0/24", "a", "")}, want: []string{"b=10.244.0.0/24"}},
+		{name: "blocks overlapping any IPRange are skipped, hand-written included",
+			pools: []Pool{pool("p", 1, "10.244.0.0/22")}, nodes: nodes("a", "b"),
+			ranges: []Range{rng("hand", "10.244.0.128/25", "x", ""), rng("p-10-244-1-0-24", "10.244.1.0/24", "y", "p")},
+			want:   []string{"a=10.244.2.0/24", "b=10.244.3.0/24"}},
+		{name: "a hand-written range wider than a block covers several",
+			pools: []Pool{pool("p", 1, "10.244.0.0/22")}, nodes: nodes("a"),
+			ranges: []Range{rng("wide", "10.244.0.0/23", "x", "")}, want: []string{"a=10.244.2.0/24"}},
+		{name: "exhausted: the nodes left wait", pools: []Pool{pool("p", 1, "10.244.0.0/23")}, nodes: nodes("a", "b", "c"),
+			want: []string{"a=10.244.0.0/24", "b=10.244.1.0/24"}, waiting: map[string][]string{"p": {"c"}}},
+		{name: "pool growth: the second CIDR serves when the first is full",
+			pools: []Pool{pool("p", 1, "10.244.0.0/24", "10.245.0.0/24")}, nodes: nodes("a", "b"),
+			ranges: []Range{rng("p-10-244-0-0-24", "10.244.0.0/24", "x", "p")}, want: []string{"a=10.245.0.0/24"},
+			waiting: map[string][]string{"p": {"b"}}},
+		{name: "pool by labels; the oldest of two matching pools wins",
+			pools: []Pool{sel(pool("gpu", 1, "10.1.0.0/16"), "kind", "gpu"), pool("all-new", 1, "10.3.0.0/16"), pool("all-old", 5, "10.2.0.0/16")},
+			nodes: []Node{withLabel(Node{Name: "g"}, "kind", "gpu"), {Name: "c"}},
+			want:  []string{"c=10.2.0.0/24", "g=10.2.1.0/24"}},
+		{name: "selector mismatch: no block",
+			pools: []Pool{sel(pool("gpu", 1, "10.1.0.0/16"), "kind", "gpu")},
+			nodes: []Node{withLabel(Node{Name: "g"}, "kind", "gpu"), withLabel(Node{Name: "c"}, "kind", "cpu")},
+			want:  []string{"g=10.1.0.0/24"}},
+		{name: "a pool overlapping an older one hands out nothing",
+			pools: []Pool{pool("old", 5, "10.244.0.0/16"), sel(pool("new", 1, "10.244.128.0/17"), "x", "y")},
+			nodes: []Node{withLabel(Node{Name: "a"}, "x", "y")}, want: []string{"a=10.244.0.0/24"}},
+		{name: "IPv6 block of /120; a dual-stack node gets one block per family",
+			pools: []Pool{pool("v6", 1, "fd00:10:244::/112"), pool("v4", 2, "10.244.0.0/16")}, nodes: nodes("a", "b"),
+			ranges: []Range{rng("hand", "10.244.0.0/24", "b", "")},
+			want:   []string{"a=10.244.1.0/24", "a=fd00:10:244::/120", "b=fd00:10:244::100/120"}},
+		{name: "a block whose every host is excluded is skipped", pools: []Pool{excl(small, "10.9.0.1", "10.9.0.2"), pool("big", 9, "10.8.0.0/16")},
+			nodes: nodes("a"), want: []string{"a=10.8.0.0/24"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := Compute(Input{Pools: tc.pools, Nodes: tc.nodes, Ranges: tc.ranges, Now: t0, Held: nothingHeld})
+			got := assigned(p)
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("assigned %v, want %v", got, tc.want)
+			}
+			for _, pl := range tc.pools {
+				if w := tc.waiting[pl.Name]; !slices.Equal(p.Pools[pl.Name].Waiting, w) {
+					t.Errorf("pool %s waiting %v, want %v", pl.Name, p.Pools[pl.Name].Waiting, w)
+				}
+			}
+		})
+	}
+}
+
+func TestComputeCarriesGatewayExcludesAndNames(t *testing.T) {
+	p := pool("pool", 1, "10.244.0.0/16")
+	p.FirstHostGateway = true
+	p.Excludes = []netip.Addr{netip.MustParseAddr("10.244.0.1"), netip.MustParseAddr("10.244.0.9"), netip.MustParseAddr("10.244.7.9")}
+	plan := Compute(Input{Pools: []Pool{p}, Nodes: nodes("a"), Now: t0, Held: nothingHeld})
+	if len(plan.Assign) != 1 {
+		t.Fatalf("plan %+v", plan)
+	}
+	a := plan.Assign[0]
+	if a.Name != "pool-10-244-0-0-24" || a.Gateway != "10.244.0.1" || !slices.Equal(a.Excludes, []string{"10.244.0.9"}) {
+		t.Errorf("assign %+v", a)
+	}
+	st := plan.Pools["pool"]
+	if st.Total != 256 || st.Assigned != 1 || st.Free != 255 || !st.Ready {
+		t.Errorf("status %+v", st)
+	}
+	if n := RangeName("v6", netip.MustParsePrefix("fd00:10:244::100/120")); n != "v6-fd00-10-244--100-120" {
+		t.Errorf("IPv6 name %s", n)
+	}
+}
+
+func TestComputePodCIDRMode(t *testing.T) {
+	p := pool("kind", 1, "10.244.0.0/16")
+	p.Mode = jkev1.IPPoolNodePodCIDR
+	ns := []Node{
+		{Name: "a", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00::/64")}},
+		{Name: "b", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}},
+		{Name: "c", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.99.0.0/24")}},
+		{Name: "d"},
+		{Name: "e", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.3.0/24")}},
+	}
+	plan := Compute(Input{Pools: []Pool{p}, Nodes: ns, Now: t0, Held: nothingHeld,
+		Ranges: []Range{rng("hand", "10.244.2.0/25", "x", ""), rng("node-e", "192.168.0.0/24", "e", "")}})
+	if got := assigned(plan); !slices.Equal(got, []string{"a=10.244.1.0/24"}) {
+		t.Errorf("assigned %v", got)
+	}
+	var skips []string
+	for _, s := range plan.Skips {
+		skips = append(skips, s.Node+":"+s.Reason)
+	}
+	if want := []string{"b:" + ReasonPodCIDROverlaps, "c:" + ReasonNoPodCIDR, "d:" + ReasonNoPodCIDR}; !slices.Equal(skips, want) {
+		t.Errorf("skips %v, want %v", skips, want)
+	}
+}
+
+func TestComputeRelease(t *testing.T) {
+	p := pool("p", 1, "10.244.0.0/16")
+	gone := func(since time.Duration) Range {
+		r := rng("p-10-244-5-0-24", "10.244.5.0/24", "dead", "p")
+		if since >= 0 {
+			r.GoneSince = t0.Add(-since)
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name        string
+		r           Range
+		nodes       []Node
+		held        string
+		wantRelease bool
+		wantMark    string // "set", "clear" or ""
+		wantRequeue time.Duration
+	}{
+		{name: "first seen gone: marked, looked at after the quarantine", r: gone(-1), wantMark: "set", wantRequeue: 5 * time.Minute},
+		{name: "inside the quarantine: waits", r: gone(2 * time.Minute), wantRequeue: 3 * time.Minute},
+		{name: "after the quarantine, held by a pod or StaticIP: kept", r: gone(10 * time.Minute), held: "pod ns/x holds 10.244.5.7", wantRequeue: heldRecheck},
+		{name: "after the quarantine, nothing holds it: released", r: gone(10 * time.Minute), wantRelease: true},
+		{name: "the node came back: the mark is cleared, nothing released", r: gone(10 * time.Minute), nodes: nodes("dead"), wantMark: "clear"},
+		{name: "a hand-written range of a gone node is never touched", r: func() Range { r := gone(time.Hour); r.Pool = ""; return r }()},
+		{name: "a range of a pool that no longer exists is left alone", r: func() Range { r := gone(time.Hour); r.Pool = "other"; return r }()},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := Compute(Input{Pools: []Pool{p}, Nodes: tc.nodes, Ranges: []Range{tc.r}, Now: t0,
+				Held: func(Range, string) string { return tc.held }})
+			if got := len(plan.Release) == 1; got != tc.wantRelease {
+				t.Errorf("released %v, want %v (%+v)", plan.Release, tc.wantRelease, plan)
+			}
+			mark := ""
+			if len(plan.Mark) == 1 {
+				mark = map[bool]string{true: "clear", false: "set"}[plan.Mark[0].Since.IsZero()]
+			}
+			if mark != tc.wantMark {
+				t.Errorf("mark %q, want %q", mark, tc.wantMark)
+			}
+			if plan.Requeue != tc.wantRequeue {
+				t.Errorf("requeue %v, want %v", plan.Requeue, tc.wantRequeue)
+			}
+		})
+	}
+}
+
+func TestComputeReturnsTheExtraBlockOfARace(t *testing.T) {
+	p := pool("p", 1, "10.244.0.0/16")
+	a0, a1 := rng("p-10-244-0-0-24", "10.244.0.0/24", "a", "p"), rng("p-10-244-1-0-24", "10.244.1.0/24", "a", "p")
+	moved := rng("p-10-244-2-0-24", "10.244.2.0/24", "a", "p")
+	moved.OwnerGeneration = 1
+	for _, tc := range []struct {
+		name   string
+		ranges []Range
+		held   string // the range name that is held
+		want   []string
+	}{
+		{"both empty: the second by name goes", []Range{a0, a1}, "", []string{a1.Name}},
+		{"the second is in use: the first goes", []Range{a0, a1}, a1.Name, []string{a0.Name}},
+		{"a block moved here by failover is never an extra", []Range{a0, moved}, "", nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := Compute(Input{Pools: []Pool{p}, Nodes: nodes("a"), Ranges: tc.ranges, Now: t0,
+				Held: func(r Range, pending string) string {
+					if pending != "a" {
+						t.Errorf("an extra block must be checked with the node's pending pods")
+					}
+					if r.Name == tc.held {
+						return "in use"
+					}
+					return ""
+				}})
+			var got []string
+			for _, r := range plan.Release {
+				got = append(got, r.Range)
+			}
+			if !slices.Equal(got, tc.want) || len(plan.Assign) != 0 {
+				t.Errorf("released %v, want %v; assigned %v", got, tc.want, assigned(plan))
+			}
+		})
+	}
+}
+
+func TestBlockArithmetic(t *testing.T) {
+	c := netip.MustParsePrefix("10.244.0.0/16")
+	if b := blockAt(c, 24, 255); b.String() != "10.244.255.0/24" {
+		t.Error(b)
+	}
+	occ := occupiedBlocks(c, 24, []netip.Prefix{netip.MustParsePrefix("10.244.3.7/32"), netip.MustParsePrefix("10.244.4.0/23"),
+		netip.MustParsePrefix("10.245.0.0/24"), netip.MustParsePrefix("fd00::/8")})
+	if fmt.Sprint(occ) != "[{3 5}]" {
+		t.Errorf("occupied %v", occ)
+	}
+	if !occupiedAt(occ, 4) || occupiedAt(occ, 6) {
+		t.Error("occupiedAt")
+	}
+	if !strings.HasPrefix(blockAt(netip.MustParsePrefix("fd00::/104"), 120, 65535).String(), "fd00::ff:ff00/120") {
+		t.Error(blockAt(netip.MustParsePrefix("fd00::/104"), 120, 65535))
+	}
+}

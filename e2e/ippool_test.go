@@ -1,0 +1,124 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/e2e/framework"
+	"github.com/staticip/staticip/tools/localcluster/cluster"
+)
+
+// TestNodeThatJoinsGetsABlock (issue 24): a node joins the cluster — here the spare, powered
+// off, its Node object deleted and its block returned to the pool, then booted: its kubelet
+// registers a new Node — and, with nobody writing an IPRange, the range allocator gives it a
+// block of the IPPool, its agent serves it, the node turns Ready and a pod sent there runs with
+// an address of that block. Logs Node created → IPRange created → Synced.
+func TestNodeThatJoinsGetsABlock(t *testing.T) {
+	ctx := context.Background()
+	ctl := requireNodeControl(t)
+	byNode := requireStaticIPCNI(t, ctx)
+	cs := versioned.NewForConfigOrDie(f.Config)
+	nodes, err := f.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var joiner *corev1.Node
+	for i := range nodes.Items {
+		if n := &nodes.Items[i]; n.Labels[cluster.SpareLabel] == "true" && len(byNode[n.Name]) > 0 {
+			joiner = n
+		}
+	}
+	if joiner == nil {
+		t.Skip("no spare node with an IPRange (localcluster up --spare-nodes=1): the test makes the spare join anew")
+	}
+	for _, r := range byNode[joiner.Name] {
+		if r.Labels[jkev1.LabelIPPool] == "" {
+			t.Skipf("IPRange %s of %s was written by hand, not given by an IPPool", r.Name, joiner.Name)
+		}
+	}
+	name, netns := joiner.Name, joiner.Annotations[cluster.NetnsAnnotation]
+
+	// The node leaves: powered off, its Node object and its block gone (the allocator would
+	// return the block after the pool's releaseAfter; the test does not wait for that).
+	ctl.stop(t, name)
+	started := false
+	t.Cleanup(func() {
+		if !started {
+			ctl.start(t, name)
+		}
+	})
+	if err := f.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range byNode[name] {
+		if err := cs.JkeV1().IPRanges().Delete(ctx, r.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Fatal(err)
+		}
+	}
+	if err := framework.WaitFor(ctx, time.Minute, "Node "+name+" and its IPRanges gone", func(ctx context.Context) (bool, error) {
+		if _, err := f.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return false, nil
+		}
+		return len(rangesOf(t, ctx, cs, name)) == 0, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+
+	// The node joins: NodeStart waits until it is Ready, which it only is once it serves a range.
+	ctl.start(t, name)
+	started = true
+	if netns != "" {
+		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, cluster.NetnsAnnotation, netns)
+		if _, err := f.Client.CoreV1().Nodes().Patch(ctx, name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	node, err := f.Client.CoreV1().Nodes().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranges := rangesOf(t, ctx, cs, name)
+	if len(ranges) != 1 || ranges[0].Labels[jkev1.LabelIPPool] == "" {
+		t.Fatalf("the joined node %s owns %d IPRanges (%v), want one block of an IPPool", name, len(ranges), ranges)
+	}
+	block := ranges[0]
+	waitRangeServed(t, ctx, cs, block.Name)
+	block = rangesOf(t, ctx, cs, name)[0]
+	synced := time.Time{}
+	for _, c := range block.Status.Conditions {
+		if c.Type == "Synced" {
+			synced = c.LastTransitionTime.Time
+		}
+	}
+	t.Logf("Node %s created %s; IPRange %s (%s) created +%s, Synced +%s (API timestamps, whole seconds)", name,
+		node.CreationTimestamp.UTC().Format("15:04:05"), block.Name, block.Spec.CIDR,
+		block.CreationTimestamp.Sub(node.CreationTimestamp.Time), synced.Sub(node.CreationTimestamp.Time))
+
+	ns := f.Namespace(t, "ippool-join")
+	p := testServerPod("joined", name, nil)
+	p.Spec.Tolerations = []corev1.Toleration{{Key: cluster.SpareTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	running, err := f.WaitForPodRunning(ctx, ns, "joined", 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if running.Spec.NodeName != name {
+		t.Fatalf("pod runs on %s, want %s", running.Spec.NodeName, name)
+	}
+	if _, in := ipIn([]jkev1.IPRange{block}, running.Status.PodIP); !in {
+		t.Errorf("pod on the joined node has %s, outside its block %s", running.Status.PodIP, block.Spec.CIDR)
+	}
+}

@@ -1,0 +1,178 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"k8s.io/client-go/util/retry"
+
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/e2e/framework"
+)
+
+// TestNodeWithOnlyDrainingRangesTakesNoPods (issue 24, item 4): a pod runs on a node; every
+// IPRange of that node is unassigned (node: ""), so they only drain there. The node's agent
+// reports NetworkUnavailable=True (StaticIPNoRange), the node lifecycle controller taints it
+// network-unavailable, and a new ordinary pod sent to the node stays Pending (unschedulable),
+// while the running pod keeps its IP. The ranges assigned back, the condition clears and the
+// pending pod runs.
+func TestNodeWithOnlyDrainingRangesTakesNoPods(t *testing.T) {
+	ctx := context.Background()
+	byNode := requireStaticIPCNI(t, ctx)
+	cs := versioned.NewForConfigOrDie(f.Config)
+	nodes := workloadNodes(t, ctx)
+	node := nodes[len(nodes)-1].Name
+	ranges := byNode[node]
+	if len(ranges) == 0 {
+		t.Skipf("node %s owns no IPRange", node)
+	}
+	// The IPPools that gave the node its blocks would give it a fresh one as soon as it owns
+	// none: leave the node out of them for the test (as an operator leaves a node out of the
+	// address space), and put the selectors back afterwards.
+	for _, r := range ranges {
+		if pool := r.Labels[jkev1.LabelIPPool]; pool != "" {
+			excludeFromPool(t, ctx, cs, pool, node)
+		}
+	}
+	ns := f.Namespace(t, "netunavail")
+
+	holder := testServerPod("holder", node, nil)
+	if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, holder, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	running, err := f.WaitForPodRunning(ctx, ns, "holder", 2*time.Minute)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	for _, r := range ranges {
+		setRangeOwner(t, ctx, cs, r.Name, "", r.Spec.OwnerGeneration)
+	}
+	restored := false
+	restore := func() {
+		for _, r := range ranges {
+			setRangeOwner(t, context.Background(), cs, r.Name, node, r.Spec.OwnerGeneration)
+		}
+		restored = true
+	}
+	t.Cleanup(func() {
+		if !restored {
+			restore()
+		}
+	})
+	waitNetwork := func(status corev1.ConditionStatus, reason string) {
+		t.Helper()
+		var last *corev1.NodeCondition
+		if err := framework.WaitFor(ctx, 2*time.Minute, "node "+node+" NetworkUnavailable="+string(status), func(ctx context.Context) (bool, error) {
+			n, err := f.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			for i := range n.Status.Conditions {
+				if c := &n.Status.Conditions[i]; c.Type == corev1.NodeNetworkUnavailable {
+					last = c
+					return c.Status == status && c.Reason == reason, nil
+				}
+			}
+			return false, nil
+		}); err != nil {
+			t.Fatalf("node %s: NetworkUnavailable %+v, want %s/%s: %v", node, last, status, reason, err)
+		}
+	}
+	waitNetwork(corev1.ConditionTrue, "StaticIPNoRange")
+	if err := framework.WaitFor(ctx, 2*time.Minute, "the network-unavailable taint on "+node, func(ctx context.Context) (bool, error) {
+		n, err := f.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, taint := range n.Spec.Taints {
+			if taint.Key == corev1.TaintNodeNetworkUnavailable && taint.Effect == corev1.TaintEffectNoSchedule {
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Errorf("node %s was not tainted %s: %v", node, corev1.TaintNodeNetworkUnavailable, err)
+	}
+
+	// A new ordinary pod sent to the node is not placed there.
+	if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, testServerPod("newcomer", node, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	var msg string
+	if err := framework.WaitFor(ctx, 2*time.Minute, "newcomer unschedulable", func(ctx context.Context) (bool, error) {
+		p, err := f.Client.CoreV1().Pods(ns).Get(ctx, "newcomer", metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		if p.Spec.NodeName != "" {
+			t.Fatalf("newcomer was placed on %s, whose ranges all drain", p.Spec.NodeName)
+		}
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Reason == corev1.PodReasonUnschedulable {
+				msg = c.Message
+				return true, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(msg, "network-unavailable") && !strings.Contains(msg, "no usable IP range") {
+		t.Errorf("newcomer's FailedScheduling says %q; want the network-unavailable taint or the staticip refusal", msg)
+	}
+	// The running pod keeps its IP (its range drains).
+	if p, err := f.Client.CoreV1().Pods(ns).Get(ctx, "holder", metav1.GetOptions{}); err != nil || p.Status.PodIP != running.Status.PodIP || !framework.PodReady(p) {
+		t.Errorf("the holder pod changed while its range drained: %v %+v", err, p.Status)
+	}
+
+	restore()
+	waitNetwork(corev1.ConditionFalse, "StaticIPRangeReady")
+	if p, err := f.WaitForPodRunning(ctx, ns, "newcomer", 3*time.Minute); err != nil {
+		t.Errorf("newcomer did not run once the node had its ranges back: %v", err)
+	} else if p.Spec.NodeName != node {
+		t.Errorf("newcomer runs on %s, want %s", p.Spec.NodeName, node)
+	}
+}
+
+// excludeFromPool adds "kubernetes.io/hostname NotIn [node]" to IPPool pool's node selector
+// until the test ends.
+func excludeFromPool(t *testing.T, ctx context.Context, cs versioned.Interface, pool, node string) {
+	t.Helper()
+	p, err := cs.JkeV1().IPPools().Get(ctx, pool, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	before := p.Spec.NodeSelector.DeepCopy()
+	sel := p.Spec.NodeSelector.DeepCopy()
+	if sel == nil {
+		sel = &metav1.LabelSelector{}
+	}
+	sel.MatchExpressions = append(sel.MatchExpressions, metav1.LabelSelectorRequirement{
+		Key: corev1.LabelHostname, Operator: metav1.LabelSelectorOpNotIn, Values: []string{node}})
+	p.Spec.NodeSelector = sel
+	if _, err := cs.JkeV1().IPPools().Update(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("leave %s out of IPPool %s: %v", node, pool, err)
+	}
+	t.Cleanup(func() {
+		if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			p, err := cs.JkeV1().IPPools().Get(context.Background(), pool, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			p.Spec.NodeSelector = before
+			_, err = cs.JkeV1().IPPools().Update(context.Background(), p, metav1.UpdateOptions{})
+			return err
+		}); err != nil {
+			t.Errorf("restore IPPool %s's node selector: %v", pool, err)
+		}
+	})
+}
