@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -19,13 +20,17 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
 )
 
 // TestIPAddressAdmission: on the cluster under test (manifests/admission installed), a user
 // who may create pods in a namespace that has not opted in cannot create one asking for an IP
 // and is told why; in an opted-in namespace the same request passes; nobody, not even the
-// cluster admin, adds the annotation to an existing pod.
+// cluster admin, adds the annotation to an existing pod; and the same user cannot get an IP
+// through an EnhancedStatefulSet or grid template or a StaticIP there either.
 func TestIPAddressAdmission(t *testing.T) {
 	ctx := context.Background()
 	if _, err := f.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, "staticip-ip-address", metav1.GetOptions{}); apierrors.IsNotFound(err) {
@@ -70,6 +75,77 @@ func TestIPAddressAdmission(t *testing.T) {
 	_, err = f.Client.CoreV1().Pods(open).Patch(ctx, "plain", types.MergePatchType, patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 	if err == nil || !strings.Contains(err.Error(), "cannot be added, changed or removed on an existing pod") {
 		t.Errorf("the admin added the ip-address annotation to an existing pod: %v", err)
+	}
+
+	workloadTemplatesAskingForAnIP(t, ctx, closed, open, user)
+}
+
+// workloadTemplatesAskingForAnIP: the same user, in the namespace that has not opted in,
+// cannot get an IP through a workload whose pods a trusted identity creates — an
+// EnhancedStatefulSet's template (staticip-controller-manager creates its pods), a grid's
+// template (the unit workloads) — nor through a StaticIP's spec.ip; in the opted-in namespace
+// the EnhancedStatefulSet passes. All dry runs: nothing runs.
+func workloadTemplatesAskingForAnIP(t *testing.T, ctx context.Context, closed, open, user string) {
+	if _, err := f.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, "staticip-ip-address-sources", metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		t.Skip("no ValidatingAdmissionPolicy staticip-ip-address-sources on this cluster (kubectl apply -k manifests/admission)")
+	}
+	for _, ns := range []string{closed, open} {
+		if _, err := f.Client.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "staticip-workloads"},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{"jke.jdcloud.com", "superedge.io"}, Resources: []string{"*"}, Verbs: []string{"*"}}}},
+			metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "staticip-workloads"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: "staticip-workloads"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := rest.CopyConfig(f.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	author := versioned.NewForConfigOrDie(cfg)
+	const ip = "10.244.1.201"
+	tpl := corev1.PodTemplateSpec{
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "sneaky"}, Annotations: map[string]string{jkev1.AnnotationIPAddress: ip}},
+		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
+	}
+	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "sneaky"}}
+	set := &jkev1alpha1.EnhancedStatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "sneaky", Annotations: map[string]string{jkev1.AnnotationEnable: "true"}},
+		Spec: jkev1alpha1.EnhancedStatefulSetSpec{Replicas: ptr[int32](1), Selector: sel, ServiceName: "sneaky", Template: tpl}}
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	want := "may be set by " + user + " only in a namespace labelled staticip.jke.jdcloud.com/allow-ip-request=true; namespace " + closed + " is not"
+	for _, c := range []struct {
+		what string
+		err  error
+	}{
+		{"an EnhancedStatefulSet whose template asks for " + ip, func() error {
+			_, err := author.JkeV1alpha1().EnhancedStatefulSets(closed).Create(ctx, set, dryRun)
+			return err
+		}()},
+		{"a StatefulSetGrid whose template asks for " + ip, func() error {
+			_, err := author.SuperedgeV1().StatefulSetGrids(closed).Create(ctx, &superedgev1.StatefulSetGrid{ObjectMeta: metav1.ObjectMeta{Name: "sneaky"},
+				Spec: superedgev1.StatefulSetGridSpec{GridUniqKey: "zone", Template: appsv1.StatefulSetSpec{Selector: sel, ServiceName: "sneaky", Template: tpl}}}, dryRun)
+			return err
+		}()},
+		{"a DeploymentGrid whose template asks for " + ip, func() error {
+			_, err := author.SuperedgeV1().DeploymentGrids(closed).Create(ctx, &superedgev1.DeploymentGrid{ObjectMeta: metav1.ObjectMeta{Name: "sneaky"},
+				Spec: superedgev1.DeploymentGridSpec{GridUniqKey: "zone", Template: appsv1.DeploymentSpec{Selector: sel, Template: tpl}}}, dryRun)
+			return err
+		}()},
+		{"a StaticIP naming " + ip, func() error {
+			_, err := author.JkeV1().StaticIPs(closed).Create(ctx, &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Name: "sneaky-0"},
+				Spec: jkev1.StaticIPSpec{Pod: "sneaky-0", Kind: "EnhancedStatefulSet", Ref: "sneaky", IP: ip}}, dryRun)
+			return err
+		}()},
+	} {
+		if c.err == nil || !apierrors.IsForbidden(c.err) || !strings.Contains(c.err.Error(), want) {
+			t.Errorf("%s in namespace %s (not opted in): want Forbidden with %q, got %v", c.what, closed, want, c.err)
+		} else {
+			t.Logf("refused as it should: %v", c.err)
+		}
+	}
+	if _, err := author.JkeV1alpha1().EnhancedStatefulSets(open).Create(ctx, set, dryRun); err != nil {
+		t.Errorf("an EnhancedStatefulSet asking for an IP in the opted-in namespace %s was refused: %v", open, err)
 	}
 }
 

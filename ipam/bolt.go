@@ -437,7 +437,7 @@ func (d *DB) requestedQuarantined(t *txn, req AllocateRequest, now time.Time) er
 	if !t.quarantined(req.IP, now, d.quarantine) {
 		return nil
 	}
-	if key := req.Pod.Key(); key != "" {
+	if key := req.Pod.Key(); key != "" && !req.SkipPodReservation {
 		if cur := t.byPod.Get([]byte(key)); cur != nil && keyIP(cur) == req.IP {
 			return nil
 		}
@@ -640,6 +640,9 @@ func (d *DB) usableBy(t *txn, rng Range, ip netip.Addr, req AllocateRequest) err
 	}
 	if res != nil && res.Pod.Key() != pod.Key() {
 		return &InUseError{IP: ip, Holder: res.Pod}
+	}
+	if res != nil && req.SkipPodReservation {
+		return &InUseError{IP: ip, Holder: res.Pod, OtherWorkload: true}
 	}
 	return nil
 }

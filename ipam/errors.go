@@ -133,12 +133,18 @@ type InUseError struct {
 	Holder PodRef
 	// Attachment is set when the IP is allocated (not only reserved).
 	Attachment *Attachment
+	// OtherWorkload: the IP is reserved under the requesting pod's own name, for a pod of
+	// another workload (AllocateRequest.SkipPodReservation).
+	OtherWorkload bool
 }
 
 func (e *InUseError) Error() string {
 	if e.Attachment != nil {
 		return fmt.Sprintf("IP %s is in use by pod %s (container %s, interface %s)",
 			e.IP, e.Holder, shortID(e.Attachment.ContainerID), e.Attachment.IfName)
+	}
+	if e.OtherWorkload {
+		return fmt.Sprintf("IP %s is reserved for pod %s of another workload (its StaticIP names another workload than this pod's controller)", e.IP, e.Holder)
 	}
 	return fmt.Sprintf("IP %s is reserved for pod %s", e.IP, e.Holder)
 }

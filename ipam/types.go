@@ -115,7 +115,8 @@ type AllocateRequest struct {
 	IP netip.Addr
 	// SkipPodReservation: the reservation under the pod's name is not this pod's (its StaticIP
 	// is retained for another workload whose pod has the same name); a free IP is taken and the
-	// reservation stays where it is.
+	// reservation stays where it is. A requested IP (IP) that is that reservation's is refused
+	// (InUseError.OtherWorkload), and its quarantine is not waived for the name.
 	SkipPodReservation bool
 	// Alive, when set, is asked (inside the transaction: keep it cheap) whether another
 	// attachment of the same pod still exists before its IP is taken over. A recreated pod

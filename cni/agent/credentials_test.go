@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/utils/ptr"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -103,6 +105,31 @@ func TestPluginCredentialWritesOnlyTheIPAnnotationOfItsNode(t *testing.T) {
 		time.Sleep(200 * time.Millisecond)
 	}
 
+	// One IPRange per node: the agent reports (status, Synced) only on its own node's.
+	agentSIP := versioned.NewForConfigOrDie(agentCfg)
+	rangeOf := map[string]*jkev1.IPRange{}
+	for i, n := range []string{nodeA, nodeB} {
+		r, err := versioned.NewForConfigOrDie(env.Config).JkeV1().IPRanges().Create(ctx, &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: "cred-" + n},
+			Spec: jkev1.IPRangeSpec{CIDR: fmt.Sprintf("10.%d.%d.0/24", 170+i, len(suffix)%200), Node: n}}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		rangeOf[n] = r
+		t.Cleanup(func() {
+			_ = versioned.NewForConfigOrDie(env.Config).JkeV1().IPRanges().Delete(context.Background(), r.Name, metav1.DeleteOptions{})
+		})
+	}
+	synced := func(n string) error {
+		r, err := versioned.NewForConfigOrDie(env.Config).JkeV1().IPRanges().Get(ctx, rangeOf[n].Name, metav1.GetOptions{}) // the agent reads through its informer
+		if err != nil {
+			return err
+		}
+		r.Status.Conditions = []metav1.Condition{{Type: ConditionSynced, Status: metav1.ConditionTrue, Reason: ReasonServing,
+			Message: "node " + n + " allocates from this range", LastTransitionTime: metav1.Now()}}
+		_, err = agentSIP.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{})
+		return err
+	}
+
 	ipPatch := func(ip string) []byte {
 		return []byte(`{"metadata":{"annotations":{"` + jkev1.AnnotationIPAddress + `":"` + ip + `"}}}`)
 	}
@@ -153,6 +180,13 @@ func TestPluginCredentialWritesOnlyTheIPAnnotationOfItsNode(t *testing.T) {
 			_, err := agentKube.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "staticip-cni", &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
 			return err
 		}},
+		{"let the agent mint a plugin token that lives longer than an hour", func() error {
+			_, err := agentKube.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "staticip-cni", &authenticationv1.TokenRequest{
+				Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptr.To[int64](48 * 3600),
+					BoundObjectRef: &authenticationv1.BoundObjectReference{Kind: "Node", APIVersion: "v1", Name: nodeA}}}, metav1.CreateOptions{})
+			return err
+		}},
+		{"let the agent report another node's IPRange as Synced", func() error { return synced(nodeB) }},
 		{"patch a pod with the agent's own token", func() error {
 			_, err := agentKube.CoreV1().Pods(nsName).Patch(ctx, other.Name, types.MergePatchType, ipPatch("10.1.0.9"), metav1.PatchOptions{})
 			return err
@@ -174,6 +208,9 @@ func TestPluginCredentialWritesOnlyTheIPAnnotationOfItsNode(t *testing.T) {
 		default:
 			t.Logf("refused as it should: %s: %v", r.what, err)
 		}
+	}
+	if err := synced(nodeA); err != nil {
+		t.Errorf("the agent cannot report its own node's IPRange: %v", err)
 	}
 	// The plugin's own write-back (cni/plugin/kube.go annotatePod): a merge patch guarded by the UID.
 	writeBack := []byte(`{"metadata":{"uid":"` + string(mine.UID) + `","annotations":{"` + jkev1.AnnotationIPAddress + `":"10.1.0.5"}}}`)

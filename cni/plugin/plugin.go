@@ -161,8 +161,9 @@ func (p *Plugin) requestedIP(ctx context.Context, conf *NetConf, args *K8sArgs, 
 // web's record and a StatefulSet web's pod web-0, or apps' StatefulSet web's record and
 // OpenKruise's StatefulSet web's pod web-0. The pod name alone is not the key: the StaticIP
 // controller refuses such a pod the annotation, and the CNI must not hand it the IP by name.
-// Asked only when the store holds a reservation for the pod's name and the pod requests no
-// IP; when the API server cannot answer, the reservation is used as before (offline nodes).
+// Asked only when the store holds a reservation for the pod's name, whether or not the pod
+// requests an IP (annotation or CNI_ARGS: the same rule for both paths); when the API server
+// cannot answer, the reservation is used as before (offline nodes).
 func (p *Plugin) reservedForAnotherWorkload(ctx context.Context, conf *NetConf, kc *kubeClient, pod ipam.PodRef) bool {
 	if kc == nil || pod.Name == "" {
 		return false
@@ -250,7 +251,9 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return err
 	}
 	att := ipam.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
-	skipReservation := !req.IP.IsValid() && p.reservedForAnotherWorkload(ctx, conf, kc, pod)
+	// Asked whether or not the pod requests an IP: a requested IP that is the reservation of
+	// another workload's same-name pod is refused by the IPAM, as a free one would be taken.
+	skipReservation := p.reservedForAnotherWorkload(ctx, conf, kc, pod)
 
 	db, err := openDB(conf)
 	if err != nil {

@@ -33,7 +33,7 @@ func main() {
 	flag.StringVar(&cfg.PluginKubeconfig, "plugin-kubeconfig", "", "kubeconfig path the plugin uses, as the host sees it (written into the conflist)")
 	writeKubeconfig := flag.Bool("write-plugin-kubeconfig", true, "in-cluster: write the plugin's kubeconfig (API server, CA, a token of --plugin-service-account bound to this node) to <cni-conf-dir>/<base of --plugin-kubeconfig>")
 	pluginSA := flag.String("plugin-service-account", "kube-system/staticip-cni", "namespace/name of the plugin's service account, whose node-bound tokens the agent mints (TokenRequest) for the plugin's kubeconfig")
-	pluginTokenLifetime := flag.Duration("plugin-token-lifetime", agent.DefaultPluginTokenLifetime, "lifetime asked for the plugin's tokens (at least 10m); each is renewed after 80% of it")
+	pluginTokenLifetime := flag.Duration("plugin-token-lifetime", agent.DefaultPluginTokenLifetime, "lifetime asked for the plugin's tokens (10m to 1h: manifests/cni/admission.yaml refuses longer); each is renewed after 80% of it")
 	flag.StringVar(&cfg.DataDir, "data-dir", "/var/lib/staticip", "directory of ipam.db")
 	flag.StringVar(&cfg.CNIVersion, "cni-version", agent.DefaultCNIVersion, "cniVersion of the conflist: 1.0.0 for containerd 1.6/1.7; 1.1.0 adds GC and STATUS on runtimes that support them")
 	flag.IntVar(&cfg.MTU, "mtu", 1500, "pod MTU")
@@ -64,8 +64,8 @@ func main() {
 		os.Exit(1)
 	}
 	saNamespace, saName, ok := strings.Cut(*pluginSA, "/")
-	if !ok || saNamespace == "" || saName == "" || *pluginTokenLifetime < 10*time.Minute {
-		fmt.Fprintf(os.Stderr, "staticip-agent: --plugin-service-account=%q must be namespace/name and --plugin-token-lifetime=%s at least 10m\n", *pluginSA, *pluginTokenLifetime)
+	if !ok || saNamespace == "" || saName == "" || *pluginTokenLifetime < 10*time.Minute || *pluginTokenLifetime > time.Hour {
+		fmt.Fprintf(os.Stderr, "staticip-agent: --plugin-service-account=%q must be namespace/name and --plugin-token-lifetime=%s between 10m and 1h\n", *pluginSA, *pluginTokenLifetime)
 		os.Exit(2)
 	}
 	kube := kubernetes.NewForConfigOrDie(restCfg)

@@ -108,10 +108,10 @@ func newFixture(t *testing.T, subnet string) *fixture {
 	return f
 }
 
-func (f *fixture) createPod(name string, annotations map[string]string) *corev1.Pod {
+func (f *fixture) createPod(name string, annotations map[string]string, owners ...metav1.OwnerReference) *corev1.Pod {
 	f.t.Helper()
 	p, err := f.kube.CoreV1().Pods(f.ns).Create(f.ctx, &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: annotations, OwnerReferences: owners},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "pause"}}},
 	}, metav1.CreateOptions{})
 	if err != nil {
@@ -225,7 +225,11 @@ func TestWriteBackOfTheChosenIP(t *testing.T) {
 
 func TestDelKeepsTheIPWhileTheStaticIPExists(t *testing.T) {
 	f := newFixture(t, "10.142.0.0/24")
-	pod := f.createPod("web-1", map[string]string{jkev1.AnnotationEnable: "true"})
+	// The pods of EnhancedStatefulSet web: the record's workload (a pod of no or another
+	// workload asking for the IP is refused: TestReservationOfAnotherWorkloadIsNotTaken).
+	web := metav1.OwnerReference{APIVersion: "jke.jdcloud.com/v1alpha1", Kind: "EnhancedStatefulSet", Name: "web",
+		UID: "0f0e0d0c-0000-0000-0000-000000000002", Controller: new(true)}
+	pod := f.createPod("web-1", map[string]string{jkev1.AnnotationEnable: "true"}, web)
 	if _, err := f.sip.JkeV1().StaticIPs(f.ns).Create(f.ctx, &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Name: "web-1"},
 		Spec: jkev1.StaticIPSpec{Pod: "web-1", Kind: "EnhancedStatefulSet", Ref: "web"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -245,7 +249,7 @@ func TestDelKeepsTheIPWhileTheStaticIPExists(t *testing.T) {
 	if err := f.kube.CoreV1().Pods(f.ns).Delete(f.ctx, "web-1", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	again := f.createPod("web-1", map[string]string{jkev1.AnnotationEnable: "true", jkev1.AnnotationIPAddress: ip})
+	again := f.createPod("web-1", map[string]string{jkev1.AnnotationEnable: "true", jkev1.AnnotationIPAddress: ip}, web)
 	if got := f.mustAdd(f.args(again, netns, "ctr-2")); got != ip {
 		t.Fatalf("recreated pod got %s, want %s", got, ip)
 	}
@@ -390,6 +394,19 @@ func TestReservationOfAnotherWorkloadIsNotTaken(t *testing.T) {
 				t.Fatalf("the reservation of %s moved: %q", ip, owner)
 			}
 			f.del(f.args(other, netns, "ctr-other"))
+			gone()
+
+			// Asking for that IP by annotation (or CNI_ARGS) is the same question: the reservation
+			// under the name web-0 is not this pod's, so the IP it keeps is not free for it.
+			asking := ownedBy(tc.another, map[string]string{jkev1.AnnotationIPAddress: ip})
+			if got, err := f.add(f.args(asking, netns, "ctr-asking")); err == nil {
+				t.Fatalf("pod web-0 of %s %s web asking for %s got %s, the IP StaticIP web-0 keeps for %s web", tc.another.apiVersion, tc.another.kind, ip, got, tc.recordKind)
+			} else if !strings.Contains(err.Error(), "reserved for pod "+f.ns+"/web-0 of another workload") {
+				t.Errorf("ADD asking for the IP of another workload: %v, want it named reserved for another workload", err)
+			}
+			if owner := f.reservations()[ip]; owner != f.ns+"/web-0" {
+				t.Fatalf("the reservation of %s moved: %q", ip, owner)
+			}
 			gone()
 
 			// The workload's own pod, recreated before its annotation is written, still gets it by name.

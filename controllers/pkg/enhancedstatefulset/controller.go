@@ -39,6 +39,7 @@ import (
 	jkev1alpha1informers "github.com/staticip/staticip/apis/generated/informers/externalversions/jke/v1alpha1"
 	jkev1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1"
 	jkev1alpha1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1alpha1"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/controllers/pkg/metrics"
 	"github.com/staticip/staticip/controllers/pkg/staticip"
@@ -514,6 +515,10 @@ func resultOf(err error) string {
 	return "success"
 }
 
+// ReasonTemplateIPAddressIgnored: the Warning Event on a set whose pod template carries
+// staticip.jke.jdcloud.com/ip-address; its pods do not get it (see newPod).
+const ReasonTemplateIPAddressIgnored = "TemplateIPAddressIgnored"
+
 // newPod builds the pod of ordinal from template: name {set}-{ordinal}, stable hostname and
 // subdomain, the StatefulSet labels, the revision label and PVC volumes.
 func newPod(set *jkev1alpha1.EnhancedStatefulSet, template *corev1.PodTemplateSpec, ordinal int, revision string) *corev1.Pod {
@@ -533,6 +538,10 @@ func newPod(set *jkev1alpha1.EnhancedStatefulSet, template *corev1.PodTemplateSp
 	for k, v := range template.Annotations {
 		pod.Annotations[k] = v
 	}
+	// The IP a pod gets comes from its StaticIP record (DecoratePod), never from the template:
+	// this controller creates pods with an identity the ip-address policy trusts, so a template
+	// annotation would let anyone who may write the set pick any IP (manifests/admission).
+	delete(pod.Annotations, jkev1.AnnotationIPAddress)
 	pod.Labels[PodNameLabel] = name
 	pod.Labels[PodIndexLabel] = strconv.Itoa(ordinal)
 	pod.Labels[RevisionLabel] = revision
@@ -585,6 +594,11 @@ func (c *Controller) createPod(ctx context.Context, set *jkev1alpha1.EnhancedSta
 		return fmt.Errorf("no template for revision %s", a.Revision)
 	}
 	pod := newPod(set, template, a.Ordinal, a.Revision)
+	if ip, ok := template.Annotations[jkev1.AnnotationIPAddress]; ok {
+		c.recorder.Eventf(set, corev1.EventTypeWarning, ReasonTemplateIPAddressIgnored,
+			"pod %s: the template's %s=%s is not copied (a pod's IP comes from its StaticIP record; ask for an IP on a pod in a namespace labelled %s=true)",
+			pod.Name, jkev1.AnnotationIPAddress, ip, jkev1.LabelAllowIPRequest)
+	}
 	if err := c.ensureClaims(ctx, set, a.Ordinal, nil); err != nil {
 		if errors.Is(err, errClaimGoing) {
 			return err // retried; not a failure

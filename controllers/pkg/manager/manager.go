@@ -41,6 +41,7 @@ import (
 	"github.com/staticip/staticip/controllers/pkg/metrics"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 	"github.com/staticip/staticip/controllers/pkg/staticip"
+	"github.com/staticip/staticip/internal/secureserving"
 )
 
 // ComponentName names the lease, the event source and the user agent.
@@ -70,6 +71,9 @@ type Options struct {
 
 	MetricsBindAddress string
 	HealthBindAddress  string
+	// Metrics: /metrics is served over HTTPS behind delegated authentication and authorization
+	// (internal/secureserving); health stays plain HTTP, open to the kubelet's probes.
+	Metrics *secureserving.Options
 
 	// InPlaceUpdateTimeout: EnhancedStatefulSet in-place updates not carried out by then are recreated.
 	InPlaceUpdateTimeout time.Duration
@@ -106,6 +110,7 @@ func NewOptions() *Options {
 		LeaderElectReleaseOnCancel: true,
 		MetricsBindAddress:         ":10260",
 		HealthBindAddress:          ":10261",
+		Metrics:                    secureserving.NewOptions(),
 		InPlaceUpdateTimeout:       enhancedstatefulset.DefaultInPlaceUpdateTimeout,
 		NodeFailoverWindow:         nodefailover.DefaultWindow,
 		NodeFailoverMaxUnhealthy:   fmt.Sprintf("%d%%", nodefailover.DefaultMaxUnhealthyPercent),
@@ -125,8 +130,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.LeaderElectRenewDeadline, "leader-elect-renew-deadline", o.LeaderElectRenewDeadline, "How long the leader keeps retrying to renew before it gives up and exits.")
 	fs.DurationVar(&o.LeaderElectRetryPeriod, "leader-elect-retry-period", o.LeaderElectRetryPeriod, "How often to try to acquire or renew the lease.")
 	fs.BoolVar(&o.LeaderElectReleaseOnCancel, "leader-elect-release-on-cancel", o.LeaderElectReleaseOnCancel, "Release the lease on a clean shutdown so a standby takes over at once.")
-	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address of the Prometheus /metrics endpoint; empty or 0 disables it.")
-	fs.StringVar(&o.HealthBindAddress, "health-bind-address", o.HealthBindAddress, "Address of /healthz and /readyz; empty or 0 disables it.")
+	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address of the Prometheus /metrics endpoint (HTTPS; callers authenticated and authorized by the API server: ClusterRole staticip-metrics-reader); empty or 0 disables it.")
+	fs.StringVar(&o.HealthBindAddress, "health-bind-address", o.HealthBindAddress, "Address of /healthz and /readyz (plain HTTP, no credentials); empty or 0 disables it.")
+	o.Metrics.AddFlags(fs)
 	fs.DurationVar(&o.NodeFailoverWindow, "node-failover-window", o.NodeFailoverWindow, "nodefailover: how long a node fenced with the node.kubernetes.io/out-of-service taint (or deleted) must have been NotReady before its IP ranges and static IPs move.")
 	fs.DurationVar(&o.FencedPodDeletionGrace, "fenced-pod-deletion-grace", o.FencedPodDeletionGrace, "nodefailover: once a node is fenced (out-of-service and NotReady for the window), the pod objects still bound to it that may hold an IP of its ranges (pods that tolerate every taint, e.g. DaemonSet pods not on the host network) are force-deleted after this grace, so its ranges can move. Pods on the host network are never deleted.")
 	fs.BoolVar(&o.NodeDeletionIsFence, "node-deletion-is-fence", o.NodeDeletionIsFence, "nodefailover: a deleted Node object counts as fenced (its machine is known to be off). Off by default: a deleted node may be partitioned and still run its pods, so its ranges move only once the operator annotates its NodeFailover staticip.jke.jdcloud.com/node-off=true.")
@@ -263,7 +269,9 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
 		electionHealth = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	}
 	var ready atomic.Bool
-	servers, err := serve(ctx, o, electionHealth, &ready)
+	serveCtx, stopServing := context.WithCancel(ctx)
+	defer stopServing()
+	servers, err := serve(serveCtx, o, electionHealth, &ready)
 	if err != nil {
 		return err
 	}
@@ -476,11 +484,13 @@ func allSynced[T comparable](synced map[T]bool) bool {
 	return true
 }
 
-// serve starts /metrics and /healthz, /readyz.
+// serve starts /metrics (HTTPS, delegated authentication and authorization, until ctx ends)
+// and /healthz, /readyz (plain HTTP, open; closed by the caller).
 func serve(ctx context.Context, o *Options, election *leaderelection.HealthzAdaptor, ready *atomic.Bool) ([]*http.Server, error) {
 	var servers []*http.Server
+	enabled := func(addr string) bool { return addr != "" && addr != "0" }
 	listen := func(addr string, mux *http.ServeMux) error {
-		if addr == "" || addr == "0" {
+		if !enabled(addr) {
 			return nil
 		}
 		ln, err := net.Listen("tcp", addr)
@@ -494,6 +504,22 @@ func serve(ctx context.Context, o *Options, election *leaderelection.HealthzAdap
 				klog.FromContext(ctx).Error(err, "HTTP server stopped", "address", addr)
 			}
 		}()
+		return nil
+	}
+	listenSecure := func(addr string, mux *http.ServeMux) error {
+		if !enabled(addr) {
+			return nil
+		}
+		metricsAuth := o.Metrics
+		if metricsAuth == nil {
+			metricsAuth = secureserving.NewOptions()
+		}
+		metricsAuth.DefaultKubeconfig(o.Kubeconfig)
+		bound, _, err := metricsAuth.Serve(ctx, addr, mux)
+		if err != nil {
+			return fmt.Errorf("metrics on %s: %w", addr, err)
+		}
+		klog.FromContext(ctx).Info("Serving /metrics over HTTPS with delegated authentication and authorization", "address", bound.String())
 		return nil
 	}
 	metricsMux := http.NewServeMux()
@@ -515,11 +541,12 @@ func serve(ctx context.Context, o *Options, election *leaderelection.HealthzAdap
 		}
 		_, _ = w.Write([]byte("ok"))
 	})
-	if o.MetricsBindAddress == o.HealthBindAddress && o.MetricsBindAddress != "" && o.MetricsBindAddress != "0" {
+	if o.MetricsBindAddress == o.HealthBindAddress && enabled(o.MetricsBindAddress) {
+		// One port: HTTPS for all; the health paths are always allowed (secureserving).
 		healthMux.Handle("/metrics", metricsMux)
-		return servers, listen(o.HealthBindAddress, healthMux)
+		return servers, listenSecure(o.HealthBindAddress, healthMux)
 	}
-	if err := listen(o.MetricsBindAddress, metricsMux); err != nil {
+	if err := listenSecure(o.MetricsBindAddress, metricsMux); err != nil {
 		return servers, err
 	}
 	if err := listen(o.HealthBindAddress, healthMux); err != nil {

@@ -440,8 +440,19 @@ func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *
 		// A pod created without our annotation (a native StatefulSet's): tell the CNI which IP
 		// to give it, as long as it has no sandbox yet. The node is the scheduler's business
 		// (it finds the StaticIP by pod name); a pod's affinity cannot change after creation.
-		patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:%q}}}`, jkev1.AnnotationIPAddress, sip.Spec.IP)
-		if _, err := c.kubeClient.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		//
+		// The patch names the pod checked above (its workload is the record's): uid and
+		// resourceVersion are preconditions, so a same-name pod of another workload created
+		// since the cache saw this one (or this pod changed) gets nothing: a conflict, retried
+		// with the newer pod, which is checked again.
+		patch := fmt.Sprintf(`{"metadata":{"uid":%q,"resourceVersion":%q,"annotations":{%q:%q}}}`,
+			pod.UID, pod.ResourceVersion, jkev1.AnnotationIPAddress, sip.Spec.IP)
+		_, err := c.kubeClient.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
+		switch {
+		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
+			c.queue.Add(sip.Namespace + "/" + sip.Name) // the newer pod comes with its own sync
+			return nil
+		case err != nil:
 			return err
 		}
 	}

@@ -6,7 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -20,6 +20,7 @@ import (
 
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/controllers/pkg/manager"
+	"github.com/staticip/staticip/tools/testenv"
 )
 
 type replica struct {
@@ -175,9 +176,18 @@ func TestLeaderLostExits(t *testing.T) {
 func TestHealthAndMetricsEndpoints(t *testing.T) {
 	f := newFixture(t)
 	addr := freeAddr(t)
+	// One port for both: HTTPS behind delegated authentication and authorization (the health
+	// paths always allowed); the manager asks the API server with the test's credentials, the
+	// test reads as the admin (system:masters).
+	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := testenv.WriteKubeconfig(f.cfg, kubeconfig); err != nil {
+		t.Fatal(err)
+	}
 	r := f.startReplica("replica-h", func(o *manager.Options) {
 		o.MetricsBindAddress, o.HealthBindAddress = addr, addr
+		o.Metrics.DefaultKubeconfig(kubeconfig)
 	})
+	client := metricsClient(t, f.cfg)
 	select {
 	case <-r.leading:
 	case <-time.After(30 * time.Second):
@@ -188,7 +198,7 @@ func TestHealthAndMetricsEndpoints(t *testing.T) {
 	get := func(path string) (int, string) {
 		mu.Lock()
 		defer mu.Unlock()
-		resp, err := http.Get("http://" + addr + path)
+		resp, err := client.Get("https://" + addr + path)
 		if err != nil {
 			return 0, err.Error()
 		}

@@ -24,6 +24,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/rest"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
@@ -79,7 +80,8 @@ func managerBinary(t *testing.T) string {
 type managerProcess struct {
 	name    string
 	cmd     *exec.Cmd
-	metrics string // host:port of its /metrics
+	metrics string       // host:port of its /metrics (HTTPS, delegated authn/authz)
+	client  *http.Client // the test's admin credentials (system:masters: always authorized)
 	log     *bytes.Buffer
 	logMu   *sync.Mutex
 	exited  chan struct{}
@@ -100,7 +102,7 @@ func (w lockedWriter) Write(p []byte) (int, error) {
 // in the test's namespace and its metrics on a loopback port.
 func (e *failoverEnv) startManagerProcess(bin, kubeconfig, name string, window time.Duration) *managerProcess {
 	e.t.Helper()
-	p := &managerProcess{name: name, metrics: freeAddr(e.t), log: &bytes.Buffer{}, logMu: &sync.Mutex{}, exited: make(chan struct{})}
+	p := &managerProcess{name: name, metrics: freeAddr(e.t), client: metricsClient(e.t, e.cfg), log: &bytes.Buffer{}, logMu: &sync.Mutex{}, exited: make(chan struct{})}
 	p.cmd = exec.Command(bin,
 		"--kubeconfig="+kubeconfig,
 		"--controllers="+nodefailover.Name,
@@ -161,8 +163,7 @@ func (p *managerProcess) leading() bool {
 	if !p.alive() {
 		return false
 	}
-	c := http.Client{Timeout: 2 * time.Second}
-	resp, err := c.Get("http://" + p.metrics + "/metrics")
+	resp, err := p.client.Get("https://" + p.metrics + "/metrics")
 	if err != nil {
 		return false
 	}
@@ -175,6 +176,20 @@ func (p *managerProcess) leading() bool {
 		}
 	}
 	return false
+}
+
+// metricsClient reaches a manager's /metrics with cfg's credentials (a client certificate the
+// manager verifies against the cluster's client CA, or a token it reviews); the serving
+// certificate is self-signed.
+func metricsClient(t *testing.T, cfg *rest.Config) *http.Client {
+	t.Helper()
+	c := rest.CopyConfig(cfg)
+	c.TLSClientConfig.Insecure, c.TLSClientConfig.CAData, c.TLSClientConfig.CAFile, c.TLSClientConfig.ServerName = true, nil, "", ""
+	rt, err := rest.TransportFor(c)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &http.Client{Timeout: 2 * time.Second, Transport: rt}
 }
 
 // waitLeader waits until exactly one live process leads and returns it.

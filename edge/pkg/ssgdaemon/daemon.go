@@ -296,7 +296,8 @@ func (d *Daemon) sync(ctx context.Context) error {
 	records, skips := gridhosts.Compute(in)
 	d.reportSkips(in.Node, skips)
 	data := gridhosts.Render(d.opts.NodeName, records)
-	wrote, err := d.writer.WriteIfChanged(data)
+	// As of start: another daemon of this node that wrote content computed later wins.
+	wrote, err := d.writer.WriteIfNewer(data, start)
 	d.metrics.syncSeconds.Observe(time.Since(start).Seconds())
 	if err != nil {
 		reason := "Other"
