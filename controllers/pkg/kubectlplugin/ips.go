@@ -154,6 +154,10 @@ func PrintIPReport(out io.Writer, rep IPReport, wide bool) error {
 		}
 	}
 	fmt.Fprintln(w)
+	if err := w.Flush(); err != nil { // the address table has its own columns
+		return err
+	}
+	w = printers.GetNewTabWriter(out)
 	if len(rep.IPs) == 0 {
 		fmt.Fprintln(w, "No allocated or reserved IPs found.")
 		return w.Flush()

@@ -254,7 +254,9 @@ func TestRolloutStatus(t *testing.T) {
 		{"complete", mk(func(*jkev1alpha1.EnhancedStatefulSet) {}), "rolling update complete 2 pods at revision web-2", true, ""},
 		{"not observed", mk(func(s *jkev1alpha1.EnhancedStatefulSet) { s.Generation = 3 }), "spec update to be observed", false, ""},
 		{"not ready", mk(func(s *jkev1alpha1.EnhancedStatefulSet) { s.Status.ReadyReplicas = 1 }), "Waiting for 1 pods to be ready", false, ""},
-		{"rolling", mk(func(s *jkev1alpha1.EnhancedStatefulSet) { s.Status.UpdateRevision, s.Status.UpdatedReplicas = "web-3", 1 }),
+		{"rolling", mk(func(s *jkev1alpha1.EnhancedStatefulSet) {
+			s.Status.UpdateRevision, s.Status.UpdatedReplicas = "web-3", 1
+		}),
 			"waiting for enhancedstatefulset rolling update to complete 1 pods at revision web-3", false, ""},
 		{"partitioned", mk(func(s *jkev1alpha1.EnhancedStatefulSet) {
 			s.Spec.UpdateStrategy.RollingUpdate = &jkev1alpha1.RollingUpdateEnhancedStatefulSetStrategy{Partition: ptr.To[int32](1)}
@@ -264,7 +266,9 @@ func TestRolloutStatus(t *testing.T) {
 			s.Spec.UpdateStrategy.RollingUpdate = &jkev1alpha1.RollingUpdateEnhancedStatefulSetStrategy{Paused: true}
 			s.Status.UpdateRevision = "web-3"
 		}), "", true, "rollout is paused"},
-		{"on delete", mk(func(s *jkev1alpha1.EnhancedStatefulSet) { s.Spec.UpdateStrategy.Type = appsv1.OnDeleteStatefulSetStrategyType }),
+		{"on delete", mk(func(s *jkev1alpha1.EnhancedStatefulSet) {
+			s.Spec.UpdateStrategy.Type = appsv1.OnDeleteStatefulSetStrategyType
+		}),
 			"", true, "only available for RollingUpdate"},
 	}
 	for _, tc := range cases {
