@@ -394,6 +394,7 @@ func TestCommandsWithFakeClients(t *testing.T) {
 		Status: jkev1alpha1.NodeFailoverStatus{Phase: jkev1alpha1.FailoverFenced, Target: "node-2",
 			Conditions: []metav1.Condition{{Type: "Progressing", Status: "True", Reason: "WaitingForSourceEmpty", Message: "pod ns/web-0 still on node-1"}}}}
 	out, code, _ = run(t, nil, []runtime.Object{fo}, "failover", "status")
+	t.Logf("$ kubectl staticip failover status\n%s", out)
 	if code != 0 || !strings.Contains(out, "WaitingForSourceEmpty: pod ns/web-0 still on node-1") || !strings.Contains(out, "node-2") {
 		t.Errorf("failover status: code %d\n%s", code, out)
 	}
