@@ -395,6 +395,15 @@ func (o *Options) getSet(ctx context.Context, args []string) (*Clients, *jkev1al
 	return c, set, err
 }
 
+// patchSet patches set and prints kubectl's "<resource>/<name> <what>".
+func (o *Options) patchSet(ctx context.Context, c *Clients, set *jkev1alpha1.EnhancedStatefulSet, pt types.PatchType, patch []byte, what string) error {
+	if _, err := c.StaticIP.JkeV1alpha1().EnhancedStatefulSets(set.Namespace).Patch(ctx, set.Name, pt, patch, metav1.PatchOptions{}); err != nil {
+		return err
+	}
+	_, err := fmt.Fprintf(o.Out, "%s/%s %s\n", estsResource, set.Name, what)
+	return err
+}
+
 // revisions lists the ControllerRevisions set controls, selected by its selector as kubectl does.
 func revisions(ctx context.Context, c *Clients, set *jkev1alpha1.EnhancedStatefulSet) ([]*appsv1.ControllerRevision, error) {
 	sel, err := metav1.LabelSelectorAsSelector(set.Spec.Selector)
@@ -496,11 +505,10 @@ func newRolloutUndo(o *Options) *cobra.Command {
 				_, err = fmt.Fprintf(o.Out, "%s/%s skipped rollback (current template already matches revision %d)\n", estsResource, set.Name, rev.Revision)
 				return err
 			}
-			if _, err := c.StaticIP.JkeV1alpha1().EnhancedStatefulSets(set.Namespace).Patch(ctx, set.Name, types.JSONPatchType, patch, metav1.PatchOptions{}); err != nil {
+			if err := o.patchSet(ctx, c, set, types.JSONPatchType, patch, "rolled back"); err != nil {
 				return fmt.Errorf("failed restoring revision %d: %w", rev.Revision, err)
 			}
-			_, err = fmt.Fprintf(o.Out, "%s/%s rolled back\n", estsResource, set.Name)
-			return err
+			return nil
 		},
 	}
 	cmd.Flags().Int64Var(&toRevision, "to-revision", 0, "The revision to rollback to. Default to 0 (last revision).")
@@ -589,11 +597,7 @@ func newRolloutPause(o *Options, pause bool) *cobra.Command {
 				}
 				return fmt.Errorf("%s %q is not paused", "enhancedstatefulsets.jke.jdcloud.com", set.Name)
 			}
-			if _, err := c.StaticIP.JkeV1alpha1().EnhancedStatefulSets(set.Namespace).Patch(ctx, set.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-				return err
-			}
-			_, err = fmt.Fprintf(o.Out, "%s/%s %s\n", estsResource, set.Name, done)
-			return err
+			return o.patchSet(ctx, c, set, types.MergePatchType, patch, done)
 		},
 	}
 }
@@ -620,11 +624,7 @@ func newRolloutRestart(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			if _, err := c.StaticIP.JkeV1alpha1().EnhancedStatefulSets(set.Namespace).Patch(ctx, set.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-				return err
-			}
-			_, err = fmt.Fprintf(o.Out, "%s/%s restarted\n", estsResource, set.Name)
-			return err
+			return o.patchSet(ctx, c, set, types.MergePatchType, patch, "restarted")
 		},
 	}
 }
