@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/cli-runtime/pkg/printers"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 )
 
 // IP states in the ips report.
@@ -33,10 +35,13 @@ type RangeSummary struct {
 	Pool            string `json:"pool,omitempty"`
 	OwnerGeneration int64  `json:"ownerGeneration,omitempty"`
 	Synced          string `json:"synced,omitempty"`
-	Total           int32  `json:"total"`
-	Used            int32  `json:"used"`
-	Reserved        int32  `json:"reserved"`
-	Free            int32  `json:"free"`
+	// NodeGoneSince is set while the range's node is deleted and its block waits out the
+	// pool's releaseAfter quarantine (the jke.jdcloud.com/node-gone-since annotation).
+	NodeGoneSince string `json:"nodeGoneSince,omitempty"`
+	Total         int32  `json:"total"`
+	Used          int32  `json:"used"`
+	Reserved      int32  `json:"reserved"`
+	Free          int32  `json:"free"`
 }
 
 // IPEntry is one address that is allocated or reserved.
@@ -66,7 +71,7 @@ func BuildIPReport(s *Snapshot, f IPFilter) IPReport {
 		pools[r.r.Name] = poolOf(s.Pools, r)
 		sum := RangeSummary{Name: r.r.Name, CIDR: r.r.Spec.CIDR, Node: r.r.Spec.Node, Pool: pools[r.r.Name],
 			OwnerGeneration: r.r.Spec.OwnerGeneration, Total: r.r.Status.Total, Used: r.r.Status.Used,
-			Reserved: r.r.Status.Reserved, Free: r.r.Status.Free}
+			Reserved: r.r.Status.Reserved, Free: r.r.Status.Free, NodeGoneSince: r.r.Annotations[jkev1.AnnotationNodeGoneSince]}
 		if c := meta.FindStatusCondition(r.r.Status.Conditions, "Synced"); c != nil {
 			sum.Synced = string(c.Status)
 		}
@@ -140,14 +145,14 @@ func PrintIPReport(out io.Writer, rep IPReport, wide bool) error {
 		fmt.Fprintln(w, "No IPRanges found.")
 	} else {
 		if wide {
-			fmt.Fprintln(w, "RANGE\tCIDR\tNODE\tPOOL\tOWNER-GEN\tSYNCED\tTOTAL\tUSED\tRESERVED\tFREE")
+			fmt.Fprintln(w, "RANGE\tCIDR\tNODE\tPOOL\tOWNER-GEN\tSYNCED\tNODE-GONE-SINCE\tTOTAL\tUSED\tRESERVED\tFREE")
 		} else {
 			fmt.Fprintln(w, "RANGE\tCIDR\tNODE\tTOTAL\tUSED\tRESERVED\tFREE")
 		}
 		for _, r := range rep.Ranges {
 			if wide {
-				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%d\t%d\t%d\t%d\n", r.Name, r.CIDR, none(r.Node), none(r.Pool),
-					r.OwnerGeneration, none(r.Synced), r.Total, r.Used, r.Reserved, r.Free)
+				fmt.Fprintf(w, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%d\t%d\t%d\t%d\n", r.Name, r.CIDR, none(r.Node), none(r.Pool),
+					r.OwnerGeneration, none(r.Synced), none(r.NodeGoneSince), r.Total, r.Used, r.Reserved, r.Free)
 			} else {
 				fmt.Fprintf(w, "%s\t%s\t%s\t%d\t%d\t%d\t%d\n", r.Name, r.CIDR, none(r.Node), r.Total, r.Used, r.Reserved, r.Free)
 			}

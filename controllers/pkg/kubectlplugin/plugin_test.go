@@ -57,6 +57,7 @@ func synced(r jkev1.IPRange, status metav1.ConditionStatus, reason string) jkev1
 func TestBuildIPReport(t *testing.T) {
 	pooled := ipRange("pool-a-0", "10.1.0.0/24", "node-1", 254, 1, 1, 252)
 	pooled.Labels = map[string]string{jkev1.LabelIPPool: "pool-a"}
+	pooled.Annotations = map[string]string{jkev1.AnnotationNodeGoneSince: "2026-01-02T03:00:00Z"}
 	base := Snapshot{
 		Ranges: []jkev1.IPRange{pooled, ipRange("r2", "10.2.0.0/24", "node-2", 254, 1, 0, 253)},
 		Pools:  []jkev1.IPPool{{ObjectMeta: metav1.ObjectMeta{Name: "pool-a"}, Spec: jkev1.IPPoolSpec{CIDRs: []string{"10.1.0.0/16"}}}},
@@ -105,6 +106,12 @@ func TestBuildIPReport(t *testing.T) {
 				t.Errorf("ips = %q, want %q", ips, tc.ips)
 			}
 		})
+	}
+	var wide bytes.Buffer
+	all := base
+	if err := PrintIPReport(&wide, BuildIPReport(&all, IPFilter{}), true); err != nil || !strings.Contains(wide.String(), "NODE-GONE-SINCE") ||
+		!strings.Contains(wide.String(), "2026-01-02T03:00:00Z") || !strings.Contains(wide.String(), "pool-a") {
+		t.Errorf("wide table (err %v):\n%s", err, wide.String())
 	}
 	// The pool is also found from the pools' CIDRs when the range has no label.
 	s := base

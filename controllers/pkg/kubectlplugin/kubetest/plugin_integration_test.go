@@ -231,6 +231,19 @@ func TestRolloutHistoryUndo(t *testing.T) {
 	if code != 0 || err != nil || got.Spec.Template.Spec.Containers[0].Image != "nginx:v2" {
 		t.Fatalf("undo --to-revision=2: exit %d %s, image %v (%v)", code, out, got.Spec.Template.Spec.Containers, err)
 	}
+	// No kubelet: the pod never turns Ready, so status reports it and --timeout ends the wait.
+	f.eventually("the controller observes the undo", func() (bool, error) {
+		set, err := ests.Get(f.ctx, "web", metav1.GetOptions{})
+		return err == nil && set.Status.ObservedGeneration == set.Generation, err
+	})
+	out, code = f.plugin("rollout", "status", "ests/web", "-n", "roll", "--watch=false")
+	t.Logf("$ kubectl staticip rollout status ests/web -n roll --watch=false  (exit %d)\n%s", code, out)
+	if code != 0 || !strings.Contains(out, "Waiting for 1 pods to be ready") {
+		t.Errorf("status --watch=false: exit %d", code)
+	}
+	if out, code = f.plugin("rollout", "status", "ests/web", "-n", "roll", "--timeout=2s"); code != 1 {
+		t.Errorf("status --timeout=2s of a rollout that cannot finish: exit %d, want 1\n%s", code, out)
+	}
 	out, code = f.plugin("rollout", "pause", "ests/web", "-n", "roll")
 	got, _ = ests.Get(f.ctx, "web", metav1.GetOptions{})
 	if code != 0 || got.Spec.UpdateStrategy.RollingUpdate == nil || !got.Spec.UpdateStrategy.RollingUpdate.Paused {
