@@ -1,0 +1,202 @@
+package kubectlplugin
+
+import (
+	"fmt"
+	"io"
+	"net/netip"
+	"sort"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/cli-runtime/pkg/printers"
+
+	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+)
+
+// Problem severities: an Error makes check exit 1, a Warning does not.
+const (
+	SeverityError   = "Error"
+	SeverityWarning = "Warning"
+)
+
+// Problem kinds found by Audit.
+const (
+	ProblemDuplicatePodIP       = "DuplicatePodIP"
+	ProblemPodIPOutsideRanges   = "PodIPOutsideRanges"
+	ProblemPodIPOtherNode       = "PodIPOnOtherNodesRange"
+	ProblemPodIPFailoverMoved   = "PodIPInFailedOverRange"
+	ProblemPodIPUnassignedRange = "PodIPInUnassignedRange"
+	ProblemDuplicateStaticIP    = "DuplicateStaticIP"
+	ProblemStaticIPOutsideRange = "StaticIPOutsideRanges"
+	ProblemOverlappingRanges    = "OverlappingRanges"
+	ProblemRangeNotSynced       = "RangeNotSynced"
+)
+
+// Problem is one finding of the audit, with the objects it names.
+type Problem struct {
+	Severity string `json:"severity"`
+	Kind     string `json:"kind"`
+	IP       string `json:"ip,omitempty"`
+	Message  string `json:"message"`
+}
+
+// AuditResult is the check command's output.
+type AuditResult struct {
+	Checked  map[string]int `json:"checked"`
+	Problems []Problem      `json:"problems"`
+}
+
+// Errors counts the problems of severity Error.
+func (r AuditResult) Errors() int {
+	n := 0
+	for _, p := range r.Problems {
+		if p.Severity == SeverityError {
+			n++
+		}
+	}
+	return n
+}
+
+// Audit looks for leaks and duplicates across IPRanges, StaticIPs and live pods, as
+// `calicoctl ipam check` does for Calico's IPAM:
+//   - an IP held by two live pods;
+//   - a live pod IP outside every IPRange;
+//   - a pod on node X whose IP lies in a range owned by node Y (a Warning when a NodeFailover
+//     moved that range from X to Y: the pod on the fenced node is being replaced; also a
+//     Warning when the range is unassigned: its old node is draining it);
+//   - two StaticIPs with the same spec.ip; a StaticIP whose spec.ip is outside every IPRange;
+//   - overlapping IPRanges; IPRanges whose Synced condition is False.
+func Audit(s *Snapshot) AuditResult {
+	ranges := parseRanges(s.Ranges)
+	res := AuditResult{Problems: []Problem{},
+		Checked: map[string]int{"ipranges": len(s.Ranges), "staticips": len(s.StaticIPs), "pods": 0}}
+	add := func(sev, kind string, ip netip.Addr, format string, args ...any) {
+		p := Problem{Severity: sev, Kind: kind, Message: fmt.Sprintf(format, args...)}
+		if ip.IsValid() {
+			p.IP = ip.String()
+		}
+		res.Problems = append(res.Problems, p)
+	}
+
+	// Ranges: overlaps and Synced=False.
+	for i := range ranges {
+		for j := i + 1; j < len(ranges); j++ {
+			if ranges[i].prefix.Overlaps(ranges[j].prefix) {
+				add(SeverityError, ProblemOverlappingRanges, netip.Addr{}, "IPRange %s (%s) overlaps IPRange %s (%s)",
+					ranges[i].r.Name, ranges[i].r.Spec.CIDR, ranges[j].r.Name, ranges[j].r.Spec.CIDR)
+			}
+		}
+		if c := meta.FindStatusCondition(ranges[i].r.Status.Conditions, "Synced"); c != nil && c.Status == metav1.ConditionFalse {
+			add(SeverityError, ProblemRangeNotSynced, netip.Addr{}, "IPRange %s (%s, node %s) is not synced: %s: %s",
+				ranges[i].r.Name, ranges[i].r.Spec.CIDR, none(ranges[i].r.Spec.Node), c.Reason, c.Message)
+		}
+	}
+
+	// Ranges moved by a failover that is still running: range name -> from node -> failover.
+	moved := map[string]map[string]string{}
+	for _, fo := range s.Failovers {
+		for _, mr := range fo.Status.MovedRanges {
+			if moved[mr.Name] == nil {
+				moved[mr.Name] = map[string]string{}
+			}
+			if fo.Status.Phase != jkev1alpha1.FailoverCompleted {
+				moved[mr.Name][mr.FromNode] = fo.Name
+			}
+		}
+	}
+
+	// Live pods.
+	holders := map[netip.Addr][]*corev1.Pod{}
+	var order []netip.Addr
+	for i := range s.Pods {
+		p := &s.Pods[i]
+		if !livePod(p) {
+			continue
+		}
+		res.Checked["pods"]++
+		for _, a := range podIPs(p) {
+			if len(holders[a]) == 0 {
+				order = append(order, a)
+			}
+			holders[a] = append(holders[a], p)
+			r := rangeOf(ranges, a)
+			pod := fmt.Sprintf("pod %s on node %s", nsName(p.Namespace, p.Name), none(p.Spec.NodeName))
+			switch {
+			case r == nil:
+				add(SeverityError, ProblemPodIPOutsideRanges, a, "%s holds %s, which lies in no IPRange", pod, a)
+			case p.Spec.NodeName == "" || r.r.Spec.Node == p.Spec.NodeName:
+			case r.r.Spec.Node == "":
+				add(SeverityWarning, ProblemPodIPUnassignedRange, a, "%s holds %s of IPRange %s, which is unassigned (the node drains it)", pod, a, r.r.Name)
+			case moved[r.r.Name][p.Spec.NodeName] != "":
+				add(SeverityWarning, ProblemPodIPFailoverMoved, a, "%s holds %s of IPRange %s, which NodeFailover %s moved to node %s (the pod is being replaced)",
+					pod, a, r.r.Name, moved[r.r.Name][p.Spec.NodeName], r.r.Spec.Node)
+			default:
+				add(SeverityError, ProblemPodIPOtherNode, a, "%s holds %s of IPRange %s, which node %s owns", pod, a, r.r.Name, r.r.Spec.Node)
+			}
+		}
+	}
+	for _, a := range order {
+		if ps := holders[a]; len(ps) > 1 {
+			names := make([]string, 0, len(ps))
+			for _, p := range ps {
+				names = append(names, fmt.Sprintf("%s (node %s)", nsName(p.Namespace, p.Name), none(p.Spec.NodeName)))
+			}
+			add(SeverityError, ProblemDuplicatePodIP, a, "%s is held by %d live pods: %s", a, len(ps), strings.Join(names, ", "))
+		}
+	}
+
+	// StaticIPs.
+	byIP := map[netip.Addr][]string{}
+	var sipOrder []netip.Addr
+	for _, sip := range s.StaticIPs {
+		a, err := netip.ParseAddr(sip.Spec.IP)
+		if err != nil {
+			continue
+		}
+		a = a.Unmap()
+		if len(byIP[a]) == 0 {
+			sipOrder = append(sipOrder, a)
+		}
+		byIP[a] = append(byIP[a], nsName(sip.Namespace, sip.Name))
+		if rangeOf(ranges, a) == nil {
+			add(SeverityError, ProblemStaticIPOutsideRange, a, "StaticIP %s keeps %s, which lies in no IPRange", nsName(sip.Namespace, sip.Name), a)
+		}
+	}
+	for _, a := range sipOrder {
+		if names := byIP[a]; len(names) > 1 {
+			add(SeverityError, ProblemDuplicateStaticIP, a, "%s is the spec.ip of %d StaticIPs: %s", a, len(names), strings.Join(names, ", "))
+		}
+	}
+
+	sort.SliceStable(res.Problems, func(i, j int) bool {
+		pi, pj := res.Problems[i], res.Problems[j]
+		if pi.Severity != pj.Severity {
+			return pi.Severity == SeverityError
+		}
+		return false
+	})
+	return res
+}
+
+// PrintAudit writes one line per problem (severity, kind, message), then a summary line.
+func PrintAudit(out io.Writer, res AuditResult) error {
+	w := printers.GetNewTabWriter(out)
+	if len(res.Problems) > 0 {
+		fmt.Fprintln(w, "SEVERITY\tKIND\tMESSAGE")
+		for _, p := range res.Problems {
+			fmt.Fprintf(w, "%s\t%s\t%s\n", p.Severity, p.Kind, p.Message)
+		}
+	}
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	checked := fmt.Sprintf("%d IPRanges, %d StaticIPs, %d live pods checked", res.Checked["ipranges"], res.Checked["staticips"], res.Checked["pods"])
+	if errs := res.Errors(); errs > 0 {
+		_, err := fmt.Fprintf(out, "%d problem(s), %d warning(s): %s\n", errs, len(res.Problems)-errs, checked)
+		return err
+	}
+	_, err := fmt.Fprintf(out, "No problems found (%d warning(s)): %s\n", len(res.Problems), checked)
+	return err
+}
