@@ -75,6 +75,13 @@ func (l *layout) installControllerManager() error {
 	if err := l.applyOverlay("controller-manager", "manifests/controller-manager", controllerManagerOverlay(l.failoverArgs()...)); err != nil {
 		return err
 	}
+	if l.Nodes < 2 {
+		// Both replicas listen on the host's ports: a one-worker cluster runs one, as
+		// cni/README.md tells users of one-node clusters (spares do not take it: their taint).
+		if _, err := l.kubectl("", "-n", controllerManagerNamespace, "scale", "deployment/"+controllerManagerDeployment, "--replicas=1"); err != nil {
+			return err
+		}
+	}
 	_, err := l.kubectl("", "-n", controllerManagerNamespace, "rollout", "status",
 		"deployment/"+controllerManagerDeployment, "--timeout=180s")
 	if err != nil {
