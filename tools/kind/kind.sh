@@ -310,6 +310,19 @@ install() {
   done
 }
 
+# overlay_head prints the head of a kustomization in directory $2 over manifests directory
+# $1 ($3 says what it changes); its patches follow.
+overlay_head() {
+  cat <<YAML
+# Written by tools/kind/kind.sh: $1 $3.
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- $(realpath --relative-to="$2" "$root/$1")
+patches:
+YAML
+}
+
 # controller_manager_overlay writes an overlay of manifests/controller-manager in
 # $state/controller-manager that adds --node-failover-window=$failover_window to the
 # manager's arguments (the failover e2e tests need a short window, as localcluster's
@@ -318,13 +331,7 @@ install() {
 controller_manager_overlay() {
   local d=$1 overlay="$state/controller-manager"
   mkdir -p "$overlay"
-  cat >"$overlay/kustomization.yaml" <<YAML
-# Written by tools/kind/kind.sh: $d with --node-failover-window=$failover_window.
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-- $(realpath --relative-to="$overlay" "$root/$d")
-patches:
+  { overlay_head "$d" "$overlay" "with --node-failover-window=$failover_window"; cat <<YAML; } >"$overlay/kustomization.yaml"
 - target: {group: apps, version: v1, kind: Deployment, name: staticip-controller-manager, namespace: staticip-system}
   patch: |-
     - op: add
@@ -356,13 +363,7 @@ install_edge() {
   ip=$(docker inspect -f "{{(index .NetworkSettings.Networks \"$network\").IPAddress}}" "$cp")
   [ -n "$ip" ] || { log "no IP of $cp on network $network"; exit 1; }
   mkdir -p "$overlay"
-  cat >"$overlay/kustomization.yaml" <<YAML
-# Written by tools/kind/kind.sh: $d with the API server address of this kind cluster.
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-- $(realpath --relative-to="$overlay" "$root/$d")
-patches:
+  { overlay_head "$d" "$overlay" "with the API server address of this kind cluster"; cat <<YAML; } >"$overlay/kustomization.yaml"
 - patch: |-
     apiVersion: v1
     kind: ConfigMap
