@@ -151,22 +151,21 @@ func (c *kindNodes) link(container string) (kindLink, error) {
 	if err := json.Unmarshal([]byte(out), &nets); err != nil {
 		return kindLink{}, fmt.Errorf("docker inspect %s: networks %q: %w", container, out, err)
 	}
-	if len(nets) != 1 {
-		return kindLink{}, fmt.Errorf("kind node %s is attached to %d networks (%s), want exactly one", container, len(nets), strings.TrimSpace(out))
-	}
 	for name, n := range nets {
-		var aliases []string
+		if len(nets) != 1 || n.IPAddress == "" {
+			break
+		}
+		l := kindLink{network: name, ip: n.IPAddress}
 		for _, a := range n.Aliases {
 			// Docker lists the container's own name and short ID among the aliases (kind
 			// sets none of its own); it adds those by itself on every connect.
-			if a == "" || a == container || shortID.MatchString(a) {
-				continue
+			if a != "" && a != container && !shortID.MatchString(a) {
+				l.aliases = append(l.aliases, a)
 			}
-			aliases = append(aliases, a)
 		}
-		return kindLink{network: name, ip: n.IPAddress, aliases: aliases}, nil
+		return l, nil
 	}
-	panic("unreachable")
+	return kindLink{}, fmt.Errorf("kind node %s: want one network with an address, has %s", container, strings.TrimSpace(out))
 }
 
 func (c *kindNodes) stop(t *testing.T, node string) {
@@ -193,6 +192,11 @@ func (c *kindNodes) start(t *testing.T, node string) {
 	ctr, err := c.container(node)
 	if err != nil {
 		t.Fatal(err)
+	}
+	// Still off: docker must not have restarted it by kind's restart policy (on-failure:1,
+	// which docker disables for a killed container until it is started again).
+	if out, err := docker("inspect", "-f", "{{.State.Status}} restarts={{.RestartCount}}", ctr); err != nil || !strings.HasPrefix(out, "exited") {
+		t.Fatalf("%s should still be powered off before docker start: %s %v", ctr, strings.TrimSpace(out), err)
 	}
 	// Heartbeats carry whole seconds: a Ready condition from before the boot is no proof.
 	booted := time.Now().Truncate(time.Second)
