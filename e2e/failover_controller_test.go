@@ -566,7 +566,13 @@ func TestPartitionedNodeMovesNothing(t *testing.T) {
 		}
 	}
 
+	healedAt := time.Now().Truncate(time.Second)
 	heal()
+	// Back in shape for the tests that follow: Ready again and no longer tainted unreachable
+	// (the node lifecycle controller lifts that a moment after the first heartbeat).
+	if err := waitNodeBack(ctx, cut, healedAt, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	after := waitSetOn(t, ctx, ns, "db", len(ips), cut, 3*time.Minute)
 	if !reflect.DeepEqual(after, ips) {
 		t.Errorf("after the heal: %v, want %v", after, ips)

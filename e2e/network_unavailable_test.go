@@ -108,7 +108,21 @@ func TestNodeWithOnlyDrainingRangesTakesNoPods(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	if !strings.Contains(msg, "network-unavailable") && !strings.Contains(msg, "no usable IP range") {
+	switch {
+	case strings.Contains(msg, "network-unavailable"), strings.Contains(msg, "no usable IP range"):
+	case strings.Contains(msg, "untolerated taint"):
+		// kube-scheduler 1.36 names no taint ("node(s) had untolerated taint(s)"): then the
+		// network-unavailable taint must be the only one on the node that keeps the pod off.
+		n, err := f.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, taint := range n.Spec.Taints {
+			if taint.Key != corev1.TaintNodeNetworkUnavailable && taint.Effect != corev1.TaintEffectPreferNoSchedule {
+				t.Errorf("newcomer's FailedScheduling says %q; node %s is tainted %s besides %s", msg, node, taint.ToString(), corev1.TaintNodeNetworkUnavailable)
+			}
+		}
+	default:
 		t.Errorf("newcomer's FailedScheduling says %q; want the network-unavailable taint or the staticip refusal", msg)
 	}
 	// The running pod keeps its IP (its range drains).
