@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/cni/agent"
+	"github.com/staticip/staticip/controllers/pkg/ippool"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 	"github.com/staticip/staticip/e2e/framework"
 )
@@ -31,7 +33,8 @@ const failoverPoolLabel = "e2e.staticip.jke.jdcloud.com/failover-pool"
 
 // failoverWindow returns the staticip-controller-manager's --node-failover-window, and skips
 // unless the nodefailover controller can act here within the suite's time: the NodeFailover
-// API must be served and the window set short (`localcluster up --failover-window=5s`; the
+// API must be served and the window set short (`localcluster up --failover-window=5s`, on kind
+// KIND_FAILOVER_WINDOW=5s, make e2e-kind's default; the
 // default 2m would make these tests minutes longer).
 func failoverWindow(t *testing.T, ctx context.Context) time.Duration {
 	t.Helper()
@@ -51,13 +54,13 @@ func failoverWindow(t *testing.T, ctx context.Context) time.Duration {
 					t.Fatalf("%s/%s: %s: %v", managerNamespace, managerDeployment, a, err)
 				}
 				if w > 30*time.Second {
-					t.Skipf("--node-failover-window=%s: too long for the suite (localcluster up --failover-window=5s)", w)
+					t.Skipf("--node-failover-window=%s: too long for the suite (localcluster up --failover-window=5s; kind: KIND_FAILOVER_WINDOW=5s)", w)
 				}
 				return w
 			}
 		}
 	}
-	t.Skipf("%s/%s runs without --node-failover-window (default 2m, too long for the suite): localcluster up --failover-window=5s", managerNamespace, managerDeployment)
+	t.Skipf("%s/%s runs without --node-failover-window (default 2m, too long for the suite): localcluster up --failover-window=5s (kind: KIND_FAILOVER_WINDOW=5s)", managerNamespace, managerDeployment)
 	return 0
 }
 
@@ -163,7 +166,7 @@ func TestNodeFailoverMovesStaticPodsWithTheirIPs(t *testing.T) {
 		}
 	}
 	if spare == "" {
-		t.Skip("no unclaimed spare node (localcluster up --spare-nodes=1)")
+		t.Skip("no unclaimed spare node (localcluster up --spare-nodes=1; kind: KIND_SPARE_NODES=1)")
 	}
 	workers := workloadNodes(t, ctx)
 	failed := ""
@@ -175,8 +178,17 @@ func TestNodeFailoverMovesStaticPodsWithTheirIPs(t *testing.T) {
 		}
 		others = append(others, workers[i].Name)
 	}
+	if failed != "" && len(others) < 2 {
+		// kind has two workers and the spare: the second client runs on the control plane
+		// (the clients tolerate its NoSchedule taint).
+		for _, n := range readyNodes(t, ctx) {
+			if len(others) < 2 && n.Name != failed && n.Name != spare && !slices.Contains(others, n.Name) && onlyControlPlaneTaint(n) {
+				others = append(others, n.Name)
+			}
+		}
+	}
 	if failed == "" || len(others) < 2 {
-		t.Skipf("needs a worker in the spare's zone %q and two more workers", zoneOf[spare])
+		t.Skipf("needs a worker in the spare's zone %q and two more nodes for client pods", zoneOf[spare])
 	}
 	moved := rangesOf(t, ctx, cs, failed)
 	if len(moved) == 0 {
@@ -190,7 +202,9 @@ func TestNodeFailoverMovesStaticPodsWithTheirIPs(t *testing.T) {
 	var clients []string
 	for _, n := range others[:2] {
 		name := "client-" + n
-		if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, testServerPod(name, n, nil), metav1.CreateOptions{}); err != nil {
+		client := testServerPod(name, n, nil)
+		client.Spec.Tolerations = []corev1.Toleration{{Key: controlPlaneTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+		if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, client, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := f.WaitForPodRunning(ctx, ns, name, 2*time.Minute); err != nil {
@@ -263,10 +277,13 @@ func TestNodeFailoverMovesStaticPodsWithTheirIPs(t *testing.T) {
 	// The failed node boots on its old state: it withdraws the ranges it lost.
 	ctl.start(t, failed)
 	started = true
-	netns, _ := f.NodeNetns(ctx, failed)
+	shell, why, err := f.NodeShell(ctx, failed)
+	if err != nil || shell == nil {
+		t.Fatalf("into %s's network namespace: %v %s", failed, err, why)
+	}
 	for _, r := range moved {
 		waitObserved(t, ctx, failed, r.Name, fmt.Sprintf("%s/%d", spare, r.Spec.OwnerGeneration+1), 2*time.Minute)
-		if own := hostRoutesInto(t, netns, r.Spec.CIDR); len(own) > 0 {
+		if own := hostRoutesInto(t, shell, r.Spec.CIDR); len(own) > 0 {
 			t.Errorf("%s still routes into %s itself after it came back: %v", failed, r.Spec.CIDR, own)
 		}
 		waitForRangeEvent(t, ctx, r.Name, agent.ReasonRangeRevoked, failed)
@@ -297,14 +314,29 @@ func TestNodeFailoverMovesStaticPodsWithTheirIPs(t *testing.T) {
 // ranges were written by hand gets nothing back by itself (cni/README.md, "Address space").
 func returnedNodeServesANewBlock(t *testing.T, ctx context.Context, cs versioned.Interface, ns, node string, moved []jkev1.IPRange, from string) {
 	t.Helper()
-	fromPool := false
+	fromPool, podCIDR := false, false
 	old := map[string]bool{}
 	for _, r := range moved {
 		old[r.Spec.CIDR] = true
 		fromPool = fromPool || r.Labels[jkev1.LabelIPPool] != ""
+		podCIDR = podCIDR || r.Labels[jkev1.LabelIPPool] != "" && goesBackByHand(t, ctx, cs, r)
 	}
 	if !fromPool {
 		t.Logf("%s's ranges were not given by an IPPool: it gets no new block by itself", node)
+		return
+	}
+	if podCIDR {
+		// NodePodCIDR (kind, kubeadm): the node's range was its podCIDR, which the spare holds
+		// now; the allocator mirrors nothing else for it (controllers/README.md, IPPool) and
+		// says so on the Node, and the node's agent, with no range to serve, reports
+		// NetworkUnavailable so nothing is scheduled there. The range goes back to the node
+		// when the test restores the cluster.
+		ev := waitForPodEvent(t, ctx, "", node, ippool.ReasonPodCIDROverlaps, "") // any object's Events by name: the Node's
+		waitNodeCondition(t, ctx, node, corev1.NodeNetworkUnavailable, corev1.ConditionTrue, "StaticIPNoRange")
+		if own := rangesOf(t, ctx, cs, node); len(own) > 0 {
+			t.Errorf("%s owns %d IPRanges after it came back, want none (its podCIDR is the spare's range now)", node, len(own))
+		}
+		t.Logf("%s came back with no range (NodePodCIDR: its podCIDR moved to the spare): Event %s %q; NetworkUnavailable=True", node, ippool.ReasonPodCIDROverlaps, ev)
 		return
 	}
 	var fresh jkev1.IPRange
@@ -394,8 +426,26 @@ func waitOnePodOn(t *testing.T, ctx context.Context, ns, name, node string) *cor
 	return found
 }
 
+// controlPlaneTaint keeps ordinary pods off a kubeadm (kind) control plane.
+const controlPlaneTaint = "node-role.kubernetes.io/control-plane"
+
+// onlyControlPlaneTaint says whether the node's only taint that keeps pods off is the
+// control plane's NoSchedule taint.
+func onlyControlPlaneTaint(n corev1.Node) bool {
+	found := false
+	for _, taint := range n.Spec.Taints {
+		switch {
+		case taint.Key == controlPlaneTaint && taint.Effect == corev1.TaintEffectNoSchedule:
+			found = true
+		case taint.Effect == corev1.TaintEffectNoSchedule || taint.Effect == corev1.TaintEffectNoExecute:
+			return false
+		}
+	}
+	return found
+}
+
 // restoreAfterFailover gives the cluster its shape back for the tests that follow: the set is
-// deleted, ranges written by hand go back to the failed node (a plain move: same generation,
+// deleted, ranges written by hand or mirrored from the node's podCIDR go back to the failed node (a plain move: same generation,
 // the spare drains and the node serves them afresh) while IPPool blocks are unassigned (the node
 // has a new block; the allocator returns the old one to the pool), the spare is unclaimed and
 // tainted again, the fence and the record are removed.
@@ -407,9 +457,11 @@ func restoreAfterFailover(t *testing.T, cs versioned.Interface, ns, failed, spar
 		return err == nil && len(pods.Items) == 0, nil
 	})
 	_ = cs.JkeV1alpha1().NodeFailovers().Delete(ctx, failed, metav1.DeleteOptions{})
+	byHand := map[string]bool{}
 	for _, r := range moved {
+		byHand[r.Name] = goesBackByHand(t, ctx, cs, r)
 		if cur, err := cs.JkeV1().IPRanges().Get(ctx, r.Name, metav1.GetOptions{}); err == nil && cur.Spec.Node != failed {
-			if cur.Labels[jkev1.LabelIPPool] != "" {
+			if !byHand[r.Name] {
 				setRangeOwner(t, ctx, cs, r.Name, "", cur.Spec.OwnerGeneration)
 				continue
 			}
@@ -425,7 +477,7 @@ func restoreAfterFailover(t *testing.T, cs versioned.Interface, ns, failed, spar
 		t.Errorf("unfence %s: %v", failed, err)
 	}
 	for _, r := range moved {
-		if r.Labels[jkev1.LabelIPPool] == "" {
+		if byHand[r.Name] {
 			waitRangeServed(t, ctx, cs, r.Name)
 		}
 	}
@@ -442,8 +494,15 @@ func TestPartitionedNodeMovesNothing(t *testing.T) {
 	requireStaticIPCNI(t, ctx)
 	cs := versioned.NewForConfigOrDie(f.Config)
 	workers := workloadNodes(t, ctx)
-	if len(workers) < 3 {
-		t.Skipf("needs 3 workers (a partition of one of 2 is a third of the cluster or more), has %d", len(workers))
+	all, err := f.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// One NotReady node of 4 is 25%, under --node-failover-max-unhealthy's default 34%: nothing
+	// moves because the node is not fenced, not because failover stopped for too many unhealthy
+	// nodes. (The local cluster: 3 workers and a spare; kind: control plane, 2 workers, spare.)
+	if len(workers) < 2 || len(all.Items) < 4 {
+		t.Skipf("needs 2 workers and 4 nodes in all (one partitioned node of 3 is over --node-failover-max-unhealthy's 34%%), has %d workers of %d nodes", len(workers), len(all.Items))
 	}
 	cut := workers[1].Name
 	ns := f.Namespace(t, "partition")
@@ -514,7 +573,13 @@ func TestPartitionedNodeMovesNothing(t *testing.T) {
 		}
 	}
 
+	healedAt := time.Now().Truncate(time.Second)
 	heal()
+	// Back in shape for the tests that follow: Ready again and no longer tainted unreachable
+	// (the node lifecycle controller lifts that a moment after the first heartbeat).
+	if err := waitNodeBack(ctx, cut, healedAt, 3*time.Minute); err != nil {
+		t.Fatal(err)
+	}
 	after := waitSetOn(t, ctx, ns, "db", len(ips), cut, 3*time.Minute)
 	if !reflect.DeepEqual(after, ips) {
 		t.Errorf("after the heal: %v, want %v", after, ips)

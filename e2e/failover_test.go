@@ -6,8 +6,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -24,47 +22,9 @@ import (
 	"github.com/staticip/staticip/tools/localcluster/cluster"
 )
 
-// Node failover (issue 16). The power and link of a node are the local cluster's
-// (`localcluster node stop|start|partition|heal`); elsewhere — kind, a real cluster — these
-// tests skip with the reason.
-
-// nodeControl drives the local cluster's node power and links.
-type nodeControl struct{ o cluster.Options }
-
-// requireNodeControl skips unless the cluster under test is a local cluster (its kubeconfig
-// lies in a localcluster state dir).
-func requireNodeControl(t *testing.T) *nodeControl {
-	t.Helper()
-	dir := filepath.Dir(f.Kubeconfig)
-	if _, err := os.Stat(filepath.Join(dir, "cluster.json")); err != nil {
-		t.Skipf("not a local cluster (no %s/cluster.json): powering off or partitioning a node needs tools/localcluster (on kind a node is a container this suite does not stop)", dir)
-	}
-	root, err := filepath.Abs("..")
-	if err != nil {
-		t.Fatal(err)
-	}
-	o := cluster.DefaultOptions()
-	o.StateDir, o.BinDir, o.RepoRoot = dir, filepath.Join(root, "_output", "bin"), root
-	o.Logf = t.Logf
-	return &nodeControl{o: o}
-}
-
-func (c *nodeControl) stop(t *testing.T, node string) {
-	t.Helper()
-	if err := cluster.NodeStop(c.o, node); err != nil {
-		t.Fatal(err)
-	}
-}
-
-func (c *nodeControl) partition(node string) error { return cluster.NodePartition(c.o, node) }
-func (c *nodeControl) heal(node string) error      { return cluster.NodeHeal(c.o, node) }
-
-func (c *nodeControl) start(t *testing.T, node string) {
-	t.Helper()
-	if err := cluster.NodeStart(context.Background(), c.o, node, 3*time.Minute); err != nil {
-		t.Fatal(err)
-	}
-}
+// Node failover (issue 16). The power and link of a node (nodecontrol_test.go): the local
+// cluster's (`localcluster node stop|start|partition|heal`) or kind's (docker kill/start,
+// network disconnect/connect); elsewhere — a real cluster — these tests skip with the reason.
 
 // observed is a node's ipranges-observed report (agent.ObservedAnnotation).
 func observed(ctx context.Context, node string) (map[string]string, error) {
@@ -143,13 +103,34 @@ func setRangeOwner(t *testing.T, ctx context.Context, cs versioned.Interface, na
 	}
 }
 
-// giveBack undoes a test's move of rng away from node: a range written by hand goes back (a
-// plain move at the same generation: the holder drains, the node serves it afresh); an IPPool
-// block is unassigned instead — the node got a new block from the allocator meanwhile, and the
-// allocator returns the old one to the pool — and the test waits until the node serves a range.
+// goesBackByHand says whether a range a test moved away from its node is given back to that
+// node afterwards: a range written by hand, or the mirror of the node's podCIDR (an IPPool in
+// NodePodCIDR mode: kube-controller-manager gave the node that very CIDR, so the allocator
+// mirrors nothing for the node while the range is held elsewhere — Event
+// PodCIDROverlapsIPRange — and it never gets another). A block of an IPPool in Blocks mode is
+// not: the node gets a fresh block from the allocator meanwhile.
+func goesBackByHand(t *testing.T, ctx context.Context, cs versioned.Interface, rng jkev1.IPRange) bool {
+	t.Helper()
+	pool := rng.Labels[jkev1.LabelIPPool]
+	if pool == "" {
+		return true
+	}
+	p, err := cs.JkeV1().IPPools().Get(ctx, pool, metav1.GetOptions{})
+	if err != nil {
+		t.Errorf("IPPool %s of IPRange %s: %v", pool, rng.Name, err)
+		return false
+	}
+	return p.Spec.Mode == jkev1.IPPoolNodePodCIDR
+}
+
+// giveBack undoes a test's move of rng away from node: a range written by hand or mirrored from
+// the node's podCIDR goes back (a plain move at the same generation: the holder drains, the node
+// serves it afresh); an IPPool block is unassigned instead — the node got a new block from the
+// allocator meanwhile, and the allocator returns the old one to the pool — and the test waits
+// until the node serves a range.
 func giveBack(t *testing.T, ctx context.Context, cs versioned.Interface, rng jkev1.IPRange, node string, gen int64) {
 	t.Helper()
-	if rng.Labels[jkev1.LabelIPPool] == "" {
+	if goesBackByHand(t, ctx, cs, rng) {
 		setRangeOwner(t, ctx, cs, rng.Name, node, gen)
 		waitRangeServed(t, ctx, cs, rng.Name)
 		return
@@ -171,11 +152,11 @@ func giveBack(t *testing.T, ctx context.Context, cs versioned.Interface, rng jke
 	}
 }
 
-// hostRoutesInto lists the routes of a node's netns into cidr other than the agent's route of
+// hostRoutesInto lists the routes of a node's network namespace into cidr other than the agent's route of
 // the whole range (what would make the node answer for addresses of the range itself).
-func hostRoutesInto(t *testing.T, netns, cidr string) []string {
+func hostRoutesInto(t *testing.T, node *framework.NodeShell, cidr string) []string {
 	t.Helper()
-	out, err := f.ExecOnNode(netns, "ip", "-4", "route", "show", "root", cidr)
+	out, err := node.Exec("ip", "-4", "route", "show", "root", cidr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,9 +220,12 @@ func TestReturningNodeServesNoneOfItsMovedRange(t *testing.T) {
 		t.Skipf("node %s has %d IPRanges, this test moves exactly one", old, len(byNode[old]))
 	}
 	rng := byNode[old][0]
-	oldNetns, err := f.NodeNetns(ctx, old)
-	if err != nil || oldNetns == "" {
-		t.Skipf("node %s has no network namespace here: %v", old, err)
+	oldShell, why, err := f.NodeShell(ctx, old)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if oldShell == nil {
+		t.Skipf("no way into node %s's network namespace here: %s", old, why)
 	}
 	ns := f.IPRequestNamespace(t, "failover-node")
 
@@ -305,10 +289,10 @@ func TestReturningNodeServesNoneOfItsMovedRange(t *testing.T) {
 	ctl.start(t, old)
 	started = true
 	waitObserved(t, ctx, old, rng.Name, fmt.Sprintf("%s/%d", target, gen), 2*time.Minute)
-	if own := hostRoutesInto(t, oldNetns, rng.Spec.CIDR); len(own) > 0 {
+	if own := hostRoutesInto(t, oldShell, rng.Spec.CIDR); len(own) > 0 {
 		t.Errorf("node %s still routes into its former range %s itself: %v", old, rng.Spec.CIDR, own)
 	}
-	if out, err := f.ExecOnNode(oldNetns, "ip", "-4", "route", "get", ip); err != nil || !strings.Contains(out, "via "+internalIP(t, ctx, target)+" ") {
+	if out, err := oldShell.Exec("ip", "-4", "route", "get", ip); err != nil || !strings.Contains(out, "via "+internalIP(t, ctx, target)+" ") {
 		t.Errorf("node %s's route to %s: %q (%v), want the agent's route via %s", old, ip, out, err, target)
 	}
 	waitForRangeEvent(t, ctx, rng.Name, agent.ReasonRangeRevoked, old)

@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -68,26 +69,7 @@ func TestNodeWithOnlyDrainingRangesTakesNoPods(t *testing.T) {
 			restore()
 		}
 	})
-	waitNetwork := func(status corev1.ConditionStatus, reason string) {
-		t.Helper()
-		var last *corev1.NodeCondition
-		if err := framework.WaitFor(ctx, 2*time.Minute, "node "+node+" NetworkUnavailable="+string(status), func(ctx context.Context) (bool, error) {
-			n, err := f.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-			if err != nil {
-				return false, nil
-			}
-			for i := range n.Status.Conditions {
-				if c := &n.Status.Conditions[i]; c.Type == corev1.NodeNetworkUnavailable {
-					last = c
-					return c.Status == status && c.Reason == reason, nil
-				}
-			}
-			return false, nil
-		}); err != nil {
-			t.Fatalf("node %s: NetworkUnavailable %+v, want %s/%s: %v", node, last, status, reason, err)
-		}
-	}
-	waitNetwork(corev1.ConditionTrue, "StaticIPNoRange")
+	waitNodeCondition(t, ctx, node, corev1.NodeNetworkUnavailable, corev1.ConditionTrue, "StaticIPNoRange")
 	if err := framework.WaitFor(ctx, 2*time.Minute, "the network-unavailable taint on "+node, func(ctx context.Context) (bool, error) {
 		n, err := f.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
 		if err != nil {
@@ -126,9 +108,21 @@ func TestNodeWithOnlyDrainingRangesTakesNoPods(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	// The scheduler names the taint only as "untolerated taint(s)" (the node's taint was checked
-	// above); a pod that tolerated it would get staticip's own refusal.
-	if !strings.Contains(msg, "untolerated taint") && !strings.Contains(msg, "no usable IP range") {
+	switch {
+	case strings.Contains(msg, "network-unavailable"), strings.Contains(msg, "no usable IP range"):
+	case strings.Contains(msg, "untolerated taint"):
+		// kube-scheduler 1.36 names no taint ("node(s) had untolerated taint(s)"): then the
+		// network-unavailable taint must be the only one on the node that keeps the pod off.
+		n, err := f.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, taint := range n.Spec.Taints {
+			if taint.Key != corev1.TaintNodeNetworkUnavailable && taint.Effect != corev1.TaintEffectPreferNoSchedule {
+				t.Errorf("newcomer's FailedScheduling says %q; node %s is tainted %s besides %s", msg, node, taint.ToString(), corev1.TaintNodeNetworkUnavailable)
+			}
+		}
+	default:
 		t.Errorf("newcomer's FailedScheduling says %q; want the network-unavailable taint or the staticip refusal", msg)
 	}
 	// The running pod keeps its IP (its range drains).
@@ -137,7 +131,7 @@ func TestNodeWithOnlyDrainingRangesTakesNoPods(t *testing.T) {
 	}
 
 	restore()
-	waitNetwork(corev1.ConditionFalse, "StaticIPRangeReady")
+	waitNodeCondition(t, ctx, node, corev1.NodeNetworkUnavailable, corev1.ConditionFalse, "StaticIPRangeReady")
 	if p, err := f.WaitForPodRunning(ctx, ns, "newcomer", 3*time.Minute); err != nil {
 		t.Errorf("newcomer did not run once the node had its ranges back: %v", err)
 	} else if p.Spec.NodeName != node {
@@ -177,4 +171,25 @@ func excludeFromPool(t *testing.T, ctx context.Context, cs versioned.Interface, 
 			t.Errorf("restore IPPool %s's node selector: %v", pool, err)
 		}
 	})
+}
+
+// waitNodeCondition waits until the node's condition typ has status and reason.
+func waitNodeCondition(t *testing.T, ctx context.Context, node string, typ corev1.NodeConditionType, status corev1.ConditionStatus, reason string) {
+	t.Helper()
+	var last *corev1.NodeCondition
+	if err := framework.WaitFor(ctx, 2*time.Minute, fmt.Sprintf("node %s %s=%s", node, typ, status), func(ctx context.Context) (bool, error) {
+		n, err := f.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for i := range n.Status.Conditions {
+			if c := &n.Status.Conditions[i]; c.Type == typ {
+				last = c
+				return c.Status == status && c.Reason == reason, nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Fatalf("node %s: %s %+v, want %s/%s: %v", node, typ, last, status, reason, err)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -48,15 +49,24 @@ func (f *Framework) NodeShell(ctx context.Context, node string) (*NodeShell, str
 	if err != nil {
 		return nil, "", err
 	}
-	container, ok := strings.CutPrefix(n.Spec.ProviderID, kindProviderPrefix)
+	container, ok := KindContainer(n)
 	if !ok {
 		return nil, fmt.Sprintf("node %s is neither a local-cluster node (no %s annotation) nor a kind node (providerID %q)", node, NetnsAnnotation, n.Spec.ProviderID), nil
 	}
-	container = container[strings.LastIndex(container, "/")+1:]
 	if out, err := exec.Command("docker", "inspect", "-f", "{{.State.Running}}", container).CombinedOutput(); err != nil || strings.TrimSpace(string(out)) != "true" {
 		return nil, fmt.Sprintf("kind node %s: its container is not running on this machine's docker (%v: %s)", node, err, strings.TrimSpace(string(out))), nil
 	}
 	return &NodeShell{Node: node, Container: container, f: f}, "", nil
+}
+
+// KindContainer is the container of a kind node (the last part of its providerID
+// kind://docker/<cluster>/<node>); false for any other node.
+func KindContainer(n *corev1.Node) (string, bool) {
+	rest, ok := strings.CutPrefix(n.Spec.ProviderID, kindProviderPrefix)
+	if !ok {
+		return "", false
+	}
+	return rest[strings.LastIndex(rest, "/")+1:], true
 }
 
 // Exec runs a command on the node.

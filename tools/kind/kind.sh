@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# The kind path: a kind cluster (1 control plane + 2 workers, no default CNI) with staticip
-# installed the way a user installs it, from manifests/.
+# The kind path: a kind cluster (1 control plane + 2 workers + a failover spare, no default
+# CNI) with staticip installed the way a user installs it, from manifests/.
 #
 #   kind.sh up          # engine, node image, cluster, install (each step a no-op when done)
 #   kind.sh down        # delete the cluster, its network, and the engine if we started it
@@ -10,7 +10,9 @@
 #
 # Settings (environment): KIND_CLUSTER (staticip), KIND_STATE_DIR (/var/lib/staticip-kind),
 # KIND_RUN_DIR (/run/staticip-kind), KIND_NODE_IMAGE (default: the offline builder's image;
-# set kindest/node:v1.36.x where Docker can pull), KIND_SUBNET (10.254.0.0/24).
+# set kindest/node:v1.36.x where Docker can pull), KIND_SUBNET (10.254.0.0/24),
+# KIND_SPARE_NODES (1: failover spares, zone-0), KIND_FAILOVER_WINDOW (5s: the controller
+# manager's --node-failover-window; empty: its default, 2m).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -21,6 +23,8 @@ run=${KIND_RUN_DIR:-/run/staticip-kind}
 network=${KIND_NETWORK:-staticip-kind}
 subnet=${KIND_SUBNET:-10.254.0.0/24}
 bridge=${KIND_BRIDGE:-stkind0}
+spares=${KIND_SPARE_NODES:-1}
+failover_window=${KIND_FAILOVER_WINDOW-5s}
 kubeconfig="$state/kubeconfig"
 export KUBECONFIG="$kubeconfig"
 export KIND_EXPERIMENTAL_DOCKER_NETWORK="$network"
@@ -81,6 +85,26 @@ nodes:
   image: $image
   labels: {zone: zone-1, topology.kubernetes.io/zone: zone-1}
 YAML
+  # Failover spares, as localcluster's --spare-nodes: the spare label and a NoSchedule taint
+  # given at registration (kubeadm join's nodeRegistration.taints, the kubelet's
+  # --register-with-taints: the taint node failover removes from a claimed spare does not
+  # come back on a kubelet restart), in zone-0, backing its worker (node failover moves a
+  # node only to a spare of its own zone). Not zone-1: with a spare there, zone-1 would not
+  # vanish when TestGrids moves zone-1's one worker into zone-2.
+  local i
+  for ((i = 0; i < spares; i++)); do
+    cat <<YAML
+- role: worker
+  image: $image
+  labels: {zone: zone-0, topology.kubernetes.io/zone: zone-0, staticip.jke.jdcloud.com/spare: "true"}
+  kubeadmConfigPatches:
+  - |
+    kind: JoinConfiguration
+    nodeRegistration:
+      taints:
+      - {key: staticip.jke.jdcloud.com/spare, value: "true", effect: NoSchedule}
+YAML
+  done
   if [ ! -e /sys/fs/cgroup/cgroup.controllers ]; then
     # cgroup v1 host: kubelet 1.35+ refuses to start on v1 unless told otherwise.
     cat <<YAML
@@ -119,8 +143,11 @@ restore_inotify() {
 
 cluster_running() {
   kind get clusters 2>/dev/null | grep -qx "$cluster" || return 1
-  local n
-  for n in $(kind get nodes --name "$cluster" 2>/dev/null); do
+  local n nodes
+  nodes=$(kind get nodes --name "$cluster" 2>/dev/null)
+  # As many nodes as configured (a cluster of an older config, without the spare, is redone).
+  [ "$(echo "$nodes" | grep -c .)" -eq $((3 + spares)) ] || return 1
+  for n in $nodes; do
     [ "$(docker inspect -f '{{.State.Running}}' "$n" 2>/dev/null)" = true ] || return 1
   done
   kubectl get --raw /readyz >/dev/null 2>&1
@@ -242,6 +269,11 @@ install() {
   printf 'apiVersion: jke.jdcloud.com/v1\nkind: IPPool\nmetadata:\n  name: default\nspec:\n  cidrs: [%s]\n  mode: NodePodCIDR\n' "$subnet" >"$state/ippool.yaml"
   for cmd in "${cmds[@]}"; do
     cmd=${cmd//my-ippool.yaml/$state/ippool.yaml}
+    if [ -n "$failover_window" ] && [[ "$cmd " == *" -k manifests/controller-manager "* ]]; then
+      controller_manager_overlay manifests/controller-manager
+      cmd=${cmd/ -k manifests\/controller-manager/ -k $state/controller-manager}
+      log "README's controller-manager with --node-failover-window=$failover_window (overlay $state/controller-manager, as localcluster's --failover-window)"
+    fi
     log "README: $cmd"
     # Word splitting as the shell would (the README's commands have no quoting); CRDs may
     # still be establishing when the next command names their kinds: retry a little.
@@ -278,6 +310,36 @@ install() {
   done
 }
 
+# overlay_head prints the head of a kustomization in directory $2 over manifests directory
+# $1 ($3 says what it changes); its patches follow.
+overlay_head() {
+  cat <<YAML
+# Written by tools/kind/kind.sh: $1 $3.
+apiVersion: kustomize.config.k8s.io/v1beta1
+kind: Kustomization
+resources:
+- $(realpath --relative-to="$2" "$root/$1")
+patches:
+YAML
+}
+
+# controller_manager_overlay writes an overlay of manifests/controller-manager in
+# $state/controller-manager that adds --node-failover-window=$failover_window to the
+# manager's arguments (the failover e2e tests need a short window, as localcluster's
+# --failover-window=5s gives the local cluster); applied in place of the README's
+# `kubectl apply -k manifests/controller-manager`, so the manager starts with it once.
+controller_manager_overlay() {
+  local d=$1 overlay="$state/controller-manager"
+  mkdir -p "$overlay"
+  { overlay_head "$d" "$overlay" "with --node-failover-window=$failover_window"; cat <<YAML; } >"$overlay/kustomization.yaml"
+- target: {group: apps, version: v1, kind: Deployment, name: staticip-controller-manager, namespace: staticip-system}
+  patch: |-
+    - op: add
+      path: /spec/template/spec/containers/0/args/-
+      value: --node-failover-window=$failover_window
+YAML
+}
+
 # install_edge installs application-grid-wrapper the way edge/README.md ("Install") says for
 # a kubeadm cluster, and puts kube-proxy behind it (KIND_KUBE_PROXY_DIRECT=1: neither, as
 # localcluster's --kube-proxy-direct):
@@ -301,13 +363,7 @@ install_edge() {
   ip=$(docker inspect -f "{{(index .NetworkSettings.Networks \"$network\").IPAddress}}" "$cp")
   [ -n "$ip" ] || { log "no IP of $cp on network $network"; exit 1; }
   mkdir -p "$overlay"
-  cat >"$overlay/kustomization.yaml" <<YAML
-# Written by tools/kind/kind.sh: $d with the API server address of this kind cluster.
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-- $(realpath --relative-to="$overlay" "$root/$d")
-patches:
+  { overlay_head "$d" "$overlay" "with the API server address of this kind cluster"; cat <<YAML; } >"$overlay/kustomization.yaml"
 - patch: |-
     apiVersion: v1
     kind: ConfigMap

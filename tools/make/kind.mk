@@ -1,5 +1,5 @@
 # kind (tools/kind): staticip installed from manifests/ into a kind cluster (1 control
-# plane + 2 workers), the e2e suite against it. Where no Docker engine runs, tools/kind
+# plane + 2 workers + a failover spare), the e2e suite against it. Where no Docker engine runs, tools/kind
 # starts Debian's dockerd with its own config (no iptables, no docker0) and stops it again;
 # where no node image can be pulled, it builds one offline (tools/kind/nodeimage.sh).
 #   make kind-up        # no-op when the cluster is up
