@@ -26,6 +26,7 @@ import (
 // an address of that block. Logs Node created → IPRange created → Synced.
 func TestNodeThatJoinsGetsABlock(t *testing.T) {
 	ctx := context.Background()
+	f.RequireLocalCluster(t, "the Blocks allocator choosing a joining node's block (kind's IPPool mirrors the podCIDR kube-controller-manager gives, NodePodCIDR, where a node's rejoin was not tried)")
 	ctl := requireNodeControl(t)
 	byNode := requireStaticIPCNI(t, ctx)
 	cs := versioned.NewForConfigOrDie(f.Config)
