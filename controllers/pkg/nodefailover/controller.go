@@ -581,7 +581,7 @@ func (m *migration) beforeMoving(ctx context.Context) (done bool, requeue time.D
 	if err != nil {
 		return false, 0, err
 	}
-	pods = NeverStarted(pods, name, LastSeen(m.node))
+	pods = NeverStarted(pods, name, NotReadySince(m.node))
 	if holding := HoldingPods(pods, name, prefixesOf(m.owned)); len(holding) > 0 {
 		// The grace runs from the fence as this controller saw it: a node NotReady for hours
 		// and tainted a moment ago still gives the taint manager and pod GC the grace first.

@@ -189,19 +189,21 @@ func HoldingPods(pods []*corev1.Pod, node string, ranges []netip.Prefix) []strin
 }
 
 // NeverStarted drops from pods those bound to node that its kubelet can never have started: no
-// IP, no start time (a kubelet that saw the pod would have set it) and created after lastSeen,
-// the node's last heartbeat. The node is fenced (out-of-service: the operator says it is off),
-// so such a pod — a DaemonSet's pod recreated on the fenced node, a pod the scheduler bound there
-// before the taint — holds no address, and waiting for it (or deleting it again and again while
-// its controller recreates it) would only stall the move. lastSeen zero: nothing is dropped.
-func NeverStarted(pods []*corev1.Pod, node string, lastSeen time.Time) []*corev1.Pod {
-	if lastSeen.IsZero() {
+// IP, no start time (a kubelet that saw the pod would have set it) and created after the node
+// turned NotReady (notReadySince: the node lifecycle controller marks it so only after the
+// kubelet has been silent for its grace period). The node is fenced (out-of-service: the operator
+// says it is off), so such a pod — a DaemonSet's pod recreated on the fenced node, one the
+// scheduler bound there later — holds no address, and waiting for it (or deleting it again and
+// again while its controller recreates it) would only stall the move. notReadySince zero: the
+// node is Ready or unknown, nothing is dropped.
+func NeverStarted(pods []*corev1.Pod, node string, notReadySince time.Time) []*corev1.Pod {
+	if notReadySince.IsZero() {
 		return pods
 	}
 	out := make([]*corev1.Pod, 0, len(pods))
 	for _, p := range pods {
 		if p.Spec.NodeName == node && len(p.Status.PodIPs) == 0 && p.Status.PodIP == "" && p.Status.StartTime == nil &&
-			p.CreationTimestamp.Time.After(lastSeen) {
+			p.CreationTimestamp.Time.After(notReadySince) {
 			continue
 		}
 		out = append(out, p)
@@ -209,14 +211,15 @@ func NeverStarted(pods []*corev1.Pod, node string, lastSeen time.Time) []*corev1
 	return out
 }
 
-// LastSeen is the node's last heartbeat (its Ready condition's), zero without one.
-func LastSeen(node *corev1.Node) time.Time {
+// NotReadySince is when the node's Ready condition left True (zero while it is True, or
+// without one).
+func NotReadySince(node *corev1.Node) time.Time {
 	if node == nil {
 		return time.Time{}
 	}
 	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.LastHeartbeatTime.Time
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+			return c.LastTransitionTime.Time
 		}
 	}
 	return time.Time{}

@@ -392,7 +392,7 @@ func TestRangeSynced(t *testing.T) {
 }
 
 func TestNeverStarted(t *testing.T) {
-	lastSeen := t0
+	lastSeen := t0 // the node turned NotReady
 	created := func(p *corev1.Pod, at time.Time) *corev1.Pod { p.CreationTimestamp = metav1.Time{Time: at}; return p }
 	started := created(pod("started-no-ip", "n3", false), lastSeen.Add(time.Minute))
 	started.Status.StartTime = &metav1.Time{Time: lastSeen.Add(time.Minute)}
@@ -411,6 +411,14 @@ func TestNeverStarted(t *testing.T) {
 		t.Errorf("kept %v, want %v", names, want)
 	}
 	if got := NeverStarted(pods, "n3", time.Time{}); len(got) != len(pods) {
-		t.Errorf("without a heartbeat nothing may be dropped: kept %d of %d", len(got), len(pods))
+		t.Errorf("with the node Ready nothing may be dropped: kept %d of %d", len(got), len(pods))
+	}
+	ready := &corev1.Node{Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Time{Time: t0}}}}}
+	if !NotReadySince(ready).IsZero() || !NotReadySince(nil).IsZero() {
+		t.Error("a Ready node (or none) has no NotReady time")
+	}
+	ready.Status.Conditions[0].Status = corev1.ConditionUnknown
+	if got := NotReadySince(ready); !got.Equal(t0) {
+		t.Errorf("NotReadySince %v, want the transition %v", got, t0)
 	}
 }
