@@ -33,6 +33,7 @@ import (
 	jkev1alpha1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1alpha1"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 	"github.com/staticip/staticip/controllers/pkg/podindex"
 	"github.com/staticip/staticip/controllers/pkg/worker"
 )
@@ -125,7 +126,7 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, poolIn
 			o, ok1 := old.(*corev1.Node)
 			n, ok2 := cur.(*corev1.Node)
 			if !ok1 || !ok2 || !apiequality.Semantic.DeepEqual(o.Labels, n.Labels) || !slices.Equal(o.Spec.PodCIDRs, n.Spec.PodCIDRs) ||
-				outOfService(o) != outOfService(n) {
+				nodefailover.OutOfService(o) != nodefailover.OutOfService(n) {
 				c.queue.Add(key)
 			}
 		},
@@ -220,7 +221,7 @@ func (c *Controller) input(now time.Time) (Input, error) {
 		return in, err
 	}
 	for _, n := range nodes {
-		node := Node{Name: n.Name, Labels: n.Labels, OutOfService: outOfService(n)}
+		node := Node{Name: n.Name, Labels: n.Labels, OutOfService: nodefailover.OutOfService(n)}
 		for _, s := range n.Spec.PodCIDRs {
 			if p, err := netip.ParsePrefix(s); err == nil {
 				node.PodCIDRs = append(node.PodCIDRs, p.Masked())
@@ -504,10 +505,4 @@ func shortList(items []string) string {
 		return strings.Join(items, ", ")
 	}
 	return strings.Join(items[:max], ", ") + fmt.Sprintf(" and %d more", len(items)-max)
-}
-
-// outOfService: the node carries node.kubernetes.io/out-of-service (the operator's word that it
-// is shut down: node failover moves its ranges away).
-func outOfService(n *corev1.Node) bool {
-	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == corev1.TaintNodeOutOfService })
 }

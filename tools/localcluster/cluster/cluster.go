@@ -274,7 +274,7 @@ func Up(ctx context.Context, o Options) error {
 		return err
 	}
 	if cni.ownsAddressSpace() {
-		if err := l.routeAssignedRanges(ctx, client); err != nil {
+		if err := l.routeAssignedRanges(); err != nil {
 			return err
 		}
 	}

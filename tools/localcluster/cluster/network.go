@@ -1,13 +1,10 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
-
-	"k8s.io/client-go/kubernetes"
 )
 
 // setupNetwork creates the host bridge and one network namespace per control plane and
@@ -155,7 +152,7 @@ func linkExists(name string) bool {
 // the layout's fixed per-node CIDRs with other CNIs. Run once the nodes are Ready (a node turns
 // Ready when its agent serves a range). A range given later (a node back after a failover gets a
 // new block) is not routed from the host: the nodes route each other's ranges themselves.
-func (l *layout) routeAssignedRanges(ctx context.Context, _ kubernetes.Interface) error {
+func (l *layout) routeAssignedRanges() error {
 	out, err := l.kubectl("", "get", "ipranges", "-o", `jsonpath={range .items[*]}{.spec.cidr} {.spec.node}{"\n"}{end}`)
 	if err != nil {
 		return err
