@@ -1,0 +1,19 @@
+# Helm chart (charts/staticip). helm itself is built from the Go module proxy (tools/helm,
+# its own module; tools/helm.sh skips the build when _output/bin/helm is up to date).
+#   make helm          # _output/bin/helm
+#   make chart-lint    # helm lint --strict charts/staticip (part of make verify)
+#   make test-chart    # the chart/manifests comparison and the monitoring test
+HELM := $(BIN)/helm
+
+.PHONY: helm chart-lint test-chart
+
+helm: ## build helm (helm.sh/helm/v3, pinned in tools/helm/go.mod) from the module proxy into _output/bin/helm
+	@$(ROOT)/tools/helm.sh
+
+chart-lint: helm ## helm lint --strict charts/staticip (default values and every alternative the tests render)
+	@$(HELM) lint --strict $(ROOT)/charts/staticip
+	@$(HELM) lint --strict $(ROOT)/charts/staticip --set scheduler.mode=second-scheduler,edge.enabled=true,metrics.podMonitor.enabled=true,metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true
+
+test-chart: helm k8s-bins ## the chart renders what manifests/ renders (charts/), its monitoring objects decode and name real metrics (tools/helm)
+	$(GO) test -count=1 ./charts/...
+	cd tools/helm && $(GO) test -count=1 ./...
