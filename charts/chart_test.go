@@ -94,6 +94,25 @@ func TestChartCRDsAreManifestsCRDs(t *testing.T) {
 	compare(t, want, chart)
 }
 
+// TestREADMEValuesRender: the my-values.yaml README shows renders (values.schema.json accepts
+// it) and gives the IPPool of README's kustomize steps.
+func TestREADMEValuesRender(t *testing.T) {
+	helm, _ := tools(t)
+	values := readmeBlock(t, "ipPools:")
+	file := filepath.Join(t.TempDir(), "my-values.yaml")
+	if err := os.WriteFile(file, values, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := run(t, ".", helm, "template", "staticip", "staticip", "-n", "kube-system", "-f", file)
+	var pools []map[string]any
+	for _, o := range objects(t, "helm template -f README's my-values.yaml", out) {
+		if o["kind"] == "IPPool" {
+			pools = append(pools, o)
+		}
+	}
+	compare(t, objects(t, "README.md's IPPool", readmeIPPool(t)), pools)
+}
+
 // tools returns helm (HELM, else the repo's _output/bin, else STATICIP_BIN_DIR) and kubectl
 // (testenv's bin dir); the test is skipped, saying why, without them. `make test` builds helm
 // first (make helm), so CI never skips.
@@ -139,9 +158,15 @@ func run(t *testing.T, dir, name string, args ...string) []byte {
 	return out
 }
 
-// readmeIPPool is the first yaml block of README.md's "Installing into a cluster": the IPPool
-// a user writes as my-ippool.yaml, which the chart's default ipPools must equal.
+// readmeIPPool is the IPPool of README.md's "Installing into a cluster" (the my-ippool.yaml
+// of the kustomize steps), which the chart's default ipPools must equal.
 func readmeIPPool(t *testing.T) []byte {
+	t.Helper()
+	return readmeBlock(t, "kind: IPPool")
+}
+
+// readmeBlock is the yaml block of README.md's "Installing into a cluster" that contains what.
+func readmeBlock(t *testing.T, what string) []byte {
 	t.Helper()
 	b, err := os.ReadFile("../README.md")
 	if err != nil {
@@ -151,12 +176,18 @@ func readmeIPPool(t *testing.T) []byte {
 	if !ok {
 		t.Fatal(`README.md has no "## Installing into a cluster"`)
 	}
-	_, blk, ok := bytes.Cut(sec, []byte("```yaml\n"))
-	if !ok {
-		t.Fatal(`README.md's "Installing into a cluster" has no yaml block (the IPPool)`)
+	sec, _, _ = bytes.Cut(sec, []byte("\n## "))
+	for {
+		var blk []byte
+		_, blk, ok = bytes.Cut(sec, []byte("```yaml\n"))
+		if !ok {
+			t.Fatalf(`README.md's "Installing into a cluster" has no yaml block with %q`, what)
+		}
+		blk, sec, _ = bytes.Cut(blk, []byte("```"))
+		if bytes.Contains(blk, []byte(what)) {
+			return blk
+		}
 	}
-	blk, _, _ = bytes.Cut(blk, []byte("```"))
-	return blk
 }
 
 var docSep = regexp.MustCompile(`(?m)^---[ \t]*$`)
