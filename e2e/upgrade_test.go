@@ -70,7 +70,7 @@ func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
 	}
 	requireManager(t)
 	ctx := context.Background()
-	root, err := e2eRepoRoot()
+	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,6 +192,9 @@ func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// uninstall.sh refuses while workloads use staticip: like a user, delete them all first
+	// (here also what the cluster's installer made, e.g. the edge DNS DeploymentGrid).
+	deleteStaticIPWorkloads(t, ctx)
 	run("uninstall", filepath.Join(chart, "scripts", "uninstall.sh"), upgradeRelease, upgradeReleaseNS, "--delete-crds")
 	assertNoStaticIPObjects(t, ctx, chart)
 	for _, n := range nodes.Items {
@@ -526,28 +529,43 @@ func assertNoStaticIPObjects(t *testing.T, ctx context.Context, chart string) {
 	}
 }
 
+// deleteStaticIPWorkloads deletes every EnhancedStatefulSet and grid of the cluster and
+// waits until none is left (their pods and workloads go with them, by owner references).
+func deleteStaticIPWorkloads(t *testing.T, ctx context.Context) {
+	t.Helper()
+	dyn := dynamic.NewForConfigOrDie(f.Config)
+	for _, gvr := range []schema.GroupVersionResource{
+		{Group: "jke.jdcloud.com", Version: "v1alpha1", Resource: "enhancedstatefulsets"},
+		{Group: "superedge.io", Version: "v1", Resource: "statefulsetgrids"},
+		{Group: "superedge.io", Version: "v1", Resource: "deploymentgrids"},
+		{Group: "superedge.io", Version: "v1", Resource: "servicegrids"},
+	} {
+		list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("list %s: %v", gvr.Resource, err)
+		}
+		for _, o := range list.Items {
+			t.Logf("deleting %s %s/%s before the uninstall", gvr.Resource, o.GetNamespace(), o.GetName())
+			if err := dyn.Resource(gvr).Namespace(o.GetNamespace()).Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
+		}
+		if err := framework.WaitFor(ctx, 3*time.Minute, gvr.Resource+" gone", func(ctx context.Context) (bool, error) {
+			l, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+			return err == nil && len(l.Items) == 0, err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
 	if len(lines) > n {
 		lines = append([]string{"..."}, lines[len(lines)-n:]...)
 	}
 	return strings.Join(lines, "\n")
-}
-
-// e2eRepoRoot is the checkout the suite runs from (the directory with go.mod above e2e/).
-func e2eRepoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod above %s", dir)
-		}
-		dir = parent
-	}
 }
