@@ -288,6 +288,11 @@ install() {
   load_images "$state/rendered.yaml" "$dns"
   for cmd in "${cmds[@]}"; do
     cmd=${cmd//-f my-values.yaml/-f $root/tools/kind/values.yaml -f $state/values.yaml}
+    if [[ "$cmd" == helm\ * ]] && ! "$bin/helm" --kubeconfig "$kubeconfig" status staticip -n kube-system >/dev/null 2>&1; then
+      # A cluster kind-up installed with kustomize before the chart: adopt its objects
+      # (charts/staticip/README.md, "Upgrading from a kustomize install"); a no-op on a new one.
+      HELM="$bin/helm" KUBECTL="$bin/kubectl" charts/staticip/scripts/adopt.sh staticip kube-system "${values[@]}" >&2
+    fi
     log "README: $cmd"
     # Word splitting as the shell would (the README's commands have no quoting); CRDs may
     # still be establishing when the next command names their kinds: retry a little.
