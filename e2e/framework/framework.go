@@ -76,6 +76,10 @@ func New() (*Framework, error) {
 	return &Framework{Kubeconfig: path, Config: cfg, Client: client, Kubectl: k}, nil
 }
 
+// RepoRoot is the checkout the suite runs from (the directory with go.mod above the working
+// directory).
+func RepoRoot() (string, error) { return repoRoot() }
+
 func repoRoot() (string, error) {
 	dir, err := os.Getwd()
 	if err != nil {
