@@ -41,6 +41,7 @@ import (
 	jkev1alpha1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1alpha1"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/ordinal"
 	"github.com/staticip/staticip/controllers/pkg/metrics"
 	"github.com/staticip/staticip/controllers/pkg/staticip"
 	"github.com/staticip/staticip/controllers/pkg/worker"
@@ -360,7 +361,7 @@ func (c *Controller) claimPods(ctx context.Context, set *jkev1alpha1.EnhancedSta
 		return fresh, nil
 	})
 	cm := kcontroller.NewPodControllerRefManager(c.podControl, set, selector, controllerKind, canAdopt)
-	return cm.ClaimPods(ctx, all, func(pod *corev1.Pod) bool { return ParseOrdinal(set.Name, pod.Name) >= 0 })
+	return cm.ClaimPods(ctx, all, func(pod *corev1.Pod) bool { return ordinal.Of(set.Name, pod.Name) >= 0 })
 }
 
 // ownedRevisions lists the set's ControllerRevisions and adopts orphans that match, as the
@@ -714,7 +715,7 @@ func (c *Controller) ensurePendingPodClaims(ctx context.Context, set *jkev1alpha
 	var errs []error
 	for _, pod := range pods {
 		if pod.Status.Phase == corev1.PodPending && pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil {
-			if ord := ParseOrdinal(set.Name, pod.Name); ord >= 0 {
+			if ord := ordinal.Of(set.Name, pod.Name); ord >= 0 {
 				if err := c.ensureClaims(ctx, set, ord, pod); err != nil && !errors.Is(err, errClaimGoing) {
 					errs = append(errs, err)
 				}
@@ -731,7 +732,7 @@ func (c *Controller) ensurePendingPodClaims(ctx context.Context, set *jkev1alpha
 func (c *Controller) reconcileClaimOwners(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, pods []*corev1.Pod) error {
 	var errs []error
 	for _, pod := range pods {
-		ord := ParseOrdinal(set.Name, pod.Name)
+		ord := ordinal.Of(set.Name, pod.Name)
 		if ord < 0 {
 			continue
 		}
@@ -800,7 +801,7 @@ func (c *Controller) deleteScaledPVCs(ctx context.Context, set *jkev1alpha1.Enha
 	present := map[int]bool{}
 	live := map[types.UID]bool{}
 	for _, p := range pods {
-		present[ParseOrdinal(set.Name, p.Name)] = true
+		present[ordinal.Of(set.Name, p.Name)] = true
 		live[p.UID] = true
 	}
 	ofSet, err := c.pvcIndexer.ByIndex(claimsByControllerIndex, string(set.UID))
@@ -820,7 +821,7 @@ func (c *Controller) deleteScaledPVCs(ctx context.Context, set *jkev1alpha1.Enha
 		}
 		ord := -1
 		for _, tmpl := range set.Spec.VolumeClaimTemplates {
-			if o := ParseOrdinal(tmpl.Name+"-"+set.Name, claim.Name); o >= 0 {
+			if o := ordinal.Of(tmpl.Name+"-"+set.Name, claim.Name); o >= 0 {
 				ord = o
 			}
 		}

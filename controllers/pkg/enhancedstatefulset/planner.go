@@ -18,6 +18,7 @@ import (
 	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/ordinal"
 )
 
 // ActionType is what the sync loop must do to one pod.
@@ -186,30 +187,8 @@ func InPlaceState(pod *corev1.Pod) *InPlaceUpdateState {
 	return st
 }
 
-// PodName is the name of the pod of ordinal in set.
-func PodName(setName string, ordinal int) string { return fmt.Sprintf("%s-%d", setName, ordinal) }
-
-// ParseOrdinal returns the ordinal of a pod named {setName}-{n}, or -1.
-func ParseOrdinal(setName, podName string) int {
-	prefix := setName + "-"
-	if len(podName) <= len(prefix) || podName[:len(prefix)] != prefix {
-		return -1
-	}
-	n := 0
-	for _, c := range podName[len(prefix):] {
-		if c < '0' || c > '9' {
-			return -1
-		}
-		n = n*10 + int(c-'0')
-		if n > 1<<30 {
-			return -1
-		}
-	}
-	if s := podName[len(prefix):]; len(s) > 1 && s[0] == '0' {
-		return -1 // "web-01" is not ordinal 1
-	}
-	return n
-}
+// PodName is the name of the pod of ordinal n in set (apis/ordinal.Name).
+func PodName(setName string, n int) string { return ordinal.Name(setName, n) }
 
 // PodRevision is the revision label of pod.
 func PodRevision(pod *corev1.Pod) string { return pod.Labels[RevisionLabel] }
@@ -404,7 +383,7 @@ func ComputePlan(in PlanInput) (*Plan, error) {
 	slots := make([]*corev1.Pod, replicas)
 	var condemned []*corev1.Pod
 	for _, pod := range in.Pods {
-		ord := ParseOrdinal(in.SetName, pod.Name)
+		ord := ordinal.Of(in.SetName, pod.Name)
 		if ord < 0 {
 			continue
 		}
@@ -415,13 +394,13 @@ func ComputePlan(in PlanInput) (*Plan, error) {
 		}
 	}
 	sort.Slice(condemned, func(i, j int) bool {
-		return ParseOrdinal(in.SetName, condemned[i].Name) > ParseOrdinal(in.SetName, condemned[j].Name)
+		return ordinal.Of(in.SetName, condemned[i].Name) > ordinal.Of(in.SetName, condemned[j].Name)
 	})
 
 	// Status counts over every pod the set has (like the StatefulSet controller). A pod whose
 	// in-place update the kubelet has not carried out is neither ready nor at any revision yet.
 	for _, pod := range in.Pods {
-		if ParseOrdinal(in.SetName, pod.Name) < 0 {
+		if ordinal.Of(in.SetName, pod.Name) < 0 {
 			continue
 		}
 		plan.Replicas++
@@ -553,7 +532,7 @@ func ComputePlan(in PlanInput) (*Plan, error) {
 			}
 			continue
 		}
-		plan.Actions = append(plan.Actions, Action{Type: ActionDelete, Ordinal: ParseOrdinal(in.SetName, pod.Name), Pod: pod.Name, Reason: ReasonCondemned})
+		plan.Actions = append(plan.Actions, Action{Type: ActionDelete, Ordinal: ordinal.Of(in.SetName, pod.Name), Pod: pod.Name, Reason: ReasonCondemned})
 		blocked = !parallel
 	}
 

@@ -400,17 +400,6 @@ func TestResolveMaxUnavailableRejectsGarbage(t *testing.T) {
 	}
 }
 
-func TestParseOrdinal(t *testing.T) {
-	for name, want := range map[string]int{"web-0": 0, "web-12": 12, "web-": -1, "web-01": -1, "web-x": -1, "webx-1": -1, "web-1-2": -1, "web-web-1": -1} {
-		if got := ParseOrdinal("web", name); got != want {
-			t.Errorf("ParseOrdinal(web, %s) = %d, want %d", name, got, want)
-		}
-	}
-	if got := ParseOrdinal("web-web", "web-web-1"); got != 1 {
-		t.Errorf("ParseOrdinal(web-web, web-web-1) = %d", got)
-	}
-}
-
 func TestImageOnlyChange(t *testing.T) {
 	if imgs, ok := ImageOnlyChange(tmpl("a:1", ""), tmpl("a:2", "")); !ok || imgs["app"] != "a:2" {
 		t.Errorf("image change: %v %v", imgs, ok)

@@ -19,6 +19,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/ordinal"
 	ests "github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
 	"github.com/staticip/staticip/controllers/pkg/metrics"
 )
@@ -203,7 +204,7 @@ func TestOrderedReadyScalingRevisionsAndStatus(t *testing.T) {
 	f := newFixture(t)
 	// OrderedReady: when pod n appears, every lower ordinal must already be Ready.
 	check := func(pod *corev1.Pod) error {
-		ord := ests.ParseOrdinal("web", pod.Name)
+		ord := ordinal.Of("web", pod.Name)
 		pods := f.pods()
 		for i := 0; i < ord; i++ {
 			p := pods[ests.PodName("web", i)]
