@@ -20,6 +20,20 @@ import (
 // Name is the name of the pod of ordinal n in parent: "{parent}-{n}".
 func Name(parent string, n int) string { return parent + "-" + strconv.Itoa(n) }
 
+// Parse splits a pod name at its last dash into parent and ordinal (upstream's
+// getParentNameAndOrdinal); ok is false when the name has no dash, nothing before it, or no
+// ordinal after it. Parse("web-a-3") is "web-a", 3.
+func Parse(name string) (parent string, n int, ok bool) {
+	i := strings.LastIndexByte(name, '-')
+	if i <= 0 {
+		return "", -1, false
+	}
+	if n, ok = parseNumber(name[i+1:]); !ok {
+		return "", -1, false
+	}
+	return name[:i], n, true
+}
+
 // Of is the ordinal of the pod named name in parent, or -1 when name is not
 // "{parent}-{n}". A parent name may itself contain dashes: Of("web-a", "web-a-3") is 3 and
 // Of("web", "web-a-3") is -1.
