@@ -147,18 +147,7 @@ func PrintHistory(out io.Writer, set *jkev1alpha1.EnhancedStatefulSet, revs []*a
 			fmt.Fprintf(w, "%d\t%s\n", r.Revision, cause)
 			continue
 		}
-		var status []string
-		if r.Name == set.Status.CurrentRevision {
-			status = append(status, "current")
-		}
-		if r.Name == set.Status.UpdateRevision {
-			status = append(status, "update")
-		}
-		images := "<unknown>"
-		if tpl, err := enhancedstatefulset.TemplateOf(r); err == nil {
-			images = imagesOf(tpl)
-		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", r.Revision, r.Name, none(strings.Join(status, ",")), images, cause)
+		fmt.Fprintf(w, "%d\t%s\t%s\n", r.Revision, wideColumns(r, set.Status.CurrentRevision, set.Status.UpdateRevision), cause)
 	}
 	fmt.Fprintln(w)
 	return w.Flush()
@@ -176,6 +165,23 @@ func printRevisionTemplate(out io.Writer, resource string, rev *appsv1.Controlle
 	describe.DescribePodTemplate(tpl, describe.NewPrefixWriter(&buf))
 	_, err = out.Write(buf.Bytes())
 	return err
+}
+
+// wideColumns are history -o wide's CONTROLLERREVISION, STATUS (whether r is the current or the
+// update revision) and IMAGES of revision r, tab-separated.
+func wideColumns(r *appsv1.ControllerRevision, current, update string) string {
+	var status []string
+	if r.Name == current {
+		status = append(status, "current")
+	}
+	if r.Name == update {
+		status = append(status, "update")
+	}
+	images := "<unknown>"
+	if tpl, err := enhancedstatefulset.TemplateOf(r); err == nil {
+		images = imagesOf(tpl)
+	}
+	return r.Name + "\t" + none(strings.Join(status, ",")) + "\t" + images
 }
 
 // changeCause is a revision's kubernetes.io/change-cause, "<none>" without one.

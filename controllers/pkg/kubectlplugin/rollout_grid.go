@@ -129,19 +129,8 @@ func PrintGridHistory(out io.Writer, g *superedgev1.StatefulSetGrid, units []Uni
 				fmt.Fprintf(w, "%s\t%s\t%d\t%s\n", u.Unit, u.StatefulSet.Name, r.Revision, changeCause(r))
 				continue
 			}
-			var status []string
-			if r.Name == u.StatefulSet.Status.CurrentRevision {
-				status = append(status, "current")
-			}
-			if r.Name == u.StatefulSet.Status.UpdateRevision {
-				status = append(status, "update")
-			}
-			images := "<unknown>"
-			if tpl, err := enhancedstatefulset.TemplateOf(r); err == nil {
-				images = imagesOf(tpl)
-			}
-			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\t%s\t%s\n", u.Unit, u.StatefulSet.Name, r.Revision, r.Name,
-				none(strings.Join(status, ",")), images, changeCause(r))
+			fmt.Fprintf(w, "%s\t%s\t%d\t%s\t%s\n", u.Unit, u.StatefulSet.Name, r.Revision,
+				wideColumns(r, u.StatefulSet.Status.CurrentRevision, u.StatefulSet.Status.UpdateRevision), changeCause(r))
 		}
 	}
 	fmt.Fprintln(w)

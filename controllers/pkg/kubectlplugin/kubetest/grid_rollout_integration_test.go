@@ -11,14 +11,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/rest"
 	"k8s.io/kubernetes/pkg/controller/history"
 	"k8s.io/utils/ptr"
 
 	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
 	"github.com/staticip/staticip/controllers/pkg/grid"
-	"github.com/staticip/staticip/controllers/pkg/manager"
-	"github.com/staticip/staticip/tools/testenv"
 )
 
 // TestGridRolloutHistoryUndo: the real StatefulSetGrid controller makes unit StatefulSet db of
@@ -35,19 +32,7 @@ func TestGridRolloutHistoryUndo(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = f.kube.CoreV1().Nodes().Delete(context.Background(), node.Name, metav1.DeleteOptions{}) })
-	o := manager.NewOptions()
-	o.LeaderElect = false
-	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
-	o.Controllers = []string{grid.StatefulSetGridName}
-	ctx, cancel := context.WithCancel(f.ctx)
-	done := make(chan error, 1)
-	go func() { done <- manager.Run(ctx, o, rest.CopyConfig(testenv.Get(t).Config)) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	f.startManager(grid.StatefulSetGridName)
 
 	labels := map[string]string{"app": "db"}
 	g := &superedgev1.StatefulSetGrid{ObjectMeta: metav1.ObjectMeta{Name: "db"},
