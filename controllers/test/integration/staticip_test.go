@@ -69,22 +69,7 @@ func TestStaticIPLifecycleWithEnhancedStatefulSet(t *testing.T) {
 	f.waitSettled("sip", time.Minute)
 	ips := f.recordedIPs("sip", 3)
 
-	for i := 0; i < 3; i++ {
-		name := ests.PodName("sip", i)
-		rec, err := f.staticIP(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rec.Spec.Node != "node-a" || rec.Spec.Pod != name || rec.Spec.Kind != "EnhancedStatefulSet" || rec.Spec.Ref != "sip" {
-			t.Errorf("%s: spec %+v", name, rec.Spec)
-		}
-		if q := rec.Spec.Resources[corev1.ResourceCPU]; q.Cmp(resource.MustParse("100m")) != 0 {
-			t.Errorf("%s: recorded cpu %v, want 100m", name, q.String())
-		}
-		if len(rec.OwnerReferences) != 1 || rec.OwnerReferences[0].UID != set.UID {
-			t.Errorf("%s: whenDeleted=Delete needs an owner reference to the set for the GC, got %v", name, rec.OwnerReferences)
-		}
-	}
+	checkSetRecords(t, f, set, 3)
 
 	// ReCreate rollout: every recreated pod carries its IP and is pinned to its node.
 	before := f.pods()
@@ -175,6 +160,29 @@ func TestStaticIPLifecycleWithEnhancedStatefulSet(t *testing.T) {
 	})
 	if rec, _ := f.staticIP("sip-1"); rec.Spec.IP != ips["sip-1"] {
 		t.Errorf("annotation mismatch rewrote the record: %s", rec.Spec.IP)
+	}
+}
+
+// checkSetRecords checks the StaticIPs of the n pods of set sip on node-a: what they record
+// (node, pod, workload, the pod's cpu request) and the owner reference the garbage collector
+// needs (whenDeleted=Delete).
+func checkSetRecords(t *testing.T, f *fixture, set *jkev1alpha1.EnhancedStatefulSet, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		name := ests.PodName("sip", i)
+		rec, err := f.staticIP(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Spec.Node != "node-a" || rec.Spec.Pod != name || rec.Spec.Kind != "EnhancedStatefulSet" || rec.Spec.Ref != "sip" {
+			t.Errorf("%s: spec %+v", name, rec.Spec)
+		}
+		if q := rec.Spec.Resources[corev1.ResourceCPU]; q.Cmp(resource.MustParse("100m")) != 0 {
+			t.Errorf("%s: recorded cpu %v, want 100m", name, q.String())
+		}
+		if len(rec.OwnerReferences) != 1 || rec.OwnerReferences[0].UID != set.UID {
+			t.Errorf("%s: whenDeleted=Delete needs an owner reference to the set for the GC, got %v", name, rec.OwnerReferences)
+		}
 	}
 }
 
