@@ -25,6 +25,8 @@ type migration struct {
 	owned  []*jkev1.IPRange
 	now    time.Time
 	logger klog.Logger
+	// target: the target Node as cached, read by openSpare on every pass after the commit.
+	target *corev1.Node
 	// deleted: this sync deleted the record; nothing is written back.
 	deleted bool
 }
