@@ -16,8 +16,8 @@ type recordingTB struct {
 }
 
 func (r *recordingTB) Helper() {}
-func (r *recordingTB) Fatalf(format string, args ...any) {
-	r.fatal = fmt.Sprintf(format, args...)
+func (r *recordingTB) Fatal(args ...any) {
+	r.fatal = fmt.Sprint(args...)
 }
 
 func TestEventually(t *testing.T) {
