@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"k8s.io/apimachinery/pkg/api/meta"
 	"fmt"
 	"slices"
 	"sync"
@@ -437,7 +438,7 @@ func TestRollingUpdateBudgetPartitionPausedRollback(t *testing.T) {
 	if !slices.Equal(got[:6], slices.Repeat([]string{rev3}, 6)) || got[6] != rev4 {
 		t.Errorf("paused: revisions %v (want 6×%s then the new pod at %s)", got, rev3, rev4)
 	}
-	if c := findCondition(set.Status.Conditions, ests.ConditionPaused); c == nil || c.Status != metav1.ConditionTrue {
+	if c := meta.FindStatusCondition(set.Status.Conditions, ests.ConditionPaused); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Paused condition: %+v", c)
 	}
 
@@ -457,15 +458,6 @@ func TestRollingUpdateBudgetPartitionPausedRollback(t *testing.T) {
 	if m := mon.maxUnavailable(); m > 2 {
 		t.Errorf("rollback exceeded the budget: %d", m)
 	}
-}
-
-func findCondition(conds []metav1.Condition, t string) *metav1.Condition {
-	for i := range conds {
-		if conds[i].Type == t {
-			return &conds[i]
-		}
-	}
-	return nil
 }
 
 func TestInPlaceIfPossible(t *testing.T) {

@@ -215,7 +215,7 @@ func TestStaticIPRetainedAndReused(t *testing.T) {
 	}
 	f.updateSet("keep", func(s *jkev1alpha1.EnhancedStatefulSet) { s.Spec.Replicas = ptr.To[int32](3) })
 	f.eventually(30*time.Second, "StaticIPConflict condition on the set", func() (bool, error) {
-		c := findCondition(f.getSet("keep").Status.Conditions, ests.ConditionStaticIPConflict)
+		c := meta.FindStatusCondition(f.getSet("keep").Status.Conditions, ests.ConditionStaticIPConflict)
 		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "someone-else"), nil
 	})
 	if f.pods()["keep-2"] != nil {
