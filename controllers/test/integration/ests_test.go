@@ -1,8 +1,8 @@
 package integration
 
 import (
-	"k8s.io/apimachinery/pkg/api/meta"
 	"fmt"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"slices"
 	"sync"
 	"testing"

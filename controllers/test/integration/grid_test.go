@@ -1,10 +1,10 @@
 package integration
 
 import (
-	"k8s.io/apimachinery/pkg/api/meta"
 	"context"
 	"encoding/json"
 	"fmt"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"strings"
 	"sync"
 	"testing"
