@@ -49,6 +49,7 @@ type figures struct {
 
 func main() {
 	staticipBin := flag.String("staticip", "", "path to the staticip plugin binary (default: build it)")
+	compareBin := flag.String("compare", "", "a second staticip binary (e.g. the build before a change), run as a fourth plugin in the same interleaved run")
 	cniDir := flag.String("cni-dir", "/usr/lib/cni", "directory with the bridge, host-local, ptp and static plugins")
 	cycles := flag.Int("cycles", 500, "sequential ADD+DEL cycles per plugin (latency)")
 	parallel := flag.Int("parallel", 32, "parallel plugin processes (throughput)")
@@ -56,13 +57,13 @@ func main() {
 	rounds := flag.Int("rounds", 2, "throughput rounds per plugin, alternating plugins")
 	flag.Parse()
 	stopOnSignal()
-	if err := run(*staticipBin, *cniDir, *cycles, *parallel, *parallelCycles, *rounds); err != nil {
+	if err := run(*staticipBin, *compareBin, *cniDir, *cycles, *parallel, *parallelCycles, *rounds); err != nil {
 		fmt.Fprintln(os.Stderr, "cnibench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(staticipBin, cniDir string, cycles, parallel, parallelCycles, rounds int) error {
+func run(staticipBin, compareBin, cniDir string, cycles, parallel, parallelCycles, rounds int) error {
 	for _, p := range []string{"bridge", "host-local", "ptp", "static"} {
 		if _, err := os.Stat(filepath.Join(cniDir, p)); err != nil {
 			return fmt.Errorf("%s not found in %s (apt-get install containernetworking-plugins; tools/install-deps.sh)", p, cniDir)
@@ -119,6 +120,14 @@ func run(staticipBin, cniDir string, cycles, parallel, parallelCycles, rounds in
 					"addresses": []map[string]any{{"address": fmt.Sprintf("10.130.%d.%d/16", pod/250, 2+pod%250), "gateway": "10.130.255.254"}}},
 			})
 		}},
+	}
+
+	if compareBin != "" {
+		plugins = append(plugins, plugin{name: "staticip (compare)", binary: compareBin, conf: same(mustJSON(map[string]any{
+			"cniVersion": "1.1.0", "name": "bench-compare", "type": "staticip",
+			"dataDir": filepath.Join(work, "compare"), "mtu": 1500,
+			"ranges": []map[string]any{{"subnet": "10.131.0.0/16"}},
+		}))})
 	}
 
 	fmt.Printf("cnibench: %d sequential ADD+DEL cycles per plugin; %d parallel processes, %d cycles x %d rounds per plugin\n",
@@ -190,6 +199,13 @@ func run(staticipBin, cniDir string, cycles, parallel, parallelCycles, rounds in
 		ratio(s.p50, b.p50), ratio(s.p99, b.p99), s.throughput/b.throughput)
 	fmt.Printf("ratio staticip / ptp+static floor:  p50 %.2fx (target <= 1.1x), p99 %.2fx (target <= 1.1x), parallel throughput %.2fx\n",
 		ratio(s.p50, f.p50), ratio(s.p99, f.p99), s.throughput/f.throughput)
+	if len(res) > 3 {
+		c := res[3]
+		fmt.Printf("ratio compare / ptp+static floor:   p50 %.2fx, p99 %.2fx, parallel throughput %.2fx\n",
+			ratio(c.p50, f.p50), ratio(c.p99, f.p99), c.throughput/f.throughput)
+		fmt.Printf("ratio staticip / compare:           p50 %.2fx, p99 %.2fx, parallel throughput %.2fx\n",
+			ratio(s.p50, c.p50), ratio(s.p99, c.p99), s.throughput/c.throughput)
+	}
 	return nil
 }
 
