@@ -22,6 +22,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -119,6 +120,11 @@ type Agent struct {
 	lastObserved string
 	// lastNetwork is the NetworkUnavailable condition this agent last wrote (network.go).
 	lastNetwork string
+	// metrics is the agent's registry (metrics.go); allocations counts the allocations passes
+	// found made after allocSeen (the newest seen so far, at first the agent's start).
+	metrics     *prometheus.Registry
+	allocations *prometheus.CounterVec
+	allocSeen   time.Time
 	// afterSnapshot, when set (tests), runs between a pass's reading of the caches and its
 	// use of the database: where a CNI ADD can commit unseen.
 	afterSnapshot func()
@@ -156,7 +162,9 @@ func New(cfg Config, kube kubernetes.Interface, sip versioned.Interface, log io.
 	if cfg.GCGrace == 0 {
 		cfg.GCGrace = DefaultGCGrace
 	}
-	return &Agent{cfg: cfg, kube: kube, sip: sip, log: log, triggered: make(chan struct{}, 1)}
+	a := &Agent{cfg: cfg, kube: kube, sip: sip, log: log, triggered: make(chan struct{}, 1), allocSeen: time.Now()}
+	a.metrics = a.newMetrics()
+	return a
 }
 
 // trigger asks Run for a sync; one pending request stands for any number of changes.
@@ -486,6 +494,7 @@ func (a *Agent) syncDB(plan *rangePlan, sips []*jkev1.StaticIP, pods []*corev1.P
 	if err != nil {
 		return nil, rp, err
 	}
+	a.countAllocations(allocs)
 	existing, err := db.Reservations()
 	if err != nil {
 		return nil, rp, err

@@ -29,6 +29,7 @@ import (
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/cni/nstest"
+	"github.com/staticip/staticip/internal/serving"
 	"github.com/staticip/staticip/ipam"
 	"github.com/staticip/staticip/tools/testenv"
 )
@@ -190,7 +191,7 @@ func TestSyncOnce(t *testing.T) {
 	}
 
 	// Health and metrics.
-	rec := a.Handler(time.Minute)
+	rec := serving.Handler(a.Endpoints(time.Minute))
 	for _, c := range []struct{ path, want string }{{"/healthz", "ok"},
 		{"/metrics", `staticip_ipam_addresses{range="10.150.0.0/24",state="used"} 2`},
 		{"/metrics", `staticip_agent_syncs_total{result="error"} 0`}} {

@@ -73,8 +73,8 @@ func TestMetricsNeedAuthorizedCaller(t *testing.T) {
 
 	metricsAddr, healthAddr := freePort(t), freePort(t)
 	f.startManagerWith(func(o *manager.Options) {
-		o.MetricsBindAddress, o.HealthBindAddress = metricsAddr, healthAddr
-		o.Metrics.DefaultKubeconfig(kubeconfig)
+		o.Serving.MetricsBindAddress, o.Serving.HealthBindAddress = metricsAddr, healthAddr
+		o.Serving.Complete(kubeconfig)
 	}, "staticip")
 
 	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a self-signed serving certificate

@@ -155,7 +155,7 @@ func TestRolloutHistoryUndo(t *testing.T) {
 	f.namespace("roll")
 	o := manager.NewOptions()
 	o.LeaderElect = false
-	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
+	o.Serving.MetricsBindAddress, o.Serving.HealthBindAddress = "0", "0"
 	o.Controllers = []string{enhancedstatefulset.Name}
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan error, 1)

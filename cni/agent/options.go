@@ -1,0 +1,149 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	"github.com/staticip/staticip/internal/kubeclient"
+	"github.com/staticip/staticip/internal/serving"
+)
+
+// ComponentName is the binary's name.
+const ComponentName = "staticip-agent"
+
+// Ports of the agent on its node (host network): /metrics on the node's addresses (HTTPS,
+// delegated authn/authz), health on loopback for the kubelet's probes.
+const (
+	DefaultMetricsBindAddress = ":9490"
+	DefaultHealthBindAddress  = "127.0.0.1:9489"
+)
+
+// Options are staticip-agent's flags.
+type Options struct {
+	Client kubeclient.Options
+	// Agent: the node, paths and plugin settings (flags of the same names).
+	Agent Config
+	// WritePluginKubeconfig, PluginServiceAccount and PluginTokenLifetime: the plugin's own
+	// credentials (credentials.go), in-cluster only.
+	WritePluginKubeconfig bool
+	PluginServiceAccount  string
+	PluginTokenLifetime   time.Duration
+	// Interval and MinSyncGap pace the sync loop (Run).
+	Interval, MinSyncGap time.Duration
+	Serving              *serving.Options
+}
+
+// NewOptions returns the defaults.
+func NewOptions() *Options {
+	return &Options{
+		Client: kubeclient.Options{QPS: 5, Burst: 10}, // client-go's defaults: the agent asks little
+		Agent: Config{NodeName: os.Getenv("NODE_NAME"), PluginBinary: "/staticip", CNIBinDir: "/opt/cni/bin",
+			CNIConfDir: "/etc/cni/net.d", ConfName: "10-staticip.conflist", DataDir: "/var/lib/staticip",
+			CNIVersion: DefaultCNIVersion, MTU: 1500, Routes: true, GCGrace: DefaultGCGrace},
+		WritePluginKubeconfig: true,
+		PluginServiceAccount:  "kube-system/staticip-cni",
+		PluginTokenLifetime:   DefaultPluginTokenLifetime,
+		Interval:              30 * time.Second,
+		MinSyncGap:            500 * time.Millisecond,
+		Serving:               serving.NewOptions(DefaultMetricsBindAddress, DefaultHealthBindAddress),
+	}
+}
+
+// AddFlags registers the flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	c := &o.Agent
+	o.Client.AddFlags(fs)
+	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "this node's name (default $NODE_NAME)")
+	fs.StringVar(&c.PluginBinary, "plugin-binary", c.PluginBinary, "staticip plugin binary to install")
+	fs.StringVar(&c.CNIBinDir, "cni-bin-dir", c.CNIBinDir, "CNI binary directory")
+	fs.StringVar(&c.CNIConfDir, "cni-conf-dir", c.CNIConfDir, "CNI configuration directory")
+	fs.StringVar(&c.ConfName, "conf-name", c.ConfName, "conflist file name")
+	fs.StringVar(&c.PluginKubeconfig, "plugin-kubeconfig", c.PluginKubeconfig, "kubeconfig path the plugin uses, as the host sees it (written into the conflist)")
+	fs.BoolVar(&o.WritePluginKubeconfig, "write-plugin-kubeconfig", o.WritePluginKubeconfig, "in-cluster: write the plugin's kubeconfig (API server, CA, a token of --plugin-service-account bound to this node) to <cni-conf-dir>/<base of --plugin-kubeconfig>")
+	fs.StringVar(&o.PluginServiceAccount, "plugin-service-account", o.PluginServiceAccount, "namespace/name of the plugin's service account, whose node-bound tokens the agent mints (TokenRequest) for the plugin's kubeconfig")
+	fs.DurationVar(&o.PluginTokenLifetime, "plugin-token-lifetime", o.PluginTokenLifetime, "lifetime asked for the plugin's tokens (10m to 1h: manifests/cni/admission.yaml refuses longer); each is renewed after 80% of it")
+	fs.StringVar(&c.DataDir, "data-dir", c.DataDir, "directory of ipam.db")
+	fs.StringVar(&c.CNIVersion, "cni-version", c.CNIVersion, "cniVersion of the conflist: 1.0.0 for containerd 1.6/1.7; 1.1.0 adds GC and STATUS on runtimes that support them")
+	fs.IntVar(&c.MTU, "mtu", c.MTU, "pod MTU")
+	fs.StringVar(&c.Quarantine, "quarantine", c.Quarantine, "quarantine of released IPs (plugin default when empty)")
+	fs.BoolVar(&c.Routes, "routes", c.Routes, "route other nodes' IPRanges via their InternalIP")
+	fs.DurationVar(&c.GCGrace, "gc-grace", c.GCGrace, "GC never frees an allocation younger than this (its pod may not be in the agent's cache yet)")
+	fs.DurationVar(&o.Interval, "interval", o.Interval, "sync interval (a sync also follows every change that matters to the node)")
+	fs.DurationVar(&o.MinSyncGap, "min-sync-gap", o.MinSyncGap, "least time between two syncs: changes within it are handled by one sync")
+	o.Serving.AddFlags(fs)
+}
+
+// Validate checks the flags.
+func (o *Options) Validate() error {
+	var errs []error
+	if o.Agent.NodeName == "" {
+		errs = append(errs, errors.New("--node-name (or $NODE_NAME) is required"))
+	}
+	if o.MinSyncGap <= 0 || o.MinSyncGap >= o.Interval {
+		errs = append(errs, fmt.Errorf("--min-sync-gap=%s must be above 0 and below --interval=%s", o.MinSyncGap, o.Interval))
+	}
+	if ns, name, ok := strings.Cut(o.PluginServiceAccount, "/"); !ok || ns == "" || name == "" {
+		errs = append(errs, fmt.Errorf("--plugin-service-account=%q must be namespace/name", o.PluginServiceAccount))
+	}
+	if o.PluginTokenLifetime < 10*time.Minute || o.PluginTokenLifetime > time.Hour {
+		errs = append(errs, fmt.Errorf("--plugin-token-lifetime=%s must be between 10m and 1h", o.PluginTokenLifetime))
+	}
+	errs = append(errs, o.Serving.Validate())
+	return errors.Join(errs...)
+}
+
+// Completed is the completed Options: what Run needs.
+type Completed struct {
+	*Options
+	Rest *rest.Config
+}
+
+// Complete loads the agent's identity; the delegated authn/authz of /metrics use it too.
+func (o *Options) Complete() (*Completed, error) {
+	cfg, err := o.Client.Config(ComponentName)
+	if err != nil {
+		return nil, err
+	}
+	o.Serving.Complete(o.Client.Kubeconfig)
+	return &Completed{Options: o, Rest: cfg}, nil
+}
+
+// Run runs the agent and its status server until ctx ends. In-cluster (no --kubeconfig) with
+// --write-plugin-kubeconfig and --plugin-kubeconfig, the agent writes the plugin's own
+// node-bound credentials.
+func Run(ctx context.Context, c *Completed) error {
+	kube, err := kubernetes.NewForConfig(c.Rest)
+	if err != nil {
+		return err
+	}
+	sip, err := versioned.NewForConfig(c.Rest)
+	if err != nil {
+		return err
+	}
+	cfg := c.Agent
+	if c.Client.Kubeconfig == "" && c.WritePluginKubeconfig && cfg.PluginKubeconfig != "" {
+		ns, name, _ := strings.Cut(c.PluginServiceAccount, "/")
+		cfg.PluginCredentials = &Credentials{Server: c.Rest.Host, CAFile: c.Rest.TLSClientConfig.CAFile,
+			Tokens: &NodeBoundTokens{Kube: kube, Namespace: ns, ServiceAccount: name, Node: cfg.NodeName, Lifetime: c.PluginTokenLifetime}}
+	}
+	a := New(cfg, kube, sip, os.Stderr)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	status, err := c.Serving.Start(ctx, a.Endpoints(3*c.Interval))
+	if err != nil {
+		return err
+	}
+	a.Run(ctx, c.Interval, c.MinSyncGap)
+	cancel()
+	<-status.Stopped()
+	return nil
+}
