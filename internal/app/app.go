@@ -59,7 +59,8 @@ func Run[C any](ctx context.Context, component string, args []string, stdout, st
 		if errors.Is(err, pflag.ErrHelp) {
 			return ExitOK
 		}
-		return ExitUsage // pflag printed the error and the usage
+		fmt.Fprintf(stderr, "%s: %v (see --help)\n", component, err)
+		return ExitUsage
 	}
 	if showVersion {
 		version.Print(stdout, component)

@@ -179,13 +179,21 @@ func HealthHandlers(mux *http.ServeMux, e Endpoints) {
 	mux.HandleFunc("/readyz", check(e.Readyz))
 }
 
-// Start serves e on the options' addresses until ctx ends.
+// shared: one HTTPS port for /metrics and health (the same address, not port 0, which
+// picks two ports).
+func (o *Options) shared() bool {
+	_, port, _ := net.SplitHostPort(o.MetricsBindAddress)
+	return o.MetricsBindAddress == o.HealthBindAddress && port != "0"
+}
+
+// Start serves e on the options' addresses until ctx ends. On an error, what started stops
+// with ctx.
 func (o *Options) Start(ctx context.Context, e Endpoints) (*Server, error) {
 	logger := klog.FromContext(ctx)
 	s := &Server{}
 	if Enabled(o.MetricsBindAddress) {
 		h := http.Handler(MetricsHandler(e))
-		shared := o.MetricsBindAddress == o.HealthBindAddress
+		shared := o.shared()
 		if shared {
 			h = Handler(e)
 		}

@@ -1,0 +1,143 @@
+package serving
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/staticip/staticip/tools/testenv"
+)
+
+func TestMain(m *testing.M) { testenv.Main(m) }
+
+// TestMetricsBehindDelegatedAuth, for each binary's service account with exactly the RBAC of
+// the shipped manifests: the status server authenticates callers with a TokenReview and
+// authorizes GET /metrics with a SubjectAccessReview, as that service account. No token is
+// refused (403: system:anonymous), an unknown token 401, a service account without
+// staticip-metrics-reader 403; one bound to it reads the series (200). Health is open on its
+// own plain-HTTP port.
+func TestMetricsBehindDelegatedAuth(t *testing.T) {
+	env := testenv.Get(t)
+	ctx := testenv.Context(t, 5*time.Minute)
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := func(p ...string) string { return filepath.Join(append([]string{root, "manifests"}, p...)...) }
+	if err := testenv.ApplyFiles(ctx, env.Config, []string{m("controller-manager", "namespace.yaml"), m("controller-manager", "rbac.yaml"),
+		m("cni", "rbac.yaml"), m("edge", "rbac.yaml"), m("edge", "statefulset-grid-daemon.yaml")}, "DaemonSet", "Deployment"); err != nil {
+		t.Fatal(err)
+	}
+	kube := kubernetes.NewForConfigOrDie(env.Config)
+	token := func(ns, sa string) string {
+		t.Helper()
+		tr, err := kube.CoreV1().ServiceAccounts(ns).CreateToken(ctx, sa, &authenticationv1.TokenRequest{}, metav1.CreateOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tr.Status.Token
+	}
+	for _, sa := range []string{"scraper", "stranger"} {
+		if _, err := kube.CoreV1().ServiceAccounts("default").Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: sa}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := kube.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "serving-test-scraper"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "staticip-metrics-reader"},
+		Subjects: []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: "scraper", Namespace: "default"}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	scraper, stranger := token("default", "scraper"), token("default", "stranger")
+
+	for _, id := range []struct{ ns, sa string }{
+		{"kube-system", "staticip-agent"}, {"kube-system", "application-grid-wrapper"},
+		{"kube-system", "statefulset-grid-daemon"}, {"staticip-system", "staticip-controller-manager"},
+	} {
+		t.Run(id.sa, func(t *testing.T) {
+			// The binary's identity, as in the cluster: its service account's token.
+			kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+			if err := testenv.WriteKubeconfig(&rest.Config{Host: env.Config.Host, BearerToken: token(id.ns, id.sa),
+				TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}}, kubeconfig); err != nil {
+				t.Fatal(err)
+			}
+			o := NewOptions("127.0.0.1:0", "127.0.0.1:0")
+			if err := o.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			o.Complete(kubeconfig)
+			var ready atomic.Bool
+			sctx, cancel := context.WithCancel(ctx)
+			s, err := o.Start(sctx, testEndpoints(&ready))
+			if err != nil {
+				cancel()
+				t.Fatalf("start as %s/%s: %v", id.ns, id.sa, err)
+			}
+			t.Cleanup(func() { cancel(); <-s.Stopped() })
+			checkDelegated(ctx, t, s, scraper, stranger, &ready)
+		})
+	}
+}
+
+func checkDelegated(ctx context.Context, t *testing.T, s *Server, scraper, stranger string, ready *atomic.Bool) {
+	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed serving certificate
+	get := func(url, bearer string) (int, string, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
+		resp, err := client.Do(req)
+		if err != nil {
+			return 0, "", err
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b), nil
+	}
+	metrics := "https://" + s.MetricsAddr + "/metrics"
+	// RBAC of a new binding may take a moment to be seen: poll the allowed case.
+	var last string
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
+		code, body, err := get(metrics, scraper)
+		last = fmt.Sprintf("HTTP %d %v: %.300s", code, err, body)
+		return err == nil && code == http.StatusOK && strings.Contains(body, "serving_test_total 1") &&
+			strings.Contains(body, `staticip_build_info{component="serving-test"`), nil
+	}); err != nil {
+		t.Fatalf("the scraper bound to staticip-metrics-reader never read the series: %s", last)
+	}
+	for _, c := range []struct {
+		who, token string
+		want       int
+	}{{"no token (system:anonymous)", "", http.StatusForbidden}, {"an unknown token", "not-a-token", http.StatusUnauthorized},
+		{"a service account without staticip-metrics-reader", stranger, http.StatusForbidden}} {
+		if code, body, err := get(metrics, c.token); err != nil || code != c.want {
+			t.Errorf("/metrics with %s: HTTP %d (%v), want %d: %.200s", c.who, code, err, c.want, body)
+		}
+	}
+	if code, _, err := get("http://"+s.MetricsAddr+"/metrics", ""); err == nil && code == http.StatusOK {
+		t.Error("/metrics answered 200 over plain HTTP")
+	}
+	if code, body, err := get("http://"+s.HealthAddr+"/readyz", ""); err != nil || code != http.StatusServiceUnavailable {
+		t.Errorf("/readyz before ready: HTTP %d (%v) %q, want 503", code, err, body)
+	}
+	ready.Store(true)
+	for _, p := range []string{"/healthz", "/readyz"} {
+		if code, body, err := get("http://"+s.HealthAddr+p, ""); err != nil || code != http.StatusOK {
+			t.Errorf("%s without credentials: HTTP %d (%v) %q, want 200", p, code, err, body)
+		}
+	}
+}
