@@ -11,6 +11,7 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/klog/v2"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	"github.com/staticip/staticip/internal/kubeclient"
@@ -138,12 +139,24 @@ func Run(ctx context.Context, c *Completed) error {
 	a := New(cfg, kube, sip, os.Stderr)
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	status, err := c.Serving.Start(ctx, a.Endpoints(3*c.Interval))
-	if err != nil {
-		return err
-	}
+	// The status server starts beside the loop, never before it: the node's pods depend on
+	// the plugin files the first pass installs, also while the API server (which the
+	// delegated authentication asks at start) cannot be reached. A port that cannot be bound
+	// is logged; the kubelet's probes then fail and restart the agent.
+	started := make(chan *serving.Server, 1)
+	go func() {
+		defer close(started)
+		status, err := c.Serving.Start(ctx, a.Endpoints(3*c.Interval))
+		if err != nil {
+			klog.FromContext(ctx).Error(err, "Status server not started")
+			return
+		}
+		started <- status
+	}()
 	a.Run(ctx, c.Interval, c.MinSyncGap)
 	cancel()
-	<-status.Stopped()
+	if status := <-started; status != nil {
+		<-status.Stopped()
+	}
 	return nil
 }

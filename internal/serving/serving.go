@@ -54,10 +54,15 @@ type Options struct {
 // allowed, /metrics needs a caller the API server authenticates and authorizes
 // (system:masters always is).
 func NewOptions(metricsBindAddress, healthBindAddress string) *Options {
+	authn := options.NewDelegatingAuthenticationOptions()
+	// As kube-scheduler: a component that starts while the API server is away still serves
+	// (bearer tokens are reviewed per request; only front-proxy request headers need the
+	// ConfigMap read at start).
+	authn.TolerateInClusterLookupFailure = true
 	authz := options.NewDelegatingAuthorizationOptions()
 	authz.AlwaysAllowPaths = slices.Clone(AlwaysAllowPaths)
 	return &Options{MetricsBindAddress: metricsBindAddress, HealthBindAddress: healthBindAddress,
-		Authentication: options.NewDelegatingAuthenticationOptions(), Authorization: authz}
+		Authentication: authn, Authorization: authz}
 }
 
 // AddFlags registers --metrics-bind-address, --health-bind-address, --tls-cert-file,
@@ -191,24 +196,8 @@ func (o *Options) shared() bool {
 func (o *Options) Start(ctx context.Context, e Endpoints) (*Server, error) {
 	logger := klog.FromContext(ctx)
 	s := &Server{}
-	if Enabled(o.MetricsBindAddress) {
-		h := http.Handler(MetricsHandler(e))
-		shared := o.shared()
-		if shared {
-			h = Handler(e)
-		}
-		bound, stopped, err := o.serveSecure(ctx, o.MetricsBindAddress, h)
-		if err != nil {
-			return nil, fmt.Errorf("metrics on %s: %w", o.MetricsBindAddress, err)
-		}
-		s.MetricsAddr, s.stopped = bound.String(), append(s.stopped, stopped)
-		logger.Info("Serving /metrics over HTTPS with delegated authentication and authorization", "component", e.Component, "address", s.MetricsAddr)
-		if shared {
-			s.HealthAddr = s.MetricsAddr
-			return s, nil
-		}
-	}
-	if Enabled(o.HealthBindAddress) {
+	// Health first: it needs nothing from the API server, and the kubelet probes it.
+	if Enabled(o.HealthBindAddress) && !o.shared() {
 		ln, err := net.Listen("tcp", o.HealthBindAddress)
 		if err != nil {
 			return nil, fmt.Errorf("health on %s: %w", o.HealthBindAddress, err)
@@ -226,6 +215,21 @@ func (o *Options) Start(ctx context.Context, e Endpoints) (*Server, error) {
 		context.AfterFunc(ctx, func() { _ = srv.Close() })
 		s.HealthAddr, s.stopped = ln.Addr().String(), append(s.stopped, stopped)
 		logger.Info("Serving /healthz and /readyz over HTTP", "component", e.Component, "address", s.HealthAddr)
+	}
+	if Enabled(o.MetricsBindAddress) {
+		h := http.Handler(MetricsHandler(e))
+		if o.shared() {
+			h = Handler(e)
+		}
+		bound, stopped, err := o.serveSecure(ctx, o.MetricsBindAddress, h)
+		if err != nil {
+			return nil, fmt.Errorf("metrics on %s: %w", o.MetricsBindAddress, err)
+		}
+		s.MetricsAddr, s.stopped = bound.String(), append(s.stopped, stopped)
+		if o.shared() {
+			s.HealthAddr = s.MetricsAddr
+		}
+		logger.Info("Serving /metrics over HTTPS with delegated authentication and authorization", "component", e.Component, "address", s.MetricsAddr)
 	}
 	return s, nil
 }
