@@ -14,7 +14,7 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
-	"github.com/staticip/staticip/internal/kubeclient"
+	"github.com/staticip/staticip/internal/app"
 	"github.com/staticip/staticip/internal/serving"
 )
 
@@ -30,7 +30,9 @@ const (
 
 // Options are staticip-agent's flags.
 type Options struct {
-	Client kubeclient.Options
+	// Common: the client flags and the status server (/metrics on the node's addresses,
+	// health on loopback).
+	app.Common
 	// Agent: the node, paths and plugin settings (flags of the same names).
 	Agent Config
 	// WritePluginKubeconfig, PluginServiceAccount and PluginTokenLifetime: the plugin's own
@@ -40,13 +42,12 @@ type Options struct {
 	PluginTokenLifetime   time.Duration
 	// Interval and MinSyncGap pace the sync loop (Run).
 	Interval, MinSyncGap time.Duration
-	Serving              *serving.Options
 }
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		Client: kubeclient.Options{QPS: 5, Burst: 10}, // client-go's defaults: the agent asks little
+		Common: app.NewCommon(5, 10, DefaultMetricsBindAddress, DefaultHealthBindAddress), // client-go's limits: the agent asks little
 		Agent: Config{NodeName: os.Getenv("NODE_NAME"), PluginBinary: "/staticip", CNIBinDir: "/opt/cni/bin",
 			CNIConfDir: "/etc/cni/net.d", ConfName: "10-staticip.conflist", DataDir: "/var/lib/staticip",
 			CNIVersion: DefaultCNIVersion, MTU: 1500, Routes: true, GCGrace: DefaultGCGrace},
@@ -55,14 +56,13 @@ func NewOptions() *Options {
 		PluginTokenLifetime:   DefaultPluginTokenLifetime,
 		Interval:              30 * time.Second,
 		MinSyncGap:            500 * time.Millisecond,
-		Serving:               serving.NewOptions(DefaultMetricsBindAddress, DefaultHealthBindAddress),
 	}
 }
 
 // AddFlags registers the flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	c := &o.Agent
-	o.Client.AddFlags(fs)
+	o.Common.AddFlags(fs)
 	fs.StringVar(&c.NodeName, "node-name", c.NodeName, "this node's name (default $NODE_NAME)")
 	fs.StringVar(&c.PluginBinary, "plugin-binary", c.PluginBinary, "staticip plugin binary to install")
 	fs.StringVar(&c.CNIBinDir, "cni-bin-dir", c.CNIBinDir, "CNI binary directory")
@@ -80,7 +80,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.GCGrace, "gc-grace", c.GCGrace, "GC never frees an allocation younger than this (its pod may not be in the agent's cache yet)")
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "sync interval (a sync also follows every change that matters to the node)")
 	fs.DurationVar(&o.MinSyncGap, "min-sync-gap", o.MinSyncGap, "least time between two syncs: changes within it are handled by one sync")
-	o.Serving.AddFlags(fs)
 }
 
 // Validate checks the flags.
@@ -98,7 +97,7 @@ func (o *Options) Validate() error {
 	if o.PluginTokenLifetime < 10*time.Minute || o.PluginTokenLifetime > time.Hour {
 		errs = append(errs, fmt.Errorf("--plugin-token-lifetime=%s must be between 10m and 1h", o.PluginTokenLifetime))
 	}
-	errs = append(errs, o.Serving.Validate())
+	errs = append(errs, o.Common.Validate())
 	return errors.Join(errs...)
 }
 
@@ -110,11 +109,10 @@ type Completed struct {
 
 // Complete loads the agent's identity; the delegated authn/authz of /metrics use it too.
 func (o *Options) Complete() (*Completed, error) {
-	cfg, err := o.Client.Config(ComponentName)
+	cfg, err := o.Load(ComponentName)
 	if err != nil {
 		return nil, err
 	}
-	o.Serving.Complete(o.Client.Kubeconfig)
 	return &Completed{Options: o, Rest: cfg}, nil
 }
 

@@ -2,12 +2,8 @@ package serving
 
 import (
 	"context"
-	"crypto/tls"
-	"fmt"
-	"io"
 	"net/http"
 	"path/filepath"
-	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -16,10 +12,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
+	"github.com/staticip/staticip/internal/serving/servingtest"
 	"github.com/staticip/staticip/tools/testenv"
 )
 
@@ -94,49 +90,13 @@ func TestMetricsBehindDelegatedAuth(t *testing.T) {
 }
 
 func checkDelegated(ctx context.Context, t *testing.T, s *Server, scraper, stranger string, ready *atomic.Bool) {
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // self-signed serving certificate
-	get := func(url, bearer string) (int, string, error) {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if bearer != "" {
-			req.Header.Set("Authorization", "Bearer "+bearer)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), nil
-	}
-	metrics := "https://" + s.MetricsAddr + "/metrics"
-	// RBAC of a new binding may take a moment to be seen: poll the allowed case.
-	var last string
-	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
-		code, body, err := get(metrics, scraper)
-		last = fmt.Sprintf("HTTP %d %v: %.300s", code, err, body)
-		return err == nil && code == http.StatusOK && strings.Contains(body, "serving_test_total 1") &&
-			strings.Contains(body, `staticip_build_info{component="serving-test"`), nil
-	}); err != nil {
-		t.Fatalf("the scraper bound to staticip-metrics-reader never read the series: %s", last)
-	}
-	for _, c := range []struct {
-		who, token string
-		want       int
-	}{{"no token (system:anonymous)", "", http.StatusForbidden}, {"an unknown token", "not-a-token", http.StatusUnauthorized},
-		{"a service account without staticip-metrics-reader", stranger, http.StatusForbidden}} {
-		if code, body, err := get(metrics, c.token); err != nil || code != c.want {
-			t.Errorf("/metrics with %s: HTTP %d (%v), want %d: %.200s", c.who, code, err, c.want, body)
-		}
-	}
-	if code, _, err := get("http://"+s.MetricsAddr+"/metrics", ""); err == nil && code == http.StatusOK {
-		t.Error("/metrics answered 200 over plain HTTP")
-	}
-	if code, body, err := get("http://"+s.HealthAddr+"/readyz", ""); err != nil || code != http.StatusServiceUnavailable {
+	servingtest.CheckMetricsAuth(ctx, t, s.MetricsAddr, scraper, stranger, "serving_test_total 1", `staticip_build_info{component="serving-test"`)
+	if code, body, err := servingtest.Get(ctx, "http://"+s.HealthAddr+"/readyz", ""); err != nil || code != http.StatusServiceUnavailable {
 		t.Errorf("/readyz before ready: HTTP %d (%v) %q, want 503", code, err, body)
 	}
 	ready.Store(true)
 	for _, p := range []string{"/healthz", "/readyz"} {
-		if code, body, err := get("http://"+s.HealthAddr+p, ""); err != nil || code != http.StatusOK {
+		if code, body, err := servingtest.Get(ctx, "http://"+s.HealthAddr+p, ""); err != nil || code != http.StatusOK {
 			t.Errorf("%s without credentials: HTTP %d (%v) %q, want 200", p, code, err, body)
 		}
 	}

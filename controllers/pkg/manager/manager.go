@@ -38,7 +38,7 @@ import (
 	"github.com/staticip/staticip/controllers/pkg/metrics"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 	"github.com/staticip/staticip/controllers/pkg/staticip"
-	"github.com/staticip/staticip/internal/kubeclient"
+	"github.com/staticip/staticip/internal/app"
 	"github.com/staticip/staticip/internal/serving"
 )
 
@@ -55,7 +55,10 @@ var ErrLeaderLost = errors.New("leader election lost")
 
 // Options are the manager's flags.
 type Options struct {
-	Client      kubeclient.Options
+	// Common: the client flags and the status server: /metrics over HTTPS behind delegated
+	// authentication and authorization; /healthz, /readyz plain HTTP, open to the kubelet's
+	// probes (internal/serving).
+	app.Common
 	Controllers []string
 	Workers     int
 
@@ -66,10 +69,6 @@ type Options struct {
 	LeaderElectRenewDeadline   time.Duration
 	LeaderElectRetryPeriod     time.Duration
 	LeaderElectReleaseOnCancel bool
-
-	// Serving: /metrics over HTTPS behind delegated authentication and authorization;
-	// /healthz, /readyz plain HTTP, open to the kubelet's probes (internal/serving).
-	Serving *serving.Options
 
 	// InPlaceUpdateTimeout: EnhancedStatefulSet in-place updates not carried out by then are recreated.
 	InPlaceUpdateTimeout time.Duration
@@ -112,7 +111,7 @@ const (
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		Client:                     kubeclient.Options{QPS: 50, Burst: 100},
+		Common:                     app.NewCommon(50, 100, DefaultMetricsBindAddress, DefaultHealthBindAddress),
 		Controllers:                []string{"*"},
 		Workers:                    4,
 		LeaderElect:                true,
@@ -121,7 +120,6 @@ func NewOptions() *Options {
 		LeaderElectRenewDeadline:   10 * time.Second,
 		LeaderElectRetryPeriod:     2 * time.Second,
 		LeaderElectReleaseOnCancel: true,
-		Serving:                    serving.NewOptions(DefaultMetricsBindAddress, DefaultHealthBindAddress),
 		InPlaceUpdateTimeout:       enhancedstatefulset.DefaultInPlaceUpdateTimeout,
 		NodeFailoverWindow:         nodefailover.DefaultWindow,
 		NodeFailoverMaxUnhealthy:   fmt.Sprintf("%d%%", nodefailover.DefaultMaxUnhealthyPercent),
@@ -131,7 +129,7 @@ func NewOptions() *Options {
 
 // AddFlags registers the flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	o.Client.AddFlags(fs)
+	o.Common.AddFlags(fs)
 	fs.StringSliceVar(&o.Controllers, "controllers", o.Controllers, fmt.Sprintf("Controllers to run: '*' for all, a name to enable, '-name' to disable. Known: %s.", strings.Join(KnownControllers, ", ")))
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Concurrent reconciles per controller.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader through a Lease before running the controllers (keep it on with more than one replica).")
@@ -141,7 +139,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.LeaderElectRenewDeadline, "leader-elect-renew-deadline", o.LeaderElectRenewDeadline, "How long the leader keeps retrying to renew before it gives up and exits.")
 	fs.DurationVar(&o.LeaderElectRetryPeriod, "leader-elect-retry-period", o.LeaderElectRetryPeriod, "How often to try to acquire or renew the lease.")
 	fs.BoolVar(&o.LeaderElectReleaseOnCancel, "leader-elect-release-on-cancel", o.LeaderElectReleaseOnCancel, "Release the lease on a clean shutdown so a standby takes over at once.")
-	o.Serving.AddFlags(fs)
 	fs.DurationVar(&o.NodeFailoverWindow, "node-failover-window", o.NodeFailoverWindow, "nodefailover: how long a node fenced with the node.kubernetes.io/out-of-service taint (or deleted) must have been NotReady before its IP ranges and static IPs move.")
 	fs.DurationVar(&o.FencedPodDeletionGrace, "fenced-pod-deletion-grace", o.FencedPodDeletionGrace, "nodefailover: once a node is fenced (out-of-service and NotReady for the window), the pod objects still bound to it that may hold an IP of its ranges (pods that tolerate every taint, e.g. DaemonSet pods not on the host network) are force-deleted after this grace, so its ranges can move. Pods on the host network are never deleted.")
 	fs.BoolVar(&o.NodeDeletionIsFence, "node-deletion-is-fence", o.NodeDeletionIsFence, "nodefailover: a deleted Node object counts as fenced (its machine is known to be off). Off by default: a deleted node may be partitioned and still run its pods, so its ranges move only once the operator annotates its NodeFailover staticip.jke.jdcloud.com/node-off=true.")
@@ -211,11 +208,10 @@ func (o *Options) EnabledControllers() ([]string, error) {
 // Complete loads the manager's identity (the kubeconfig or the in-cluster service account);
 // the delegated authn/authz of /metrics use it too.
 func (o *Options) Complete() (*Config, error) {
-	cfg, err := o.Client.Config(ComponentName)
+	cfg, err := o.Load(ComponentName)
 	if err != nil {
 		return nil, err
 	}
-	o.Serving.Complete(o.Client.Kubeconfig)
 	return &Config{Options: o, Rest: cfg}, nil
 }
 

@@ -19,7 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
-	"github.com/staticip/staticip/internal/kubeclient"
+	"github.com/staticip/staticip/internal/app"
 	"github.com/staticip/staticip/internal/serving"
 )
 
@@ -28,12 +28,11 @@ const ComponentName = "application-grid-wrapper"
 
 // Options are the wrapper's flags.
 type Options struct {
-	Client        kubeclient.Options
+	// Common: the client flags and the status server: /metrics on the node's address (HTTPS,
+	// delegated authn/authz), /healthz and /readyz on loopback for the kubelet's probes.
+	app.Common
 	NodeName      string
 	ListenAddress string
-	// Serving: /metrics on the node's address (HTTPS, delegated authn/authz), /healthz and
-	// /readyz on loopback for the kubelet's probes.
-	Serving *serving.Options
 	// SelectionChange: "refresh" (re-send the affected slices on the open watches) or
 	// "relist" (end the watches with 410).
 	SelectionChange string
@@ -52,10 +51,9 @@ const (
 // every address of the node (HTTPS, authenticated).
 func NewOptions() *Options {
 	return &Options{
-		Client:            kubeclient.Options{QPS: 50, Burst: 100},
+		Common:            app.NewCommon(50, 100, DefaultMetricsBindAddress, DefaultHealthBindAddress),
 		NodeName:          os.Getenv("NODE_NAME"),
 		ListenAddress:     DefaultListenAddress,
-		Serving:           serving.NewOptions(DefaultMetricsBindAddress, DefaultHealthBindAddress),
 		SelectionChange:   "refresh",
 		WatchWriteTimeout: DefaultWriteTimeout,
 	}
@@ -63,10 +61,9 @@ func NewOptions() *Options {
 
 // AddFlags registers the flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	o.Client.AddFlags(fs)
+	o.Common.AddFlags(fs)
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node's name (default $NODE_NAME)")
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "address kube-proxy connects to (plain HTTP: keep it on loopback)")
-	o.Serving.AddFlags(fs)
 	fs.DurationVar(&o.WatchWriteTimeout, "watch-write-timeout", o.WatchWriteTimeout, "a write to an EndpointSlice watch client (kube-proxy) that does not complete by then drops that client, which re-watches")
 	fs.StringVar(&o.SelectionChange, "selection-change", o.SelectionChange, `how kube-proxy learns of a selection change outside the EndpointSlice stream (annotation, node labels): "refresh" re-sends the affected slices on its open watch, "relist" ends the watch with 410 so it relists (slower: client-go's relist backoff)`)
 }
@@ -86,7 +83,7 @@ func (o *Options) Validate() error {
 	if _, _, err := net.SplitHostPort(o.ListenAddress); err != nil {
 		errs = append(errs, fmt.Errorf("--listen-address: %w", err))
 	}
-	errs = append(errs, o.Serving.Validate())
+	errs = append(errs, o.Common.Validate())
 	return errors.Join(errs...)
 }
 
@@ -100,11 +97,10 @@ type Config struct {
 
 // Complete loads the wrapper's own identity; the delegated authn/authz of /metrics use it too.
 func (o *Options) Complete() (*Config, error) {
-	cfg, err := o.Client.Config(ComponentName)
+	cfg, err := o.Load(ComponentName)
 	if err != nil {
 		return nil, err
 	}
-	o.Serving.Complete(o.Client.Kubeconfig)
 	return &Config{Options: o, Rest: cfg}, nil
 }
 

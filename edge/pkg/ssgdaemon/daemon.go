@@ -39,7 +39,7 @@ import (
 	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
 	"github.com/staticip/staticip/edge/pkg/gridhosts"
 	"github.com/staticip/staticip/edge/pkg/hostsfile"
-	"github.com/staticip/staticip/internal/kubeclient"
+	"github.com/staticip/staticip/internal/app"
 	"github.com/staticip/staticip/internal/serving"
 )
 
@@ -54,15 +54,14 @@ const (
 
 // Options are the daemon's flags.
 type Options struct {
-	Client        kubeclient.Options
+	// Common: the client flags and the status server: /metrics on the node's address (HTTPS,
+	// delegated authn/authz), /healthz and /readyz on loopback for the kubelet's probes.
+	app.Common
 	NodeName      string
 	HostsDir      string
 	HostsFile     string
 	ClusterDomain string
-	// Serving: /metrics on the node's address (HTTPS, delegated authn/authz), /healthz and
-	// /readyz on loopback for the kubelet's probes.
-	Serving *serving.Options
-	Resync  time.Duration
+	Resync        time.Duration
 }
 
 // Ports of the daemon on the node (host network): health (loopback) and /metrics.
@@ -74,24 +73,22 @@ const (
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		Client:        kubeclient.Options{QPS: 20, Burst: 40},
+		Common:        app.NewCommon(20, 40, DefaultMetricsBindAddress, DefaultHealthBindAddress),
 		NodeName:      os.Getenv("NODE_NAME"),
 		HostsDir:      "/var/lib/statefulset-grid-daemon",
 		HostsFile:     "hosts",
 		ClusterDomain: "cluster.local",
-		Serving:       serving.NewOptions(DefaultMetricsBindAddress, DefaultHealthBindAddress),
 		Resync:        10 * time.Minute,
 	}
 }
 
 // AddFlags registers the flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	o.Client.AddFlags(fs)
+	o.Common.AddFlags(fs)
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node's name (default $NODE_NAME)")
 	fs.StringVar(&o.HostsDir, "hosts-dir", o.HostsDir, "directory of the hosts file, shared with CoreDNS (mount the directory, not the file: a file mount never sees the rename)")
 	fs.StringVar(&o.HostsFile, "hosts-file", o.HostsFile, "name of the hosts file in --hosts-dir")
 	fs.StringVar(&o.ClusterDomain, "cluster-domain", o.ClusterDomain, "cluster domain of the records: the kubelet's clusterDomain")
-	o.Serving.AddFlags(fs)
 	fs.DurationVar(&o.Resync, "resync", o.Resync, "recompute (and rewrite if different) this often as a safety net; updates are event-driven (0: off)")
 }
 
@@ -107,7 +104,7 @@ func (o *Options) Validate() error {
 	if d := strings.TrimSuffix(o.ClusterDomain, "."); len(validation.IsDNS1123Subdomain(d)) > 0 {
 		errs = append(errs, fmt.Errorf("--cluster-domain %q is not a DNS name", o.ClusterDomain))
 	}
-	errs = append(errs, o.Serving.Validate())
+	errs = append(errs, o.Common.Validate())
 	return errors.Join(errs...)
 }
 
@@ -121,11 +118,10 @@ type Config struct {
 
 // Complete loads the daemon's identity; the delegated authn/authz of /metrics use it too.
 func (o *Options) Complete() (*Config, error) {
-	cfg, err := o.Client.Config(ComponentName)
+	cfg, err := o.Load(ComponentName)
 	if err != nil {
 		return nil, err
 	}
-	o.Serving.Complete(o.Client.Kubeconfig)
 	return &Config{Options: o, Rest: cfg}, nil
 }
 
