@@ -61,25 +61,21 @@ func (a *Agent) countAllocations(allocs []ipam.Allocation) {
 	a.allocSeen = newest
 }
 
-func desc(name, help string, labels ...string) *prometheus.Desc {
-	return prometheus.NewDesc(name, help, labels, nil)
-}
-
 // The series of the agent's passes: names and labels as before client_golang (dashboards and
 // alerts read them).
 var (
-	descLastSync      = desc("staticip_agent_last_sync_timestamp_seconds", "Unix time of the last successful sync.")
-	descSyncs         = desc("staticip_agent_syncs_total", "Sync passes by result.", "result")
-	descLastPass      = desc("staticip_agent_last_pass_timestamp_seconds", "Unix time at which the loop last finished a pass, whatever its result.")
-	descAPIErrors     = desc("staticip_agent_api_errors_total", "Passes whose API writes (IPRange status) failed.")
-	descRebuilds      = desc("staticip_agent_ipam_rebuilds_total", "IPAM databases found corrupt and rebuilt from the API and the host.")
-	descCachesSynced  = desc("staticip_agent_caches_synced", "1 once the informer caches have synced.")
-	descRoutes        = desc("staticip_agent_routes", "Host routes to other nodes' IP ranges.")
-	descGCReleased    = desc("staticip_agent_gc_released", "IPs released by the last GC.")
-	descGCSpared      = desc("staticip_agent_gc_spared", "Allocations of pods absent from the cache that the last GC left alone, by reason.", "reason")
-	descRefused       = desc("staticip_agent_refused_ipranges", "IPRanges no node serves (overlapping, invalid, resized while in use).")
-	descDuplicates    = desc("staticip_agent_duplicate_staticips", "StaticIPs of this node's ranges that contest an IP or a pod.")
-	descIPAMAddresses = desc("staticip_ipam_addresses", "Addresses of each range by state.", "range", "state")
+	descLastSync      = prometheus.NewDesc("staticip_agent_last_sync_timestamp_seconds", "Unix time of the last successful sync.", nil, nil)
+	descSyncs         = prometheus.NewDesc("staticip_agent_syncs_total", "Sync passes by result.", []string{"result"}, nil)
+	descLastPass      = prometheus.NewDesc("staticip_agent_last_pass_timestamp_seconds", "Unix time at which the loop last finished a pass, whatever its result.", nil, nil)
+	descAPIErrors     = prometheus.NewDesc("staticip_agent_api_errors_total", "Passes whose API writes (IPRange status) failed.", nil, nil)
+	descRebuilds      = prometheus.NewDesc("staticip_agent_ipam_rebuilds_total", "IPAM databases found corrupt and rebuilt from the API and the host.", nil, nil)
+	descCachesSynced  = prometheus.NewDesc("staticip_agent_caches_synced", "1 once the informer caches have synced.", nil, nil)
+	descRoutes        = prometheus.NewDesc("staticip_agent_routes", "Host routes to other nodes' IP ranges.", nil, nil)
+	descGCReleased    = prometheus.NewDesc("staticip_agent_gc_released", "IPs released by the last GC.", nil, nil)
+	descGCSpared      = prometheus.NewDesc("staticip_agent_gc_spared", "Allocations of pods absent from the cache that the last GC left alone, by reason.", []string{"reason"}, nil)
+	descRefused       = prometheus.NewDesc("staticip_agent_refused_ipranges", "IPRanges no node serves (overlapping, invalid, resized while in use).", nil, nil)
+	descDuplicates    = prometheus.NewDesc("staticip_agent_duplicate_staticips", "StaticIPs of this node's ranges that contest an IP or a pod.", nil, nil)
+	descIPAMAddresses = prometheus.NewDesc("staticip_ipam_addresses", "Addresses of each range by state.", []string{"range", "state"}, nil)
 )
 
 // agentCollector reads the agent's counters and last pass' Stats at scrape time.
