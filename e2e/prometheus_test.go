@@ -346,7 +346,7 @@ type prometheus struct{ base string }
 // ends.
 func startPrometheus(t *testing.T, ctx context.Context, bin, dir, targetsFile, tokenFile string) *prometheus {
 	t.Helper()
-	root, err := filepath.Abs("..") // the e2e package's directory is the working directory
+	root, err := framework.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -42,6 +43,8 @@ type Options struct {
 	PluginTokenLifetime   time.Duration
 	// Interval and MinSyncGap pace the sync loop (Run).
 	Interval, MinSyncGap time.Duration
+	// Cleanup: uninstall mode (RunCleanup) instead of the sync loop.
+	Cleanup bool
 }
 
 // NewOptions returns the defaults.
@@ -80,12 +83,13 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.GCGrace, "gc-grace", c.GCGrace, "GC never frees an allocation younger than this (its pod may not be in the agent's cache yet)")
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "sync interval (a sync also follows every change that matters to the node)")
 	fs.DurationVar(&o.MinSyncGap, "min-sync-gap", o.MinSyncGap, "least time between two syncs: changes within it are handled by one sync")
+	fs.BoolVar(&o.Cleanup, "cleanup", o.Cleanup, "uninstall: remove the plugin binary, the conflist, the plugin's kubeconfig, the plugin's database and the agent's routes from this node (the paths the flags above name), then only answer /healthz and /readyz until terminated, so that a DaemonSet rollout tells when every node is clean (charts/staticip/README.md, \"Uninstall\")")
 }
 
 // Validate checks the flags.
 func (o *Options) Validate() error {
 	var errs []error
-	if o.Agent.NodeName == "" {
+	if o.Agent.NodeName == "" && !o.Cleanup {
 		errs = append(errs, errors.New("--node-name (or $NODE_NAME) is required"))
 	}
 	if o.MinSyncGap <= 0 || o.MinSyncGap >= o.Interval {
@@ -120,6 +124,9 @@ func (o *Options) Complete() (*Completed, error) {
 // --write-plugin-kubeconfig and --plugin-kubeconfig, the agent writes the plugin's own
 // node-bound credentials.
 func Run(ctx context.Context, c *Completed) error {
+	if c.Cleanup {
+		return RunCleanup(ctx, c)
+	}
 	kube, err := kubernetes.NewForConfig(c.Rest)
 	if err != nil {
 		return err
@@ -156,5 +163,29 @@ func Run(ctx context.Context, c *Completed) error {
 	if status := <-started; status != nil {
 		<-status.Stopped()
 	}
+	return nil
+}
+
+// RunCleanup removes what the agent installed on this node (Cleanup), then serves /healthz
+// and /readyz (200, no /metrics) until ctx ends: Ready means this node is clean. A failure is
+// returned (the process exits non-zero, the pod restarts and tries again).
+func RunCleanup(ctx context.Context, c *Completed) error {
+	logger := klog.FromContext(ctx)
+	removed, err := Cleanup(c.Agent)
+	for _, r := range removed {
+		logger.Info("Cleanup: removed", "what", r)
+	}
+	if err != nil {
+		return fmt.Errorf("cleanup: %w", err)
+	}
+	logger.Info("Cleanup: this node is clean", "node", c.Agent.NodeName)
+	health := *c.Serving
+	health.MetricsBindAddress = "0"
+	status, err := health.Start(ctx, serving.Endpoints{Component: ComponentName, Metrics: prometheus.NewRegistry()})
+	if err != nil {
+		return err
+	}
+	<-ctx.Done()
+	<-status.Stopped()
 	return nil
 }
