@@ -8,6 +8,10 @@ ROOT := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 OUT  := $(ROOT)/_output
 BIN  := $(OUT)/bin
 GO   ?= go
+# The release the binaries report (--version): internal/version.Version, unless VERSION is
+# given (make build VERSION=v0.1.1), which sets it with -ldflags -X.
+VERSION ?=
+VERSION_LDFLAGS := $(if $(VERSION),-X github.com/staticip/staticip/internal/version.Version=$(VERSION))
 # Race-enabled tests on 2 cores: keep package parallelism modest so integration tests
 # that start their own kube-apiserver do not starve each other.
 GOTEST_FLAGS ?= -race -count=1 -p 2 -timeout 30m
@@ -28,7 +32,7 @@ build: k8s-bins ## build every staticip binary into _output/bin (and the Kuberne
 	@pkgs=$$($(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./... | grep -v '/tools/' || true); \
 	for p in $$pkgs; do \
 	  name=$$(basename $$p); echo "build: $$name"; \
-	  CGO_ENABLED=0 $(GO) build -trimpath -o $(BIN)/$$name $$p; \
+	  CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/$$name $$p; \
 	done
 
 generate: ## regenerate deepcopy, clientset, listers, informers, apply configs and CRDs

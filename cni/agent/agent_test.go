@@ -29,6 +29,7 @@ import (
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/cni/nstest"
+	"github.com/staticip/staticip/internal/serving"
 	"github.com/staticip/staticip/internal/testsupport"
 	"github.com/staticip/staticip/ipam"
 	"github.com/staticip/staticip/tools/testenv"
@@ -43,52 +44,110 @@ func TestSyncOnce(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces")
 	}
-	ctx, kube, sip, suffix := apiFixture(t, 2*time.Minute)
-	nodeA, nodeB, nsName := "cni-node-a-"+suffix, "cni-node-b-"+suffix, "cni-agent-"+suffix
+	f := newSyncFixture(t)
+	f.seedDatabase(t)
+	f.startAgent(t)
+	f.sync(t)
 
-	createNode(ctx, t, kube, nodeA, "192.168.77.1")
+	f.checkConflist(t)
+	installed := filepath.Join(f.cfg.CNIBinDir, "staticip")
+	st1, err := os.Stat(installed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.checkDatabase(t)
+	f.checkStatusAndRoutes(t)
+
+	// Second pass: nothing rewritten; node B loses its range: the route goes.
+	rb, _ := f.sip.JkeV1().IPRanges().Get(f.ctx, "cni-b-"+f.suffix, metav1.GetOptions{})
+	rb = rb.DeepCopy()
+	rb.Spec.Node = ""
+	if _, err := f.sip.JkeV1().IPRanges().Update(f.ctx, rb, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// The sync reads the informer cache, which follows the API within moments.
+	testsupport.Eventually(context.Background(), t, 10*time.Second, "the route to the range node B lost is removed", testsupport.True(func() bool {
+		f.sync(t)
+		return agentRoute(f.host, "10.151.0.0/24") == nil
+	}))
+	if st2, _ := os.Stat(installed); !st2.ModTime().Equal(st1.ModTime()) {
+		t.Fatal("the unchanged binary was rewritten")
+	}
+	f.checkEndpoints(t)
+}
+
+// syncFixture: two nodes, a range each, two StaticIPs and two pods of node A in the API; the
+// agent of node A with a host network namespace whose uplink is in node B's subnet.
+type syncFixture struct {
+	ctx               context.Context
+	kube              kubernetes.Interface
+	sip               versioned.Interface
+	suffix, nodeA, ns string
+	uids              map[string]types.UID
+	dataDir           string
+	cfg               Config
+	log               strings.Builder
+	a                 *Agent
+	host              *nstest.NetNS
+}
+
+func newSyncFixture(t *testing.T) *syncFixture {
+	ctx, kube, sip, suffix := apiFixture(t, 2*time.Minute)
+	f := &syncFixture{ctx: ctx, kube: kube, sip: sip, suffix: suffix, nodeA: "cni-node-a-" + suffix, ns: "cni-agent-" + suffix,
+		uids: map[string]types.UID{}}
+	nodeB := "cni-node-b-" + suffix
+	createNode(ctx, t, kube, f.nodeA, "192.168.77.1")
 	createNode(ctx, t, kube, nodeB, "192.168.77.2")
 	ranges := map[string]jkev1.IPRangeSpec{
-		"cni-a-" + suffix: {CIDR: "10.150.0.0/24", Node: nodeA, Gateway: "10.150.0.1"},
+		"cni-a-" + suffix: {CIDR: "10.150.0.0/24", Node: f.nodeA, Gateway: "10.150.0.1"},
 		"cni-b-" + suffix: {CIDR: "10.151.0.0/24", Node: nodeB},
 	}
 	for name, spec := range ranges {
 		createIPRange(ctx, t, sip, name, spec)
 	}
-	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: nsName}}, metav1.CreateOptions{}); err != nil {
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	for name, ip := range map[string]string{"web-0": "10.150.0.10", "web-1": "10.150.0.11"} {
-		if _, err := sip.JkeV1().StaticIPs(nsName).Create(ctx, &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: jkev1.StaticIPSpec{Pod: name, Node: nodeA, IP: ip}}, metav1.CreateOptions{}); err != nil {
+		if _, err := sip.JkeV1().StaticIPs(f.ns).Create(ctx, &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: jkev1.StaticIPSpec{Pod: name, Node: f.nodeA, IP: ip}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	uids := map[string]types.UID{}
 	for _, name := range []string{"web-0", "plain"} {
-		p, err := kube.CoreV1().Pods(nsName).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
-			Spec: corev1.PodSpec{NodeName: nodeA, Containers: []corev1.Container{{Name: "c", Image: "pause"}}}}, metav1.CreateOptions{})
+		p, err := kube.CoreV1().Pods(f.ns).Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec: corev1.PodSpec{NodeName: f.nodeA, Containers: []corev1.Container{{Name: "c", Image: "pause"}}}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		uids[name] = p.UID
+		f.uids[name] = p.UID
 	}
-
 	dir := t.TempDir()
-	dataDir := filepath.Join(dir, "data")
-	// What the CNI plugin would have done an hour ago (older than GC's grace period): web-0 and
-	// plain run, ghost and web-1 are gone.
-	db, err := ipam.Open(ipam.Options{Path: ipam.NetworkPath(dataDir, NetworkName), Now: func() time.Time { return time.Now().Add(-time.Hour) }})
+	f.dataDir = filepath.Join(dir, "data")
+	pluginSrc := filepath.Join(dir, "staticip-src")
+	if err := os.WriteFile(pluginSrc, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	f.cfg = Config{NodeName: f.nodeA, PluginBinary: pluginSrc, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"),
+		DataDir: f.dataDir, PluginKubeconfig: "/etc/cni/net.d/staticip-kubeconfig", Routes: true}
+	return f
+}
+
+// seedDatabase: what the CNI plugin would have done an hour ago (older than GC's grace
+// period): web-0 and plain run, ghost and web-1 are gone.
+func (f *syncFixture) seedDatabase(t *testing.T) {
+	db, err := ipam.Open(ipam.Options{Path: ipam.NetworkPath(f.dataDir, NetworkName), Now: func() time.Time { return time.Now().Add(-time.Hour) }})
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer db.Close()
 	db.AddRange(ipam.Range{Subnet: netip.MustParsePrefix("10.150.0.0/24"), Gateway: netip.MustParseAddr("10.150.0.1")})
 	for _, a := range []struct {
 		id, pod, uid, ip string
-	}{{"c0", "web-0", string(uids["web-0"]), "10.150.0.10"}, {"c1", "plain", string(uids["plain"]), ""},
+	}{{"c0", "web-0", string(f.uids["web-0"]), "10.150.0.10"}, {"c1", "plain", string(f.uids["plain"]), ""},
 		{"c2", "ghost", "gone-uid", ""}, {"c3", "web-1", "old-uid", "10.150.0.11"}} {
 		req := ipam.AllocateRequest{Attachment: ipam.Attachment{ContainerID: a.id, IfName: "eth0"},
-			Pod: ipam.PodRef{Namespace: nsName, Name: a.pod, UID: a.uid}}
+			Pod: ipam.PodRef{Namespace: f.ns, Name: a.pod, UID: a.uid}}
 		if a.ip != "" {
 			req.IP = netip.MustParseAddr(a.ip)
 		}
@@ -96,32 +155,29 @@ func TestSyncOnce(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	db.Close()
+}
 
-	pluginSrc := filepath.Join(dir, "staticip-src")
-	os.WriteFile(pluginSrc, []byte("#!/bin/sh\n"), 0o755)
-	cfg := Config{NodeName: nodeA, PluginBinary: pluginSrc, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"),
-		DataDir: dataDir, PluginKubeconfig: "/etc/cni/net.d/staticip-kubeconfig", Routes: true}
-	var log strings.Builder
-	a := New(cfg, kube, sip, &log)
-	if err := a.Start(ctx); err != nil {
+func (f *syncFixture) startAgent(t *testing.T) {
+	f.a = New(f.cfg, f.kube, f.sip, &f.log)
+	if err := f.a.Start(f.ctx); err != nil {
 		t.Fatal(err)
 	}
-	if err := a.WaitForCaches(ctx); err != nil {
+	if err := f.a.WaitForCaches(f.ctx); err != nil {
 		t.Fatal(err)
 	}
-
 	// The node's uplink is in the subnet of node B's InternalIP.
-	host := nodeNetns(t, "agent", "192.168.77.1/24")
-	sync := func() {
-		t.Helper()
-		if err := host.Do(func(ns.NetNS) error { return a.SyncOnce(ctx) }); err != nil {
-			t.Fatalf("SyncOnce: %v\nlog: %s", err, log.String())
-		}
-	}
-	sync()
+	f.host = nodeNetns(t, "agent", "192.168.77.1/24")
+}
 
-	conf, err := os.ReadFile(filepath.Join(cfg.CNIConfDir, "10-staticip.conflist"))
+func (f *syncFixture) sync(t *testing.T) {
+	t.Helper()
+	if err := f.host.Do(func(ns.NetNS) error { return f.a.SyncOnce(f.ctx) }); err != nil {
+		t.Fatalf("SyncOnce: %v\nlog: %s", err, f.log.String())
+	}
+}
+
+func (f *syncFixture) checkConflist(t *testing.T) {
+	conf, err := os.ReadFile(filepath.Join(f.cfg.CNIConfDir, "10-staticip.conflist"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -130,13 +186,11 @@ func TestSyncOnce(t *testing.T) {
 		!strings.Contains(string(conf), `"cniVersion": "1.0.0"`) {
 		t.Fatalf("conflist:\n%s", conf)
 	}
-	installed := filepath.Join(cfg.CNIBinDir, "staticip")
-	st1, err := os.Stat(installed)
-	if err != nil {
-		t.Fatal(err)
-	}
+}
 
-	db, err = ipam.Open(ipam.Options{Path: ipam.NetworkPath(dataDir, NetworkName)})
+// checkDatabase: GC freed ghost's and web-1's old allocation; both StaticIPs are reserved.
+func (f *syncFixture) checkDatabase(t *testing.T) {
+	db, err := ipam.Open(ipam.Options{Path: ipam.NetworkPath(f.dataDir, NetworkName)})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -154,52 +208,44 @@ func TestSyncOnce(t *testing.T) {
 	for _, r := range rs {
 		reserved[r.IP.String()] = r.Pod.Key()
 	}
-	if reserved["10.150.0.10"] != nsName+"/web-0" || reserved["10.150.0.11"] != nsName+"/web-1" || len(reserved) != 2 {
+	if reserved["10.150.0.10"] != f.ns+"/web-0" || reserved["10.150.0.11"] != f.ns+"/web-1" || len(reserved) != 2 {
 		t.Fatalf("reservations %v", reserved)
 	}
+}
 
-	r, err := sip.JkeV1().IPRanges().Get(ctx, "cni-a-"+suffix, metav1.GetOptions{})
+func (f *syncFixture) checkStatusAndRoutes(t *testing.T) {
+	r, err := f.sip.JkeV1().IPRanges().Get(f.ctx, "cni-a-"+f.suffix, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if s := r.Status; s.Total != 253 || s.Used != 2 || s.Reserved != 1 || s.Free != 250 {
 		t.Fatalf("IPRange status %+v", s)
 	}
-
-	routeTo := func(cidr string) *netlink.Route { return agentRoute(host, cidr) }
-	if rt := routeTo("10.151.0.0/24"); rt == nil || !rt.Gw.Equal(net.ParseIP("192.168.77.2")) {
+	if rt := agentRoute(f.host, "10.151.0.0/24"); rt == nil || !rt.Gw.Equal(net.ParseIP("192.168.77.2")) {
 		t.Fatalf("route to node B's range: %+v", rt)
 	}
-	if rt := routeTo("10.150.0.0/24"); rt != nil {
+	if rt := agentRoute(f.host, "10.150.0.0/24"); rt != nil {
 		t.Fatal("a route to this node's own range")
 	}
+}
 
-	// Second pass: nothing rewritten; node B loses its range: the route goes.
-	rb, _ := sip.JkeV1().IPRanges().Get(ctx, "cni-b-"+suffix, metav1.GetOptions{})
-	rb = rb.DeepCopy()
-	rb.Spec.Node = ""
-	if _, err := sip.JkeV1().IPRanges().Update(ctx, rb, metav1.UpdateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	// The sync reads the informer cache, which follows the API within moments.
-	testsupport.Eventually(context.Background(), t, 10*time.Second, "the route to the range node B lost is removed", testsupport.True(func() bool {
-		sync()
-		return routeTo("10.151.0.0/24") == nil
-	}))
-	if st2, _ := os.Stat(installed); !st2.ModTime().Equal(st1.ModTime()) {
-		t.Fatal("the unchanged binary was rewritten")
-	}
-
-	// Health and metrics.
-	rec := a.Handler(time.Minute)
-	for _, c := range []struct{ path, want string }{{"/healthz", "ok"},
-		{"/metrics", `staticip_ipam_addresses{range="10.150.0.0/24",state="used"} 2`},
-		{"/metrics", `staticip_agent_syncs_total{result="error"} 0`}} {
-		path, want := c.path, c.want
+// checkEndpoints: health and metrics (internal/serving's handler of the agent's endpoints);
+// an allocation the plugin makes after the agent started is counted once.
+func (f *syncFixture) checkEndpoints(t *testing.T) {
+	allocateAt(t, f.a.DBPath(), time.Now(), "c4", ipam.PodRef{Namespace: f.ns, Name: "new", UID: "new-uid"})
+	f.sync(t)
+	f.sync(t)
+	rec := serving.Handler(f.a.Endpoints(time.Minute))
+	for _, c := range []struct{ path, want string }{{"/healthz", "ok"}, {"/readyz", "ok"},
+		{"/metrics", `staticip_ipam_addresses{range="10.150.0.0/24",state="used"} 3`},
+		{"/metrics", `staticip_agent_syncs_total{result="error"} 0`},
+		{"/metrics", `staticip_agent_allocations_total{range="10.150.0.0/24"} 1`},
+		{"/metrics", `staticip_agent_gc_spared{reason="young"} 1`},
+		{"/metrics", `staticip_build_info{component="staticip-agent"`}} {
 		w := httptest.NewRecorder()
-		rec.ServeHTTP(w, httptest.NewRequest(http.MethodGet, path, nil))
-		if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), want) {
-			t.Fatalf("%s: %d %q lacks %q", path, w.Code, w.Body.String(), want)
+		rec.ServeHTTP(w, httptest.NewRequest(http.MethodGet, c.path, nil))
+		if w.Code != http.StatusOK || !strings.Contains(w.Body.String(), c.want) {
+			t.Fatalf("%s: %d %q lacks %q", c.path, w.Code, w.Body.String(), c.want)
 		}
 	}
 }

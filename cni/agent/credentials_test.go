@@ -32,6 +32,29 @@ import (
 // annotation, not a pod of another node, no create or delete. Root on one node holds that
 // file; it must not be a key to every pod of the cluster.
 func TestPluginCredentialWritesOnlyTheIPAnnotationOfItsNode(t *testing.T) {
+	f := newCredFixture(t)
+	f.createRanges(t)
+	f.checkRefused(t)
+	f.checkRoleBoundByMistake(t)
+	f.checkWriteBack(t)
+	f.checkAgentNodeWrites(t)
+	f.checkAgentNodeStatus(t)
+}
+
+// credFixture: manifests/cni applied; pods mine and other on node A, theirs on node B; the
+// agent of node A (its pod-bound token) and the plugin's credential the agent wrote.
+type credFixture struct {
+	ctx                      context.Context
+	env                      *testenv.Env
+	kube, agentKube          kubernetes.Interface
+	plugin                   kubernetes.Interface
+	agentCfg                 *rest.Config
+	suffix, nodeA, nodeB, ns string
+	mine, other, theirs      *corev1.Pod
+	rangeOf                  map[string]*jkev1.IPRange
+}
+
+func newCredFixture(t *testing.T) *credFixture {
 	ctx, kube, _, suffix := apiFixture(t, 3*time.Minute)
 	env := testenv.Get(t)
 	root, err := testenv.RepoRoot()
@@ -93,10 +116,11 @@ func TestPluginCredentialWritesOnlyTheIPAnnotationOfItsNode(t *testing.T) {
 		t.Errorf("the plugin's kubeconfig authenticates as %s with node-name %v, want kube-system/staticip-cni of %s", ui.Username, ui.Extra["authentication.kubernetes.io/node-name"], nodeA)
 	}
 
+	f := &credFixture{ctx: ctx, env: env, kube: kube, agentKube: agentKube, plugin: plugin, agentCfg: agentCfg, suffix: suffix,
+		nodeA: nodeA, nodeB: nodeB, ns: nsName, mine: mine, other: other, theirs: theirs, rangeOf: map[string]*jkev1.IPRange{}}
 	// A ValidatingAdmissionPolicy takes effect a moment after it is created: wait until a
 	// dry run of a forbidden write is refused (at most 20s; without a policy, the checks below
 	// say what went through).
-	labelPatch := []byte(`{"metadata":{"labels":{"app":"evil"}}}`)
 	deadline := time.Now().Add(20 * time.Second)
 	for time.Now().Before(deadline) {
 		_, err := plugin.CoreV1().Pods(nsName).Patch(ctx, other.Name, types.MergePatchType, labelPatch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
@@ -105,35 +129,49 @@ func TestPluginCredentialWritesOnlyTheIPAnnotationOfItsNode(t *testing.T) {
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+	return f
+}
 
+var labelPatch = []byte(`{"metadata":{"labels":{"app":"evil"}}}`)
+
+func ipPatch(ip string) []byte {
+	return []byte(`{"metadata":{"annotations":{"` + jkev1.AnnotationIPAddress + `":"` + ip + `"}}}`)
+}
+
+func (f *credFixture) createRanges(t *testing.T) {
+	ctx, env, suffix, nodeA, nodeB := f.ctx, f.env, f.suffix, f.nodeA, f.nodeB
 	// One IPRange per node: the agent reports (status, Synced) only on its own node's.
-	agentSIP := versioned.NewForConfigOrDie(agentCfg)
-	rangeOf := map[string]*jkev1.IPRange{}
 	for i, n := range []string{nodeA, nodeB} {
 		r, err := versioned.NewForConfigOrDie(env.Config).JkeV1().IPRanges().Create(ctx, &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: "cred-" + n},
 			Spec: jkev1.IPRangeSpec{CIDR: fmt.Sprintf("10.%d.%d.0/24", 170+i, len(suffix)%200), Node: n}}, metav1.CreateOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		rangeOf[n] = r
+		f.rangeOf[n] = r
 		t.Cleanup(func() {
 			_ = versioned.NewForConfigOrDie(env.Config).JkeV1().IPRanges().Delete(context.Background(), r.Name, metav1.DeleteOptions{})
 		})
 	}
-	synced := func(n string) error {
-		r, err := versioned.NewForConfigOrDie(env.Config).JkeV1().IPRanges().Get(ctx, rangeOf[n].Name, metav1.GetOptions{}) // the agent reads through its informer
-		if err != nil {
-			return err
-		}
-		r.Status.Conditions = []metav1.Condition{{Type: ConditionSynced, Status: metav1.ConditionTrue, Reason: ReasonServing,
-			Message: "node " + n + " allocates from this range", LastTransitionTime: metav1.Now()}}
-		_, err = agentSIP.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{})
+}
+
+// synced writes the Synced condition of node n's IPRange with the agent's token.
+func (f *credFixture) synced(n string) error {
+	ctx, env, agentSIP := f.ctx, f.env, versioned.NewForConfigOrDie(f.agentCfg)
+	rangeOf := f.rangeOf
+	r, err := versioned.NewForConfigOrDie(env.Config).JkeV1().IPRanges().Get(ctx, rangeOf[n].Name, metav1.GetOptions{}) // the agent reads through its informer
+	if err != nil {
 		return err
 	}
+	r.Status.Conditions = []metav1.Condition{{Type: ConditionSynced, Status: metav1.ConditionTrue, Reason: ReasonServing,
+		Message: "node " + n + " allocates from this range", LastTransitionTime: metav1.Now()}}
+	_, err = agentSIP.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{})
+	return err
+}
 
-	ipPatch := func(ip string) []byte {
-		return []byte(`{"metadata":{"annotations":{"` + jkev1.AnnotationIPAddress + `":"` + ip + `"}}}`)
-	}
+// checkRefused: every write outside the plugin's one permitted write is Forbidden.
+func (f *credFixture) checkRefused(t *testing.T) {
+	ctx, plugin, agentKube, nsName, nodeA, nodeB, other, theirs := f.ctx, f.plugin, f.agentKube, f.ns, f.nodeA, f.nodeB, f.other, f.theirs
+	synced := f.synced
 	refused := []struct {
 		what string
 		do   func() error
@@ -213,10 +251,12 @@ func TestPluginCredentialWritesOnlyTheIPAnnotationOfItsNode(t *testing.T) {
 	if err := synced(nodeA); err != nil {
 		t.Errorf("the agent cannot report its own node's IPRange: %v", err)
 	}
-	// The plugin's own write-back (cni/plugin/kube.go annotatePod): a merge patch guarded by the UID.
-	writeBack := []byte(`{"metadata":{"uid":"` + string(mine.UID) + `","annotations":{"` + jkev1.AnnotationIPAddress + `":"10.1.0.5"}}}`)
-	// A role bound to the plugin's identity by mistake still gives it nothing: the policy
-	// matches every write it makes.
+}
+
+// checkRoleBoundByMistake: a role bound to the plugin's identity by mistake still gives it
+// nothing: the policy matches every write it makes.
+func (f *credFixture) checkRoleBoundByMistake(t *testing.T) {
+	ctx, kube, plugin, nsName, suffix, other := f.ctx, f.kube, f.plugin, f.ns, f.suffix, f.other
 	tooMuch := "staticip-cni-too-much-" + suffix
 	if _, err := kube.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: tooMuch},
 		Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods", "configmaps", "pods/status"}, Verbs: []string{"*"}}}}, metav1.CreateOptions{}); err != nil {
@@ -259,7 +299,13 @@ func TestPluginCredentialWritesOnlyTheIPAnnotationOfItsNode(t *testing.T) {
 	if err := kube.RbacV1().ClusterRoleBindings().Delete(ctx, tooMuch, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+}
 
+// checkWriteBack: the plugin's own write-back (cni/plugin/kube.go annotatePod), a merge patch
+// guarded by the UID, goes through; the other pods are unchanged.
+func (f *credFixture) checkWriteBack(t *testing.T) {
+	ctx, kube, plugin, nsName, mine, other, theirs := f.ctx, f.kube, f.plugin, f.ns, f.mine, f.other, f.theirs
+	writeBack := []byte(`{"metadata":{"uid":"` + string(mine.UID) + `","annotations":{"` + jkev1.AnnotationIPAddress + `":"10.1.0.5"}}}`)
 	if _, err := plugin.CoreV1().Pods(nsName).Patch(ctx, mine.Name, types.MergePatchType, writeBack, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("the plugin's credential cannot write back the IP of a pod of its own node: %v", err)
 	}
@@ -279,10 +325,13 @@ func TestPluginCredentialWritesOnlyTheIPAnnotationOfItsNode(t *testing.T) {
 			t.Errorf("pod %s changed: labels %v, image %s, annotations %v", p.Name, got.Labels, got.Spec.Containers[0].Image, got.Annotations)
 		}
 	}
+}
 
-	// The agent's own token (rbac.yaml: nodes patch, for node failover) reports what it
-	// programmed on its own Node and can do nothing else to Nodes (admission.yaml,
-	// staticip-agent-node-writes).
+// checkAgentNodeWrites: the agent's own token (rbac.yaml: nodes patch, for node failover)
+// reports what it programmed on its own Node and can do nothing else to Nodes (admission.yaml,
+// staticip-agent-node-writes).
+func (f *credFixture) checkAgentNodeWrites(t *testing.T) {
+	ctx, agentKube, nodeA, nodeB := f.ctx, f.agentKube, f.nodeA, f.nodeB
 	observed := []byte(`{"metadata":{"annotations":{"` + ObservedAnnotation + `":"{}"}}}`)
 	// RBAC and the policy take effect a moment after they are created (dry runs until then).
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
@@ -308,8 +357,12 @@ func TestPluginCredentialWritesOnlyTheIPAnnotationOfItsNode(t *testing.T) {
 			t.Errorf("the agent could %s: %v", what, err)
 		}
 	}
-	// Its Node's NetworkUnavailable condition (rbac.yaml: nodes/status patch), and nothing
-	// else of any Node's status.
+}
+
+// checkAgentNodeStatus: its Node's NetworkUnavailable condition (rbac.yaml: nodes/status
+// patch), and nothing else of any Node's status.
+func (f *credFixture) checkAgentNodeStatus(t *testing.T) {
+	ctx, agentKube, nodeA, nodeB := f.ctx, f.agentKube, f.nodeA, f.nodeB
 	cond := func(typ, status, reason string) string {
 		return `{"status":{"conditions":[{"type":"` + typ + `","status":"` + status + `","reason":"` + reason + `","message":"m","lastHeartbeatTime":"2026-01-01T00:00:00Z","lastTransitionTime":"2026-01-01T00:00:00Z"}]}}`
 	}

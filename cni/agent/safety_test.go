@@ -29,6 +29,7 @@ import (
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/cni/plugin"
+	"github.com/staticip/staticip/internal/serving"
 	"github.com/staticip/staticip/internal/testsupport"
 	"github.com/staticip/staticip/ipam"
 	"github.com/staticip/staticip/tools/testenv"
@@ -372,7 +373,7 @@ func TestAgentStaysLiveWithoutTheAPIServer(t *testing.T) {
 		a := New(Config{NodeName: node, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir},
 			kubernetes.NewForConfigOrDie(unreachable), versioned.NewForConfigOrDie(unreachable), io.Discard)
 		run(t, a)
-		h := a.Handler(maxAge)
+		h := serving.Handler(a.Endpoints(maxAge))
 		testsupport.Eventually(context.Background(), t, 20*time.Second, "/healthz answers 200 while the API server is unreachable", testsupport.True(func() bool { return probe(h, "/healthz") == http.StatusOK }))
 		if code := probe(h, "/readyz"); code == http.StatusOK {
 			t.Fatalf("/readyz %d without ever reaching the API server", code)
@@ -399,7 +400,7 @@ func TestAgentStaysLiveWithoutTheAPIServer(t *testing.T) {
 			t.Fatal(err)
 		}
 		run(t, a)
-		h := a.Handler(maxAge)
+		h := serving.Handler(a.Endpoints(maxAge))
 		testsupport.Eventually(context.Background(), t, 30*time.Second, "a full sync", testsupport.True(func() bool { return a.syncsOK.Load() > 0 }))
 		confPath := filepath.Join(dir, "net.d", "10-staticip.conflist")
 		if _, err := os.Stat(confPath); err != nil {

@@ -26,6 +26,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -46,6 +47,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 	"k8s.io/utils/ptr"
 
+	"github.com/staticip/staticip/internal/serving"
 	"github.com/staticip/staticip/tools/testenv"
 )
 
@@ -78,6 +80,7 @@ type bench struct {
 	cleanup []func()
 	wrapper *exec.Cmd
 	metrics string
+	scraper *http.Client // reads the wrapper's /metrics as the admin
 }
 
 func run(phases map[string]bool, changes, services, endpoints, eventChanges, selectionChanges, relistChanges int) (err error) {
@@ -367,10 +370,15 @@ func (b *bench) setup(cfg *rest.Config) error {
 	}
 	b.metrics = metricsLn.Addr().String()
 	metricsLn.Close()
-	if b.wrapper, err = b.startWrapper("wrapper", adminKubeconfig, wHost, "--metrics-address="+b.metrics); err != nil {
+	// /metrics over HTTPS (delegated authn/authz with the admin's kubeconfig); the bench
+	// scrapes as the admin.
+	if b.scraper, err = serving.Client(cfg); err != nil {
 		return err
 	}
-	if _, err := b.startWrapper("wrapper-relist", adminKubeconfig, rHost, "--metrics-address=", "--selection-change=relist"); err != nil {
+	if b.wrapper, err = b.startWrapper("wrapper", adminKubeconfig, wHost, "--metrics-bind-address="+b.metrics, "--health-bind-address=0"); err != nil {
+		return err
+	}
+	if _, err := b.startWrapper("wrapper-relist", adminKubeconfig, rHost, "--metrics-bind-address=0", "--health-bind-address=0", "--selection-change=relist"); err != nil {
 		return err
 	}
 	// The relay for the direct kube-proxy: bytes only, TLS end to end.
@@ -585,7 +593,12 @@ func (b *bench) waitBoth(ip string, t0 time.Time) (viaWrapper, direct time.Durat
 }
 
 func (b *bench) histogram() (sum, count float64) {
-	out, err := exec.Command("curl", "-s", "http://"+b.metrics+"/metrics").Output()
+	resp, err := b.scraper.Get("https://" + b.metrics + "/metrics")
+	if err != nil {
+		return 0, 0
+	}
+	out, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
 	if err != nil {
 		return 0, 0
 	}

@@ -9,9 +9,11 @@ import (
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
 	"github.com/staticip/staticip/controllers/pkg/kubectlplugin"
+	"github.com/staticip/staticip/internal/version"
 )
 
 func main() {
 	cmd := kubectlplugin.NewCommand(genericiooptions.IOStreams{In: os.Stdin, Out: os.Stdout, ErrOut: os.Stderr})
+	cmd.Version = version.Version // --version
 	os.Exit(kubectlplugin.HandleError(os.Stderr, cmd.ExecuteContext(context.Background())))
 }

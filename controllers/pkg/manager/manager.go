@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -15,7 +14,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/spf13/pflag"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -25,7 +23,6 @@ import (
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
@@ -37,7 +34,8 @@ import (
 	"github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
 	"github.com/staticip/staticip/controllers/pkg/metrics"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
-	"github.com/staticip/staticip/internal/secureserving"
+	"github.com/staticip/staticip/internal/app"
+	"github.com/staticip/staticip/internal/serving"
 )
 
 // ComponentName names the lease, the event source and the user agent.
@@ -49,7 +47,10 @@ var ErrLeaderLost = errors.New("leader election lost")
 
 // Options are the manager's flags.
 type Options struct {
-	Kubeconfig  string
+	// Common: the client flags and the status server: /metrics over HTTPS behind delegated
+	// authentication and authorization; /healthz, /readyz plain HTTP, open to the kubelet's
+	// probes (internal/serving).
+	app.Common
 	Controllers []string
 	Workers     int
 
@@ -60,12 +61,6 @@ type Options struct {
 	LeaderElectRenewDeadline   time.Duration
 	LeaderElectRetryPeriod     time.Duration
 	LeaderElectReleaseOnCancel bool
-
-	MetricsBindAddress string
-	HealthBindAddress  string
-	// Metrics: /metrics is served over HTTPS behind delegated authentication and authorization
-	// (internal/secureserving); health stays plain HTTP, open to the kubelet's probes.
-	Metrics *secureserving.Options
 
 	// InPlaceUpdateTimeout: EnhancedStatefulSet in-place updates not carried out by then are recreated.
 	InPlaceUpdateTimeout time.Duration
@@ -79,19 +74,36 @@ type Options struct {
 	FencedPodDeletionGrace time.Duration
 	// NodeDeletionIsFence: a deleted Node counts as fenced (its machine is known to be off).
 	NodeDeletionIsFence bool
+}
 
-	// Identity overrides hostname + unique suffix (tests).
+// Hooks let tests watch a manager; none is a flag.
+type Hooks struct {
+	// Identity overrides hostname + unique suffix.
 	Identity string
-	// OnStartedLeading, when set, is told the identity when this replica starts leading (tests).
+	// OnStartedLeading, when set, is told the identity when this replica starts leading.
 	OnStartedLeading func(identity string)
 	// OnControllersStopped, when set, is told the identity when the controllers of a leading
-	// replica have stopped, before the lease is released (tests).
+	// replica have stopped, before the lease is released.
 	OnControllersStopped func(identity string)
 }
+
+// Config is the completed Options: what RunConfig needs.
+type Config struct {
+	*Options
+	Rest  *rest.Config
+	Hooks Hooks
+}
+
+// Ports of the manager on its node (host network).
+const (
+	DefaultMetricsBindAddress = ":10260"
+	DefaultHealthBindAddress  = ":10261"
+)
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
+		Common:                     app.NewCommon(50, 100, DefaultMetricsBindAddress, DefaultHealthBindAddress),
 		Controllers:                []string{"*"},
 		Workers:                    4,
 		LeaderElect:                true,
@@ -100,9 +112,6 @@ func NewOptions() *Options {
 		LeaderElectRenewDeadline:   10 * time.Second,
 		LeaderElectRetryPeriod:     2 * time.Second,
 		LeaderElectReleaseOnCancel: true,
-		MetricsBindAddress:         ":10260",
-		HealthBindAddress:          ":10261",
-		Metrics:                    secureserving.NewOptions(),
 		InPlaceUpdateTimeout:       enhancedstatefulset.DefaultInPlaceUpdateTimeout,
 		NodeFailoverWindow:         nodefailover.DefaultWindow,
 		NodeFailoverMaxUnhealthy:   fmt.Sprintf("%d%%", nodefailover.DefaultMaxUnhealthyPercent),
@@ -112,7 +121,7 @@ func NewOptions() *Options {
 
 // AddFlags registers the flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig; empty means in-cluster configuration.")
+	o.Common.AddFlags(fs)
 	fs.StringSliceVar(&o.Controllers, "controllers", o.Controllers, fmt.Sprintf("Controllers to run: '*' for all, a name to enable, '-name' to disable. Known: %s.", strings.Join(KnownControllers, ", ")))
 	fs.IntVar(&o.Workers, "workers", o.Workers, "Concurrent reconciles per controller.")
 	fs.BoolVar(&o.LeaderElect, "leader-elect", o.LeaderElect, "Elect a leader through a Lease before running the controllers (keep it on with more than one replica).")
@@ -122,9 +131,6 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.LeaderElectRenewDeadline, "leader-elect-renew-deadline", o.LeaderElectRenewDeadline, "How long the leader keeps retrying to renew before it gives up and exits.")
 	fs.DurationVar(&o.LeaderElectRetryPeriod, "leader-elect-retry-period", o.LeaderElectRetryPeriod, "How often to try to acquire or renew the lease.")
 	fs.BoolVar(&o.LeaderElectReleaseOnCancel, "leader-elect-release-on-cancel", o.LeaderElectReleaseOnCancel, "Release the lease on a clean shutdown so a standby takes over at once.")
-	fs.StringVar(&o.MetricsBindAddress, "metrics-bind-address", o.MetricsBindAddress, "Address of the Prometheus /metrics endpoint (HTTPS; callers authenticated and authorized by the API server: ClusterRole staticip-metrics-reader); empty or 0 disables it.")
-	fs.StringVar(&o.HealthBindAddress, "health-bind-address", o.HealthBindAddress, "Address of /healthz and /readyz (plain HTTP, no credentials); empty or 0 disables it.")
-	o.Metrics.AddFlags(fs)
 	fs.DurationVar(&o.NodeFailoverWindow, "node-failover-window", o.NodeFailoverWindow, "nodefailover: how long a node fenced with the node.kubernetes.io/out-of-service taint (or deleted) must have been NotReady before its IP ranges and static IPs move.")
 	fs.DurationVar(&o.FencedPodDeletionGrace, "fenced-pod-deletion-grace", o.FencedPodDeletionGrace, "nodefailover: once a node is fenced (out-of-service and NotReady for the window), the pod objects still bound to it that may hold an IP of its ranges (pods that tolerate every taint, e.g. DaemonSet pods not on the host network) are force-deleted after this grace, so its ranges can move. Pods on the host network are never deleted.")
 	fs.BoolVar(&o.NodeDeletionIsFence, "node-deletion-is-fence", o.NodeDeletionIsFence, "nodefailover: a deleted Node object counts as fenced (its machine is known to be off). Off by default: a deleted node may be partitioned and still run its pods, so its ranges move only once the operator annotates its NodeFailover staticip.jke.jdcloud.com/node-off=true.")
@@ -147,6 +153,9 @@ func (o *Options) Validate() error {
 	if o.NodeFailoverWindow < 0 {
 		errs = append(errs, fmt.Errorf("--node-failover-window must not be negative, got %v", o.NodeFailoverWindow))
 	}
+	if o.Serving != nil {
+		errs = append(errs, o.Serving.Validate())
+	}
 	if o.Workers < 1 {
 		errs = append(errs, fmt.Errorf("--workers must be at least 1, got %d", o.Workers))
 	}
@@ -161,25 +170,22 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// RestConfig loads the kubeconfig (or the in-cluster config).
-func (o *Options) RestConfig() (*rest.Config, error) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
+// Complete loads the manager's identity (the kubeconfig or the in-cluster service account);
+// the delegated authn/authz of /metrics use it too.
+func (o *Options) Complete() (*Config, error) {
+	cfg, err := o.Load(ComponentName)
 	if err != nil {
 		return nil, err
 	}
-	cfg.UserAgent = ComponentName
-	if cfg.QPS == 0 {
-		cfg.QPS, cfg.Burst = 50, 100
-	}
-	return cfg, nil
+	return &Config{Options: o, Rest: cfg}, nil
 }
 
 // Identity is the pod's name ($POD_NAME, from the downward API: the manager runs on the host
 // network, where the hostname is the node's) or else the hostname, plus a unique suffix, so two
 // replicas on one host never share it.
-func (o *Options) identity() string {
-	if o.Identity != "" {
-		return o.Identity
+func (c *Config) identity() string {
+	if c.Hooks.Identity != "" {
+		return c.Hooks.Identity
 	}
 	if pod := os.Getenv("POD_NAME"); pod != "" {
 		return pod + "_" + uuid.NewString()
@@ -209,11 +215,21 @@ func Scheme() *runtime.Scheme {
 	return s
 }
 
-// Run runs the manager until ctx is done (nil) or the lease is lost (ErrLeaderLost).
+// Run runs the manager with cfg, without hooks (RunConfig).
 func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
+	return RunConfig(ctx, &Config{Options: o, Rest: cfg})
+}
+
+// RunConfig runs the manager until ctx is done (nil) or the lease is lost (ErrLeaderLost).
+func RunConfig(ctx context.Context, c *Config) error {
+	o, cfg := c.Options, c.Rest
+	if o.Serving == nil {
+		o.Serving = serving.NewOptions("0", "0")
+	}
 	if err := o.Validate(); err != nil {
 		return err
 	}
+	o.Serving.Complete(o.Client.Kubeconfig)
 	kubeClient, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -227,7 +243,7 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
 	defer broadcaster.Shutdown()
 	recorder := broadcaster.NewRecorder(Scheme(), corev1.EventSource{Component: ComponentName})
 
-	identity := o.identity()
+	identity := c.identity()
 	var electionHealth *leaderelection.HealthzAdaptor
 	if o.LeaderElect {
 		electionHealth = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
@@ -235,21 +251,15 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
 	var ready atomic.Bool
 	serveCtx, stopServing := context.WithCancel(ctx)
 	defer stopServing()
-	servers, err := serve(serveCtx, o, electionHealth, &ready)
-	if err != nil {
+	if _, err := o.Serving.Start(serveCtx, endpoints(electionHealth, &ready)); err != nil {
 		return err
 	}
-	defer func() {
-		for _, s := range servers {
-			_ = s.Close()
-		}
-	}()
 
 	runControllers := func(ctx context.Context) error {
 		metrics.IsLeader.Set(1)
 		defer metrics.IsLeader.Set(0)
-		if o.OnStartedLeading != nil {
-			o.OnStartedLeading(identity)
+		if c.Hooks.OnStartedLeading != nil {
+			c.Hooks.OnStartedLeading(identity)
 		}
 		ready.Store(false)
 		return startControllers(ctx, o, kubeClient, client, recorder, &ready)
@@ -262,14 +272,14 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
 	// update of the Deployment proceeds through it. On taking the lease it is not ready until
 	// its caches have synced (startControllers).
 	ready.Store(true)
-	return runElected(ctx, o, kubeClient, recorder, identity, electionHealth, runControllers)
+	return runElected(ctx, c, kubeClient, recorder, identity, electionHealth, runControllers)
 }
 
 // runElected runs runControllers while this replica holds the Lease, until ctx is done (it
 // returns what runControllers returned) or the lease is lost (ErrLeaderLost).
-func runElected(ctx context.Context, o *Options, kubeClient kubernetes.Interface, recorder record.EventRecorder,
+func runElected(ctx context.Context, c *Config, kubeClient kubernetes.Interface, recorder record.EventRecorder,
 	identity string, electionHealth *leaderelection.HealthzAdaptor, runControllers func(context.Context) error) error {
-	logger := klog.FromContext(ctx)
+	o, logger := c.Options, klog.FromContext(ctx)
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.leaseNamespace(), o.LeaderElectLeaseName,
 		kubeClient.CoreV1(), kubeClient.CoordinationV1(), resourcelock.ResourceLockConfig{
 			Identity: identity, EventRecorder: recorder,
@@ -327,8 +337,8 @@ func runElected(ctx context.Context, o *Options, kubeClient kubernetes.Interface
 				defer context.AfterFunc(ctx, cancel)()
 				logger.Info("Started leading", "identity", identity)
 				runErr = runControllers(runCtx)
-				if o.OnControllersStopped != nil {
-					o.OnControllersStopped(identity)
+				if c.Hooks.OnControllersStopped != nil {
+					c.Hooks.OnControllersStopped(identity)
 				}
 			},
 			OnStoppedLeading: func() {
@@ -409,76 +419,23 @@ func allSynced[T comparable](synced map[T]bool) bool {
 	return true
 }
 
-// serve starts /metrics (HTTPS, delegated authentication and authorization, until ctx ends)
-// and /healthz, /readyz (plain HTTP, open; closed by the caller).
-func serve(ctx context.Context, o *Options, election *leaderelection.HealthzAdaptor, ready *atomic.Bool) ([]*http.Server, error) {
-	var servers []*http.Server
-	enabled := func(addr string) bool { return addr != "" && addr != "0" }
-	listen := func(addr string, mux *http.ServeMux) error {
-		if !enabled(addr) {
-			return nil
-		}
-		ln, err := net.Listen("tcp", addr)
-		if err != nil {
-			return fmt.Errorf("listen %s: %w", addr, err)
-		}
-		s := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
-		servers = append(servers, s)
-		go func() {
-			if err := s.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-				klog.FromContext(ctx).Error(err, "HTTP server stopped", "address", addr)
+// endpoints: /metrics from the controllers' registry; /healthz fails when the leader stopped
+// renewing its lease; /readyz until the caches of a leading (or unelected) manager synced.
+func endpoints(election *leaderelection.HealthzAdaptor, ready *atomic.Bool) serving.Endpoints {
+	return serving.Endpoints{Component: ComponentName, Metrics: metrics.Registry,
+		Healthz: func(r *http.Request) error {
+			if election == nil {
+				return nil
 			}
-		}()
-		return nil
-	}
-	listenSecure := func(addr string, mux *http.ServeMux) error {
-		if !enabled(addr) {
-			return nil
-		}
-		metricsAuth := o.Metrics
-		if metricsAuth == nil {
-			metricsAuth = secureserving.NewOptions()
-		}
-		metricsAuth.DefaultKubeconfig(o.Kubeconfig)
-		bound, _, err := metricsAuth.Serve(ctx, addr, mux)
-		if err != nil {
-			return fmt.Errorf("metrics on %s: %w", addr, err)
-		}
-		klog.FromContext(ctx).Info("Serving /metrics over HTTPS with delegated authentication and authorization", "address", bound.String())
-		return nil
-	}
-	metricsMux := http.NewServeMux()
-	metricsMux.Handle("/metrics", promhttp.HandlerFor(metrics.Registry, promhttp.HandlerOpts{}))
-	healthMux := http.NewServeMux()
-	healthMux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
-		if election != nil {
 			if err := election.Check(r); err != nil {
-				http.Error(w, "leader election: "+err.Error(), http.StatusInternalServerError)
-				return
+				return fmt.Errorf("leader election: %w", err)
 			}
-		}
-		_, _ = w.Write([]byte("ok"))
-	})
-	healthMux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
-		if !ready.Load() {
-			http.Error(w, "not ready", http.StatusServiceUnavailable)
-			return
-		}
-		_, _ = w.Write([]byte("ok"))
-	})
-	if o.MetricsBindAddress == o.HealthBindAddress && enabled(o.MetricsBindAddress) {
-		// One port: HTTPS for all; the health paths are always allowed (secureserving).
-		healthMux.Handle("/metrics", metricsMux)
-		return servers, listenSecure(o.HealthBindAddress, healthMux)
-	}
-	if err := listenSecure(o.MetricsBindAddress, metricsMux); err != nil {
-		return servers, err
-	}
-	if err := listen(o.HealthBindAddress, healthMux); err != nil {
-		for _, s := range servers {
-			_ = s.Close()
-		}
-		return nil, err
-	}
-	return servers, nil
+			return nil
+		},
+		Readyz: func(*http.Request) error {
+			if !ready.Load() {
+				return errors.New("not ready")
+			}
+			return nil
+		}}
 }

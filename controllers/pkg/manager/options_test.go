@@ -45,7 +45,7 @@ func TestLeaseNamespace(t *testing.T) {
 	if got := o.leaseNamespace(); got != "flag" {
 		t.Errorf("leaseNamespace = %q, want the flag", got)
 	}
-	a, b := NewOptions().identity(), NewOptions().identity()
+	a, b := (&Config{Options: NewOptions()}).identity(), (&Config{Options: NewOptions()}).identity()
 	if a == b || !strings.Contains(a, "_") {
 		t.Errorf("identities %q %q must be hostname_unique", a, b)
 	}

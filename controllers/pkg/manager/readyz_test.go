@@ -64,11 +64,10 @@ func TestReadyzWaitsForCaches(t *testing.T) {
 			o := NewOptions()
 			o.LeaderElect = tc.leaderElect
 			o.LeaderElectNamespace = "default"
-			o.Identity = "readyz-test"
-			o.MetricsBindAddress, o.HealthBindAddress = "0", addr
+			o.Serving.MetricsBindAddress, o.Serving.HealthBindAddress = "0", addr
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
-			go func() { done <- Run(ctx, o, cfg) }()
+			go func() { done <- RunConfig(ctx, &Config{Options: o, Rest: cfg, Hooks: Hooks{Identity: "readyz-test"}}) }()
 			defer func() {
 				cancel()
 				select {

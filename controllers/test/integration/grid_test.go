@@ -693,7 +693,7 @@ func TestGridsRunWithTheirRBAC(t *testing.T) {
 	o := manager.NewOptions()
 	o.LeaderElect = false
 	o.Controllers = gridControllers
-	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
+	o.Serving.MetricsBindAddress, o.Serving.HealthBindAddress = "0", "0"
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan error, 1)
 	go func() { done <- manager.Run(ctx, o, cfg) }()

@@ -103,7 +103,7 @@ func (f *fixture) startAllocatorAsServiceAccount() {
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:staticip-system:staticip-controller-manager"}
 	o := manager.NewOptions()
 	o.LeaderElect = false
-	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
+	o.Serving.MetricsBindAddress, o.Serving.HealthBindAddress = "0", "0"
 	o.Controllers = []string{ippool.Name}
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan error, 1)
@@ -255,7 +255,7 @@ func TestIPPoolTwoAllocatorsRace(t *testing.T) {
 	startSecond := func(ctx context.Context) chan error {
 		o := manager.NewOptions()
 		o.LeaderElect = false
-		o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
+		o.Serving.MetricsBindAddress, o.Serving.HealthBindAddress = "0", "0"
 		o.Controllers = []string{ippool.Name}
 		done := make(chan error, 1)
 		go func() { done <- manager.Run(ctx, o, f.cfg) }()

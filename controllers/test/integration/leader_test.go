@@ -31,22 +31,22 @@ type replica struct {
 	leading chan time.Time
 }
 
-func (f *fixture) startReplica(name string, mutate func(*manager.Options)) *replica {
+func (f *fixture) startReplica(name string, mutate func(*manager.Config)) *replica {
 	o := manager.NewOptions()
 	o.LeaderElectNamespace = f.ns
 	o.LeaderElectLeaseDuration, o.LeaderElectRenewDeadline, o.LeaderElectRetryPeriod = 3*time.Second, 2*time.Second, 250*time.Millisecond
-	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
-	o.Identity = name
+	o.Serving.MetricsBindAddress, o.Serving.HealthBindAddress = "0", "0"
 	r := &replica{name: name, done: make(chan struct{}), leading: make(chan time.Time, 1)}
-	o.OnStartedLeading = func(string) { r.leading <- time.Now() }
+	c := &manager.Config{Options: o, Rest: f.cfg, Hooks: manager.Hooks{Identity: name,
+		OnStartedLeading: func(string) { r.leading <- time.Now() }}}
 	if mutate != nil {
-		mutate(o)
+		mutate(c)
 	}
 	ctx, cancel := context.WithCancel(f.ctx)
 	r.cancel = cancel
 	go func() {
 		defer close(r.done)
-		r.err = manager.Run(ctx, o, f.cfg)
+		r.err = manager.RunConfig(ctx, c)
 	}()
 	f.t.Cleanup(func() {
 		cancel()
@@ -74,7 +74,7 @@ func (f *fixture) leaseHolder() string {
 func TestLeaderFailover(t *testing.T) {
 	f := newFixture(t)
 	f.startKubelet("", 400*time.Millisecond, nil)
-	crash := func(o *manager.Options) { o.LeaderElectReleaseOnCancel = false }
+	crash := func(c *manager.Config) { c.LeaderElectReleaseOnCancel = false }
 	a := f.startReplica("replica-a", crash)
 	select {
 	case <-a.leading:
@@ -183,9 +183,9 @@ func TestHealthAndMetricsEndpoints(t *testing.T) {
 	if err := testenv.WriteKubeconfig(f.cfg, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	r := f.startReplica("replica-h", func(o *manager.Options) {
-		o.MetricsBindAddress, o.HealthBindAddress = addr, addr
-		o.Metrics.DefaultKubeconfig(kubeconfig)
+	r := f.startReplica("replica-h", func(o *manager.Config) {
+		o.Serving.MetricsBindAddress, o.Serving.HealthBindAddress = addr, addr
+		o.Serving.Complete(kubeconfig)
 	})
 	client := metricsClient(t, f.cfg)
 	select {
@@ -233,10 +233,10 @@ func TestHealthAndMetricsEndpoints(t *testing.T) {
 func TestShutdownStopsControllersBeforeReleasingTheLease(t *testing.T) {
 	f := newFixture(t)
 	holderAtStop := make(chan string, 1)
-	r := f.startReplica("replica-s", func(o *manager.Options) {
+	r := f.startReplica("replica-s", func(c *manager.Config) {
 		// Controllers that take a second to stop (a sync in flight): the lease must still be
 		// held at the end of that second.
-		o.OnControllersStopped = func(string) {
+		c.Hooks.OnControllersStopped = func(string) {
 			time.Sleep(time.Second)
 			holderAtStop <- f.leaseHolder()
 		}

@@ -72,7 +72,7 @@ func (f *fixture) startManager(controllers ...string) {
 func (f *fixture) startManagerWith(mutate func(*manager.Options), controllers ...string) {
 	o := manager.NewOptions()
 	o.LeaderElect = false
-	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
+	o.Serving.MetricsBindAddress, o.Serving.HealthBindAddress = "0", "0"
 	o.Workers = 4
 	if len(controllers) > 0 {
 		o.Controllers = controllers

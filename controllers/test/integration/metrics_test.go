@@ -2,13 +2,10 @@ package integration
 
 import (
 	"context"
-	"crypto/tls"
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/staticip/staticip/controllers/pkg/manager"
+	"github.com/staticip/staticip/internal/serving/servingtest"
 	"github.com/staticip/staticip/tools/testenv"
 )
 
@@ -73,52 +71,15 @@ func TestMetricsNeedAuthorizedCaller(t *testing.T) {
 
 	metricsAddr, healthAddr := freePort(t), freePort(t)
 	f.startManagerWith(func(o *manager.Options) {
-		o.MetricsBindAddress, o.HealthBindAddress = metricsAddr, healthAddr
-		o.Metrics.DefaultKubeconfig(kubeconfig)
+		o.Serving.MetricsBindAddress, o.Serving.HealthBindAddress = metricsAddr, healthAddr
+		o.Serving.Complete(kubeconfig)
 	}, "staticip")
 
-	client := &http.Client{Timeout: 10 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // a self-signed serving certificate
-	get := func(url, bearer string) (int, string, error) {
-		req, _ := http.NewRequestWithContext(f.ctx, http.MethodGet, url, nil)
-		if bearer != "" {
-			req.Header.Set("Authorization", "Bearer "+bearer)
-		}
-		resp, err := client.Do(req)
-		if err != nil {
-			return 0, "", err
-		}
-		defer resp.Body.Close()
-		b, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(b), nil
-	}
 	scraper, stranger := token(f.ns, "scraper"), token(f.ns, "stranger")
-	var code int
-	var body string
-	var err error
-	// Up (health) first; RBAC of the new binding may take a moment: poll the allowed case.
-	f.eventually(time.Minute, "the scraper reads /metrics", func() (bool, error) {
-		code, body, err = get("https://"+metricsAddr+"/metrics", scraper)
-		if err != nil {
-			return false, err
-		}
-		if code != http.StatusOK || !strings.Contains(body, "# TYPE ") {
-			return false, fmt.Errorf("HTTP %d: %.200s", code, body)
-		}
-		return true, nil
-	})
-	for _, c := range []struct {
-		who, token string
-		want       int
-	}{{"no token (system:anonymous, not authorized)", "", http.StatusForbidden}, {"a token the API server does not know", "not-a-token", http.StatusUnauthorized},
-		{"a service account without staticip-metrics-reader", stranger, http.StatusForbidden}} {
-		code, body, err = get("https://"+metricsAddr+"/metrics", c.token)
-		if err != nil || code != c.want {
-			t.Errorf("/metrics with %s: HTTP %d (%v), want %d: %.200s", c.who, code, err, c.want, body)
-		}
-	}
+	servingtest.CheckMetricsAuth(f.ctx, t, metricsAddr, scraper, stranger, "# TYPE ", "staticip_build_info{")
 	for _, p := range []string{"/healthz", "/readyz"} {
 		f.eventually(time.Minute, p+" open without credentials", func() (bool, error) {
-			code, body, err = get("http://"+healthAddr+p, "")
+			code, body, err := servingtest.Get(f.ctx, "http://"+healthAddr+p, "")
 			if err != nil || code != http.StatusOK {
 				return false, fmt.Errorf("HTTP %d %v: %.200s", code, err, body)
 			}

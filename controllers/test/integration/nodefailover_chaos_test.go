@@ -29,6 +29,7 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
+	"github.com/staticip/staticip/internal/serving"
 	"github.com/staticip/staticip/tools/testenv"
 )
 
@@ -183,13 +184,12 @@ func (p *managerProcess) leading() bool {
 // certificate is self-signed.
 func metricsClient(t *testing.T, cfg *rest.Config) *http.Client {
 	t.Helper()
-	c := rest.CopyConfig(cfg)
-	c.TLSClientConfig.Insecure, c.TLSClientConfig.CAData, c.TLSClientConfig.CAFile, c.TLSClientConfig.ServerName = true, nil, "", ""
-	rt, err := rest.TransportFor(c)
+	c, err := serving.Client(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &http.Client{Timeout: 2 * time.Second, Transport: rt}
+	c.Timeout = 2 * time.Second
+	return c
 }
 
 // waitLeader waits until exactly one live process leads and returns it.

@@ -92,7 +92,7 @@ func (e *failoverEnv) cleanup() {
 func (e *failoverEnv) startFailover(window time.Duration) func() {
 	o := manager.NewOptions()
 	o.LeaderElect = false
-	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
+	o.Serving.MetricsBindAddress, o.Serving.HealthBindAddress = "0", "0"
 	o.Controllers = []string{nodefailover.Name}
 	o.NodeFailoverWindow = window
 	// The tests play pod GC themselves (podGC); a pod left on a fenced node is force-deleted

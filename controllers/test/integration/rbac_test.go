@@ -48,7 +48,7 @@ func TestManagerRunsWithItsRBAC(t *testing.T) {
 	o.LeaderElectNamespace = "staticip-system"
 	o.LeaderElectLeaseName = "rbac-test-" + f.ns
 	o.LeaderElectLeaseDuration, o.LeaderElectRenewDeadline, o.LeaderElectRetryPeriod = 3*time.Second, 2*time.Second, 250*time.Millisecond
-	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
+	o.Serving.MetricsBindAddress, o.Serving.HealthBindAddress = "0", "0"
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan error, 1)
 	go func() { done <- manager.Run(ctx, o, cfg) }()

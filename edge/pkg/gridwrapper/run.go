@@ -19,8 +19,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
-	"github.com/staticip/staticip/edge/pkg/kubeclient"
-	"github.com/staticip/staticip/edge/pkg/statusserver"
+	"github.com/staticip/staticip/internal/app"
+	"github.com/staticip/staticip/internal/serving"
 )
 
 // ComponentName is the binary's name.
@@ -28,12 +28,11 @@ const ComponentName = "application-grid-wrapper"
 
 // Options are the wrapper's flags.
 type Options struct {
-	Kubeconfig     string
-	NodeName       string
-	ListenAddress  string
-	MetricsAddress string
-	QPS            float32
-	Burst          int
+	// Common: the client flags and the status server: /metrics on the node's address (HTTPS,
+	// delegated authn/authz), /healthz and /readyz on loopback for the kubelet's probes.
+	app.Common
+	NodeName      string
+	ListenAddress string
 	// SelectionChange: "refresh" (re-send the affected slices on the open watches) or
 	// "relist" (end the watches with 410).
 	SelectionChange string
@@ -41,14 +40,20 @@ type Options struct {
 	WatchWriteTimeout time.Duration
 }
 
-// NewOptions returns the defaults: loopback only.
+// Ports of the wrapper on the node (host network): kube-proxy's, /metrics, health.
+const (
+	DefaultListenAddress      = "127.0.0.1:10266"
+	DefaultHealthBindAddress  = "127.0.0.1:10267"
+	DefaultMetricsBindAddress = ":10269"
+)
+
+// NewOptions returns the defaults: kube-proxy's side and health on loopback, /metrics on
+// every address of the node (HTTPS, authenticated).
 func NewOptions() *Options {
 	return &Options{
+		Common:            app.NewCommon(50, 100, DefaultMetricsBindAddress, DefaultHealthBindAddress),
 		NodeName:          os.Getenv("NODE_NAME"),
-		ListenAddress:     "127.0.0.1:10266",
-		MetricsAddress:    "127.0.0.1:10267",
-		QPS:               50,
-		Burst:             100,
+		ListenAddress:     DefaultListenAddress,
 		SelectionChange:   "refresh",
 		WatchWriteTimeout: DefaultWriteTimeout,
 	}
@@ -56,45 +61,52 @@ func NewOptions() *Options {
 
 // AddFlags registers the flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig of the wrapper's own identity (empty: in-cluster service account)")
+	o.Common.AddFlags(fs)
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node's name (default $NODE_NAME)")
 	fs.StringVar(&o.ListenAddress, "listen-address", o.ListenAddress, "address kube-proxy connects to (plain HTTP: keep it on loopback)")
-	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "address of /metrics, /healthz and /readyz (empty: off)")
-	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "QPS towards the API server (shared by kube-proxy's requests and the wrapper's informers)")
-	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "burst towards the API server")
 	fs.DurationVar(&o.WatchWriteTimeout, "watch-write-timeout", o.WatchWriteTimeout, "a write to an EndpointSlice watch client (kube-proxy) that does not complete by then drops that client, which re-watches")
 	fs.StringVar(&o.SelectionChange, "selection-change", o.SelectionChange, `how kube-proxy learns of a selection change outside the EndpointSlice stream (annotation, node labels): "refresh" re-sends the affected slices on its open watch, "relist" ends the watch with 410 so it relists (slower: client-go's relist backoff)`)
 }
 
 // Validate checks the flags.
 func (o *Options) Validate() error {
+	var errs []error
 	if o.NodeName == "" {
-		return errors.New("--node-name (or $NODE_NAME) is required")
+		errs = append(errs, errors.New("--node-name (or $NODE_NAME) is required"))
 	}
 	if o.WatchWriteTimeout <= 0 {
-		return fmt.Errorf("--watch-write-timeout: %v, want > 0", o.WatchWriteTimeout)
+		errs = append(errs, fmt.Errorf("--watch-write-timeout: %v, want > 0", o.WatchWriteTimeout))
 	}
 	if o.SelectionChange != "refresh" && o.SelectionChange != "relist" {
-		return fmt.Errorf("--selection-change: %q, want refresh or relist", o.SelectionChange)
+		errs = append(errs, fmt.Errorf("--selection-change: %q, want refresh or relist", o.SelectionChange))
 	}
 	if _, _, err := net.SplitHostPort(o.ListenAddress); err != nil {
-		return fmt.Errorf("--listen-address: %w", err)
+		errs = append(errs, fmt.Errorf("--listen-address: %w", err))
 	}
-	if o.MetricsAddress != "" {
-		if _, _, err := net.SplitHostPort(o.MetricsAddress); err != nil {
-			return fmt.Errorf("--metrics-address: %w", err)
-		}
-	}
-	return nil
+	errs = append(errs, o.Common.Validate())
+	return errors.Join(errs...)
 }
 
-// RestConfig loads the wrapper's own identity.
-func (o *Options) RestConfig() (*rest.Config, error) {
-	return kubeclient.Config(o.Kubeconfig, o.QPS, o.Burst, ComponentName)
+// Config is the completed Options: what Run needs.
+type Config struct {
+	*Options
+	Rest *rest.Config
+	// Ready, if not nil, is told the bound addresses once the wrapper serves (tests).
+	Ready func(proxyAddr string, status *serving.Server)
 }
 
-// Run serves until ctx ends. ready, if not nil, is called with the bound addresses.
-func Run(ctx context.Context, o *Options, cfg *rest.Config, ready func(proxyAddr, metricsAddr string)) error {
+// Complete loads the wrapper's own identity; the delegated authn/authz of /metrics use it too.
+func (o *Options) Complete() (*Config, error) {
+	cfg, err := o.Load(ComponentName)
+	if err != nil {
+		return nil, err
+	}
+	return &Config{Options: o, Rest: cfg}, nil
+}
+
+// Run serves until ctx ends.
+func Run(ctx context.Context, c *Config) error {
+	o, cfg := c.Options, c.Rest
 	m := NewMetrics()
 	// The informers' client asks for protobuf like kube-proxy does.
 	informerCfg := rest.CopyConfig(cfg)
@@ -143,23 +155,20 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config, ready func(proxyAddr
 	srv := &http.Server{Handler: proxy, ReadHeaderTimeout: 10 * time.Second}
 	errCh := make(chan error, 2)
 	go func() { errCh <- srv.Serve(ln) }()
-	metricsAddr := ""
-	var msrv *http.Server
-	if o.MetricsAddress != "" {
-		msrv, metricsAddr, err = statusserver.Start(o.MetricsAddress, m.Registry, func() error {
+	status, err := o.Serving.Start(ctx, serving.Endpoints{Component: ComponentName, Metrics: m.Registry,
+		Readyz: func(*http.Request) error {
 			if !state.Synced() {
 				return errors.New("caches not synced")
 			}
 			return nil
-		}, errCh)
-		if err != nil {
-			_ = srv.Close()
-			return err
-		}
+		}})
+	if err != nil {
+		_ = srv.Close()
+		return err
 	}
-	klog.InfoS("Serving", "node", o.NodeName, "listen", ln.Addr().String(), "metrics", metricsAddr, "upstream", upstream.String())
-	if ready != nil {
-		ready(ln.Addr().String(), metricsAddr)
+	klog.InfoS("Serving", "node", o.NodeName, "listen", ln.Addr().String(), "metrics", status.MetricsAddr, "health", status.HealthAddr, "upstream", upstream.String())
+	if c.Ready != nil {
+		c.Ready(ln.Addr().String(), status)
 	}
 	select {
 	case <-ctx.Done():
@@ -169,9 +178,6 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config, ready func(proxyAddr
 	defer stop()
 	_ = srv.Shutdown(shutdown)
 	_ = srv.Close()
-	if msrv != nil {
-		_ = msrv.Close()
-	}
 	if errors.Is(err, http.ErrServerClosed) {
 		err = nil
 	}

@@ -9,7 +9,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"strings"
@@ -40,8 +39,8 @@ import (
 	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
 	"github.com/staticip/staticip/edge/pkg/gridhosts"
 	"github.com/staticip/staticip/edge/pkg/hostsfile"
-	"github.com/staticip/staticip/edge/pkg/kubeclient"
-	"github.com/staticip/staticip/edge/pkg/statusserver"
+	"github.com/staticip/staticip/internal/app"
+	"github.com/staticip/staticip/internal/serving"
 )
 
 // ComponentName is the binary's name.
@@ -55,66 +54,75 @@ const (
 
 // Options are the daemon's flags.
 type Options struct {
-	Kubeconfig     string
-	NodeName       string
-	HostsDir       string
-	HostsFile      string
-	ClusterDomain  string
-	MetricsAddress string
-	Resync         time.Duration
-	QPS            float32
-	Burst          int
+	// Common: the client flags and the status server: /metrics on the node's address (HTTPS,
+	// delegated authn/authz), /healthz and /readyz on loopback for the kubelet's probes.
+	app.Common
+	NodeName      string
+	HostsDir      string
+	HostsFile     string
+	ClusterDomain string
+	Resync        time.Duration
 }
+
+// Ports of the daemon on the node (host network): health (loopback) and /metrics.
+const (
+	DefaultHealthBindAddress  = "127.0.0.1:10268"
+	DefaultMetricsBindAddress = ":10270"
+)
 
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		NodeName:       os.Getenv("NODE_NAME"),
-		HostsDir:       "/var/lib/statefulset-grid-daemon",
-		HostsFile:      "hosts",
-		ClusterDomain:  "cluster.local",
-		MetricsAddress: "127.0.0.1:10268",
-		Resync:         10 * time.Minute,
-		QPS:            20,
-		Burst:          40,
+		Common:        app.NewCommon(20, 40, DefaultMetricsBindAddress, DefaultHealthBindAddress),
+		NodeName:      os.Getenv("NODE_NAME"),
+		HostsDir:      "/var/lib/statefulset-grid-daemon",
+		HostsFile:     "hosts",
+		ClusterDomain: "cluster.local",
+		Resync:        10 * time.Minute,
 	}
 }
 
 // AddFlags registers the flags.
 func (o *Options) AddFlags(fs *pflag.FlagSet) {
-	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "kubeconfig (empty: in-cluster service account)")
+	o.Common.AddFlags(fs)
 	fs.StringVar(&o.NodeName, "node-name", o.NodeName, "this node's name (default $NODE_NAME)")
 	fs.StringVar(&o.HostsDir, "hosts-dir", o.HostsDir, "directory of the hosts file, shared with CoreDNS (mount the directory, not the file: a file mount never sees the rename)")
 	fs.StringVar(&o.HostsFile, "hosts-file", o.HostsFile, "name of the hosts file in --hosts-dir")
 	fs.StringVar(&o.ClusterDomain, "cluster-domain", o.ClusterDomain, "cluster domain of the records: the kubelet's clusterDomain")
-	fs.StringVar(&o.MetricsAddress, "metrics-address", o.MetricsAddress, "address of /metrics, /healthz and /readyz (empty: off; keep it on loopback)")
 	fs.DurationVar(&o.Resync, "resync", o.Resync, "recompute (and rewrite if different) this often as a safety net; updates are event-driven (0: off)")
-	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "QPS towards the API server")
-	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "burst towards the API server")
 }
 
 // Validate checks the flags.
 func (o *Options) Validate() error {
+	var errs []error
 	if o.NodeName == "" {
-		return errors.New("--node-name (or $NODE_NAME) is required")
+		errs = append(errs, errors.New("--node-name (or $NODE_NAME) is required"))
 	}
 	if o.HostsDir == "" || o.HostsFile == "" || strings.Contains(o.HostsFile, "/") {
-		return fmt.Errorf("--hosts-dir must be set and --hosts-file a plain file name, got %q and %q", o.HostsDir, o.HostsFile)
+		errs = append(errs, fmt.Errorf("--hosts-dir must be set and --hosts-file a plain file name, got %q and %q", o.HostsDir, o.HostsFile))
 	}
 	if d := strings.TrimSuffix(o.ClusterDomain, "."); len(validation.IsDNS1123Subdomain(d)) > 0 {
-		return fmt.Errorf("--cluster-domain %q is not a DNS name", o.ClusterDomain)
+		errs = append(errs, fmt.Errorf("--cluster-domain %q is not a DNS name", o.ClusterDomain))
 	}
-	if o.MetricsAddress != "" {
-		if _, _, err := net.SplitHostPort(o.MetricsAddress); err != nil {
-			return fmt.Errorf("--metrics-address: %w", err)
-		}
-	}
-	return nil
+	errs = append(errs, o.Common.Validate())
+	return errors.Join(errs...)
 }
 
-// RestConfig loads the daemon's identity.
-func (o *Options) RestConfig() (*rest.Config, error) {
-	return kubeclient.Config(o.Kubeconfig, o.QPS, o.Burst, ComponentName)
+// Config is the completed Options: what Run needs.
+type Config struct {
+	*Options
+	Rest *rest.Config
+	// Ready, if not nil, is told the status server's addresses once it listens (tests).
+	Ready func(*serving.Server)
+}
+
+// Complete loads the daemon's identity; the delegated authn/authz of /metrics use it too.
+func (o *Options) Complete() (*Config, error) {
+	cfg, err := o.Load(ComponentName)
+	if err != nil {
+		return nil, err
+	}
+	return &Config{Options: o, Rest: cfg}, nil
 }
 
 // Daemon is one node's daemon.
@@ -346,14 +354,14 @@ func nodeRef(n *corev1.Node) *corev1.ObjectReference {
 	return &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: n.Name, UID: n.UID}
 }
 
-// RunWithServer runs the daemon and its metrics/health server until ctx ends. ready, if not
-// nil, is called with the metrics address once it listens.
-func RunWithServer(ctx context.Context, o *Options, cfg *rest.Config, ready func(metricsAddr string)) error {
-	client, err := kubernetes.NewForConfig(cfg)
+// Run runs the daemon and its status server until ctx ends.
+func Run(ctx context.Context, c *Config) error {
+	o := c.Options
+	client, err := kubernetes.NewForConfig(c.Rest)
 	if err != nil {
 		return err
 	}
-	gridClient, err := versioned.NewForConfig(cfg)
+	gridClient, err := versioned.NewForConfig(c.Rest)
 	if err != nil {
 		return err
 	}
@@ -364,33 +372,24 @@ func RunWithServer(ctx context.Context, o *Options, cfg *rest.Config, ready func
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	errCh := make(chan error, 2)
-	var srv *http.Server
-	if o.MetricsAddress != "" {
-		var addr string
-		srv, addr, err = statusserver.Start(o.MetricsAddress, m.Registry, func() error {
+	status, err := o.Serving.Start(ctx, serving.Endpoints{Component: ComponentName, Metrics: m.Registry,
+		Readyz: func(*http.Request) error {
 			if !d.Synced() {
 				return errors.New("caches not synced or hosts file not written")
 			}
 			return nil
-		}, errCh)
-		if err != nil {
-			return err
-		}
-		if ready != nil {
-			ready(addr)
-		}
+		}})
+	if err != nil {
+		return err
 	}
-	klog.InfoS("Starting", "node", o.NodeName, "file", d.writer.Path(), "clusterDomain", o.ClusterDomain, "metrics", o.MetricsAddress)
-	go func() { errCh <- d.Run(ctx) }()
-	select {
-	case <-ctx.Done():
-	case err = <-errCh:
+	if c.Ready != nil {
+		c.Ready(status)
 	}
-	if srv != nil {
-		_ = srv.Close()
-	}
-	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, context.Canceled) {
+	klog.InfoS("Starting", "node", o.NodeName, "file", d.writer.Path(), "clusterDomain", o.ClusterDomain, "metrics", status.MetricsAddr, "health", status.HealthAddr)
+	err = d.Run(ctx)
+	cancel()
+	<-status.Stopped()
+	if errors.Is(err, context.Canceled) {
 		err = nil
 	}
 	return err

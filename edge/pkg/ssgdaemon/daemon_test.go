@@ -24,7 +24,8 @@ func TestValidate(t *testing.T) {
 		{"file with a path", func(o *Options) { o.HostsFile = "a/hosts" }, "plain file name"},
 		{"bad domain", func(o *Options) { o.ClusterDomain = "Cluster_Local" }, "--cluster-domain"},
 		{"domain with a trailing dot", func(o *Options) { o.ClusterDomain = "cluster.local." }, ""},
-		{"bad metrics address", func(o *Options) { o.MetricsAddress = "localhost" }, "--metrics-address"},
+		{"bad metrics address", func(o *Options) { o.Serving.MetricsBindAddress = "localhost" }, "--metrics-bind-address"},
+		{"metrics off", func(o *Options) { o.Serving.MetricsBindAddress = "0" }, ""},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			o := NewOptions()

@@ -24,13 +24,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -490,42 +487,22 @@ func annotate(ctx context.Context, t *testing.T, c kubernetes.Interface, ns, svc
 // with its RBAC applied as shipped, so the tests also prove its ClusterRole is enough.
 func wrapperConfig(ctx context.Context, t *testing.T, admin kubernetes.Interface, cfg *rest.Config) *rest.Config {
 	t.Helper()
-	applyRBAC(ctx, t, admin)
+	applyRBAC(ctx, t, cfg)
 	wcfg := rest.CopyConfig(cfg)
 	wcfg.Impersonate = rest.ImpersonationConfig{UserName: wrapperSA,
 		Groups: []string{"system:serviceaccounts", "system:serviceaccounts:kube-system", "system:authenticated"}}
 	return wcfg
 }
 
-// applyRBAC creates manifests/edge/rbac.yaml as shipped.
-func applyRBAC(ctx context.Context, t *testing.T, c kubernetes.Interface) {
+// applyRBAC applies manifests/edge/rbac.yaml as shipped.
+func applyRBAC(ctx context.Context, t *testing.T, cfg *rest.Config) {
 	t.Helper()
 	root, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
 	}
-	raw, err := os.ReadFile(filepath.Join(root, "manifests/edge/rbac.yaml"))
-	if err != nil {
+	if err := testenv.ApplyFiles(ctx, cfg, []string{filepath.Join(root, "manifests", "edge", "rbac.yaml")}); err != nil {
 		t.Fatal(err)
-	}
-	for _, doc := range strings.Split(string(raw), "\n---\n") {
-		obj, _, err := scheme.Codecs.UniversalDeserializer().Decode([]byte(doc), nil, nil)
-		if err != nil {
-			t.Fatalf("manifests/edge/rbac.yaml: %v", err)
-		}
-		switch o := obj.(type) {
-		case *corev1.ServiceAccount:
-			_, err = c.CoreV1().ServiceAccounts(o.Namespace).Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.ClusterRole:
-			_, err = c.RbacV1().ClusterRoles().Create(ctx, o, metav1.CreateOptions{})
-		case *rbacv1.ClusterRoleBinding:
-			_, err = c.RbacV1().ClusterRoleBindings().Create(ctx, o, metav1.CreateOptions{})
-		default:
-			t.Fatalf("manifests/edge/rbac.yaml: unexpected %T", obj)
-		}
-		if err != nil && !apierrors.IsAlreadyExists(err) {
-			t.Fatal(err)
-		}
 	}
 }
 

@@ -27,6 +27,7 @@ import (
 	"github.com/staticip/staticip/controllers/pkg/grid"
 	"github.com/staticip/staticip/controllers/pkg/manager"
 	"github.com/staticip/staticip/edge/pkg/ssgdaemon"
+	"github.com/staticip/staticip/internal/serving"
 	"github.com/staticip/staticip/tools/testenv"
 )
 
@@ -47,6 +48,8 @@ type ssgFixture struct {
 	nodes  map[string]string // unit -> node name
 	dirs   map[string]string // node -> hosts dir
 	metric map[string]string // node -> metrics address
+	// scraper reads the daemons' /metrics as the admin.
+	scraper *http.Client
 }
 
 func TestStatefulSetGridDaemonTwoUnits(t *testing.T) {
@@ -140,6 +143,9 @@ func startSSGDaemons(t *testing.T) *ssgFixture {
 	}
 	f := &ssgFixture{t: t, ctx: ctx, kube: kubernetes.NewForConfigOrDie(env.Config), grids: versioned.NewForConfigOrDie(env.Config),
 		ns: "ssgd-" + rand.String(5), nodes: map[string]string{}, dirs: map[string]string{}, metric: map[string]string{}}
+	if f.scraper, err = serving.Client(env.Config); err != nil {
+		t.Fatal(err)
+	}
 	f.key = "ssgd.test/unit-" + f.ns
 	if _, err := f.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
@@ -158,7 +164,7 @@ func startSSGDaemons(t *testing.T) *ssgFixture {
 	o := manager.NewOptions()
 	o.LeaderElect = false
 	o.Controllers = []string{grid.StatefulSetGridName}
-	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
+	o.Serving.MetricsBindAddress, o.Serving.HealthBindAddress = "0", "0"
 	mctx, mcancel := context.WithCancel(ctx)
 	mdone := make(chan error, 1)
 	go func() { mdone <- manager.Run(mctx, o, env.Config) }()
@@ -167,15 +173,24 @@ func startSSGDaemons(t *testing.T) *ssgFixture {
 	// One daemon per node, with the shipped RBAC.
 	dcfg := rest.CopyConfig(env.Config)
 	dcfg.Impersonate = rest.ImpersonationConfig{UserName: daemonSA}
+	// /metrics (HTTPS) authenticates and authorizes callers with the admin's kubeconfig here;
+	// the test scrapes as the admin (internal/serving tests the shipped RBAC).
+	adminKubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := testenv.WriteKubeconfig(env.Config, adminKubeconfig); err != nil {
+		t.Fatal(err)
+	}
 	for _, unit := range []string{"a", "b"} {
 		node := f.nodes[unit]
 		f.dirs[node] = t.TempDir()
 		do := ssgdaemon.NewOptions()
-		do.NodeName, do.HostsDir, do.MetricsAddress, do.Resync = node, f.dirs[node], "127.0.0.1:0", 0
+		do.NodeName, do.HostsDir, do.Resync = node, f.dirs[node], 0
+		do.Serving.MetricsBindAddress, do.Serving.HealthBindAddress = "127.0.0.1:0", "0"
+		do.Serving.Complete(adminKubeconfig)
 		addr := make(chan string, 1)
 		dctx, dcancel := context.WithCancel(ctx)
 		done := make(chan error, 1)
-		go func() { done <- ssgdaemon.RunWithServer(dctx, do, dcfg, func(a string) { addr <- a }) }()
+		dc := &ssgdaemon.Config{Options: do, Rest: dcfg, Ready: func(s *serving.Server) { addr <- s.MetricsAddr }}
+		go func() { done <- ssgdaemon.Run(dctx, dc) }()
 		t.Cleanup(func() {
 			dcancel()
 			if err := <-done; err != nil {
@@ -323,7 +338,7 @@ func (f *ssgFixture) waitMetric(node, series string) {
 	f.t.Helper()
 	var last string
 	if err := wait.PollUntilContextTimeout(f.ctx, 100*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		resp, err := http.Get("http://" + f.metric[node] + "/metrics")
+		resp, err := f.scraper.Get("https://" + f.metric[node] + "/metrics")
 		if err != nil {
 			return false, nil
 		}

@@ -143,7 +143,8 @@ patches:
       - --data-dir=%[4]s/staticip
       - --quarantine=2s
       - --interval=10s
-      - --listen=127.0.0.1:9489
+      - --metrics-bind-address=:9490
+      - --health-bind-address=127.0.0.1:9489
     - op: replace
       path: /spec/template/spec/containers/0/volumeMounts
       value: [{name: cni, mountPath: %[3]s}]

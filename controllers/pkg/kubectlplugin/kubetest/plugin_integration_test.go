@@ -79,7 +79,7 @@ func (f *fixture) startManager(controllers ...string) {
 	t := f.t
 	o := manager.NewOptions()
 	o.LeaderElect = false
-	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
+	o.Serving.MetricsBindAddress, o.Serving.HealthBindAddress = "0", "0"
 	o.Controllers = controllers
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan error, 1)

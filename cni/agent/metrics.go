@@ -1,0 +1,124 @@
+package agent
+
+import (
+	"errors"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/staticip/staticip/internal/serving"
+	"github.com/staticip/staticip/ipam"
+)
+
+// Endpoints are the agent's /metrics, /healthz and /readyz (internal/serving serves them:
+// /metrics on the node's address behind delegated authn/authz, health on loopback).
+//
+// /healthz (liveness) is 200 while the loop finished a pass, whatever its result, within
+// maxAge: only a stuck agent is restarted. An agent that cannot reach the API server is not
+// stuck — restarting it would only make it wait for its caches again — and its node keeps
+// serving pods from the database. /readyz is 200 while the last fully successful pass (caches
+// synced, database, conflist and API writes) is younger than maxAge.
+func (a *Agent) Endpoints(maxAge time.Duration) serving.Endpoints {
+	return serving.Endpoints{Component: ComponentName, Metrics: a.metrics,
+		Healthz: func(*http.Request) error {
+			if last := a.lastPass.Load(); last == 0 || time.Since(time.Unix(0, last)) > maxAge {
+				return errors.New("the sync loop has not finished a pass recently")
+			}
+			return nil
+		},
+		Readyz: func(*http.Request) error {
+			if last := a.lastSync.Load(); last == 0 || time.Since(time.Unix(last, 0)) > maxAge {
+				return errors.New("no fully successful sync recently (API server unreachable, or see the agent's log)")
+			}
+			return nil
+		}}
+}
+
+// newMetrics is the agent's registry: the figures of its passes (collector, read at scrape
+// time), the allocations it saw appear, and the Go/process collectors.
+func (a *Agent) newMetrics() *prometheus.Registry {
+	reg := prometheus.NewRegistry()
+	a.allocations = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "staticip_agent_allocations_total",
+		Help: "IPs the CNI plugin allocated on this node since the agent started, by range (counted when a pass finds them in the database)."},
+		[]string{"range"})
+	reg.MustRegister(agentCollector{a}, a.allocations, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	return reg
+}
+
+// countAllocations adds the allocations made since the last pass to the counter.
+func (a *Agent) countAllocations(allocs []ipam.Allocation) {
+	newest := a.allocSeen
+	for _, al := range allocs {
+		if al.AllocatedAt.After(a.allocSeen) {
+			a.allocations.WithLabelValues(al.Subnet.String()).Inc()
+			if al.AllocatedAt.After(newest) {
+				newest = al.AllocatedAt
+			}
+		}
+	}
+	a.allocSeen = newest
+}
+
+// The series of the agent's passes: names and labels as before client_golang (dashboards and
+// alerts read them).
+var (
+	descLastSync      = prometheus.NewDesc("staticip_agent_last_sync_timestamp_seconds", "Unix time of the last successful sync.", nil, nil)
+	descSyncs         = prometheus.NewDesc("staticip_agent_syncs_total", "Sync passes by result.", []string{"result"}, nil)
+	descLastPass      = prometheus.NewDesc("staticip_agent_last_pass_timestamp_seconds", "Unix time at which the loop last finished a pass, whatever its result.", nil, nil)
+	descAPIErrors     = prometheus.NewDesc("staticip_agent_api_errors_total", "Passes whose API writes (IPRange status) failed.", nil, nil)
+	descRebuilds      = prometheus.NewDesc("staticip_agent_ipam_rebuilds_total", "IPAM databases found corrupt and rebuilt from the API and the host.", nil, nil)
+	descCachesSynced  = prometheus.NewDesc("staticip_agent_caches_synced", "1 once the informer caches have synced.", nil, nil)
+	descRoutes        = prometheus.NewDesc("staticip_agent_routes", "Host routes to other nodes' IP ranges.", nil, nil)
+	descGCReleased    = prometheus.NewDesc("staticip_agent_gc_released", "IPs released by the last GC.", nil, nil)
+	descGCSpared      = prometheus.NewDesc("staticip_agent_gc_spared", "Allocations of pods absent from the cache that the last GC left alone, by reason.", []string{"reason"}, nil)
+	descRefused       = prometheus.NewDesc("staticip_agent_refused_ipranges", "IPRanges no node serves (overlapping, invalid, resized while in use).", nil, nil)
+	descDuplicates    = prometheus.NewDesc("staticip_agent_duplicate_staticips", "StaticIPs of this node's ranges that contest an IP or a pod.", nil, nil)
+	descIPAMAddresses = prometheus.NewDesc("staticip_ipam_addresses", "Addresses of each range by state.", []string{"range", "state"}, nil)
+)
+
+// agentCollector reads the agent's counters and last pass' Stats at scrape time.
+type agentCollector struct{ a *Agent }
+
+func (agentCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{descLastSync, descSyncs, descLastPass, descAPIErrors, descRebuilds, descCachesSynced,
+		descRoutes, descGCReleased, descGCSpared, descRefused, descDuplicates, descIPAMAddresses} {
+		ch <- d
+	}
+}
+
+func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
+	a := c.a
+	metric := func(d *prometheus.Desc, t prometheus.ValueType, v float64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, t, v, labels...)
+	}
+	metric(descLastSync, prometheus.GaugeValue, float64(a.lastSync.Load()))
+	metric(descSyncs, prometheus.CounterValue, float64(a.syncsOK.Load()), "ok")
+	metric(descSyncs, prometheus.CounterValue, float64(a.syncsFailed.Load()), "error")
+	metric(descSyncs, prometheus.CounterValue, float64(a.syncsNotSynced.Load()), "not_synced")
+	metric(descLastPass, prometheus.GaugeValue, float64(a.lastPass.Load()/1e9))
+	metric(descAPIErrors, prometheus.CounterValue, float64(a.apiErrors.Load()))
+	metric(descRebuilds, prometheus.CounterValue, float64(a.rebuilds.Load()))
+	synced := 0.0
+	if a.Synced() {
+		synced = 1
+	}
+	metric(descCachesSynced, prometheus.GaugeValue, synced)
+	s := a.stats.Load()
+	if s == nil {
+		return
+	}
+	metric(descRoutes, prometheus.GaugeValue, float64(s.Routes))
+	metric(descGCReleased, prometheus.GaugeValue, float64(s.Freed))
+	metric(descGCSpared, prometheus.GaugeValue, float64(s.SparedYoung), "young")
+	metric(descGCSpared, prometheus.GaugeValue, float64(s.SparedSandbox), "sandbox")
+	metric(descRefused, prometheus.GaugeValue, float64(s.RefusedRanges))
+	metric(descDuplicates, prometheus.GaugeValue, float64(s.Duplicates))
+	for _, u := range s.Usage {
+		r := u.Range.Subnet.String()
+		for state, n := range map[string]int{"total": u.Total, "used": u.Used, "reserved": u.Reserved, "free": u.Free} {
+			metric(descIPAMAddresses, prometheus.GaugeValue, float64(n), r, state)
+		}
+	}
+}

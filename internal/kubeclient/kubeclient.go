@@ -1,0 +1,49 @@
+// Package kubeclient is the one REST-config loader of staticip's binaries: the pod's service
+// account in a cluster, or a kubeconfig file (the local cluster, tests).
+package kubeclient
+
+import (
+	"github.com/spf13/pflag"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+)
+
+// Options are a binary's API client flags: --kubeconfig, --kube-api-qps, --kube-api-burst.
+type Options struct {
+	Kubeconfig string
+	QPS        float32
+	Burst      int
+}
+
+// AddFlags registers the flags.
+func (o *Options) AddFlags(fs *pflag.FlagSet) {
+	fs.StringVar(&o.Kubeconfig, "kubeconfig", o.Kubeconfig, "Path to a kubeconfig of this binary's identity; empty: the in-cluster service account.")
+	fs.Float32Var(&o.QPS, "kube-api-qps", o.QPS, "QPS towards the API server.")
+	fs.IntVar(&o.Burst, "kube-api-burst", o.Burst, "Burst towards the API server.")
+}
+
+// Config loads the identity (Config of the package).
+func (o *Options) Config(userAgent string) (*rest.Config, error) {
+	return Config(o.Kubeconfig, o.QPS, o.Burst, userAgent)
+}
+
+// Config loads the in-cluster identity when kubeconfig is empty, otherwise the file, and sets
+// the client's rate limits (when qps > 0) and user agent (the component's name, so the API
+// server's audit log and metrics say who asked).
+func Config(kubeconfig string, qps float32, burst int, userAgent string) (*rest.Config, error) {
+	var cfg *rest.Config
+	var err error
+	if kubeconfig == "" {
+		cfg, err = rest.InClusterConfig()
+	} else {
+		cfg, err = clientcmd.BuildConfigFromFlags("", kubeconfig)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if qps > 0 {
+		cfg.QPS, cfg.Burst = qps, burst
+	}
+	cfg.UserAgent = userAgent
+	return cfg, nil
+}
