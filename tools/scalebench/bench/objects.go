@@ -88,14 +88,16 @@ func (c *Cluster) EnsureNamespace(ctx context.Context, ns string) error {
 }
 
 // DeletePods force-deletes every pod of ns (grace 0: kwok's kubelet would take its time)
-// and waits until none is left.
+// and waits until none is left. A delete-collection of tens of thousands of pods can time
+// out on the API server half done: it is repeated until the namespace is empty.
 func (c *Cluster) DeletePods(ctx context.Context, ns string) error {
-	if err := c.Kube.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{}); err != nil {
-		return err
-	}
-	return poll(ctx, 10*time.Minute, func(ctx context.Context) (bool, error) {
+	return poll(ctx, 20*time.Minute, func(ctx context.Context) (bool, error) {
 		l, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1})
-		return err == nil && len(l.Items) == 0, nil
+		if err != nil || len(l.Items) > 0 {
+			_ = c.Kube.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{Limit: 2000})
+			return false, nil
+		}
+		return true, nil
 	})
 }
 

@@ -153,11 +153,11 @@ func (c *Cluster) Scheduler(ctx context.Context, o SchedulerOptions) ([]Row, err
 		}
 		comp.Stop()
 		if err != nil {
-			return nil, err
+			return rows, err
 		}
 		rows = append(rows, row)
 		if err := c.DeletePods(ctx, ns); err != nil {
-			return nil, fmt.Errorf("%s: deleting its pods: %w", m.name, err)
+			return rows, fmt.Errorf("%s: deleting its pods: %w", m.name, err)
 		}
 	}
 	if len(rows) == 2 {

@@ -9,4 +9,3 @@ var errTODO = errors.New("not implemented yet")
 
 // Failover is scenario 4.
 func (c *Cluster) Failover(ctx context.Context, pods int) ([]Row, error) { return nil, errTODO }
-
