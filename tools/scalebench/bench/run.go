@@ -19,12 +19,14 @@ type RunOptions struct {
 	FailoverPods   int
 	Services       int
 	Wrappers       int
+	// Idle is how long the StaticIP controller's idle cost is measured.
+	Idle time.Duration
 }
 
 // DefaultRunOptions are the sizes.
 func DefaultRunOptions() RunOptions {
 	return RunOptions{Scheduler: SchedulerOptions{PodsPerNode: 30, HeldPerNode: 5}, StaticIPs: 10000,
-		Replicas: 1000, MaxUnavailable: 100, FailoverPods: 110, Services: 5000, Wrappers: 20}
+		Replicas: 1000, MaxUnavailable: 100, FailoverPods: 110, Services: 5000, Wrappers: 20, Idle: 30 * time.Second}
 }
 
 // Run starts a cluster, brings up n nodes (through the range allocator when "ippool" is
@@ -68,7 +70,7 @@ func Run(ctx context.Context, opts Options, n int, scenarios []string, o RunOpti
 		case "scheduler":
 			r, err = c.Scheduler(ctx, o.Scheduler)
 		case "staticip":
-			r, err = c.StaticIPController(ctx, o.StaticIPs)
+			r, err = c.StaticIPController(ctx, o.StaticIPs, o.Idle)
 		case "ests":
 			r, err = c.Rollout(ctx, o.Replicas, o.MaxUnavailable)
 		case "failover":

@@ -14,7 +14,7 @@ import (
 // only when a binary is missing.
 func TestSmoke(t *testing.T) {
 	o := RunOptions{Scheduler: SchedulerOptions{PodsPerNode: 3, HeldPerNode: 1}, StaticIPs: 500,
-		Replicas: 50, MaxUnavailable: 10, FailoverPods: 10, Services: 50, Wrappers: 2}
+		Replicas: 50, MaxUnavailable: 10, FailoverPods: 10, Services: 50, Wrappers: 2, Idle: 5 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	var log strings.Builder

@@ -21,7 +21,7 @@ import (
 // Then the scheduler's reservation cache over the same records: staticip-scheduler against
 // kube-scheduler (memory, start-up cost), and the time from deleting a reservation to the
 // pod it kept out being bound.
-func (c *Cluster) StaticIPController(ctx context.Context, total int) ([]Row, error) {
+func (c *Cluster) StaticIPController(ctx context.Context, total int, idle time.Duration) ([]Row, error) {
 	const ns, set = "sip", "sip"
 	ranges, err := c.EnsureRanges(ctx)
 	if err != nil {
@@ -48,20 +48,24 @@ func (c *Cluster) StaticIPController(ctx context.Context, total int) ([]Row, err
 		return nil, fmt.Errorf("%d StaticIPs on %d nodes do not fit their /24s", total, len(c.Nodes))
 	}
 	owner := []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: set, UID: sts.UID, Controller: ptr.To(true)}}
+	// The records first, as the workload controllers write them before a pod exists
+	// (DESIGN.md, "How a fixed IP lives", 1), then the live pods.
 	err = parallel(ctx, total, 32, func(ctx context.Context, k int) error {
 		node, ip := place(k)
 		name := fmt.Sprintf("%s-%d", set, k)
-		if k < live {
-			p := Pod(ns, name, ip, node)
-			p.Spec.Affinity, p.Spec.NodeName = nil, node
-			p.Labels["app"] = set
-			p.OwnerReferences = owner
-			_, err := c.Kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
-			return ignoreExists(err)
-		}
 		s := StaticIP(ns, name, ip, node, Requests)
 		s.Spec.APIGroup, s.Spec.Kind, s.Spec.Ref = "apps", "StatefulSet", set
-		_, err := c.SIP.JkeV1().StaticIPs(ns).Create(ctx, s, metav1.CreateOptions{})
+		if _, err := c.SIP.JkeV1().StaticIPs(ns).Create(ctx, s, metav1.CreateOptions{}); ignoreExists(err) != nil {
+			return err
+		}
+		if k >= live {
+			return nil
+		}
+		p := Pod(ns, name, ip, node)
+		p.Spec.Affinity, p.Spec.NodeName = nil, node
+		p.Labels["app"] = set
+		p.OwnerReferences = owner
+		_, err := c.Kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{})
 		return ignoreExists(err)
 	})
 	if err != nil {
@@ -124,7 +128,6 @@ func (c *Cluster) StaticIPController(ctx context.Context, total int) ([]Row, err
 	// Idle: what keeping the records costs.
 	u0, _ := comp.Usage()
 	r0 := comp.Proxy.Counts()
-	const idle = 30 * time.Second
 	select {
 	case <-ctx.Done():
 		return nil, ctx.Err()
