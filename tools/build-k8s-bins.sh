@@ -2,7 +2,8 @@
 # Builds the Kubernetes components the tests and the local cluster run, from the module
 # versions go.mod pins (nothing is downloaded but Go modules):
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy,
-#   kubectl, kubeadm (main module tools; kubeadm for the kind node image) and coredns (tools/coredns module)
+#   kubectl, kubeadm (main module tools; kubeadm for the kind node image), coredns (tools/coredns module)
+#   and kwok (tools/kwok module: tools/scalebench's fake nodes)
 # into _output/bin. A stamp file records the versions; a binary is rebuilt only when it is
 # missing or the pinned version changed.
 set -euo pipefail
@@ -49,3 +50,6 @@ build coredns "$coredns_version" "$root/tools/coredns" github.com/coredns/coredn
 # `make kind-up` / `make e2e-kind`.
 kind_version=$(cd tools/kind/kindcli && go list -m -f '{{.Version}}' sigs.k8s.io/kind)
 build kind "$kind_version" "$root/tools/kind/kindcli" sigs.k8s.io/kind "-s -w"
+# kwok, from its own module (tools/kwok): tools/scalebench's fake nodes and pods.
+kwok_version=$(cd tools/kwok && go list -m -f '{{.Version}}' sigs.k8s.io/kwok)
+build kwok "$kwok_version" "$root/tools/kwok" sigs.k8s.io/kwok/cmd/kwok "-s -w"

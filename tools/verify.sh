@@ -15,16 +15,19 @@ fi
 if ! go vet ./...; then echo "verify: go vet failed"; fail=1; fi
 if ! (cd tools/helm && go vet ./...); then echo "verify: go vet (tools/helm) failed"; fail=1; fi
 
-before=$(git status --porcelain -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli charts/staticip/crds charts/staticip/files tools/helm)
-for mod in . tools/controller-gen tools/coredns tools/kind/kindcli tools/helm; do
+# Every module whose go.mod/go.sum must be tidy, and every generated path (make generate).
+MODULES=(. tools/controller-gen tools/coredns tools/kind/kindcli tools/helm tools/kwok)
+GENERATED=(go.mod go.sum apis scheduler-plugins/apis manifests/crds charts/staticip/crds charts/staticip/files tools/controller-gen tools/coredns tools/kind/kindcli tools/helm tools/kwok)
+before=$(git status --porcelain -- "${GENERATED[@]}")
+for mod in "${MODULES[@]}"; do
   (cd "$mod" && go mod tidy)
 done
 ./tools/codegen.sh >/dev/null
-after=$(git status --porcelain -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli charts/staticip/crds charts/staticip/files tools/helm)
-if [ "$before" != "$after" ] || [ -n "$(git diff --stat -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli charts/staticip/crds charts/staticip/files tools/helm)" ]; then
+after=$(git status --porcelain -- "${GENERATED[@]}")
+if [ "$before" != "$after" ] || [ -n "$(git diff --stat -- "${GENERATED[@]}")" ]; then
   echo "verify: generated code, CRDs or go.mod/go.sum are stale; run 'make generate' and commit:"
-  git status --porcelain -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli charts/staticip/crds charts/staticip/files tools/helm
-  git --no-pager diff --stat -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli charts/staticip/crds charts/staticip/files tools/helm
+  git status --porcelain -- "${GENERATED[@]}"
+  git --no-pager diff --stat -- "${GENERATED[@]}"
   fail=1
 fi
 # The chart (make chart-lint: default values and every alternative).

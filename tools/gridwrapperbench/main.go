@@ -48,6 +48,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/staticip/staticip/internal/serving"
+	scalebench "github.com/staticip/staticip/tools/scalebench/bench"
 	"github.com/staticip/staticip/tools/testenv"
 )
 
@@ -623,28 +624,14 @@ func percentile(ds []time.Duration, p int) time.Duration {
 	return s[i].Round(time.Millisecond)
 }
 
-// procCPU is a process's user+system CPU time.
+// procCPU is a process's user+system CPU time (tools/scalebench's /proc reader).
 func procCPU(pid int) (time.Duration, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	f := strings.Fields(string(b[bytes.LastIndexByte(b, ')')+2:]))
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * time.Second / 100, nil // USER_HZ = 100
+	u, err := scalebench.ReadUsage(pid)
+	return u.CPU, err
 }
 
+// procRSS is a process's resident memory now.
 func procRSS(pid int) (int64, error) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "VmRSS:") {
-			kb, _ := strconv.ParseInt(strings.Fields(line)[1], 10, 64)
-			return kb << 10, nil
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS")
+	u, err := scalebench.ReadUsage(pid)
+	return u.RSS, err
 }

@@ -116,7 +116,17 @@ func ensureBinaries(binDir string) error {
 }
 
 // Start starts etcd + kube-apiserver from BinDir and installs manifests/crds.
-func Start() (*Env, error) {
+func Start() (*Env, error) { return StartWith(Options{}) }
+
+// Options change the control plane Start brings up.
+type Options struct {
+	// APIServerArgs are extra kube-apiserver flags (name without dashes → value), e.g.
+	// "feature-gates": "MaxUnavailableStatefulSet=true".
+	APIServerArgs map[string]string
+}
+
+// StartWith is Start with extra options.
+func StartWith(opts Options) (*Env, error) {
 	binDir, err := BinDir()
 	if err != nil {
 		return nil, err
@@ -139,6 +149,12 @@ func Start() (*Env, error) {
 		// take longer, and a timeout here fails every test of the binary.
 		CRDInstallOptions:        envtest.CRDInstallOptions{MaxTime: 2 * time.Minute},
 		AttachControlPlaneOutput: os.Getenv("TESTENV_VERBOSE") != "",
+	}
+	if len(opts.APIServerArgs) > 0 {
+		args := env.ControlPlane.GetAPIServer().Configure()
+		for k, v := range opts.APIServerArgs {
+			args.Set(k, v)
+		}
 	}
 	start := time.Now()
 	cfg, err := env.Start()

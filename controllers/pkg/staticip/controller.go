@@ -141,7 +141,7 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 		DeleteFunc: c.enqueuePod,
 	}
 	workloadHandler := cache.ResourceEventHandlerFuncs{
-		UpdateFunc: func(_, cur any) { c.enqueueWorkload(cur) },
+		UpdateFunc: c.workloadUpdated,
 		DeleteFunc: c.enqueueWorkload,
 	}
 	for _, e := range []error{
@@ -197,6 +197,19 @@ func (c *Controller) enqueuePod(obj any) {
 	if _, err := c.sipLister.StaticIPs(pod.Namespace).Get(pod.Name); err == nil {
 		c.queue.Add(pod.Namespace + "/" + pod.Name)
 	}
+}
+
+// workloadUpdated queues the StaticIPs of a workload whose spec (replicas, retention policy)
+// changed or that is being deleted. Status writes — one per pod readiness change during a
+// rollout — change neither, and would otherwise re-sync every record of the workload.
+func (c *Controller) workloadUpdated(old, cur any) {
+	o, okOld := old.(metav1.Object)
+	n, okCur := cur.(metav1.Object)
+	if okOld && okCur && o.GetGeneration() == n.GetGeneration() &&
+		(o.GetDeletionTimestamp() == nil) == (n.GetDeletionTimestamp() == nil) {
+		return
+	}
+	c.enqueueWorkload(cur)
 }
 
 // enqueueWorkload queues the StaticIPs of a workload that scaled or went away.
@@ -548,8 +561,11 @@ func (c *Controller) duplicates(sip *jkev1.StaticIP, ip string) []string {
 }
 
 // scaledAway says whether the record's ordinal is at or above its workload's replicas and the
-// workload's policy deletes records on scale-down. The workload is read from the API server,
-// not the cache: deleting the record of an ordinal that just came back would lose its IP.
+// workload's policy deletes records on scale-down. The cache decides "no" (every sync of a
+// record its workload still wants, which is nearly all of them, costs no API read); a "yes"
+// is confirmed against the workload read from the API server, not the cache: deleting the
+// record of an ordinal that just came back would lose its IP. A cache that lags a scale-down
+// only delays the deletion: the scale-down's own update event queues the records again.
 func (c *Controller) scaledAway(ctx context.Context, sip *jkev1.StaticIP) bool {
 	if sip.Spec.Ref == "" {
 		return false
@@ -558,35 +574,42 @@ func (c *Controller) scaledAway(ctx context.Context, sip *jkev1.StaticIP) bool {
 	if n < 0 {
 		return false
 	}
-	var replicas int32
-	policy := RetentionPolicy(sip.Spec.RetentionPolicy)
 	switch {
 	case recordOfKind(sip, EnhancedStatefulSetKind):
-		if _, err := c.setLister.EnhancedStatefulSets(sip.Namespace).Get(sip.Spec.Ref); err != nil {
+		cached, err := c.setLister.EnhancedStatefulSets(sip.Namespace).Get(sip.Spec.Ref)
+		if err != nil || !setScaledAway(cached, n) {
 			return false
 		}
 		set, err := c.client.JkeV1alpha1().EnhancedStatefulSets(sip.Namespace).Get(ctx, sip.Spec.Ref, metav1.GetOptions{})
-		if err != nil || set.DeletionTimestamp != nil {
-			return false // deletion is the garbage collector's job (owner reference)
-		}
-		replicas = ptrOr(set.Spec.Replicas, 1)
-		policy = RetentionPolicy(set.Spec.StaticIPRetentionPolicy)
+		return err == nil && setScaledAway(set, n)
 	case recordOfKind(sip, StatefulSetKind):
-		if _, err := c.stsLister.StatefulSets(sip.Namespace).Get(sip.Spec.Ref); err != nil {
+		policy := RetentionPolicy(sip.Spec.RetentionPolicy)
+		cached, err := c.stsLister.StatefulSets(sip.Namespace).Get(sip.Spec.Ref)
+		if err != nil || !stsScaledAway(cached, n, policy) {
 			return false
 		}
 		sts, err := c.kubeClient.AppsV1().StatefulSets(sip.Namespace).Get(ctx, sip.Spec.Ref, metav1.GetOptions{})
-		if err != nil || sts.DeletionTimestamp != nil {
-			return false
-		}
-		replicas = ptrOr(sts.Spec.Replicas, 1)
-		if sts.Spec.Ordinals != nil {
-			n -= int(sts.Spec.Ordinals.Start)
-		}
-	default:
+		return err == nil && stsScaledAway(sts, n, policy)
+	}
+	return false
+}
+
+// setScaledAway: the EnhancedStatefulSet (its own retention policy) no longer wants ordinal n.
+// A set being deleted: deletion is the garbage collector's job (owner reference).
+func setScaledAway(set *jkev1alpha1.EnhancedStatefulSet, n int) bool {
+	return set.DeletionTimestamp == nil && RetentionPolicy(set.Spec.StaticIPRetentionPolicy).WhenScaled == jkev1.DeleteStaticIP &&
+		n >= int(ptrOr(set.Spec.Replicas, 1))
+}
+
+// stsScaledAway: the StatefulSet no longer wants ordinal n (the record's own policy decides).
+func stsScaledAway(sts *appsv1.StatefulSet, n int, policy jkev1.StaticIPRetentionPolicy) bool {
+	if sts.DeletionTimestamp != nil || policy.WhenScaled != jkev1.DeleteStaticIP {
 		return false
 	}
-	return policy.WhenScaled == jkev1.DeleteStaticIP && n >= int(replicas)
+	if sts.Spec.Ordinals != nil {
+		n -= int(sts.Spec.Ordinals.Start)
+	}
+	return n >= int(ptrOr(sts.Spec.Replicas, 1))
 }
 
 func ptrOr(p *int32, def int32) int32 {

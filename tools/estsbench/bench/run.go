@@ -113,6 +113,16 @@ func (r *Runner) namespace(ctx context.Context, name string) (string, func(), er
 	return ns.Name, cleanup, nil
 }
 
+// Workload is one set the benchmark creates, rolls and deletes (tools/scalebench rolls the
+// same sets on simulated nodes).
+type Workload = workload
+
+// Workload returns the benchmark's set called name (WorkloadStatefulSet, ..., WorkloadESTS)
+// in namespace ns.
+func (r *Runner) Workload(ns, name string, o TemplateOptions) (Workload, error) {
+	return r.workload(ns, name, o)
+}
+
 func (r *Runner) workload(ns, name string, o TemplateOptions) (workload, error) {
 	switch name {
 	case WorkloadStatefulSet:

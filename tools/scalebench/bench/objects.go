@@ -1,0 +1,169 @@
+package bench
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/yaml"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/tools/testenv"
+)
+
+// IPAnnotation is the pod annotation with its static IP (DESIGN.md).
+const IPAnnotation = "staticip.jke.jdcloud.com/ip-address"
+
+// PoolCIDR is where every node's /24 comes from: the IPPool's CIDR, or the hand-written
+// IPRanges' (10.64.0.0/10: 16,384 blocks).
+const PoolCIDR = "10.64.0.0/10"
+
+// NodeCIDR is the hand-written /24 of the i-th node.
+func NodeCIDR(i int) string { return fmt.Sprintf("10.%d.%d.0/24", 64+i/256, i%256) }
+
+// Ranges maps each node to the CIDR of its IPRange.
+func (c *Cluster) Ranges(ctx context.Context) (map[string]netip.Prefix, error) {
+	list, err := c.SIP.JkeV1().IPRanges().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	m := map[string]netip.Prefix{}
+	for _, r := range list.Items {
+		if p, err := netip.ParsePrefix(r.Spec.CIDR); err == nil && r.Spec.Node != "" {
+			m[r.Spec.Node] = p
+		}
+	}
+	return m, nil
+}
+
+// EnsureRanges gives every node without an IPRange a hand-written one (NodeCIDR) and
+// returns node → CIDR.
+func (c *Cluster) EnsureRanges(ctx context.Context) (map[string]netip.Prefix, error) {
+	have, err := c.Ranges(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if len(have) > 0 && len(have) < len(c.Nodes) {
+		return nil, fmt.Errorf("%d of %d nodes have an IPRange: mixing pool blocks and hand-written ranges would overlap", len(have), len(c.Nodes))
+	}
+	err = parallel(ctx, len(c.Nodes), 32, func(ctx context.Context, i int) error {
+		if _, ok := have[c.Nodes[i]]; ok {
+			return nil
+		}
+		_, err := c.SIP.JkeV1().IPRanges().Create(ctx, &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: c.Nodes[i]},
+			Spec: jkev1.IPRangeSpec{CIDR: NodeCIDR(i), Node: c.Nodes[i]}}, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return c.Ranges(ctx)
+}
+
+// Host is the k-th address of a /24.
+func Host(p netip.Prefix, k int) string {
+	a := p.Masked().Addr().As4()
+	a[3] = byte(k)
+	return netip.AddrFrom4(a).String()
+}
+
+// EnsureNamespace creates ns if it does not exist.
+func (c *Cluster) EnsureNamespace(ctx context.Context, ns string) error {
+	_, err := c.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// DeletePods force-deletes every pod of ns (grace 0: kwok's kubelet would take its time)
+// and waits until none is left. A delete-collection of tens of thousands of pods can time
+// out on the API server half done: it is repeated until the namespace is empty.
+func (c *Cluster) DeletePods(ctx context.Context, ns string) error {
+	return poll(ctx, 20*time.Minute, func(ctx context.Context) (bool, error) {
+		l, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1})
+		if err != nil || len(l.Items) > 0 {
+			_ = c.Kube.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{Limit: 2000})
+			return false, nil
+		}
+		return true, nil
+	})
+}
+
+// Unbound counts the pods of ns not yet bound to a node.
+func (c *Cluster) Unbound(ctx context.Context, ns string) (int, error) {
+	l, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=", ResourceVersion: "0"})
+	if err != nil {
+		return 0, err
+	}
+	return len(l.Items), nil
+}
+
+// Requests are every benchmark pod's requests: 60 fit a node next to its reservations.
+var Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}
+
+// PinnedTo is the required node affinity the EnhancedStatefulSet controller gives a
+// static-IP pod (DESIGN.md, "How a fixed IP lives", 1).
+func PinnedTo(node string) *corev1.Affinity {
+	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{{
+			Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{node}}}}}}}}
+}
+
+// Pod is a benchmark pod (one container, Requests); ip and node make it a static-IP pod.
+func Pod(ns, name, ip, node string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{"app": "scalebench"}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "scalebench",
+			Resources: corev1.ResourceRequirements{Requests: Requests}}},
+			TerminationGracePeriodSeconds: ptr.To[int64](0)}}
+	if ip != "" {
+		p.Annotations = map[string]string{IPAnnotation: ip}
+		p.Spec.Affinity = PinnedTo(node)
+	}
+	return p
+}
+
+// StaticIP is the record of a static-IP pod (or of an absent one, holding its place).
+func StaticIP(ns, name, ip, node string, res corev1.ResourceList) *jkev1.StaticIP {
+	return &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec: jkev1.StaticIPSpec{Node: node, IP: ip, Pod: name, Resources: res}}
+}
+
+// SchedulerConfig writes a KubeSchedulerConfiguration: the profiles of the repository's
+// manifests file (relative to the repository root), this kubeconfig, no leader election
+// and an unthrottled client (as scheduler_perf).
+func (c *Cluster) SchedulerConfig(name, manifest, kubeconfig string) (string, error) {
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		return "", err
+	}
+	data, err := os.ReadFile(filepath.Join(root, manifest))
+	if err != nil {
+		return "", err
+	}
+	var cfg map[string]any
+	if err := yaml.Unmarshal(data, &cfg); err != nil {
+		return "", err
+	}
+	cfg["leaderElection"] = map[string]any{"leaderElect": false}
+	cfg["clientConnection"] = map[string]any{"kubeconfig": kubeconfig, "qps": 5000, "burst": 5000}
+	out, err := yaml.Marshal(cfg)
+	if err != nil {
+		return "", err
+	}
+	path := filepath.Join(c.Dir, name+"-config.yaml")
+	return path, os.WriteFile(path, out, 0o644)
+}
+
+func isExists(err error) bool { return apierrors.IsAlreadyExists(err) }
