@@ -14,16 +14,16 @@ fi
 
 if ! go vet ./...; then echo "verify: go vet failed"; fail=1; fi
 
-before=$(git status --porcelain -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli)
-for mod in . tools/controller-gen tools/coredns tools/kind/kindcli; do
+before=$(git status --porcelain -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli tools/conformance/suite)
+for mod in . tools/controller-gen tools/coredns tools/kind/kindcli tools/conformance/suite; do
   (cd "$mod" && go mod tidy)
 done
 ./tools/codegen.sh >/dev/null
-after=$(git status --porcelain -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli)
-if [ "$before" != "$after" ] || [ -n "$(git diff --stat -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli)" ]; then
+after=$(git status --porcelain -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli tools/conformance/suite)
+if [ "$before" != "$after" ] || [ -n "$(git diff --stat -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli tools/conformance/suite)" ]; then
   echo "verify: generated code, CRDs or go.mod/go.sum are stale; run 'make generate' and commit:"
-  git status --porcelain -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli
-  git --no-pager diff --stat -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli
+  git status --porcelain -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli tools/conformance/suite
+  git --no-pager diff --stat -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli tools/conformance/suite
   fail=1
 fi
 [ $fail -eq 0 ] && echo "verify: clean"
