@@ -70,6 +70,11 @@ type Config struct {
 	// zero): a pod whose ADD committed after the pass read the cache, or that the informer has
 	// not delivered yet, must not be judged dead.
 	GCGrace time.Duration
+	// PortMap chains the standard portmap plugin after staticip in the conflist, so that a
+	// container port's hostPort works (the runtime hands portMappings only to a plugin that
+	// declares the capability). The portmap binary must be in CNIBinDir (kubeadm's and kind's
+	// nodes have it); staticip-agent --portmap, on by default.
+	PortMap bool
 	// PluginCredentials, when set, are written as a kubeconfig to
 	// CNIConfDir/filepath.Base(PluginKubeconfig) on every sync, so the plugin (which the
 	// runtime execs on the host, outside any pod) can reach the API server with its own
@@ -285,7 +290,11 @@ func (a *Agent) Conflist(ranges []*jkev1.IPRange) ([]byte, error) {
 	if a.cfg.Quarantine != "" {
 		p["quarantine"] = a.cfg.Quarantine
 	}
-	return json.MarshalIndent(map[string]any{"cniVersion": a.cfg.CNIVersion, "name": NetworkName, "plugins": []any{p}}, "", "  ")
+	plugins := []any{p}
+	if a.cfg.PortMap {
+		plugins = append(plugins, map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}})
+	}
+	return json.MarshalIndent(map[string]any{"cniVersion": a.cfg.CNIVersion, "name": NetworkName, "plugins": plugins}, "", "  ")
 }
 
 func toIPAMRange(r *jkev1.IPRange) (ipam.Range, error) {

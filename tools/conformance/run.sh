@@ -55,7 +55,7 @@ if [ "$(cat "$images/.key" 2>/dev/null)" != "$key" ]; then
   echo "$key" >"$images/.key"
 fi
 [ "${1:-}" = prepare ] && { log "binaries and images ready in $((SECONDS - start))s"; exit 0; }
-refs=$(for t in "$images"/*.tar; do tar -xOf "$t" manifest.json; done | grep -o '"RepoTags":\[[^]]*\]' | grep -o '"[^"]*:[^"]*"' | grep -v RepoTags | tr -d '"')
+refs=$(for t in "$images"/*.tar; do tar -xOf "$t" manifest.json; echo; done | sed 's/.*"RepoTags":\[\([^]]*\)\].*/\1/' | tr ',' '\n' | tr -d '"')
 if [ -n "${KIND_CLUSTER:-}" ]; then
   for t in "$images"/*.tar; do kind load image-archive --name "$KIND_CLUSTER" "$t" >&2; done
 elif [ "$kubeconfig" = "$state/kubeconfig" ]; then

@@ -39,6 +39,7 @@ func main() {
 	flag.IntVar(&cfg.MTU, "mtu", 1500, "pod MTU")
 	flag.StringVar(&cfg.Quarantine, "quarantine", "", "quarantine of released IPs (plugin default when empty)")
 	flag.BoolVar(&cfg.Routes, "routes", true, "route other nodes' IPRanges via their InternalIP")
+	flag.BoolVar(&cfg.PortMap, "portmap", true, "chain the portmap plugin (from --cni-bin-dir) after staticip, for hostPort")
 	flag.DurationVar(&cfg.GCGrace, "gc-grace", agent.DefaultGCGrace, "GC never frees an allocation younger than this (its pod may not be in the agent's cache yet)")
 	interval := flag.Duration("interval", 30*time.Second, "sync interval (a sync also follows every change that matters to the node)")
 	minGap := flag.Duration("min-sync-gap", 500*time.Millisecond, "least time between two syncs: changes within it are handled by one sync")
