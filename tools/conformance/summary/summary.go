@@ -45,7 +45,8 @@ func Summarize(r io.Reader) (Summary, error) {
 	out := Summary{Skipped: map[string]string{}}
 	for _, suite := range s.Suites {
 		for _, c := range suite.Cases {
-			node := strings.HasPrefix(c.Name, "[") && !strings.HasPrefix(c.Name, "[sig-") // [SynchronizedBeforeSuite], [ReportAfterSuite], ...
+			// Specs are "[It] [sig-...] ..."; the rest are suite nodes: [SynchronizedBeforeSuite], [ReportAfterSuite] ...
+			node := !strings.HasPrefix(c.Name, "[It] ")
 			switch {
 			case c.Failure != nil || c.Error != nil:
 				out.Failed = append(out.Failed, c.Name)

@@ -12,10 +12,10 @@ func TestSummarize(t *testing.T) {
 <testsuites tests="6" disabled="4" errors="0" failures="1" time="30">
   <testsuite name="Kubernetes e2e suite" package="/" tests="6" disabled="0" skipped="3" errors="0" failures="1" time="30">
     <testcase name="[SynchronizedBeforeSuite]" classname="Kubernetes e2e suite" status="passed" time="5"></testcase>
-    <testcase name="[sig-network] DNS should provide DNS for the cluster [Conformance]" classname="Kubernetes e2e suite" status="passed" time="10.5"></testcase>
-    <testcase name="[sig-network] Services should serve endpoints on same port and different protocols [Conformance]" classname="Kubernetes e2e suite" status="failed" time="12"><failure type="failed">boom</failure></testcase>
-    <testcase name="[sig-storage] not selected" classname="Kubernetes e2e suite" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
-    <testcase name="[sig-network] Networking Granular Checks: Services should function for node-Service: http [Conformance]" classname="Kubernetes e2e suite" status="skipped" time="1.5"><skipped message="skipped - Requires at least 2 nodes (not -1)"></skipped></testcase>
+    <testcase name="[It] [sig-network] DNS should provide DNS for the cluster [Conformance]" classname="Kubernetes e2e suite" status="passed" time="10.5"></testcase>
+    <testcase name="[It] [sig-network] Services should serve endpoints on same port and different protocols [Conformance]" classname="Kubernetes e2e suite" status="failed" time="12"><failure type="failed">boom</failure></testcase>
+    <testcase name="[It] [sig-storage] not selected" classname="Kubernetes e2e suite" status="skipped" time="0"><skipped message="skipped"></skipped></testcase>
+    <testcase name="[It] [sig-network] Networking Granular Checks: Services should function for node-Service: http [Conformance]" classname="Kubernetes e2e suite" status="skipped" time="1.5"><skipped message="skipped - Requires at least 2 nodes (not -1)"></skipped></testcase>
     <testcase name="[SynchronizedAfterSuite]" classname="Kubernetes e2e suite" status="failed" time="1"><failure type="failed">cleanup</failure></testcase>
   </testsuite>
 </testsuites>`
@@ -24,10 +24,10 @@ func TestSummarize(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Summary{
-		Passed: []string{"[sig-network] DNS should provide DNS for the cluster [Conformance]"},
-		Failed: []string{"[SynchronizedAfterSuite]", "[sig-network] Services should serve endpoints on same port and different protocols [Conformance]"},
+		Passed: []string{"[It] [sig-network] DNS should provide DNS for the cluster [Conformance]"},
+		Failed: []string{"[It] [sig-network] Services should serve endpoints on same port and different protocols [Conformance]", "[SynchronizedAfterSuite]"},
 		Skipped: map[string]string{
-			"[sig-network] Networking Granular Checks: Services should function for node-Service: http [Conformance]": "Requires at least 2 nodes (not -1)",
+			"[It] [sig-network] Networking Granular Checks: Services should function for node-Service: http [Conformance]": "Requires at least 2 nodes (not -1)",
 		},
 	}
 	if diff := cmp.Diff(want, s, cmp.FilterPath(func(p cmp.Path) bool { return p.String() == "SpecTime" }, cmp.Ignore())); diff != "" {
