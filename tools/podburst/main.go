@@ -121,9 +121,42 @@ func run(kubeconfig string, workloads, replicas int, kind, label, image string, 
 		}
 	}
 	f := b.Measure()
-	fmt.Printf("podburst %-10s %-10s %3d x %2d = %4d pods: all Running %6.1fs  %5.2f pods/s  startup p50 %5.2fs p99 %5.2fs max %5.2fs\n",
-		label, kind, workloads, replicas, f.Pods, f.AllRunning.Seconds(), f.PodsPerSecond, f.P50.Seconds(), f.P99.Seconds(), f.Max.Seconds())
+	extra := ""
+	if kind == "ests" {
+		n, err := boundStaticIPs(ctx, sip, ns.Name, want)
+		if err != nil {
+			return err
+		}
+		extra = fmt.Sprintf("  StaticIPs Bound %d", n)
+	}
+	fmt.Printf("podburst %-10s %-10s %3d x %2d = %4d pods: all Running %6.1fs  %5.2f pods/s  startup p50 %5.2fs p99 %5.2fs max %5.2fs%s\n",
+		label, kind, workloads, replicas, f.Pods, f.AllRunning.Seconds(), f.PodsPerSecond, f.P50.Seconds(), f.P99.Seconds(), f.Max.Seconds(), extra)
 	return nil
+}
+
+// boundStaticIPs waits (after the timing) until every static-IP pod's StaticIP is Bound, so a
+// burst whose reservations were not all written does not pass as done; it returns the count.
+func boundStaticIPs(ctx context.Context, sip versioned.Interface, ns string, want int) (int, error) {
+	for {
+		list, err := sip.JkeV1().StaticIPs(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return 0, err
+		}
+		n := 0
+		for _, s := range list.Items {
+			if s.Status.Phase == jkev1.StaticIPBound {
+				n++
+			}
+		}
+		if n >= want {
+			return n, nil
+		}
+		select {
+		case <-ctx.Done():
+			return n, fmt.Errorf("%d of %d StaticIPs Bound", n, want)
+		case <-time.After(time.Second):
+		}
+	}
 }
 
 func podSpec(image string) corev1.PodSpec {
