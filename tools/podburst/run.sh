@@ -14,6 +14,7 @@ state=${CLUSTER_STATE_DIR:-/var/lib/staticip-localcluster}
 flags=${CLUSTER_FLAGS:---nodes=3 --spare-nodes=1 --failover-window=5s --state-dir=$state}
 lc=_output/cluster/localcluster
 go build -o _output/bin/podburst ./tools/podburst
+go build -o "$lc" ./tools/localcluster
 for round in $(seq "$rounds"); do
   for cni in $cnis; do
     echo "podburst: round $round, --cni=$cni" >&2
