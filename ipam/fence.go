@@ -34,9 +34,6 @@ func (s ServedRange) equal(o ServedRange) bool {
 	return s.Subnet == o.Subnet && s.OwnerGeneration == o.OwnerGeneration && s.Revoked == o.Revoked && slices.Equal(s.Withdraw, o.Withdraw)
 }
 
-// bucketServed: IPRange name -> ServedRange (JSON).
-var bucketServed = []byte("servedGenerations")
-
 // RecordServed records the generation each named range is served at, replacing what was
 // recorded under those names; names not in served keep their records.
 func (d *DB) RecordServed(served map[string]ServedRange) error {

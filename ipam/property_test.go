@@ -79,46 +79,7 @@ func (m *propModel) reservations() map[netip.Addr]PodRef {
 func (m *propModel) step(op, a, b byte) {
 	switch op % 8 {
 	case 0, 1: // allocate, sometimes a requested IP
-		at, p := propAttachment(int(a))
-		r := AllocateRequest{Attachment: at, Pod: p}
-		if b%2 == 0 {
-			r.IP = propIP(b / 2)
-		}
-		before := m.reservations()
-		alloc, created, err := m.db.Allocate(r)
-		m.ops = append(m.ops, fmt.Sprintf("alloc(%s,%s,%v)=%v,%v,%v", at.ContainerID, p.Name, r.IP, alloc.IP, created, err))
-		if err != nil {
-			if !errors.Is(err, ErrExhausted) && !errors.Is(err, ErrInUse) && !errors.Is(err, ErrOutOfRange) && // incl. draining
-				!errors.Is(err, ErrNotAllocatable) && !errors.Is(err, ErrAttachmentHasIP) && !errors.Is(err, ErrQuarantined) {
-				m.fail("unexpected error class: %v", err)
-			}
-			if _, ok := m.holders[at]; ok && !errors.Is(err, ErrAttachmentHasIP) {
-				m.fail("repeated allocation of a held attachment failed: %v", err)
-			}
-			return
-		}
-		if held, ok := m.holders[at]; ok {
-			if created || held != alloc.IP {
-				m.fail("repeat for %v gave %s created=%v, held %s", at, alloc.IP, created, held)
-			}
-			return
-		}
-		if owner, ok := before[alloc.IP]; ok && owner.Key() != p.Key() {
-			m.fail("%s given to %s although reserved for %s", alloc.IP, p, owner)
-		}
-		if m.moved && propRanges[1].Subnet.Contains(alloc.IP) {
-			m.fail("%s allocated from range %s, which moved away", alloc.IP, propRanges[1].Subnet)
-		}
-		for other, oip := range m.holders {
-			if oip == alloc.IP {
-				// Only a stale attachment of the same pod name may be taken over.
-				if o, _, _ := m.db.Get(other); o.IP == alloc.IP {
-					m.fail("%s held by both %v and %v", alloc.IP, other, at)
-				}
-				delete(m.holders, other)
-			}
-		}
-		m.holders[at] = alloc.IP
+		m.allocate(a, b)
 	case 2: // release
 		at, _ := propAttachment(int(a))
 		keep := b%2 == 0
@@ -168,26 +129,7 @@ func (m *propModel) step(op, a, b byte) {
 			m.static[r.IP] = r.Pod
 		}
 	case 5: // GC with a random live subset
-		var live []Attachment
-		for at := range m.holders {
-			if (len(at.ContainerID)+int(a))%2 == 0 || b%3 == 0 {
-				live = append(live, at)
-			}
-		}
-		freed, err := m.db.GC(GCOptions{Live: live, KeepReserved: func(al Allocation) bool { return b%2 == 0 }})
-		m.ops = append(m.ops, fmt.Sprintf("gc(live=%d)=%d,%v", len(live), len(freed), err))
-		if err != nil {
-			m.fail("gc: %v", err)
-		}
-		isLive := map[Attachment]bool{}
-		for _, at := range live {
-			isLive[at] = true
-		}
-		for at := range m.holders {
-			if !isLive[at] {
-				delete(m.holders, at)
-			}
-		}
+		m.gc(a, b)
 	case 6: // crash and reopen: drop the handle without any clean-up of our own
 		m.ops = append(m.ops, "reopen")
 		m.db.Close()
@@ -209,6 +151,75 @@ func (m *propModel) step(op, a, b byte) {
 		m.clock.Advance(time.Duration(a) * 100 * time.Millisecond)
 	}
 	m.check()
+}
+
+// allocate allocates for attachment a, a requested IP when b is even, and checks the answer
+// against the model.
+func (m *propModel) allocate(a, b byte) {
+	at, p := propAttachment(int(a))
+	r := AllocateRequest{Attachment: at, Pod: p}
+	if b%2 == 0 {
+		r.IP = propIP(b / 2)
+	}
+	before := m.reservations()
+	alloc, created, err := m.db.Allocate(r)
+	m.ops = append(m.ops, fmt.Sprintf("alloc(%s,%s,%v)=%v,%v,%v", at.ContainerID, p.Name, r.IP, alloc.IP, created, err))
+	if err != nil {
+		if !errors.Is(err, ErrExhausted) && !errors.Is(err, ErrInUse) && !errors.Is(err, ErrOutOfRange) && // incl. draining
+			!errors.Is(err, ErrNotAllocatable) && !errors.Is(err, ErrAttachmentHasIP) && !errors.Is(err, ErrQuarantined) {
+			m.fail("unexpected error class: %v", err)
+		}
+		if _, ok := m.holders[at]; ok && !errors.Is(err, ErrAttachmentHasIP) {
+			m.fail("repeated allocation of a held attachment failed: %v", err)
+		}
+		return
+	}
+	if held, ok := m.holders[at]; ok {
+		if created || held != alloc.IP {
+			m.fail("repeat for %v gave %s created=%v, held %s", at, alloc.IP, created, held)
+		}
+		return
+	}
+	if owner, ok := before[alloc.IP]; ok && owner.Key() != p.Key() {
+		m.fail("%s given to %s although reserved for %s", alloc.IP, p, owner)
+	}
+	if m.moved && propRanges[1].Subnet.Contains(alloc.IP) {
+		m.fail("%s allocated from range %s, which moved away", alloc.IP, propRanges[1].Subnet)
+	}
+	for other, oip := range m.holders {
+		if oip == alloc.IP {
+			// Only a stale attachment of the same pod name may be taken over.
+			if o, _, _ := m.db.Get(other); o.IP == alloc.IP {
+				m.fail("%s held by both %v and %v", alloc.IP, other, at)
+			}
+			delete(m.holders, other)
+		}
+	}
+	m.holders[at] = alloc.IP
+}
+
+// gc garbage-collects with a random live subset of the held attachments.
+func (m *propModel) gc(a, b byte) {
+	var live []Attachment
+	for at := range m.holders {
+		if (len(at.ContainerID)+int(a))%2 == 0 || b%3 == 0 {
+			live = append(live, at)
+		}
+	}
+	freed, err := m.db.GC(GCOptions{Live: live, KeepReserved: func(al Allocation) bool { return b%2 == 0 }})
+	m.ops = append(m.ops, fmt.Sprintf("gc(live=%d)=%d,%v", len(live), len(freed), err))
+	if err != nil {
+		m.fail("gc: %v", err)
+	}
+	isLive := map[Attachment]bool{}
+	for _, at := range live {
+		isLive[at] = true
+	}
+	for at := range m.holders {
+		if !isLive[at] {
+			delete(m.holders, at)
+		}
+	}
 }
 
 func (m *propModel) check() {

@@ -17,7 +17,9 @@ import (
 // Rollback, the migration of the single database of earlier versions, and the rebuild after
 // corruption: the paths on which an IP could otherwise be lost or handed out twice.
 
-// Unallocate undoes one Allocate that returned created=true; see Store.
+// Unallocate undoes one Allocate that returned created=true (a failed ADD's rollback): it
+// removes exactly that allocation, puts back the allocation it took over, and touches no
+// reservation.
 func (d *DB) Unallocate(a Allocation) error {
 	return d.update(func(tx *bolt.Tx) error {
 		t := d.txn(tx)

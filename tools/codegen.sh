@@ -2,8 +2,10 @@
 # Regenerates everything generated in this repo (make generate):
 #  - deepcopy, typed clientset, listers, informers, apply configurations with
 #    k8s.io/code-generator at the version go.mod pins (kube_codegen.sh);
-#  - CRD YAML into manifests/crds with controller-gen (tools/controller-gen module).
-# Nothing under apis/generated, zz_generated.* or manifests/crds is edited by hand.
+#  - CRD YAML into manifests/crds with controller-gen (tools/controller-gen module), and
+#    their copy in charts/staticip/crds (tools/chart-sync.sh, with the chart's files/).
+# Nothing under apis/generated, zz_generated.*, manifests/crds or charts/staticip/{crds,files}
+# is edited by hand.
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
@@ -46,4 +48,6 @@ cgen="$bin/controller-gen-${cgen_version}"
 rm -rf manifests/crds && mkdir -p manifests/crds
 "$cgen" crd:generateEmbeddedObjectMeta=true paths="./apis/..." output:crd:artifacts:config=manifests/crds
 go run ./tools/crdtrim manifests/crds
+# The chart's crds/ and its value-less objects are copies of manifests/ (never edited by hand).
+./tools/chart-sync.sh
 echo "codegen: done (code-generator ${cg_version}, controller-gen ${cgen_version})"

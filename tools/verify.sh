@@ -13,18 +13,22 @@ if [ -n "$unformatted" ]; then
 fi
 
 if ! go vet ./...; then echo "verify: go vet failed"; fail=1; fi
+if ! (cd tools/helm && go vet ./...); then echo "verify: go vet (tools/helm) failed"; fail=1; fi
 
-before=$(git status --porcelain -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli tools/conformance/suite)
-for mod in . tools/controller-gen tools/coredns tools/kind/kindcli tools/conformance/suite; do
+before=$(git status --porcelain -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli charts/staticip/crds charts/staticip/files tools/helm tools/conformance/suite)
+for mod in . tools/controller-gen tools/coredns tools/kind/kindcli tools/helm tools/conformance/suite; do
   (cd "$mod" && go mod tidy)
 done
 ./tools/codegen.sh >/dev/null
-after=$(git status --porcelain -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli tools/conformance/suite)
-if [ "$before" != "$after" ] || [ -n "$(git diff --stat -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli tools/conformance/suite)" ]; then
+after=$(git status --porcelain -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli charts/staticip/crds charts/staticip/files tools/helm tools/conformance/suite)
+if [ "$before" != "$after" ] || [ -n "$(git diff --stat -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli charts/staticip/crds charts/staticip/files tools/helm tools/conformance/suite)" ]; then
   echo "verify: generated code, CRDs or go.mod/go.sum are stale; run 'make generate' and commit:"
-  git status --porcelain -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli tools/conformance/suite
-  git --no-pager diff --stat -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli tools/conformance/suite
+  git status --porcelain -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli charts/staticip/crds charts/staticip/files tools/helm tools/conformance/suite
+  git --no-pager diff --stat -- go.mod go.sum apis scheduler-plugins/apis manifests/crds tools/controller-gen tools/coredns tools/kind/kindcli charts/staticip/crds charts/staticip/files tools/helm tools/conformance/suite
   fail=1
 fi
+# The chart (make chart-lint: default values and every alternative).
+./tools/helm.sh
+if ! make --no-print-directory -s chart-lint; then echo "verify: helm lint charts/staticip failed"; fail=1; fi
 [ $fail -eq 0 ] && echo "verify: clean"
 exit $fail

@@ -29,6 +29,7 @@ import (
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/cni/nstest"
+	"github.com/staticip/staticip/internal/testsupport"
 	"github.com/staticip/staticip/ipam"
 	"github.com/staticip/staticip/tools/testenv"
 )
@@ -181,10 +182,10 @@ func TestSyncOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The sync reads the informer cache, which follows the API within moments.
-	eventually(t, 10*time.Second, "the route to the range node B lost is removed", func() bool {
+	testsupport.Eventually(context.Background(), t, 10*time.Second, "the route to the range node B lost is removed", testsupport.True(func() bool {
 		sync()
 		return routeTo("10.151.0.0/24") == nil
-	})
+	}))
 	if st2, _ := os.Stat(installed); !st2.ModTime().Equal(st1.ModTime()) {
 		t.Fatal("the unchanged binary was rewritten")
 	}
@@ -336,18 +337,6 @@ func TestPluginKubeconfigFollowsTheToken(t *testing.T) {
 	}
 }
 
-// eventually polls cond until it holds or timeout passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(timeout)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", timeout, what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
-}
-
 // Run follows the API: another node's new IPRange becomes a route and a new StaticIP of this
 // node a reservation in the database within moments, with the timer an hour away; status-only
 // updates (every agent writes its IPRange's counts) start no sync.
@@ -383,7 +372,7 @@ func TestRunFollowsIPRangeAndStaticIPChanges(t *testing.T) {
 		close(done)
 	}()
 	defer func() { stop(); <-done }()
-	eventually(t, 30*time.Second, "the first sync", func() bool { return a.lastSync.Load() != 0 })
+	testsupport.Eventually(context.Background(), t, 30*time.Second, "the first sync", testsupport.True(func() bool { return a.lastSync.Load() != 0 }))
 
 	routeVia := func(cidr string) string {
 		if r := agentRoute(host, cidr); r != nil {
@@ -392,7 +381,7 @@ func TestRunFollowsIPRangeAndStaticIPChanges(t *testing.T) {
 		return ""
 	}
 	createIPRange(ctx, t, sip, "cni-y-"+suffix, jkev1.IPRangeSpec{CIDR: "10.154.0.0/24", Node: nodeY})
-	eventually(t, 10*time.Second, "a route to node Y's new range via its InternalIP", func() bool { return routeVia("10.154.0.0/24") == "192.168.78.2" })
+	testsupport.Eventually(context.Background(), t, 10*time.Second, "a route to node Y's new range via its InternalIP", testsupport.True(func() bool { return routeVia("10.154.0.0/24") == "192.168.78.2" }))
 
 	if _, err := sip.JkeV1().StaticIPs(nsName).Create(ctx, &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Name: "db-0"},
 		Spec: jkev1.StaticIPSpec{Pod: "db-0", Node: nodeX, IP: "10.153.0.20"}}, metav1.CreateOptions{}); err != nil {
@@ -415,7 +404,7 @@ func TestRunFollowsIPRangeAndStaticIPChanges(t *testing.T) {
 			return ""
 		}
 	}
-	eventually(t, 10*time.Second, "the new StaticIP reserved in the database", func() bool { return reserved() == nsName+"/db-0" })
+	testsupport.Eventually(context.Background(), t, 10*time.Second, "the new StaticIP reserved in the database", testsupport.True(func() bool { return reserved() == nsName+"/db-0" }))
 
 	// Quiet now: status-only writes must not cost a sync each.
 	time.Sleep(500 * time.Millisecond)

@@ -15,6 +15,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -412,10 +413,9 @@ func TestNodeBoundTokensRenewBeforeExpiry(t *testing.T) {
 // is RBAC's, not the policy's), at most 10s, and returns its last error.
 func eventuallyErr(do func() error) error {
 	var err error
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(100 * time.Millisecond) {
-		if err = do(); err == nil || !strings.Contains(err.Error(), "cannot ") {
-			return err
-		}
-	}
+	_ = wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		err = do()
+		return err == nil || !strings.Contains(err.Error(), "cannot "), nil
+	})
 	return err
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
@@ -223,7 +224,7 @@ func waitCondition(ctx context.Context, t *testing.T, ag *Agent, rangeName strin
 		if err != nil {
 			return false, nil
 		}
-		c = findCondition(r.Status.Conditions, ConditionSynced)
+		c = meta.FindStatusCondition(r.Status.Conditions, ConditionSynced)
 		return ok(c), nil
 	}); err != nil {
 		t.Fatalf("IPRange %s condition %s: %+v", rangeName, ConditionSynced, c)

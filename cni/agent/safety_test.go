@@ -20,6 +20,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
@@ -28,6 +29,7 @@ import (
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/cni/plugin"
+	"github.com/staticip/staticip/internal/testsupport"
 	"github.com/staticip/staticip/ipam"
 	"github.com/staticip/staticip/tools/testenv"
 )
@@ -169,10 +171,10 @@ func TestReservationsFollowRangeOwnership(t *testing.T) {
 	}
 	dir := t.TempDir()
 	a := startedAgent(ctx, t, Config{NodeName: nodeA, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir}, kube, sip, io.Discard)
-	eventually(t, 10*time.Second, "the agent's cache holds the three StaticIPs", func() bool {
+	testsupport.Eventually(context.Background(), t, 10*time.Second, "the agent's cache holds the three StaticIPs", testsupport.True(func() bool {
 		l, _ := a.view.staticIPs.StaticIPs(nsName).List(everything())
 		return len(l) == 3
-	})
+	}))
 	if err := a.SyncOnce(ctx); err != nil {
 		t.Fatal(err)
 	}
@@ -200,10 +202,10 @@ func TestDuplicateStaticIPIsReportedAndTheRestReserved(t *testing.T) {
 	dir := t.TempDir()
 	var log syncBuffer
 	a := startedAgent(ctx, t, Config{NodeName: node, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir}, kube, sip, &log)
-	eventually(t, 10*time.Second, "the agent's cache holds the three StaticIPs", func() bool {
+	testsupport.Eventually(context.Background(), t, 10*time.Second, "the agent's cache holds the three StaticIPs", testsupport.True(func() bool {
 		l, _ := a.view.staticIPs.StaticIPs(nsName).List(everything())
 		return len(l) == 3
-	})
+	}))
 	if err := a.SyncOnce(ctx); err != nil {
 		t.Fatalf("SyncOnce: %v", err)
 	}
@@ -212,7 +214,7 @@ func TestDuplicateStaticIPIsReportedAndTheRestReserved(t *testing.T) {
 		t.Fatalf("reservations %v, want 10.159.0.5 for first and 10.159.0.6 for good\nlog:\n%s", reserved, log.String())
 	}
 	for _, name := range []string{"first", "second"} {
-		eventually(t, 20*time.Second, "a Warning Event on StaticIP "+name+" naming the other record", func() bool {
+		testsupport.Eventually(context.Background(), t, 20*time.Second, "a Warning Event on StaticIP "+name+" naming the other record", testsupport.True(func() bool {
 			evs, err := kube.CoreV1().Events(nsName).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=" + name})
 			if err != nil {
 				t.Fatal(err)
@@ -224,7 +226,7 @@ func TestDuplicateStaticIPIsReportedAndTheRestReserved(t *testing.T) {
 				}
 			}
 			return false
-		})
+		}))
 	}
 }
 
@@ -261,12 +263,12 @@ func TestOverlappingIPRangeIsLeftOutAndReported(t *testing.T) {
 	if len(rs) != 1 || rs[0].Subnet != netip.MustParsePrefix("10.160.0.0/24") {
 		t.Fatalf("database ranges %v", rs)
 	}
-	eventually(t, 20*time.Second, "Synced=False/Overlaps on the newer IPRange and a Warning Event", func() bool {
+	testsupport.Eventually(context.Background(), t, 20*time.Second, "Synced=False/Overlaps on the newer IPRange and a Warning Event", testsupport.True(func() bool {
 		r, err := sip.JkeV1().IPRanges().Get(ctx, bad, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		cond := findCondition(r.Status.Conditions, ConditionSynced)
+		cond := meta.FindStatusCondition(r.Status.Conditions, ConditionSynced)
 		if cond == nil || cond.Status != metav1.ConditionFalse || cond.Reason != "Overlaps" || !strings.Contains(cond.Message, good) {
 			return false
 		}
@@ -280,20 +282,11 @@ func TestOverlappingIPRangeIsLeftOutAndReported(t *testing.T) {
 			}
 		}
 		return false
-	})
+	}))
 	r, _ := sip.JkeV1().IPRanges().Get(ctx, good, metav1.GetOptions{})
-	if cond := findCondition(r.Status.Conditions, ConditionSynced); cond == nil || cond.Status != metav1.ConditionTrue {
+	if cond := meta.FindStatusCondition(r.Status.Conditions, ConditionSynced); cond == nil || cond.Status != metav1.ConditionTrue {
 		t.Fatalf("the good IPRange's conditions: %+v", r.Status.Conditions)
 	}
-}
-
-func findCondition(cs []metav1.Condition, typ string) *metav1.Condition {
-	for i := range cs {
-		if cs[i].Type == typ {
-			return &cs[i]
-		}
-	}
-	return nil
 }
 
 // cutProxy forwards TCP connections to target until Cut: then it refuses new ones and drops
@@ -380,7 +373,7 @@ func TestAgentStaysLiveWithoutTheAPIServer(t *testing.T) {
 			kubernetes.NewForConfigOrDie(unreachable), versioned.NewForConfigOrDie(unreachable), io.Discard)
 		run(t, a)
 		h := a.Handler(maxAge)
-		eventually(t, 20*time.Second, "/healthz answers 200 while the API server is unreachable", func() bool { return probe(h, "/healthz") == http.StatusOK })
+		testsupport.Eventually(context.Background(), t, 20*time.Second, "/healthz answers 200 while the API server is unreachable", testsupport.True(func() bool { return probe(h, "/healthz") == http.StatusOK }))
 		if code := probe(h, "/readyz"); code == http.StatusOK {
 			t.Fatalf("/readyz %d without ever reaching the API server", code)
 		}
@@ -407,7 +400,7 @@ func TestAgentStaysLiveWithoutTheAPIServer(t *testing.T) {
 		}
 		run(t, a)
 		h := a.Handler(maxAge)
-		eventually(t, 30*time.Second, "a full sync", func() bool { return a.syncsOK.Load() > 0 })
+		testsupport.Eventually(context.Background(), t, 30*time.Second, "a full sync", testsupport.True(func() bool { return a.syncsOK.Load() > 0 }))
 		confPath := filepath.Join(dir, "net.d", "10-staticip.conflist")
 		if _, err := os.Stat(confPath); err != nil {
 			t.Fatal(err)
@@ -417,7 +410,7 @@ func TestAgentStaysLiveWithoutTheAPIServer(t *testing.T) {
 		// change and the status write that follows fails.
 		allocateAt(t, a.DBPath(), time.Now(), "c-offline", ipam.PodRef{Namespace: nsName, Name: "offline", UID: string(pod.UID)})
 		failedBefore := a.syncsFailed.Load()
-		eventually(t, 30*time.Second, "three passes that fail to write status", func() bool { return a.syncsFailed.Load() >= failedBefore+3 })
+		testsupport.Eventually(context.Background(), t, 30*time.Second, "three passes that fail to write status", testsupport.True(func() bool { return a.syncsFailed.Load() >= failedBefore+3 }))
 		time.Sleep(maxAge + time.Second)
 		if code := probe(h, "/healthz"); code != http.StatusOK {
 			t.Fatalf("/healthz %d while only the API server is away (the liveness probe would restart the agent)\nlog:\n%s", code, log.String())
@@ -484,10 +477,10 @@ func TestCorruptDatabaseIsRebuiltFromTheHost(t *testing.T) {
 	dir := t.TempDir()
 	var log syncBuffer
 	a := startedAgent(ctx, t, Config{NodeName: node, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir}, kube, sip, &log)
-	eventually(t, 10*time.Second, "the agent's cache holds the pod with its IP", func() bool {
+	testsupport.Eventually(context.Background(), t, 10*time.Second, "the agent's cache holds the pod with its IP", testsupport.True(func() bool {
 		p, _ := a.view.pods.Pods(nsName).Get("web")
 		return p != nil && p.ResourceVersion == pod.ResourceVersion
-	})
+	}))
 	dbPath := a.DBPath()
 	if err := os.MkdirAll(filepath.Dir(dbPath), 0o700); err != nil {
 		t.Fatal(err)
@@ -556,10 +549,10 @@ func TestIPRangeResizedWhileInUse(t *testing.T) {
 	if _, err := sip.JkeV1().IPRanges().Update(ctx, r, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 10*time.Second, "the agent's cache holds the new CIDR", func() bool {
+	testsupport.Eventually(context.Background(), t, 10*time.Second, "the agent's cache holds the new CIDR", testsupport.True(func() bool {
 		r, _ := a.view.ranges.Get(name)
 		return r != nil && r.Spec.CIDR == "10.163.0.0/25"
-	})
+	}))
 	if err := a.SyncOnce(ctx); err != nil {
 		t.Fatalf("SyncOnce after the resize: %v\nlog:\n%s", err, log.String())
 	}
@@ -571,12 +564,12 @@ func TestIPRangeResizedWhileInUse(t *testing.T) {
 	if strings.Contains(string(conf), "10.163.0.0/25") {
 		t.Fatalf("the resized range is served while the old CIDR drains:\n%s", conf)
 	}
-	eventually(t, 20*time.Second, "Synced=False/ResizedWhileInUse on the IPRange", func() bool {
+	testsupport.Eventually(context.Background(), t, 20*time.Second, "Synced=False/ResizedWhileInUse on the IPRange", testsupport.True(func() bool {
 		r, err := sip.JkeV1().IPRanges().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		c := findCondition(r.Status.Conditions, ConditionSynced)
+		c := meta.FindStatusCondition(r.Status.Conditions, ConditionSynced)
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonResizedWhileUsed && strings.Contains(c.Message, "10.163.0.0/24")
-	})
+	}))
 }

@@ -1,59 +1,47 @@
-// Package nstest creates named network namespaces for tests and benchmarks of the CNI
-// plugin. Names start with "cni-" (the area prefix) and carry the process ID, so parallel
-// runs and other helpers on the machine never collide; every namespace is deleted again.
+// Package nstest is the network namespace of the CNI tests: containernetworking's
+// testutils.NewNS (a bind mount under /var/run/netns, named cnitest-<random>) with what our
+// tests add to it — loopback up, and the name that `ip -n` and `nsenter --net` take. Close
+// removes it again.
 package nstest
 
 import (
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"os"
-	"os/exec"
 	"path/filepath"
-	"strings"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	"github.com/containernetworking/plugins/pkg/testutils"
+	"github.com/vishvananda/netlink"
 )
-
-// RunDir is where `ip netns` keeps named namespaces.
-const RunDir = "/var/run/netns"
 
 // NetNS is a named network namespace.
 type NetNS struct {
 	ns.NetNS
+	// Name is the namespace's name under /var/run/netns.
 	Name string
 }
 
-// New creates namespace "cni-<tag>-<pid>-<random>" with loopback up.
+// New creates a namespace with loopback up. tag names its use in errors.
 func New(tag string) (*NetNS, error) {
-	b := make([]byte, 3)
-	_, _ = rand.Read(b)
-	name := fmt.Sprintf("cni-%s-%d-%s", tag, os.Getpid(), hex.EncodeToString(b))
-	if out, err := exec.Command("ip", "netns", "add", name).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("ip netns add %s: %v: %s", name, err, strings.TrimSpace(string(out)))
-	}
-	if out, err := exec.Command("ip", "-n", name, "link", "set", "lo", "up").CombinedOutput(); err != nil {
-		Delete(name)
-		return nil, fmt.Errorf("lo up in %s: %v: %s", name, err, out)
-	}
-	n, err := ns.GetNS(filepath.Join(RunDir, name))
+	n, err := testutils.NewNS()
 	if err != nil {
-		Delete(name)
-		return nil, err
+		return nil, fmt.Errorf("netns for %s: %w", tag, err)
 	}
-	return &NetNS{NetNS: n, Name: name}, nil
+	nn := &NetNS{NetNS: n, Name: filepath.Base(n.Path())}
+	if err := n.Do(func(ns.NetNS) error {
+		lo, err := netlink.LinkByName("lo")
+		if err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(lo)
+	}); err != nil {
+		nn.Close()
+		return nil, fmt.Errorf("netns for %s: loopback up in %s: %w", tag, nn.Name, err)
+	}
+	return nn, nil
 }
 
 // Close closes and deletes the namespace.
 func (n *NetNS) Close() error {
 	n.NetNS.Close()
-	return Delete(n.Name)
-}
-
-// Delete removes a named namespace.
-func Delete(name string) error {
-	if out, err := exec.Command("ip", "netns", "delete", name).CombinedOutput(); err != nil {
-		return fmt.Errorf("ip netns delete %s: %v: %s", name, err, strings.TrimSpace(string(out)))
-	}
-	return nil
+	return testutils.UnmountNS(n.NetNS)
 }

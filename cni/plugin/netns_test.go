@@ -383,6 +383,7 @@ func TestBadInputLeavesNothingBehind(t *testing.T) {
 	h.mustAdd(podArgs(holderNS, "ctr-holder", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=holder", h.conf(nil)))
 	holderIP := h.allocations()[0].IP.String()
 
+	corruptDir := filepath.Join(t.TempDir(), "bad")
 	withAnnotation := func(v string) []byte {
 		return h.conf(map[string]any{"runtimeConfig": map[string]any{PodAnnotationsCapability: map[string]string{AnnotationIPAddress: v}}})
 	}
@@ -429,11 +430,11 @@ func TestBadInputLeavesNothingBehind(t *testing.T) {
 				}
 				return func() { db.Close() }
 			}},
-		{name: "database corrupt", code: ErrCodeDBCorrupt, conf: h.confDataDir(filepath.Join(t.TempDir(), "bad")),
+		{name: "database corrupt", code: ErrCodeDBCorrupt, conf: h.confDataDir(corruptDir),
 			msg: "/bad/" + testNetwork + "/ipam.db is corrupt",
 			setup: func(t *testing.T, _ *nstest.NetNS) func() {
-				var c map[string]any
-				json.Unmarshal(h.confDataDir(""), &c)
+				os.MkdirAll(filepath.Join(corruptDir, testNetwork), 0o700)
+				os.WriteFile(ipam.NetworkPath(corruptDir, testNetwork), []byte(strings.Repeat("garbage!", 4096)), 0o600)
 				return nil
 			}},
 		{name: "interface name taken in the pod", code: ErrCodeNetwork, msg: `container veth name ("eth0") peer provided`,
@@ -458,14 +459,6 @@ func TestBadInputLeavesNothingBehind(t *testing.T) {
 			conf := tc.conf
 			if conf == nil {
 				conf = h.conf(nil)
-			}
-			if strings.Contains(tc.name, "corrupt") {
-				var c map[string]any
-				json.Unmarshal(conf, &c)
-				dir := c["dataDir"].(string)
-				os.MkdirAll(dir, 0o700)
-				os.MkdirAll(filepath.Join(dir, testNetwork), 0o700)
-				os.WriteFile(ipam.NetworkPath(dir, testNetwork), []byte(strings.Repeat("garbage!", 4096)), 0o600)
 			}
 			if tc.setup != nil {
 				if undo := tc.setup(t, pod); undo != nil {

@@ -49,9 +49,9 @@ func pluginBinary(t *testing.T) string {
 	return pluginPath
 }
 
-// execPlugin runs one CNI command of the binary inside the host namespace.
+// execPlugin runs one CNI command of the binary inside the host namespace (its path).
 func execPlugin(bin, hostNS, command, containerID, netns string, conf []byte) *exec.Cmd {
-	cmd := exec.Command("nsenter", "--net="+filepath.Join(nstest.RunDir, hostNS), bin)
+	cmd := exec.Command("nsenter", "--net="+hostNS, bin)
 	cmd.Env = []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=" + containerID, "CNI_NETNS=" + netns,
 		"CNI_IFNAME=eth0", "CNI_PATH=/nonexistent", "PATH=" + os.Getenv("PATH"),
 		"CNI_ARGS=K8S_POD_NAMESPACE=ns;K8S_POD_NAME=" + containerID}
@@ -123,7 +123,7 @@ func TestParallelProcessesNeverShareAnIP(t *testing.T) {
 				pod := pods[slot]
 				id := fmt.Sprintf("par-%d-%d", w, n)
 				n++
-				out, err := runPlugin(bin, h.host.Name, "ADD", id, pod.Path(), conf)
+				out, err := runPlugin(bin, h.host.Path(), "ADD", id, pod.Path(), conf)
 				if err != nil {
 					fail("%v", err)
 					return
@@ -144,7 +144,7 @@ func TestParallelProcessesNeverShareAnIP(t *testing.T) {
 				mu.Lock()
 				delete(holders, ip)
 				mu.Unlock()
-				if _, err := runPlugin(bin, h.host.Name, "DEL", id, pod.Path(), conf); err != nil {
+				if _, err := runPlugin(bin, h.host.Path(), "DEL", id, pod.Path(), conf); err != nil {
 					fail("%v", err)
 					return
 				}
@@ -176,51 +176,21 @@ func TestKilledProcessesLeaveRecoverableState(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 7))
 
-	// runKilling starts command on every index at once and kills each after a random delay;
-	// it returns which ones completed successfully.
-	runKilling := func(command string, idx []int) map[int]bool {
-		done := map[int]bool{}
-		var mu sync.Mutex
-		var wg sync.WaitGroup
-		for _, i := range idx {
-			delay := time.Duration(rng.IntN(60)) * time.Millisecond
-			kill := rng.IntN(3) != 0 // a third run to completion
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				cmd := execPlugin(bin, h.host.Name, command, fmt.Sprintf("crash-%d", i), pods[i].Path(), conf)
-				if err := cmd.Start(); err != nil {
-					t.Error(err)
-					return
-				}
-				if kill {
-					time.AfterFunc(delay, func() {
-						// nsenter execs the plugin in place, so this is the plugin's PID.
-						syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
-					})
-				}
-				if err := cmd.Wait(); err == nil {
-					mu.Lock()
-					done[i] = true
-					mu.Unlock()
-				}
-			}()
-		}
-		wg.Wait()
-		return done
-	}
 	all := make([]int, n)
 	for i := range all {
 		all[i] = i
 	}
-	added := runKilling("ADD", all)
+	killing := func(command string, idx []int) map[int]bool {
+		return runKilling(t, rng, bin, h.host.Path(), pods, conf, command, idx)
+	}
+	added := killing("ADD", all)
 	var toDelete []int
 	for i := range added {
 		if rng.IntN(2) == 0 {
 			toDelete = append(toDelete, i)
 		}
 	}
-	runKilling("DEL", toDelete)
+	killing("DEL", toDelete)
 	deleting := map[int]bool{}
 	for _, i := range toDelete {
 		deleting[i] = true
@@ -235,28 +205,7 @@ func TestKilledProcessesLeaveRecoverableState(t *testing.T) {
 
 	// Invariants after the crashes: the database opens (no stale lock, no corruption), the
 	// attachment index agrees with the allocations, and every live attachment holds its IP.
-	checkInvariants := func() []ipam.Allocation {
-		db, err := ipam.Open(ipam.Options{Path: ipam.NetworkPath(h.dataDir, testNetwork), OpenTimeout: 5 * time.Second})
-		if err != nil {
-			t.Fatalf("reopen after kill -9: %v", err)
-		}
-		defer db.Close()
-		as, err := db.Allocations()
-		if err != nil {
-			t.Fatal(err)
-		}
-		seen := map[string]bool{}
-		for _, a := range as {
-			if seen[a.IP.String()] {
-				t.Fatalf("IP %s allocated twice", a.IP)
-			}
-			seen[a.IP.String()] = true
-			if g, found, err := db.Get(a.Attachment); err != nil || !found || g.IP != a.IP {
-				t.Fatalf("index disagrees for %v", a.Attachment)
-			}
-		}
-		return as
-	}
+	checkInvariants := func() []ipam.Allocation { return checkCrashedStore(t, ipam.NetworkPath(h.dataDir, testNetwork)) }
 	held := map[string]bool{}
 	for _, a := range checkInvariants() {
 		held[a.Attachment.ContainerID] = true
@@ -275,7 +224,7 @@ func TestKilledProcessesLeaveRecoverableState(t *testing.T) {
 	json.Unmarshal(conf, &gcConf)
 	gcConf["cni.dev/valid-attachments"] = valid
 	gcData, _ := json.Marshal(gcConf)
-	if _, err := runPlugin(bin, h.host.Name, "GC", "", "", gcData); err != nil {
+	if _, err := runPlugin(bin, h.host.Path(), "GC", "", "", gcData); err != nil {
 		t.Fatalf("GC: %v", err)
 	}
 	after := checkInvariants()
@@ -301,7 +250,7 @@ func TestKilledProcessesLeaveRecoverableState(t *testing.T) {
 	for id := range live {
 		var i int
 		fmt.Sscanf(id, "crash-%d", &i)
-		out, err := runPlugin(bin, h.host.Name, "ADD", id, pods[i].Path(), conf)
+		out, err := runPlugin(bin, h.host.Path(), "ADD", id, pods[i].Path(), conf)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -312,6 +261,66 @@ func TestKilledProcessesLeaveRecoverableState(t *testing.T) {
 			}
 		}
 	}
+}
+
+// runKilling starts command on every index at once and kills each after a random delay (a
+// third run to completion); it returns which ones completed successfully.
+func runKilling(t *testing.T, rng *rand.Rand, bin, hostNS string, pods []*nstest.NetNS, conf []byte, command string, idx []int) map[int]bool {
+	done := map[int]bool{}
+	var mu sync.Mutex
+	var wg sync.WaitGroup
+	for _, i := range idx {
+		delay := time.Duration(rng.IntN(60)) * time.Millisecond
+		kill := rng.IntN(3) != 0
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			cmd := execPlugin(bin, hostNS, command, fmt.Sprintf("crash-%d", i), pods[i].Path(), conf)
+			if err := cmd.Start(); err != nil {
+				t.Error(err)
+				return
+			}
+			if kill {
+				time.AfterFunc(delay, func() {
+					// nsenter execs the plugin in place, so this is the plugin's PID.
+					syscall.Kill(cmd.Process.Pid, syscall.SIGKILL)
+				})
+			}
+			if err := cmd.Wait(); err == nil {
+				mu.Lock()
+				done[i] = true
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	return done
+}
+
+// checkCrashedStore opens the store at path after kill -9s and checks that no IP is allocated
+// twice and that the attachment index agrees with the allocations; it returns them.
+func checkCrashedStore(t *testing.T, path string) []ipam.Allocation {
+	t.Helper()
+	db, err := ipam.Open(ipam.Options{Path: path, OpenTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("reopen after kill -9: %v", err)
+	}
+	defer db.Close()
+	as, err := db.Allocations()
+	if err != nil {
+		t.Fatal(err)
+	}
+	seen := map[string]bool{}
+	for _, a := range as {
+		if seen[a.IP.String()] {
+			t.Fatalf("IP %s allocated twice", a.IP)
+		}
+		seen[a.IP.String()] = true
+		if g, found, err := db.Get(a.Attachment); err != nil || !found || g.IP != a.IP {
+			t.Fatalf("index disagrees for %v", a.Attachment)
+		}
+	}
+	return as
 }
 
 // TestMain removes the plugin binary pluginBinary built (12 MB a run, which used to stay in

@@ -15,9 +15,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/staticip/staticip/internal/testsupport"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -75,6 +75,10 @@ func New() (*Framework, error) {
 	}
 	return &Framework{Kubeconfig: path, Config: cfg, Client: client, Kubectl: k}, nil
 }
+
+// RepoRoot is the checkout the suite runs from (the directory with go.mod above the working
+// directory).
+func RepoRoot() (string, error) { return repoRoot() }
 
 func repoRoot() (string, error) {
 	dir, err := os.Getwd()
@@ -210,25 +214,10 @@ func (f *Framework) ExecOnNode(netns string, command ...string) (string, error) 
 	return string(out), nil
 }
 
-// WaitFor polls cond every interval until it is true, returns an error, or timeout passes;
-// lastErr (if cond keeps one) makes timeouts readable.
+// WaitFor polls cond every 250 ms until it is true or timeout passes (testsupport.WaitFor: an
+// error from cond is kept for the timeout's message, not returned at once).
 func WaitFor(ctx context.Context, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) error {
-	var last error
-	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
-		ok, err := cond(ctx)
-		if err != nil {
-			last = err
-			return false, nil
-		}
-		return ok, nil
-	})
-	if err != nil {
-		if last != nil {
-			return fmt.Errorf("waiting for %s: %w (last error: %v)", what, err, last)
-		}
-		return fmt.Errorf("waiting for %s: %w", what, err)
-	}
-	return nil
+	return testsupport.WaitFor(ctx, 250*time.Millisecond, timeout, what, cond)
 }
 
 // WaitForPodRunning waits until the pod runs, is Ready and has an IP.

@@ -1,9 +1,10 @@
-// Command cnibench compares the staticip CNI plugin with the containernetworking bridge +
-// host-local plugins on this machine, in one run: ADD+DEL cycle latency (p50, p99) of one
-// sequential caller, and the throughput of many parallel plugin processes. Both plugins are
-// exec'd exactly as a runtime execs them, into pod network namespaces of the same kind, from
-// the same "host" network namespace that the tool creates (nothing touches the machine's own
-// network).
+// Command cnibench compares the staticip CNI plugin with two containernetworking plugin
+// chains on this machine, in one run: bridge + host-local (an allocating peer) and ptp +
+// static (the floor: the same veth + host route as staticip, no allocation, no store at all).
+// It measures the ADD+DEL cycle latency (p50, p99) of one sequential caller, and the
+// throughput of many parallel plugin processes. Every plugin is exec'd exactly as a runtime
+// execs it, into pod network namespaces of the same kind, from the same "host" network
+// namespace that the tool creates (nothing touches the machine's own network).
 //
 //	go run ./tools/cnibench -staticip _output/bin/staticip
 package main
@@ -11,26 +12,31 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"runtime"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-
-	"github.com/staticip/staticip/cni/nstest"
+	"github.com/containernetworking/plugins/pkg/testutils"
 )
 
 type plugin struct {
 	name   string
 	binary string
-	conf   []byte
+	// conf is the network configuration for the pod namespace with index pod (ptp + static
+	// gives every pod its own address, so parallel workers never share a host route).
+	conf func(pod int) []byte
 	// cniPath is where the plugin finds its delegates (bridge needs host-local).
 	cniPath string
 }
@@ -43,20 +49,22 @@ type figures struct {
 
 func main() {
 	staticipBin := flag.String("staticip", "", "path to the staticip plugin binary (default: build it)")
-	cniDir := flag.String("cni-dir", "/usr/lib/cni", "directory with the bridge and host-local plugins")
+	compareBin := flag.String("compare", "", "a second staticip binary (e.g. the build before a change), run as a fourth plugin in the same interleaved run")
+	cniDir := flag.String("cni-dir", "/usr/lib/cni", "directory with the bridge, host-local, ptp and static plugins")
 	cycles := flag.Int("cycles", 500, "sequential ADD+DEL cycles per plugin (latency)")
 	parallel := flag.Int("parallel", 32, "parallel plugin processes (throughput)")
 	parallelCycles := flag.Int("parallel-cycles", 640, "ADD+DEL cycles per plugin in the throughput phase")
 	rounds := flag.Int("rounds", 2, "throughput rounds per plugin, alternating plugins")
 	flag.Parse()
-	if err := run(*staticipBin, *cniDir, *cycles, *parallel, *parallelCycles, *rounds); err != nil {
+	stopOnSignal()
+	if err := run(*staticipBin, *compareBin, *cniDir, *cycles, *parallel, *parallelCycles, *rounds); err != nil {
 		fmt.Fprintln(os.Stderr, "cnibench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(staticipBin, cniDir string, cycles, parallel, parallelCycles, rounds int) error {
-	for _, p := range []string{"bridge", "host-local"} {
+func run(staticipBin, compareBin, cniDir string, cycles, parallel, parallelCycles, rounds int) error {
+	for _, p := range []string{"bridge", "host-local", "ptp", "static"} {
 		if _, err := os.Stat(filepath.Join(cniDir, p)); err != nil {
 			return fmt.Errorf("%s not found in %s (apt-get install containernetworking-plugins; tools/install-deps.sh)", p, cniDir)
 		}
@@ -68,38 +76,58 @@ func run(staticipBin, cniDir string, cycles, parallel, parallelCycles, rounds in
 	defer os.RemoveAll(work)
 	if staticipBin == "" {
 		staticipBin = filepath.Join(work, "staticip")
-		out, err := exec.Command("go", "build", "-o", staticipBin, "github.com/staticip/staticip/cni/cmd/staticip").CombinedOutput()
+		// Built as `make build` builds it (static, no cgo): the binary a node runs.
+		build := exec.Command("go", "build", "-trimpath", "-o", staticipBin, "github.com/staticip/staticip/cni/cmd/staticip")
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		out, err := build.CombinedOutput()
 		if err != nil {
 			return fmt.Errorf("building staticip: %v\n%s", err, out)
 		}
 	}
 
-	host, err := nstest.New("bench-host")
+	host, err := testutils.NewNS()
 	if err != nil {
 		return err
 	}
-	defer host.Close()
-	pods := make([]*nstest.NetNS, parallel)
+	defer closeNS(host)
+	pods := make([]pod, parallel)
 	for i := range pods {
-		if pods[i], err = nstest.New("bench-pod"); err != nil {
+		n, err := testutils.NewNS()
+		if err != nil {
 			return err
 		}
-		defer pods[i].Close()
+		defer closeNS(n)
+		pods[i] = pod{n, i}
 	}
 
 	bridgeName := fmt.Sprintf("cni-br%d", os.Getpid()%100000)
 	plugins := []plugin{
-		{name: "staticip", binary: staticipBin, conf: mustJSON(map[string]any{
+		{name: "staticip", binary: staticipBin, conf: same(mustJSON(map[string]any{
 			"cniVersion": "1.1.0", "name": "bench-staticip", "type": "staticip",
 			"dataDir": filepath.Join(work, "staticip"), "mtu": 1500,
 			"ranges": []map[string]any{{"subnet": "10.128.0.0/16"}},
-		})},
-		{name: "bridge+host-local", binary: filepath.Join(cniDir, "bridge"), cniPath: cniDir, conf: mustJSON(map[string]any{
+		}))},
+		{name: "bridge+host-local", binary: filepath.Join(cniDir, "bridge"), cniPath: cniDir, conf: same(mustJSON(map[string]any{
 			"cniVersion": "1.0.0", "name": "bench-bridge", "type": "bridge",
 			"bridge": bridgeName, "isGateway": true, "ipMasq": false, "mtu": 1500,
 			"ipam": map[string]any{"type": "host-local", "dataDir": filepath.Join(work, "host-local"),
 				"ranges": [][]map[string]any{{{"subnet": "10.129.0.0/16"}}}},
-		})},
+		}))},
+		{name: "ptp+static (floor)", binary: filepath.Join(cniDir, "ptp"), cniPath: cniDir, conf: func(pod int) []byte {
+			return mustJSON(map[string]any{
+				"cniVersion": "1.0.0", "name": "bench-ptp", "type": "ptp", "ipMasq": false, "mtu": 1500,
+				"ipam": map[string]any{"type": "static",
+					"addresses": []map[string]any{{"address": fmt.Sprintf("10.130.%d.%d/16", pod/250, 2+pod%250), "gateway": "10.130.255.254"}}},
+			})
+		}},
+	}
+
+	if compareBin != "" {
+		plugins = append(plugins, plugin{name: "staticip (compare)", binary: compareBin, conf: same(mustJSON(map[string]any{
+			"cniVersion": "1.1.0", "name": "bench-compare", "type": "staticip",
+			"dataDir": filepath.Join(work, "compare"), "mtu": 1500,
+			"ranges": []map[string]any{{"subnet": "10.131.0.0/16"}},
+		}))})
 	}
 
 	fmt.Printf("cnibench: %d sequential ADD+DEL cycles per plugin; %d parallel processes, %d cycles x %d rounds per plugin\n",
@@ -120,6 +148,9 @@ func run(staticipBin, cniDir string, cycles, parallel, parallelCycles, rounds in
 	lat := make([][]time.Duration, len(plugins))
 	errs := make([]int, len(plugins))
 	for i := range cycles {
+		if interrupted.Load() {
+			return errInterrupted
+		}
 		for j, p := range plugins {
 			d, err := cycle(host, p, pods[0], fmt.Sprintf("lat-%d", i))
 			if err != nil {
@@ -142,6 +173,9 @@ func run(staticipBin, cniDir string, cycles, parallel, parallelCycles, rounds in
 	elapsed := make([]time.Duration, len(plugins))
 	done := make([]int, len(plugins))
 	for r := range rounds {
+		if interrupted.Load() {
+			return errInterrupted
+		}
 		for k := range plugins {
 			j := (k + r) % len(plugins)
 			d, n, e := throughput(host, plugins[j], pods, parallelCycles, fmt.Sprintf("par-%d", r))
@@ -159,11 +193,36 @@ func run(staticipBin, cniDir string, cycles, parallel, parallelCycles, rounds in
 	for j, p := range plugins {
 		fmt.Printf("%-20s %10s %10s %10s %14.1f %7d\n", p.name, ms(res[j].p50), ms(res[j].p99), ms(res[j].mean), res[j].throughput, res[j].errors)
 	}
-	s, b := res[0], res[1]
+	s, b, f := res[0], res[1], res[2]
 	fmt.Println()
 	fmt.Printf("ratio staticip / bridge+host-local: p50 %.2fx (target <= 1.0x), p99 %.2fx (target <= 1.2x), parallel throughput %.2fx (target >= 1.0x)\n",
 		ratio(s.p50, b.p50), ratio(s.p99, b.p99), s.throughput/b.throughput)
+	fmt.Printf("ratio staticip / ptp+static floor:  p50 %.2fx (target <= 1.1x), p99 %.2fx (target <= 1.1x), parallel throughput %.2fx\n",
+		ratio(s.p50, f.p50), ratio(s.p99, f.p99), s.throughput/f.throughput)
+	if len(res) > 3 {
+		c := res[3]
+		fmt.Printf("ratio compare / ptp+static floor:   p50 %.2fx, p99 %.2fx, parallel throughput %.2fx\n",
+			ratio(c.p50, f.p50), ratio(c.p99, f.p99), c.throughput/f.throughput)
+		fmt.Printf("ratio staticip / compare:           p50 %.2fx, p99 %.2fx, parallel throughput %.2fx\n",
+			ratio(s.p50, c.p50), ratio(s.p99, c.p99), s.throughput/c.throughput)
+	}
 	return nil
+}
+
+// interrupted is set by SIGINT/SIGTERM: the run stops after the calls in flight and still
+// deletes its namespaces (they would otherwise outlive it in /var/run/netns).
+var interrupted atomic.Bool
+
+var errInterrupted = errors.New("interrupted")
+
+func stopOnSignal() {
+	c := make(chan os.Signal, 1)
+	signal.Notify(c, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		<-c
+		interrupted.Store(true)
+		fmt.Fprintln(os.Stderr, "cnibench: interrupted, cleaning up")
+	}()
 }
 
 func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
@@ -203,12 +262,12 @@ func summarize(ds []time.Duration) figures {
 
 // invoke execs one CNI command. The calling goroutine's thread is switched into the host
 // namespace first, so the plugin process starts there, exactly like under a runtime.
-func invoke(host *nstest.NetNS, p plugin, command, id string, pod *nstest.NetNS) error {
+func invoke(host ns.NetNS, p plugin, command, id string, pod pod) error {
 	return host.Do(func(ns.NetNS) error {
 		cmd := exec.Command(p.binary)
 		cmd.Env = []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=" + id, "CNI_NETNS=" + pod.Path(),
 			"CNI_IFNAME=eth0", "CNI_PATH=" + cniPath(p), "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=" + id}
-		cmd.Stdin = bytes.NewReader(p.conf)
+		cmd.Stdin = bytes.NewReader(p.conf(pod.index))
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
@@ -218,7 +277,7 @@ func invoke(host *nstest.NetNS, p plugin, command, id string, pod *nstest.NetNS)
 	})
 }
 
-func cycle(host *nstest.NetNS, p plugin, pod *nstest.NetNS, id string) (time.Duration, error) {
+func cycle(host ns.NetNS, p plugin, pod pod, id string) (time.Duration, error) {
 	start := time.Now()
 	if err := invoke(host, p, "ADD", id, pod); err != nil {
 		return 0, err
@@ -229,7 +288,7 @@ func cycle(host *nstest.NetNS, p plugin, pod *nstest.NetNS, id string) (time.Dur
 	return time.Since(start), nil
 }
 
-func throughput(host *nstest.NetNS, p plugin, pods []*nstest.NetNS, total int, tag string) (time.Duration, int, int) {
+func throughput(host ns.NetNS, p plugin, pods []pod, total int, tag string) (time.Duration, int, int) {
 	var mu sync.Mutex
 	next, done, errs := 0, 0, 0
 	var wg sync.WaitGroup
@@ -240,7 +299,7 @@ func throughput(host *nstest.NetNS, p plugin, pods []*nstest.NetNS, total int, t
 			defer wg.Done()
 			for {
 				mu.Lock()
-				if next == total {
+				if next == total || interrupted.Load() {
 					mu.Unlock()
 					return
 				}
@@ -270,4 +329,19 @@ func cniPath(p plugin) string {
 		return p.cniPath
 	}
 	return filepath.Dir(p.binary)
+}
+
+// pod is a pod network namespace and its index (its static address in ptp+static).
+type pod struct {
+	ns.NetNS
+	index int
+}
+
+func same(conf []byte) func(int) []byte { return func(int) []byte { return conf } }
+
+func closeNS(n ns.NetNS) {
+	n.Close()
+	if err := testutils.UnmountNS(n); err != nil {
+		fmt.Fprintln(os.Stderr, "cnibench:", err)
+	}
 }

@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # The kind path: a kind cluster (1 control plane + 2 workers + a failover spare, no default
-# CNI) with staticip installed the way a user installs it, from manifests/.
+# CNI) with staticip installed the way a user installs it: README's "Installing into a
+# cluster" commands (the CRDs, then helm upgrade --install of charts/staticip with
+# tools/kind/values.yaml and this cluster's values in place of my-values.yaml).
 #
 #   kind.sh up          # engine, node image, cluster, install (each step a no-op when done)
 #   kind.sh down        # delete the cluster, its network, and the engine if we started it
 #   kind.sh leftovers   # fail when anything of ours is left (containers, bridge, mounts,
 #                       # processes, iptables rules, host sysctls)
-#   kind.sh install     # (re)apply manifests/ to the running cluster
+#   kind.sh install     # (re)install the chart into the running cluster (helm upgrade --install)
 #
 # Settings (environment): KIND_CLUSTER (staticip), KIND_STATE_DIR (/var/lib/staticip-kind),
 # KIND_RUN_DIR (/run/staticip-kind), KIND_NODE_IMAGE (default: the offline builder's image;
@@ -191,13 +193,21 @@ up() {
 
 # manifest_images prints the images a kustomization deploys.
 manifest_images() {
-  kubectl kustomize "$1" | awk '$1 == "image:" || $1 == "-" && $2 == "image:" {print $NF}' | tr -d '"' | sort -u
+  kubectl kustomize "$1" | rendered_images
 }
 
-# load_images builds the images the manifests name (and the e2e suite's) and loads them
-# into every node with `kind load image-archive`, as a user with locally built images would.
+# rendered_images prints the images of rendered manifests on stdin.
+rendered_images() {
+  awk '$1 == "image:" || $1 == "-" && $2 == "image:" {print $NF}' | tr -d '"' | sort -u
+}
+
+# load_images builds the images the rendered chart ($1) and the kustomizations ($2...) name
+# (and the e2e suite's) and loads them into every node with `kind load image-archive`, as a
+# user with locally built images would.
 load_images() {
-  local refs=() d
+  local refs=() d rendered=$1
+  shift
+  while read -r ref; do refs+=("$ref"); done < <(rendered_images <"$rendered")
   for d in "$@"; do
     while read -r ref; do refs+=("$ref"); done < <(manifest_images "$d")
   done
@@ -215,64 +225,73 @@ load_images() {
   echo "$stamp" >"$state/images.loaded"
 }
 
-# kustomizations lists manifests/ directories to apply, in install order: the CRDs, the
-# CNI, then the rest as they are (controller-manager, scheduler's replace-default overlay,
-# and whatever appears, e.g. edge), never one of the alternatives of a directory that has
-# overlays (scheduler/second-scheduler, .../benchmark).
-kustomizations() {
-  local d
-  for d in manifests/*/; do
-    d=${d%/}
-    case "$d" in manifests/crds | manifests/examples | manifests/cni) continue ;; esac
-    if [ -e "$d/kustomization.yaml" ]; then
-      echo "$d"
-      # manifests/edge/coredns, the edge DNS, after the wrapper it relies on.
-      if [ -e "$d/coredns/kustomization.yaml" ]; then echo "$d/coredns"; fi
-    elif [ -e "$d/replace-default/kustomization.yaml" ]; then
-      echo "$d/replace-default"
-    fi
-  done
-}
-
-# readme_install prints the kubectl commands of the top README's "Installing into a
+# readme_install prints the kubectl and helm commands of the top README's "Installing into a
 # cluster" block, comments stripped: the install a user copies is the install we run.
 readme_install() {
   awk '/^## Installing into a cluster/ {sec=1; next} sec && /^## / {exit}
        sec && /^```/ {if (blk) exit; blk=1; next}
-       blk && /^kubectl / {sub(/[ \t]+#.*$/, ""); print}' README.md
+       blk && /^(kubectl|helm) / {sub(/[ \t]+#.*$/, ""); print}' README.md
 }
 
-install() {
-  local nodes cmd d applied=" "
-  nodes=$(kind get nodes --name "$cluster")
-  mapfile -t cmds < <(readme_install)
-  [ ${#cmds[@]} -gt 0 ] || { log "README.md has no kubectl commands under 'Installing into a cluster'"; exit 1; }
-  # Every kustomization the README applies, and any other manifests/ directory with one
-  # (a component the README does not list yet) after them.
-  local dirs=()
-  for cmd in "${cmds[@]}"; do
-    d=$(echo "$cmd" | awk '{for (i = 1; i < NF; i++) if ($i == "-k") print $(i+1)}')
-    [ -n "$d" ] && dirs+=("$d") && applied+="$d "
-  done
-  local extra=()
-  for d in $(kustomizations); do
-    case "$applied" in *" $d "*) ;; *) extra+=("$d") ;; esac
-  done
-  load_images "${dirs[@]}" "${extra[@]}"
-  # The README's my-ippool.yaml: one IPPool in NodePodCIDR mode over kubeadm's pod subnet, so
-  # the range allocator mirrors each node's podCIDR (kube-controller-manager allocated it) into
-  # its IPRange; no range is written per node.
-  local subnet
+# kind_values writes the values of this kind cluster to $state/values.yaml, which replaces the
+# README's my-values.yaml (after tools/kind/values.yaml, the fixed ones): one IPPool in
+# NodePodCIDR mode over kubeadm's pod subnet (the range allocator mirrors each node's podCIDR,
+# which kube-controller-manager allocated, into its IPRange; no range is written per node);
+# the controller-manager's --node-failover-window (the failover e2e tests need a short one,
+# as localcluster's --failover-window=5s gives the local cluster); the edge components with the
+# wrapper's API server address: the control-plane node's IP and 6443 (in the API server
+# certificate's SANs), not its name — the wrapper is on the host network with
+# ClusterFirstWithHostNet, so names go to CoreDNS's ClusterIP, which needs kube-proxy's rules,
+# which come through the wrapper. A pod template annotation names the address, so the
+# wrappers roll when it changes (a recreated cluster), and only then.
+kind_values() {
+  local subnet cp ip edge=true
   subnet=$(kubectl -n kube-system get configmap kubeadm-config -o jsonpath='{.data.ClusterConfiguration}' |
     awk '/podSubnet:/ {print $2; exit}')
   [ -n "$subnet" ] || { log "kubeadm-config has no podSubnet"; exit 1; }
-  printf 'apiVersion: jke.jdcloud.com/v1\nkind: IPPool\nmetadata:\n  name: default\nspec:\n  cidrs: [%s]\n  mode: NodePodCIDR\n' "$subnet" >"$state/ippool.yaml"
+  cp=$(kind get nodes --name "$cluster" | grep control-plane | head -1)
+  ip=$(docker inspect -f "{{(index .NetworkSettings.Networks \"$network\").IPAddress}}" "$cp")
+  [ -n "$ip" ] || { log "no IP of $cp on network $network"; exit 1; }
+  if [ "${KIND_KUBE_PROXY_DIRECT:-0}" = 1 ]; then
+    edge=false
+    log "KIND_KUBE_PROXY_DIRECT=1: no edge components, kube-proxy talks to the API server directly"
+  fi
+  cat >"$state/values.yaml" <<YAML
+# Written by tools/kind/kind.sh for this kind cluster (after tools/kind/values.yaml).
+ipPools:
+  - name: default
+    cidrs: [$subnet]
+    mode: NodePodCIDR
+controllerManager:
+  failover:
+    window: "$failover_window"
+edge:
+  enabled: $edge
+  apiServer:
+    host: "$ip"
+    port: "6443"
+  wrapper:
+    podAnnotations:
+      kind.staticip.io/apiserver: "$ip:6443"
+YAML
+}
+
+install() {
+  local cmd
+  mapfile -t cmds < <(readme_install)
+  [ ${#cmds[@]} -gt 0 ] || { log "README.md has no kubectl/helm commands under 'Installing into a cluster'"; exit 1; }
+  "$root/tools/helm.sh"
+  kind_values
+  local values=(-f "$root/tools/kind/values.yaml" -f "$state/values.yaml")
+  "$bin/helm" template staticip charts/staticip -n kube-system "${values[@]}" >"$state/rendered.yaml"
+  local dns=manifests/edge/coredns
+  load_images "$state/rendered.yaml" "$dns"
   for cmd in "${cmds[@]}"; do
-    cmd=${cmd//my-ippool.yaml/$state/ippool.yaml}
-    if [ -n "$failover_window" ] && [[ "$cmd " == *" -k manifests/controller-manager "* ]]; then
-      controller_manager_overlay manifests/controller-manager
-      cmd=${cmd/ -k manifests\/controller-manager/ -k $state/controller-manager}
-      log "README's controller-manager with --node-failover-window=$failover_window (overlay $state/controller-manager, as localcluster's --failover-window)"
+    cmd=${cmd//-f my-values.yaml/-f $root/tools/kind/values.yaml -f $state/values.yaml}
+    if [[ "$cmd" == helm\ * ]] && ! "$bin/helm" --kubeconfig "$kubeconfig" status staticip -n kube-system >/dev/null 2>&1; then
+      # A cluster kind-up installed with kustomize before the chart: adopt its objects
+      # (charts/staticip/README.md, "Upgrading from a kustomize install"); a no-op on a new one.
+      HELM="$bin/helm" KUBECTL="$bin/kubectl" charts/staticip/scripts/adopt.sh staticip kube-system "${values[@]}" >&2
     fi
     log "README: $cmd"
     # Word splitting as the shell would (the README's commands have no quoting); CRDs may
@@ -280,28 +299,23 @@ install() {
     local try
     for try in 1 2 3 4 5 6; do
       # shellcheck disable=SC2086
-      if kubectl ${cmd#kubectl } >"$state/apply.log" 2>&1; then break; fi
+      case "$cmd" in
+        kubectl\ *) if kubectl ${cmd#kubectl } >"$state/apply.log" 2>&1; then break; fi ;;
+        helm\ *) if "$bin/helm" --kubeconfig "$kubeconfig" ${cmd#helm } >"$state/apply.log" 2>&1; then break; fi ;;
+      esac
       [ $try -eq 6 ] && { cat "$state/apply.log" >&2; exit 1; }
       sleep 5
     done
-    if [[ "$cmd" == *manifests/crds* ]]; then
+    if [[ "$cmd" == *staticip/crds* ]]; then
       kubectl wait --for condition=Established --timeout=60s crd --all >/dev/null
     fi
   done
-  for d in "${extra[@]}"; do
-    if [ "$d" = manifests/edge ]; then
-      install_edge "$d"
-      continue
-    fi
-    if [ "$d" = manifests/edge/coredns ]; then
-      install_edge_dns "$d"
-      continue
-    fi
-    log "kubectl apply -k $d (not in the README's install section)"
-    kubectl apply -k "$d" >/dev/null
-  done
   kubectl -n kube-system rollout status daemonset/staticip-agent --timeout=300s >&2
   kubectl wait --for condition=Ready node --all --timeout=300s >/dev/null
+  if [ "${KIND_KUBE_PROXY_DIRECT:-0}" != 1 ]; then
+    proxy_via_wrapper
+    install_edge_dns "$dns"
+  fi
   if [ -n "$(kubectl get --ignore-not-found -n kube-system deployment staticip-scheduler -o name)" ]; then
     replace_scheduler
   fi
@@ -310,85 +324,12 @@ install() {
   done
 }
 
-# overlay_head prints the head of a kustomization in directory $2 over manifests directory
-# $1 ($3 says what it changes); its patches follow.
-overlay_head() {
-  cat <<YAML
-# Written by tools/kind/kind.sh: $1 $3.
-apiVersion: kustomize.config.k8s.io/v1beta1
-kind: Kustomization
-resources:
-- $(realpath --relative-to="$2" "$root/$1")
-patches:
-YAML
-}
-
-# controller_manager_overlay writes an overlay of manifests/controller-manager in
-# $state/controller-manager that adds --node-failover-window=$failover_window to the
-# manager's arguments (the failover e2e tests need a short window, as localcluster's
-# --failover-window=5s gives the local cluster); applied in place of the README's
-# `kubectl apply -k manifests/controller-manager`, so the manager starts with it once.
-controller_manager_overlay() {
-  local d=$1 overlay="$state/controller-manager"
-  mkdir -p "$overlay"
-  { overlay_head "$d" "$overlay" "with --node-failover-window=$failover_window"; cat <<YAML; } >"$overlay/kustomization.yaml"
-- target: {group: apps, version: v1, kind: Deployment, name: staticip-controller-manager, namespace: staticip-system}
-  patch: |-
-    - op: add
-      path: /spec/template/spec/containers/0/args/-
-      value: --node-failover-window=$failover_window
-YAML
-}
-
-# install_edge installs application-grid-wrapper the way edge/README.md ("Install") says for
-# a kubeadm cluster, and puts kube-proxy behind it (KIND_KUBE_PROXY_DIRECT=1: neither, as
-# localcluster's --kube-proxy-direct):
-#   1. the wrapper's API server address: the control-plane node's IP and 6443 (in the API
-#      server certificate's SANs). Not its name: the wrapper is on the host network with
-#      ClusterFirstWithHostNet, so names go to CoreDNS's ClusterIP, which needs kube-proxy's
-#      rules, which come through the wrapper. Set by an overlay of manifests/edge (edge/
-#      README's "edit the apiserver ConfigMap"), so a second apply changes nothing;
-#   2. the DaemonSet, RBAC and kube-proxy's kubeconfig ConfigMap, every wrapper Ready;
-#   3. kubeadm's kube-proxy ConfigMap's kubeconfig.conf replaced by the wrapper's
-#      (http://127.0.0.1:10266, kube-proxy is on the host network too) and kube-proxy
-#      restarted — only when it changed, so up twice restarts nothing.
-install_edge() {
-  local d=$1
-  if [ "${KIND_KUBE_PROXY_DIRECT:-0}" = 1 ]; then
-    log "KIND_KUBE_PROXY_DIRECT=1: $d not installed, kube-proxy talks to the API server directly"
-    return
-  fi
-  local cp ip overlay="$state/edge"
-  cp=$(kind get nodes --name "$cluster" | grep control-plane | head -1)
-  ip=$(docker inspect -f "{{(index .NetworkSettings.Networks \"$network\").IPAddress}}" "$cp")
-  [ -n "$ip" ] || { log "no IP of $cp on network $network"; exit 1; }
-  mkdir -p "$overlay"
-  { overlay_head "$d" "$overlay" "with the API server address of this kind cluster"; cat <<YAML; } >"$overlay/kustomization.yaml"
-- patch: |-
-    apiVersion: v1
-    kind: ConfigMap
-    metadata:
-      name: application-grid-wrapper-apiserver
-      namespace: kube-system
-    data:
-      KUBERNETES_SERVICE_HOST: "$ip"
-      KUBERNETES_SERVICE_PORT: "6443"
-# The pods read the address once (envFrom): naming it in the template rolls them when it
-# changes (a recreated cluster), and only then.
-- patch: |-
-    apiVersion: apps/v1
-    kind: DaemonSet
-    metadata:
-      name: application-grid-wrapper
-      namespace: kube-system
-    spec:
-      template:
-        metadata:
-          annotations:
-            kind.staticip.io/apiserver: "$ip:6443"
-YAML
-  log "kubectl apply -k $d (not in the README's install section; edge/README.md's steps, API server $ip:6443)"
-  kubectl apply -k "$overlay" >/dev/null
+# proxy_via_wrapper puts kube-proxy behind application-grid-wrapper the way edge/README.md
+# ("Install") says for a kubeadm cluster, once the chart's wrapper (edge.enabled) is Ready:
+# kubeadm's kube-proxy ConfigMap's kubeconfig.conf replaced by the wrapper's
+# (http://127.0.0.1:10266, kube-proxy is on the host network too) and kube-proxy restarted —
+# only when it changed, so up twice restarts nothing.
+proxy_via_wrapper() {
   kubectl -n kube-system rollout status daemonset/application-grid-wrapper --timeout=300s >&2
   local want have
   want=$(kubectl -n kube-system get configmap kube-proxy-via-application-grid-wrapper -o jsonpath='{.data.kubeconfig\.conf}')

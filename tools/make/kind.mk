@@ -1,4 +1,4 @@
-# kind (tools/kind): staticip installed from manifests/ into a kind cluster (1 control
+# kind (tools/kind): staticip installed with the chart (charts/staticip, README's helm install) into a kind cluster (1 control
 # plane + 2 workers + a failover spare), the e2e suite against it. Where no Docker engine runs, tools/kind
 # starts Debian's dockerd with its own config (no iptables, no docker0) and stops it again;
 # where no node image can be pulled, it builds one offline (tools/kind/nodeimage.sh).
@@ -14,7 +14,7 @@ export KIND_STATE_DIR
 
 .PHONY: kind-up kind-down kind-leftovers kind-node-image e2e-kind e2e-kind-suite e2e-kind-lifecycle
 
-kind-up: deps build ## kind cluster (offline node image where nothing can be pulled) with staticip installed from manifests/
+kind-up: deps build helm ## kind cluster (offline node image where nothing can be pulled) with staticip installed with the chart
 	@$(KIND_SH) up
 
 kind-down: ## delete the kind cluster, its network and the Docker engine kind-up started
@@ -38,7 +38,7 @@ e2e-kind-suite:
 e2e-kind-lifecycle: ## kind-up twice is a no-op, kind-down leaves nothing, kind-up after a killed dockerd recovers
 	$(GO) test -tags e2e -count=1 -v -timeout 60m ./tools/kind/lifecycle/
 
-e2e-kind: deps build ## kind up, e2e suite, down (always), leftover check, lifecycle test
+e2e-kind: deps build helm ## kind up, e2e suite, down (always), leftover check, lifecycle test
 	@start=$$SECONDS; rc=0; \
 	  $(KIND_SH) up || rc=$$?; \
 	  if [ $$rc -eq 0 ]; then $(MAKE) --no-print-directory e2e-kind-suite || rc=$$?; fi; \

@@ -44,7 +44,11 @@ func main() {
 	interval := flag.Duration("interval", 30*time.Second, "sync interval (a sync also follows every change that matters to the node)")
 	minGap := flag.Duration("min-sync-gap", 500*time.Millisecond, "least time between two syncs: changes within it are handled by one sync")
 	listen := flag.String("listen", "127.0.0.1:9489", "metrics and health address (keep it on loopback)")
+	cleanup := flag.Bool("cleanup", false, "uninstall: remove the plugin binary, the conflist, the plugin's kubeconfig, the plugin's database and the agent's routes from this node (the paths the flags above name), then only answer /healthz and /readyz until terminated, so that a DaemonSet rollout tells when every node is clean (charts/staticip/README.md, \"Uninstall\")")
 	flag.Parse()
+	if *cleanup {
+		os.Exit(runCleanup(cfg, *listen))
+	}
 	if cfg.NodeName == "" {
 		fmt.Fprintln(os.Stderr, "staticip-agent: --node-name (or NODE_NAME) is required")
 		os.Exit(2)
@@ -85,4 +89,34 @@ func main() {
 	}()
 	a.Run(ctx, *interval, *minGap)
 	_ = srv.Shutdown(context.Background())
+}
+
+// runCleanup removes what the agent installed on this node (agent.Cleanup), then serves
+// /healthz and /readyz (200) until SIGTERM: Ready means this node is clean. A failure exits
+// non-zero, so the pod restarts and tries again.
+func runCleanup(cfg agent.Config, listen string) int {
+	removed, err := agent.Cleanup(cfg)
+	for _, r := range removed {
+		fmt.Fprintln(os.Stderr, "staticip-agent: cleanup: removed", r)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "staticip-agent: cleanup:", err)
+		return 1
+	}
+	fmt.Fprintf(os.Stderr, "staticip-agent: cleanup: node %s is clean\n", cfg.NodeName)
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	ok := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { fmt.Fprintln(w, "clean") })
+	mux := http.NewServeMux()
+	mux.Handle("/healthz", ok)
+	mux.Handle("/readyz", ok)
+	srv := &http.Server{Addr: listen, Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	go func() {
+		if err := srv.ListenAndServe(); err != nil && err != http.ErrServerClosed {
+			fmt.Fprintln(os.Stderr, "staticip-agent: http:", err)
+		}
+	}()
+	<-ctx.Done()
+	_ = srv.Shutdown(context.Background())
+	return 0
 }

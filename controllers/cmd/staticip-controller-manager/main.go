@@ -1,5 +1,7 @@
-// staticip-controller-manager runs the EnhancedStatefulSet and StaticIP controllers with
-// Lease leader election. See controllers/README.md.
+// staticip-controller-manager runs the staticip controllers (manager.KnownControllers: the
+// EnhancedStatefulSet, StaticIP, the three SuperEdge grid, node failover and range allocator
+// controllers; --controllers picks them) in one process with Lease leader election. See
+// controllers/README.md.
 package main
 
 import (

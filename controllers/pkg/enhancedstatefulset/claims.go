@@ -33,13 +33,6 @@ func claimOwnersWant(set *jkev1alpha1.EnhancedStatefulSet, ordinal int) (wantSet
 	return policy.WhenDeleted == appsv1.DeletePersistentVolumeClaimRetentionPolicyType, false
 }
 
-func replicasOf(set *jkev1alpha1.EnhancedStatefulSet) int {
-	if set.Spec.Replicas == nil {
-		return 1
-	}
-	return int(*set.Spec.Replicas)
-}
-
 func matchesRef(ref *metav1.OwnerReference, obj metav1.Object, gvk schema.GroupVersionKind) bool {
 	return obj != nil && ref.APIVersion == gvk.GroupVersion().String() && ref.Kind == gvk.Kind && ref.Name == obj.GetName()
 }

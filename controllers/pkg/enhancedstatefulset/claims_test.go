@@ -9,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/ordinal"
 )
 
 // TestClaimOwners walks the retention policies of upstream's isClaimOwnerUpToDate table: which
@@ -53,7 +54,7 @@ func TestClaimOwners(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			set, p := setWith(tc.whenDeleted, tc.whenScaled), pod(tc.ordinal)
-			ord := ParseOrdinal("web", p.Name)
+			ord := ordinal.Of("web", p.Name)
 			claim := &corev1.PersistentVolumeClaim{ObjectMeta: metav1.ObjectMeta{Name: "data-" + p.Name, OwnerReferences: tc.refs}}
 			if got := claimOwnersUpToDate(claim, set, p, ord); got != tc.upToDate {
 				t.Fatalf("claimOwnersUpToDate = %v, want %v", got, tc.upToDate)

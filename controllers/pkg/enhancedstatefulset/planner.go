@@ -18,6 +18,7 @@ import (
 	podutil "k8s.io/kubernetes/pkg/api/v1/pod"
 
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/ordinal"
 )
 
 // ActionType is what the sync loop must do to one pod.
@@ -186,30 +187,8 @@ func InPlaceState(pod *corev1.Pod) *InPlaceUpdateState {
 	return st
 }
 
-// PodName is the name of the pod of ordinal in set.
-func PodName(setName string, ordinal int) string { return fmt.Sprintf("%s-%d", setName, ordinal) }
-
-// ParseOrdinal returns the ordinal of a pod named {setName}-{n}, or -1.
-func ParseOrdinal(setName, podName string) int {
-	prefix := setName + "-"
-	if len(podName) <= len(prefix) || podName[:len(prefix)] != prefix {
-		return -1
-	}
-	n := 0
-	for _, c := range podName[len(prefix):] {
-		if c < '0' || c > '9' {
-			return -1
-		}
-		n = n*10 + int(c-'0')
-		if n > 1<<30 {
-			return -1
-		}
-	}
-	if s := podName[len(prefix):]; len(s) > 1 && s[0] == '0' {
-		return -1 // "web-01" is not ordinal 1
-	}
-	return n
-}
+// PodName is the name of the pod of ordinal n in set (apis/ordinal.Name).
+func PodName(setName string, n int) string { return ordinal.Name(setName, n) }
 
 // PodRevision is the revision label of pod.
 func PodRevision(pod *corev1.Pod) string { return pod.Labels[RevisionLabel] }
@@ -377,61 +356,113 @@ func ImageOnlyChange(from, to *corev1.PodTemplateSpec) (images map[string]string
 //     no available pod is taken down. A pod already down on an abandoned revision (neither
 //     current nor update) is replaced without budget. Paused starts no update; OnDelete
 //     never updates a live pod.
+//
+// The phases run in this order over one planner: status counts, 0. repairs, 1. replicas,
+// 2. condemned pods, 3. the rolling update.
 func ComputePlan(in PlanInput) (*Plan, error) {
-	spec := in.Spec
-	replicas := 1
-	if spec.Replicas != nil {
-		replicas = int(*spec.Replicas)
+	p, err := newPlanner(in)
+	if err != nil {
+		return nil, err
 	}
-	parallel := spec.PodManagementPolicy == appsv1.ParallelPodManagement
-	rollingUpdate := spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType
+	p.countStatus()
+	p.repair()
+	p.ensureReplicas()
+	p.deleteCondemned()
+	p.rollUpdate()
+	return p.plan, nil
+}
+
+// planner is one ComputePlan: the resolved spec, the set's pods by ordinal, and what the
+// phases decided so far.
+type planner struct {
+	in   PlanInput
+	plan *Plan
+
+	replicas, partition int
+	minReady            int32
+	parallel            bool // podManagementPolicy Parallel
+	rollingUpdate       bool // updateStrategy RollingUpdate (not OnDelete)
+	paused              bool
+	updating            bool // rolling update, not paused, revisions known
+	inPlace             bool // podUpdatePolicy InPlaceIfPossible
+
+	slots     []*corev1.Pod // by ordinal < replicas; nil = missing
+	condemned []*corev1.Pod // ordinals >= replicas, highest first
+
+	// acted: ordinals phase 0 moved already (no other phase touches them).
+	acted map[int]bool
+	// blocked: OrderedReady waits (on waitFor, named waitName; nil when it is missing).
+	blocked  bool
+	waitFor  *corev1.Pod
+	waitName string
+}
+
+func newPlanner(in PlanInput) (*planner, error) {
+	spec := in.Spec
+	p := &planner{in: in, replicas: 1, minReady: spec.MinReadySeconds, acted: map[int]bool{}}
+	if spec.Replicas != nil {
+		p.replicas = int(*spec.Replicas)
+	}
+	p.parallel = spec.PodManagementPolicy == appsv1.ParallelPodManagement
+	p.rollingUpdate = spec.UpdateStrategy.Type != appsv1.OnDeleteStatefulSetStrategyType
 	ru := spec.UpdateStrategy.RollingUpdate
 	if ru == nil {
 		ru = &jkev1alpha1.RollingUpdateEnhancedStatefulSetStrategy{}
 	}
-	partition := 0
-	if rollingUpdate && ru.Partition != nil {
-		partition = int(*ru.Partition)
+	if p.rollingUpdate && ru.Partition != nil {
+		p.partition = int(*ru.Partition)
 	}
-	maxUnavailable, err := ResolveMaxUnavailable(ru.MaxUnavailable, replicas)
+	maxUnavailable, err := ResolveMaxUnavailable(ru.MaxUnavailable, p.replicas)
 	if err != nil {
 		return nil, fmt.Errorf("spec.updateStrategy.rollingUpdate.maxUnavailable: %w", err)
 	}
-	plan := &Plan{MaxUnavailable: maxUnavailable}
-	minReady := spec.MinReadySeconds
+	p.plan = &Plan{MaxUnavailable: maxUnavailable}
+	p.paused = ru.Paused
+	p.updating = p.rollingUpdate && !ru.Paused && (in.CurrentRevision != "" || in.UpdateRevision != "")
+	p.inPlace = ru.PodUpdatePolicy == jkev1alpha1.InPlaceIfPossiblePodUpdatePolicy
 
 	// Split pods into replicas (by ordinal) and condemned.
-	slots := make([]*corev1.Pod, replicas)
-	var condemned []*corev1.Pod
+	p.slots = make([]*corev1.Pod, p.replicas)
 	for _, pod := range in.Pods {
-		ord := ParseOrdinal(in.SetName, pod.Name)
+		ord := ordinal.Of(in.SetName, pod.Name)
 		if ord < 0 {
 			continue
 		}
-		if ord < replicas {
-			slots[ord] = pod
+		if ord < p.replicas {
+			p.slots[ord] = pod
 		} else {
-			condemned = append(condemned, pod)
+			p.condemned = append(p.condemned, pod)
 		}
 	}
-	sort.Slice(condemned, func(i, j int) bool {
-		return ParseOrdinal(in.SetName, condemned[i].Name) > ParseOrdinal(in.SetName, condemned[j].Name)
+	sort.Slice(p.condemned, func(i, j int) bool {
+		return ordinal.Of(in.SetName, p.condemned[i].Name) > ordinal.Of(in.SetName, p.condemned[j].Name)
 	})
+	return p, nil
+}
 
-	// Status counts over every pod the set has (like the StatefulSet controller). A pod whose
-	// in-place update the kubelet has not carried out is neither ready nor at any revision yet.
+// available says whether pod is there, not terminating and available for minReadySeconds.
+func (p *planner) available(pod *corev1.Pod) bool {
+	return pod != nil && !isTerminating(pod) && isAvailable(pod, p.minReady, p.in.Now)
+}
+
+func (p *planner) act(a Action) { p.plan.Actions = append(p.plan.Actions, a) }
+
+// countStatus counts over every pod the set has (like the StatefulSet controller). A pod whose
+// in-place update the kubelet has not carried out is neither ready nor at any revision yet.
+func (p *planner) countStatus() {
+	in, plan := p.in, p.plan
 	for _, pod := range in.Pods {
-		if ParseOrdinal(in.SetName, pod.Name) < 0 {
+		if ordinal.Of(in.SetName, pod.Name) < 0 {
 			continue
 		}
 		plan.Replicas++
 		pending := InPlaceUpdatePending(pod)
 		if isRunningAndReady(pod) && !pending {
 			plan.ReadyReplicas++
-			if isAvailable(pod, minReady, in.Now) {
+			if isAvailable(pod, p.minReady, in.Now) {
 				plan.AvailableReplicas++
-			} else if minReady > 0 {
-				plan.requeueForAvailability(pod, minReady, in.Now)
+			} else if p.minReady > 0 {
+				plan.requeueForAvailability(pod, p.minReady, in.Now)
 			}
 		}
 		if !isTerminating(pod) && !pending {
@@ -446,37 +477,39 @@ func ComputePlan(in PlanInput) (*Plan, error) {
 			}
 		}
 	}
+}
 
-	revisionFor := func(ordinal int) string {
-		if rollingUpdate && ordinal < partition {
-			return in.CurrentRevision
-		}
-		return in.UpdateRevision
+// revisionFor is the revision a new pod of ordinal is created at.
+func (p *planner) revisionFor(ord int) string {
+	if p.rollingUpdate && ord < p.partition {
+		return p.in.CurrentRevision
 	}
-	updating := rollingUpdate && !ru.Paused && (in.CurrentRevision != "" || in.UpdateRevision != "")
-	inPlace := ru.PodUpdatePolicy == jkev1alpha1.InPlaceIfPossiblePodUpdatePolicy
-	// update moves pod to the update revision: in place when only images differ, else by
-	// deleting it (it is recreated at the update revision).
-	update := func(ord int, pod *corev1.Pod, reason DeleteReason) Action {
-		if inPlace {
-			if images, ok := ImageOnlyChange(in.Templates[PodRevision(pod)], in.Templates[in.UpdateRevision]); ok {
-				return Action{Type: ActionInPlaceUpdate, Ordinal: ord, Pod: pod.Name, Revision: in.UpdateRevision, Images: images}
-			}
-		}
-		return Action{Type: ActionDelete, Ordinal: ord, Pod: pod.Name, Reason: reason}
-	}
+	return p.in.UpdateRevision
+}
 
-	// 0. Repairs that wait for nothing, under both policies:
-	//   - an in-place update the kubelet has carried out is finished (InPlaceUpdateReady True);
-	//     one that did not reach the kubelet within the timeout is replaced by a new pod;
-	//   - a pod that is unavailable and not at the update revision (ordinals >= partition,
-	//     rolling update not paused) is moved to the update revision without waiting for lower
-	//     ordinals and without budget: it is down already, replacing it takes nothing else
-	//     down. This is the StatefulSet's manual "forced rollback" (a pod stuck on a broken
-	//     image after the template was rolled back), done for the user.
-	acted := map[int]bool{}
-	for ord := replicas - 1; ord >= 0; ord-- {
-		pod := slots[ord]
+// update moves pod to the update revision: in place when only images differ, else by
+// deleting it (it is recreated at the update revision).
+func (p *planner) update(ord int, pod *corev1.Pod, reason DeleteReason) Action {
+	if p.inPlace {
+		if images, ok := ImageOnlyChange(p.in.Templates[PodRevision(pod)], p.in.Templates[p.in.UpdateRevision]); ok {
+			return Action{Type: ActionInPlaceUpdate, Ordinal: ord, Pod: pod.Name, Revision: p.in.UpdateRevision, Images: images}
+		}
+	}
+	return Action{Type: ActionDelete, Ordinal: ord, Pod: pod.Name, Reason: reason}
+}
+
+// repair is phase 0, the repairs that wait for nothing, under both policies:
+//   - an in-place update the kubelet has carried out is finished (InPlaceUpdateReady True);
+//     one that did not reach the kubelet within the timeout is replaced by a new pod;
+//   - a pod that is unavailable and not at the update revision (ordinals >= partition,
+//     rolling update not paused) is moved to the update revision without waiting for lower
+//     ordinals and without budget: it is down already, replacing it takes nothing else
+//     down. This is the StatefulSet's manual "forced rollback" (a pod stuck on a broken
+//     image after the template was rolled back), done for the user.
+func (p *planner) repair() {
+	in := p.in
+	for ord := p.replicas - 1; ord >= 0; ord-- {
+		pod := p.slots[ord]
 		if pod == nil || isTerminating(pod) || isFailedOrSucceeded(pod) {
 			continue
 		}
@@ -484,116 +517,129 @@ func ComputePlan(in PlanInput) (*Plan, error) {
 			if in.InPlaceUpdateTimeout > 0 {
 				deadline := st.UpdateTimestamp.Add(in.InPlaceUpdateTimeout)
 				if !in.Now.Before(deadline) {
-					plan.Actions = append(plan.Actions, Action{Type: ActionDelete, Ordinal: ord, Pod: pod.Name, Reason: ReasonInPlaceTimeout})
-					acted[ord] = true
+					p.act(Action{Type: ActionDelete, Ordinal: ord, Pod: pod.Name, Reason: ReasonInPlaceTimeout})
+					p.acted[ord] = true
 					continue
 				}
-				plan.requeueAt(deadline.Sub(in.Now) + 100*time.Millisecond)
+				p.plan.requeueAt(deadline.Sub(in.Now) + 100*time.Millisecond)
 			}
 		} else if st != nil || (hasReadinessGate(pod) && !conditionTrue(pod, InPlaceUpdateReady)) {
-			plan.Actions = append(plan.Actions, Action{Type: ActionInPlaceReady, Ordinal: ord, Pod: pod.Name})
+			p.act(Action{Type: ActionInPlaceReady, Ordinal: ord, Pod: pod.Name})
 		}
-		if updating && ord >= partition && PodRevision(pod) != in.UpdateRevision && !isAvailable(pod, minReady, in.Now) {
-			plan.Actions = append(plan.Actions, update(ord, pod, ReasonUnavailable))
-			acted[ord] = true
+		if p.updating && ord >= p.partition && PodRevision(pod) != in.UpdateRevision && !isAvailable(pod, p.minReady, in.Now) {
+			p.act(p.update(ord, pod, ReasonUnavailable))
+			p.acted[ord] = true
 		}
 	}
+}
 
-	// 1. Replicas: replace failed pods, create missing ones. OrderedReady stops at the first
-	//    pod that is not there or not available yet (monotonic), like the StatefulSet.
+// ensureReplicas is phase 1: replace failed pods, create missing ones. OrderedReady stops at
+// the first pod that is not there or not available yet (monotonic), like the StatefulSet. It
+// also counts the unavailable pods against the budget (condemned ones too, as upstream).
+func (p *planner) ensureReplicas() {
 	unavailable := 0
-	blocked := false
-	var waitFor *corev1.Pod
-	waitName := ""
-	for ord := 0; ord < replicas; ord++ {
-		pod := slots[ord]
-		if pod == nil || isTerminating(pod) || !isAvailable(pod, minReady, in.Now) {
+	for ord := 0; ord < p.replicas; ord++ {
+		pod := p.slots[ord]
+		if !p.available(pod) {
 			unavailable++
 		}
-		if blocked {
+		if p.blocked {
 			continue
 		}
 		switch {
 		case pod == nil:
-			plan.Actions = append(plan.Actions, Action{Type: ActionCreate, Ordinal: ord, Pod: PodName(in.SetName, ord), Revision: revisionFor(ord)})
-			blocked = !parallel
-		case acted[ord]:
-			blocked = !parallel
+			p.act(Action{Type: ActionCreate, Ordinal: ord, Pod: PodName(p.in.SetName, ord), Revision: p.revisionFor(ord)})
+			p.blocked = !p.parallel
+		case p.acted[ord]:
+			p.blocked = !p.parallel
 		case isFailedOrSucceeded(pod) && !isTerminating(pod):
-			plan.Actions = append(plan.Actions, Action{Type: ActionDelete, Ordinal: ord, Pod: pod.Name, Reason: ReasonFailed})
-			blocked = !parallel
+			p.act(Action{Type: ActionDelete, Ordinal: ord, Pod: pod.Name, Reason: ReasonFailed})
+			p.blocked = !p.parallel
 		case isTerminating(pod):
 			// Wait for it to go before recreating the same name.
-			blocked = !parallel
-		case !isAvailable(pod, minReady, in.Now):
-			blocked = !parallel
+			p.blocked = !p.parallel
+		case !isAvailable(pod, p.minReady, p.in.Now):
+			p.blocked = !p.parallel
 		}
-		if blocked {
-			waitFor, waitName = pod, PodName(in.SetName, ord)
+		if p.blocked {
+			p.waitFor, p.waitName = pod, PodName(p.in.SetName, ord)
 		}
 	}
-	// Condemned pods that are unavailable count against the budget too, as upstream.
-	for _, pod := range condemned {
-		if isTerminating(pod) || !isAvailable(pod, minReady, in.Now) {
+	for _, pod := range p.condemned {
+		if !p.available(pod) {
 			unavailable++
 		}
 	}
-	plan.Unavailable = unavailable
+	p.plan.Unavailable = unavailable
+}
 
-	// 2. Condemned pods, highest ordinal first. OrderedReady deletes one at a time and only
-	//    when every replica is available; Parallel deletes all of them.
-	for _, pod := range condemned {
-		if blocked {
+// deleteCondemned is phase 2: condemned pods, highest ordinal first. OrderedReady deletes one
+// at a time and only when every replica is available; Parallel deletes all of them.
+func (p *planner) deleteCondemned() {
+	for _, pod := range p.condemned {
+		if p.blocked {
 			break
 		}
 		if isTerminating(pod) {
-			blocked = !parallel
-			if blocked {
-				waitFor, waitName = pod, pod.Name
+			p.blocked = !p.parallel
+			if p.blocked {
+				p.waitFor, p.waitName = pod, pod.Name
 			}
 			continue
 		}
-		plan.Actions = append(plan.Actions, Action{Type: ActionDelete, Ordinal: ParseOrdinal(in.SetName, pod.Name), Pod: pod.Name, Reason: ReasonCondemned})
-		blocked = !parallel
+		p.act(Action{Type: ActionDelete, Ordinal: ordinal.Of(p.in.SetName, pod.Name), Pod: pod.Name, Reason: ReasonCondemned})
+		p.blocked = !p.parallel
 	}
+}
 
-	// Pods the rolling update still has to move.
-	var toUpdate []int
-	if rollingUpdate {
-		for ord := replicas - 1; ord >= partition; ord-- {
-			if pod := slots[ord]; pod != nil && !isTerminating(pod) && !isFailedOrSucceeded(pod) && !acted[ord] && PodRevision(pod) != in.UpdateRevision {
-				toUpdate = append(toUpdate, ord)
-			}
+// toUpdate are the ordinals the rolling update still has to move, highest first.
+func (p *planner) toUpdate() []int {
+	var out []int
+	if !p.rollingUpdate {
+		return nil
+	}
+	for ord := p.replicas - 1; ord >= p.partition; ord-- {
+		if pod := p.slots[ord]; pod != nil && !isTerminating(pod) && !isFailedOrSucceeded(pod) && !p.acted[ord] && PodRevision(pod) != p.in.UpdateRevision {
+			out = append(out, ord)
 		}
 	}
-	// unavailablePods describes the pods that use up the budget.
-	unavailablePods := func() (names []string, anyStuck bool) {
-		for ord := 0; ord < replicas; ord++ {
-			if pod := slots[ord]; pod == nil || isTerminating(pod) || !isAvailable(pod, minReady, in.Now) {
-				names = append(names, PodName(in.SetName, ord)+" ("+podProblem(pod, minReady, in.Now)+")")
-				anyStuck = anyStuck || stuck(pod)
-			}
-		}
-		for _, pod := range condemned {
-			if isTerminating(pod) || !isAvailable(pod, minReady, in.Now) {
-				names = append(names, pod.Name+" ("+podProblem(pod, minReady, in.Now)+")")
-				anyStuck = anyStuck || stuck(pod)
-			}
-		}
-		return names, anyStuck
-	}
+	return out
+}
 
-	// 3. Rolling update under the budget.
+// unavailablePods describes the pods that use up the budget.
+func (p *planner) unavailablePods() (names []string, anyStuck bool) {
+	note := func(name string, pod *corev1.Pod) {
+		names = append(names, name+" ("+podProblem(pod, p.minReady, p.in.Now)+")")
+		anyStuck = anyStuck || stuck(pod)
+	}
+	for ord := 0; ord < p.replicas; ord++ {
+		if pod := p.slots[ord]; !p.available(pod) {
+			note(PodName(p.in.SetName, ord), pod)
+		}
+	}
+	for _, pod := range p.condemned {
+		if !p.available(pod) {
+			note(pod.Name, pod)
+		}
+	}
+	return names, anyStuck
+}
+
+// rollUpdate is phase 3: the rolling update under the budget, unless OrderedReady waits, the
+// update is paused or the strategy is OnDelete.
+func (p *planner) rollUpdate() {
+	in, plan := p.in, p.plan
+	toUpdate := p.toUpdate()
 	switch {
-	case !rollingUpdate || in.CurrentRevision == "" && in.UpdateRevision == "":
-		return plan, nil
-	case blocked && waitName != "" && (len(toUpdate) > 0 || len(plan.Actions) == 0):
-		plan.Waiting = &Wait{Reason: WaitPod, Pods: []string{waitName}, Stuck: stuck(waitFor),
-			Message: fmt.Sprintf("OrderedReady: waiting for pod %s (%s)", waitName, podProblem(waitFor, minReady, in.Now))}
-		return plan, nil
-	case blocked:
-		return plan, nil
-	case ru.Paused:
+	case !p.rollingUpdate || in.CurrentRevision == "" && in.UpdateRevision == "":
+		return
+	case p.blocked && p.waitName != "" && (len(toUpdate) > 0 || len(plan.Actions) == 0):
+		plan.Waiting = &Wait{Reason: WaitPod, Pods: []string{p.waitName}, Stuck: stuck(p.waitFor),
+			Message: fmt.Sprintf("OrderedReady: waiting for pod %s (%s)", p.waitName, podProblem(p.waitFor, p.minReady, in.Now))}
+		return
+	case p.blocked:
+		return
+	case p.paused:
 		if len(toUpdate) > 0 {
 			names := make([]string, len(toUpdate))
 			for i, ord := range toUpdate {
@@ -602,20 +648,19 @@ func ComputePlan(in PlanInput) (*Plan, error) {
 			plan.Waiting = &Wait{Reason: WaitPaused, Pods: names,
 				Message: fmt.Sprintf("paused: %d pods not at revision %s: %s", len(names), in.UpdateRevision, strings.Join(names, ", "))}
 		}
-		return plan, nil
+		return
 	}
-	budget := maxUnavailable - unavailable
+	budget := plan.MaxUnavailable - plan.Unavailable
 	for _, ord := range toUpdate {
 		if budget <= 0 {
-			names, anyStuck := unavailablePods()
+			names, anyStuck := p.unavailablePods()
 			plan.Waiting = &Wait{Reason: WaitBudget, Pods: names, Stuck: anyStuck,
-				Message: fmt.Sprintf("maxUnavailable %d reached, %d pods left to update; unavailable: %s", maxUnavailable, len(toUpdate), strings.Join(names, ", "))}
+				Message: fmt.Sprintf("maxUnavailable %d reached, %d pods left to update; unavailable: %s", plan.MaxUnavailable, len(toUpdate), strings.Join(names, ", "))}
 			break
 		}
 		budget--
-		plan.Actions = append(plan.Actions, update(ord, slots[ord], ReasonUpdate))
+		p.act(p.update(ord, p.slots[ord], ReasonUpdate))
 	}
-	return plan, nil
 }
 
 // requeueAt asks for a sync after d at the latest.

@@ -151,178 +151,188 @@ func without(base []podState, ords ...int) []podState {
 	return out
 }
 
+// planTemplates are the revisions computePlanCases refer to: r2 changes only the image of r1
+// (in place), r3 also the environment.
+var planTemplates = map[string]*corev1.PodTemplateSpec{
+	"r1": tmpl("img:v1", ""), "r2": tmpl("img:v2", ""), "r3": tmpl("img:v2", "changed"),
+}
+
+func pct(s string) intstr.IntOrString { return intstr.FromString(s) }
+func num(n int) intstr.IntOrString    { return intstr.FromInt32(int32(n)) }
+
+// computePlanCase: a set's spec (opts), its pods and revisions, and the actions the planner
+// must decide (Action.String), with the budget it counts.
+type computePlanCase struct {
+	name            string
+	opts            []specOpt
+	pods            []podState
+	current, update string
+	want            []string
+	wantUnavailable int
+	wantMax         int
+}
+
+// computePlanCases is TestComputePlan's table.
+var computePlanCases = []computePlanCase{
+	{name: "empty set OrderedReady creates ordinal 0 only", opts: []specOpt{replicas(3)},
+		current: "r1", update: "r1", want: []string{"create 0@r1"}, wantUnavailable: 3, wantMax: 1},
+	{name: "empty set Parallel creates all", opts: []specOpt{replicas(3), parallel},
+		current: "r1", update: "r1", want: []string{"create 0@r1", "create 1@r1", "create 2@r1"}, wantUnavailable: 3, wantMax: 1},
+	{name: "OrderedReady waits for a not ready lower ordinal", opts: []specOpt{replicas(3)},
+		pods: []podState{{ord: 0, rev: "r1", state: "notready"}}, current: "r1", update: "r1", want: nil, wantUnavailable: 3, wantMax: 1},
+	{name: "OrderedReady creates next when lower is ready", opts: []specOpt{replicas(3)},
+		pods: readyPods(1, "r1"), current: "r1", update: "r1", want: []string{"create 1@r1"}, wantUnavailable: 2, wantMax: 1},
+	{name: "steady state does nothing", opts: []specOpt{replicas(3)},
+		pods: readyPods(3, "r1"), current: "r1", update: "r1", want: nil, wantMax: 1},
+	{name: "failed pod is replaced", opts: []specOpt{replicas(3)},
+		pods: with(readyPods(3, "r1"), podState{ord: 1, rev: "r1", state: "failed"}), current: "r1", update: "r1",
+		want: []string{"delete 1 (Failed)"}, wantUnavailable: 1, wantMax: 1},
+	{name: "terminating pod is waited for, not recreated", opts: []specOpt{replicas(3), parallel},
+		pods: with(readyPods(3, "r1"), podState{ord: 1, rev: "r1", state: "terminating"}), current: "r1", update: "r1",
+		want: nil, wantUnavailable: 1, wantMax: 1},
+	{name: "OrderedReady scale down deletes highest condemned only", opts: []specOpt{replicas(2)},
+		pods: readyPods(5, "r1"), current: "r1", update: "r1", want: []string{"delete 4 (Condemned)"}, wantMax: 1},
+	{name: "OrderedReady scale down waits for unhealthy replica", opts: []specOpt{replicas(2)},
+		pods: with(readyPods(4, "r1"), podState{ord: 0, rev: "r1", state: "notready"}), current: "r1", update: "r1", want: nil, wantUnavailable: 1, wantMax: 1},
+	{name: "Parallel scale down deletes all condemned", opts: []specOpt{replicas(2), parallel},
+		pods: readyPods(5, "r1"), current: "r1", update: "r1",
+		want: []string{"delete 4 (Condemned)", "delete 3 (Condemned)", "delete 2 (Condemned)"}, wantMax: 1},
+	{name: "default rolling update: one pod, highest ordinal", opts: []specOpt{replicas(3)},
+		pods: readyPods(3, "r1"), current: "r1", update: "r2", want: []string{"delete 2 (Update)"}, wantMax: 1},
+	{name: "maxUnavailable 2 updates two highest", opts: []specOpt{replicas(6), maxUnav(num(2))},
+		pods: readyPods(6, "r1"), current: "r1", update: "r2", want: []string{"delete 5 (Update)", "delete 4 (Update)"}, wantMax: 2},
+	{name: "partition 3 maxUnavailable 2 (published scenario, first batch)", opts: []specOpt{replicas(6), parallel, partition(3), maxUnav(num(2))},
+		pods: readyPods(6, "r1"), current: "r1", update: "r2", want: []string{"delete 5 (Update)", "delete 4 (Update)"}, wantMax: 2},
+	{name: "partition 3: second batch only ordinal 3 (0-2 stay)", opts: []specOpt{replicas(6), parallel, partition(3), maxUnav(num(2))},
+		pods: with(readyPods(6, "r1"), podState{ord: 4, rev: "r2"}, podState{ord: 5, rev: "r2"}), current: "r1", update: "r2",
+		want: []string{"delete 3 (Update)"}, wantMax: 2},
+	{name: "partition 3 done: nothing below the partition moves", opts: []specOpt{replicas(6), parallel, partition(3), maxUnav(num(2))},
+		pods: with(readyPods(6, "r1"), podState{ord: 3, rev: "r2"}, podState{ord: 4, rev: "r2"}, podState{ord: 5, rev: "r2"}), current: "r1", update: "r2",
+		want: nil, wantMax: 2},
+	{name: "partition 0 finishes the rest", opts: []specOpt{replicas(6), parallel, partition(0), maxUnav(num(2))},
+		pods: with(readyPods(6, "r1"), podState{ord: 3, rev: "r2"}, podState{ord: 4, rev: "r2"}, podState{ord: 5, rev: "r2"}), current: "r1", update: "r2",
+		want: []string{"delete 2 (Update)", "delete 1 (Update)"}, wantMax: 2},
+	{name: "recreated pod above partition created at update revision", opts: []specOpt{replicas(6), parallel, partition(3), maxUnav(num(2))},
+		pods: without(readyPods(6, "r1"), 5, 4), current: "r1", update: "r2",
+		want: []string{"create 4@r2", "create 5@r2"}, wantUnavailable: 2, wantMax: 2},
+	{name: "missing pod below partition created at current revision", opts: []specOpt{replicas(6), parallel, partition(3), maxUnav(num(2))},
+		pods: without(readyPods(6, "r1"), 1), current: "r1", update: "r2",
+		want: []string{"create 1@r1", "delete 5 (Update)"}, wantUnavailable: 1, wantMax: 2},
+	{name: "two already down with budget 2: only they are replaced, nothing healthy goes down", opts: []specOpt{replicas(6), parallel, partition(0), maxUnav(num(2))},
+		pods: with(readyPods(6, "r1"), podState{ord: 0, rev: "r1", state: "notready"}, podState{ord: 1, rev: "r1", state: "notready"}), current: "r1", update: "r2",
+		want: []string{"delete 1 (Unavailable)", "delete 0 (Unavailable)"}, wantUnavailable: 2, wantMax: 2},
+	{name: "one already down with budget 3: two updates", opts: []specOpt{replicas(6), parallel, maxUnav(num(3))},
+		pods: with(readyPods(6, "r1"), podState{ord: 0, rev: "r1", state: "notready"}), current: "r1", update: "r2",
+		want: []string{"delete 0 (Unavailable)", "delete 5 (Update)", "delete 4 (Update)"}, wantUnavailable: 1, wantMax: 3},
+	{name: "updated pods not yet ready consume the budget", opts: []specOpt{replicas(6), parallel, maxUnav(num(2))},
+		pods: with(readyPods(6, "r1"), podState{ord: 5, rev: "r2", state: "pending"}), current: "r1", update: "r2",
+		want: []string{"delete 4 (Update)"}, wantUnavailable: 1, wantMax: 2},
+	{name: "broken new revision stops at the budget", opts: []specOpt{replicas(6), parallel, maxUnav(num(2))},
+		pods: with(readyPods(6, "r1"), podState{ord: 5, rev: "r2", state: "notready"}, podState{ord: 4, rev: "r2", state: "notready"}), current: "r1", update: "r2",
+		want: nil, wantUnavailable: 2, wantMax: 2},
+	{name: "percent 50% of 6 = 3", opts: []specOpt{replicas(6), parallel, maxUnav(pct("50%"))},
+		pods: readyPods(6, "r1"), current: "r1", update: "r2",
+		want: []string{"delete 5 (Update)", "delete 4 (Update)", "delete 3 (Update)"}, wantMax: 3},
+	{name: "percent rounds down: 40% of 6 = 2", opts: []specOpt{replicas(6), parallel, maxUnav(pct("40%"))},
+		pods: readyPods(6, "r1"), current: "r1", update: "r2",
+		want: []string{"delete 5 (Update)", "delete 4 (Update)"}, wantMax: 2},
+	{name: "percent at least 1: 10% of 3", opts: []specOpt{replicas(3), parallel, maxUnav(pct("10%"))},
+		pods: readyPods(3, "r1"), current: "r1", update: "r2", want: []string{"delete 2 (Update)"}, wantMax: 1},
+	{name: "paused: no updates", opts: []specOpt{replicas(6), parallel, maxUnav(num(2)), paused},
+		pods: readyPods(6, "r1"), current: "r1", update: "r2", want: nil, wantMax: 2},
+	{name: "paused: scale up still works, new pods at update revision", opts: []specOpt{replicas(8), parallel, maxUnav(num(2)), paused},
+		pods: readyPods(6, "r1"), current: "r1", update: "r2", want: []string{"create 6@r2", "create 7@r2"}, wantUnavailable: 2, wantMax: 2},
+	{name: "paused: scale down still works", opts: []specOpt{replicas(4), parallel, maxUnav(num(2)), paused},
+		pods: readyPods(6, "r1"), current: "r1", update: "r2", want: []string{"delete 5 (Condemned)", "delete 4 (Condemned)"}, wantMax: 2},
+	{name: "OrderedReady update waits while a recreated pod is not ready", opts: []specOpt{replicas(6), maxUnav(num(2))},
+		pods: with(readyPods(6, "r1"), podState{ord: 5, rev: "r2", state: "pending"}), current: "r1", update: "r2",
+		want: nil, wantUnavailable: 1, wantMax: 2},
+	{name: "OrderedReady recreates missing updated pods lowest first, one at a time", opts: []specOpt{replicas(6), maxUnav(num(2))},
+		pods: without(readyPods(6, "r1"), 4, 5), current: "r1", update: "r2",
+		want: []string{"create 4@r2"}, wantUnavailable: 2, wantMax: 2},
+	{name: "scale up during update: new ordinals at update revision, budget counts them", opts: []specOpt{replicas(6), parallel, maxUnav(num(3))},
+		pods: readyPods(4, "r1"), current: "r1", update: "r2",
+		want: []string{"create 4@r2", "create 5@r2", "delete 3 (Update)"}, wantUnavailable: 2, wantMax: 3},
+	{name: "scale down during update: condemned deleted, update continues within budget", opts: []specOpt{replicas(3), parallel, maxUnav(num(1))},
+		pods: with(readyPods(5, "r1"), podState{ord: 4, rev: "r2"}), current: "r1", update: "r2",
+		want: []string{"delete 4 (Condemned)", "delete 3 (Condemned)", "delete 2 (Update)"}, wantMax: 1},
+	{name: "rollback: update revision back to r1, pods at r2 recreated", opts: []specOpt{replicas(4), parallel, maxUnav(num(2))},
+		pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2"}, podState{ord: 2, rev: "r2"}), current: "r2", update: "r1",
+		want: []string{"delete 3 (Update)", "delete 2 (Update)"}, wantMax: 2},
+	{name: "rollback respects an already unavailable pod", opts: []specOpt{replicas(4), parallel, maxUnav(num(2))},
+		pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", state: "notready"}, podState{ord: 2, rev: "r2"}), current: "r2", update: "r1",
+		want: []string{"delete 3 (Unavailable)", "delete 2 (Update)"}, wantUnavailable: 1, wantMax: 2},
+	{name: "rollback of a broken rollout: pods down on the abandoned revision are replaced without budget", opts: []specOpt{replicas(6), parallel, maxUnav(num(2))},
+		pods: with(readyPods(6, "r2"), podState{ord: 5, rev: "r3", state: "pending"}, podState{ord: 4, rev: "r3", state: "pending"}), current: "r2", update: "r1",
+		want: []string{"delete 5 (Unavailable)", "delete 4 (Unavailable)"}, wantUnavailable: 2, wantMax: 2},
+	{name: "abandoned revision: a ready pod still uses the budget, a down one does not", opts: []specOpt{replicas(6), parallel, maxUnav(num(2))},
+		pods: with(readyPods(6, "r2"), podState{ord: 5, rev: "r3"}, podState{ord: 4, rev: "r3", state: "notready"}), current: "r2", update: "r1",
+		want: []string{"delete 4 (Unavailable)", "delete 5 (Update)"}, wantUnavailable: 1, wantMax: 2},
+	{name: "broken rollout, template unchanged: nothing more goes down", opts: []specOpt{replicas(6), parallel, maxUnav(num(2))},
+		pods: with(readyPods(6, "r2"), podState{ord: 5, rev: "r3", state: "pending"}, podState{ord: 4, rev: "r3", state: "pending"}), current: "r2", update: "r3",
+		want: nil, wantUnavailable: 2, wantMax: 2},
+	{name: "rollback while paused: nothing moves", opts: []specOpt{replicas(6), parallel, maxUnav(num(2)), paused},
+		pods: with(readyPods(6, "r2"), podState{ord: 5, rev: "r3", state: "pending"}, podState{ord: 4, rev: "r3", state: "pending"}), current: "r2", update: "r1",
+		want: nil, wantUnavailable: 2, wantMax: 2},
+	{name: "OnDelete: no updates, recreated pods at update revision", opts: []specOpt{replicas(3), parallel, onDelete},
+		pods: without(readyPods(3, "r1"), 0), current: "r1", update: "r2", want: []string{"create 0@r2"}, wantUnavailable: 1, wantMax: 1},
+	{name: "OnDelete ignores partition-like state", opts: []specOpt{replicas(3), onDelete},
+		pods: readyPods(3, "r1"), current: "r1", update: "r2", want: nil, wantMax: 1},
+	{name: "minReadySeconds: just ready pod is unavailable and blocks the budget", opts: []specOpt{replicas(4), parallel, maxUnav(num(1)), minReady(30)},
+		pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", readySecAgo: 5}), current: "r1", update: "r2",
+		want: nil, wantUnavailable: 1, wantMax: 1},
+	{name: "minReadySeconds: pod ready long enough frees the budget", opts: []specOpt{replicas(4), parallel, maxUnav(num(1)), minReady(30)},
+		pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", readySecAgo: 31}), current: "r1", update: "r2",
+		want: []string{"delete 2 (Update)"}, wantMax: 1},
+	{name: "InPlaceIfPossible: image only change patches in place", opts: []specOpt{replicas(4), parallel, maxUnav(num(2)), inPlace},
+		pods: readyPods(4, "r1"), current: "r1", update: "r2", want: []string{"inplace 3@r2", "inplace 2@r2"}, wantMax: 2},
+	{name: "InPlaceIfPossible: other changes recreate", opts: []specOpt{replicas(4), parallel, maxUnav(num(2)), inPlace},
+		pods: readyPods(4, "r1"), current: "r1", update: "r3", want: []string{"delete 3 (Update)", "delete 2 (Update)"}, wantMax: 2},
+	{name: "InPlaceIfPossible: unknown old revision recreates", opts: []specOpt{replicas(2), parallel, inPlace},
+		pods: readyPods(2, "r0"), current: "r0", update: "r2", want: []string{"delete 1 (Update)"}, wantMax: 1},
+	{name: "InPlaceIfPossible: pending in-place update counts as unavailable", opts: []specOpt{replicas(4), parallel, maxUnav(num(2)), inPlace},
+		pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", state: "inplace"}), current: "r1", update: "r2",
+		want: []string{"inplace 2@r2"}, wantUnavailable: 1, wantMax: 2},
+	// Forced rollback under OrderedReady: the published example (partition 3, maxUnavailable
+	// 2) rolled to a broken image left ordinal 4 Pending and 5 missing; the template is back
+	// at r1. Ordinal 4 is replaced at once, without budget.
+	{name: "OrderedReady rollback replaces the pod stuck on the abandoned revision", opts: []specOpt{replicas(6), partition(3), maxUnav(num(2))},
+		pods: with(without(readyPods(6, "r1"), 5), podState{ord: 4, rev: "r2", state: "imagepull"}), current: "r1", update: "r1",
+		want: []string{"delete 4 (Unavailable)"}, wantUnavailable: 2, wantMax: 2},
+	{name: "OrderedReady rollback does not wait for an unready lower ordinal", opts: []specOpt{replicas(6), maxUnav(num(1))},
+		pods: with(readyPods(6, "r1"), podState{ord: 1, rev: "r1", state: "notready"}, podState{ord: 5, rev: "r2", state: "imagepull"}), current: "r1", update: "r1",
+		want: []string{"delete 5 (Unavailable)"}, wantUnavailable: 2, wantMax: 1},
+	{name: "forced rollback respects the partition", opts: []specOpt{replicas(6), parallel, partition(3), maxUnav(num(2))},
+		pods: with(readyPods(6, "r1"), podState{ord: 1, rev: "r2", state: "imagepull"}), current: "r1", update: "r1",
+		want: nil, wantUnavailable: 1, wantMax: 2},
+	// Upstream counts condemned pods that are unavailable against maxUnavailable.
+	{name: "unavailable condemned pod uses the budget", opts: []specOpt{replicas(4), parallel, maxUnav(num(2))},
+		pods: with(readyPods(5, "r1"), podState{ord: 4, rev: "r1", state: "notready"}), current: "r1", update: "r2",
+		want: []string{"delete 4 (Condemned)", "delete 3 (Update)"}, wantUnavailable: 1, wantMax: 2},
+	{name: "terminating condemned pod uses the budget", opts: []specOpt{replicas(4), parallel, maxUnav(num(1))},
+		pods: with(readyPods(5, "r1"), podState{ord: 4, rev: "r1", state: "terminating"}), current: "r1", update: "r2",
+		want: nil, wantUnavailable: 1, wantMax: 1},
+	// In place: done only when a new container runs the target image.
+	{name: "InPlaceIfPossible: rollback of a pending in-place update goes back in place, free", opts: []specOpt{replicas(4), parallel, maxUnav(num(1)), inPlace},
+		pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", state: "inplace"}), current: "r1", update: "r1",
+		want: []string{"inplace 3@r1"}, wantUnavailable: 1, wantMax: 1},
+	{name: "InPlaceIfPossible: an old container of the target image is not the update", opts: []specOpt{replicas(4), parallel, maxUnav(num(1)), inPlace},
+		pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r1", state: "inplace-rollback"}), current: "r1", update: "r1",
+		want: nil, wantUnavailable: 1, wantMax: 1},
+	{name: "InPlaceIfPossible: a new container of the target image finishes the update", opts: []specOpt{replicas(4), parallel, maxUnav(num(1)), inPlace},
+		pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", state: "inplace-done"}), current: "r1", update: "r2",
+		want: []string{"ready 3", "inplace 2@r2"}, wantUnavailable: 0, wantMax: 1},
+	{name: "InPlaceIfPossible: an update that did not reach the kubelet in time is recreated", opts: []specOpt{replicas(4), parallel, maxUnav(num(1)), inPlace},
+		pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", state: "inplace-old"}), current: "r1", update: "r2",
+		want: []string{"delete 3 (InPlaceUpdateTimeout)"}, wantUnavailable: 1, wantMax: 1},
+	{name: "pods with foreign names are ignored", opts: []specOpt{replicas(1)},
+		pods: readyPods(1, "r1"), current: "r1", update: "r1", want: nil, wantMax: 1},
+	{name: "scale to zero Parallel", opts: []specOpt{replicas(0), parallel},
+		pods: readyPods(2, "r1"), current: "r1", update: "r2", want: []string{"delete 1 (Condemned)", "delete 0 (Condemned)"}, wantMax: 1},
+}
+
 func TestComputePlan(t *testing.T) {
-	templates := map[string]*corev1.PodTemplateSpec{
-		"r1": tmpl("img:v1", ""), "r2": tmpl("img:v2", ""), "r3": tmpl("img:v2", "changed"),
-	}
-	pct := func(s string) intstr.IntOrString { return intstr.FromString(s) }
-	num := func(n int) intstr.IntOrString { return intstr.FromInt32(int32(n)) }
-	cases := []struct {
-		name            string
-		opts            []specOpt
-		pods            []podState
-		current, update string
-		want            []string
-		wantUnavailable int
-		wantMax         int
-	}{
-		{name: "empty set OrderedReady creates ordinal 0 only", opts: []specOpt{replicas(3)},
-			current: "r1", update: "r1", want: []string{"create 0@r1"}, wantUnavailable: 3, wantMax: 1},
-		{name: "empty set Parallel creates all", opts: []specOpt{replicas(3), parallel},
-			current: "r1", update: "r1", want: []string{"create 0@r1", "create 1@r1", "create 2@r1"}, wantUnavailable: 3, wantMax: 1},
-		{name: "OrderedReady waits for a not ready lower ordinal", opts: []specOpt{replicas(3)},
-			pods: []podState{{ord: 0, rev: "r1", state: "notready"}}, current: "r1", update: "r1", want: nil, wantUnavailable: 3, wantMax: 1},
-		{name: "OrderedReady creates next when lower is ready", opts: []specOpt{replicas(3)},
-			pods: readyPods(1, "r1"), current: "r1", update: "r1", want: []string{"create 1@r1"}, wantUnavailable: 2, wantMax: 1},
-		{name: "steady state does nothing", opts: []specOpt{replicas(3)},
-			pods: readyPods(3, "r1"), current: "r1", update: "r1", want: nil, wantMax: 1},
-		{name: "failed pod is replaced", opts: []specOpt{replicas(3)},
-			pods: with(readyPods(3, "r1"), podState{ord: 1, rev: "r1", state: "failed"}), current: "r1", update: "r1",
-			want: []string{"delete 1 (Failed)"}, wantUnavailable: 1, wantMax: 1},
-		{name: "terminating pod is waited for, not recreated", opts: []specOpt{replicas(3), parallel},
-			pods: with(readyPods(3, "r1"), podState{ord: 1, rev: "r1", state: "terminating"}), current: "r1", update: "r1",
-			want: nil, wantUnavailable: 1, wantMax: 1},
-		{name: "OrderedReady scale down deletes highest condemned only", opts: []specOpt{replicas(2)},
-			pods: readyPods(5, "r1"), current: "r1", update: "r1", want: []string{"delete 4 (Condemned)"}, wantMax: 1},
-		{name: "OrderedReady scale down waits for unhealthy replica", opts: []specOpt{replicas(2)},
-			pods: with(readyPods(4, "r1"), podState{ord: 0, rev: "r1", state: "notready"}), current: "r1", update: "r1", want: nil, wantUnavailable: 1, wantMax: 1},
-		{name: "Parallel scale down deletes all condemned", opts: []specOpt{replicas(2), parallel},
-			pods: readyPods(5, "r1"), current: "r1", update: "r1",
-			want: []string{"delete 4 (Condemned)", "delete 3 (Condemned)", "delete 2 (Condemned)"}, wantMax: 1},
-		{name: "default rolling update: one pod, highest ordinal", opts: []specOpt{replicas(3)},
-			pods: readyPods(3, "r1"), current: "r1", update: "r2", want: []string{"delete 2 (Update)"}, wantMax: 1},
-		{name: "maxUnavailable 2 updates two highest", opts: []specOpt{replicas(6), maxUnav(num(2))},
-			pods: readyPods(6, "r1"), current: "r1", update: "r2", want: []string{"delete 5 (Update)", "delete 4 (Update)"}, wantMax: 2},
-		{name: "partition 3 maxUnavailable 2 (published scenario, first batch)", opts: []specOpt{replicas(6), parallel, partition(3), maxUnav(num(2))},
-			pods: readyPods(6, "r1"), current: "r1", update: "r2", want: []string{"delete 5 (Update)", "delete 4 (Update)"}, wantMax: 2},
-		{name: "partition 3: second batch only ordinal 3 (0-2 stay)", opts: []specOpt{replicas(6), parallel, partition(3), maxUnav(num(2))},
-			pods: with(readyPods(6, "r1"), podState{ord: 4, rev: "r2"}, podState{ord: 5, rev: "r2"}), current: "r1", update: "r2",
-			want: []string{"delete 3 (Update)"}, wantMax: 2},
-		{name: "partition 3 done: nothing below the partition moves", opts: []specOpt{replicas(6), parallel, partition(3), maxUnav(num(2))},
-			pods: with(readyPods(6, "r1"), podState{ord: 3, rev: "r2"}, podState{ord: 4, rev: "r2"}, podState{ord: 5, rev: "r2"}), current: "r1", update: "r2",
-			want: nil, wantMax: 2},
-		{name: "partition 0 finishes the rest", opts: []specOpt{replicas(6), parallel, partition(0), maxUnav(num(2))},
-			pods: with(readyPods(6, "r1"), podState{ord: 3, rev: "r2"}, podState{ord: 4, rev: "r2"}, podState{ord: 5, rev: "r2"}), current: "r1", update: "r2",
-			want: []string{"delete 2 (Update)", "delete 1 (Update)"}, wantMax: 2},
-		{name: "recreated pod above partition created at update revision", opts: []specOpt{replicas(6), parallel, partition(3), maxUnav(num(2))},
-			pods: without(readyPods(6, "r1"), 5, 4), current: "r1", update: "r2",
-			want: []string{"create 4@r2", "create 5@r2"}, wantUnavailable: 2, wantMax: 2},
-		{name: "missing pod below partition created at current revision", opts: []specOpt{replicas(6), parallel, partition(3), maxUnav(num(2))},
-			pods: without(readyPods(6, "r1"), 1), current: "r1", update: "r2",
-			want: []string{"create 1@r1", "delete 5 (Update)"}, wantUnavailable: 1, wantMax: 2},
-		{name: "two already down with budget 2: only they are replaced, nothing healthy goes down", opts: []specOpt{replicas(6), parallel, partition(0), maxUnav(num(2))},
-			pods: with(readyPods(6, "r1"), podState{ord: 0, rev: "r1", state: "notready"}, podState{ord: 1, rev: "r1", state: "notready"}), current: "r1", update: "r2",
-			want: []string{"delete 1 (Unavailable)", "delete 0 (Unavailable)"}, wantUnavailable: 2, wantMax: 2},
-		{name: "one already down with budget 3: two updates", opts: []specOpt{replicas(6), parallel, maxUnav(num(3))},
-			pods: with(readyPods(6, "r1"), podState{ord: 0, rev: "r1", state: "notready"}), current: "r1", update: "r2",
-			want: []string{"delete 0 (Unavailable)", "delete 5 (Update)", "delete 4 (Update)"}, wantUnavailable: 1, wantMax: 3},
-		{name: "updated pods not yet ready consume the budget", opts: []specOpt{replicas(6), parallel, maxUnav(num(2))},
-			pods: with(readyPods(6, "r1"), podState{ord: 5, rev: "r2", state: "pending"}), current: "r1", update: "r2",
-			want: []string{"delete 4 (Update)"}, wantUnavailable: 1, wantMax: 2},
-		{name: "broken new revision stops at the budget", opts: []specOpt{replicas(6), parallel, maxUnav(num(2))},
-			pods: with(readyPods(6, "r1"), podState{ord: 5, rev: "r2", state: "notready"}, podState{ord: 4, rev: "r2", state: "notready"}), current: "r1", update: "r2",
-			want: nil, wantUnavailable: 2, wantMax: 2},
-		{name: "percent 50% of 6 = 3", opts: []specOpt{replicas(6), parallel, maxUnav(pct("50%"))},
-			pods: readyPods(6, "r1"), current: "r1", update: "r2",
-			want: []string{"delete 5 (Update)", "delete 4 (Update)", "delete 3 (Update)"}, wantMax: 3},
-		{name: "percent rounds down: 40% of 6 = 2", opts: []specOpt{replicas(6), parallel, maxUnav(pct("40%"))},
-			pods: readyPods(6, "r1"), current: "r1", update: "r2",
-			want: []string{"delete 5 (Update)", "delete 4 (Update)"}, wantMax: 2},
-		{name: "percent at least 1: 10% of 3", opts: []specOpt{replicas(3), parallel, maxUnav(pct("10%"))},
-			pods: readyPods(3, "r1"), current: "r1", update: "r2", want: []string{"delete 2 (Update)"}, wantMax: 1},
-		{name: "paused: no updates", opts: []specOpt{replicas(6), parallel, maxUnav(num(2)), paused},
-			pods: readyPods(6, "r1"), current: "r1", update: "r2", want: nil, wantMax: 2},
-		{name: "paused: scale up still works, new pods at update revision", opts: []specOpt{replicas(8), parallel, maxUnav(num(2)), paused},
-			pods: readyPods(6, "r1"), current: "r1", update: "r2", want: []string{"create 6@r2", "create 7@r2"}, wantUnavailable: 2, wantMax: 2},
-		{name: "paused: scale down still works", opts: []specOpt{replicas(4), parallel, maxUnav(num(2)), paused},
-			pods: readyPods(6, "r1"), current: "r1", update: "r2", want: []string{"delete 5 (Condemned)", "delete 4 (Condemned)"}, wantMax: 2},
-		{name: "OrderedReady update waits while a recreated pod is not ready", opts: []specOpt{replicas(6), maxUnav(num(2))},
-			pods: with(readyPods(6, "r1"), podState{ord: 5, rev: "r2", state: "pending"}), current: "r1", update: "r2",
-			want: nil, wantUnavailable: 1, wantMax: 2},
-		{name: "OrderedReady recreates missing updated pods lowest first, one at a time", opts: []specOpt{replicas(6), maxUnav(num(2))},
-			pods: without(readyPods(6, "r1"), 4, 5), current: "r1", update: "r2",
-			want: []string{"create 4@r2"}, wantUnavailable: 2, wantMax: 2},
-		{name: "scale up during update: new ordinals at update revision, budget counts them", opts: []specOpt{replicas(6), parallel, maxUnav(num(3))},
-			pods: readyPods(4, "r1"), current: "r1", update: "r2",
-			want: []string{"create 4@r2", "create 5@r2", "delete 3 (Update)"}, wantUnavailable: 2, wantMax: 3},
-		{name: "scale down during update: condemned deleted, update continues within budget", opts: []specOpt{replicas(3), parallel, maxUnav(num(1))},
-			pods: with(readyPods(5, "r1"), podState{ord: 4, rev: "r2"}), current: "r1", update: "r2",
-			want: []string{"delete 4 (Condemned)", "delete 3 (Condemned)", "delete 2 (Update)"}, wantMax: 1},
-		{name: "rollback: update revision back to r1, pods at r2 recreated", opts: []specOpt{replicas(4), parallel, maxUnav(num(2))},
-			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2"}, podState{ord: 2, rev: "r2"}), current: "r2", update: "r1",
-			want: []string{"delete 3 (Update)", "delete 2 (Update)"}, wantMax: 2},
-		{name: "rollback respects an already unavailable pod", opts: []specOpt{replicas(4), parallel, maxUnav(num(2))},
-			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", state: "notready"}, podState{ord: 2, rev: "r2"}), current: "r2", update: "r1",
-			want: []string{"delete 3 (Unavailable)", "delete 2 (Update)"}, wantUnavailable: 1, wantMax: 2},
-		{name: "rollback of a broken rollout: pods down on the abandoned revision are replaced without budget", opts: []specOpt{replicas(6), parallel, maxUnav(num(2))},
-			pods: with(readyPods(6, "r2"), podState{ord: 5, rev: "r3", state: "pending"}, podState{ord: 4, rev: "r3", state: "pending"}), current: "r2", update: "r1",
-			want: []string{"delete 5 (Unavailable)", "delete 4 (Unavailable)"}, wantUnavailable: 2, wantMax: 2},
-		{name: "abandoned revision: a ready pod still uses the budget, a down one does not", opts: []specOpt{replicas(6), parallel, maxUnav(num(2))},
-			pods: with(readyPods(6, "r2"), podState{ord: 5, rev: "r3"}, podState{ord: 4, rev: "r3", state: "notready"}), current: "r2", update: "r1",
-			want: []string{"delete 4 (Unavailable)", "delete 5 (Update)"}, wantUnavailable: 1, wantMax: 2},
-		{name: "broken rollout, template unchanged: nothing more goes down", opts: []specOpt{replicas(6), parallel, maxUnav(num(2))},
-			pods: with(readyPods(6, "r2"), podState{ord: 5, rev: "r3", state: "pending"}, podState{ord: 4, rev: "r3", state: "pending"}), current: "r2", update: "r3",
-			want: nil, wantUnavailable: 2, wantMax: 2},
-		{name: "rollback while paused: nothing moves", opts: []specOpt{replicas(6), parallel, maxUnav(num(2)), paused},
-			pods: with(readyPods(6, "r2"), podState{ord: 5, rev: "r3", state: "pending"}, podState{ord: 4, rev: "r3", state: "pending"}), current: "r2", update: "r1",
-			want: nil, wantUnavailable: 2, wantMax: 2},
-		{name: "OnDelete: no updates, recreated pods at update revision", opts: []specOpt{replicas(3), parallel, onDelete},
-			pods: without(readyPods(3, "r1"), 0), current: "r1", update: "r2", want: []string{"create 0@r2"}, wantUnavailable: 1, wantMax: 1},
-		{name: "OnDelete ignores partition-like state", opts: []specOpt{replicas(3), onDelete},
-			pods: readyPods(3, "r1"), current: "r1", update: "r2", want: nil, wantMax: 1},
-		{name: "minReadySeconds: just ready pod is unavailable and blocks the budget", opts: []specOpt{replicas(4), parallel, maxUnav(num(1)), minReady(30)},
-			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", readySecAgo: 5}), current: "r1", update: "r2",
-			want: nil, wantUnavailable: 1, wantMax: 1},
-		{name: "minReadySeconds: pod ready long enough frees the budget", opts: []specOpt{replicas(4), parallel, maxUnav(num(1)), minReady(30)},
-			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", readySecAgo: 31}), current: "r1", update: "r2",
-			want: []string{"delete 2 (Update)"}, wantMax: 1},
-		{name: "InPlaceIfPossible: image only change patches in place", opts: []specOpt{replicas(4), parallel, maxUnav(num(2)), inPlace},
-			pods: readyPods(4, "r1"), current: "r1", update: "r2", want: []string{"inplace 3@r2", "inplace 2@r2"}, wantMax: 2},
-		{name: "InPlaceIfPossible: other changes recreate", opts: []specOpt{replicas(4), parallel, maxUnav(num(2)), inPlace},
-			pods: readyPods(4, "r1"), current: "r1", update: "r3", want: []string{"delete 3 (Update)", "delete 2 (Update)"}, wantMax: 2},
-		{name: "InPlaceIfPossible: unknown old revision recreates", opts: []specOpt{replicas(2), parallel, inPlace},
-			pods: readyPods(2, "r0"), current: "r0", update: "r2", want: []string{"delete 1 (Update)"}, wantMax: 1},
-		{name: "InPlaceIfPossible: pending in-place update counts as unavailable", opts: []specOpt{replicas(4), parallel, maxUnav(num(2)), inPlace},
-			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", state: "inplace"}), current: "r1", update: "r2",
-			want: []string{"inplace 2@r2"}, wantUnavailable: 1, wantMax: 2},
-		// Forced rollback under OrderedReady: the published example (partition 3, maxUnavailable
-		// 2) rolled to a broken image left ordinal 4 Pending and 5 missing; the template is back
-		// at r1. Ordinal 4 is replaced at once, without budget.
-		{name: "OrderedReady rollback replaces the pod stuck on the abandoned revision", opts: []specOpt{replicas(6), partition(3), maxUnav(num(2))},
-			pods: with(without(readyPods(6, "r1"), 5), podState{ord: 4, rev: "r2", state: "imagepull"}), current: "r1", update: "r1",
-			want: []string{"delete 4 (Unavailable)"}, wantUnavailable: 2, wantMax: 2},
-		{name: "OrderedReady rollback does not wait for an unready lower ordinal", opts: []specOpt{replicas(6), maxUnav(num(1))},
-			pods: with(readyPods(6, "r1"), podState{ord: 1, rev: "r1", state: "notready"}, podState{ord: 5, rev: "r2", state: "imagepull"}), current: "r1", update: "r1",
-			want: []string{"delete 5 (Unavailable)"}, wantUnavailable: 2, wantMax: 1},
-		{name: "forced rollback respects the partition", opts: []specOpt{replicas(6), parallel, partition(3), maxUnav(num(2))},
-			pods: with(readyPods(6, "r1"), podState{ord: 1, rev: "r2", state: "imagepull"}), current: "r1", update: "r1",
-			want: nil, wantUnavailable: 1, wantMax: 2},
-		// Upstream counts condemned pods that are unavailable against maxUnavailable.
-		{name: "unavailable condemned pod uses the budget", opts: []specOpt{replicas(4), parallel, maxUnav(num(2))},
-			pods: with(readyPods(5, "r1"), podState{ord: 4, rev: "r1", state: "notready"}), current: "r1", update: "r2",
-			want: []string{"delete 4 (Condemned)", "delete 3 (Update)"}, wantUnavailable: 1, wantMax: 2},
-		{name: "terminating condemned pod uses the budget", opts: []specOpt{replicas(4), parallel, maxUnav(num(1))},
-			pods: with(readyPods(5, "r1"), podState{ord: 4, rev: "r1", state: "terminating"}), current: "r1", update: "r2",
-			want: nil, wantUnavailable: 1, wantMax: 1},
-		// In place: done only when a new container runs the target image.
-		{name: "InPlaceIfPossible: rollback of a pending in-place update goes back in place, free", opts: []specOpt{replicas(4), parallel, maxUnav(num(1)), inPlace},
-			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", state: "inplace"}), current: "r1", update: "r1",
-			want: []string{"inplace 3@r1"}, wantUnavailable: 1, wantMax: 1},
-		{name: "InPlaceIfPossible: an old container of the target image is not the update", opts: []specOpt{replicas(4), parallel, maxUnav(num(1)), inPlace},
-			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r1", state: "inplace-rollback"}), current: "r1", update: "r1",
-			want: nil, wantUnavailable: 1, wantMax: 1},
-		{name: "InPlaceIfPossible: a new container of the target image finishes the update", opts: []specOpt{replicas(4), parallel, maxUnav(num(1)), inPlace},
-			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", state: "inplace-done"}), current: "r1", update: "r2",
-			want: []string{"ready 3", "inplace 2@r2"}, wantUnavailable: 0, wantMax: 1},
-		{name: "InPlaceIfPossible: an update that did not reach the kubelet in time is recreated", opts: []specOpt{replicas(4), parallel, maxUnav(num(1)), inPlace},
-			pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", state: "inplace-old"}), current: "r1", update: "r2",
-			want: []string{"delete 3 (InPlaceUpdateTimeout)"}, wantUnavailable: 1, wantMax: 1},
-		{name: "pods with foreign names are ignored", opts: []specOpt{replicas(1)},
-			pods: readyPods(1, "r1"), current: "r1", update: "r1", want: nil, wantMax: 1},
-		{name: "scale to zero Parallel", opts: []specOpt{replicas(0), parallel},
-			pods: readyPods(2, "r1"), current: "r1", update: "r2", want: []string{"delete 1 (Condemned)", "delete 0 (Condemned)"}, wantMax: 1},
-	}
-	for _, tc := range cases {
+	for _, tc := range computePlanCases {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := &jkev1alpha1.EnhancedStatefulSetSpec{
 				UpdateStrategy: jkev1alpha1.EnhancedStatefulSetUpdateStrategy{
@@ -339,7 +349,7 @@ func TestComputePlan(t *testing.T) {
 			}
 			pods = append(pods, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-x"}}, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "other-0"}})
 			plan, err := ComputePlan(PlanInput{Spec: spec, SetName: "web", Pods: pods, CurrentRevision: tc.current,
-				UpdateRevision: tc.update, Templates: templates, Now: now, InPlaceUpdateTimeout: 5 * time.Minute})
+				UpdateRevision: tc.update, Templates: planTemplates, Now: now, InPlaceUpdateTimeout: 5 * time.Minute})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -397,17 +407,6 @@ func TestResolveMaxUnavailableRejectsGarbage(t *testing.T) {
 	v := intstr.FromString("lots")
 	if _, err := ResolveMaxUnavailable(&v, 5); err == nil {
 		t.Fatal("want an error for maxUnavailable \"lots\"")
-	}
-}
-
-func TestParseOrdinal(t *testing.T) {
-	for name, want := range map[string]int{"web-0": 0, "web-12": 12, "web-": -1, "web-01": -1, "web-x": -1, "webx-1": -1, "web-1-2": -1, "web-web-1": -1} {
-		if got := ParseOrdinal("web", name); got != want {
-			t.Errorf("ParseOrdinal(web, %s) = %d, want %d", name, got, want)
-		}
-	}
-	if got := ParseOrdinal("web-web", "web-web-1"); got != 1 {
-		t.Errorf("ParseOrdinal(web-web, web-web-1) = %d", got)
 	}
 }
 

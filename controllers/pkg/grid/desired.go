@@ -108,6 +108,35 @@ func DesiredStatefulSet(g *superedgev1.StatefulSetGrid, value, name string) *app
 	return s
 }
 
+// GridTemplateOf is the grid pod template a unit StatefulSet's pod template tpl was made from:
+// DesiredStatefulSet's changes undone (the unit's nodeSelector pin, the grid labels, and the
+// staticip enable annotation the grid's own annotation adds). kubectl staticip rollout undo
+// puts it back into the grid; DesiredStatefulSet of the grid then gives tpl again.
+func GridTemplateOf(g *superedgev1.StatefulSetGrid, value string, tpl *corev1.PodTemplateSpec) *corev1.PodTemplateSpec {
+	out := tpl.DeepCopy()
+	key := g.Spec.GridUniqKey
+	if out.Spec.NodeSelector[key] == value {
+		delete(out.Spec.NodeSelector, key)
+	}
+	for k := range gridLabels(g.Name, key, value) {
+		delete(out.Labels, k)
+	}
+	if g.Annotations[jkev1.AnnotationEnable] == "true" && g.Spec.Template.Template.Annotations[jkev1.AnnotationEnable] != "true" {
+		delete(out.Annotations, jkev1.AnnotationEnable)
+	}
+	// An emptied map is no map, as the API server stores it.
+	if len(out.Spec.NodeSelector) == 0 {
+		out.Spec.NodeSelector = nil
+	}
+	if len(out.Labels) == 0 {
+		out.Labels = nil
+	}
+	if len(out.Annotations) == 0 {
+		out.Annotations = nil
+	}
+	return out
+}
+
 // metaNeedsUpdate: a label or annotation the controller sets is missing or different.
 func metaNeedsUpdate(existing, desired metav1.Object) bool {
 	for k, v := range desired.GetLabels() {

@@ -9,6 +9,7 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -507,5 +508,58 @@ func TestChangedKeys(t *testing.T) {
 	}
 	if len(changedKeys(map[string]string{"a": "1"}, map[string]string{"a": "1"})) != 0 {
 		t.Error("no change reported as change")
+	}
+}
+
+// TestGridTemplateOfUndoesDesiredStatefulSet: the grid template a unit's pod template came
+// from is found again, whatever the grid template holds of its own (a nodeSelector, the enable
+// annotation) and whether the grid enables static IPs.
+func TestGridTemplateOfUndoesDesiredStatefulSet(t *testing.T) {
+	base := func() *superedgev1.StatefulSetGrid {
+		return &superedgev1.StatefulSetGrid{
+			ObjectMeta: metav1.ObjectMeta{Name: "ssg", Namespace: "ns", UID: "u"},
+			Spec: superedgev1.StatefulSetGridSpec{GridUniqKey: "zone", Template: appsv1.StatefulSetSpec{
+				Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "a"}},
+				Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "a"}},
+					Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "img:v1"}}}},
+			}},
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(g *superedgev1.StatefulSetGrid)
+	}{
+		{"plain template", func(*superedgev1.StatefulSetGrid) {}},
+		{"own nodeSelector kept", func(g *superedgev1.StatefulSetGrid) {
+			g.Spec.Template.Template.Spec.NodeSelector = map[string]string{"disk": "ssd"}
+		}},
+		{"static IPs from the grid annotation", func(g *superedgev1.StatefulSetGrid) {
+			g.Annotations = map[string]string{jkev1.AnnotationEnable: "true"}
+		}},
+		{"static IPs from the template annotation", func(g *superedgev1.StatefulSetGrid) {
+			g.Spec.Template.Template.Annotations = map[string]string{jkev1.AnnotationEnable: "true", "x": "y"}
+		}},
+		{"both", func(g *superedgev1.StatefulSetGrid) {
+			g.Annotations = map[string]string{jkev1.AnnotationEnable: "true"}
+			g.Spec.Template.Template.Annotations = map[string]string{jkev1.AnnotationEnable: "true"}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			g := base()
+			tc.change(g)
+			for _, unit := range []string{"zone-0", "zone-1"} {
+				s := DesiredStatefulSet(g, unit, "ssg-"+unit)
+				got := GridTemplateOf(g, unit, &s.Spec.Template)
+				if !apiequality.Semantic.DeepEqual(*got, g.Spec.Template.Template) {
+					t.Errorf("unit %s: got %+v, want %+v", unit, got, g.Spec.Template.Template)
+				}
+				// Put back into the grid, it gives the unit the same template.
+				back := g.DeepCopy()
+				back.Spec.Template.Template = *got
+				if again := DesiredStatefulSet(back, unit, "ssg-"+unit); !apiequality.Semantic.DeepEqual(again.Spec.Template, s.Spec.Template) {
+					t.Errorf("unit %s: round trip changed the unit template: %+v, want %+v", unit, again.Spec.Template, s.Spec.Template)
+				}
+			}
+		})
 	}
 }

@@ -1,6 +1,6 @@
 // Package grid holds the SuperEdge-style grid controllers: DeploymentGrid and StatefulSetGrid
 // (one workload per node unit) and ServiceGrid (one Service with topologyKeys). The sync loops
-// (deploymentgrid.go, statefulsetgrid.go, servicegrid.go over workload.go) are thin; naming,
+// (workload_kinds.go and servicegrid.go over workload_controller.go) are thin; naming,
 // unit discovery, the desired objects and the plan are pure functions, table-tested.
 package grid
 

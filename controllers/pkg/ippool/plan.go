@@ -7,12 +7,13 @@ package ippool
 import (
 	"cmp"
 	"fmt"
-	corev1 "k8s.io/api/core/v1"
 	"maps"
 	"net/netip"
 	"slices"
 	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
 
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -152,9 +153,47 @@ func RangeName(pool string, p netip.Prefix) string {
 	return pool + "-" + r.Replace(p.String())
 }
 
-// Compute is the allocator's decision for one pass.
+// Compute is the allocator's decision for one pass. Its phases, in order, over one planner:
+// which pools are valid, what each node owns, which nodes a pool serves (NodePodCIDR pools
+// mirror the podCIDRs at once, the others queue them), first-fit blocks for the queues, and the
+// returns (blocks of nodes gone past the quarantine, extra blocks a race gave one node).
 func Compute(in Input) Plan {
-	plan := Plan{Pools: map[string]*PoolStatus{}}
+	p := newPlanner(in)
+	p.validatePools()
+	p.indexRanges()
+	p.serveNodes()
+	p.assignBlocks()
+	p.releaseGone()
+	p.releaseExtra()
+	return p.plan
+}
+
+// famKey is a node and an address family.
+type famKey struct {
+	node string
+	v4   bool
+}
+
+// planner carries one pass of Compute through its phases; each phase reads what the earlier
+// ones left in it.
+type planner struct {
+	in   Input
+	plan Plan
+	// pools by age, then name; valid: those that hand out blocks, in that order.
+	pools      []Pool
+	valid      []*Pool
+	poolByName map[string]*Pool
+	// owns: the node has a range of the family; occupied: every CIDR in use, including what
+	// this pass assigns; poolRanges: the ranges of each pool.
+	owns       map[famKey]bool
+	occupied   []netip.Prefix
+	poolRanges map[string][]Range
+	// live: the nodes that exist; waiting: per pool, the nodes waiting for a block, by name.
+	live    map[string]bool
+	waiting map[string][]string
+}
+
+func newPlanner(in Input) *planner {
 	pools := slices.Clone(in.Pools)
 	slices.SortFunc(pools, func(a, b Pool) int {
 		if c := a.Created.Compare(b.Created); c != 0 {
@@ -162,201 +201,236 @@ func Compute(in Input) Plan {
 		}
 		return strings.Compare(a.Name, b.Name)
 	})
-	// Validity: a pool whose CIDRs overlap each other or an older valid pool hands out nothing.
-	var valid []*Pool
+	p := &planner{in: in, plan: Plan{Pools: map[string]*PoolStatus{}}, pools: pools, poolByName: map[string]*Pool{},
+		owns: map[famKey]bool{}, poolRanges: map[string][]Range{}, live: map[string]bool{}, waiting: map[string][]string{}}
 	for i := range pools {
-		p := &pools[i]
+		p.poolByName[pools[i].Name] = &pools[i]
+	}
+	return p
+}
+
+// validatePools: a pool whose CIDRs overlap each other or an older valid pool hands out nothing.
+func (pl *planner) validatePools() {
+	for i := range pl.pools {
+		p := &pl.pools[i]
 		st := &PoolStatus{BlockBits: int32(p.BlockBits), Ready: true, ReadyReason: ReasonValid, ReadyMessage: "blocks are handed out"}
-		plan.Pools[p.Name] = st
+		pl.plan.Pools[p.Name] = st
 		switch {
 		case p.Selector == nil:
 			st.Ready, st.ReadyReason, st.ReadyMessage = false, ReasonBadSelector, "nodeSelector: "+p.SelectorErr
 		case p.Deleting:
 			st.Ready, st.ReadyReason, st.ReadyMessage = false, ReasonDeleting, "the pool is being deleted: it hands out no block; its blocks stay with their nodes"
 		default:
-			if msg := overlapMessage(p, valid); msg != "" {
+			if msg := overlapMessage(p, pl.valid); msg != "" {
 				st.Ready, st.ReadyReason, st.ReadyMessage = false, ReasonOverlap, msg
 			}
 		}
 		if st.Ready {
-			valid = append(valid, p)
+			pl.valid = append(pl.valid, p)
 		}
 	}
-	poolByName := map[string]*Pool{}
-	for i := range pools {
-		poolByName[pools[i].Name] = &pools[i]
-	}
+}
 
-	// What each node owns, by family; every CIDR in use.
-	type famKey struct {
-		node string
-		v4   bool
-	}
-	owns := map[famKey]bool{}
-	occupied := make([]netip.Prefix, 0, len(in.Ranges))
-	poolRanges := map[string][]Range{}
-	for _, r := range in.Ranges {
-		occupied = append(occupied, r.CIDR)
+// indexRanges records what each node owns, by family, and every CIDR in use.
+func (pl *planner) indexRanges() {
+	pl.occupied = make([]netip.Prefix, 0, len(pl.in.Ranges))
+	for _, r := range pl.in.Ranges {
+		pl.occupied = append(pl.occupied, r.CIDR)
 		if r.Node != "" && !r.Deleting {
-			owns[famKey{r.Node, r.CIDR.Addr().Is4()}] = true
+			pl.owns[famKey{r.Node, r.CIDR.Addr().Is4()}] = true
 		}
 		if r.Pool != "" {
-			poolRanges[r.Pool] = append(poolRanges[r.Pool], r)
+			pl.poolRanges[r.Pool] = append(pl.poolRanges[r.Pool], r)
 		}
 	}
-	nodes := slices.Clone(in.Nodes)
-	slices.SortFunc(nodes, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
-	live := map[string]bool{}
-	waiting := map[string][]string{}
-	for _, n := range nodes {
-		live[n.Name] = true
-		set := labels.Set(n.Labels)
-		for _, v4 := range []bool{true, false} {
-			if owns[famKey{n.Name, v4}] {
-				continue
-			}
-			var pool *Pool
-			for _, p := range valid {
-				if p.is4() == v4 && p.Selector.Matches(set) {
-					pool = p
-					break
-				}
-			}
-			if pool == nil {
-				continue
-			}
-			if n.OutOfService {
-				plan.Skips = append(plan.Skips, Skip{Node: n.Name, Pool: pool.Name, Reason: ReasonOutOfService,
-					Message: fmt.Sprintf("IPPool %s: no block for a node tainted %s (fenced; node failover moves its ranges away); remove the taint once the node is back and it gets one", pool.Name, corev1.TaintNodeOutOfService)})
-				continue
-			}
-			if pool.Mode != jkev1.IPPoolNodePodCIDR {
-				waiting[pool.Name] = append(waiting[pool.Name], n.Name)
-				continue
-			}
-			mirrored := false
-			for _, pc := range n.PodCIDRs {
-				if pc.Addr().Is4() != v4 || !insideAny(pc, pool.CIDRs) {
-					continue
-				}
-				mirrored = true
-				if o, ok := overlapping(pc, occupied); ok {
-					plan.Skips = append(plan.Skips, Skip{Node: n.Name, Pool: pool.Name, Reason: ReasonPodCIDROverlaps,
-						Message: fmt.Sprintf("IPPool %s: the node's podCIDR %s overlaps the IPRange CIDR %s; no range mirrored", pool.Name, pc, o)})
-					continue
-				}
-				a := newAssign(pool, n.Name, pc)
-				plan.Assign = append(plan.Assign, a)
-				occupied = append(occupied, pc)
-			}
-			if !mirrored {
-				plan.Skips = append(plan.Skips, Skip{Node: n.Name, Pool: pool.Name, Reason: ReasonNoPodCIDR,
-					Message: fmt.Sprintf("IPPool %s (NodePodCIDR): the node has no spec.podCIDRs inside %s", pool.Name, prefixList(pool.CIDRs))})
-			}
-		}
-	}
+}
 
-	// Blocks: first fit, per pool in age order, per CIDR in spec order.
-	for _, p := range pools {
-		st := plan.Pools[p.Name]
+// serveNodes finds, for each node and family it has no range of, the first valid pool that
+// selects it: a fenced node is skipped, a NodePodCIDR pool mirrors its podCIDRs now, any other
+// pool queues it for a block.
+func (pl *planner) serveNodes() {
+	nodes := slices.Clone(pl.in.Nodes)
+	slices.SortFunc(nodes, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
+	for _, n := range nodes {
+		pl.live[n.Name] = true
+		for _, v4 := range []bool{true, false} {
+			if pl.owns[famKey{n.Name, v4}] {
+				continue
+			}
+			pool := pl.poolFor(n, v4)
+			switch {
+			case pool == nil:
+			case n.OutOfService:
+				pl.plan.Skips = append(pl.plan.Skips, Skip{Node: n.Name, Pool: pool.Name, Reason: ReasonOutOfService,
+					Message: fmt.Sprintf("IPPool %s: no block for a node tainted %s (fenced; node failover moves its ranges away); remove the taint once the node is back and it gets one", pool.Name, corev1.TaintNodeOutOfService)})
+			case pool.Mode != jkev1.IPPoolNodePodCIDR:
+				pl.waiting[pool.Name] = append(pl.waiting[pool.Name], n.Name)
+			default:
+				pl.mirrorPodCIDRs(n, pool, v4)
+			}
+		}
+	}
+}
+
+// poolFor is the first valid pool of the family that selects n (nil: none).
+func (pl *planner) poolFor(n Node, v4 bool) *Pool {
+	set := labels.Set(n.Labels)
+	for _, p := range pl.valid {
+		if p.is4() == v4 && p.Selector.Matches(set) {
+			return p
+		}
+	}
+	return nil
+}
+
+// mirrorPodCIDRs assigns n's podCIDRs of the family that lie inside pool as its ranges.
+func (pl *planner) mirrorPodCIDRs(n Node, pool *Pool, v4 bool) {
+	mirrored := false
+	for _, pc := range n.PodCIDRs {
+		if pc.Addr().Is4() != v4 || !insideAny(pc, pool.CIDRs) {
+			continue
+		}
+		mirrored = true
+		if o, ok := overlapping(pc, pl.occupied); ok {
+			pl.plan.Skips = append(pl.plan.Skips, Skip{Node: n.Name, Pool: pool.Name, Reason: ReasonPodCIDROverlaps,
+				Message: fmt.Sprintf("IPPool %s: the node's podCIDR %s overlaps the IPRange CIDR %s; no range mirrored", pool.Name, pc, o)})
+			continue
+		}
+		pl.plan.Assign = append(pl.plan.Assign, newAssign(pool, n.Name, pc))
+		pl.occupied = append(pl.occupied, pc)
+	}
+	if !mirrored {
+		pl.plan.Skips = append(pl.plan.Skips, Skip{Node: n.Name, Pool: pool.Name, Reason: ReasonNoPodCIDR,
+			Message: fmt.Sprintf("IPPool %s (NodePodCIDR): the node has no spec.podCIDRs inside %s", pool.Name, prefixList(pool.CIDRs))})
+	}
+}
+
+// assignBlocks gives the waiting nodes blocks, first fit, per pool in age order, per CIDR in
+// spec order, and counts each pool's blocks.
+func (pl *planner) assignBlocks() {
+	for i := range pl.pools {
+		p := &pl.pools[i]
+		st := pl.plan.Pools[p.Name]
 		for _, c := range p.CIDRs {
 			st.Total = satAdd(st.Total, blockCount(c, p.BlockBits))
 		}
-		queue := waiting[p.Name]
+		queue := pl.waiting[p.Name]
 		for _, c := range p.CIDRs {
-			occ := occupiedBlocks(c, p.BlockBits, occupied)
-			full := excludedBlocks(&p, c)
-			var used int64
-			for _, iv := range occ {
-				used += int64(iv.hi-iv.lo) + 1
-			}
-			for idx := range full {
-				if !occupiedAt(occ, idx) {
-					used++
-				}
-			}
-			free := blockCount(c, p.BlockBits) - used
-			// Walk the gaps between occupied intervals.
-			next := uint64(0)
-			last := uint64(blockCount(c, p.BlockBits) - 1)
-			for i := 0; len(queue) > 0 && next <= last; {
-				for i < len(occ) && occ[i].hi < next {
-					i++
-				}
-				if i < len(occ) && occ[i].lo <= next {
-					if occ[i].hi == last {
-						break
-					}
-					next = occ[i].hi + 1
-					continue
-				}
-				if !full[next] {
-					b := blockAt(c, p.BlockBits, next)
-					a := newAssign(&p, queue[0], b)
-					plan.Assign = append(plan.Assign, a)
-					occupied = append(occupied, b)
-					queue = queue[1:]
-					free--
-					st.AssignedNow++
-				}
-				if next == last {
-					break
-				}
-				next++
-			}
-			st.Free = satAdd(st.Free, free)
+			queue = pl.firstFit(p, c, queue)
 		}
 		st.Waiting = queue
-		for _, r := range poolRanges[p.Name] {
+		for _, r := range pl.poolRanges[p.Name] {
 			if !r.Deleting {
 				st.Assigned++
 			}
 		}
 		st.Assigned += int64(st.AssignedNow)
-		for _, a := range plan.Assign {
+		for _, a := range pl.plan.Assign {
 			if a.Pool == p.Name && p.Mode == jkev1.IPPoolNodePodCIDR {
 				st.Assigned++
 			}
 		}
 	}
+}
 
-	// Returns: blocks of nodes that are gone, and extra blocks a race gave one node.
-	perNode := map[famKey][]Range{}
-	for _, name := range sortedKeys(poolRanges) {
-		p := poolByName[name]
+// firstFit assigns the free blocks of CIDR c of pool p to the nodes of queue in turn, walking
+// the gaps between occupied intervals, and returns the nodes left waiting.
+func (pl *planner) firstFit(p *Pool, c netip.Prefix, queue []string) []string {
+	st := pl.plan.Pools[p.Name]
+	occ := occupiedBlocks(c, p.BlockBits, pl.occupied)
+	full := excludedBlocks(p, c)
+	var used int64
+	for _, iv := range occ {
+		used += int64(iv.hi-iv.lo) + 1
+	}
+	for idx := range full {
+		if !occupiedAt(occ, idx) {
+			used++
+		}
+	}
+	free := blockCount(c, p.BlockBits) - used
+	next := uint64(0)
+	last := uint64(blockCount(c, p.BlockBits) - 1)
+	for i := 0; len(queue) > 0 && next <= last; {
+		for i < len(occ) && occ[i].hi < next {
+			i++
+		}
+		if i < len(occ) && occ[i].lo <= next {
+			if occ[i].hi == last {
+				break
+			}
+			next = occ[i].hi + 1
+			continue
+		}
+		if !full[next] {
+			b := blockAt(c, p.BlockBits, next)
+			pl.plan.Assign = append(pl.plan.Assign, newAssign(p, queue[0], b))
+			pl.occupied = append(pl.occupied, b)
+			queue = queue[1:]
+			free--
+			st.AssignedNow++
+		}
+		if next == last {
+			break
+		}
+		next++
+	}
+	st.Free = satAdd(st.Free, free)
+	return queue
+}
+
+// releaseGone marks the blocks of nodes that are gone, releases them once the quarantine has
+// passed and nothing holds them, and unmarks those whose node is back.
+func (pl *planner) releaseGone() {
+	for _, name := range sortedKeys(pl.poolRanges) {
+		p := pl.poolByName[name]
 		if p == nil {
 			continue // a pool that no longer exists: its ranges are left alone
 		}
-		for _, r := range poolRanges[name] {
+		for _, r := range pl.poolRanges[name] {
 			if r.Deleting {
 				continue
 			}
-			if r.Node != "" && live[r.Node] {
-				if !r.GoneSince.IsZero() {
-					plan.Mark = append(plan.Mark, Mark{Range: r.Name})
-				}
-				if r.OwnerGeneration == 0 {
-					k := famKey{r.Node, r.CIDR.Addr().Is4()}
-					perNode[k] = append(perNode[k], r)
+			if r.Node != "" && pl.live[r.Node] {
+				if !r.GoneSince.IsZero() { // the node is back
+					pl.plan.Mark = append(pl.plan.Mark, Mark{Range: r.Name})
 				}
 				continue
 			}
 			if r.GoneSince.IsZero() {
-				plan.Mark = append(plan.Mark, Mark{Range: r.Name, Since: in.Now})
-				plan.requeue(p.ReleaseAfter)
+				pl.plan.Mark = append(pl.plan.Mark, Mark{Range: r.Name, Since: pl.in.Now})
+				pl.plan.requeue(p.ReleaseAfter)
 				continue
 			}
-			if wait := r.GoneSince.Add(p.ReleaseAfter).Sub(in.Now); wait > 0 {
-				plan.requeue(wait)
+			if wait := r.GoneSince.Add(p.ReleaseAfter).Sub(pl.in.Now); wait > 0 {
+				pl.plan.requeue(wait)
 				continue
 			}
-			if why := in.Held(r, ""); why != "" {
-				plan.requeue(heldRecheck)
+			if why := pl.in.Held(r, ""); why != "" {
+				pl.plan.requeue(heldRecheck)
 				continue
 			}
-			plan.Release = append(plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node,
+			pl.plan.Release = append(pl.plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node,
 				Why: fmt.Sprintf("node %s is gone since %s, the quarantine of %s has passed and nothing holds an IP of %s",
 					orNone(r.Node), r.GoneSince.UTC().Format(time.RFC3339), p.ReleaseAfter, r.CIDR)})
+		}
+	}
+}
+
+// releaseExtra releases the extra blocks a race gave one live node in one family (ranges still
+// at owner generation 0, never moved): those nothing holds go, and if nothing holds any of them
+// the first by name stays.
+func (pl *planner) releaseExtra() {
+	perNode := map[famKey][]Range{}
+	for _, name := range sortedKeys(pl.poolRanges) {
+		if pl.poolByName[name] == nil {
+			continue
+		}
+		for _, r := range pl.poolRanges[name] {
+			if !r.Deleting && r.Node != "" && pl.live[r.Node] && r.OwnerGeneration == 0 {
+				k := famKey{r.Node, r.CIDR.Addr().Is4()}
+				perNode[k] = append(perNode[k], r)
+			}
 		}
 	}
 	for _, k := range slices.SortedFunc(maps.Keys(perNode), func(a, b famKey) int {
@@ -369,7 +443,7 @@ func Compute(in Input) Plan {
 		slices.SortFunc(rs, func(a, b Range) int { return strings.Compare(a.Name, b.Name) })
 		var held, free []Range
 		for _, r := range rs {
-			if in.Held(r, k.node) != "" {
+			if pl.in.Held(r, k.node) != "" {
 				held = append(held, r)
 			} else {
 				free = append(free, r)
@@ -379,11 +453,10 @@ func Compute(in Input) Plan {
 			free = free[1:] // keep the first by name
 		}
 		for _, r := range free {
-			plan.Release = append(plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node,
+			pl.plan.Release = append(pl.plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node,
 				Why: fmt.Sprintf("node %s got more than one block of its family (two allocators raced); %s is empty", r.Node, r.CIDR)})
 		}
 	}
-	return plan
 }
 
 func (p *Plan) requeue(d time.Duration) {

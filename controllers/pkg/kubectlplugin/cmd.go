@@ -104,7 +104,7 @@ func NewCommand(streams genericiooptions.IOStreams) *cobra.Command {
 func NewCommandWithOptions(o *Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "kubectl-staticip",
-		Short: "Inspect and operate staticip: pod IPs, IPAM audit, EnhancedStatefulSet rollouts, node failover",
+		Short: "Inspect and operate staticip: pod IPs, IPAM audit, EnhancedStatefulSet and StatefulSetGrid rollouts, node failover",
 		Long: templates.LongDesc(`
 			Inspect and operate staticip, the fixed pod IP system.
 
@@ -358,11 +358,14 @@ func newFailoverCommand(o *Options) *cobra.Command {
 func newRolloutCommand(o *Options) *cobra.Command {
 	cmd := &cobra.Command{
 		Use:   "rollout SUBCOMMAND",
-		Short: "Manage the rollout of an EnhancedStatefulSet",
+		Short: "Manage the rollout of an EnhancedStatefulSet or a StatefulSetGrid",
 		Long: templates.LongDesc(`
 			Manage the rollout of an EnhancedStatefulSet (enhancedstatefulset, ests), as
 			kubectl rollout manages a StatefulSet: its revisions are the ControllerRevisions the
-			EnhancedStatefulSet controller keeps (spec.revisionHistoryLimit of them).`),
+			EnhancedStatefulSet controller keeps (spec.revisionHistoryLimit of them). Or of a
+			StatefulSetGrid (statefulsetgrid, ssg): its revisions are those of its unit
+			StatefulSets, one per node unit, numbered per unit; pause and resume are not
+			available (a StatefulSet cannot be paused).`),
 		Example: templates.Examples(`
 			# Roll back to the previous revision
 			kubectl staticip rollout undo ests/web
@@ -377,12 +380,8 @@ func newRolloutCommand(o *Options) *cobra.Command {
 	return cmd
 }
 
-// getSet resolves the rollout argument and gets the EnhancedStatefulSet in the namespace.
-func (o *Options) getSet(ctx context.Context, args []string) (*Clients, *jkev1alpha1.EnhancedStatefulSet, error) {
-	name, err := ParseESTSRef(args)
-	if err != nil {
-		return nil, nil, err
-	}
+// getSet gets the EnhancedStatefulSet name in the namespace.
+func (o *Options) getSet(ctx context.Context, name string) (*Clients, *jkev1alpha1.EnhancedStatefulSet, error) {
 	ns, err := o.namespace()
 	if err != nil {
 		return nil, nil, err
@@ -421,11 +420,13 @@ const rolloutArgs = "(TYPE NAME | TYPE/NAME)"
 
 func newRolloutHistory(o *Options) *cobra.Command {
 	var revision int64
-	var output string
+	var output, unit string
 	cmd := &cobra.Command{
 		Use:   "history " + rolloutArgs + " [flags]",
 		Short: "View rollout history",
-		Long:  templates.LongDesc(`View the revisions of an EnhancedStatefulSet: its ControllerRevisions, oldest first.`),
+		Long: templates.LongDesc(`
+			View the revisions of an EnhancedStatefulSet: its ControllerRevisions, oldest first. For
+			a StatefulSetGrid: the revisions of each unit StatefulSet, numbered per unit.`),
 		Example: templates.Examples(`
 			# View the rollout history of an EnhancedStatefulSet
 			kubectl staticip rollout history ests/web
@@ -434,13 +435,23 @@ func newRolloutHistory(o *Options) *cobra.Command {
 			kubectl staticip rollout history ests/web -o wide
 
 			# View the pod template of revision 3
-			kubectl staticip rollout history ests/web --revision=3`),
+			kubectl staticip rollout history ests/web --revision=3
+
+			# View the revisions of every unit StatefulSet of a StatefulSetGrid
+			kubectl staticip rollout history ssg/db`),
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if err := checkOutput(output, "json", "yaml", "wide"); err != nil {
 				return err
 			}
-			c, set, err := o.getSet(cmd.Context(), args)
+			ref, err := ParseRolloutRef(args)
+			if err != nil {
+				return err
+			}
+			if ref.Grid {
+				return o.runGridHistory(cmd.Context(), ref.Name, unit, revision, output)
+			}
+			c, set, err := o.getSet(cmd.Context(), ref.Name)
 			if err != nil {
 				return err
 			}
@@ -463,29 +474,43 @@ func newRolloutHistory(o *Options) *cobra.Command {
 		},
 	}
 	cmd.Flags().Int64Var(&revision, "revision", 0, "See the details, including podTemplate of the revision specified")
+	cmd.Flags().StringVar(&unit, "unit", "", "StatefulSetGrid: the node unit whose revision numbers --revision means (default: the unit with the longest history)")
 	addOutput(cmd, &output, "json, yaml, wide")
 	return cmd
 }
 
 func newRolloutUndo(o *Options) *cobra.Command {
 	var toRevision int64
+	var unit string
 	cmd := &cobra.Command{
 		Use:   "undo " + rolloutArgs + " [flags]",
 		Short: "Undo a previous rollout",
 		Long: templates.LongDesc(`
 			Roll back to a previous rollout: the pod template of the chosen ControllerRevision
 			(default: the previous one) replaces the EnhancedStatefulSet's template, and the
-			controller rolls the pods to it under the set's update strategy.`),
+			controller rolls the pods to it under the set's update strategy. For a StatefulSetGrid:
+			the template of a unit's revision, without what the grid controller adds for the unit,
+			replaces the grid's template, and the grid controller hands it to every unit.`),
 		Example: templates.Examples(`
 			# Roll back to the previous revision
 			kubectl staticip rollout undo ests/web
 
 			# Roll back to revision 3
-			kubectl staticip rollout undo ests/web --to-revision=3`),
+			kubectl staticip rollout undo ests/web --to-revision=3
+
+			# Roll a StatefulSetGrid back to revision 2 of its unit zone-a
+			kubectl staticip rollout undo ssg/db --unit=zone-a --to-revision=2`),
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, set, err := o.getSet(ctx, args)
+			ref, err := ParseRolloutRef(args)
+			if err != nil {
+				return err
+			}
+			if ref.Grid {
+				return o.runGridUndo(ctx, ref.Name, unit, toRevision)
+			}
+			c, set, err := o.getSet(ctx, ref.Name)
 			if err != nil {
 				return err
 			}
@@ -512,6 +537,7 @@ func newRolloutUndo(o *Options) *cobra.Command {
 		},
 	}
 	cmd.Flags().Int64Var(&toRevision, "to-revision", 0, "The revision to rollback to. Default to 0 (last revision).")
+	cmd.Flags().StringVar(&unit, "unit", "", "StatefulSetGrid: the node unit whose revision numbers --to-revision means (default: the unit with the longest history)")
 	return cmd
 }
 
@@ -527,14 +553,18 @@ func newRolloutStatus(o *Options) *cobra.Command {
 			complete until it is resumed.`),
 		Example: templates.Examples(`
 			# Watch the rollout status of an EnhancedStatefulSet
-			kubectl staticip rollout status ests/web`),
+			kubectl staticip rollout status ests/web
+
+			# Watch the rollouts of all unit StatefulSets of a StatefulSetGrid
+			kubectl staticip rollout status ssg/db`),
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			name, err := ParseESTSRef(args)
+			ref, err := ParseRolloutRef(args)
 			if err != nil {
 				return err
 			}
+			name := ref.Name
 			ns, err := o.namespace()
 			if err != nil {
 				return err
@@ -544,12 +574,18 @@ func newRolloutStatus(o *Options) *cobra.Command {
 				return err
 			}
 			last := ""
-			check := func(ctx context.Context) (bool, error) {
+			status := func(ctx context.Context) (string, bool, error) {
+				if ref.Grid {
+					return o.gridStatus(ctx, name)
+				}
 				set, err := c.StaticIP.JkeV1alpha1().EnhancedStatefulSets(ns).Get(ctx, name, metav1.GetOptions{})
 				if err != nil {
-					return false, err
+					return "", false, err
 				}
-				msg, done, err := RolloutStatus(set)
+				return RolloutStatus(set)
+			}
+			check := func(ctx context.Context) (bool, error) {
+				msg, done, err := status(ctx)
 				if err != nil {
 					return false, err
 				}
@@ -583,7 +619,14 @@ func newRolloutPause(o *Options, pause bool) *cobra.Command {
 		Args:    cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, set, err := o.getSet(ctx, args)
+			ref, err := ParseRolloutRef(args)
+			if err != nil {
+				return err
+			}
+			if ref.Grid {
+				return errGridPause(ref.Name)
+			}
+			c, set, err := o.getSet(ctx, ref.Name)
 			if err != nil {
 				return err
 			}
@@ -612,11 +655,21 @@ func newRolloutRestart(o *Options) *cobra.Command {
 			(and keeps its IP).`),
 		Example: templates.Examples(`
 			# Restart an EnhancedStatefulSet
-			kubectl staticip rollout restart ests/web`),
+			kubectl staticip rollout restart ests/web
+
+			# Restart every unit StatefulSet of a StatefulSetGrid
+			kubectl staticip rollout restart ssg/db`),
 		Args: cobra.RangeArgs(1, 2),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			ctx := cmd.Context()
-			c, set, err := o.getSet(ctx, args)
+			ref, err := ParseRolloutRef(args)
+			if err != nil {
+				return err
+			}
+			if ref.Grid {
+				return o.runGridRestart(ctx, ref.Name)
+			}
+			c, set, err := o.getSet(ctx, ref.Name)
 			if err != nil {
 				return err
 			}

@@ -392,7 +392,7 @@ func TestCommandsWithFakeClients(t *testing.T) {
 	if code != 0 || got.Spec.Template.Annotations[RestartedAtAnnotation] != "2026-01-02T03:04:05Z" {
 		t.Errorf("restart: code %d annotations %v\n%s", code, got.Spec.Template.Annotations, out)
 	}
-	if out, code, _ = run(t, nil, []runtime.Object{set}, "rollout", "undo", "sts/web"); code != 1 || !strings.Contains(out, "enhancedstatefulset (ests) only") {
+	if out, code, _ = run(t, nil, []runtime.Object{set}, "rollout", "undo", "sts/web"); code != 1 || !strings.Contains(out, "enhancedstatefulset (ests) and statefulsetgrid (ssg) only") {
 		t.Errorf("undo sts: code %d\n%s", code, out)
 	}
 

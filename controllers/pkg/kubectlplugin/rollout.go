@@ -27,9 +27,17 @@ const RestartedAtAnnotation = "kubectl.kubernetes.io/restartedAt"
 // ("statefulset.apps/web").
 const estsResource = "enhancedstatefulset.jke.jdcloud.com"
 
-// ParseESTSRef reads the workload argument(s) of a rollout command: "ests/NAME",
-// "enhancedstatefulset/NAME" (plural and group-qualified forms too) or "ests NAME".
-func ParseESTSRef(args []string) (string, error) {
+// RolloutRef is the workload a rollout command names: an EnhancedStatefulSet, or a
+// StatefulSetGrid (Grid) whose unit StatefulSets the grid controller makes.
+type RolloutRef struct {
+	Grid bool
+	Name string
+}
+
+// ParseRolloutRef reads the workload argument(s) of a rollout command: "ests/NAME",
+// "enhancedstatefulset/NAME", "ssg/NAME", "statefulsetgrid/NAME" (plural and group-qualified
+// forms too) or "TYPE NAME".
+func ParseRolloutRef(args []string) (RolloutRef, error) {
 	var kind, name string
 	switch {
 	case len(args) == 1 && strings.Contains(args[0], "/"):
@@ -37,17 +45,21 @@ func ParseESTSRef(args []string) (string, error) {
 	case len(args) == 2:
 		kind, name = args[0], args[1]
 	default:
-		return "", fmt.Errorf("expected one resource as TYPE/NAME or TYPE NAME, e.g. ests/web, got %q", strings.Join(args, " "))
+		return RolloutRef{}, fmt.Errorf("expected one resource as TYPE/NAME or TYPE NAME, e.g. ests/web, got %q", strings.Join(args, " "))
 	}
+	var ref RolloutRef
 	switch strings.ToLower(kind) {
 	case "ests", "enhancedstatefulset", "enhancedstatefulsets", "enhancedstatefulset.jke.jdcloud.com", "enhancedstatefulsets.jke.jdcloud.com":
+	case "ssg", "statefulsetgrid", "statefulsetgrids", "statefulsetgrid.superedge.io", "statefulsetgrids.superedge.io":
+		ref.Grid = true
 	default:
-		return "", fmt.Errorf("rollout is supported for enhancedstatefulset (ests) only, not %q", kind)
+		return RolloutRef{}, fmt.Errorf("rollout is supported for enhancedstatefulset (ests) and statefulsetgrid (ssg) only, not %q", kind)
 	}
 	if name == "" {
-		return "", fmt.Errorf("resource name may not be empty")
+		return RolloutRef{}, fmt.Errorf("resource name may not be empty")
 	}
-	return name, nil
+	ref.Name = name
+	return ref, nil
 }
 
 // ControlledRevisions are the ControllerRevisions set controls, by revision number (the
@@ -120,15 +132,7 @@ func PrintHistory(out io.Writer, set *jkev1alpha1.EnhancedStatefulSet, revs []*a
 		if rev == nil {
 			return fmt.Errorf("unable to find the specified revision")
 		}
-		tpl, err := enhancedstatefulset.TemplateOf(rev)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(out, "%s/%s with revision #%d\n", estsResource, set.Name, revision)
-		var buf bytes.Buffer
-		describe.DescribePodTemplate(tpl, describe.NewPrefixWriter(&buf))
-		_, err = out.Write(buf.Bytes())
-		return err
+		return printRevisionTemplate(out, estsResource+"/"+set.Name, rev)
 	}
 	fmt.Fprintf(out, "%s/%s \n", estsResource, set.Name)
 	w := printers.GetNewTabWriter(out)
@@ -138,29 +142,54 @@ func PrintHistory(out io.Writer, set *jkev1alpha1.EnhancedStatefulSet, revs []*a
 		fmt.Fprintln(w, "REVISION\tCHANGE-CAUSE")
 	}
 	for _, r := range revs {
-		cause := r.Annotations[polymorphichelpers.ChangeCauseAnnotation]
-		if cause == "" {
-			cause = "<none>"
-		}
+		cause := changeCause(r)
 		if !wide {
 			fmt.Fprintf(w, "%d\t%s\n", r.Revision, cause)
 			continue
 		}
-		var status []string
-		if r.Name == set.Status.CurrentRevision {
-			status = append(status, "current")
-		}
-		if r.Name == set.Status.UpdateRevision {
-			status = append(status, "update")
-		}
-		images := "<unknown>"
-		if tpl, err := enhancedstatefulset.TemplateOf(r); err == nil {
-			images = imagesOf(tpl)
-		}
-		fmt.Fprintf(w, "%d\t%s\t%s\t%s\t%s\n", r.Revision, r.Name, none(strings.Join(status, ",")), images, cause)
+		fmt.Fprintf(w, "%d\t%s\t%s\n", r.Revision, wideColumns(r, set.Status.CurrentRevision, set.Status.UpdateRevision), cause)
 	}
 	fmt.Fprintln(w)
 	return w.Flush()
+}
+
+// printRevisionTemplate prints the pod template rev stores as kubectl rollout history
+// --revision does.
+func printRevisionTemplate(out io.Writer, resource string, rev *appsv1.ControllerRevision) error {
+	tpl, err := enhancedstatefulset.TemplateOf(rev)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(out, "%s with revision #%d\n", resource, rev.Revision)
+	var buf bytes.Buffer
+	describe.DescribePodTemplate(tpl, describe.NewPrefixWriter(&buf))
+	_, err = out.Write(buf.Bytes())
+	return err
+}
+
+// wideColumns are history -o wide's CONTROLLERREVISION, STATUS (whether r is the current or the
+// update revision) and IMAGES of revision r, tab-separated.
+func wideColumns(r *appsv1.ControllerRevision, current, update string) string {
+	var status []string
+	if r.Name == current {
+		status = append(status, "current")
+	}
+	if r.Name == update {
+		status = append(status, "update")
+	}
+	images := "<unknown>"
+	if tpl, err := enhancedstatefulset.TemplateOf(r); err == nil {
+		images = imagesOf(tpl)
+	}
+	return r.Name + "\t" + none(strings.Join(status, ",")) + "\t" + images
+}
+
+// changeCause is a revision's kubernetes.io/change-cause, "<none>" without one.
+func changeCause(r *appsv1.ControllerRevision) string {
+	if cause := r.Annotations[polymorphichelpers.ChangeCauseAnnotation]; cause != "" {
+		return cause
+	}
+	return "<none>"
 }
 
 func imagesOf(tpl *corev1.PodTemplateSpec) string {

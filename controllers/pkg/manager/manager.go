@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"os"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -36,20 +35,13 @@ import (
 	jkescheme "github.com/staticip/staticip/apis/generated/clientset/versioned/scheme"
 	"github.com/staticip/staticip/apis/generated/informers/externalversions"
 	"github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
-	"github.com/staticip/staticip/controllers/pkg/grid"
-	"github.com/staticip/staticip/controllers/pkg/ippool"
 	"github.com/staticip/staticip/controllers/pkg/metrics"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
-	"github.com/staticip/staticip/controllers/pkg/staticip"
 	"github.com/staticip/staticip/internal/secureserving"
 )
 
 // ComponentName names the lease, the event source and the user agent.
 const ComponentName = "staticip-controller-manager"
-
-// KnownControllers are the names --controllers accepts.
-var KnownControllers = []string{enhancedstatefulset.Name, staticip.Name,
-	grid.DeploymentGridName, grid.StatefulSetGridName, grid.ServiceGridName, nodefailover.Name, ippool.Name}
 
 // ErrLeaderLost is returned when this replica loses the lease: it must exit so that it never
 // acts next to the new leader.
@@ -169,33 +161,6 @@ func (o *Options) Validate() error {
 	return errors.Join(errs...)
 }
 
-// EnabledControllers resolves --controllers into controller names.
-func (o *Options) EnabledControllers() ([]string, error) {
-	enabled := map[string]bool{}
-	star := false
-	for _, c := range o.Controllers {
-		name := strings.TrimPrefix(c, "-")
-		switch {
-		case c == "*":
-			star = true
-		case !slices.Contains(KnownControllers, name):
-			return nil, fmt.Errorf("--controllers: unknown controller %q (known: %s)", c, strings.Join(KnownControllers, ", "))
-		case strings.HasPrefix(c, "-"):
-			enabled[name] = false
-		default:
-			enabled[name] = true
-		}
-	}
-	var out []string
-	for _, name := range KnownControllers {
-		on, set := enabled[name]
-		if (set && on) || (!set && star) {
-			out = append(out, name)
-		}
-	}
-	return out, nil
-}
-
 // RestConfig loads the kubeconfig (or the in-cluster config).
 func (o *Options) RestConfig() (*rest.Config, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", o.Kubeconfig)
@@ -249,7 +214,6 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
 	if err := o.Validate(); err != nil {
 		return err
 	}
-	logger := klog.FromContext(ctx)
 	kubeClient, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
@@ -298,6 +262,14 @@ func Run(ctx context.Context, o *Options, cfg *rest.Config) error {
 	// update of the Deployment proceeds through it. On taking the lease it is not ready until
 	// its caches have synced (startControllers).
 	ready.Store(true)
+	return runElected(ctx, o, kubeClient, recorder, identity, electionHealth, runControllers)
+}
+
+// runElected runs runControllers while this replica holds the Lease, until ctx is done (it
+// returns what runControllers returned) or the lease is lost (ErrLeaderLost).
+func runElected(ctx context.Context, o *Options, kubeClient kubernetes.Interface, recorder record.EventRecorder,
+	identity string, electionHealth *leaderelection.HealthzAdaptor, runControllers func(context.Context) error) error {
+	logger := klog.FromContext(ctx)
 	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, o.leaseNamespace(), o.LeaderElectLeaseName,
 		kubeClient.CoreV1(), kubeClient.CoordinationV1(), resourcelock.ResourceLockConfig{
 			Identity: identity, EventRecorder: recorder,
@@ -403,57 +375,10 @@ func startControllers(ctx context.Context, o *Options, kubeClient kubernetes.Int
 	}
 	kubeInformers := informers.NewSharedInformerFactory(kubeClient, 0)
 	jkeInformers := externalversions.NewSharedInformerFactory(client, 0)
-	var runs []func(context.Context)
-	for _, name := range names {
-		switch name {
-		case enhancedstatefulset.Name:
-			c, err := enhancedstatefulset.NewController(kubeClient, client,
-				jkeInformers.Jke().V1alpha1().EnhancedStatefulSets(), kubeInformers.Core().V1().Pods(),
-				kubeInformers.Apps().V1().ControllerRevisions(), kubeInformers.Core().V1().PersistentVolumeClaims(),
-				jkeInformers.Jke().V1().StaticIPs(), recorder)
-			if err != nil {
-				return err
-			}
-			c.InPlaceUpdateTimeout = o.InPlaceUpdateTimeout
-			runs = append(runs, func(ctx context.Context) { c.Run(ctx, o.Workers) })
-		case staticip.Name:
-			c, err := staticip.NewController(kubeClient, client, jkeInformers.Jke().V1().StaticIPs(),
-				kubeInformers.Core().V1().Pods(), jkeInformers.Jke().V1alpha1().EnhancedStatefulSets(),
-				kubeInformers.Apps().V1().StatefulSets(), recorder)
-			if err != nil {
-				return err
-			}
-			runs = append(runs, func(ctx context.Context) { c.Run(ctx, o.Workers) })
-		case nodefailover.Name:
-			c, err := nodefailover.NewController(kubeClient, client, kubeInformers.Core().V1().Nodes(),
-				kubeInformers.Core().V1().Pods(), jkeInformers.Jke().V1().IPRanges(), jkeInformers.Jke().V1().StaticIPs(),
-				jkeInformers.Jke().V1alpha1().NodeFailovers(), recorder)
-			if err != nil {
-				return err
-			}
-			c.Window = o.NodeFailoverWindow
-			c.FencedPodDeletionGrace = o.FencedPodDeletionGrace
-			c.NodeDeletionIsFence = o.NodeDeletionIsFence
-			c.MaxUnhealthyPercent, _ = nodefailover.ParsePercent(o.NodeFailoverMaxUnhealthy)
-			// One worker: migrations are few, and one at a time keeps two of them from racing
-			// for the same spare inside this process (the claim's optimistic lock covers the rest).
-			runs = append(runs, func(ctx context.Context) { c.Run(ctx, 1) })
-		case ippool.Name:
-			c, err := ippool.NewController(kubeClient, client, jkeInformers.Jke().V1().IPPools(),
-				jkeInformers.Jke().V1().IPRanges(), kubeInformers.Core().V1().Nodes(), kubeInformers.Core().V1().Pods(),
-				jkeInformers.Jke().V1().StaticIPs(), jkeInformers.Jke().V1alpha1().NodeFailovers(), recorder)
-			if err != nil {
-				return err
-			}
-			// One worker whatever --workers says: one key plans every pool.
-			runs = append(runs, func(ctx context.Context) { c.Run(ctx) })
-		default:
-			run, err := newGridController(name, kubeClient, client, kubeInformers, jkeInformers, recorder)
-			if err != nil {
-				return err
-			}
-			runs = append(runs, func(ctx context.Context) { run(ctx, o.Workers) })
-		}
+	runs, err := buildControllers(controllerContext{kube: kubeClient, client: client, kubeInformers: kubeInformers,
+		jkeInformers: jkeInformers, recorder: recorder, opts: o}, names)
+	if err != nil {
+		return err
 	}
 	kubeInformers.Start(ctx.Done())
 	jkeInformers.Start(ctx.Done())
@@ -556,34 +481,4 @@ func serve(ctx context.Context, o *Options, election *leaderelection.HealthzAdap
 		return nil, err
 	}
 	return servers, nil
-}
-
-// newGridController builds one of the SuperEdge grid controllers.
-func newGridController(name string, kubeClient kubernetes.Interface, client versioned.Interface,
-	kubeInformers informers.SharedInformerFactory, jkeInformers externalversions.SharedInformerFactory,
-	recorder record.EventRecorder) (func(context.Context, int), error) {
-	switch name {
-	case grid.DeploymentGridName:
-		c, err := grid.NewDeploymentGridController(kubeClient, client, jkeInformers.Superedge().V1().DeploymentGrids(),
-			kubeInformers.Apps().V1().Deployments(), kubeInformers.Core().V1().Nodes(), recorder)
-		if err != nil {
-			return nil, err
-		}
-		return c.Run, nil
-	case grid.StatefulSetGridName:
-		c, err := grid.NewStatefulSetGridController(kubeClient, client, jkeInformers.Superedge().V1().StatefulSetGrids(),
-			kubeInformers.Apps().V1().StatefulSets(), kubeInformers.Core().V1().Nodes(), recorder)
-		if err != nil {
-			return nil, err
-		}
-		return c.Run, nil
-	case grid.ServiceGridName:
-		c, err := grid.NewServiceGridController(kubeClient, client, jkeInformers.Superedge().V1().ServiceGrids(),
-			kubeInformers.Core().V1().Services(), recorder)
-		if err != nil {
-			return nil, err
-		}
-		return c.Run, nil
-	}
-	return nil, fmt.Errorf("unknown controller %q", name)
 }

@@ -1,42 +1,10 @@
 package manager
 
 import (
-	"slices"
 	"strings"
 	"testing"
 	"time"
 )
-
-func TestEnabledControllers(t *testing.T) {
-	for _, tc := range []struct {
-		flag    []string
-		want    []string
-		wantErr string
-	}{
-		{flag: []string{"*"}, want: []string{"enhancedstatefulset", "staticip", "deploymentgrid", "statefulsetgrid", "servicegrid", "nodefailover", "ippool"}},
-		{flag: []string{"*", "-deploymentgrid", "-statefulsetgrid", "-servicegrid", "-nodefailover", "-ippool"}, want: []string{"enhancedstatefulset", "staticip"}},
-		{flag: []string{"servicegrid", "statefulsetgrid"}, want: []string{"statefulsetgrid", "servicegrid"}},
-		{flag: []string{"staticip"}, want: []string{"staticip"}},
-		{flag: []string{"*", "-staticip"}, want: []string{"enhancedstatefulset", "deploymentgrid", "statefulsetgrid", "servicegrid", "nodefailover", "ippool"}},
-		{flag: []string{"ippool"}, want: []string{"ippool"}},
-		{flag: []string{"nodefailover"}, want: []string{"nodefailover"}},
-		{flag: []string{"enhancedstatefulset", "staticip"}, want: []string{"enhancedstatefulset", "staticip"}},
-		{flag: []string{"nodefailovers"}, wantErr: `unknown controller "nodefailovers"`},
-	} {
-		o := NewOptions()
-		o.Controllers = tc.flag
-		got, err := o.EnabledControllers()
-		if tc.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("%v: err %v, want %q", tc.flag, err, tc.wantErr)
-			}
-			continue
-		}
-		if err != nil || !slices.Equal(got, tc.want) {
-			t.Errorf("%v: got %v %v, want %v", tc.flag, got, err, tc.want)
-		}
-	}
-}
 
 func TestValidateLeaderElectionDurations(t *testing.T) {
 	o := NewOptions()

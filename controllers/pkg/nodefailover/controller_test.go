@@ -23,6 +23,7 @@ import (
 	jkeinformers "github.com/staticip/staticip/apis/generated/informers/externalversions"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/internal/testsupport"
 )
 
 // These tests run the controller's sync on fake clients and real informers (the integration
@@ -77,16 +78,6 @@ func newTestController(t *testing.T, kubeObjs, jkeObjs []runtime.Object) *testCo
 	return tc
 }
 
-// eventually waits for the informers to show what the test wrote.
-func eventually(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		return cond(), nil
-	}); err != nil {
-		t.Fatalf("timed out waiting for %s", what)
-	}
-}
-
 func podAt(name, node, ip string) *corev1.Pod {
 	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: k8stypes.UID("uid-" + name)},
 		Spec:   corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "c"}}},
@@ -117,7 +108,7 @@ func TestSyncReadsPodsThroughIndexes(t *testing.T) {
 	if _, err := tc.sync(ctx, "n3"); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the record in the cache", func() bool { _, err := tc.records.Get("n3"); return err == nil })
+	testsupport.Eventually(context.Background(), t, 30*time.Second, "the record in the cache", testsupport.True(func() bool { _, err := tc.records.Get("n3"); return err == nil }))
 	if _, err := tc.sync(ctx, "n3"); err != nil {
 		t.Fatal(err)
 	}
@@ -134,16 +125,16 @@ func TestSyncReadsPodsThroughIndexes(t *testing.T) {
 	if err := tc.kube.CoreV1().Pods("ns").Delete(ctx, "stray", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, "the pod gone from the cache", func() bool { _, err := tc.Controller.pods.Pods("ns").Get("stray"); return err != nil })
+	testsupport.Eventually(context.Background(), t, 30*time.Second, "the pod gone from the cache", testsupport.True(func() bool { _, err := tc.Controller.pods.Pods("ns").Get("stray"); return err != nil }))
 	for range 3 {
 		if _, err := tc.sync(ctx, "n3"); err != nil {
 			t.Fatal(err)
 		}
-		eventually(t, "the record's writes in the cache", func() bool {
+		testsupport.Eventually(context.Background(), t, 30*time.Second, "the record's writes in the cache", testsupport.True(func() bool {
 			cached, err := tc.records.Get("n3")
 			cur, _ := tc.jke.JkeV1alpha1().NodeFailovers().Get(ctx, "n3", metav1.GetOptions{})
 			return err == nil && cur != nil && cached.ResourceVersion == cur.ResourceVersion
-		})
+		}))
 	}
 	r3, _ := tc.jke.JkeV1().IPRanges().Get(ctx, "r3", metav1.GetOptions{})
 	if r3.Spec.Node != "spare" || r3.Spec.OwnerGeneration != 1 {
@@ -174,7 +165,7 @@ func TestDeletedNodesAreForgotten(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	eventually(t, "the Nodes gone from the cache", func() bool { ns, _ := tc.nodes.List(labels.Everything()); return len(ns) == 1 })
+	testsupport.Eventually(context.Background(), t, 30*time.Second, "the Nodes gone from the cache", testsupport.True(func() bool { ns, _ := tc.nodes.List(labels.Everything()); return len(ns) == 1 }))
 	// n2 owned nothing: forgotten. n3 owns a range: remembered until its record has the zone.
 	for _, n := range []string{"n2", "n3"} {
 		if _, err := tc.sync(ctx, n); err != nil {
@@ -191,7 +182,7 @@ func TestDeletedNodesAreForgotten(t *testing.T) {
 	if rec.Status.Zone != "z1" {
 		t.Errorf("record zone %q, want z1", rec.Status.Zone)
 	}
-	eventually(t, "the record in the cache", func() bool { r, err := tc.records.Get("n3"); return err == nil && r.Status.Zone != "" })
+	testsupport.Eventually(context.Background(), t, 30*time.Second, "the record in the cache", testsupport.True(func() bool { r, err := tc.records.Get("n3"); return err == nil && r.Status.Zone != "" }))
 	if _, err := tc.sync(ctx, "n3"); err != nil {
 		t.Fatal(err)
 	}

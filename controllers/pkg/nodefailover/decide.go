@@ -1,7 +1,11 @@
-// Package nodefailover moves a fenced node's IP ranges and static IPs to a spare node. The
-// controller (controller.go) is a thin sync over the pure decisions in this file: the fencing
-// rule, the unhealthy-share stop, the pods that still hold the node's IPs, the target choice and
-// route convergence. Each is table-tested (decide_test.go).
+// Package nodefailover moves a fenced node's IP ranges and static IPs to a spare node. Every
+// decision is pure and table-tested, in this file (decide_test.go): the fencing rule, the
+// unhealthy-share stop, the pods that still hold the node's IPs, the target choice, what to do
+// with each recorded range move and route convergence. The I/O around them is cut by role:
+// controller.go (informers, queue, detection), migration.go (one sync of one record and its
+// status), beforemove.go (fence, pods, target, recording the moves), target.go (claiming the
+// spare), aftercommit.go (the steps after the commit, one method per phase in a table),
+// record.go (finalizer, deletion, cancel, restart).
 package nodefailover
 
 import (

@@ -31,6 +31,7 @@ import (
 	jkev1alpha1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1alpha1"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/ordinal"
 	"github.com/staticip/staticip/apis/workloadref"
 	"github.com/staticip/staticip/controllers/pkg/metrics"
 	"github.com/staticip/staticip/controllers/pkg/worker"
@@ -553,8 +554,8 @@ func (c *Controller) scaledAway(ctx context.Context, sip *jkev1.StaticIP) bool {
 	if sip.Spec.Ref == "" {
 		return false
 	}
-	ordinal := parseOrdinal(sip.Spec.Ref, sip.Name)
-	if ordinal < 0 {
+	n := ordinal.Of(sip.Spec.Ref, sip.Name)
+	if n < 0 {
 		return false
 	}
 	var replicas int32
@@ -580,12 +581,12 @@ func (c *Controller) scaledAway(ctx context.Context, sip *jkev1.StaticIP) bool {
 		}
 		replicas = ptrOr(sts.Spec.Replicas, 1)
 		if sts.Spec.Ordinals != nil {
-			ordinal -= int(sts.Spec.Ordinals.Start)
+			n -= int(sts.Spec.Ordinals.Start)
 		}
 	default:
 		return false
 	}
-	return policy.WhenScaled == jkev1.DeleteStaticIP && ordinal >= int(replicas)
+	return policy.WhenScaled == jkev1.DeleteStaticIP && n >= int(replicas)
 }
 
 func ptrOr(p *int32, def int32) int32 {
@@ -593,22 +594,6 @@ func ptrOr(p *int32, def int32) int32 {
 		return def
 	}
 	return *p
-}
-
-// parseOrdinal returns n for a name {parent}-{n}, or -1.
-func parseOrdinal(parent, name string) int {
-	rest, ok := strings.CutPrefix(name, parent+"-")
-	if !ok || rest == "" || (len(rest) > 1 && rest[0] == '0') {
-		return -1
-	}
-	n := 0
-	for _, ch := range rest {
-		if ch < '0' || ch > '9' || n > 1<<30 {
-			return -1
-		}
-		n = n*10 + int(ch-'0')
-	}
-	return n
 }
 
 func (c *Controller) updateStatus(ctx context.Context, sip *jkev1.StaticIP, st *jkev1.StaticIPStatus) error {

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"k8s.io/apimachinery/pkg/api/meta"
 	"strings"
 	"testing"
 	"time"
@@ -83,7 +84,7 @@ func TestAdoptAndRelease(t *testing.T) {
 	}
 	f.eventually(30*time.Second, "web-1 released and the name clash reported", func() (bool, error) {
 		p := f.pods()["web-1"]
-		c := findCondition(f.getSet("web").Status.Conditions, ests.ConditionReplicaFailure)
+		c := meta.FindStatusCondition(f.getSet("web").Status.Conditions, ests.ConditionReplicaFailure)
 		return p != nil && metav1.GetControllerOf(p) == nil && c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "web-1") &&
 			anyContains(f.events("web"), "FailedCreate", "web-1", "already exists"), nil
 	})
@@ -93,7 +94,7 @@ func TestAdoptAndRelease(t *testing.T) {
 	}
 	f.waitSettled("web", time.Minute)
 	f.eventually(30*time.Second, "ReplicaFailure cleared", func() (bool, error) {
-		c := findCondition(f.getSet("web").Status.Conditions, ests.ConditionReplicaFailure)
+		c := meta.FindStatusCondition(f.getSet("web").Status.Conditions, ests.ConditionReplicaFailure)
 		return c != nil && c.Status == metav1.ConditionFalse, nil
 	})
 	if p := f.pods()["web-1"]; p == nil || p.Labels["app"] != "web" || p.Status.Phase != corev1.PodRunning {

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"slices"
 	"sync"
 	"testing"
@@ -19,6 +20,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/ordinal"
 	ests "github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
 	"github.com/staticip/staticip/controllers/pkg/metrics"
 )
@@ -203,7 +205,7 @@ func TestOrderedReadyScalingRevisionsAndStatus(t *testing.T) {
 	f := newFixture(t)
 	// OrderedReady: when pod n appears, every lower ordinal must already be Ready.
 	check := func(pod *corev1.Pod) error {
-		ord := ests.ParseOrdinal("web", pod.Name)
+		ord := ordinal.Of("web", pod.Name)
 		pods := f.pods()
 		for i := 0; i < ord; i++ {
 			p := pods[ests.PodName("web", i)]
@@ -233,41 +235,7 @@ func TestOrderedReadyScalingRevisionsAndStatus(t *testing.T) {
 	if st.LabelSelector != "app=web" {
 		t.Errorf("labelSelector = %q, want app=web (scale subresource)", st.LabelSelector)
 	}
-	pods := f.pods()
-	for i := 0; i < 3; i++ {
-		name := ests.PodName("web", i)
-		p := pods[name]
-		if p == nil {
-			t.Fatalf("pod %s missing", name)
-		}
-		if p.Spec.Hostname != name || p.Spec.Subdomain != "web-svc" {
-			t.Errorf("%s: hostname/subdomain = %s/%s", name, p.Spec.Hostname, p.Spec.Subdomain)
-		}
-		if ref := metav1.GetControllerOf(p); ref == nil || ref.UID != set.UID || ref.Kind != "EnhancedStatefulSet" {
-			t.Errorf("%s: controller ref %+v", name, ref)
-		}
-		if p.Labels[ests.RevisionLabel] != st.UpdateRevision || p.Labels[ests.PodNameLabel] != name || p.Labels[ests.PodIndexLabel] != fmt.Sprint(i) {
-			t.Errorf("%s: labels %v", name, p.Labels)
-		}
-		claim := fmt.Sprintf("data-web-%d", i)
-		found := false
-		for _, v := range p.Spec.Volumes {
-			found = found || (v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim)
-		}
-		if !found {
-			t.Errorf("%s: no volume for claim %s", name, claim)
-		}
-		pvc, err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Get(f.ctx, claim, metav1.GetOptions{})
-		if err != nil {
-			t.Errorf("claim %s: %v", claim, err)
-		} else if len(pvc.OwnerReferences) != 0 {
-			t.Errorf("claim %s: whenDeleted=Retain but owner refs %v", claim, pvc.OwnerReferences)
-		}
-	}
-	revs, err := f.kube.AppsV1().ControllerRevisions(f.ns).List(f.ctx, metav1.ListOptions{LabelSelector: "app=web"})
-	if err != nil || len(revs.Items) != 1 || revs.Items[0].Name != st.UpdateRevision {
-		t.Fatalf("ControllerRevisions: %v %v", revs, err)
-	}
+	checkNewPods(t, f, set, 3)
 
 	// Scale through the scale subresource, as kubectl scale does.
 	scale, err := f.client.JkeV1alpha1().EnhancedStatefulSets(f.ns).GetScale(f.ctx, "web", metav1.GetOptions{})
@@ -281,7 +249,7 @@ func TestOrderedReadyScalingRevisionsAndStatus(t *testing.T) {
 	f.waitSettled("web", time.Minute)
 	f.updateSet("web", func(s *jkev1alpha1.EnhancedStatefulSet) { s.Spec.Replicas = ptr.To[int32](2) })
 	set = f.waitSettled("web", time.Minute)
-	pods = f.pods()
+	pods := f.pods()
 	if len(pods) != 2 || pods["web-0"] == nil || pods["web-1"] == nil {
 		t.Errorf("after scale to 2: pods %v", slices.Collect(mapKeys(pods)))
 	}
@@ -320,6 +288,48 @@ func TestOrderedReadyScalingRevisionsAndStatus(t *testing.T) {
 	})
 	if set.Status.ObservedGeneration != set.Generation {
 		t.Errorf("observedGeneration %d, generation %d", set.Status.ObservedGeneration, set.Generation)
+	}
+}
+
+// checkNewPods checks the n pods of a settled set web as the StatefulSet controller makes them:
+// hostname and subdomain, controller reference, labels, a volume and a PVC (whenDeleted=Retain:
+// no owner) per ordinal, and one ControllerRevision, the update revision.
+func checkNewPods(t *testing.T, f *fixture, set *jkev1alpha1.EnhancedStatefulSet, n int) {
+	t.Helper()
+	pods := f.pods()
+	for i := 0; i < n; i++ {
+		name := ests.PodName("web", i)
+		p := pods[name]
+		if p == nil {
+			t.Fatalf("pod %s missing", name)
+		}
+		if p.Spec.Hostname != name || p.Spec.Subdomain != "web-svc" {
+			t.Errorf("%s: hostname/subdomain = %s/%s", name, p.Spec.Hostname, p.Spec.Subdomain)
+		}
+		if ref := metav1.GetControllerOf(p); ref == nil || ref.UID != set.UID || ref.Kind != "EnhancedStatefulSet" {
+			t.Errorf("%s: controller ref %+v", name, ref)
+		}
+		if p.Labels[ests.RevisionLabel] != set.Status.UpdateRevision || p.Labels[ests.PodNameLabel] != name || p.Labels[ests.PodIndexLabel] != fmt.Sprint(i) {
+			t.Errorf("%s: labels %v", name, p.Labels)
+		}
+		claim := fmt.Sprintf("data-web-%d", i)
+		found := false
+		for _, v := range p.Spec.Volumes {
+			found = found || (v.PersistentVolumeClaim != nil && v.PersistentVolumeClaim.ClaimName == claim)
+		}
+		if !found {
+			t.Errorf("%s: no volume for claim %s", name, claim)
+		}
+		pvc, err := f.kube.CoreV1().PersistentVolumeClaims(f.ns).Get(f.ctx, claim, metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("claim %s: %v", claim, err)
+		} else if len(pvc.OwnerReferences) != 0 {
+			t.Errorf("claim %s: whenDeleted=Retain but owner refs %v", claim, pvc.OwnerReferences)
+		}
+	}
+	revs, err := f.kube.AppsV1().ControllerRevisions(f.ns).List(f.ctx, metav1.ListOptions{LabelSelector: "app=web"})
+	if err != nil || len(revs.Items) != 1 || revs.Items[0].Name != set.Status.UpdateRevision {
+		t.Fatalf("ControllerRevisions: %v %v", revs, err)
 	}
 }
 
@@ -428,7 +438,7 @@ func TestRollingUpdateBudgetPartitionPausedRollback(t *testing.T) {
 	if !slices.Equal(got[:6], slices.Repeat([]string{rev3}, 6)) || got[6] != rev4 {
 		t.Errorf("paused: revisions %v (want 6×%s then the new pod at %s)", got, rev3, rev4)
 	}
-	if c := findCondition(set.Status.Conditions, ests.ConditionPaused); c == nil || c.Status != metav1.ConditionTrue {
+	if c := meta.FindStatusCondition(set.Status.Conditions, ests.ConditionPaused); c == nil || c.Status != metav1.ConditionTrue {
 		t.Errorf("Paused condition: %+v", c)
 	}
 
@@ -448,15 +458,6 @@ func TestRollingUpdateBudgetPartitionPausedRollback(t *testing.T) {
 	if m := mon.maxUnavailable(); m > 2 {
 		t.Errorf("rollback exceeded the budget: %d", m)
 	}
-}
-
-func findCondition(conds []metav1.Condition, t string) *metav1.Condition {
-	for i := range conds {
-		if conds[i].Type == t {
-			return &conds[i]
-		}
-	}
-	return nil
 }
 
 func TestInPlaceIfPossible(t *testing.T) {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"strings"
 	"sync"
 	"testing"
@@ -175,7 +176,7 @@ func TestDeploymentGridUnits(t *testing.T) {
 		d.Annotations[superedgev1.AnnotationGridUniqKey] != key {
 		t.Errorf("labels %v annotations %v", d.Labels, d.Annotations)
 	}
-	if c := findCondition(f.getDG("dg").Status.Conditions, superedgev1.ConditionReady); c == nil || c.Status != metav1.ConditionFalse || c.Reason != grid.ReasonUnitsNotReady {
+	if c := meta.FindStatusCondition(f.getDG("dg").Status.Conditions, superedgev1.ConditionReady); c == nil || c.Status != metav1.ConditionFalse || c.Reason != grid.ReasonUnitsNotReady {
 		t.Errorf("Ready before any Deployment is: %+v", c)
 	}
 
@@ -189,7 +190,7 @@ func TestDeploymentGridUnits(t *testing.T) {
 	}
 	f.eventually(30*time.Second, "grid Ready", func() (bool, error) {
 		st := f.getDG("dg").Status
-		c := findCondition(st.Conditions, superedgev1.ConditionReady)
+		c := meta.FindStatusCondition(st.Conditions, superedgev1.ConditionReady)
 		return holds(c != nil && c.Status == metav1.ConditionTrue && st.ReadyUnits == 2 && st.Units[0].ReadyReplicas == 2, fmt.Errorf("%+v", st))
 	})
 
@@ -272,7 +273,7 @@ func TestGridAdoptionOrphaningAndConflicts(t *testing.T) {
 		if ref == nil || ref.UID != g.UID || d.UID != created.UID || d.Spec.Template.Spec.Containers[0].Image != "echo:v1" {
 			return false, fmt.Errorf("dg-zone-0: ref %v image %s", ref, d.Spec.Template.Spec.Containers[0].Image)
 		}
-		c := findCondition(f.getDG("dg").Status.Conditions, superedgev1.ConditionConflict)
+		c := meta.FindStatusCondition(f.getDG("dg").Status.Conditions, superedgev1.ConditionConflict)
 		return holds(c != nil && c.Status == metav1.ConditionTrue && c.Reason == grid.ReasonNameTaken && strings.Contains(c.Message, "dg-zone-1"), fmt.Errorf("conflict %+v", c))
 	})
 	if d := f.deployments()["dg-zone-1"]; d.ResourceVersion != unrelatedRV || metav1.GetControllerOf(d) != nil {
@@ -294,7 +295,7 @@ func TestGridAdoptionOrphaningAndConflicts(t *testing.T) {
 	}
 	owner := f.deployments()["dg-b-c"].OwnerReferences[0].UID
 	f.eventually(time.Minute, "grid dg-b reports dg-b-c as taken", func() (bool, error) {
-		c := findCondition(f.getDG("dg-b").Status.Conditions, superedgev1.ConditionConflict)
+		c := meta.FindStatusCondition(f.getDG("dg-b").Status.Conditions, superedgev1.ConditionConflict)
 		return holds(c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "DeploymentGrid/dg"), fmt.Errorf("%+v", c))
 	})
 	if d := f.deployments()["dg-b-c"]; d.OwnerReferences[0].UID != owner || d.Labels[superedgev1.LabelGridUnit] != "b-c" {
@@ -309,7 +310,7 @@ func TestGridAdoptionOrphaningAndConflicts(t *testing.T) {
 	}
 	f.eventually(30*time.Second, "dg-zone-0 released", func() (bool, error) {
 		d := f.deployments()["dg-zone-0"]
-		c := findCondition(f.getDG("dg").Status.Conditions, superedgev1.ConditionConflict)
+		c := meta.FindStatusCondition(f.getDG("dg").Status.Conditions, superedgev1.ConditionConflict)
 		return holds(metav1.GetControllerOf(d) == nil && c != nil && strings.Contains(c.Message, "dg-zone-0"), fmt.Errorf("refs %v, conflict %+v", d.OwnerReferences, c))
 	})
 	// And adopted again when the label comes back.
@@ -346,7 +347,7 @@ func TestGridInvalidSpec(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.eventually(30*time.Second, "Ready=False InvalidSpec", func() (bool, error) {
-		c := findCondition(f.getDG("bad").Status.Conditions, superedgev1.ConditionReady)
+		c := meta.FindStatusCondition(f.getDG("bad").Status.Conditions, superedgev1.ConditionReady)
 		return holds(c != nil && c.Status == metav1.ConditionFalse && c.Reason == grid.ReasonInvalidSpec, fmt.Errorf("%+v", c))
 	})
 	if evs := f.gridEvents("bad"); !strings.Contains(evs, "InvalidSpec:") || !strings.Contains(evs, "does not match") {
@@ -391,7 +392,7 @@ func TestServiceGridTopologyKeysRefused(t *testing.T) {
 			if err != nil {
 				return false, err
 			}
-			c = findCondition(got.Status.Conditions, superedgev1.ConditionReady)
+			c = meta.FindStatusCondition(got.Status.Conditions, superedgev1.ConditionReady)
 			return holds(c != nil && c.Reason == grid.ReasonInvalidSpec, fmt.Errorf("%+v", c))
 		})
 		if c.Status != metav1.ConditionFalse || !strings.Contains(c.Message, "topologyKeys") {
@@ -522,7 +523,7 @@ func TestStatefulSetGridAndServiceGrid(t *testing.T) {
 		if err != nil {
 			return false, err
 		}
-		c := findCondition(g.Status.Conditions, superedgev1.ConditionReady)
+		c := meta.FindStatusCondition(g.Status.Conditions, superedgev1.ConditionReady)
 		return holds(err == nil && c != nil && c.Status == metav1.ConditionTrue && g.Status.ServiceName == "sg-svc" && g.Status.ObservedGeneration == g.Generation, fmt.Errorf("%+v", g.Status))
 	})
 	// Someone edits the Service's topologyKeys: put back.

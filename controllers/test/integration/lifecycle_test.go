@@ -8,6 +8,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
@@ -196,7 +197,7 @@ func (f *fixture) expectNoTakeover(want *jkev1.StaticIP, msg string) {
 		if err != nil {
 			return false, err
 		}
-		c := findCondition(rec.Status.Conditions, jkev1.StaticIPConditionConflict)
+		c := meta.FindStatusCondition(rec.Status.Conditions, jkev1.StaticIPConditionConflict)
 		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, msg) &&
 			anyContains(f.events(want.Name), "WorkloadMismatch"), nil
 	})

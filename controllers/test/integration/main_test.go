@@ -27,6 +27,7 @@ import (
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/controllers/pkg/manager"
+	"github.com/staticip/staticip/internal/testsupport"
 	"github.com/staticip/staticip/tools/testenv"
 )
 
@@ -90,21 +91,10 @@ func (f *fixture) startManagerWith(mutate func(*manager.Options), controllers ..
 	})
 }
 
-// eventually polls cond until it holds or the timeout passes.
+// eventually polls cond until it holds or the timeout passes (testsupport.Eventually).
 func (f *fixture) eventually(timeout time.Duration, what string, cond func() (bool, error)) {
 	f.t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(f.ctx, 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		ok, err := cond()
-		if err != nil {
-			last = err
-			return false, nil
-		}
-		return ok, nil
-	})
-	if err != nil {
-		f.t.Fatalf("timed out waiting for %s: %v (last error: %v)", what, err, last)
-	}
+	testsupport.Eventually(f.ctx, f.t, timeout, what, cond)
 }
 
 func (f *fixture) pods() map[string]*corev1.Pod {

@@ -241,142 +241,157 @@ func (e *failoverEnv) watchMigration(target string) *migrationHistory {
 		ipHolders: map[string]map[string]bool{}, rangeMoved: make(chan struct{}), sipRebound: make(chan struct{}),
 		movedRanges: map[string]bool{}, reboundSIPs: map[string]bool{}}
 	ctx := e.ctx
-	start := func(list func() (runtime.Object, error), watchFrom func(rv string) (watch.Interface, error), handle func(watch.EventType, runtime.Object)) {
-		obj, err := list()
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		items, err := meta.ExtractList(obj)
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		for _, it := range items {
-			handle(watch.Added, it)
-		}
-		w, err := watchFrom(listRV(obj))
-		if err != nil {
-			e.t.Fatal(err)
-		}
-		go func() {
-			defer w.Stop()
-			for {
-				select {
-				case <-ctx.Done():
-					return
-				case ev, ok := <-w.ResultChan():
-					if !ok {
-						if ctx.Err() == nil {
-							h.mu.Lock()
-							h.fail("a watch closed early: the history is incomplete")
-							h.mu.Unlock()
-						}
-						return
-					}
-					if ev.Type == watch.Error || ev.Type == watch.Bookmark {
-						continue
-					}
-					handle(ev.Type, ev.Object)
-				}
-			}
-		}()
-	}
-	start(func() (runtime.Object, error) { return e.client.JkeV1().IPRanges().List(ctx, metav1.ListOptions{}) },
+	e.follow(h, func() (runtime.Object, error) { return e.client.JkeV1().IPRanges().List(ctx, metav1.ListOptions{}) },
 		func(rv string) (watch.Interface, error) {
 			return e.client.JkeV1().IPRanges().Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
 		},
 		func(_ watch.EventType, o runtime.Object) {
-			r := o.(*jkev1.IPRange)
-			if !strings.HasPrefix(r.Name, e.ns) {
-				return
-			}
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			specs := h.rangeSpecs[r.Name]
-			if len(specs) == 0 || !reflect.DeepEqual(specs[len(specs)-1], r.Spec) {
-				h.rangeSpecs[r.Name] = append(specs, r.Spec)
-			}
-			if r.Spec.Node == target && !h.movedRanges[r.Name] {
-				h.movedRanges[r.Name] = true
-				if len(h.movedRanges) == 1 {
-					close(h.rangeMoved)
-				}
+			if r := o.(*jkev1.IPRange); strings.HasPrefix(r.Name, e.ns) {
+				h.sawRange(r, target)
 			}
 		})
-	start(func() (runtime.Object, error) {
+	e.follow(h, func() (runtime.Object, error) {
 		return e.client.JkeV1().StaticIPs(e.ns).List(ctx, metav1.ListOptions{})
 	},
 		func(rv string) (watch.Interface, error) {
 			return e.client.JkeV1().StaticIPs(e.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
 		},
-		func(_ watch.EventType, o runtime.Object) {
-			s := o.(*jkev1.StaticIP)
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			nodes := h.sipNodes[s.Name]
-			if len(nodes) == 0 || nodes[len(nodes)-1] != s.Spec.Node {
-				h.sipNodes[s.Name] = append(nodes, s.Spec.Node)
-			}
-			if s.Spec.Node == target && !h.reboundSIPs[s.Name] {
-				h.reboundSIPs[s.Name] = true
-				if len(h.reboundSIPs) == 1 {
-					close(h.sipRebound)
-				}
+		func(_ watch.EventType, o runtime.Object) { h.sawStaticIP(o.(*jkev1.StaticIP), target) })
+	e.follow(h, func() (runtime.Object, error) {
+		return e.client.JkeV1alpha1().NodeFailovers().List(ctx, metav1.ListOptions{})
+	},
+		func(rv string) (watch.Interface, error) {
+			return e.client.JkeV1alpha1().NodeFailovers().Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
+		},
+		func(t watch.EventType, o runtime.Object) {
+			if r := o.(*jkev1alpha1.NodeFailover); strings.HasPrefix(r.Name, e.ns) {
+				h.sawRecord(t, r)
 			}
 		})
-	start(func() (runtime.Object, error) {
-		return e.client.JkeV1alpha1().NodeFailovers().List(ctx, metav1.ListOptions{})
-	}, func(rv string) (watch.Interface, error) {
-		return e.client.JkeV1alpha1().NodeFailovers().Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
-	}, func(t watch.EventType, o runtime.Object) {
-		r := o.(*jkev1alpha1.NodeFailover)
-		if !strings.HasPrefix(r.Name, e.ns) {
-			return
-		}
-		h.mu.Lock()
-		defer h.mu.Unlock()
-		if t == watch.Deleted {
-			h.fail("record %s deleted mid-migration (phase %s)", r.Name, r.Status.Phase)
-			return
-		}
-		p := r.Status.Phase
-		if p == "" || (len(h.phases) > 0 && h.phases[len(h.phases)-1] == p) {
-			return
-		}
-		if len(h.phases) > 0 && phaseIndex(p) < phaseIndex(h.phases[len(h.phases)-1]) {
-			h.fail("record %s went back from phase %s to %s", r.Name, h.phases[len(h.phases)-1], p)
-		}
-		h.phases = append(h.phases, p)
-	})
-	start(func() (runtime.Object, error) { return e.kube.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{}) },
+	e.follow(h, func() (runtime.Object, error) { return e.kube.CoreV1().Pods(e.ns).List(ctx, metav1.ListOptions{}) },
 		func(rv string) (watch.Interface, error) {
 			return e.kube.CoreV1().Pods(e.ns).Watch(ctx, metav1.ListOptions{ResourceVersion: rv})
 		},
-		func(t watch.EventType, o runtime.Object) {
-			p := o.(*corev1.Pod)
-			key := p.Name + "/" + string(p.UID)
-			h.mu.Lock()
-			defer h.mu.Unlock()
-			h.podEvents++
-			for ip, holders := range h.ipHolders {
-				delete(holders, key)
-				if len(holders) == 0 {
-					delete(h.ipHolders, ip)
-				}
-			}
-			if t == watch.Deleted || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
-				return
-			}
-			for _, ip := range p.Status.PodIPs {
-				if h.ipHolders[ip.IP] == nil {
-					h.ipHolders[ip.IP] = map[string]bool{}
-				}
-				h.ipHolders[ip.IP][key] = true
-				if len(h.ipHolders[ip.IP]) > 1 {
-					h.fail("IP %s held by %d pods at once: %v", ip.IP, len(h.ipHolders[ip.IP]), slices.Sorted(mapKeys(h.ipHolders[ip.IP])))
-				}
-			}
-		})
+		func(t watch.EventType, o runtime.Object) { h.sawPod(t, o.(*corev1.Pod)) })
 	return h
+}
+
+// follow hands every object of the list, then every watch event from the list's
+// resourceVersion, to handle, until the test ends; a watch that closes early is a failure.
+func (e *failoverEnv) follow(h *migrationHistory, list func() (runtime.Object, error), watchFrom func(rv string) (watch.Interface, error), handle func(watch.EventType, runtime.Object)) {
+	obj, err := list()
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	items, err := meta.ExtractList(obj)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	for _, it := range items {
+		handle(watch.Added, it)
+	}
+	w, err := watchFrom(listRV(obj))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	go func() {
+		defer w.Stop()
+		for {
+			select {
+			case <-e.ctx.Done():
+				return
+			case ev, ok := <-w.ResultChan():
+				if !ok {
+					if e.ctx.Err() == nil {
+						h.mu.Lock()
+						h.fail("a watch closed early: the history is incomplete")
+						h.mu.Unlock()
+					}
+					return
+				}
+				if ev.Type == watch.Error || ev.Type == watch.Bookmark {
+					continue
+				}
+				handle(ev.Type, ev.Object)
+			}
+		}
+	}()
+}
+
+// sawRange records a new spec of r; the first range naming target closes rangeMoved.
+func (h *migrationHistory) sawRange(r *jkev1.IPRange, target string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	specs := h.rangeSpecs[r.Name]
+	if len(specs) == 0 || !reflect.DeepEqual(specs[len(specs)-1], r.Spec) {
+		h.rangeSpecs[r.Name] = append(specs, r.Spec)
+	}
+	if r.Spec.Node == target && !h.movedRanges[r.Name] {
+		h.movedRanges[r.Name] = true
+		if len(h.movedRanges) == 1 {
+			close(h.rangeMoved)
+		}
+	}
+}
+
+// sawStaticIP records a new spec.node of s; the first StaticIP naming target closes sipRebound.
+func (h *migrationHistory) sawStaticIP(s *jkev1.StaticIP, target string) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	nodes := h.sipNodes[s.Name]
+	if len(nodes) == 0 || nodes[len(nodes)-1] != s.Spec.Node {
+		h.sipNodes[s.Name] = append(nodes, s.Spec.Node)
+	}
+	if s.Spec.Node == target && !h.reboundSIPs[s.Name] {
+		h.reboundSIPs[s.Name] = true
+		if len(h.reboundSIPs) == 1 {
+			close(h.sipRebound)
+		}
+	}
+}
+
+// sawRecord records a new phase of the record; going back, or the record deleted, is a failure.
+func (h *migrationHistory) sawRecord(t watch.EventType, r *jkev1alpha1.NodeFailover) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if t == watch.Deleted {
+		h.fail("record %s deleted mid-migration (phase %s)", r.Name, r.Status.Phase)
+		return
+	}
+	p := r.Status.Phase
+	if p == "" || (len(h.phases) > 0 && h.phases[len(h.phases)-1] == p) {
+		return
+	}
+	if len(h.phases) > 0 && nodefailover.PhaseIndex(p) < nodefailover.PhaseIndex(h.phases[len(h.phases)-1]) {
+		h.fail("record %s went back from phase %s to %s", r.Name, h.phases[len(h.phases)-1], p)
+	}
+	h.phases = append(h.phases, p)
+}
+
+// sawPod tracks which live pods hold each IP; two at once is a failure.
+func (h *migrationHistory) sawPod(t watch.EventType, p *corev1.Pod) {
+	key := p.Name + "/" + string(p.UID)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.podEvents++
+	for ip, holders := range h.ipHolders {
+		delete(holders, key)
+		if len(holders) == 0 {
+			delete(h.ipHolders, ip)
+		}
+	}
+	if t == watch.Deleted || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+		return
+	}
+	for _, ip := range p.Status.PodIPs {
+		if h.ipHolders[ip.IP] == nil {
+			h.ipHolders[ip.IP] = map[string]bool{}
+		}
+		h.ipHolders[ip.IP][key] = true
+		if len(h.ipHolders[ip.IP]) > 1 {
+			h.fail("IP %s held by %d pods at once: %v", ip.IP, len(h.ipHolders[ip.IP]), slices.Sorted(mapKeys(h.ipHolders[ip.IP])))
+		}
+	}
 }
 
 func listRV(obj runtime.Object) string {
@@ -385,13 +400,6 @@ func listRV(obj runtime.Object) string {
 	}
 	return ""
 }
-
-var failoverPhaseOrder = []jkev1alpha1.NodeFailoverPhase{jkev1alpha1.FailoverDetected, jkev1alpha1.FailoverFenced,
-	jkev1alpha1.FailoverSourceEmpty, jkev1alpha1.FailoverTargetReserved, jkev1alpha1.FailoverRangesMoved,
-	jkev1alpha1.FailoverRoutesConverged, jkev1alpha1.FailoverStaticIPsRebound, jkev1alpha1.FailoverPodsRunning,
-	jkev1alpha1.FailoverCompleted}
-
-func phaseIndex(p jkev1alpha1.NodeFailoverPhase) int { return slices.Index(failoverPhaseOrder, p) }
 
 // workload stands in for the workload controllers, the scheduler and the kubelets: a StaticIP
 // whose pod is missing gets its pod Running on the StaticIP's node with its IP, once that node
@@ -439,6 +447,32 @@ func (e *failoverEnv) workload(h *migrationHistory) {
 	})
 }
 
+// chaosNodes: n1, n2, n3 and spare1; n3 owns six ranges (two loops of writes wide enough to
+// kill the leader inside them), one at ownerGeneration 4, and six StaticIPs in three of them;
+// n1 owns one range. gens: each of n3's ranges' ownerGeneration.
+func (e *failoverEnv) chaosNodes() (ranges []string, gens map[string]int64, sips []string) {
+	for _, n := range []string{"n1", "n2", "n3"} {
+		e.addNode(n)
+	}
+	e.addNode("spare1", spare)
+	gens = map[string]int64{}
+	for i := range 6 {
+		gen := int64(0)
+		if i == 1 {
+			gen = 4
+		}
+		name := e.addRange(fmt.Sprintf("r3-%d", i), i+1, "n3", gen)
+		ranges, gens[name] = append(ranges, name), gen
+	}
+	e.addRange("r1", 20, "n1", 0)
+	for i := range 6 {
+		name := fmt.Sprintf("web-%d", i)
+		e.addStaticIP(name, "n3", e.ip(i%3+1, 10+i))
+		sips = append(sips, name)
+	}
+	return ranges, gens, sips
+}
+
 // TestNodeFailoverLeaderKilledMidMigration: the manager's leader is SIGKILLed in the middle of
 // a migration, twice; the other replica takes the Lease and completes it. Every range moves
 // exactly once (ownerGeneration + 1), every StaticIP is re-pointed exactly once, the record
@@ -451,31 +485,8 @@ func TestNodeFailoverLeaderKilledMidMigration(t *testing.T) {
 	if err := testenv.WriteKubeconfig(e.cfg, kubeconfig); err != nil {
 		t.Fatal(err)
 	}
-	for _, n := range []string{"n1", "n2", "n3"} {
-		e.addNode(n)
-	}
-	e.addNode("spare1", spare)
+	ranges, gens, sips := e.chaosNodes()
 	target := e.name("spare1")
-	// n3 owns six ranges (two loops of writes wide enough to kill the leader inside them), one
-	// at a higher ownerGeneration, and two static-IP pods per range for three of them.
-	const nRanges = 6
-	var ranges []string
-	gens := map[string]int64{}
-	for i := range nRanges {
-		gen := int64(0)
-		if i == 1 {
-			gen = 4
-		}
-		name := e.addRange(fmt.Sprintf("r3-%d", i), i+1, "n3", gen)
-		ranges, gens[name] = append(ranges, name), gen
-	}
-	e.addRange("r1", 20, "n1", 0)
-	var sips []string
-	for i := range 6 {
-		name := fmt.Sprintf("web-%d", i)
-		e.addStaticIP(name, "n3", e.ip(i%3+1, 10+i))
-		sips = append(sips, name)
-	}
 	h := e.watchMigration(target)
 	go e.workload(h)
 
@@ -503,7 +514,7 @@ func TestNodeFailoverLeaderKilledMidMigration(t *testing.T) {
 		h.mu.Lock()
 		moved, rebound := len(h.movedRanges), len(h.reboundSIPs)
 		h.mu.Unlock()
-		t.Logf("SIGKILL %s at %s: %d of %d ranges and %d of %d StaticIPs on the target so far", leader.name, what, moved, nRanges, rebound, len(sips))
+		t.Logf("SIGKILL %s at %s: %d of %d ranges and %d of %d StaticIPs on the target so far", leader.name, what, moved, len(ranges), rebound, len(sips))
 	}
 	killAt(h.rangeMoved, "the first range write", first)
 	second := e.waitLeader(procs, "the other replica takes over")
@@ -522,7 +533,15 @@ func TestNodeFailoverLeaderKilledMidMigration(t *testing.T) {
 	e.waitRecord("n3", "completed by the last leader", phaseIs(jkev1alpha1.FailoverCompleted))
 	// Quiet for a moment: nothing is written again after completion.
 	time.Sleep(2 * time.Second)
+	e.checkHistory(h, ranges, gens, sips)
+	e.checkCompleted(ranges, gens, sips)
+}
 
+// checkHistory: every range of n3 went through exactly one move to the target at its
+// generation + 1, n1's was never rewritten, every StaticIP was re-pointed exactly once, and
+// the watches saw no failure.
+func (e *failoverEnv) checkHistory(h *migrationHistory, ranges []string, gens map[string]int64, sips []string) {
+	t, target := e.t, e.name("spare1")
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, r := range ranges {
@@ -544,13 +563,18 @@ func TestNodeFailoverLeaderKilledMidMigration(t *testing.T) {
 		t.Error(err)
 	}
 	t.Logf("phases seen: %v; %d pod events checked", h.phases, h.podEvents)
+}
 
+// checkCompleted: the record lists every move, the target is no spare and unclaimed, and every
+// pod runs on the target with its IP.
+func (e *failoverEnv) checkCompleted(ranges []string, gens map[string]int64, sips []string) {
+	t, target := e.t, e.name("spare1")
 	rec, err := e.record("n3")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(rec.Status.MovedRanges) != nRanges {
-		t.Errorf("movedRanges %+v, want %d entries", rec.Status.MovedRanges, nRanges)
+	if len(rec.Status.MovedRanges) != len(ranges) {
+		t.Errorf("movedRanges %+v, want %d entries", rec.Status.MovedRanges, len(ranges))
 	}
 	for _, mv := range rec.Status.MovedRanges {
 		if mv.ToNode != target || mv.OwnerGeneration != gens[mv.Name]+1 {

@@ -9,6 +9,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -48,6 +49,20 @@ func (f *fixture) recordedIPs(set string, replicas int) map[string]string {
 	return out
 }
 
+// waitConflict waits until the StaticIP's Conflict condition has status and its message
+// contains mention.
+func (f *fixture) waitConflict(name string, status metav1.ConditionStatus, mention string) {
+	f.t.Helper()
+	f.eventually(30*time.Second, fmt.Sprintf("%s: Conflict=%s mentioning %q", name, status, mention), func() (bool, error) {
+		rec, err := f.staticIP(name)
+		if err != nil {
+			return false, err
+		}
+		c := meta.FindStatusCondition(rec.Status.Conditions, jkev1.StaticIPConditionConflict)
+		return c != nil && c.Status == status && strings.Contains(c.Message, mention), nil
+	})
+}
+
 func enableStaticIP(s *jkev1alpha1.EnhancedStatefulSet) {
 	s.Annotations = map[string]string{jkev1.AnnotationEnable: "true"}
 	s.Spec.PodManagementPolicy = appsv1.ParallelPodManagement
@@ -69,22 +84,7 @@ func TestStaticIPLifecycleWithEnhancedStatefulSet(t *testing.T) {
 	f.waitSettled("sip", time.Minute)
 	ips := f.recordedIPs("sip", 3)
 
-	for i := 0; i < 3; i++ {
-		name := ests.PodName("sip", i)
-		rec, err := f.staticIP(name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rec.Spec.Node != "node-a" || rec.Spec.Pod != name || rec.Spec.Kind != "EnhancedStatefulSet" || rec.Spec.Ref != "sip" {
-			t.Errorf("%s: spec %+v", name, rec.Spec)
-		}
-		if q := rec.Spec.Resources[corev1.ResourceCPU]; q.Cmp(resource.MustParse("100m")) != 0 {
-			t.Errorf("%s: recorded cpu %v, want 100m", name, q.String())
-		}
-		if len(rec.OwnerReferences) != 1 || rec.OwnerReferences[0].UID != set.UID {
-			t.Errorf("%s: whenDeleted=Delete needs an owner reference to the set for the GC, got %v", name, rec.OwnerReferences)
-		}
-	}
+	checkSetRecords(t, f, set, 3)
 
 	// ReCreate rollout: every recreated pod carries its IP and is pinned to its node.
 	before := f.pods()
@@ -132,14 +132,7 @@ func TestStaticIPLifecycleWithEnhancedStatefulSet(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"sip-0", "intruder"} {
-		f.eventually(30*time.Second, name+" Conflict condition", func() (bool, error) {
-			rec, err := f.staticIP(name)
-			if err != nil {
-				return false, err
-			}
-			c := findCondition(rec.Status.Conditions, jkev1.StaticIPConditionConflict)
-			return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, ips["sip-0"]), nil
-		})
+		f.waitConflict(name, metav1.ConditionTrue, ips["sip-0"])
 	}
 	if rec, _ := f.staticIP("sip-0"); rec.Spec.IP != ips["sip-0"] || rec.Spec.Node != "node-a" {
 		t.Errorf("conflict rewrote sip-0: %+v", rec.Spec)
@@ -151,30 +144,39 @@ func TestStaticIPLifecycleWithEnhancedStatefulSet(t *testing.T) {
 	if err := f.client.JkeV1().StaticIPs(f.ns).Delete(f.ctx, "intruder", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.eventually(30*time.Second, "sip-0 conflict cleared", func() (bool, error) {
-		rec, err := f.staticIP("sip-0")
-		if err != nil {
-			return false, err
-		}
-		c := findCondition(rec.Status.Conditions, jkev1.StaticIPConditionConflict)
-		return c != nil && c.Status == metav1.ConditionFalse, nil
-	})
+	f.waitConflict("sip-0", metav1.ConditionFalse, "")
 
 	// An annotation that disagrees with the record is a conflict, not a new truth.
 	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"10.99.99.99"}}}`, jkev1.AnnotationIPAddress)
 	if _, err := f.kube.CoreV1().Pods(f.ns).Patch(f.ctx, "sip-1", "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.eventually(30*time.Second, "sip-1 annotation mismatch conflict", func() (bool, error) {
-		rec, err := f.staticIP("sip-1")
-		if err != nil {
-			return false, err
-		}
-		c := findCondition(rec.Status.Conditions, jkev1.StaticIPConditionConflict)
-		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "10.99.99.99"), nil
-	})
+	f.waitConflict("sip-1", metav1.ConditionTrue, "10.99.99.99") // the annotation's IP
 	if rec, _ := f.staticIP("sip-1"); rec.Spec.IP != ips["sip-1"] {
 		t.Errorf("annotation mismatch rewrote the record: %s", rec.Spec.IP)
+	}
+}
+
+// checkSetRecords checks the StaticIPs of the n pods of set sip on node-a: what they record
+// (node, pod, workload, the pod's cpu request) and the owner reference the garbage collector
+// needs (whenDeleted=Delete).
+func checkSetRecords(t *testing.T, f *fixture, set *jkev1alpha1.EnhancedStatefulSet, n int) {
+	t.Helper()
+	for i := 0; i < n; i++ {
+		name := ests.PodName("sip", i)
+		rec, err := f.staticIP(name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if rec.Spec.Node != "node-a" || rec.Spec.Pod != name || rec.Spec.Kind != "EnhancedStatefulSet" || rec.Spec.Ref != "sip" {
+			t.Errorf("%s: spec %+v", name, rec.Spec)
+		}
+		if q := rec.Spec.Resources[corev1.ResourceCPU]; q.Cmp(resource.MustParse("100m")) != 0 {
+			t.Errorf("%s: recorded cpu %v, want 100m", name, q.String())
+		}
+		if len(rec.OwnerReferences) != 1 || rec.OwnerReferences[0].UID != set.UID {
+			t.Errorf("%s: whenDeleted=Delete needs an owner reference to the set for the GC, got %v", name, rec.OwnerReferences)
+		}
 	}
 }
 
@@ -213,7 +215,7 @@ func TestStaticIPRetainedAndReused(t *testing.T) {
 	}
 	f.updateSet("keep", func(s *jkev1alpha1.EnhancedStatefulSet) { s.Spec.Replicas = ptr.To[int32](3) })
 	f.eventually(30*time.Second, "StaticIPConflict condition on the set", func() (bool, error) {
-		c := findCondition(f.getSet("keep").Status.Conditions, ests.ConditionStaticIPConflict)
+		c := meta.FindStatusCondition(f.getSet("keep").Status.Conditions, ests.ConditionStaticIPConflict)
 		return c != nil && c.Status == metav1.ConditionTrue && strings.Contains(c.Message, "someone-else"), nil
 	})
 	if f.pods()["keep-2"] != nil {

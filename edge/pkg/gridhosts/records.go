@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/validation"
 
+	"github.com/staticip/staticip/apis/ordinal"
 	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
 )
 
@@ -126,11 +127,11 @@ func Compute(in Input) ([]Record, []Skip) {
 		if !ok || p.Namespace != us.set.Namespace {
 			continue
 		}
-		ordinal, ok := Ordinal(us.set.Name, p)
+		n, ok := Ordinal(us.set.Name, p)
 		if !ok || !Published(p, in.PublishNotReady[types.NamespacedName{Namespace: p.Namespace, Name: us.service}]) {
 			continue
 		}
-		name := fmt.Sprintf("%s-%d.%s.%s.svc.%s", us.grid.Name, ordinal, us.service, p.Namespace, strings.TrimSuffix(in.ClusterDomain, "."))
+		name := fmt.Sprintf("%s-%d.%s.%s.svc.%s", us.grid.Name, n, us.service, p.Namespace, strings.TrimSuffix(in.ClusterDomain, "."))
 		if !validName(name) {
 			skips = append(skips, Skip{Object: name, Reason: ReasonInvalidName})
 			continue
@@ -183,19 +184,14 @@ func sameGroup(apiVersion string) bool {
 	return err == nil && gv.Group == superedgev1.SchemeGroupVersion.Group
 }
 
-// Ordinal is the pod's ordinal in set: the name is exactly "{set}-{n}" (n decimal, no
-// leading zero), the way the StatefulSet controller names its pods; the pod-index label,
-// when present, must agree.
+// Ordinal is the pod's ordinal in set: the name is exactly "{set}-{n}" (apis/ordinal, the
+// StatefulSet controller's rule); the pod-index label, when present, must agree.
 func Ordinal(set string, p *corev1.Pod) (int, bool) {
-	rest, ok := strings.CutPrefix(p.Name, set+"-")
-	if !ok || rest == "" {
+	n := ordinal.Of(set, p.Name)
+	if n < 0 {
 		return 0, false
 	}
-	n, err := strconv.Atoi(rest)
-	if err != nil || n < 0 || strconv.Itoa(n) != rest {
-		return 0, false
-	}
-	if idx, ok := p.Labels[appsv1.PodIndexLabel]; ok && idx != rest {
+	if idx, ok := p.Labels[appsv1.PodIndexLabel]; ok && idx != strconv.Itoa(n) {
 		return 0, false
 	}
 	return n, true

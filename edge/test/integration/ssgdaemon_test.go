@@ -50,88 +50,9 @@ type ssgFixture struct {
 }
 
 func TestStatefulSetGridDaemonTwoUnits(t *testing.T) {
-	env := testenv.Get(t)
-	ctx := testenv.Context(t, 4*time.Minute)
-	root, err := testenv.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := testenv.ApplyFiles(ctx, env.Config, []string{filepath.Join(root, "manifests", "edge", "statefulset-grid-daemon.yaml")}, "DaemonSet"); err != nil {
-		t.Fatal(err)
-	}
-	f := &ssgFixture{t: t, ctx: ctx, kube: kubernetes.NewForConfigOrDie(env.Config), grids: versioned.NewForConfigOrDie(env.Config),
-		ns: "ssgd-" + rand.String(5), nodes: map[string]string{}, dirs: map[string]string{}, metric: map[string]string{}}
-	f.key = "ssgd.test/unit-" + f.ns
-	if _, err := f.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	for _, unit := range []string{"a", "b"} {
-		name := f.ns + "-node-" + unit
-		f.nodes[unit] = name
-		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{f.key: unit}}}
-		if _, err := f.kube.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = f.kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	}
-
-	// The grid controllers, as in the controller-manager.
-	o := manager.NewOptions()
-	o.LeaderElect = false
-	o.Controllers = []string{grid.StatefulSetGridName}
-	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
-	mctx, mcancel := context.WithCancel(ctx)
-	mdone := make(chan error, 1)
-	go func() { mdone <- manager.Run(mctx, o, env.Config) }()
-	t.Cleanup(func() { mcancel(); <-mdone })
-
-	// One daemon per node, with the shipped RBAC.
-	dcfg := rest.CopyConfig(env.Config)
-	dcfg.Impersonate = rest.ImpersonationConfig{UserName: daemonSA}
-	for _, unit := range []string{"a", "b"} {
-		node := f.nodes[unit]
-		f.dirs[node] = t.TempDir()
-		do := ssgdaemon.NewOptions()
-		do.NodeName, do.HostsDir, do.MetricsAddress, do.Resync = node, f.dirs[node], "127.0.0.1:0", 0
-		addr := make(chan string, 1)
-		dctx, dcancel := context.WithCancel(ctx)
-		done := make(chan error, 1)
-		go func() { done <- ssgdaemon.RunWithServer(dctx, do, dcfg, func(a string) { addr <- a }) }()
-		t.Cleanup(func() {
-			dcancel()
-			if err := <-done; err != nil {
-				t.Errorf("daemon on %s: %v", node, err)
-			}
-		})
-		f.metric[node] = <-addr
-	}
-
-	// The grid: 2 replicas per unit, Service db-svc.
-	g := &superedgev1.StatefulSetGrid{
-		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: f.ns},
-		Spec: superedgev1.StatefulSetGridSpec{GridUniqKey: f.key, Template: appsv1.StatefulSetSpec{
-			Replicas: ptr.To(int32(2)), ServiceName: "db-svc",
-			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "db"}},
-				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x:v1"}}}},
-		}},
-	}
-	if _, err := f.grids.SuperedgeV1().StatefulSetGrids(f.ns).Create(ctx, g, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	sets := map[string]*appsv1.StatefulSet{}
-	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-		for _, unit := range []string{"a", "b"} {
-			s, err := f.kube.AppsV1().StatefulSets(f.ns).Get(ctx, "db-"+unit, metav1.GetOptions{})
-			if err != nil {
-				return false, nil
-			}
-			sets[unit] = s
-		}
-		return true, nil
-	}); err != nil {
-		t.Fatalf("grid controller made no StatefulSets db-a, db-b: %v", err)
-	}
+	f := startSSGDaemons(t)
+	ctx := f.ctx
+	sets := f.createGrid()
 	name := func(i int) string { return fmt.Sprintf("db-%d.db-svc.%s.svc.cluster.local", i, f.ns) }
 	ip := map[string]string{"a": "10.10.1.", "b": "10.10.2."}
 	for _, unit := range []string{"a", "b"} {
@@ -202,6 +123,101 @@ func TestStatefulSetGridDaemonTwoUnits(t *testing.T) {
 	f.waitRecords(f.nodes["a"], nil, "grid deleted")
 	f.waitRecords(f.nodes["b"], nil, "grid deleted")
 	f.waitMetric(f.nodes["a"], "statefulset_grid_daemon_writes_total")
+}
+
+// startSSGDaemons starts, against the shared API server, the StatefulSetGrid controller (as
+// in the controller-manager) and one statefulset-grid-daemon with the shipped RBAC for each of
+// two nodes, a (unit a) and b (unit b), in a new namespace.
+func startSSGDaemons(t *testing.T) *ssgFixture {
+	env := testenv.Get(t)
+	ctx := testenv.Context(t, 4*time.Minute)
+	root, err := testenv.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testenv.ApplyFiles(ctx, env.Config, []string{filepath.Join(root, "manifests", "edge", "statefulset-grid-daemon.yaml")}, "DaemonSet"); err != nil {
+		t.Fatal(err)
+	}
+	f := &ssgFixture{t: t, ctx: ctx, kube: kubernetes.NewForConfigOrDie(env.Config), grids: versioned.NewForConfigOrDie(env.Config),
+		ns: "ssgd-" + rand.String(5), nodes: map[string]string{}, dirs: map[string]string{}, metric: map[string]string{}}
+	f.key = "ssgd.test/unit-" + f.ns
+	if _, err := f.kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, unit := range []string{"a", "b"} {
+		name := f.ns + "-node-" + unit
+		f.nodes[unit] = name
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{f.key: unit}}}
+		if _, err := f.kube.CoreV1().Nodes().Create(ctx, n, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = f.kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+
+	// The grid controllers, as in the controller-manager.
+	o := manager.NewOptions()
+	o.LeaderElect = false
+	o.Controllers = []string{grid.StatefulSetGridName}
+	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
+	mctx, mcancel := context.WithCancel(ctx)
+	mdone := make(chan error, 1)
+	go func() { mdone <- manager.Run(mctx, o, env.Config) }()
+	t.Cleanup(func() { mcancel(); <-mdone })
+
+	// One daemon per node, with the shipped RBAC.
+	dcfg := rest.CopyConfig(env.Config)
+	dcfg.Impersonate = rest.ImpersonationConfig{UserName: daemonSA}
+	for _, unit := range []string{"a", "b"} {
+		node := f.nodes[unit]
+		f.dirs[node] = t.TempDir()
+		do := ssgdaemon.NewOptions()
+		do.NodeName, do.HostsDir, do.MetricsAddress, do.Resync = node, f.dirs[node], "127.0.0.1:0", 0
+		addr := make(chan string, 1)
+		dctx, dcancel := context.WithCancel(ctx)
+		done := make(chan error, 1)
+		go func() { done <- ssgdaemon.RunWithServer(dctx, do, dcfg, func(a string) { addr <- a }) }()
+		t.Cleanup(func() {
+			dcancel()
+			if err := <-done; err != nil {
+				t.Errorf("daemon on %s: %v", node, err)
+			}
+		})
+		f.metric[node] = <-addr
+	}
+	return f
+}
+
+// createGrid creates StatefulSetGrid db (2 replicas per unit, Service db-svc) and returns the
+// unit StatefulSets db-a and db-b the controller makes, by unit.
+func (f *ssgFixture) createGrid() map[string]*appsv1.StatefulSet {
+	t, ctx := f.t, f.ctx
+	// The grid: 2 replicas per unit, Service db-svc.
+	g := &superedgev1.StatefulSetGrid{
+		ObjectMeta: metav1.ObjectMeta{Name: "db", Namespace: f.ns},
+		Spec: superedgev1.StatefulSetGridSpec{GridUniqKey: f.key, Template: appsv1.StatefulSetSpec{
+			Replicas: ptr.To(int32(2)), ServiceName: "db-svc",
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "db"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "db"}},
+				Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "x:v1"}}}},
+		}},
+	}
+	if _, err := f.grids.SuperedgeV1().StatefulSetGrids(f.ns).Create(ctx, g, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	sets := map[string]*appsv1.StatefulSet{}
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		for _, unit := range []string{"a", "b"} {
+			s, err := f.kube.AppsV1().StatefulSets(f.ns).Get(ctx, "db-"+unit, metav1.GetOptions{})
+			if err != nil {
+				return false, nil
+			}
+			sets[unit] = s
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatalf("grid controller made no StatefulSets db-a, db-b: %v", err)
+	}
+	return sets
 }
 
 func (f *ssgFixture) createPod(s *appsv1.StatefulSet, ordinal int, node, ip string, ready bool) {

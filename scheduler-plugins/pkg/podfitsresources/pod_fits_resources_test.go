@@ -49,266 +49,278 @@ func mkSIP(ns, name, node string, req v1.ResourceList) *jkev1.StaticIP {
 		Spec: jkev1.StaticIPSpec{Node: node, IP: "10.1.2.3", Resources: req}}
 }
 
-func TestFilter(t *testing.T) {
-	smallRange := &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: "r1"}, Spec: jkev1.IPRangeSpec{CIDR: "10.1.2.0/29", Node: "n1"}}
-	fivePods := func() []*v1.Pod {
-		var pods []*v1.Pod
-		for i := 0; i < 5; i++ {
-			pods = append(pods, mkPod("ns", fmt.Sprintf("p%d", i), "n1", nil))
-		}
-		return pods
+// smallRange is a /29 on n1: 5 usable addresses (fivePods fill them).
+var smallRange = &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: "r1"}, Spec: jkev1.IPRangeSpec{CIDR: "10.1.2.0/29", Node: "n1"}}
+
+func fivePods() []*v1.Pod {
+	var pods []*v1.Pod
+	for i := 0; i < 5; i++ {
+		pods = append(pods, mkPod("ns", fmt.Sprintf("p%d", i), "n1", nil))
 	}
-	for _, tc := range []struct {
-		name      string
-		pod       *v1.Pod
-		onNode    []*v1.Pod
-		staticIPs []*jkev1.StaticIP
-		ranges    []*jkev1.IPRange
-		args      *config.PodFitsResourcesWithStaticIPArgs
-		// network: the node's NetworkUnavailable condition, "status/reason" ("": none)
-		network string
-		want    []string // nil: fits
-		code    fwk.Code // default Unschedulable
-	}{
-		{
-			name: "no reservations: fits",
-			pod:  mkPod("ns", "new", "", rl("cpu", "7")),
-		},
-		{
-			name:      "reservation on the node takes the cpu",
-			pod:       mkPod("ns", "new", "", rl("cpu", "7")),
-			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("cpu", "2"))},
-			want:      []string{"Insufficient cpu: 2 of 8 cores reserved for absent static-IP pods (StaticIP ns/web-0)"},
-			code:      fwk.UnschedulableAndUnresolvable, // 7 > 8 - 2 even on an emptied node
-		},
-		{
-			name:      "reservation on another node does not count here",
-			pod:       mkPod("ns", "new", "", rl("cpu", "7")),
-			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n2", rl("cpu", "2"))},
-		},
-		{
-			name:      "the pod's own reservation does not compete with it",
-			pod:       mkPod("ns", "web-0", "", rl("cpu", "7")),
-			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("cpu", "2"))},
-		},
-		{
-			name:      "own reservation excluded, another one still counts",
-			pod:       mkPod("ns", "web-0", "", rl("cpu", "7")),
-			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("cpu", "2")), mkSIP("ns", "web-1", "n1", rl("cpu", "1500m"))},
-			want:      []string{"Insufficient cpu: 1.5 of 8 cores reserved for absent static-IP pods (StaticIP ns/web-1)"},
-			code:      fwk.UnschedulableAndUnresolvable,
-		},
-		{
-			name:      "reservation of a present pod is not counted (its requests already are)",
-			pod:       mkPod("ns", "new", "", rl("cpu", "5")),
-			onNode:    []*v1.Pod{mkPod("ns", "web-0", "n1", rl("cpu", "2"))},
-			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("cpu", "2"))},
-		},
-		{
-			name:      "short even without reservations: NodeResourcesFit's verdict, not this plugin's",
-			pod:       mkPod("ns", "new", "", rl("cpu", "3")),
-			onNode:    []*v1.Pod{mkPod("ns", "big", "n1", rl("cpu", "6"))},
-			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("cpu", "1"))},
-		},
-		{
-			name:      "memory reserved",
-			pod:       mkPod("ns", "new", "", rl("memory", "10Gi")),
-			onNode:    []*v1.Pod{mkPod("ns", "big", "n1", rl("memory", "2Gi"))},
-			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("memory", "5Gi"))},
-			want:      []string{"Insufficient memory: 5Gi of 16Gi reserved for absent static-IP pods (StaticIP ns/web-0)"},
-		},
-		{
-			name:      "extended resource reserved",
-			pod:       mkPod("ns", "new", "", rl(string(gpu), "2")),
-			onNode:    []*v1.Pod{mkPod("ns", "big", "n1", rl(string(gpu), "2"))},
-			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl(string(gpu), "1"))},
-			want:      []string{"Insufficient example.com/gpu: 1 of 4 reserved for absent static-IP pods (StaticIP ns/web-0)"},
-		},
-		{
-			name:      "extended resource reserved for the pod itself",
-			pod:       mkPod("ns", "web-0", "", rl(string(gpu), "2")),
-			onNode:    []*v1.Pod{mkPod("ns", "big", "n1", rl(string(gpu), "2"))},
-			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl(string(gpu), "1"))},
-		},
-		{
-			name: "pod slots reserved",
-			pod:  mkPod("ns", "new", "", nil),
-			onNode: func() []*v1.Pod {
-				var pods []*v1.Pod
-				for i := 0; i < 9; i++ {
-					pods = append(pods, mkPod("ns", fmt.Sprintf("p%d", i), "n1", nil))
-				}
-				return pods
-			}(),
-			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", nil)},
-			want:      []string{"Too many pods: 1 of 10 pod slots reserved for absent static-IP pods (StaticIP ns/web-0)"},
-		},
-		{
-			name:   "IPs: one left",
-			pod:    mkPod("ns", "new", "", nil),
-			onNode: fivePods(),
-			ranges: []*jkev1.IPRange{smallRange},
-		},
-		{
-			name:      "IPs exhausted by pods and a reservation",
-			pod:       mkPod("ns", "new", "", nil),
-			onNode:    fivePods(),
-			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", nil)},
-			ranges:    []*jkev1.IPRange{smallRange},
-			want:      []string{"no free IP in node's ranges 10.1.2.0/29 (6 usable: 5 used by pods, 1 reserved for absent static-IP pods: StaticIP ns/web-0)"},
-		},
-		{
-			name:      "IPs exhausted, but the pod's own StaticIP holds one there",
-			pod:       mkPod("ns", "web-0", "", nil),
-			onNode:    append(fivePods(), mkPod("ns", "p5", "n1", nil)),
-			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", nil)},
-			ranges:    []*jkev1.IPRange{smallRange},
-		},
-		{
-			// EnhancedStatefulSet web's record is not the own reservation of StatefulSet web's
-			// pod web-0: that pod competes with it like any other.
-			name: "IPs exhausted, StaticIP of the same pod name kept for another workload",
-			pod: func() *v1.Pod {
-				p := mkPod("ns", "web-0", "", nil)
-				p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "web", UID: "sts", Controller: new(true)}}
-				return p
-			}(),
-			onNode: fivePods(),
-			staticIPs: func() []*jkev1.StaticIP {
-				s := mkSIP("ns", "web-0", "n1", nil)
-				s.Spec.Kind, s.Spec.Ref = "EnhancedStatefulSet", "web"
-				return []*jkev1.StaticIP{s}
-			}(),
-			ranges: []*jkev1.IPRange{smallRange},
-			want:   []string{"no free IP in node's ranges 10.1.2.0/29 (6 usable: 5 used by pods, 1 reserved for absent static-IP pods: StaticIP ns/web-0)"},
-		},
-		{
-			// The same kind and name in another API group is another workload too.
-			name: "IPs exhausted, StaticIP of the same pod name kept for another group's StatefulSet",
-			pod: func() *v1.Pod {
-				p := mkPod("ns", "web-0", "", nil)
-				p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps.kruise.io/v1beta1", Kind: "StatefulSet", Name: "web", UID: "asts", Controller: new(true)}}
-				return p
-			}(),
-			onNode: fivePods(),
-			staticIPs: func() []*jkev1.StaticIP {
-				s := mkSIP("ns", "web-0", "n1", nil)
-				s.Spec.Kind, s.Spec.Ref = "StatefulSet", "web"
-				return []*jkev1.StaticIP{s}
-			}(),
-			ranges: []*jkev1.IPRange{smallRange},
-			want:   []string{"no free IP in node's ranges 10.1.2.0/29 (6 usable: 5 used by pods, 1 reserved for absent static-IP pods: StaticIP ns/web-0)"},
-		},
-		{
-			name: "IPs exhausted, hostNetwork pod needs none",
-			pod: func() *v1.Pod {
-				p := mkPod("ns", "new", "", nil)
-				p.Spec.HostNetwork = true
-				return p
-			}(),
-			onNode: append(fivePods(), mkPod("ns", "p5", "n1", nil)),
-			ranges: []*jkev1.IPRange{smallRange},
-		},
-		{
-			name:   "IPs exhausted, checkIPs off",
-			pod:    mkPod("ns", "new", "", nil),
-			onNode: append(fivePods(), mkPod("ns", "p5", "n1", nil)),
-			ranges: []*jkev1.IPRange{smallRange},
-			args:   &config.PodFitsResourcesWithStaticIPArgs{CheckIPs: false, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow},
-		},
-		{
-			name: "node without ranges and without a staticip agent, Allow: fits (another IPAM serves it)",
-			pod:  mkPod("ns", "new", "", nil),
-		},
-		{
-			name: "another CNI's NetworkUnavailable=False: not a staticip node, fits",
-			pod:  mkPod("ns", "new", "", nil), network: "False/CalicoIsUp",
-		},
-		{
-			name: "staticip node without a range, Allow: refused",
-			pod:  mkPod("ns", "new", "", nil), network: "True/" + "StaticIPNoRange",
-			want: []string{noUsableRangeReason},
-			code: fwk.UnschedulableAndUnresolvable,
-		},
-		{
-			name: "staticip node whose ranges drain or wait (an IPRange still names it): refused",
-			pod:  mkPod("ns", "new", "", nil), network: "True/StaticIPNoRange", ranges: []*jkev1.IPRange{smallRange},
-			want: []string{noUsableRangeReason},
-			code: fwk.UnschedulableAndUnresolvable,
-		},
-		{
-			name: "staticip node without a range, even the pod's own StaticIP on it: refused",
-			pod:  mkPod("ns", "web-0", "", nil), network: "True/StaticIPNoRange", ranges: []*jkev1.IPRange{smallRange},
-			staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", nil)},
-			want:      []string{noUsableRangeReason},
-			code:      fwk.UnschedulableAndUnresolvable,
-		},
-		{
-			name: "staticip node without a range, hostNetwork pod: fits",
-			pod: func() *v1.Pod {
-				p := mkPod("ns", "new", "", nil)
-				p.Spec.HostNetwork = true
-				return p
-			}(),
-			network: "True/StaticIPNoRange",
-		},
-		{
-			name: "staticip node without a range, checkIPs off: fits",
-			pod:  mkPod("ns", "new", "", nil), network: "True/StaticIPNoRange",
-			args: &config.PodFitsResourcesWithStaticIPArgs{CheckIPs: false, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow},
-		},
-		{
-			name: "staticip node with a usable range: fits",
-			pod:  mkPod("ns", "new", "", nil), network: "False/StaticIPRangeReady", ranges: []*jkev1.IPRange{smallRange},
-		},
-		{
-			name: "node without ranges, Reject",
-			pod:  mkPod("ns", "new", "", nil),
-			args: &config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeReject},
-			want: []string{"node owns no IPRange to give the pod an IP from"},
-			code: fwk.UnschedulableAndUnresolvable,
-		},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			c := staticipnode.NewEmpty()
-			c.MarkSynced()
-			for _, s := range tc.staticIPs {
-				c.OnStaticIPUpdate(nil, s)
+	return pods
+}
+
+// filterCase: a pod, what node n1 runs, the cache's StaticIPs and IPRanges, the plugin's args,
+// and Filter's verdict.
+type filterCase struct {
+	name      string
+	pod       *v1.Pod
+	onNode    []*v1.Pod
+	staticIPs []*jkev1.StaticIP
+	ranges    []*jkev1.IPRange
+	args      *config.PodFitsResourcesWithStaticIPArgs
+	// network: the node's NetworkUnavailable condition, "status/reason" ("": none)
+	network string
+	want    []string // nil: fits
+	code    fwk.Code // default Unschedulable
+}
+
+var filterCases = []filterCase{
+	{
+		name: "no reservations: fits",
+		pod:  mkPod("ns", "new", "", rl("cpu", "7")),
+	},
+	{
+		name:      "reservation on the node takes the cpu",
+		pod:       mkPod("ns", "new", "", rl("cpu", "7")),
+		staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("cpu", "2"))},
+		want:      []string{"Insufficient cpu: 2 of 8 cores reserved for absent static-IP pods (StaticIP ns/web-0)"},
+		code:      fwk.UnschedulableAndUnresolvable, // 7 > 8 - 2 even on an emptied node
+	},
+	{
+		name:      "reservation on another node does not count here",
+		pod:       mkPod("ns", "new", "", rl("cpu", "7")),
+		staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n2", rl("cpu", "2"))},
+	},
+	{
+		name:      "the pod's own reservation does not compete with it",
+		pod:       mkPod("ns", "web-0", "", rl("cpu", "7")),
+		staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("cpu", "2"))},
+	},
+	{
+		name:      "own reservation excluded, another one still counts",
+		pod:       mkPod("ns", "web-0", "", rl("cpu", "7")),
+		staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("cpu", "2")), mkSIP("ns", "web-1", "n1", rl("cpu", "1500m"))},
+		want:      []string{"Insufficient cpu: 1.5 of 8 cores reserved for absent static-IP pods (StaticIP ns/web-1)"},
+		code:      fwk.UnschedulableAndUnresolvable,
+	},
+	{
+		name:      "reservation of a present pod is not counted (its requests already are)",
+		pod:       mkPod("ns", "new", "", rl("cpu", "5")),
+		onNode:    []*v1.Pod{mkPod("ns", "web-0", "n1", rl("cpu", "2"))},
+		staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("cpu", "2"))},
+	},
+	{
+		name:      "short even without reservations: NodeResourcesFit's verdict, not this plugin's",
+		pod:       mkPod("ns", "new", "", rl("cpu", "3")),
+		onNode:    []*v1.Pod{mkPod("ns", "big", "n1", rl("cpu", "6"))},
+		staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("cpu", "1"))},
+	},
+	{
+		name:      "memory reserved",
+		pod:       mkPod("ns", "new", "", rl("memory", "10Gi")),
+		onNode:    []*v1.Pod{mkPod("ns", "big", "n1", rl("memory", "2Gi"))},
+		staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl("memory", "5Gi"))},
+		want:      []string{"Insufficient memory: 5Gi of 16Gi reserved for absent static-IP pods (StaticIP ns/web-0)"},
+	},
+	{
+		name:      "extended resource reserved",
+		pod:       mkPod("ns", "new", "", rl(string(gpu), "2")),
+		onNode:    []*v1.Pod{mkPod("ns", "big", "n1", rl(string(gpu), "2"))},
+		staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl(string(gpu), "1"))},
+		want:      []string{"Insufficient example.com/gpu: 1 of 4 reserved for absent static-IP pods (StaticIP ns/web-0)"},
+	},
+	{
+		name:      "extended resource reserved for the pod itself",
+		pod:       mkPod("ns", "web-0", "", rl(string(gpu), "2")),
+		onNode:    []*v1.Pod{mkPod("ns", "big", "n1", rl(string(gpu), "2"))},
+		staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", rl(string(gpu), "1"))},
+	},
+	{
+		name: "pod slots reserved",
+		pod:  mkPod("ns", "new", "", nil),
+		onNode: func() []*v1.Pod {
+			var pods []*v1.Pod
+			for i := 0; i < 9; i++ {
+				pods = append(pods, mkPod("ns", fmt.Sprintf("p%d", i), "n1", nil))
 			}
-			for _, r := range tc.ranges {
-				c.OnIPRangeUpdate(nil, r)
-			}
-			args := config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow}
-			if tc.args != nil {
-				args = *tc.args
-			}
-			pl := NewWithCache(c, args)
-			nodeInfo := framework.NewNodeInfo(tc.onNode...)
-			node := mkNode("n1")
-			if tc.network != "" {
-				status, reason, _ := strings.Cut(tc.network, "/")
-				node.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeNetworkUnavailable, Status: v1.ConditionStatus(status), Reason: reason}}
-			}
-			nodeInfo.SetNode(node)
-			state := framework.NewCycleState()
-			if _, st := pl.PreFilter(context.Background(), state, tc.pod, nil); !st.IsSuccess() {
-				t.Fatalf("PreFilter: %v", st)
-			}
-			st := pl.Filter(context.Background(), state, tc.pod, nodeInfo)
-			if tc.want == nil {
-				if !st.IsSuccess() {
-					t.Fatalf("Filter = %v, want success", st)
-				}
-				return
-			}
-			code := tc.code
-			if code == fwk.Success {
-				code = fwk.Unschedulable
-			}
-			if st.Code() != code || !reflect.DeepEqual(st.Reasons(), tc.want) {
-				t.Fatalf("Filter = %v %q, want %v %q", st.Code(), st.Message(), code, tc.want)
-			}
-		})
+			return pods
+		}(),
+		staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", nil)},
+		want:      []string{"Too many pods: 1 of 10 pod slots reserved for absent static-IP pods (StaticIP ns/web-0)"},
+	},
+	{
+		name:   "IPs: one left",
+		pod:    mkPod("ns", "new", "", nil),
+		onNode: fivePods(),
+		ranges: []*jkev1.IPRange{smallRange},
+	},
+	{
+		name:      "IPs exhausted by pods and a reservation",
+		pod:       mkPod("ns", "new", "", nil),
+		onNode:    fivePods(),
+		staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", nil)},
+		ranges:    []*jkev1.IPRange{smallRange},
+		want:      []string{"no free IP in node's ranges 10.1.2.0/29 (6 usable: 5 used by pods, 1 reserved for absent static-IP pods: StaticIP ns/web-0)"},
+	},
+	{
+		name:      "IPs exhausted, but the pod's own StaticIP holds one there",
+		pod:       mkPod("ns", "web-0", "", nil),
+		onNode:    append(fivePods(), mkPod("ns", "p5", "n1", nil)),
+		staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", nil)},
+		ranges:    []*jkev1.IPRange{smallRange},
+	},
+	{
+		// EnhancedStatefulSet web's record is not the own reservation of StatefulSet web's
+		// pod web-0: that pod competes with it like any other.
+		name: "IPs exhausted, StaticIP of the same pod name kept for another workload",
+		pod: func() *v1.Pod {
+			p := mkPod("ns", "web-0", "", nil)
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps/v1", Kind: "StatefulSet", Name: "web", UID: "sts", Controller: new(true)}}
+			return p
+		}(),
+		onNode: fivePods(),
+		staticIPs: func() []*jkev1.StaticIP {
+			s := mkSIP("ns", "web-0", "n1", nil)
+			s.Spec.Kind, s.Spec.Ref = "EnhancedStatefulSet", "web"
+			return []*jkev1.StaticIP{s}
+		}(),
+		ranges: []*jkev1.IPRange{smallRange},
+		want:   []string{"no free IP in node's ranges 10.1.2.0/29 (6 usable: 5 used by pods, 1 reserved for absent static-IP pods: StaticIP ns/web-0)"},
+	},
+	{
+		// The same kind and name in another API group is another workload too.
+		name: "IPs exhausted, StaticIP of the same pod name kept for another group's StatefulSet",
+		pod: func() *v1.Pod {
+			p := mkPod("ns", "web-0", "", nil)
+			p.OwnerReferences = []metav1.OwnerReference{{APIVersion: "apps.kruise.io/v1beta1", Kind: "StatefulSet", Name: "web", UID: "asts", Controller: new(true)}}
+			return p
+		}(),
+		onNode: fivePods(),
+		staticIPs: func() []*jkev1.StaticIP {
+			s := mkSIP("ns", "web-0", "n1", nil)
+			s.Spec.Kind, s.Spec.Ref = "StatefulSet", "web"
+			return []*jkev1.StaticIP{s}
+		}(),
+		ranges: []*jkev1.IPRange{smallRange},
+		want:   []string{"no free IP in node's ranges 10.1.2.0/29 (6 usable: 5 used by pods, 1 reserved for absent static-IP pods: StaticIP ns/web-0)"},
+	},
+	{
+		name: "IPs exhausted, hostNetwork pod needs none",
+		pod: func() *v1.Pod {
+			p := mkPod("ns", "new", "", nil)
+			p.Spec.HostNetwork = true
+			return p
+		}(),
+		onNode: append(fivePods(), mkPod("ns", "p5", "n1", nil)),
+		ranges: []*jkev1.IPRange{smallRange},
+	},
+	{
+		name:   "IPs exhausted, checkIPs off",
+		pod:    mkPod("ns", "new", "", nil),
+		onNode: append(fivePods(), mkPod("ns", "p5", "n1", nil)),
+		ranges: []*jkev1.IPRange{smallRange},
+		args:   &config.PodFitsResourcesWithStaticIPArgs{CheckIPs: false, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow},
+	},
+	{
+		name: "node without ranges and without a staticip agent, Allow: fits (another IPAM serves it)",
+		pod:  mkPod("ns", "new", "", nil),
+	},
+	{
+		name: "another CNI's NetworkUnavailable=False: not a staticip node, fits",
+		pod:  mkPod("ns", "new", "", nil), network: "False/CalicoIsUp",
+	},
+	{
+		name: "staticip node without a range, Allow: refused",
+		pod:  mkPod("ns", "new", "", nil), network: "True/" + "StaticIPNoRange",
+		want: []string{noUsableRangeReason},
+		code: fwk.UnschedulableAndUnresolvable,
+	},
+	{
+		name: "staticip node whose ranges drain or wait (an IPRange still names it): refused",
+		pod:  mkPod("ns", "new", "", nil), network: "True/StaticIPNoRange", ranges: []*jkev1.IPRange{smallRange},
+		want: []string{noUsableRangeReason},
+		code: fwk.UnschedulableAndUnresolvable,
+	},
+	{
+		name: "staticip node without a range, even the pod's own StaticIP on it: refused",
+		pod:  mkPod("ns", "web-0", "", nil), network: "True/StaticIPNoRange", ranges: []*jkev1.IPRange{smallRange},
+		staticIPs: []*jkev1.StaticIP{mkSIP("ns", "web-0", "n1", nil)},
+		want:      []string{noUsableRangeReason},
+		code:      fwk.UnschedulableAndUnresolvable,
+	},
+	{
+		name: "staticip node without a range, hostNetwork pod: fits",
+		pod: func() *v1.Pod {
+			p := mkPod("ns", "new", "", nil)
+			p.Spec.HostNetwork = true
+			return p
+		}(),
+		network: "True/StaticIPNoRange",
+	},
+	{
+		name: "staticip node without a range, checkIPs off: fits",
+		pod:  mkPod("ns", "new", "", nil), network: "True/StaticIPNoRange",
+		args: &config.PodFitsResourcesWithStaticIPArgs{CheckIPs: false, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow},
+	},
+	{
+		name: "staticip node with a usable range: fits",
+		pod:  mkPod("ns", "new", "", nil), network: "False/StaticIPRangeReady", ranges: []*jkev1.IPRange{smallRange},
+	},
+	{
+		name: "node without ranges, Reject",
+		pod:  mkPod("ns", "new", "", nil),
+		args: &config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeReject},
+		want: []string{"node owns no IPRange to give the pod an IP from"},
+		code: fwk.UnschedulableAndUnresolvable,
+	},
+}
+
+func TestFilter(t *testing.T) {
+	for _, tc := range filterCases {
+		t.Run(tc.name, func(t *testing.T) { runFilterCase(t, tc) })
+	}
+}
+
+func runFilterCase(t *testing.T, tc filterCase) {
+	t.Helper()
+	c := staticipnode.NewEmpty()
+	c.MarkSynced()
+	for _, s := range tc.staticIPs {
+		c.OnStaticIPUpdate(nil, s)
+	}
+	for _, r := range tc.ranges {
+		c.OnIPRangeUpdate(nil, r)
+	}
+	args := config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow}
+	if tc.args != nil {
+		args = *tc.args
+	}
+	pl := NewWithCache(c, args)
+	nodeInfo := framework.NewNodeInfo(tc.onNode...)
+	node := mkNode("n1")
+	if tc.network != "" {
+		status, reason, _ := strings.Cut(tc.network, "/")
+		node.Status.Conditions = []v1.NodeCondition{{Type: v1.NodeNetworkUnavailable, Status: v1.ConditionStatus(status), Reason: reason}}
+	}
+	nodeInfo.SetNode(node)
+	state := framework.NewCycleState()
+	if _, st := pl.PreFilter(context.Background(), state, tc.pod, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter: %v", st)
+	}
+	st := pl.Filter(context.Background(), state, tc.pod, nodeInfo)
+	if tc.want == nil {
+		if !st.IsSuccess() {
+			t.Fatalf("Filter = %v, want success", st)
+		}
+		return
+	}
+	code := tc.code
+	if code == fwk.Success {
+		code = fwk.Unschedulable
+	}
+	if st.Code() != code || !reflect.DeepEqual(st.Reasons(), tc.want) {
+		t.Fatalf("Filter = %v %q, want %v %q", st.Code(), st.Message(), code, tc.want)
 	}
 }
 

@@ -54,19 +54,6 @@ func pod(name, image string, opts ...podOpt) *corev1.Pod {
 	return p
 }
 
-func TestOrdinal(t *testing.T) {
-	for name, want := range map[string]int{
-		"ests-0": 0, "ests-49": 49, "ests-inplace-3": -1, "ests-": -1, "ests-01": -1, "ests--1": -1, "sts-1": -1, "ests-x": -1,
-	} {
-		if got := ordinal("ests", name); got != want {
-			t.Errorf("ordinal(ests, %q) = %d, want %d", name, got, want)
-		}
-	}
-	if got := ordinal("ests-inplace", "ests-inplace-3"); got != 3 {
-		t.Errorf("ordinal(ests-inplace, ests-inplace-3) = %d", got)
-	}
-}
-
 func TestUnavailable(t *testing.T) {
 	cases := []struct {
 		name string

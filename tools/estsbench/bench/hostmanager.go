@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 )
 
@@ -91,7 +92,7 @@ func (h *HostManager) Start(ctx context.Context) (stop func(), err error) {
 		return nil, fmt.Errorf("scale the manager's Deployment to 0: %w", err)
 	}
 	selector := metav1.FormatLabelSelector(d.Spec.Selector)
-	if err := poll(ctx, 2*time.Minute, 200*time.Millisecond, func() (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 2*time.Minute, true, func(context.Context) (bool, error) {
 		pods, err := h.Kube.CoreV1().Pods(managerNamespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
 		return err == nil && len(pods.Items) == 0, err
 	}); err != nil {
@@ -115,7 +116,7 @@ func (h *HostManager) Start(ctx context.Context) (stop func(), err error) {
 	// The manager's Lease identity is its hostname + "_" + a UUID (manager.Options.identity);
 	// a Deployment pod's hostname is its pod name, so a holder with this host's name is ours.
 	host, _ := os.Hostname()
-	if err := poll(ctx, time.Minute, 200*time.Millisecond, func() (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(context.Context) (bool, error) {
 		select {
 		case <-exited:
 			return false, fmt.Errorf("%s exited; its log: %s", h.Binary, logFile.Name())

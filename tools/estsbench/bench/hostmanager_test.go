@@ -11,6 +11,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
 )
 
@@ -61,7 +62,7 @@ func TestHostManagerReplacesTheDeployment(t *testing.T) {
 		t.Errorf("Deployment at %d replicas while the host manager runs, want 0", n)
 	}
 	var pid []byte
-	if err := poll(context.Background(), 10*time.Second, 20*time.Millisecond, func() (bool, error) {
+	if err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
 		pid, _ = os.ReadFile(pidFile)
 		return len(pid) > 0, nil
 	}); err != nil {

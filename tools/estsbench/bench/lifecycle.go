@@ -3,6 +3,8 @@ package bench
 import (
 	"fmt"
 	"time"
+
+	"github.com/staticip/staticip/apis/ordinal"
 )
 
 // podLife is what the watch showed of one pod (one UID) during a rollout, as the times the
@@ -69,7 +71,7 @@ func Breakdown(setName string, lives []podLife, rollout time.Duration) Phases {
 	byOrdinal := map[int]*ordinalLife{}
 	for i := range lives {
 		l := &lives[i]
-		n := ordinal(setName, l.Name)
+		n := ordinal.Of(setName, l.Name)
 		if n < 0 {
 			continue
 		}

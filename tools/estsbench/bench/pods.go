@@ -2,24 +2,11 @@ package bench
 
 import (
 	"fmt"
-	"strconv"
-	"strings"
 
 	corev1 "k8s.io/api/core/v1"
-)
 
-// ordinal returns the ordinal of pod setName-N, or -1 when the name is not of that form.
-func ordinal(setName, podName string) int {
-	suffix, ok := strings.CutPrefix(podName, setName+"-")
-	if !ok {
-		return -1
-	}
-	n, err := strconv.Atoi(suffix)
-	if err != nil || n < 0 || strconv.Itoa(n) != suffix {
-		return -1
-	}
-	return n
-}
+	"github.com/staticip/staticip/apis/ordinal"
+)
 
 // live reports whether a pod counts as present: not terminating and not finished.
 func live(p *corev1.Pod) bool {
@@ -70,7 +57,7 @@ func UnavailablePods(setName string, replicas int, pods []*corev1.Pod) []string 
 	why := make(map[int]string, replicas)
 	up := make(map[int]bool, replicas)
 	for _, p := range pods {
-		n := ordinal(setName, p.Name)
+		n := ordinal.Of(setName, p.Name)
 		if n < 0 || n >= replicas {
 			continue
 		}
@@ -105,7 +92,7 @@ func UnavailablePods(setName string, replicas int, pods []*corev1.Pod) []string 
 func RolledOut(setName string, replicas int, image string, pods []*corev1.Pod) bool {
 	done := make(map[int]bool, replicas)
 	for _, p := range pods {
-		n := ordinal(setName, p.Name)
+		n := ordinal.Of(setName, p.Name)
 		if n < 0 {
 			continue
 		}

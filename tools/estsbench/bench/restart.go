@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -177,7 +178,7 @@ func (r *Runner) MeasureRestart(ctx context.Context, cfg RestartConfig) (Restart
 		if err := r.Kube.CoreV1().Pods(ns).Delete(ctx, plain.Name, metav1.DeleteOptions{}); err != nil {
 			return res, err
 		}
-		if err := poll(ctx, cfg.Timeout, 100*time.Millisecond, func() (bool, error) {
+		if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, cfg.Timeout, true, func(context.Context) (bool, error) {
 			_, err := r.Kube.CoreV1().Pods(ns).Get(ctx, plain.Name, metav1.GetOptions{})
 			return err != nil, nil
 		}); err != nil {

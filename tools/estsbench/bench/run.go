@@ -5,7 +5,6 @@ package bench
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"time"
@@ -14,6 +13,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
@@ -194,7 +194,7 @@ func (r *Runner) measure(ctx context.Context, ns string, w workload, cfg Config)
 		return res, err
 	}
 	deleted = true
-	if err := poll(ctx, cfg.Timeout, 200*time.Millisecond, func() (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, cfg.Timeout, true, func(context.Context) (bool, error) {
 		if _, _, err := w.Status(ctx); !apierrors.IsNotFound(err) {
 			return false, err
 		}
@@ -211,7 +211,7 @@ func (r *Runner) measure(ctx context.Context, ns string, w workload, cfg Config)
 // has seen generation and says replicas == ready == updated.
 func (r *Runner) waitRolledOut(ctx context.Context, w workload, tracker *podTracker, cfg Config, image string, generation int64, progress func()) error {
 	lastProgress := time.Now()
-	return poll(ctx, cfg.Timeout, 100*time.Millisecond, func() (bool, error) {
+	return wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, cfg.Timeout, true, func(context.Context) (bool, error) {
 		if progress != nil && time.Since(lastProgress) >= 15*time.Second {
 			progress()
 			lastProgress = time.Now()
@@ -226,27 +226,4 @@ func (r *Runner) waitRolledOut(ctx context.Context, w workload, tracker *podTrac
 		n := int32(cfg.Replicas)
 		return st.ObservedGeneration >= generation && st.Replicas == n && st.ReadyReplicas == n && st.UpdatedReplicas == n, nil
 	})
-}
-
-var errTimeout = errors.New("timed out")
-
-func poll(ctx context.Context, timeout, interval time.Duration, done func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, err := done()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w after %s", errTimeout, timeout)
-		}
-		select {
-		case <-ctx.Done():
-			return ctx.Err()
-		case <-time.After(interval):
-		}
-	}
 }

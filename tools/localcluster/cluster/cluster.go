@@ -15,6 +15,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -358,10 +359,7 @@ func (l *layout) client() (*kubernetes.Clientset, error) {
 // waitFor polls cond; while it waits, a watched daemon that exits fails the wait with that
 // daemon's name and log.
 func (l *layout) waitFor(ctx context.Context, timeout time.Duration, watch []string, what string, cond func() (bool, error)) error {
-	err := poll(timeout, 250*time.Millisecond, func() (bool, error) {
-		if ctx.Err() != nil {
-			return false, ctx.Err()
-		}
+	err := wait.PollUntilContextTimeout(ctx, 250*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
 		for _, name := range watch {
 			if !l.running(name) {
 				return false, l.componentError(name, errors.New("exited while waiting for "+what))
@@ -369,8 +367,8 @@ func (l *layout) waitFor(ctx context.Context, timeout time.Duration, watch []str
 		}
 		return cond()
 	})
-	if errors.Is(err, errTimeout) {
-		return fmt.Errorf("waiting for %s: %w (logs in %s)", what, err, l.logDir)
+	if ctx.Err() == nil && wait.Interrupted(err) { // timed out, not cancelled
+		return fmt.Errorf("waiting for %s: timed out after %s (logs in %s)", what, timeout, l.logDir)
 	}
 	return err
 }

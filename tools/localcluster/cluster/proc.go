@@ -11,7 +11,6 @@ import (
 	"strings"
 	"sync"
 	"syscall"
-	"time"
 )
 
 // daemon is one long-running process of the cluster. Its pid file and log file live in the
@@ -196,26 +195,6 @@ func run(argv ...string) error {
 		return fmt.Errorf("%s: %w: %s", strings.Join(argv, " "), err, strings.TrimSpace(string(out)))
 	}
 	return nil
-}
-
-var errTimeout = errors.New("timed out")
-
-// poll calls cond every interval until it returns true or an error, or timeout passes.
-func poll(timeout, interval time.Duration, cond func() (bool, error)) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		ok, err := cond()
-		if err != nil {
-			return err
-		}
-		if ok {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%w after %s", errTimeout, timeout)
-		}
-		time.Sleep(interval)
-	}
 }
 
 // withoutMarker drops an inherited marker (localcluster run from inside a node, say), so

@@ -74,6 +74,24 @@ func (f *fixture) eventually(what string, cond func() (bool, error)) {
 	}
 }
 
+// startManager runs the controller-manager with the controllers named, until the test ends.
+func (f *fixture) startManager(controllers ...string) {
+	t := f.t
+	o := manager.NewOptions()
+	o.LeaderElect = false
+	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
+	o.Controllers = controllers
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- manager.Run(ctx, o, rest.CopyConfig(testenv.Get(t).Config)) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("manager: %v", err)
+		}
+	})
+}
+
 func newFixture(t *testing.T) *fixture {
 	env := testenv.Get(t)
 	cfg := rest.CopyConfig(env.Config)
@@ -153,19 +171,7 @@ func TestIPsAndCheck(t *testing.T) {
 func TestRolloutHistoryUndo(t *testing.T) {
 	f := newFixture(t)
 	f.namespace("roll")
-	o := manager.NewOptions()
-	o.LeaderElect = false
-	o.MetricsBindAddress, o.HealthBindAddress = "0", "0"
-	o.Controllers = []string{enhancedstatefulset.Name}
-	ctx, cancel := context.WithCancel(f.ctx)
-	done := make(chan error, 1)
-	go func() { done <- manager.Run(ctx, o, rest.CopyConfig(testenv.Get(t).Config)) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("manager: %v", err)
-		}
-	})
+	f.startManager(enhancedstatefulset.Name)
 
 	labels := map[string]string{"app": "web"}
 	set := &jkev1alpha1.EnhancedStatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "web"},

@@ -1,0 +1,116 @@
+package enhancedstatefulset
+
+// In-place updates: a pod moves to a new revision by a patch of its container images and
+// keeps its node and IP; the InPlaceUpdateReady readiness gate keeps traffic away meanwhile.
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+)
+
+// updateInPlace moves a pod to a.Revision by patching its container images, so it keeps its
+// node and IP. First the InPlaceUpdateReady readiness gate goes False (Services stop sending
+// traffic before the container restarts), then the spec is patched together with the record
+// of the containers it replaces (InPlaceUpdateState): the pod counts as unavailable until the
+// kubelet runs new containers of the new images.
+func (c *Controller) updateInPlace(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, cached *corev1.Pod, a Action) error {
+	if cached == nil {
+		return nil
+	}
+	state := InPlaceUpdateState{Revision: a.Revision, UpdateTimestamp: metav1.NewTime(c.now()), Containers: map[string]InPlaceContainer{}}
+	var containers []map[string]string
+	for _, ctr := range cached.Spec.Containers {
+		img, ok := a.Images[ctr.Name]
+		if !ok || img == ctr.Image {
+			continue
+		}
+		old := ""
+		for _, st := range cached.Status.ContainerStatuses {
+			if st.Name == ctr.Name {
+				old = st.ContainerID
+			}
+		}
+		state.Containers[ctr.Name] = InPlaceContainer{OldContainerID: old, Image: img}
+		containers = append(containers, map[string]string{"name": ctr.Name, "image": img})
+	}
+	stale := []string{cached.ResourceVersion}
+	rv := cached.ResourceVersion
+	c.writes.expect(setKey(set), cached.Name, expectation{staleRVs: stale})
+	if hasReadinessGate(cached) && len(containers) > 0 {
+		patched, err := c.patchInPlaceReady(ctx, cached, corev1.ConditionFalse, "InPlaceUpdating", "updating in place to revision "+a.Revision)
+		if err != nil {
+			c.writes.forget(setKey(set), cached.Name)
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				return nil
+			}
+			c.recorder.Eventf(set, corev1.EventTypeWarning, "FailedUpdate", "set %s False on Pod %s: %v", InPlaceUpdateReady, cached.Name, err)
+			return err
+		}
+		rv = patched.ResourceVersion
+		c.writes.expect(setKey(set), cached.Name, expectation{staleRVs: append(stale, rv)})
+	}
+	annotations := map[string]any{AnnotationInPlaceUpdate: nil}
+	if len(containers) > 0 {
+		raw, _ := json.Marshal(state)
+		annotations[AnnotationInPlaceUpdate] = string(raw)
+	}
+	body := map[string]any{"metadata": map[string]any{"uid": cached.UID, "resourceVersion": rv,
+		"labels": map[string]string{RevisionLabel: a.Revision}, "annotations": annotations}}
+	if len(containers) > 0 {
+		body["spec"] = map[string]any{"containers": containers}
+	}
+	patch, _ := json.Marshal(body)
+	patched, err := c.kubeClient.CoreV1().Pods(set.Namespace).Patch(ctx, cached.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		c.writes.forget(setKey(set), cached.Name)
+		if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+			return nil // the next sync sees the newer pod
+		}
+		c.recorder.Eventf(set, corev1.EventTypeWarning, "FailedUpdate", "update Pod %s in place: %v", cached.Name, err)
+		return err
+	}
+	c.writes.expect(setKey(set), cached.Name, expectation{staleRVs: append(stale, rv), written: patched})
+	c.recorder.Eventf(set, corev1.EventTypeNormal, "SuccessfulUpdateInPlace", "update Pod %s in place to revision %s", cached.Name, a.Revision)
+	return nil
+}
+
+// finishInPlace ends an in-place update the kubelet has carried out (or readies a new pod of
+// an InPlaceIfPossible set): InPlaceUpdateReady True, the update record removed.
+func (c *Controller) finishInPlace(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, pod *corev1.Pod) error {
+	if pod == nil {
+		return nil
+	}
+	if hasReadinessGate(pod) && !conditionTrue(pod, InPlaceUpdateReady) {
+		if _, err := c.patchInPlaceReady(ctx, pod, corev1.ConditionTrue, "ContainersUpdated", ""); err != nil {
+			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+				return nil
+			}
+			return fmt.Errorf("set %s True on Pod %s: %w", InPlaceUpdateReady, pod.Name, err)
+		}
+	}
+	if _, ok := pod.Annotations[AnnotationInPlaceUpdate]; !ok {
+		return nil
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": map[string]any{AnnotationInPlaceUpdate: nil}}})
+	_, err := c.kubeClient.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+	if err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("remove the in-place update record of Pod %s: %w", pod.Name, err)
+	}
+	return nil
+}
+
+// patchInPlaceReady sets the InPlaceUpdateReady condition of pod (strategic merge on the
+// status subresource: the kubelet's own conditions stay).
+func (c *Controller) patchInPlaceReady(ctx context.Context, pod *corev1.Pod, status corev1.ConditionStatus, reason, message string) (*corev1.Pod, error) {
+	cond := corev1.PodCondition{Type: InPlaceUpdateReady, Status: status, Reason: reason, Message: message, LastTransitionTime: metav1.NewTime(c.now())}
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID}, "status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
+	return c.kubeClient.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
+}

@@ -1,0 +1,211 @@
+package manager
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	"github.com/staticip/staticip/apis/generated/informers/externalversions"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
+	"github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
+	"github.com/staticip/staticip/controllers/pkg/grid"
+	"github.com/staticip/staticip/controllers/pkg/ippool"
+	"github.com/staticip/staticip/controllers/pkg/nodefailover"
+	"github.com/staticip/staticip/controllers/pkg/staticip"
+)
+
+// controllerContext is what a controller's constructor gets: the clients, the shared informer
+// factories (a constructor asks them for the informers it uses; they are started after every
+// enabled controller is built), the Event recorder and the options.
+type controllerContext struct {
+	kube          kubernetes.Interface
+	client        versioned.Interface
+	kubeInformers informers.SharedInformerFactory
+	jkeInformers  externalversions.SharedInformerFactory
+	recorder      record.EventRecorder
+	opts          *Options
+}
+
+// controllerDescriptor describes one controller of the manager, as kube-controller-manager's
+// ControllerDescriptor does: adding a controller is one entry in controllerDescriptors.
+type controllerDescriptor struct {
+	// name is the controller's name in --controllers, logs and metrics.
+	name string
+	// disabledByDefault: '*' in --controllers does not enable it; only its name does.
+	disabledByDefault bool
+	// informers are the types whose informers the constructor takes from the factories
+	// (TestControllerDescriptors checks that it takes exactly these).
+	informers []runtime.Object
+	// constructor builds the controller and returns how to run it until ctx is done.
+	constructor func(cc controllerContext) (run func(ctx context.Context), err error)
+}
+
+// controllerDescriptors are the manager's controllers, in the order --controllers lists them.
+func controllerDescriptors() []controllerDescriptor {
+	return []controllerDescriptor{
+		{name: enhancedstatefulset.Name, constructor: newEnhancedStatefulSetController,
+			informers: []runtime.Object{&jkev1alpha1.EnhancedStatefulSet{}, &corev1.Pod{}, &appsv1.ControllerRevision{}, &corev1.PersistentVolumeClaim{}, &jkev1.StaticIP{}}},
+		{name: staticip.Name, constructor: newStaticIPController,
+			informers: []runtime.Object{&jkev1.StaticIP{}, &corev1.Pod{}, &jkev1alpha1.EnhancedStatefulSet{}, &appsv1.StatefulSet{}}},
+		{name: grid.DeploymentGridName, constructor: newDeploymentGridController,
+			informers: []runtime.Object{&superedgev1.DeploymentGrid{}, &appsv1.Deployment{}, &corev1.Node{}}},
+		{name: grid.StatefulSetGridName, constructor: newStatefulSetGridController,
+			informers: []runtime.Object{&superedgev1.StatefulSetGrid{}, &appsv1.StatefulSet{}, &corev1.Node{}}},
+		{name: grid.ServiceGridName, constructor: newServiceGridController,
+			informers: []runtime.Object{&superedgev1.ServiceGrid{}, &corev1.Service{}}},
+		{name: nodefailover.Name, constructor: newNodeFailoverController,
+			informers: []runtime.Object{&corev1.Node{}, &corev1.Pod{}, &jkev1.IPRange{}, &jkev1.StaticIP{}, &jkev1alpha1.NodeFailover{}}},
+		{name: ippool.Name, constructor: newIPPoolController,
+			informers: []runtime.Object{&jkev1.IPPool{}, &jkev1.IPRange{}, &corev1.Node{}, &corev1.Pod{}, &jkev1.StaticIP{}, &jkev1alpha1.NodeFailover{}}},
+	}
+}
+
+// KnownControllers are the names --controllers accepts.
+var KnownControllers = func() []string {
+	var names []string
+	for _, d := range controllerDescriptors() {
+		names = append(names, d.name)
+	}
+	return names
+}()
+
+// EnabledControllers resolves --controllers into controller names: '*' enables every
+// controller not disabled by default, a name enables it, '-name' disables it.
+func (o *Options) EnabledControllers() ([]string, error) {
+	return resolveControllers(controllerDescriptors(), o.Controllers)
+}
+
+// resolveControllers resolves the --controllers values against descs, in their order.
+func resolveControllers(descs []controllerDescriptor, flags []string) ([]string, error) {
+	var known []string
+	for _, d := range descs {
+		known = append(known, d.name)
+	}
+	enabled := map[string]bool{}
+	star := false
+	for _, c := range flags {
+		name := strings.TrimPrefix(c, "-")
+		switch {
+		case c == "*":
+			star = true
+		case !slices.Contains(known, name):
+			return nil, fmt.Errorf("--controllers: unknown controller %q (known: %s)", c, strings.Join(known, ", "))
+		case strings.HasPrefix(c, "-"):
+			enabled[name] = false
+		default:
+			enabled[name] = true
+		}
+	}
+	var out []string
+	for _, d := range descs {
+		on, set := enabled[d.name]
+		if (set && on) || (!set && star && !d.disabledByDefault) {
+			out = append(out, d.name)
+		}
+	}
+	return out, nil
+}
+
+// buildControllers builds the named controllers (their informers are registered with the
+// factories of cc, not started) and returns how to run each.
+func buildControllers(cc controllerContext, names []string) ([]func(context.Context), error) {
+	var runs []func(context.Context)
+	for _, d := range controllerDescriptors() {
+		if !slices.Contains(names, d.name) {
+			continue
+		}
+		run, err := d.constructor(cc)
+		if err != nil {
+			return nil, fmt.Errorf("controller %s: %w", d.name, err)
+		}
+		runs = append(runs, run)
+	}
+	return runs, nil
+}
+
+func newEnhancedStatefulSetController(cc controllerContext) (func(context.Context), error) {
+	c, err := enhancedstatefulset.NewController(cc.kube, cc.client,
+		cc.jkeInformers.Jke().V1alpha1().EnhancedStatefulSets(), cc.kubeInformers.Core().V1().Pods(),
+		cc.kubeInformers.Apps().V1().ControllerRevisions(), cc.kubeInformers.Core().V1().PersistentVolumeClaims(),
+		cc.jkeInformers.Jke().V1().StaticIPs(), cc.recorder)
+	if err != nil {
+		return nil, err
+	}
+	c.InPlaceUpdateTimeout = cc.opts.InPlaceUpdateTimeout
+	return func(ctx context.Context) { c.Run(ctx, cc.opts.Workers) }, nil
+}
+
+func newStaticIPController(cc controllerContext) (func(context.Context), error) {
+	c, err := staticip.NewController(cc.kube, cc.client, cc.jkeInformers.Jke().V1().StaticIPs(),
+		cc.kubeInformers.Core().V1().Pods(), cc.jkeInformers.Jke().V1alpha1().EnhancedStatefulSets(),
+		cc.kubeInformers.Apps().V1().StatefulSets(), cc.recorder)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) { c.Run(ctx, cc.opts.Workers) }, nil
+}
+
+func newDeploymentGridController(cc controllerContext) (func(context.Context), error) {
+	c, err := grid.NewDeploymentGridController(cc.kube, cc.client, cc.jkeInformers.Superedge().V1().DeploymentGrids(),
+		cc.kubeInformers.Apps().V1().Deployments(), cc.kubeInformers.Core().V1().Nodes(), cc.recorder)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) { c.Run(ctx, cc.opts.Workers) }, nil
+}
+
+func newStatefulSetGridController(cc controllerContext) (func(context.Context), error) {
+	c, err := grid.NewStatefulSetGridController(cc.kube, cc.client, cc.jkeInformers.Superedge().V1().StatefulSetGrids(),
+		cc.kubeInformers.Apps().V1().StatefulSets(), cc.kubeInformers.Core().V1().Nodes(), cc.recorder)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) { c.Run(ctx, cc.opts.Workers) }, nil
+}
+
+func newServiceGridController(cc controllerContext) (func(context.Context), error) {
+	c, err := grid.NewServiceGridController(cc.kube, cc.client, cc.jkeInformers.Superedge().V1().ServiceGrids(),
+		cc.kubeInformers.Core().V1().Services(), cc.recorder)
+	if err != nil {
+		return nil, err
+	}
+	return func(ctx context.Context) { c.Run(ctx, cc.opts.Workers) }, nil
+}
+
+func newNodeFailoverController(cc controllerContext) (func(context.Context), error) {
+	c, err := nodefailover.NewController(cc.kube, cc.client, cc.kubeInformers.Core().V1().Nodes(),
+		cc.kubeInformers.Core().V1().Pods(), cc.jkeInformers.Jke().V1().IPRanges(), cc.jkeInformers.Jke().V1().StaticIPs(),
+		cc.jkeInformers.Jke().V1alpha1().NodeFailovers(), cc.recorder)
+	if err != nil {
+		return nil, err
+	}
+	c.Window = cc.opts.NodeFailoverWindow
+	c.FencedPodDeletionGrace = cc.opts.FencedPodDeletionGrace
+	c.NodeDeletionIsFence = cc.opts.NodeDeletionIsFence
+	c.MaxUnhealthyPercent, _ = nodefailover.ParsePercent(cc.opts.NodeFailoverMaxUnhealthy) // checked by Validate
+	// One worker: migrations are few, and one at a time keeps two of them from racing for the
+	// same spare inside this process (the claim's optimistic lock covers the rest).
+	return func(ctx context.Context) { c.Run(ctx, 1) }, nil
+}
+
+func newIPPoolController(cc controllerContext) (func(context.Context), error) {
+	c, err := ippool.NewController(cc.kube, cc.client, cc.jkeInformers.Jke().V1().IPPools(),
+		cc.jkeInformers.Jke().V1().IPRanges(), cc.kubeInformers.Core().V1().Nodes(), cc.kubeInformers.Core().V1().Pods(),
+		cc.jkeInformers.Jke().V1().StaticIPs(), cc.jkeInformers.Jke().V1alpha1().NodeFailovers(), cc.recorder)
+	if err != nil {
+		return nil, err
+	}
+	// One worker whatever --workers says: one key plans every pool.
+	return c.Run, nil
+}

@@ -1,0 +1,377 @@
+package nodefailover
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/controllers/pkg/metrics"
+	"github.com/staticip/staticip/controllers/pkg/staticip"
+)
+
+// commitStep is one step of a migration after its range moves are recorded. phase: the phase
+// the step reaches (the runner records it once the step is done, and skips a step whose phase
+// is reached); "" for a step that runs on every pass.
+type commitStep struct {
+	phase jkev1alpha1.NodeFailoverPhase
+	// run does the step's work; done false means wait (requeue after requeue, 0: on the next
+	// event) or stop on err.
+	run func(m *migration, ctx context.Context) (done bool, requeue time.Duration, err error)
+}
+
+// commitSteps are the steps after the commit, in order: move the ranges and wait for the
+// target agent, wait for the routes, re-point the StaticIPs, open the spare, wait for the pods,
+// complete. TestCommitStepsFollowThePhases checks the order against the API's phase list.
+var commitSteps = []commitStep{
+	{jkev1alpha1.FailoverRangesMoved, (*migration).moveRanges},
+	{jkev1alpha1.FailoverRoutesConverged, (*migration).waitForRoutes},
+	{jkev1alpha1.FailoverStaticIPsRebound, (*migration).rebind},
+	{"", (*migration).openSpare},
+	{jkev1alpha1.FailoverPodsRunning, (*migration).waitForPods},
+	{jkev1alpha1.FailoverCompleted, (*migration).dropClaimLabel},
+}
+
+// afterCommit runs the steps after the commit (commitSteps) as far as it can now.
+func (m *migration) afterCommit(ctx context.Context) (time.Duration, error) {
+	for _, s := range commitSteps {
+		if s.phase != "" && Reached(m.st(), s.phase) {
+			continue
+		}
+		done, requeue, err := s.run(m, ctx)
+		if !done || err != nil {
+			return requeue, err
+		}
+		if s.phase != "" {
+			m.setPhase(s.phase)
+		}
+	}
+	m.completed()
+	return 0, nil
+}
+
+// moveRanges writes the recorded range moves (after re-checking the fence) and waits until the
+// target's agent reports every moved range Synced.
+func (m *migration) moveRanges(ctx context.Context) (bool, time.Duration, error) {
+	st := m.st()
+	if err := m.recordNewRanges(ctx); err != nil {
+		return false, 0, err
+	}
+	current := make([]*jkev1.IPRange, len(st.MovedRanges))
+	decisions := make([]RangeMove, len(st.MovedRanges))
+	written, toWrite := false, false
+	for i, mv := range st.MovedRanges {
+		r, err := m.c.ranges.Get(mv.Name)
+		if apierrors.IsNotFound(err) {
+			r = nil
+		} else if err != nil {
+			return false, 0, err
+		}
+		current[i], decisions[i] = r, DecideRangeMove(mv, r)
+		written = written || decisions[i] == RangeDone
+		toWrite = toWrite || decisions[i] == RangeWrite
+	}
+	if toWrite {
+		// The fence is the statement "this machine runs nothing": re-read it before the
+		// writes that commit the move, however long ago the move was recorded.
+		if ok, requeue, err := m.fenceStillHolds(ctx, written); !ok || err != nil {
+			return false, requeue, err
+		}
+	}
+	unsynced, changed, err := m.writeRangeMoves(ctx, current, decisions)
+	if err != nil {
+		return false, 0, err
+	}
+	if len(changed) > 0 {
+		msg := "IPRanges changed by someone else during the migration; not overwritten: " + strings.Join(changed, ", ")
+		if st.LastError != msg {
+			m.c.recorder.Event(m.rec, corev1.EventTypeWarning, ReasonRangeChanged, msg)
+		}
+		st.LastError = msg
+		m.waiting(ReasonRangeChanged, msg)
+		return false, recheck, nil
+	}
+	if len(unsynced) > 0 {
+		m.waiting(ReasonWaitingForAgent, fmt.Sprintf("waiting for the agent of %s to report Synced for the moved ranges (it reserves every static IP first): %s", st.Target, shortList(unsynced)))
+		return false, 0, nil
+	}
+	return true, 0, nil
+}
+
+// recordNewRanges records the move of a range that still names the failed node and has no
+// recorded move (it appeared, or a status write was lost); it is written on the next pass.
+func (m *migration) recordNewRanges(ctx context.Context) error {
+	st := m.st()
+	recorded := len(st.MovedRanges)
+	for _, r := range m.owned {
+		if !slices.ContainsFunc(st.MovedRanges, func(mv jkev1alpha1.MovedRange) bool { return mv.Name == r.Name }) {
+			st.MovedRanges = append(st.MovedRanges, jkev1alpha1.MovedRange{Name: r.Name, CIDR: r.Spec.CIDR, FromNode: m.failedName(),
+				ToNode: st.Target, OwnerGeneration: r.Spec.OwnerGeneration + 1})
+		}
+	}
+	if len(st.MovedRanges) == recorded {
+		return nil
+	}
+	return m.writeStatus(ctx)
+}
+
+// writeRangeMoves carries out the decisions on the recorded moves (current: each IPRange as
+// cached). unsynced: moved ranges the target's agent has not reported Synced; changed: ranges
+// someone else changed, described.
+func (m *migration) writeRangeMoves(ctx context.Context, current []*jkev1.IPRange, decisions []RangeMove) (unsynced, changed []string, err error) {
+	for i, mv := range m.st().MovedRanges {
+		r := current[i]
+		switch decisions[i] {
+		case RangeWrite:
+			moved := r.DeepCopy()
+			moved.Spec.Node, moved.Spec.OwnerGeneration = mv.ToNode, mv.OwnerGeneration
+			// The update carries the cached resourceVersion: a stale cache that still shows
+			// the old owner makes it fail with a conflict instead of bumping twice.
+			if _, err := m.c.client.JkeV1().IPRanges().Update(ctx, moved, metav1.UpdateOptions{}); err != nil {
+				return nil, nil, fmt.Errorf("move IPRange %s to %s: %w", mv.Name, mv.ToNode, err)
+			}
+			m.c.recorder.Eventf(m.rec, corev1.EventTypeNormal, "RangeMoved", "IPRange %s (%s) moved from %s to %s at owner generation %d", mv.Name, mv.CIDR, mv.FromNode, mv.ToNode, mv.OwnerGeneration)
+			unsynced = append(unsynced, mv.Name)
+		case RangeDone:
+			if !RangeSynced(r) {
+				unsynced = append(unsynced, mv.Name)
+			}
+		case RangeGone:
+		case RangeChanged:
+			changed = append(changed, fmt.Sprintf("%s (now node %q generation %d, recorded move %s->%s at %d)", mv.Name, r.Spec.Node, r.Spec.OwnerGeneration, mv.FromNode, mv.ToNode, mv.OwnerGeneration))
+		}
+	}
+	return unsynced, changed, nil
+}
+
+// existingMoves are the recorded range moves whose IPRange still exists.
+func (m *migration) existingMoves() []jkev1alpha1.MovedRange {
+	var moved []jkev1alpha1.MovedRange
+	for _, mv := range m.st().MovedRanges {
+		if _, err := m.c.ranges.Get(mv.Name); err == nil {
+			moved = append(moved, mv)
+		}
+	}
+	return moved
+}
+
+// waitForRoutes waits until the agents of every Ready node route the moved ranges to the target.
+func (m *migration) waitForRoutes(context.Context) (bool, time.Duration, error) {
+	nodes, err := m.c.nodes.List(labels.Everything())
+	if err != nil {
+		return false, 0, err
+	}
+	if lagging := RoutesLagging(nodes, m.failedName(), m.existingMoves()); len(lagging) > 0 {
+		m.waiting(ReasonWaitingForRoutes, fmt.Sprintf("waiting for the agents of %d Ready nodes to route the moved ranges to %s (annotation %s): %s",
+			len(lagging), m.st().Target, jkev1alpha1.AnnotationIPRangesObserved, shortList(lagging)))
+		return false, 0, nil
+	}
+	return true, 0, nil
+}
+
+// rebind re-points the StaticIPs at the target (after re-checking the fence) and records it.
+func (m *migration) rebind(ctx context.Context) (bool, time.Duration, error) {
+	if ok, requeue, err := m.fenceStillHolds(ctx, true); !ok || err != nil {
+		return false, requeue, err
+	}
+	if err := m.rebindStaticIPs(ctx, m.existingMoves()); err != nil {
+		return false, 0, err
+	}
+	if err := m.writeStatus(ctx); err != nil {
+		return false, 0, err
+	}
+	return true, 0, nil
+}
+
+// openSpare removes the spare taint from the target once ranges and routes are in place, so
+// the moved pods may start there. It runs on every pass and keeps the target for dropClaimLabel.
+func (m *migration) openSpare(ctx context.Context) (bool, time.Duration, error) {
+	target := m.st().Target
+	tn, err := m.c.nodes.Get(target)
+	if err != nil {
+		return false, 0, fmt.Errorf("target %s: %w", target, err)
+	}
+	m.target = tn
+	if slices.ContainsFunc(tn.Spec.Taints, func(t corev1.Taint) bool { return t.Key == jkev1alpha1.TaintSpare }) {
+		taints := slices.DeleteFunc(slices.Clone(tn.Spec.Taints), func(t corev1.Taint) bool { return t.Key == jkev1alpha1.TaintSpare })
+		if err := m.c.patchNode(ctx, tn, nil, taints); err != nil {
+			return false, 0, fmt.Errorf("remove the spare taint from %s: %w", target, err)
+		}
+		m.c.recorder.Eventf(tn, corev1.EventTypeNormal, ReasonSpareReleased, "ranges and routes of %s are in place: spare taint removed, its pods may start here", m.failedName())
+	}
+	return true, 0, nil
+}
+
+// waitForPods waits until the pod of every moved StaticIP runs on the target with its IP.
+func (m *migration) waitForPods(context.Context) (bool, time.Duration, error) {
+	target := m.st().Target
+	var missing []string
+	var running []*corev1.Pod
+	for _, ms := range m.st().MovedStaticIPs {
+		s, err := m.c.staticIPs.StaticIPs(ms.Namespace).Get(ms.Name)
+		if apierrors.IsNotFound(err) {
+			continue // released meanwhile: nothing to wait for
+		} else if err != nil {
+			return false, 0, err
+		}
+		pod, err := m.c.pods.Pods(s.Namespace).Get(podName(s))
+		if err != nil || pod.DeletionTimestamp != nil || pod.Spec.NodeName != target || pod.Status.Phase != corev1.PodRunning ||
+			!slices.ContainsFunc(pod.Status.PodIPs, func(ip corev1.PodIP) bool { return s.Spec.IP == "" || ip.IP == s.Spec.IP }) {
+			missing = append(missing, s.Namespace+"/"+podName(s))
+			continue
+		}
+		running = append(running, pod)
+	}
+	if len(missing) > 0 {
+		m.waiting(ReasonWaitingForPods, fmt.Sprintf("waiting for %d pods to run on %s with their IPs: %s", len(missing), target, shortList(missing)))
+		return false, 0, nil
+	}
+	for _, p := range running {
+		m.c.recorder.Eventf(p, corev1.EventTypeNormal, ReasonPodMoved, "moved from failed node %s to %s with its IP", m.failedName(), target)
+	}
+	return true, 0, nil
+}
+
+// dropClaimLabel: the spare is no longer one (its taint is gone); its claim label goes too, so
+// an operator who returns it to the pool only puts the taint back.
+func (m *migration) dropClaimLabel(ctx context.Context) (bool, time.Duration, error) {
+	if m.target.Labels[jkev1alpha1.LabelFailoverFor] != "" {
+		if err := m.c.patchNode(ctx, m.target, map[string]any{"labels": map[string]any{jkev1alpha1.LabelFailoverFor: nil}}, nil); err != nil {
+			return false, 0, err
+		}
+	}
+	return true, 0, nil
+}
+
+// completed records the end of the migration: completion time, condition, metrics, Event.
+func (m *migration) completed() {
+	st := m.st()
+	now := metav1.NewTime(m.now)
+	st.CompletionTime = &now
+	m.setCondition(jkev1alpha1.NodeFailoverConditionProgressing, metav1.ConditionFalse, ReasonCompleted,
+		fmt.Sprintf("%d ranges and %d static IPs moved from %s to %s", len(st.MovedRanges), len(st.MovedStaticIPs), m.failedName(), st.Target))
+	metrics.NodeFailoverMigrations.WithLabelValues("completed").Inc()
+	if st.StartTime != nil {
+		metrics.NodeFailoverStepDuration.WithLabelValues("Total").Observe(m.now.Sub(st.StartTime.Time).Seconds())
+	}
+	if m.node != nil {
+		m.c.recorder.Eventf(m.node, corev1.EventTypeNormal, ReasonCompleted, "failover to %s completed", st.Target)
+	}
+}
+
+// fenceStillHolds re-checks the fence on the Node as the API server has it now (not the cache),
+// right before writes that commit a move. written: a range move was written already. A node
+// that is back and un-fenced before any range was written cancels the migration (nothing
+// moved); otherwise nothing is written until the node is fenced again (condition Stopped,
+// reason FenceWithdrawn, and a Warning Event).
+func (m *migration) fenceStillHolds(ctx context.Context, written bool) (bool, time.Duration, error) {
+	st := m.st()
+	node, err := m.c.kube.CoreV1().Nodes().Get(ctx, m.failedName(), metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		node = nil
+	} else if err != nil {
+		return false, 0, fmt.Errorf("re-read node %s before committing the move: %w", m.failedName(), err)
+	}
+	var since time.Time
+	if st.StartTime != nil {
+		since = st.StartTime.Time
+	}
+	fence := Fencing(node, since, m.now, m.fenceRules())
+	switch CheckCommit(fence, written) {
+	case CommitProceed:
+		if c := meta.FindStatusCondition(st.Conditions, jkev1alpha1.NodeFailoverConditionStopped); c != nil && c.Reason == ReasonFenceWithdrawn {
+			m.setCondition(jkev1alpha1.NodeFailoverConditionStopped, metav1.ConditionFalse, ReasonFenced, fence.Message)
+			m.setCondition(jkev1alpha1.NodeFailoverConditionFenced, metav1.ConditionTrue, ReasonFenced, fence.Message)
+		}
+		return true, 0, nil
+	case CommitCancel:
+		m.node = node
+		m.c.recorder.Eventf(m.rec, corev1.EventTypeNormal, ReasonCancelled, "failover cancelled before any range was written: %s", fence.Message)
+		return false, 0, m.cancel(ctx, fence.Message+" (re-checked before writing the recorded range moves; none had been written)")
+	}
+	what := "no recorded range move was written yet"
+	if written {
+		what = "some ranges were moved already"
+	}
+	msg := fmt.Sprintf("node %s is no longer fenced (%s) and %s: nothing more is written until it is fenced again. "+
+		"Fence it again (out-of-service taint, machine off) to finish, or abandon the migration by hand (controllers/README.md, \"Recovering\")",
+		m.failedName(), fence.Message, what)
+	if m.became(jkev1alpha1.NodeFailoverConditionStopped, metav1.ConditionTrue, ReasonFenceWithdrawn) {
+		m.c.recorder.Event(m.rec, corev1.EventTypeWarning, ReasonFenceWithdrawn, msg)
+		if node != nil {
+			m.c.recorder.Event(node, corev1.EventTypeWarning, ReasonFenceWithdrawn, msg)
+		}
+		m.logger.Info("Fence withdrawn mid-migration: holding", "written", written)
+	}
+	m.setCondition(jkev1alpha1.NodeFailoverConditionStopped, metav1.ConditionTrue, ReasonFenceWithdrawn, msg)
+	m.setCondition(jkev1alpha1.NodeFailoverConditionFenced, metav1.ConditionFalse, fence.Reason, fence.Message)
+	m.waiting(ReasonFenceWithdrawn, msg)
+	requeue := fence.RecheckAfter
+	if requeue <= 0 {
+		requeue = recheck
+	}
+	return false, requeue, nil
+}
+
+// rebindStaticIPs points every moving StaticIP at the target, and deletes pods that the
+// workload controllers created meanwhile pinned (node affinity, immutable) to the failed node:
+// they are recreated pinned to the target.
+func (m *migration) rebindStaticIPs(ctx context.Context, moved []jkev1alpha1.MovedRange) error {
+	st := m.st()
+	cidrs := make([]string, 0, len(moved))
+	for _, mv := range moved {
+		cidrs = append(cidrs, mv.CIDR)
+	}
+	current, err := m.c.staticIPsOf(m.failedName(), ParsePrefixes(cidrs))
+	if err != nil {
+		return err
+	}
+	for _, s := range current { // records that appeared after the target was reserved
+		if !slices.ContainsFunc(st.MovedStaticIPs, func(ms jkev1alpha1.MovedStaticIP) bool { return ms.Namespace == s.Namespace && ms.Name == s.Name }) {
+			st.MovedStaticIPs = append(st.MovedStaticIPs, jkev1alpha1.MovedStaticIP{Namespace: s.Namespace, Name: s.Name, IP: s.Spec.IP, FromNode: s.Spec.Node})
+		}
+	}
+	for i := range st.MovedStaticIPs {
+		ms := &st.MovedStaticIPs[i]
+		s, err := m.c.staticIPs.StaticIPs(ms.Namespace).Get(ms.Name)
+		if apierrors.IsNotFound(err) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		if s.Spec.Node != st.Target {
+			cp := s.DeepCopy()
+			cp.Spec.Node = st.Target
+			if _, err := m.c.client.JkeV1().StaticIPs(cp.Namespace).Update(ctx, cp, metav1.UpdateOptions{}); err != nil {
+				return fmt.Errorf("re-point StaticIP %s/%s to %s: %w", cp.Namespace, cp.Name, st.Target, err)
+			}
+		}
+		ms.Rebound = true
+		pod, err := m.c.pods.Pods(s.Namespace).Get(podName(s))
+		if err == nil && pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil && staticip.NodeAffinityRequired(pod, m.failedName()) {
+			uid := pod.UID
+			err := m.c.kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
+				return fmt.Errorf("delete pending pod %s/%s pinned to %s: %w", pod.Namespace, pod.Name, m.failedName(), err)
+			}
+			m.c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonPodRecreate, "pending pod pinned to failed node %s deleted: its workload recreates it on %s", m.failedName(), st.Target)
+		}
+	}
+	return nil
+}
+
+func podName(s *jkev1.StaticIP) string {
+	if s.Spec.Pod != "" {
+		return s.Spec.Pod
+	}
+	return s.Name
+}

@@ -1,0 +1,148 @@
+package nodefailover
+
+import (
+	"context"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apiequality "k8s.io/apimachinery/pkg/api/equality"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/klog/v2"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/controllers/pkg/metrics"
+)
+
+// migration is one sync of one record.
+type migration struct {
+	c      *Controller
+	rec    *jkev1alpha1.NodeFailover
+	orig   jkev1alpha1.NodeFailoverStatus
+	node   *corev1.Node // nil: deleted
+	owned  []*jkev1.IPRange
+	now    time.Time
+	logger klog.Logger
+	// target: the target Node as cached, read by openSpare on every pass after the commit.
+	target *corev1.Node
+	// deleted: this sync deleted the record; nothing is written back.
+	deleted bool
+}
+
+func (m *migration) st() *jkev1alpha1.NodeFailoverStatus { return &m.rec.Status }
+
+func (m *migration) setCondition(t string, status metav1.ConditionStatus, reason, msg string) {
+	meta.SetStatusCondition(&m.rec.Status.Conditions, metav1.Condition{Type: t, Status: status, Reason: reason,
+		Message: msg, ObservedGeneration: m.rec.Generation})
+}
+
+// became reports whether condition t turned to status/reason in this sync (for one-shot Events).
+func (m *migration) became(t string, status metav1.ConditionStatus, reason string) bool {
+	old := meta.FindStatusCondition(m.orig.Conditions, t)
+	return old == nil || old.Status != status || old.Reason != reason
+}
+
+func (m *migration) waiting(reason, msg string) {
+	m.setCondition(jkev1alpha1.NodeFailoverConditionProgressing, metav1.ConditionTrue, reason, msg)
+}
+
+// setPhase records that step p is done, with its duration and an Event.
+func (m *migration) setPhase(p jkev1alpha1.NodeFailoverPhase) {
+	st := m.st()
+	if Reached(st, p) {
+		return
+	}
+	if st.PhaseTime != nil {
+		metrics.NodeFailoverStepDuration.WithLabelValues(string(p)).Observe(m.now.Sub(st.PhaseTime.Time).Seconds())
+	}
+	now := metav1.NewTime(m.now)
+	st.Phase, st.PhaseTime = p, &now
+	st.LastError = ""
+	m.c.recorder.Eventf(m.rec, corev1.EventTypeNormal, ReasonPhase, "step %s done (target %q)", p, st.Target)
+	m.logger.Info("Node failover step done", "phase", p, "target", st.Target)
+}
+
+// writeStatus writes the status if this sync changed it.
+func (m *migration) writeStatus(ctx context.Context) error {
+	if m.deleted {
+		return nil
+	}
+	m.rec.Status.ObservedGeneration = m.rec.Generation
+	if apiequality.Semantic.DeepEqual(m.orig, m.rec.Status) {
+		return nil
+	}
+	updated, err := m.c.client.JkeV1alpha1().NodeFailovers().UpdateStatus(ctx, m.rec, metav1.UpdateOptions{})
+	metrics.ObserveStatusWrite(Name, err)
+	if err != nil {
+		return err
+	}
+	m.rec = updated
+	m.orig = *updated.Status.DeepCopy()
+	return nil
+}
+
+func (m *migration) failedName() string { return m.rec.Spec.Node }
+
+// committed: a range write may have happened. From then on the migration only goes forward.
+func (m *migration) committed() bool {
+	return len(m.st().MovedRanges) > 0 || Reached(m.st(), jkev1alpha1.FailoverRangesMoved)
+}
+
+// fenceRules: the manager's settings, and the operator's node-off statement on the record of a
+// deleted Node.
+func (m *migration) fenceRules() FenceRules {
+	return FenceRules{Window: m.c.Window,
+		NodeDeletionIsFence: m.c.NodeDeletionIsFence || m.rec.Annotations[jkev1alpha1.AnnotationNodeOff] == "true"}
+}
+
+func (m *migration) paused() bool {
+	if m.rec.Annotations[jkev1alpha1.AnnotationFailoverPaused] == "true" {
+		return true
+	}
+	return m.node != nil && m.node.Annotations[jkev1alpha1.AnnotationFailoverPaused] == "true"
+}
+
+// run advances the migration as far as it can now.
+func (m *migration) run(ctx context.Context) (time.Duration, error) {
+	st := m.st()
+	if st.Phase == "" { // created, but the first status write was lost
+		now := metav1.NewTime(m.now)
+		st.Phase, st.StartTime, st.PhaseTime = jkev1alpha1.FailoverDetected, &now, &now
+		lbls := m.c.gone.get(m.failedName())
+		if m.node != nil {
+			lbls = m.node.Labels
+		}
+		st.Zone, st.InstanceType = lbls[LabelZone], lbls[LabelInstanceType]
+	}
+	if m.rec.DeletionTimestamp != nil {
+		if done, err := m.deleting(ctx); done || err != nil {
+			return 0, err
+		}
+	} else if !slices.Contains(m.rec.Finalizers, Finalizer) && st.Phase != jkev1alpha1.FailoverCompleted {
+		// A record made before the finalizer existed, or one an operator stripped.
+		if err := m.updateFinalizers(ctx, append(slices.Clone(m.rec.Finalizers), Finalizer)); err != nil {
+			return 0, err
+		}
+	}
+	if st.Phase == jkev1alpha1.FailoverCompleted {
+		return 0, m.restartIfFailedAgain(ctx)
+	}
+	if m.paused() {
+		if m.became(jkev1alpha1.NodeFailoverConditionPaused, metav1.ConditionTrue, ReasonPaused) {
+			m.c.recorder.Eventf(m.rec, corev1.EventTypeNormal, ReasonPaused, "paused by the annotation %s", jkev1alpha1.AnnotationFailoverPaused)
+		}
+		m.setCondition(jkev1alpha1.NodeFailoverConditionPaused, metav1.ConditionTrue, ReasonPaused, "annotation "+jkev1alpha1.AnnotationFailoverPaused+" is \"true\" on the record or the node: nothing is written")
+		return 0, nil
+	}
+	m.setCondition(jkev1alpha1.NodeFailoverConditionPaused, metav1.ConditionFalse, ReasonNotPaused, "")
+
+	if !m.committed() {
+		done, requeue, err := m.beforeMoving(ctx)
+		if !done || err != nil {
+			return requeue, err
+		}
+	}
+	return m.afterCommit(ctx)
+}

@@ -1,0 +1,571 @@
+//go:build e2e
+
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"sigs.k8s.io/yaml"
+
+	"github.com/staticip/staticip/e2e/framework"
+)
+
+var (
+	upgradeE2E = flag.Bool("upgrade", false, "run TestUpgradeFromKustomizeInstallToChart: it re-applies the kustomize install of -upgrade-from, "+
+		"upgrades it to charts/staticip with helm, then UNINSTALLS staticip from the cluster (run it last and alone: make e2e-upgrade)")
+	upgradeFrom = flag.String("upgrade-from", "ae99143", "the commit of main whose kustomize install (manifests/) the upgrade starts from")
+	helmFlag    = flag.String("helm", "", "helm binary (default <repo>/_output/bin/helm: make helm)")
+)
+
+const (
+	// upgradeRelease is the release the test installs into, in kube-system (the chart's
+	// objects live in kube-system and staticip-system whatever the release namespace; the
+	// release records must not live in staticip-system, which the chart itself deletes).
+	upgradeRelease   = "staticip"
+	upgradeReleaseNS = "kube-system"
+	agentDaemonSet   = "staticip-agent"
+	schedulerDeploy  = "staticip-scheduler"
+)
+
+// TestUpgradeFromKustomizeInstallToChart is README's upgrade path from a kustomize install
+// (charts/staticip/README.md, "Upgrading from a kustomize install", and "Uninstall"):
+//
+//  1. the install of the pinned commit -upgrade-from: its CRDs and its manifests/ (a git
+//     worktree of that commit, rendered with its own kustomizations) applied over the
+//     cluster's install; the pod templates stay those the cluster's installer deployed
+//     (localcluster's or kind's images and node layout: there is no registry with the pinned
+//     commit's images), so what changes is what the commit installs: CRDs, RBAC, admission;
+//  2. an EnhancedStatefulSet with static IPs, every pod Ready; its pods' UIDs, IPs and
+//     restart counts and every StaticIP of the cluster recorded;
+//  3. the upgrade: CRDs applied server-side from charts/staticip/crds, the existing objects
+//     adopted (charts/staticip/scripts/adopt.sh), `helm upgrade --install` with values that
+//     keep the cluster's images, node layout and flags (valuesFromCluster);
+//  4. no pod of the set was recreated or restarted or lost its IP, no StaticIP was dropped or
+//     recreated, and every object of the chart now belongs to the release;
+//  5. the set deleted, charts/staticip/scripts/uninstall.sh --delete-crds, and the leftover
+//     check: no staticip CRD and no instance of one, and on every node none of the agent's
+//     routes (protocol 90) or files (plugin, conflist, plugin kubeconfig, database).
+//
+// Destructive for the cluster under test (staticip is gone at its end): off unless -upgrade.
+func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
+	if !*upgradeE2E {
+		t.Skip("-upgrade not set: this test replaces the cluster's staticip install by a Helm release and uninstalls it at its end (make e2e-upgrade runs it alone, last)")
+	}
+	requireManager(t)
+	ctx := context.Background()
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	helm := *helmFlag
+	if helm == "" {
+		helm = filepath.Join(root, "_output", "bin", "helm")
+	}
+	if _, err := os.Stat(helm); err != nil {
+		t.Fatalf("no helm at %s (make helm builds it): %v", helm, err)
+	}
+	chart := filepath.Join(root, "charts", "staticip")
+	agent, err := f.Client.AppsV1().DaemonSets("kube-system").Get(ctx, agentDaemonSet, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the cluster has no staticip agent DaemonSet: %v", err)
+	}
+	if agent.Labels["app.kubernetes.io/managed-by"] == "Helm" {
+		t.Skipf("staticip on this cluster is a Helm release already (%s): nothing to upgrade from kustomize", agent.Annotations["meta.helm.sh/release-name"])
+	}
+
+	// 1. The pinned commit's install.
+	pinned := pinnedWorktree(t, root, *upgradeFrom)
+	applyPinnedInstall(t, ctx, pinned)
+
+	// 2. Static-IP workload.
+	e := newESTSTest(t, "e2e-upgrade", "up")
+	e.create(ctx, testServerImage, 0)
+	rev := e.observed(ctx).Status.UpdateRevision
+	pods := e.waitSettled(ctx, "6 pods Ready before the upgrade", allAt(rev))
+	e.rememberIPs(pods)
+	e.assertStaticIPs(ctx, "before the upgrade", pods)
+	before := podRecords(pods)
+	sipsBefore := staticIPRecords(t, ctx, e)
+	t.Logf("before the upgrade: %d pods, %d StaticIPs in the cluster", len(before), len(sipsBefore))
+
+	// 3. The upgrade.
+	values := valuesFromCluster(t, ctx)
+	valuesFile := filepath.Join(t.TempDir(), "values.yaml")
+	b, err := yaml.Marshal(values)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(valuesFile, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("values from the cluster's install:\n%s", b)
+	env := append(os.Environ(), "KUBECONFIG="+f.Kubeconfig, "HELM="+helm, "KUBECTL="+f.Kubectl)
+	run := func(what string, name string, args ...string) string {
+		t.Helper()
+		cmd := exec.Command(name, args...)
+		cmd.Env = env
+		cmd.Dir = root
+		start := time.Now()
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("%s: %s %s: %v\n%s", what, name, strings.Join(args, " "), err, out)
+		}
+		t.Logf("%s (%.1fs): %s", what, time.Since(start).Seconds(), lastLines(string(out), 15))
+		return string(out)
+	}
+	if _, err := f.RunKubectl("apply", "--server-side", "--force-conflicts", "-f", filepath.Join(chart, "crds")); err != nil {
+		t.Fatal(err)
+	}
+	run("adopt", filepath.Join(chart, "scripts", "adopt.sh"), upgradeRelease, upgradeReleaseNS, "-f", valuesFile)
+	run("helm upgrade --install", helm, "upgrade", "--install", upgradeRelease, chart, "-n", upgradeReleaseNS,
+		"-f", valuesFile, "--wait", "--timeout", "10m")
+	deleteHashedSchedulerConfig(t, ctx)
+
+	// 4. Nothing of the workload moved.
+	for _, kind := range []string{"daemonset/" + agentDaemonSet} {
+		if _, err := f.RunKubectl("-n", "kube-system", "rollout", "status", kind, "--timeout=300s"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := f.RunKubectl("-n", managerNamespace, "rollout", "status", "deployment/"+managerDeployment, "--timeout=300s"); err != nil {
+		t.Fatal(err)
+	}
+	after := e.waitSettled(ctx, "6 pods Ready after the upgrade", allAt(rev))
+	e.assertIPsKept("after the upgrade", after)
+	for name, was := range before {
+		now := podRecords(after)[name]
+		if now != was {
+			t.Errorf("pod %s changed across the upgrade: before %+v, after %+v", name, was, now)
+		}
+	}
+	sipsAfter := staticIPRecords(t, ctx, e)
+	for key, was := range sipsBefore {
+		if now, ok := sipsAfter[key]; !ok {
+			t.Errorf("StaticIP %s (%s) was dropped by the upgrade", key, was)
+		} else if now != was {
+			t.Errorf("StaticIP %s changed across the upgrade: before %s, after %s", key, was, now)
+		}
+	}
+	notAdopted := run("objects of the release", "bash", "-c",
+		fmt.Sprintf(`%q get manifest %s -n %s | %q get -f - --no-headers -o 'custom-columns=KIND:.kind,NAME:.metadata.name,BY:.metadata.labels.app\.kubernetes\.io/managed-by' | awk '$3 != "Helm"'`,
+			helm, upgradeRelease, upgradeReleaseNS, f.Kubectl))
+	if strings.TrimSpace(notAdopted) != "" {
+		t.Errorf("objects of the release not managed by Helm:\n%s", notAdopted)
+	}
+	if t.Failed() {
+		t.FailNow()
+	}
+
+	// 5. Uninstall and the leftover check. What the agent wrote, and where, as the nodes see it.
+	agent, err = f.Client.AppsV1().DaemonSets("kube-system").Get(ctx, agentDaemonSet, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeFiles := agentNodeFiles(agent)
+	nodes, err := f.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := e.cs.JkeV1alpha1().EnhancedStatefulSets(e.ns).Delete(ctx, e.name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := framework.WaitFor(ctx, 3*time.Minute, "the set's pods gone", func(ctx context.Context) (bool, error) {
+		ps, err := e.pods(ctx)
+		return len(ps) == 0, err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	// uninstall.sh refuses while workloads use staticip: like a user, delete them all first
+	// (here also what the cluster's installer made, e.g. the edge DNS DeploymentGrid).
+	deleteStaticIPWorkloads(t, ctx)
+	run("uninstall", filepath.Join(chart, "scripts", "uninstall.sh"), upgradeRelease, upgradeReleaseNS, "--delete-crds")
+	assertNoStaticIPObjects(t, ctx, chart)
+	for _, n := range nodes.Items {
+		sh, why, err := f.NodeShell(ctx, n.Name)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if sh == nil {
+			t.Logf("node %s: files and routes not checked: %s", n.Name, why)
+			continue
+		}
+		for _, family := range []string{"-4", "-6"} {
+			out, err := sh.Exec("ip", family, "route", "show", "proto", agentRouteProtocol)
+			if err != nil {
+				t.Errorf("node %s: %v", n.Name, err)
+			} else if strings.TrimSpace(out) != "" {
+				t.Errorf("node %s (%s): the agent's routes are left:\n%s", n.Name, sh.Where(), out)
+			}
+		}
+		for _, p := range nodeFiles {
+			p = strings.ReplaceAll(p, "$(NODE_NAME)", n.Name)
+			// A data directory that is a hostPath mount point stays, empty: nothing in it may.
+			out, _ := sh.Exec("sh", "-c", fmt.Sprintf("if [ -d %[1]q ]; then ls -A %[1]q; elif [ -e %[1]q ]; then echo %[1]q; fi", p))
+			if strings.TrimSpace(out) != "" {
+				t.Errorf("node %s (%s): %s is left: %s", n.Name, sh.Where(), p, strings.TrimSpace(out))
+			}
+		}
+	}
+}
+
+// pinnedWorktree checks out commit into a temporary git worktree (removed when the test ends).
+func pinnedWorktree(t *testing.T, root, commit string) string {
+	t.Helper()
+	dir := filepath.Join(t.TempDir(), "pinned")
+	if out, err := exec.Command("git", "-C", root, "worktree", "add", "--detach", dir, commit).CombinedOutput(); err != nil {
+		t.Fatalf("git worktree add %s: %v\n%s", commit, err, out)
+	}
+	t.Cleanup(func() { _ = exec.Command("git", "-C", root, "worktree", "remove", "--force", dir).Run() })
+	return dir
+}
+
+// applyPinnedInstall applies the pinned commit's install over the cluster's: its CRDs, and
+// every manifests/ kustomization the cluster runs (README's kubectl apply -k steps), with the
+// cluster's own pod templates kept for the workloads (see the test's comment).
+func applyPinnedInstall(t *testing.T, ctx context.Context, pinned string) {
+	t.Helper()
+	if _, err := f.RunKubectl("apply", "--server-side", "--force-conflicts", "-f", filepath.Join(pinned, "manifests", "crds")); err != nil {
+		t.Fatal(err)
+	}
+	dirs := []string{"manifests/cni", "manifests/admission", "manifests/controller-manager"}
+	if _, err := f.Client.AppsV1().Deployments("kube-system").Get(ctx, schedulerDeploy, metav1.GetOptions{}); err == nil {
+		dirs = append(dirs, "manifests/scheduler/"+schedulerMode(t, ctx))
+	}
+	for _, d := range dirs {
+		out, err := f.RunKubectl("kustomize", filepath.Join(pinned, d))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var docs []string
+		for _, doc := range strings.Split(out, "\n---\n") {
+			var obj map[string]any
+			if err := yaml.Unmarshal([]byte(doc), &obj); err != nil {
+				t.Fatalf("%s: %v", d, err)
+			}
+			if obj == nil {
+				continue
+			}
+			kind, _ := obj["kind"].(string)
+			md, _ := obj["metadata"].(map[string]any)
+			name, _ := md["name"].(string)
+			ns, _ := md["namespace"].(string)
+			switch kind {
+			case "DaemonSet", "Deployment":
+				// The workload as the cluster runs it: only its pod template is the cluster's.
+				live, err := f.RunKubectl("-n", ns, "get", strings.ToLower(kind), name, "-o", "json")
+				if err != nil {
+					t.Fatal(err)
+				}
+				var lo map[string]any
+				if err := json.Unmarshal([]byte(live), &lo); err != nil {
+					t.Fatal(err)
+				}
+				spec := obj["spec"].(map[string]any)
+				spec["template"] = lo["spec"].(map[string]any)["template"]
+				if r, ok := lo["spec"].(map[string]any)["replicas"]; ok {
+					spec["replicas"] = r
+				}
+			case "ConfigMap":
+				if strings.HasPrefix(name, "staticip-scheduler-config") {
+					continue // the scheduler's pod template names the live one
+				}
+			}
+			b, err := yaml.Marshal(obj)
+			if err != nil {
+				t.Fatal(err)
+			}
+			docs = append(docs, string(b))
+		}
+		file := filepath.Join(t.TempDir(), "pinned.yaml")
+		if err := os.WriteFile(file, []byte(strings.Join(docs, "\n---\n")), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := f.RunKubectl("apply", "-f", file); err != nil {
+			t.Fatalf("the pinned commit's %s: %v", d, err)
+		}
+		t.Logf("applied %s of %s (%d objects)", d, *upgradeFrom, len(docs))
+	}
+}
+
+// schedulerMode tells replace-default from second-scheduler by the running configuration.
+func schedulerMode(t *testing.T, ctx context.Context) string {
+	t.Helper()
+	cms, err := f.Client.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range cms.Items {
+		if strings.HasPrefix(cm.Name, "staticip-scheduler-config") && strings.Contains(cm.Data["config.yaml"], "schedulerName: staticip-scheduler") {
+			return "second-scheduler"
+		}
+	}
+	return "replace-default"
+}
+
+// valuesFromCluster are the chart's values that keep the cluster's install as it runs: each
+// component's image, pull policy, flags and (the agent's) node layout, the controller-manager's
+// replicas, the IPPools as they are. The edge components stay out (their installers
+// configure kube-proxy around them); the chart leaves them alone.
+func valuesFromCluster(t *testing.T, ctx context.Context) map[string]any {
+	t.Helper()
+	ds, err := f.Client.AppsV1().DaemonSets("kube-system").Get(ctx, agentDaemonSet, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ac := ds.Spec.Template.Spec.Containers[0]
+	values := map[string]any{
+		"image": map[string]any{"pullPolicy": string(ac.ImagePullPolicy)},
+		"agent": map[string]any{
+			"image":        map[string]any{"ref": ac.Image},
+			"args":         ac.Args,
+			"volumeMounts": ac.VolumeMounts,
+			"volumes":      ds.Spec.Template.Spec.Volumes,
+		},
+		"edge": map[string]any{"enabled": false},
+	}
+	cm, err := f.Client.AppsV1().Deployments(managerNamespace).Get(ctx, managerDeployment, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	values["controllerManager"] = map[string]any{
+		"image":    map[string]any{"ref": cm.Spec.Template.Spec.Containers[0].Image},
+		"args":     cm.Spec.Template.Spec.Containers[0].Args,
+		"replicas": *cm.Spec.Replicas,
+	}
+	sched, err := f.Client.AppsV1().Deployments("kube-system").Get(ctx, schedulerDeploy, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		// The local cluster runs staticip-scheduler as the control plane's scheduler process.
+		values["scheduler"] = map[string]any{"enabled": false}
+	case err != nil:
+		t.Fatal(err)
+	default:
+		values["scheduler"] = map[string]any{
+			"mode":     schedulerMode(t, ctx),
+			"image":    map[string]any{"ref": sched.Spec.Template.Spec.Containers[0].Image},
+			"replicas": *sched.Spec.Replicas,
+		}
+	}
+	if _, err := f.Client.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(ctx, "staticip-ip-address", metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		values["admissionPolicies"] = map[string]any{"enabled": false}
+	}
+	pools, err := dynamic.NewForConfigOrDie(f.Config).Resource(schema.GroupVersionResource{Group: "jke.jdcloud.com", Version: "v1", Resource: "ippools"}).
+		List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ipPools []map[string]any
+	for _, p := range pools.Items {
+		spec, _ := p.Object["spec"].(map[string]any)
+		v := map[string]any{"name": p.GetName()}
+		for k, x := range spec {
+			v[k] = x
+		}
+		ipPools = append(ipPools, v)
+	}
+	values["ipPools"] = ipPools
+	return values
+}
+
+// deleteHashedSchedulerConfig removes kustomize's staticip-scheduler-config-<hash> ConfigMaps
+// the chart replaced by staticip-scheduler-config (README's upgrade step).
+func deleteHashedSchedulerConfig(t *testing.T, ctx context.Context) {
+	t.Helper()
+	cms, err := f.Client.CoreV1().ConfigMaps("kube-system").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, cm := range cms.Items {
+		if strings.HasPrefix(cm.Name, "staticip-scheduler-config-") && cm.Labels["app.kubernetes.io/managed-by"] != "Helm" {
+			if err := f.Client.CoreV1().ConfigMaps("kube-system").Delete(ctx, cm.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
+			t.Logf("deleted kustomize's %s (the chart's is staticip-scheduler-config)", cm.Name)
+		}
+	}
+}
+
+type podRecord struct {
+	UID      string
+	IP, Node string
+	Restarts int32
+}
+
+func podRecords(pods map[string]*corev1.Pod) map[string]podRecord {
+	out := map[string]podRecord{}
+	for name, p := range pods {
+		r := podRecord{UID: string(p.UID), IP: p.Status.PodIP, Node: p.Spec.NodeName}
+		for _, c := range p.Status.ContainerStatuses {
+			r.Restarts += c.RestartCount
+		}
+		out[name] = r
+	}
+	return out
+}
+
+// staticIPRecords is every StaticIP of the cluster: namespace/name -> "uid ip node".
+func staticIPRecords(t *testing.T, ctx context.Context, e *estsTest) map[string]string {
+	t.Helper()
+	list, err := e.cs.JkeV1().StaticIPs("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, s := range list.Items {
+		out[s.Namespace+"/"+s.Name] = fmt.Sprintf("uid=%s ip=%s node=%s", s.UID, s.Spec.IP, s.Spec.Node)
+	}
+	return out
+}
+
+// agentNodeFiles are the host paths of what the agent installs (cni/agent.CleanupPaths): the
+// plugin, the conflist, the plugin's kubeconfig and the database directory, from its flags,
+// mapped through its hostPath volumes to where the node sees them. $(NODE_NAME) stays for
+// the caller to expand per node.
+func agentNodeFiles(ds *appsv1.DaemonSet) []string {
+	c := ds.Spec.Template.Spec.Containers[0]
+	flags := map[string]string{"cni-bin-dir": "/opt/cni/bin", "cni-conf-dir": "/etc/cni/net.d", "data-dir": "/var/lib/staticip",
+		"conf-name": "10-staticip.conflist"}
+	for _, a := range c.Args {
+		if k, v, ok := strings.Cut(strings.TrimPrefix(a, "--"), "="); ok {
+			flags[k] = v
+		}
+	}
+	paths := []string{filepath.Join(flags["cni-bin-dir"], "staticip"), filepath.Join(flags["cni-conf-dir"], flags["conf-name"]), flags["data-dir"]}
+	if k := flags["plugin-kubeconfig"]; k != "" {
+		paths = append(paths, filepath.Join(flags["cni-conf-dir"], filepath.Base(k)))
+	}
+	hostPaths := map[string]string{}
+	for _, v := range ds.Spec.Template.Spec.Volumes {
+		if v.HostPath != nil {
+			hostPaths[v.Name] = v.HostPath.Path
+		}
+	}
+	var out []string
+	for _, p := range paths {
+		host := p
+		best := ""
+		for _, m := range c.VolumeMounts {
+			hp, ok := hostPaths[m.Name]
+			if !ok || m.SubPath != "" || m.SubPathExpr != "" {
+				continue
+			}
+			if (p == m.MountPath || strings.HasPrefix(p, strings.TrimSuffix(m.MountPath, "/")+"/")) && len(m.MountPath) > len(best) {
+				best = m.MountPath
+				host = filepath.Join(hp, strings.TrimPrefix(p, m.MountPath))
+			}
+		}
+		out = append(out, host)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// assertNoStaticIPObjects: no staticip CRD is left, nor (were one left) any instance of it.
+func assertNoStaticIPObjects(t *testing.T, ctx context.Context, chart string) {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(chart, "crds", "*.yaml"))
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no CRDs in %s: %v", chart, err)
+	}
+	dyn := dynamic.NewForConfigOrDie(f.Config)
+	for _, file := range files {
+		b, err := os.ReadFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var crd struct {
+			Metadata struct{ Name string } `json:"metadata"`
+			Spec     struct {
+				Group    string                  `json:"group"`
+				Names    struct{ Plural string } `json:"names"`
+				Versions []struct {
+					Name    string `json:"name"`
+					Storage bool   `json:"storage"`
+				} `json:"versions"`
+			} `json:"spec"`
+		}
+		if err := yaml.Unmarshal(bytes.TrimSpace(b), &crd); err != nil {
+			t.Fatal(err)
+		}
+		for _, v := range crd.Spec.Versions {
+			if !v.Storage {
+				continue
+			}
+			gvr := schema.GroupVersionResource{Group: crd.Spec.Group, Version: v.Name, Resource: crd.Spec.Names.Plural}
+			list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+			switch {
+			case apierrors.IsNotFound(err):
+				// The CRD is gone, and its objects with it.
+			case err != nil:
+				t.Errorf("list %s: %v", gvr.Resource, err)
+			case len(list.Items) > 0:
+				var names []string
+				for _, o := range list.Items {
+					names = append(names, o.GetNamespace()+"/"+o.GetName())
+				}
+				t.Errorf("%d %s left after the uninstall: %v", len(names), gvr.Resource, names)
+			}
+		}
+		if _, err := f.RunKubectl("get", "crd", crd.Metadata.Name); err == nil {
+			t.Errorf("CRD %s is left after uninstall.sh --delete-crds", crd.Metadata.Name)
+		}
+	}
+}
+
+// deleteStaticIPWorkloads deletes every EnhancedStatefulSet and grid of the cluster and
+// waits until none is left (their pods and workloads go with them, by owner references).
+func deleteStaticIPWorkloads(t *testing.T, ctx context.Context) {
+	t.Helper()
+	dyn := dynamic.NewForConfigOrDie(f.Config)
+	for _, gvr := range []schema.GroupVersionResource{
+		{Group: "jke.jdcloud.com", Version: "v1alpha1", Resource: "enhancedstatefulsets"},
+		{Group: "superedge.io", Version: "v1", Resource: "statefulsetgrids"},
+		{Group: "superedge.io", Version: "v1", Resource: "deploymentgrids"},
+		{Group: "superedge.io", Version: "v1", Resource: "servicegrids"},
+	} {
+		list, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+		if apierrors.IsNotFound(err) {
+			continue
+		}
+		if err != nil {
+			t.Fatalf("list %s: %v", gvr.Resource, err)
+		}
+		for _, o := range list.Items {
+			t.Logf("deleting %s %s/%s before the uninstall", gvr.Resource, o.GetNamespace(), o.GetName())
+			if err := dyn.Resource(gvr).Namespace(o.GetNamespace()).Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+				t.Fatal(err)
+			}
+		}
+		if err := framework.WaitFor(ctx, 3*time.Minute, gvr.Resource+" gone", func(ctx context.Context) (bool, error) {
+			l, err := dyn.Resource(gvr).List(ctx, metav1.ListOptions{})
+			return err == nil && len(l.Items) == 0, err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = append([]string{"..."}, lines[len(lines)-n:]...)
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,352 @@
+// Allocate, Get, Release: the per-attachment operations of the CNI ADD, CHECK and DEL, each
+// one transaction.
+
+package ipam
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"time"
+
+	bolt "go.etcd.io/bbolt"
+)
+
+// requestedQuarantined refuses an explicitly requested IP released less than the quarantine
+// ago, unless the requesting pod holds it already (a repeated ADD) or it is reserved for that
+// pod (its StaticIP names it): asking for an address must not bypass what next-free honours.
+func (d *DB) requestedQuarantined(t *txn, req AllocateRequest, now time.Time) error {
+	if !t.quarantined(req.IP, now, d.quarantine) {
+		return nil
+	}
+	if key := req.Pod.Key(); key != "" && !req.SkipPodReservation {
+		if cur := t.byPod.Get([]byte(key)); cur != nil && keyIP(cur) == req.IP {
+			return nil
+		}
+		if holder, err := t.alloc(req.IP); err != nil {
+			return err
+		} else if holder != nil && holder.Pod.Key() == key {
+			return nil
+		}
+	}
+	released, _ := t.releasedAt(req.IP) // present: quarantined said so
+	return &QuarantinedError{IP: req.IP, Until: released.Add(d.quarantine)}
+}
+
+func rangeFor(rs []Range, ip netip.Addr) (Range, bool) {
+	for _, r := range rs {
+		if r.Subnet.Contains(ip) {
+			return r, true
+		}
+	}
+	return Range{}, false
+}
+
+func subnets(rs []Range) []netip.Prefix {
+	ps := make([]netip.Prefix, len(rs))
+	for i, r := range rs {
+		ps[i] = r.Subnet
+	}
+	return ps
+}
+
+// Allocate gives the attachment an IP (the README's contract). Repeating it for the same
+// attachment returns the same allocation with created=false.
+func (d *DB) Allocate(req AllocateRequest) (Allocation, bool, error) {
+	if req.Attachment.ContainerID == "" || req.Attachment.IfName == "" {
+		return Allocation{}, false, invalidf("allocation needs a container ID and an interface name")
+	}
+	if req.IP.IsValid() {
+		req.IP = req.IP.Unmap()
+	}
+	var result Allocation
+	created := false
+	err := d.update(func(tx *bolt.Tx) error {
+		t := d.txn(tx)
+		if cur := t.attach.Get(req.Attachment.key()); cur != nil {
+			a, err := t.alloc(keyIP(cur))
+			if err != nil {
+				return err
+			}
+			if a != nil && a.Attachment == req.Attachment {
+				if req.IP.IsValid() && req.IP != a.IP {
+					return fmt.Errorf("%w: container %s interface %s holds %s, %s was requested",
+						ErrAttachmentHasIP, shortID(req.Attachment.ContainerID), req.Attachment.IfName, a.IP, req.IP)
+				}
+				result = *a
+				return nil
+			}
+			// Dangling index entry (cannot happen through this API): drop it and go on.
+			if err := t.attach.Delete(req.Attachment.key()); err != nil {
+				return err
+			}
+		}
+		if st, ok, err := recovering(tx); err != nil {
+			return err
+		} else if ok {
+			return &RecoveringError{Path: d.path, State: st}
+		}
+		ranges, err := t.loadRanges()
+		if err != nil {
+			return err
+		}
+		now := d.now()
+		ip, rng, err := d.choose(t, ranges, req, now)
+		if err != nil {
+			return err
+		}
+		// The same pod name holding the IP through another attachment is a stale attachment of
+		// an earlier incarnation (pod names are unique within a namespace) whose sandbox is gone
+		// (choose asked req.Alive): take it over, remembering it for Unallocate.
+		var previous *Allocation
+		if old, err := t.alloc(ip); err != nil {
+			return err
+		} else if old != nil {
+			if err := t.deleteAlloc(*old); err != nil {
+				return err
+			}
+			old.Previous = nil
+			previous = old
+		}
+		result = Allocation{IP: ip, Subnet: rng.Subnet, Attachment: req.Attachment, Pod: req.Pod, AllocatedAt: now.UTC(), Previous: previous}
+		created = true
+		return t.putAlloc(result)
+	})
+	if err != nil {
+		return Allocation{}, false, err
+	}
+	return result, created, nil
+}
+
+// choose picks the IP for req: the requested one, else the pod's reservation, else next free.
+// Nothing comes from a draining range.
+func (d *DB) choose(t *txn, ranges []Range, req AllocateRequest, now time.Time) (netip.Addr, Range, error) {
+	active := activeRanges(ranges)
+	if req.IP.IsValid() {
+		rng, ok := rangeFor(ranges, req.IP)
+		if !ok {
+			return netip.Addr{}, Range{}, &OutOfRangeError{IP: req.IP, Ranges: subnets(active)}
+		}
+		if rng.Draining {
+			return netip.Addr{}, Range{}, &DrainingError{IP: req.IP, Subnet: rng.Subnet}
+		}
+		if err := d.usableBy(t, rng, req.IP, req); err != nil {
+			return netip.Addr{}, Range{}, err
+		}
+		if err := d.requestedQuarantined(t, req, now); err != nil {
+			return netip.Addr{}, Range{}, err
+		}
+		return req.IP, rng, nil
+	}
+	if key := req.Pod.Key(); key != "" && !req.SkipPodReservation {
+		if cur := t.byPod.Get([]byte(key)); cur != nil {
+			ip := keyIP(cur)
+			if rng, ok := rangeFor(ranges, ip); ok {
+				if rng.Draining {
+					return netip.Addr{}, Range{}, &DrainingError{IP: ip, Subnet: rng.Subnet, Reserved: true}
+				}
+				if err := d.usableBy(t, rng, ip, req); err != nil {
+					return netip.Addr{}, Range{}, fmt.Errorf("the IP reserved for pod %s: %w", req.Pod, err)
+				}
+				return ip, rng, nil
+			}
+			// Reserved in a range this node no longer owns: the pod belongs elsewhere.
+			return netip.Addr{}, Range{}, &OutOfRangeError{IP: ip, Ranges: subnets(active),
+				OwnerHint: fmt.Sprintf("it is reserved for pod %s", req.Pod)}
+		}
+	}
+	if len(active) == 0 {
+		return netip.Addr{}, Range{}, &ExhaustedError{}
+	}
+	// Two passes: first skip recently released IPs; only when nothing else is free, take one.
+	for _, honorQuarantine := range []bool{true, false} {
+		for _, rng := range active {
+			ip, ok, err := d.nextFree(t, rng, now, honorQuarantine)
+			if err != nil {
+				return netip.Addr{}, Range{}, err
+			}
+			if ok {
+				if err := t.cursors.Put([]byte(rng.Subnet.String()), ipKey(ip)); err != nil {
+					return netip.Addr{}, Range{}, err
+				}
+				return ip, rng, nil
+			}
+		}
+		if d.quarantine <= 0 {
+			break
+		}
+	}
+	return netip.Addr{}, Range{}, &ExhaustedError{Ranges: subnets(active)}
+}
+
+func activeRanges(rs []Range) []Range {
+	out := make([]Range, 0, len(rs))
+	for _, r := range rs {
+		if !r.Draining {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// usableBy checks that ip (inside rng) may be given to req's pod.
+func (d *DB) usableBy(t *txn, rng Range, ip netip.Addr, req AllocateRequest) error {
+	pod := req.Pod
+	switch {
+	case !rng.Contains(ip):
+		return fmt.Errorf("%w: %s is outside %s-%s of range %s", ErrNotAllocatable, ip, rng.RangeStart, rng.RangeEnd, rng.Subnet)
+	case rng.Gateway.IsValid() && ip == rng.Gateway:
+		return fmt.Errorf("%w: %s is the gateway of range %s", ErrNotAllocatable, ip, rng.Subnet)
+	case !rng.allocatable(ip):
+		return fmt.Errorf("%w: %s is excluded in range %s", ErrNotAllocatable, ip, rng.Subnet)
+	}
+	holder, err := t.alloc(ip)
+	if err != nil {
+		return err
+	}
+	if holder != nil && (holder.Pod.Key() == "" || holder.Pod.Key() != pod.Key()) {
+		att := holder.Attachment
+		return &InUseError{IP: ip, Holder: holder.Pod, Attachment: &att}
+	}
+	if holder != nil && req.Alive != nil && req.Alive(holder.Attachment) {
+		return &TakeoverError{IP: ip, Pod: pod, Previous: holder.Attachment}
+	}
+	res, err := t.reservation(ip)
+	if err != nil {
+		return err
+	}
+	if res != nil && res.Pod.Key() != pod.Key() {
+		return &InUseError{IP: ip, Holder: res.Pod}
+	}
+	if res != nil && req.SkipPodReservation {
+		return &InUseError{IP: ip, Holder: res.Pod, OtherWorkload: true}
+	}
+	return nil
+}
+
+// nextFree walks rng round-robin from the address after its cursor.
+func (d *DB) nextFree(t *txn, rng Range, now time.Time, honorQuarantine bool) (netip.Addr, bool, error) {
+	start := rng.RangeStart
+	if cur := t.cursors.Get([]byte(rng.Subnet.String())); cur != nil {
+		if last := keyIP(cur); rng.Contains(last) && last != rng.RangeEnd {
+			start = last.Next()
+		}
+	}
+	ip := start
+	for {
+		if rng.allocatable(ip) && t.allocs.Get(ipKey(ip)) == nil && t.reserved.Get(ipKey(ip)) == nil &&
+			!(honorQuarantine && t.quarantined(ip, now, d.quarantine)) {
+			return ip, true, nil
+		}
+		if ip == rng.RangeEnd {
+			ip = rng.RangeStart
+		} else {
+			ip = ip.Next()
+		}
+		if ip == start {
+			return netip.Addr{}, false, nil
+		}
+	}
+}
+
+// Get returns the allocation of an attachment.
+func (d *DB) Get(a Attachment) (Allocation, bool, error) {
+	var out *Allocation
+	err := d.view(func(tx *bolt.Tx) error {
+		t := d.txn(tx)
+		cur := t.attach.Get(a.key())
+		if cur == nil {
+			return nil
+		}
+		al, err := t.alloc(keyIP(cur))
+		if err != nil || al == nil || al.Attachment != a {
+			return err
+		}
+		out = al
+		return nil
+	})
+	if err != nil || out == nil {
+		return Allocation{}, false, err
+	}
+	return *out, true, nil
+}
+
+// Release frees the attachment's IP, or with keepReserved turns it into a reservation for the
+// pod. Releasing an unknown attachment is not an error (found=false).
+func (d *DB) Release(a Attachment, keepReserved bool) (Allocation, bool, error) {
+	var out *Allocation
+	err := d.update(func(tx *bolt.Tx) error {
+		t := d.txn(tx)
+		cur := t.attach.Get(a.key())
+		if cur == nil {
+			return nil
+		}
+		al, err := t.alloc(keyIP(cur))
+		if err != nil {
+			return err
+		}
+		if al == nil || al.Attachment != a {
+			return t.attach.Delete(a.key())
+		}
+		if err := t.deleteAlloc(*al); err != nil {
+			return err
+		}
+		out = al
+		return d.afterRelease(t, *al, keepReserved)
+	})
+	if err != nil || out == nil {
+		return Allocation{}, false, err
+	}
+	return *out, true, nil
+}
+
+// afterRelease either leaves a reservation for the pod or quarantines the freed IP.
+func (d *DB) afterRelease(t *txn, al Allocation, keepReserved bool) error {
+	if keepReserved && al.Pod.Key() != "" {
+		res, err := t.reservation(al.IP)
+		if err != nil {
+			return err
+		}
+		if res != nil {
+			return nil // already reserved (by its StaticIP, normally for this very pod)
+		}
+		// Never displace the StaticIP reservation the pod has for another IP.
+		if prev := t.byPod.Get([]byte(al.Pod.Key())); prev != nil {
+			old, err := t.reservation(keyIP(prev))
+			if err != nil {
+				return err
+			}
+			if old != nil && old.Source == SourceStaticIP {
+				return t.putQuarantine(al.IP, d.now())
+			}
+		}
+		return t.putReservation(Reservation{IP: al.IP, Pod: PodRef{Namespace: al.Pod.Namespace, Name: al.Pod.Name, UID: al.Pod.UID}, Source: SourceRelease})
+	}
+	// Not kept: a reservation an earlier Release left for this pod goes too (its caller has
+	// just learned that the pod's StaticIP is gone). StaticIP-synced ones stay: only the sync
+	// removes them.
+	if res, err := t.reservation(al.IP); err != nil {
+		return err
+	} else if res != nil && res.Source == SourceRelease && res.Pod.Key() == al.Pod.Key() {
+		if err := t.deleteReservation(*res); err != nil {
+			return err
+		}
+	}
+	return t.putQuarantine(al.IP, d.now())
+}
+
+// Allocations lists the allocations, ordered by IP.
+func (d *DB) Allocations() ([]Allocation, error) {
+	var out []Allocation
+	err := d.view(func(tx *bolt.Tx) error {
+		return tx.Bucket(bucketAllocs).ForEach(func(k, v []byte) error {
+			var a Allocation
+			if err := json.Unmarshal(v, &a); err != nil {
+				return decodeErr("allocation", k, err)
+			}
+			out = append(out, a)
+			return nil
+		})
+	})
+	return out, err
+}

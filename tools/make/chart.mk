@@ -1,0 +1,36 @@
+# Helm chart (charts/staticip). helm itself is built from the Go module proxy (tools/helm,
+# its own module; tools/helm.sh skips the build when _output/bin/helm is up to date).
+#   make helm          # _output/bin/helm
+#   make chart-lint    # helm lint --strict charts/staticip (part of make verify)
+#   make test-chart    # the chart/manifests comparison and the monitoring test
+HELM := $(BIN)/helm
+
+.PHONY: helm chart-lint test-chart
+
+helm: ## build helm (helm.sh/helm/v3, pinned in tools/helm/go.mod) from the module proxy into _output/bin/helm
+	@$(ROOT)/tools/helm.sh
+
+chart-lint: helm ## helm lint --strict charts/staticip (default values and every alternative the tests render)
+	@$(HELM) lint --strict $(ROOT)/charts/staticip
+	@$(HELM) lint --strict $(ROOT)/charts/staticip --set scheduler.mode=second-scheduler,edge.enabled=true,metrics.podMonitor.enabled=true,metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true
+
+test-chart: helm k8s-bins ## the chart renders what manifests/ renders (charts/), its monitoring objects decode and name real metrics (tools/helm)
+	$(GO) test -count=1 ./charts/...
+	cd tools/helm && $(GO) test -count=1 ./...
+
+# The upgrade e2e (e2e/upgrade_test.go) on its own local cluster: up, the pinned commit's
+# kustomize install re-applied, an EnhancedStatefulSet, helm upgrade --install adopting the
+# install, no pod/IP/StaticIP changed, uninstall.sh --delete-crds, leftover check; down.
+# It uninstalls staticip, so it never runs inside the main suite (-upgrade is off there).
+UPGRADE_FROM ?= ae99143
+
+.PHONY: e2e-upgrade
+e2e-upgrade: deps build localcluster helm ## local cluster up, kustomize install (commit UPGRADE_FROM) -> helm upgrade, no pod moved, uninstall, leftover check, down
+	@start=$$SECONDS; rc=0; \
+	  $(LOCALCLUSTER) up $(CLUSTER_FLAGS) || rc=$$?; \
+	  if [ $$rc -eq 0 ]; then \
+	    $(GO) test -tags e2e $(E2E_FLAGS) -run TestUpgradeFromKustomizeInstallToChart ./e2e/ -args -kubeconfig=$(CLUSTER_KUBECONFIG) -upgrade -upgrade-from=$(UPGRADE_FROM) || rc=$$?; \
+	  fi; \
+	  $(LOCALCLUSTER) down --state-dir=$(CLUSTER_STATE_DIR) || rc=$$?; \
+	  $(LOCALCLUSTER) leftovers --state-dir=$(CLUSTER_STATE_DIR) || rc=$$?; \
+	  echo "e2e-upgrade: done in $$((SECONDS - start))s (exit $$rc)"; exit $$rc
