@@ -18,8 +18,10 @@ import (
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
@@ -66,13 +68,12 @@ func run(kubeconfig string, workloads, replicas int, kind, label, image string, 
 		return err
 	}
 	defer cleanup(client, ns.Name)
-	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := client.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{}); err == nil {
-			break
-		}
-		if time.Since(start) > time.Minute {
-			return fmt.Errorf("no default ServiceAccount in %s", ns.Name)
-		}
+	// Pods need the namespace's default ServiceAccount before they can be created.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		return fmt.Errorf("no default ServiceAccount in %s: %w", ns.Name, err)
 	}
 	w, err := client.CoreV1().Pods(ns.Name).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
@@ -137,26 +138,24 @@ func run(kubeconfig string, workloads, replicas int, kind, label, image string, 
 // boundStaticIPs waits (after the timing) until every static-IP pod's StaticIP is Bound, so a
 // burst whose reservations were not all written does not pass as done; it returns the count.
 func boundStaticIPs(ctx context.Context, sip versioned.Interface, ns string, want int) (int, error) {
-	for {
+	n := 0
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
 		list, err := sip.JkeV1().StaticIPs(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
-			return 0, err
+			return false, err
 		}
-		n := 0
+		n = 0
 		for _, s := range list.Items {
 			if s.Status.Phase == jkev1.StaticIPBound {
 				n++
 			}
 		}
-		if n >= want {
-			return n, nil
-		}
-		select {
-		case <-ctx.Done():
-			return n, fmt.Errorf("%d of %d StaticIPs Bound", n, want)
-		case <-time.After(time.Second):
-		}
+		return n >= want, nil
+	})
+	if err != nil {
+		return n, fmt.Errorf("%d of %d StaticIPs Bound: %w", n, want, err)
 	}
+	return n, nil
 }
 
 func podSpec(image string) corev1.PodSpec {
@@ -198,14 +197,12 @@ func create(ctx context.Context, client kubernetes.Interface, sip versioned.Inte
 // cleanup deletes the namespace and waits until it is gone, so the next burst starts on an
 // idle cluster.
 func cleanup(client kubernetes.Interface, ns string) {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx := context.Background()
 	_ = client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
-	for ctx.Err() == nil {
-		if _, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{}); err != nil {
-			return
-		}
-		time.Sleep(time.Second)
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		fmt.Fprintf(os.Stderr, "podburst: namespace %s still there after 5m: %v\n", ns, err)
 	}
-	fmt.Fprintf(os.Stderr, "podburst: namespace %s still there after 5m\n", ns)
 }
