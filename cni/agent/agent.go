@@ -66,6 +66,11 @@ type Config struct {
 	// zero): a pod whose ADD committed after the pass read the cache, or that the informer has
 	// not delivered yet, must not be judged dead.
 	GCGrace time.Duration
+	// PortMap chains the standard portmap plugin after staticip in the conflist, so that a
+	// container port's hostPort works (the runtime hands portMappings only to a plugin that
+	// declares the capability). The portmap binary must be in CNIBinDir (kubeadm's and kind's
+	// nodes have it); staticip-agent --portmap, on by default.
+	PortMap bool
 	// PluginCredentials, when set, are written as a kubeconfig to
 	// CNIConfDir/filepath.Base(PluginKubeconfig) on every sync, so the plugin (which the
 	// runtime execs on the host, outside any pod) can reach the API server with its own

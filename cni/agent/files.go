@@ -125,7 +125,11 @@ func (a *Agent) Conflist(ranges []*jkev1.IPRange) ([]byte, error) {
 	if a.cfg.Quarantine != "" {
 		p["quarantine"] = a.cfg.Quarantine
 	}
-	return json.MarshalIndent(map[string]any{"cniVersion": a.cfg.CNIVersion, "name": NetworkName, "plugins": []any{p}}, "", "  ")
+	plugins := []any{p}
+	if a.cfg.PortMap {
+		plugins = append(plugins, map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}})
+	}
+	return json.MarshalIndent(map[string]any{"cniVersion": a.cfg.CNIVersion, "name": NetworkName, "plugins": plugins}, "", "  ")
 }
 
 func toIPAMRange(r *jkev1.IPRange) (ipam.Range, error) {

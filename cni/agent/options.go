@@ -53,7 +53,7 @@ func NewOptions() *Options {
 		Common: app.NewCommon(5, 10, DefaultMetricsBindAddress, DefaultHealthBindAddress), // client-go's limits: the agent asks little
 		Agent: Config{NodeName: os.Getenv("NODE_NAME"), PluginBinary: "/staticip", CNIBinDir: "/opt/cni/bin",
 			CNIConfDir: "/etc/cni/net.d", ConfName: "10-staticip.conflist", DataDir: "/var/lib/staticip",
-			CNIVersion: DefaultCNIVersion, MTU: 1500, Routes: true, GCGrace: DefaultGCGrace},
+			CNIVersion: DefaultCNIVersion, MTU: 1500, Routes: true, PortMap: true, GCGrace: DefaultGCGrace},
 		WritePluginKubeconfig: true,
 		PluginServiceAccount:  "kube-system/staticip-cni",
 		PluginTokenLifetime:   DefaultPluginTokenLifetime,
@@ -80,6 +80,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.IntVar(&c.MTU, "mtu", c.MTU, "pod MTU")
 	fs.StringVar(&c.Quarantine, "quarantine", c.Quarantine, "quarantine of released IPs (plugin default when empty)")
 	fs.BoolVar(&c.Routes, "routes", c.Routes, "route other nodes' IPRanges via their InternalIP")
+	fs.BoolVar(&c.PortMap, "portmap", c.PortMap, "chain the portmap plugin (from --cni-bin-dir) after staticip, for hostPort")
 	fs.DurationVar(&c.GCGrace, "gc-grace", c.GCGrace, "GC never frees an allocation younger than this (its pod may not be in the agent's cache yet)")
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "sync interval (a sync also follows every change that matters to the node)")
 	fs.DurationVar(&o.MinSyncGap, "min-sync-gap", o.MinSyncGap, "least time between two syncs: changes within it are handled by one sync")

@@ -56,11 +56,21 @@ demo: up ## local 3-node cluster + a demo workload and an EnhancedStatefulSet ro
 
 # e2e: up, suite, down — always down, also on failure — then the leftover check and the
 # up/down lifecycle test (no-op up, up after kill -9, down leaves nothing).
-e2e: deps build localcluster ## local cluster up, e2e suite, down, leftover check, lifecycle test
+# E2E_CONFORMANCE=1 (default): the upstream conformance CI subset (tools/conformance) runs on
+# the same cluster after the suite; its binaries and images are built before the cluster is up.
+E2E_CONFORMANCE ?= 1
+
+e2e: deps build localcluster ## local cluster up, e2e suite, conformance CI subset, down, leftover check, lifecycle test
 	@start=$$SECONDS; rc=0; \
-	  $(LOCALCLUSTER) up $(CLUSTER_FLAGS) || rc=$$?; \
-	  if [ $$rc -eq 0 ]; then \
+	  conformance=$(E2E_CONFORMANCE); \
+	  if [ $$conformance = 1 ]; then $(ROOT)/tools/conformance/run.sh prepare || { rc=1; conformance=0; }; fi; \
+	  up=0; $(LOCALCLUSTER) up $(CLUSTER_FLAGS) || { up=1; rc=1; }; \
+	  if [ $$up -eq 0 ]; then \
 	    $(GO) test -tags e2e $(E2E_FLAGS) ./e2e/... -args -kubeconfig=$(CLUSTER_KUBECONFIG) || rc=$$?; \
+	    if [ $$conformance = 1 ]; then \
+	      c=$$SECONDS; CLUSTER_STATE_DIR=$(CLUSTER_STATE_DIR) CONFORMANCE_FOCUS=ci $(ROOT)/tools/conformance/run.sh || rc=$$?; \
+	      echo "e2e: conformance CI subset took $$((SECONDS - c))s"; \
+	    fi; \
 	  fi; \
 	  $(LOCALCLUSTER) down --state-dir=$(CLUSTER_STATE_DIR) || rc=$$?; \
 	  $(LOCALCLUSTER) leftovers --state-dir=$(CLUSTER_STATE_DIR) || rc=$$?; \

@@ -26,6 +26,9 @@ import (
 type Image struct {
 	// Ref is the full image name pods use, e.g. localhost/staticip/testserver:v1.
 	Ref string
+	// Aliases are more names for the same image in the same tarball (tools/conformance: the
+	// remapped and the literal upstream name of a test image).
+	Aliases []string
 	// Package is a Go main package (import path or ./relative to the repo root) built
 	// statically into the image; empty when Binary names a prebuilt static binary.
 	Package string
@@ -137,9 +140,17 @@ func Build(repoRoot, outDir string, im Image) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("image name %q: %w", im.Ref, err)
 	}
+	refs := map[name.Reference]v1.Image{tag: img}
+	for _, a := range im.Aliases {
+		t, err := name.NewTag(a)
+		if err != nil {
+			return "", fmt.Errorf("image name %q: %w", a, err)
+		}
+		refs[t] = img
+	}
 	out := filepath.Join(outDir, im.File())
 	tmp := out + ".tmp"
-	if err := tarball.WriteToFile(tmp, tag, img); err != nil {
+	if err := tarball.MultiRefWriteToFile(tmp, refs); err != nil {
 		return "", err
 	}
 	return out, os.Rename(tmp, out)

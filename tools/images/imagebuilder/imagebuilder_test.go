@@ -198,3 +198,35 @@ func TestSecondTagOfOneBinaryIsAnotherImage(t *testing.T) {
 		t.Errorf("%s and %s are one image (%s)", v1.Ref, v2.Ref, ids[v1.Ref])
 	}
 }
+
+// TestAliasesNameTheSameImage: an image with aliases is one tarball that a runtime reads back
+// under every name, as the same image (tools/conformance imports the remapped and the
+// literal upstream name of a test image).
+func TestAliasesNameTheSameImage(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "tool")
+	if err := os.WriteFile(bin, []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	im := Image{Ref: "localhost/e2e/agnhost:2.63.0", Aliases: []string{"registry.k8s.io/e2e-test-images/agnhost:2.63.0"}, Binary: bin, Path: "/agnhost"}
+	path, err := Build(dir, filepath.Join(dir, "out"), im)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var digests []v1.Hash
+	for _, ref := range append([]string{im.Ref}, im.Aliases...) {
+		tag, _ := name.NewTag(ref)
+		img, err := tarball.ImageFromPath(path, &tag)
+		if err != nil {
+			t.Fatalf("%s is not in %s: %v", ref, path, err)
+		}
+		d, _ := img.Digest()
+		digests = append(digests, d)
+	}
+	if digests[0] != digests[1] {
+		t.Errorf("the names are different images: %v", digests)
+	}
+	if _, err := Build(dir, filepath.Join(dir, "bad"), Image{Ref: im.Ref, Aliases: []string{"Bad Name"}, Binary: bin, Path: "/x"}); err == nil {
+		t.Error("a bad alias was accepted")
+	}
+}

@@ -106,10 +106,11 @@ const LocalClusterPool = "default"
 
 func (staticipCNI) ownsAddressSpace() bool { return true }
 
-// installNode links only the loopback plugin, which containerd needs for every sandbox's lo;
-// the agent installs the staticip binary and its conflist.
+// installNode links the loopback plugin, which containerd needs for every sandbox's lo, and
+// portmap, which the agent chains after staticip for hostPort (as a kubeadm or kind node has
+// both in /opt/cni/bin); the agent installs the staticip binary and its conflist.
 func (staticipCNI) installNode(_ *layout, n nodeLayout) error {
-	return linkSystemPlugins(n, "loopback")
+	return linkSystemPlugins(n, "loopback", "portmap")
 }
 
 func (staticipCNI) routesBetweenNodes() bool { return false }

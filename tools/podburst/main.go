@@ -1,0 +1,208 @@
+// Command podburst is the pod-burst benchmark of issue 30 (Spiderpool's published IPAM
+// benchmark, scaled to this machine): D workloads × R replicas created at once, then the time
+// until every pod is Running, pods per second, and each pod's startup latency (first watch
+// event → first Running, p50/p99 against SIG Scalability's p99 ≤ 5 s). It is a measurement
+// tool, not a test: nothing here asserts a duration. tools/podburst/run.sh alternates CNIs.
+//
+//	go run ./tools/podburst --kubeconfig=/var/lib/staticip-localcluster/kubeconfig --workloads=6 --kind=deployment --label=staticip
+//	go run ./tools/podburst ... --kind=ests     # static-IP EnhancedStatefulSets (every pod a fixed IP, a StaticIP each)
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/tools/images/imagebuilder"
+)
+
+func main() {
+	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster")
+	workloads := flag.Int("workloads", 6, "D: workloads created at once")
+	replicas := flag.Int("replicas", 10, "replicas of each workload")
+	kind := flag.String("kind", "deployment", "deployment, or ests (static-IP EnhancedStatefulSets, parallel pod management)")
+	label := flag.String("label", "", "what the result line is labelled with (the CNI)")
+	image := flag.String("image", imagebuilder.TestServerImage, "image of the pods (present on the nodes: imagePullPolicy Never)")
+	timeout := flag.Duration("timeout", 15*time.Minute, "give up when not every pod is Running by then")
+	flag.Parse()
+	if err := run(*kubeconfig, *workloads, *replicas, *kind, *label, *image, *timeout); err != nil {
+		fmt.Fprintln(os.Stderr, "podburst:", err)
+		os.Exit(1)
+	}
+}
+
+func run(kubeconfig string, workloads, replicas int, kind, label, image string, timeout time.Duration) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = 200, 400 // the burst is the client's, not client-go's rate limiter
+	client, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	sip, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	ns, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "podburst-"}}, metav1.CreateOptions{})
+	if err != nil {
+		return err
+	}
+	defer cleanup(client, ns.Name)
+	// Pods need the namespace's default ServiceAccount before they can be created.
+	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, nil
+	}); err != nil {
+		return fmt.Errorf("no default ServiceAccount in %s: %w", ns.Name, err)
+	}
+	w, err := client.CoreV1().Pods(ns.Name).Watch(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	defer w.Stop()
+
+	want := workloads * replicas
+	b := Burst{Seen: map[string]time.Time{}, Running: map[string]time.Time{}}
+	b.Start = time.Now()
+	errs := make(chan error, workloads)
+	var wg sync.WaitGroup
+	for i := range workloads {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- create(ctx, client, sip, ns.Name, fmt.Sprintf("burst-%d", i), kind, int32(replicas), image)
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for e := range errs {
+		if e != nil {
+			return e
+		}
+	}
+	for len(b.Running) < want {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d of %d pods Running after %v", len(b.Running), want, timeout)
+		case ev, ok := <-w.ResultChan():
+			if !ok {
+				return fmt.Errorf("pod watch closed with %d of %d pods Running", len(b.Running), want)
+			}
+			p, isPod := ev.Object.(*corev1.Pod)
+			if !isPod || ev.Type == watch.Deleted {
+				continue
+			}
+			now := time.Now()
+			if _, ok := b.Seen[p.Name]; !ok {
+				b.Seen[p.Name] = now
+			}
+			if _, ok := b.Running[p.Name]; !ok && p.Status.Phase == corev1.PodRunning {
+				b.Running[p.Name] = now
+			}
+		}
+	}
+	f := b.Measure()
+	extra := ""
+	if kind == "ests" {
+		n, err := boundStaticIPs(ctx, sip, ns.Name, want)
+		if err != nil {
+			return err
+		}
+		extra = fmt.Sprintf("  StaticIPs Bound %d", n)
+	}
+	fmt.Printf("podburst %-10s %-10s %3d x %2d = %4d pods: all Running %6.1fs  %5.2f pods/s  startup p50 %5.2fs p99 %5.2fs max %5.2fs%s\n",
+		label, kind, workloads, replicas, f.Pods, f.AllRunning.Seconds(), f.PodsPerSecond, f.P50.Seconds(), f.P99.Seconds(), f.Max.Seconds(), extra)
+	return nil
+}
+
+// boundStaticIPs waits (after the timing) until every static-IP pod's StaticIP is Bound, so a
+// burst whose reservations were not all written does not pass as done; it returns the count.
+func boundStaticIPs(ctx context.Context, sip versioned.Interface, ns string, want int) (int, error) {
+	n := 0
+	err := wait.PollUntilContextTimeout(ctx, time.Second, 2*time.Minute, true, func(ctx context.Context) (bool, error) {
+		list, err := sip.JkeV1().StaticIPs(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		n = 0
+		for _, s := range list.Items {
+			if s.Status.Phase == jkev1.StaticIPBound {
+				n++
+			}
+		}
+		return n >= want, nil
+	})
+	if err != nil {
+		return n, fmt.Errorf("%d of %d StaticIPs Bound: %w", n, want, err)
+	}
+	return n, nil
+}
+
+func podSpec(image string) corev1.PodSpec {
+	grace := int64(1)
+	return corev1.PodSpec{
+		TerminationGracePeriodSeconds: &grace,
+		AutomountServiceAccountToken:  new(bool),
+		EnableServiceLinks:            new(bool),
+		Containers: []corev1.Container{{
+			Name: "testserver", Image: image, ImagePullPolicy: corev1.PullNever, Args: []string{"serve"},
+			Resources: corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m")}},
+		}},
+	}
+}
+
+func create(ctx context.Context, client kubernetes.Interface, sip versioned.Interface, ns, name, kind string, replicas int32, image string) error {
+	labels := map[string]string{"podburst": name}
+	tmpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels}, Spec: podSpec(image)}
+	switch kind {
+	case "deployment":
+		_, err := client.AppsV1().Deployments(ns).Create(ctx, &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Name: name},
+			Spec:       appsv1.DeploymentSpec{Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl},
+		}, metav1.CreateOptions{})
+		return err
+	case "ests":
+		_, err := sip.JkeV1alpha1().EnhancedStatefulSets(ns).Create(ctx, &jkev1alpha1.EnhancedStatefulSet{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{jkev1.AnnotationEnable: "true"}},
+			Spec: jkev1alpha1.EnhancedStatefulSetSpec{
+				Replicas: &replicas, Selector: &metav1.LabelSelector{MatchLabels: labels}, Template: tmpl,
+				ServiceName: name, PodManagementPolicy: appsv1.ParallelPodManagement,
+			},
+		}, metav1.CreateOptions{})
+		return err
+	}
+	return fmt.Errorf("--kind=%s: want deployment or ests", kind)
+}
+
+// cleanup deletes the namespace and waits until it is gone, so the next burst starts on an
+// idle cluster.
+func cleanup(client kubernetes.Interface, ns string) {
+	ctx := context.Background()
+	_ = client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+		_, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		fmt.Fprintf(os.Stderr, "podburst: namespace %s still there after 5m: %v\n", ns, err)
+	}
+}
