@@ -1,7 +1,7 @@
 // Command localcluster runs a real Kubernetes cluster as processes on this machine:
 //
 //	go run ./tools/localcluster up [--nodes=3] [--state-dir=...] [--cni=bridge] [--scheduler=kube-scheduler]
-//	go run ./tools/localcluster status|top|kubeconfig|down|leftovers
+//	go run ./tools/localcluster status|top|kubeconfig|routes|down|leftovers
 //	go run ./tools/localcluster node stop|start|partition|heal NODE
 //
 // See tools/localcluster/README.md.
@@ -99,6 +99,10 @@ func main() {
 		default:
 			usage()
 		}
+	case "routes":
+		// Route the IPRanges as they are now from the host and the control plane (after a
+		// failover or a new node's block; `up` does it once).
+		err = cluster.SyncRoutes(o)
 	case "kubeconfig":
 		var path string
 		if path, err = cluster.Kubeconfig(o); err == nil {
@@ -114,7 +118,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: localcluster up|down|status|top|kubeconfig|leftovers [flags]   (-h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: localcluster up|down|status|top|kubeconfig|routes|leftovers [flags]   (-h for flags)")
 	fmt.Fprintln(os.Stderr, "       localcluster node stop|start|partition|heal NAME [--state-dir=...]")
 	os.Exit(2)
 }

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -149,9 +150,11 @@ func linkExists(name string) bool {
 
 // routeAssignedRanges routes, from the host and the control plane, every IPRange the nodes were
 // given (by the IPPool allocator, with the staticip CNI) via its node, as setupNetwork does for
-// the layout's fixed per-node CIDRs with other CNIs. Run once the nodes are Ready (a node turns
-// Ready when its agent serves a range). A range given later (a node back after a failover gets a
-// new block) is not routed from the host: the nodes route each other's ranges themselves.
+// the layout's fixed per-node CIDRs with other CNIs, and removes the routes of ranges that
+// moved or went away. The nodes route each other's ranges themselves (the agent); the host and
+// the control plane run no agent, so `up` calls this once the nodes are Ready and `localcluster
+// routes` (SyncRoutes) again after ranges changed — a failover moves a node's ranges to the spare
+// and gives the returned node a new block, which the API server must reach to proxy to pods.
 func (l *layout) routeAssignedRanges() error {
 	out, err := l.kubectl("", "get", "ipranges", "-o", `jsonpath={range .items[*]}{.spec.cidr} {.spec.node}{"\n"}{end}`)
 	if err != nil {
@@ -161,19 +164,88 @@ func (l *layout) routeAssignedRanges() error {
 	for _, n := range l.nodes {
 		ipOf[n.name] = n.ip
 	}
+	want := map[string]string{} // cidr -> node IP
 	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
 		cidr, node, _ := strings.Cut(strings.TrimSpace(line), " ")
-		ip := ipOf[node]
-		if cidr == "" || ip == "" {
+		if ip := ipOf[node]; cidr != "" && ip != "" {
+			want[cidr] = ip
+		}
+	}
+	for _, where := range []struct{ netns, dev, what string }{{"", l.bridge, "the host"}, {l.cpNetns, "", "the control plane"}} {
+		if err := syncRangeRoutes(where.netns, where.dev, want, ipOf); err != nil {
+			return fmt.Errorf("routes from %s (is an IPRange's CIDR used elsewhere on this machine?): %w", where.what, err)
+		}
+	}
+	l.Logf("network: %d IPRanges routed via their nodes from the host and the control plane", len(want))
+	return nil
+}
+
+// syncRangeRoutes makes the routes via node IPs in one network namespace ("" = the host) equal
+// want: replaces what is missing or points elsewhere, deletes what points at a node but is no
+// longer any node's range. Routes via anything else are not ours and stay.
+func syncRangeRoutes(netns, dev string, want, nodeIPs map[string]string) error {
+	ip := func(args ...string) []string {
+		if netns != "" {
+			return append([]string{"ip", "-n", netns}, args...)
+		}
+		return append([]string{"ip"}, args...)
+	}
+	isNode := map[string]bool{}
+	for _, a := range nodeIPs {
+		isNode[a] = true
+	}
+	argv := ip("-j", "-4", "route", "show")
+	out, err := exec.Command(argv[0], argv[1:]...).Output()
+	if err != nil {
+		return err
+	}
+	var have []struct{ Dst, Gateway string }
+	if err := json.Unmarshal(out, &have); err != nil {
+		return fmt.Errorf("ip -j route show: %w", err)
+	}
+	current := map[string]string{}
+	for _, r := range have {
+		if isNode[r.Gateway] {
+			current[r.Dst] = r.Gateway
+		}
+	}
+	for dst, gw := range current {
+		if want[dst] == "" {
+			if err := run(ip("route", "del", dst, "via", gw)...); err != nil {
+				return err
+			}
+		}
+	}
+	for cidr, gw := range want {
+		if current[cidr] == gw {
 			continue
 		}
-		if err := run("ip", "route", "replace", cidr, "via", ip, "dev", l.bridge); err != nil {
-			return fmt.Errorf("route to %s's IPRange %s (is it used elsewhere on this machine?): %w", node, cidr, err)
+		args := []string{"route", "replace", cidr, "via", gw}
+		if dev != "" {
+			args = append(args, "dev", dev)
 		}
-		if err := run("ip", "-n", l.cpNetns, "route", "replace", cidr, "via", ip); err != nil {
-			return err
+		if err := run(ip(args...)...); err != nil {
+			return fmt.Errorf("%s via %s: %w", cidr, gw, err)
 		}
-		l.Logf("network: %s (IPRange of %s) routed via %s from the host and the control plane", cidr, node, ip)
 	}
 	return nil
+}
+
+// SyncRoutes re-routes, from the host and the control plane, the IPRanges of the cluster
+// recorded in o's state dir (`localcluster routes`); a no-op for CNIs that do not own the
+// address space (their routes are the layout's fixed per-node CIDRs).
+func SyncRoutes(o Options) error {
+	if err := o.validate(); err != nil {
+		return err
+	}
+	l := newLayout(o)
+	rec, err := l.readRecord()
+	if err != nil {
+		return fmt.Errorf("no cluster recorded in %s (run `up`): %w", o.StateDir, err)
+	}
+	l = newLayout(rec.options(o))
+	if !cniProviders[l.CNI].ownsAddressSpace() {
+		return nil
+	}
+	return l.routeAssignedRanges()
 }
