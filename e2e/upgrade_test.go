@@ -30,7 +30,7 @@ import (
 var (
 	upgradeE2E = flag.Bool("upgrade", false, "run TestUpgradeFromKustomizeInstallToChart: it re-applies the kustomize install of -upgrade-from, "+
 		"upgrades it to charts/staticip with helm, then UNINSTALLS staticip from the cluster (run it last and alone: make e2e-upgrade)")
-	upgradeFrom = flag.String("upgrade-from", "ae99143", "the commit of main whose kustomize install (manifests/) the upgrade starts from")
+	upgradeFrom = flag.String("upgrade-from", "ae99143", "the commit of main whose kustomize install (its manifests/, its binaries built from a git worktree of it) the upgrade starts from")
 	helmFlag    = flag.String("helm", "", "helm binary (default <repo>/_output/bin/helm: make helm)")
 )
 
@@ -47,16 +47,20 @@ const (
 // TestUpgradeFromKustomizeInstallToChart is README's upgrade path from a kustomize install
 // (charts/staticip/README.md, "Upgrading from a kustomize install", and "Uninstall"):
 //
-//  1. the install of the pinned commit -upgrade-from: its CRDs and its manifests/ (a git
-//     worktree of that commit, rendered with its own kustomizations) applied over the
-//     cluster's install; the pod templates stay those the cluster's installer deployed
-//     (localcluster's or kind's images and node layout: there is no registry with the pinned
-//     commit's images), so what changes is what the commit installs: CRDs, RBAC, admission;
+//  1. the install of the pinned commit -upgrade-from, with its own binaries: a git worktree
+//     of that commit, its agent, CNI plugin and controller-manager built there (its go.mod,
+//     its sources) into images localhost/staticip/<binary>:<commit> imported into every node,
+//     its CRDs and its manifests/ (rendered with its own kustomizations) applied, the agent's
+//     and controller-manager's pod templates the commit's own with its localcluster overlay's
+//     changes (its image; the cluster's flags the old binary knows; the agent's node layout);
+//     every agent and controller-manager pod runs the pinned image before the workload starts;
 //  2. an EnhancedStatefulSet with static IPs, every pod Ready; its pods' UIDs, IPs and
 //     restart counts and every StaticIP of the cluster recorded;
 //  3. the upgrade: CRDs applied server-side from charts/staticip/crds, the existing objects
 //     adopted (charts/staticip/scripts/adopt.sh), `helm upgrade --install` with values that
-//     keep the cluster's images, node layout and flags (valuesFromCluster);
+//     restore the working tree's install as the cluster's installer made it (its images, node
+//     layout and flags, read before step 1: valuesFromCluster); the agent DaemonSet and the
+//     controller-manager Deployment roll to the working tree's images (asserted, pod by pod);
 //  4. no pod of the set was recreated or restarted or lost its IP, no StaticIP was dropped or
 //     recreated, and every object of the chart now belongs to the release;
 //  5. the set deleted, charts/staticip/scripts/uninstall.sh --delete-crds, and the leftover

@@ -19,8 +19,11 @@ test-chart: helm k8s-bins ## the chart renders what manifests/ renders (charts/)
 	cd tools/helm && $(GO) test -count=1 ./...
 
 # The upgrade e2e (e2e/upgrade_test.go) on its own local cluster: up, the pinned commit's
-# kustomize install re-applied, an EnhancedStatefulSet, helm upgrade --install adopting the
-# install, no pod/IP/StaticIP changed, uninstall.sh --delete-crds, leftover check; down.
+# kustomize install with its own binaries (built from a git worktree of it, imaged as
+# localhost/staticip/<binary>:$(UPGRADE_FROM)), an EnhancedStatefulSet, helm upgrade --install
+# adopting the install and rolling the agent and controller-manager to the working tree's
+# images, no pod/IP/StaticIP changed, uninstall.sh --delete-crds, leftover check; down.
+# The clone must hold UPGRADE_FROM (a shallow clone fails, saying so).
 # It uninstalls staticip, so it never runs inside the main suite (-upgrade is off there).
 UPGRADE_FROM ?= ae99143
 
