@@ -29,6 +29,9 @@ UPGRADE_FROM ?= ae99143
 
 .PHONY: e2e-upgrade
 e2e-upgrade: deps build localcluster helm ## local cluster up, kustomize install (commit UPGRADE_FROM) -> helm upgrade, no pod moved, uninstall, leftover check, down
+	@if ! git -C $(ROOT) cat-file -e '$(UPGRADE_FROM)^{commit}' 2>/dev/null; then \
+	  echo "e2e-upgrade: commit $(UPGRADE_FROM) (UPGRADE_FROM) is not in this clone (shallow: $$(git -C $(ROOT) rev-parse --is-shallow-repository)):" \
+	    "the test installs that commit of main; fetch the full history (git fetch --unshallow) or set UPGRADE_FROM" >&2; exit 1; fi
 	@start=$$SECONDS; rc=0; \
 	  $(LOCALCLUSTER) up $(CLUSTER_FLAGS) || rc=$$?; \
 	  if [ $$rc -eq 0 ]; then \
