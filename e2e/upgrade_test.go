@@ -30,7 +30,7 @@ import (
 var (
 	upgradeE2E = flag.Bool("upgrade", false, "run TestUpgradeFromKustomizeInstallToChart: it re-applies the kustomize install of -upgrade-from, "+
 		"upgrades it to charts/staticip with helm, then UNINSTALLS staticip from the cluster (run it last and alone: make e2e-upgrade)")
-	upgradeFrom = flag.String("upgrade-from", "ae99143", "the commit of main whose kustomize install (manifests/) the upgrade starts from")
+	upgradeFrom = flag.String("upgrade-from", "ae99143", "the commit of main whose kustomize install (its manifests/, its binaries built from a git worktree of it) the upgrade starts from")
 	helmFlag    = flag.String("helm", "", "helm binary (default <repo>/_output/bin/helm: make helm)")
 )
 
@@ -47,16 +47,20 @@ const (
 // TestUpgradeFromKustomizeInstallToChart is README's upgrade path from a kustomize install
 // (charts/staticip/README.md, "Upgrading from a kustomize install", and "Uninstall"):
 //
-//  1. the install of the pinned commit -upgrade-from: its CRDs and its manifests/ (a git
-//     worktree of that commit, rendered with its own kustomizations) applied over the
-//     cluster's install; the pod templates stay those the cluster's installer deployed
-//     (localcluster's or kind's images and node layout: there is no registry with the pinned
-//     commit's images), so what changes is what the commit installs: CRDs, RBAC, admission;
+//  1. the install of the pinned commit -upgrade-from, with its own binaries: a git worktree
+//     of that commit, its agent, CNI plugin and controller-manager built there (its go.mod,
+//     its sources) into images localhost/staticip/<binary>:<commit> imported into every node,
+//     its CRDs and its manifests/ (rendered with its own kustomizations) applied, the agent's
+//     and controller-manager's pod templates the commit's own with its localcluster overlay's
+//     changes (its image; the cluster's flags the old binary knows; the agent's node layout);
+//     every agent and controller-manager pod runs the pinned image before the workload starts;
 //  2. an EnhancedStatefulSet with static IPs, every pod Ready; its pods' UIDs, IPs and
 //     restart counts and every StaticIP of the cluster recorded;
 //  3. the upgrade: CRDs applied server-side from charts/staticip/crds, the existing objects
 //     adopted (charts/staticip/scripts/adopt.sh), `helm upgrade --install` with values that
-//     keep the cluster's images, node layout and flags (valuesFromCluster);
+//     restore the working tree's install as the cluster's installer made it (its images, node
+//     layout and flags, read before step 1: valuesFromCluster); the agent DaemonSet and the
+//     controller-manager Deployment roll to the working tree's images (asserted, pod by pod);
 //  4. no pod of the set was recreated or restarted or lost its IP, no StaticIP was dropped or
 //     recreated, and every object of the chart now belongs to the release;
 //  5. the set deleted, charts/staticip/scripts/uninstall.sh --delete-crds, and the leftover
@@ -90,9 +94,26 @@ func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
 		t.Skipf("staticip on this cluster is a Helm release already (%s): nothing to upgrade from kustomize", agent.Annotations["meta.helm.sh/release-name"])
 	}
 
-	// 1. The pinned commit's install.
+	// The chart's values keep the cluster's install as the working tree's installer made it
+	// (its images, flags, node layout), read before the pinned commit's install replaces it.
+	values := valuesFromCluster(t, ctx)
+	newImages := map[string]string{
+		"DaemonSet/" + agentDaemonSet:     values["agent"].(map[string]any)["image"].(map[string]any)["ref"].(string),
+		"Deployment/" + managerDeployment: values["controllerManager"].(map[string]any)["image"].(map[string]any)["ref"].(string),
+	}
+
+	// 1. The pinned commit's install, its own binaries in its own images.
 	pinned := pinnedWorktree(t, root, *upgradeFrom)
-	applyPinnedInstall(t, ctx, pinned)
+	comps := pinnedComponents()
+	buildPinnedImages(t, ctx, pinned, *upgradeFrom, comps)
+	applyPinnedInstall(t, ctx, pinned, comps)
+	for _, c := range comps {
+		ns := "kube-system"
+		if c.Name == managerDeployment {
+			ns = managerNamespace
+		}
+		t.Logf("before the upgrade: %s %s/%s runs %s: %v", c.Kind, ns, c.Name, c.Ref, waitRunningImage(t, ctx, c.Kind, ns, c.Name, c.Ref))
+	}
 
 	// 2. Static-IP workload.
 	e := newESTSTest(t, "e2e-upgrade", "up")
@@ -106,7 +127,6 @@ func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
 	t.Logf("before the upgrade: %d pods, %d StaticIPs in the cluster", len(before), len(sipsBefore))
 
 	// 3. The upgrade.
-	values := valuesFromCluster(t, ctx)
 	valuesFile := filepath.Join(t.TempDir(), "values.yaml")
 	b, err := yaml.Marshal(values)
 	if err != nil {
@@ -138,14 +158,17 @@ func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
 		"-f", valuesFile, "--wait", "--timeout", "10m")
 	deleteHashedSchedulerConfig(t, ctx)
 
-	// 4. Nothing of the workload moved.
-	for _, kind := range []string{"daemonset/" + agentDaemonSet} {
-		if _, err := f.RunKubectl("-n", "kube-system", "rollout", "status", kind, "--timeout=300s"); err != nil {
-			t.Fatal(err)
+	// 4. The binaries are the working tree's now, and nothing of the workload moved.
+	for _, c := range comps {
+		ns := "kube-system"
+		if c.Name == managerDeployment {
+			ns = managerNamespace
 		}
-	}
-	if _, err := f.RunKubectl("-n", managerNamespace, "rollout", "status", "deployment/"+managerDeployment, "--timeout=300s"); err != nil {
-		t.Fatal(err)
+		image := newImages[c.Kind+"/"+c.Name]
+		if image == c.Ref {
+			t.Fatalf("%s %s: the working tree's image %s is the pinned one", c.Kind, c.Name, image)
+		}
+		t.Logf("after the upgrade: %s %s/%s runs %s: %v", c.Kind, ns, c.Name, image, waitRunningImage(t, ctx, c.Kind, ns, c.Name, image))
 	}
 	after := e.waitSettled(ctx, "6 pods Ready after the upgrade", allAt(rev))
 	e.assertIPsKept("after the upgrade", after)
@@ -153,6 +176,8 @@ func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
 		now := podRecords(after)[name]
 		if now != was {
 			t.Errorf("pod %s changed across the upgrade: before %+v, after %+v", name, was, now)
+		} else {
+			t.Logf("pod %s unchanged across the upgrade: %+v", name, now)
 		}
 	}
 	sipsAfter := staticIPRecords(t, ctx, e)
@@ -161,6 +186,8 @@ func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
 			t.Errorf("StaticIP %s (%s) was dropped by the upgrade", key, was)
 		} else if now != was {
 			t.Errorf("StaticIP %s changed across the upgrade: before %s, after %s", key, was, now)
+		} else {
+			t.Logf("StaticIP %s unchanged across the upgrade: %s", key, now)
 		}
 	}
 	notAdopted := run("objects of the release", "bash", "-c",
@@ -225,21 +252,12 @@ func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
 	}
 }
 
-// pinnedWorktree checks out commit into a temporary git worktree (removed when the test ends).
-func pinnedWorktree(t *testing.T, root, commit string) string {
-	t.Helper()
-	dir := filepath.Join(t.TempDir(), "pinned")
-	if out, err := exec.Command("git", "-C", root, "worktree", "add", "--detach", dir, commit).CombinedOutput(); err != nil {
-		t.Fatalf("git worktree add %s: %v\n%s", commit, err, out)
-	}
-	t.Cleanup(func() { _ = exec.Command("git", "-C", root, "worktree", "remove", "--force", dir).Run() })
-	return dir
-}
-
 // applyPinnedInstall applies the pinned commit's install over the cluster's: its CRDs, and
-// every manifests/ kustomization the cluster runs (README's kubectl apply -k steps), with the
-// cluster's own pod templates kept for the workloads (see the test's comment).
-func applyPinnedInstall(t *testing.T, ctx context.Context, pinned string) {
+// every manifests/ kustomization the cluster runs (README's kubectl apply -k steps). The
+// agent's and the controller-manager's pod templates are the pinned commit's, with its
+// images (comps, buildPinnedImages) as its localcluster overlay sets them (pinnedTemplate);
+// any other workload (kind's scheduler Deployment) keeps the cluster's pod template.
+func applyPinnedInstall(t *testing.T, ctx context.Context, pinned string, comps []*pinnedComponent) {
 	t.Helper()
 	if _, err := f.RunKubectl("apply", "--server-side", "--force-conflicts", "-f", filepath.Join(pinned, "manifests", "crds")); err != nil {
 		t.Fatal(err)
@@ -248,6 +266,7 @@ func applyPinnedInstall(t *testing.T, ctx context.Context, pinned string) {
 	if _, err := f.Client.AppsV1().Deployments("kube-system").Get(ctx, schedulerDeploy, metav1.GetOptions{}); err == nil {
 		dirs = append(dirs, "manifests/scheduler/"+schedulerMode(t, ctx))
 	}
+	replaced := map[string]bool{}
 	for _, d := range dirs {
 		out, err := f.RunKubectl("kustomize", filepath.Join(pinned, d))
 		if err != nil {
@@ -268,7 +287,6 @@ func applyPinnedInstall(t *testing.T, ctx context.Context, pinned string) {
 			ns, _ := md["namespace"].(string)
 			switch kind {
 			case "DaemonSet", "Deployment":
-				// The workload as the cluster runs it: only its pod template is the cluster's.
 				live, err := f.RunKubectl("-n", ns, "get", strings.ToLower(kind), name, "-o", "json")
 				if err != nil {
 					t.Fatal(err)
@@ -278,8 +296,20 @@ func applyPinnedInstall(t *testing.T, ctx context.Context, pinned string) {
 					t.Fatal(err)
 				}
 				spec := obj["spec"].(map[string]any)
-				spec["template"] = lo["spec"].(map[string]any)["template"]
-				if r, ok := lo["spec"].(map[string]any)["replicas"]; ok {
+				liveSpec := lo["spec"].(map[string]any)
+				var comp *pinnedComponent
+				for _, c := range comps {
+					if c.Kind == kind && c.Name == name {
+						comp = c
+					}
+				}
+				if comp != nil {
+					pinnedTemplate(t, comp, spec["template"].(map[string]any), liveSpec["template"].(map[string]any))
+					replaced[kind+"/"+name] = true
+				} else {
+					spec["template"] = liveSpec["template"]
+				}
+				if r, ok := liveSpec["replicas"]; ok {
 					spec["replicas"] = r
 				}
 			case "ConfigMap":
@@ -301,6 +331,11 @@ func applyPinnedInstall(t *testing.T, ctx context.Context, pinned string) {
 			t.Fatalf("the pinned commit's %s: %v", d, err)
 		}
 		t.Logf("applied %s of %s (%d objects)", d, *upgradeFrom, len(docs))
+	}
+	for _, c := range comps {
+		if !replaced[c.Kind+"/"+c.Name] {
+			t.Fatalf("the pinned commit's manifests have no %s %s", c.Kind, c.Name)
+		}
 	}
 }
 

@@ -19,13 +19,19 @@ test-chart: helm k8s-bins ## the chart renders what manifests/ renders (charts/)
 	cd tools/helm && $(GO) test -count=1 ./...
 
 # The upgrade e2e (e2e/upgrade_test.go) on its own local cluster: up, the pinned commit's
-# kustomize install re-applied, an EnhancedStatefulSet, helm upgrade --install adopting the
-# install, no pod/IP/StaticIP changed, uninstall.sh --delete-crds, leftover check; down.
+# kustomize install with its own binaries (built from a git worktree of it, imaged as
+# localhost/staticip/<binary>:$(UPGRADE_FROM)), an EnhancedStatefulSet, helm upgrade --install
+# adopting the install and rolling the agent and controller-manager to the working tree's
+# images, no pod/IP/StaticIP changed, uninstall.sh --delete-crds, leftover check; down.
+# The clone must hold UPGRADE_FROM (a shallow clone fails, saying so).
 # It uninstalls staticip, so it never runs inside the main suite (-upgrade is off there).
 UPGRADE_FROM ?= ae99143
 
 .PHONY: e2e-upgrade
 e2e-upgrade: deps build localcluster helm ## local cluster up, kustomize install (commit UPGRADE_FROM) -> helm upgrade, no pod moved, uninstall, leftover check, down
+	@if ! git -C $(ROOT) cat-file -e '$(UPGRADE_FROM)^{commit}' 2>/dev/null; then \
+	  echo "e2e-upgrade: commit $(UPGRADE_FROM) (UPGRADE_FROM) is not in this clone (shallow: $$(git -C $(ROOT) rev-parse --is-shallow-repository)):" \
+	    "the test installs that commit of main; fetch the full history (git fetch --unshallow) or set UPGRADE_FROM" >&2; exit 1; fi
 	@start=$$SECONDS; rc=0; \
 	  $(LOCALCLUSTER) up $(CLUSTER_FLAGS) || rc=$$?; \
 	  if [ $$rc -eq 0 ]; then \
