@@ -43,6 +43,14 @@ func newRevision(set *jkev1alpha1.EnhancedStatefulSet, revision int64, collision
 		return nil, err
 	}
 	cr.Namespace = set.Namespace
+	// As the StatefulSet controller: the revision carries the set's annotations, so
+	// kubernetes.io/change-cause shows in `kubectl staticip rollout history`.
+	if cr.Annotations == nil {
+		cr.Annotations = make(map[string]string, len(set.Annotations))
+	}
+	for k, v := range set.Annotations {
+		cr.Annotations[k] = v
+	}
 	return cr, nil
 }
 
