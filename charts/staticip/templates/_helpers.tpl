@@ -43,3 +43,17 @@ imagePullSecrets:
 {{ toYaml . }}
 {{- end }}
 {{- end -}}
+
+{{/*
+staticip.seconds: a Prometheus duration in whole units (15m, 1h30m, 2d: the schema allows only
+these) as seconds, to compare with a timestamp metric.
+*/}}
+{{- define "staticip.seconds" -}}
+{{- $units := dict "s" 1 "m" 60 "h" 3600 "d" 86400 -}}
+{{- $total := 0 -}}
+{{- range regexFindAll "[0-9]+[smhd]" (toString .) -1 -}}
+{{- $unit := get $units (regexFind "[smhd]$" .) -}}
+{{- $total = add $total (mul (regexFind "^[0-9]+" . | int) $unit) -}}
+{{- end -}}
+{{- $total -}}
+{{- end -}}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync/atomic"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -21,6 +22,7 @@ import (
 	"github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
 	"github.com/staticip/staticip/controllers/pkg/grid"
 	"github.com/staticip/staticip/controllers/pkg/ippool"
+	"github.com/staticip/staticip/controllers/pkg/metrics"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 	"github.com/staticip/staticip/controllers/pkg/staticip"
 )
@@ -208,4 +210,25 @@ func newIPPoolController(cc controllerContext) (func(context.Context), error) {
 	}
 	// One worker whatever --workers says: one key plans every pool.
 	return c.Run, nil
+}
+
+// stateSource is what metrics.State reads: the EnhancedStatefulSet and NodeFailover listers of
+// jkeInformers when a controller that watches that kind is enabled (the factory then holds the
+// informer already), exported once every cache synced.
+func stateSource(jkeInformers externalversions.SharedInformerFactory, names []string, ready *atomic.Bool) *metrics.StateSource {
+	src := &metrics.StateSource{Synced: ready.Load}
+	for _, d := range controllerDescriptors() {
+		if !slices.Contains(names, d.name) {
+			continue
+		}
+		for _, o := range d.informers {
+			switch o.(type) {
+			case *jkev1alpha1.EnhancedStatefulSet:
+				src.EnhancedStatefulSets = jkeInformers.Jke().V1alpha1().EnhancedStatefulSets().Lister()
+			case *jkev1alpha1.NodeFailover:
+				src.NodeFailovers = jkeInformers.Jke().V1alpha1().NodeFailovers().Lister()
+			}
+		}
+	}
+	return src
 }

@@ -390,6 +390,11 @@ func startControllers(ctx context.Context, o *Options, kubeClient kubernetes.Int
 	if err != nil {
 		return err
 	}
+	// The state metrics read the caches of the controllers that run (no informer of its own:
+	// a disabled controller's kind is not exported); a standby, or a manager between leases,
+	// exports none.
+	metrics.State.SetSource(stateSource(jkeInformers, names, ready))
+	defer metrics.State.SetSource(nil)
 	kubeInformers.Start(ctx.Done())
 	jkeInformers.Start(ctx.Done())
 	defer kubeInformers.Shutdown()
