@@ -8,6 +8,7 @@ import (
 	"bytes"
 	"errors"
 	"io"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -168,6 +169,37 @@ func TestReplicasFitOnOneEligibleNode(t *testing.T) {
 	}
 	if found == 0 {
 		t.Fatal("no Deployment under manifests/: the test reads the wrong directory")
+	}
+}
+
+// A Deployment on the host network with fixed ports can never surge: the new pod needs a node
+// where no old replica holds the ports, and on a cluster with as many eligible nodes as
+// replicas (kind: two workers, the spare tainted) there is none — `helm upgrade` that changes
+// the pod template (or `kubectl rollout restart`) then hangs with the new pod Pending
+// ("didn't have free ports") and the old ones never replaced (seen on kind). Such a Deployment
+// rolls by taking one replica down first (maxSurge 0, maxUnavailable ≥ 1); with Lease
+// election the other replica leads meanwhile.
+func TestHostPortDeploymentsRollWithoutSurge(t *testing.T) {
+	checked := 0
+	for path, docs := range yamlDocs(t) {
+		for _, doc := range docs {
+			var d appsv1.Deployment
+			if err := yaml.Unmarshal(doc, &d); err != nil || d.Kind != "Deployment" || !hostPorts(d.Spec.Template.Spec) {
+				continue
+			}
+			checked++
+			ru := d.Spec.Strategy.RollingUpdate
+			if d.Spec.Strategy.Type == appsv1.RecreateDeploymentStrategyType {
+				continue
+			}
+			if ru == nil || ru.MaxSurge == nil || ru.MaxSurge.IntValue() != 0 || ru.MaxSurge.Type != intstr.Int ||
+				ru.MaxUnavailable == nil || ru.MaxUnavailable.Type != intstr.Int || ru.MaxUnavailable.IntValue() < 1 {
+				t.Errorf("%s: Deployment %s listens on host ports but its rolling update may surge (strategy %+v): want maxSurge: 0, maxUnavailable: 1", path, d.Name, d.Spec.Strategy)
+			}
+		}
+	}
+	if checked == 0 {
+		t.Fatal("no host-network Deployment with fixed ports under manifests/: the test reads the wrong directory")
 	}
 }
 
