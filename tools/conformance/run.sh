@@ -58,7 +58,8 @@ fi
 [ "${1:-}" = prepare ] && { log "binaries and images ready in $((SECONDS - start))s"; exit 0; }
 refs=$(for t in "$images"/*.tar; do tar -xOf "$t" manifest.json; echo; done | sed 's/.*"RepoTags":\[\([^]]*\)\].*/\1/' | tr ',' '\n' | tr -d '"')
 if [ -n "${KIND_CLUSTER:-}" ]; then
-  for t in "$images"/*.tar; do kind load image-archive --name "$KIND_CLUSTER" "$t" >&2; done
+  kind=$(command -v kind || echo "$root/_output/bin/kind")   # make k8s-bins builds it there
+  for t in "$images"/*.tar; do "$kind" load image-archive --name "$KIND_CLUSTER" "$t" >&2; done
 elif [ "$kubeconfig" = "$state/kubeconfig" ]; then
   for sock in "$state"/node-*/containerd/containerd.sock; do
     have=$(ctr --address "$sock" -n k8s.io images ls -q)
