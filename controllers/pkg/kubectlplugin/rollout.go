@@ -95,8 +95,8 @@ func FindRevision(toRevision int64, revs []*appsv1.ControllerRevision) (*appsv1.
 	return nil, fmt.Errorf("unable to find specified revision %d in history", toRevision)
 }
 
-// UndoPatch is the JSON patch that puts rev's pod template back into set, guarded by set's
-// resourceVersion; done is true when set already runs that template. The ControllerRevision
+// UndoPatch is the JSON patch that puts rev's pod template back into set, guarded by the set's
+// spec as read (specGuard); done is true when set already runs that template. The ControllerRevision
 // holds a strategic merge patch, which a custom resource does not accept, so the template is
 // decoded and replaced whole (what the patch's "$patch": "replace" means).
 func UndoPatch(set *jkev1alpha1.EnhancedStatefulSet, rev *appsv1.ControllerRevision) (patch []byte, done bool, err error) {
@@ -108,10 +108,22 @@ func UndoPatch(set *jkev1alpha1.EnhancedStatefulSet, rev *appsv1.ControllerRevis
 		return nil, true, nil
 	}
 	patch, err = json.Marshal([]map[string]any{
-		{"op": "test", "path": "/metadata/resourceVersion", "value": set.ResourceVersion},
+		specGuard(set.ObjectMeta),
 		{"op": "replace", "path": "/spec/template", "value": tpl},
 	})
 	return patch, false, err
+}
+
+// specGuard is the JSON patch test that refuses the patch when the object's spec changed since
+// it was read: its generation, which only spec changes raise (the CRDs have a status
+// subresource) — not its resourceVersion, which every status write by the controller raises, so
+// `rollout undo` failed whenever a pod changed meanwhile. Objects without a generation (fake
+// clients) fall back to the resourceVersion.
+func specGuard(m metav1.ObjectMeta) map[string]any {
+	if m.Generation > 0 {
+		return map[string]any{"op": "test", "path": "/metadata/generation", "value": m.Generation}
+	}
+	return map[string]any{"op": "test", "path": "/metadata/resourceVersion", "value": m.ResourceVersion}
 }
 
 // PrintHistory writes the history table as `kubectl rollout history` does (REVISION,

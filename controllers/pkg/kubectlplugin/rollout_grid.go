@@ -84,7 +84,7 @@ func PickUnit(units []UnitHistory, unit string) (*UnitHistory, error) {
 }
 
 // GridUndoPatch is the JSON patch that puts the grid template rev was made from back into g,
-// guarded by g's resourceVersion; done is true when g already has that template.
+// guarded by g's spec as read (specGuard); done is true when g already has that template.
 func GridUndoPatch(g *superedgev1.StatefulSetGrid, unit string, rev *appsv1.ControllerRevision) (patch []byte, done bool, err error) {
 	tpl, err := enhancedstatefulset.TemplateOf(rev)
 	if err != nil {
@@ -95,7 +95,7 @@ func GridUndoPatch(g *superedgev1.StatefulSetGrid, unit string, rev *appsv1.Cont
 		return nil, true, nil
 	}
 	patch, err = json.Marshal([]map[string]any{
-		{"op": "test", "path": "/metadata/resourceVersion", "value": g.ResourceVersion},
+		specGuard(g.ObjectMeta),
 		{"op": "replace", "path": "/spec/template/template", "value": want},
 	})
 	return patch, false, err

@@ -6,11 +6,13 @@ package kubetest
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -257,5 +259,53 @@ func TestRolloutHistoryUndo(t *testing.T) {
 	}
 	if out, code = f.plugin("rollout", "resume", "ests/web", "-n", "roll"); code != 0 || !strings.Contains(out, "resumed") {
 		t.Fatalf("resume: exit %d\n%s", code, out)
+	}
+}
+
+// TestUndoPatchSurvivesAStatusWrite: the undo patch is guarded by the set's generation, not its
+// resourceVersion — a status write by the controller between the plugin's read and its patch
+// (which the controller does on every pod change) must not fail `rollout undo` ("the server
+// rejected our request"; seen as a flaky TestRolloutHistoryUndo), while a spec change must.
+func TestUndoPatchSurvivesAStatusWrite(t *testing.T) {
+	f := newFixture(t)
+	f.namespace("guard")
+	tpl := func(image string) corev1.PodTemplateSpec {
+		return corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "g"}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: image}}}}
+	}
+	set := &jkev1alpha1.EnhancedStatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "g", Namespace: "guard"},
+		Spec: jkev1alpha1.EnhancedStatefulSetSpec{ServiceName: "g", Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "g"}}, Template: tpl("img:v2")}}
+	ests := f.sip.JkeV1alpha1().EnhancedStatefulSets("guard")
+	read, err := ests.Create(f.ctx, set, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old := &appsv1.ControllerRevision{Revision: 1}
+	data, err := json.Marshal(map[string]any{"spec": map[string]any{"template": tpl("img:v1")}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	old.Data.Raw = data
+	patch, done, err := kubectlplugin.UndoPatch(read, old)
+	if err != nil || done {
+		t.Fatalf("UndoPatch: done=%v err=%v", done, err)
+	}
+	// The controller writes status after the plugin read the set.
+	st := read.DeepCopy()
+	st.Status.ObservedGeneration = read.Generation
+	st.Status.Replicas = 1
+	if _, err := ests.UpdateStatus(f.ctx, st, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ests.Patch(f.ctx, "g", types.JSONPatchType, patch, metav1.PatchOptions{})
+	if err != nil {
+		t.Fatalf("undo patch after a status write: %v", err)
+	}
+	if img := got.Spec.Template.Spec.Containers[0].Image; img != "img:v1" {
+		t.Fatalf("after undo the image is %s, want img:v1", img)
+	}
+	// A spec change after the read: the stale patch must be refused.
+	if _, err := ests.Patch(f.ctx, "g", types.JSONPatchType, patch, metav1.PatchOptions{}); err == nil {
+		t.Fatal("a patch computed before a spec change was applied; want it refused")
 	}
 }
