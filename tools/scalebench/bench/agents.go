@@ -44,6 +44,10 @@ type Agents struct {
 	nodes  cache.Indexer
 	ranges cache.Indexer
 	dirty  chan struct{}
+	// written is the last report written per node: a node whose cache still shows the older
+	// one is not patched again (the real agent's lastObserved).
+	written map[string]string
+	mu      sync.Mutex
 	// seq counts the changes seen; clean is the seq a pass found nothing to write at.
 	seq, clean atomic.Int64
 	stop       context.CancelFunc
@@ -58,7 +62,7 @@ func (c *Cluster) StartAgents(ctx context.Context) (*Agents, error) {
 	}
 	c.proxies = append(c.proxies, p)
 	cfg := &rest.Config{Host: p.URL, QPS: 500, Burst: 1000}
-	a := &Agents{Proxy: p, dirty: make(chan struct{}, 1)}
+	a := &Agents{Proxy: p, dirty: make(chan struct{}, 1), written: map[string]string{}}
 	if a.kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -146,7 +150,10 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 			continue
 		}
 		ready[n.Name] = true
-		if n.Annotations[agent.ObservedAnnotation] != report {
+		a.mu.Lock()
+		last := a.written[n.Name]
+		a.mu.Unlock()
+		if n.Annotations[agent.ObservedAnnotation] != report && last != report {
 			annotate = append(annotate, n.Name)
 		}
 	}
@@ -178,6 +185,9 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 	err = parallel(ctx, len(annotate), 16, func(ctx context.Context, i int) error {
 		if _, err := a.kube.CoreV1().Nodes().Patch(ctx, annotate[i], types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
 			a.AnnotationBytes.Add(int64(len(report)))
+			a.mu.Lock()
+			a.written[annotate[i]] = report
+			a.mu.Unlock()
 		}
 		return nil
 	})

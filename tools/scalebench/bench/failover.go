@@ -74,16 +74,16 @@ func (c *Cluster) Failover(ctx context.Context, pods int) ([]Row, error) {
 	if err != nil {
 		return rows, fmt.Errorf("EnhancedStatefulSet: %w", err)
 	}
-	if len(rows) > 0 {
-		rows[0].Note("%s", note)
+	if len(rows) > 1 {
+		rows[1].Note("%s", note)
 	}
 	native, wallNative, err := c.failoverNative(ctx, pods)
 	rows = append(rows, native...)
 	if err != nil {
 		return rows, fmt.Errorf("StatefulSet: %w", err)
 	}
-	if len(rows) > 0 && wallNative > 0 {
-		rows[0].Note("fence → all Running: %.2f × the StatefulSet's", wallESTS.Seconds()/wallNative.Seconds())
+	if len(rows) > 1 && wallNative > 0 {
+		rows[1].Note("fence → all Running: %.2f × the StatefulSet's", wallESTS.Seconds()/wallNative.Seconds())
 	}
 	return rows, nil
 }
