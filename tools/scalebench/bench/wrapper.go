@@ -49,7 +49,7 @@ func (c *Cluster) startWrapper(ctx context.Context, name, node string, extra ...
 	}
 	comp, err := c.StartComponent(name, "application-grid-wrapper", func(kc string) []string {
 		return append([]string{"--kubeconfig=" + kc, "--node-name=" + node, "--listen-address=127.0.0.1:" + strconv.Itoa(port),
-			"--metrics-address=", "--kube-api-qps=1000", "--kube-api-burst=2000"}, extra...)
+			"--metrics-bind-address=0", "--health-bind-address=0", "--kube-api-qps=1000", "--kube-api-burst=2000"}, extra...)
 	})
 	if err != nil {
 		return nil, err
