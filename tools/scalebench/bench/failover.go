@@ -19,6 +19,7 @@ import (
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 )
 
 // The failover scenario's own nodes, in a zone of their own (failover takes a spare of the
@@ -100,7 +101,7 @@ func (c *Cluster) addFailoverNodes(ctx context.Context) error {
 	if err := poll(ctx, 5*time.Minute, func(ctx context.Context) (bool, error) {
 		for _, n := range names {
 			node, err := c.Kube.CoreV1().Nodes().Get(ctx, n, metav1.GetOptions{})
-			if err != nil || !nodeReady(node) {
+			if err != nil || !nodefailover.NodeReady(node) {
 				return false, nil
 			}
 		}
@@ -119,15 +120,6 @@ func (c *Cluster) addFailoverNodes(ctx context.Context) error {
 		}
 	}
 	return nil
-}
-
-func nodeReady(n *corev1.Node) bool {
-	for _, cond := range n.Status.Conditions {
-		if cond.Type == corev1.NodeReady {
-			return cond.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // PowerOff stands for switching node's machine off. kwok forgets the node (its annotation is
