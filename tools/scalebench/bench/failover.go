@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
@@ -333,28 +334,50 @@ func (c *Cluster) failoverESTS(ctx context.Context, pods int, agents *Agents) ([
 		return nil, 0, fmt.Errorf("simulated agents: %w", err)
 	}
 	a0, bytes0 := agents.Proxy.Counts(), agents.AnnotationBytes.Load()
+	// Every phase of the record as it happens (a watch: a poll misses the short ones).
+	var mu sync.Mutex
+	seen := map[jkev1alpha1.NodeFailoverPhase]time.Time{}
+	w, err := c.SIP.JkeV1alpha1().NodeFailovers().Watch(ctx, metav1.ListOptions{FieldSelector: "metadata.name=" + FailoverSource})
+	if err != nil {
+		return nil, 0, err
+	}
+	defer w.Stop()
+	go func() {
+		for ev := range w.ResultChan() {
+			if rec, ok := ev.Object.(*jkev1alpha1.NodeFailover); ok && rec.Status.Phase != "" {
+				mu.Lock()
+				if _, ok := seen[rec.Status.Phase]; !ok {
+					seen[rec.Status.Phase] = time.Now()
+				}
+				mu.Unlock()
+			}
+		}
+	}()
 	run, err := c.fenceAndMeasure(ctx, FailoverSource, comps)
 	if err != nil {
 		return nil, 0, err
 	}
-	phases := map[jkev1alpha1.NodeFailoverPhase]time.Duration{}
+	phases := func() map[jkev1alpha1.NodeFailoverPhase]time.Duration {
+		mu.Lock()
+		defer mu.Unlock()
+		out := map[jkev1alpha1.NodeFailoverPhase]time.Duration{}
+		for p, t := range seen {
+			out[p] = t.Sub(run.t0)
+		}
+		return out
+	}
 	var wall time.Duration
 	if err := c.waitComponents(ctx, comps, 30*time.Minute, "pods Running on "+FailoverSpare+" with their IPs", func(ctx context.Context) (bool, error) {
-		now := time.Since(run.t0)
-		if rec, err := c.SIP.JkeV1alpha1().NodeFailovers().Get(ctx, FailoverSource, metav1.GetOptions{}); err == nil {
-			if _, seen := phases[rec.Status.Phase]; !seen && rec.Status.Phase != "" {
-				phases[rec.Status.Phase] = now
-			}
-		}
 		if wall == 0 {
+			now := time.Since(run.t0)
 			if n, err := c.runningWithIPs(ctx, ns, FailoverSpare, "", ips, nil); err == nil && n == pods {
 				wall = now
 			}
 		}
-		_, completed := phases[jkev1alpha1.FailoverCompleted]
+		_, completed := phases()[jkev1alpha1.FailoverCompleted]
 		return wall > 0 && completed, nil
 	}); err != nil {
-		return nil, 0, fmt.Errorf("%w (record phases so far: %s)", err, phaseString(phases))
+		return nil, 0, fmt.Errorf("%w (record phases so far: %s)", err, phaseString(phases()))
 	}
 	rows, err := run.rows(len(c.Nodes), wall, func(comp *Component) string {
 		switch comp {
@@ -370,7 +393,7 @@ func (c *Cluster) failoverESTS(ctx context.Context, pods int, agents *Agents) ([
 	}
 	agentReqs := agents.Proxy.Counts().Sub(a0)
 	rows[1].Note("%d static-IP pods of an EnhancedStatefulSet: fence → all Running on the spare with their IPs %.1f s", pods, wall.Seconds())
-	rows[1].Note("record phases after the fence: %s", phaseString(phases))
+	rows[1].Note("record phases after the fence: %s", phaseString(phases()))
 	rows[1].Note("simulated agents after the fence: %d requests (%s), %.1f MiB of annotations",
 		agentReqs.Total(), agentReqs, float64(agents.AnnotationBytes.Load()-bytes0)/(1<<20))
 	// Leave the scenario's objects out of the next scenarios.
