@@ -350,8 +350,7 @@ func (a *Agent) writeStatus(ctx context.Context, plan rangePlan, usage []ipam.Ra
 			}
 		}
 		st.ObservedGeneration = r.Generation
-		cond := metav1.Condition{Type: ConditionSynced, Status: metav1.ConditionTrue,
-			Reason: ReasonServing, Message: fmt.Sprintf("node %s allocates from this range", a.cfg.NodeName), ObservedGeneration: r.Generation}
+		cond := ServingCondition(a.cfg.NodeName, r.Generation)
 		if plan.reservationsFailed {
 			cond.Status, cond.Reason = metav1.ConditionFalse, ReasonReservationsFailed
 			cond.Message = fmt.Sprintf("node %s could not reserve the StaticIPs' addresses in this range yet; it retries", a.cfg.NodeName)
@@ -368,6 +367,12 @@ func (a *Agent) writeStatus(ctx context.Context, plan rangePlan, usage []ipam.Ra
 		update(r, st)
 	}
 	return errors.Join(errs...)
+}
+
+// ServingCondition is the Synced condition of a range that node allocates from, at generation.
+func ServingCondition(node string, generation int64) metav1.Condition {
+	return metav1.Condition{Type: ConditionSynced, Status: metav1.ConditionTrue,
+		Reason: ReasonServing, Message: fmt.Sprintf("node %s allocates from this range", node), ObservedGeneration: generation}
 }
 
 // Run installs the plugin files at once (pods can start with their reserved IPs while the API

@@ -252,6 +252,16 @@ func observedRanges(self string, mine, others []*jkev1.IPRange, draining map[str
 	return out
 }
 
+// ObservedReport is the ObservedAnnotation value an agent writes once its IPAM serves its own
+// ranges and its routes to every other node's ranges are in place, with nothing left to drain:
+// the same for every node of a converged cluster. Simulated agents (tools/scalebench, on kwok
+// nodes that run no agent) write it, so the failover controller sees what real agents report.
+func ObservedReport(ranges []*jkev1.IPRange) (string, error) {
+	p := planRanges(ranges, "")
+	b, err := json.Marshal(observedRanges("", nil, p.others, nil, false, nil))
+	return string(b), err
+}
+
 // reportObserved patches the node's ObservedAnnotation when it differs from what the node
 // carries (or what this agent last wrote, while its cache lags).
 func (a *Agent) reportObserved(ctx context.Context, observed map[string]string, current string) error {

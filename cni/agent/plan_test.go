@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"encoding/json"
 	"net/netip"
 	"slices"
 	"sort"
@@ -256,5 +257,38 @@ func TestPendingRevocationIsRetried(t *testing.T) {
 	}
 	if stale := staleServed(served, nil, nil); !slices.Equal(stale, []string{"gone-drains", "moved", "same"}) {
 		t.Errorf("stale %v: a pending revocation must never be forgotten as stale", stale)
+	}
+}
+
+// ObservedReport is what every agent of a converged cluster writes: each range that has a
+// node, at its owner and generation; unassigned and overlapping (refused) ranges are left out.
+func TestObservedReport(t *testing.T) {
+	moved := ipr("moved", 1, "10.0.1.0/24", "spare")
+	moved.Spec.OwnerGeneration = 2
+	for _, tc := range []struct {
+		name   string
+		ranges []*jkev1.IPRange
+		want   string
+	}{
+		{"none", nil, `{}`},
+		{"two nodes and a moved range", []*jkev1.IPRange{ipr("a", 1, "10.0.0.0/24", "n1"), moved},
+			`{"a":"n1/0","moved":"spare/2"}`},
+		{"unassigned and overlapping left out", []*jkev1.IPRange{ipr("a", 1, "10.0.0.0/24", "n1"),
+			ipr("free", 2, "10.0.2.0/24", ""), ipr("newer", 3, "10.0.0.0/25", "n2")}, `{"a":"n1/0"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ObservedReport(tc.ranges)
+			if err != nil || got != tc.want {
+				t.Fatalf("ObservedReport = %s, %v; want %s", got, err, tc.want)
+			}
+			// A real agent on a node owning one of them reports the same.
+			for _, self := range []string{"n1", "spare"} {
+				p := planRanges(tc.ranges, self)
+				b, _ := json.Marshal(observedRanges(self, p.mine, p.others, nil, false, nil))
+				if string(b) != got {
+					t.Errorf("agent on %s reports %s, ObservedReport %s", self, b, got)
+				}
+			}
+		})
 	}
 }

@@ -28,6 +28,7 @@ func main() {
 	o := bench.DefaultRunOptions()
 	flag.IntVar(&o.Scheduler.PodsPerNode, "pods-per-node", o.Scheduler.PodsPerNode, "scheduler: pods per node (a third static-IP)")
 	flag.IntVar(&o.Scheduler.HeldPerNode, "held-per-node", o.Scheduler.HeldPerNode, "scheduler: reservations held for absent pods per node")
+	flag.IntVar(&o.Scheduler.Workers, "create-workers", bench.CreateWorkers, "scheduler: concurrent creates of the harness (busy API server answers are retried with backoff)")
 	flag.IntVar(&o.StaticIPs, "staticips", o.StaticIPs, "staticip: StaticIP records")
 	flag.IntVar(&o.Replicas, "replicas", o.Replicas, "ests: replicas of the EnhancedStatefulSet and of the native StatefulSet")
 	flag.IntVar(&o.MaxUnavailable, "max-unavailable", o.MaxUnavailable, "ests: rollout budget of both")

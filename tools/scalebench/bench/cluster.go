@@ -71,8 +71,10 @@ type Cluster struct {
 	Nodes   []string
 	env     *testenv.Env
 	kwok    *Proc
-	proxies []*CountingProxy
-	tempDir bool
+	// kwokStarts counts kwok's starts (a restart makes it forget a powered-off node).
+	kwokStarts int
+	proxies    []*CountingProxy
+	tempDir    bool
 }
 
 // Start brings up etcd + kube-apiserver (MaxUnavailableStatefulSet on, so the native
@@ -175,7 +177,12 @@ func (c *Cluster) startKwok() error {
 	if err != nil {
 		return err
 	}
-	c.kwok, err = StartProc(c.Dir, "kwok", c.KwokBin, "--kubeconfig="+kc, "--config="+cfg,
+	c.kwokStarts++
+	name := "kwok"
+	if c.kwokStarts > 1 {
+		name = fmt.Sprintf("kwok-%d", c.kwokStarts)
+	}
+	c.kwok, err = StartProc(c.Dir, name, c.KwokBin, "--kubeconfig="+kc, "--config="+cfg,
 		"--manage-nodes-with-annotation-selector="+KwokAnnotation+"=fake",
 		"--server-address=127.0.0.1:"+strconv.Itoa(port), "--cidr=10.250.0.0/16", "--node-ip=10.251.0.1", "--v=WARN")
 	return err
@@ -211,18 +218,22 @@ var NodeCapacity = corev1.ResourceList{
 	corev1.ResourcePods:   resource.MustParse("110"),
 }
 
+// FakeNode is a node kwok manages, in zone.
+func FakeNode(name, zone string) *corev1.Node {
+	return &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name,
+		Annotations: map[string]string{KwokAnnotation: "fake"},
+		Labels: map[string]string{NodeLabel: "true", "kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
+			ZoneLabel: zone, "type": "kwok"}},
+		Status: corev1.NodeStatus{Capacity: NodeCapacity, Allocatable: NodeCapacity}}
+}
+
 // AddNodes creates fake nodes from len(c.Nodes) up to n (kwok makes them Ready) and waits
 // until all are Ready.
 func (c *Cluster) AddNodes(ctx context.Context, n int) error {
 	first := len(c.Nodes)
 	err := parallel(ctx, n-first, 32, func(ctx context.Context, j int) error {
 		i := first + j
-		node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: NodeName(i),
-			Annotations: map[string]string{KwokAnnotation: "fake"},
-			Labels: map[string]string{NodeLabel: "true", "kubernetes.io/hostname": NodeName(i), "kubernetes.io/os": "linux",
-				ZoneLabel: fmt.Sprintf("zone-%d", i%3), "type": "kwok"}},
-			Status: corev1.NodeStatus{Capacity: NodeCapacity, Allocatable: NodeCapacity}}
-		if _, err := c.Kube.CoreV1().Nodes().Create(ctx, node, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		if _, err := c.Kube.CoreV1().Nodes().Create(ctx, FakeNode(NodeName(i), fmt.Sprintf("zone-%d", i%3)), metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
 		return nil

@@ -6,12 +6,18 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	utilnet "k8s.io/apimachinery/pkg/util/net"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
@@ -101,15 +107,6 @@ func (c *Cluster) DeletePods(ctx context.Context, ns string) error {
 	})
 }
 
-// Unbound counts the pods of ns not yet bound to a node.
-func (c *Cluster) Unbound(ctx context.Context, ns string) (int, error) {
-	l, err := c.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: "spec.nodeName=", ResourceVersion: "0"})
-	if err != nil {
-		return 0, err
-	}
-	return len(l.Items), nil
-}
-
 // Requests are every benchmark pod's requests: 60 fit a node next to its reservations.
 var Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}
 
@@ -167,3 +164,60 @@ func (c *Cluster) SchedulerConfig(name, manifest, kubeconfig string) (string, er
 }
 
 func isExists(err error) bool { return apierrors.IsAlreadyExists(err) }
+
+// BoundWatch counts the pods of a namespace bound to a node, from a watch (a list of
+// tens of thousands of pods every poll would load the API server it measures). Its cache
+// keeps each pod's name and node only.
+type BoundWatch struct {
+	store cache.Store
+	stop  context.CancelFunc
+}
+
+// WatchBound starts counting the bound pods of ns.
+func (c *Cluster) WatchBound(ctx context.Context, ns string) (*BoundWatch, error) {
+	ctx, stop := context.WithCancel(ctx)
+	f := informers.NewSharedInformerFactoryWithOptions(c.Kube, 0, informers.WithNamespace(ns),
+		informers.WithTransform(func(obj any) (any, error) {
+			if p, ok := obj.(*corev1.Pod); ok {
+				return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: p.Namespace, ResourceVersion: p.ResourceVersion},
+					Spec: corev1.PodSpec{NodeName: p.Spec.NodeName}}, nil
+			}
+			return obj, nil
+		}))
+	inf := f.Core().V1().Pods().Informer()
+	f.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), inf.HasSynced) {
+		stop()
+		return nil, fmt.Errorf("pods of %s: cache not synced", ns)
+	}
+	return &BoundWatch{store: inf.GetStore(), stop: stop}, nil
+}
+
+// Bound is how many pods are bound now.
+func (w *BoundWatch) Bound() int {
+	n := 0
+	for _, o := range w.store.List() {
+		if o.(*corev1.Pod).Spec.NodeName != "" {
+			n++
+		}
+	}
+	return n
+}
+
+// Stop ends the watch.
+func (w *BoundWatch) Stop() { w.stop() }
+
+// transient says whether a request failed because the API server was busy or out of reach
+// for a moment (429, a timeout, a refused or reset connection, a TLS handshake timeout).
+func transient(err error) bool {
+	return apierrors.IsTooManyRequests(err) || apierrors.IsServerTimeout(err) || apierrors.IsTimeout(err) ||
+		apierrors.IsServiceUnavailable(err) || apierrors.IsInternalError(err) ||
+		utilnet.IsConnectionReset(err) || utilnet.IsConnectionRefused(err) || utilnet.IsProbableEOF(err) ||
+		strings.Contains(err.Error(), "TLS handshake timeout") || strings.Contains(err.Error(), "Client.Timeout")
+}
+
+// create runs a create, repeating it with backoff while it fails transiently; an object
+// that already exists (a repeated create whose first try went through) is no error.
+func create(f func() error) error {
+	return ignoreExists(retry.OnError(wait.Backoff{Steps: 12, Duration: 100 * time.Millisecond, Factor: 2, Jitter: 0.2, Cap: 15 * time.Second}, transient, f))
+}

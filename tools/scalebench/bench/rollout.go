@@ -39,10 +39,7 @@ func (c *Cluster) Rollout(ctx context.Context, replicas, maxUnavailable int) ([]
 		if kind == estsbench.WorkloadESTS {
 			comp, err = c.Manager("ests-controller", "enhancedstatefulset")
 		} else {
-			comp, err = c.StartComponent("kube-controller-manager", "kube-controller-manager", func(kc string) []string {
-				return []string{"--kubeconfig=" + kc, "--controllers=statefulset", "--leader-elect=false", "--secure-port=0",
-					"--feature-gates=MaxUnavailableStatefulSet=true", "--kube-api-qps=1000", "--kube-api-burst=2000", "--v=1"}
-			})
+			comp, err = c.KubeControllerManager("kube-controller-manager", "statefulset")
 		}
 		if err != nil {
 			return rows, err

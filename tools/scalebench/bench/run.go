@@ -8,7 +8,7 @@ import (
 )
 
 // Scenarios, in the order Run takes them by default.
-var Scenarios = []string{"ippool", "scheduler", "staticip", "ests", "wrapper"}
+var Scenarios = []string{"ippool", "scheduler", "staticip", "ests", "failover", "wrapper"}
 
 // RunOptions size the scenarios.
 type RunOptions struct {

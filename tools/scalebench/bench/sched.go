@@ -72,7 +72,14 @@ type SchedulerOptions struct {
 	PodsPerNode int // 30
 	// HeldPerNode StaticIPs per node hold a place for absent pods (1 CPU each).
 	HeldPerNode int
+	// Workers bounds the harness's concurrent creates (default CreateWorkers); a create the
+	// API server turns away (busy, timed out) is repeated with backoff.
+	Workers int
 }
+
+// CreateWorkers is how many objects the harness creates at once by default: enough to keep
+// the API server busy, few enough not to starve the component under test on two cores.
+const CreateWorkers = 16
 
 // Scheduler: PodsPerNode pods per node, a third of them static-IP (annotation, StaticIP,
 // pinned to the node holding the IP), HeldPerNode reservations for absent pods per node;
@@ -86,12 +93,18 @@ func (c *Cluster) Scheduler(ctx context.Context, o SchedulerOptions) ([]Row, err
 	if err := c.EnsureNamespace(ctx, heldNS); err != nil {
 		return nil, err
 	}
+	workers := o.Workers
+	if workers <= 0 {
+		workers = CreateWorkers
+	}
 	held := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
-	if err := parallel(ctx, len(c.Nodes)*o.HeldPerNode, 32, func(ctx context.Context, k int) error {
+	if err := parallel(ctx, len(c.Nodes)*o.HeldPerNode, workers, func(ctx context.Context, k int) error {
 		node := c.Nodes[k/o.HeldPerNode]
 		name := fmt.Sprintf("held-%s-%d", node, k%o.HeldPerNode)
-		_, err := c.SIP.JkeV1().StaticIPs(heldNS).Create(ctx, StaticIP(heldNS, name, Host(ranges[node], 200+k%o.HeldPerNode), node, held), metav1.CreateOptions{})
-		return ignoreExists(err)
+		return create(func() error {
+			_, err := c.SIP.JkeV1().StaticIPs(heldNS).Create(ctx, StaticIP(heldNS, name, Host(ranges[node], 200+k%o.HeldPerNode), node, held), metav1.CreateOptions{})
+			return err
+		})
 	}); err != nil {
 		return nil, fmt.Errorf("reservations: %w", err)
 	}
@@ -107,36 +120,51 @@ func (c *Cluster) Scheduler(ctx context.Context, o SchedulerOptions) ([]Row, err
 			return nil, err
 		}
 		total := len(c.Nodes) * o.PodsPerNode
-		err := parallel(ctx, total, 32, func(ctx context.Context, k int) error {
+		bound, err := c.WatchBound(ctx, ns)
+		if err != nil {
+			return nil, err
+		}
+		t0 := time.Now()
+		err = parallel(ctx, total, workers, func(ctx context.Context, k int) error {
 			i, j := k/o.PodsPerNode, k%o.PodsPerNode
 			node := c.Nodes[i]
 			if j >= static {
-				_, err := c.Kube.CoreV1().Pods(ns).Create(ctx, Pod(ns, fmt.Sprintf("p-%s-%d", node, j), "", ""), metav1.CreateOptions{})
-				return ignoreExists(err)
+				return create(func() error {
+					_, err := c.Kube.CoreV1().Pods(ns).Create(ctx, Pod(ns, fmt.Sprintf("p-%s-%d", node, j), "", ""), metav1.CreateOptions{})
+					return err
+				})
 			}
 			// The modes use different addresses of the node's range (1-10, 11-20, ...).
 			name, ip := fmt.Sprintf("s-%s-%d", node, j), Host(ranges[node], 1+mi*static+j)
-			if _, err := c.SIP.JkeV1().StaticIPs(ns).Create(ctx, StaticIP(ns, name, ip, node, Requests), metav1.CreateOptions{}); ignoreExists(err) != nil {
+			if err := create(func() error {
+				_, err := c.SIP.JkeV1().StaticIPs(ns).Create(ctx, StaticIP(ns, name, ip, node, Requests), metav1.CreateOptions{})
+				return err
+			}); err != nil {
 				return err
 			}
-			_, err := c.Kube.CoreV1().Pods(ns).Create(ctx, Pod(ns, name, ip, node), metav1.CreateOptions{})
-			return ignoreExists(err)
+			return create(func() error {
+				_, err := c.Kube.CoreV1().Pods(ns).Create(ctx, Pod(ns, name, ip, node), metav1.CreateOptions{})
+				return err
+			})
 		})
 		if err != nil {
+			bound.Stop()
 			return nil, fmt.Errorf("%s pods: %w", m.name, err)
 		}
+		created := time.Since(t0)
 		comp, err := c.StartScheduler(m.name, m.bin, m.config)
 		if err != nil {
+			bound.Stop()
 			return nil, err
 		}
 		err = poll(ctx, 60*time.Minute, func(ctx context.Context) (bool, error) {
 			if done, perr := comp.Exited(); done {
 				return false, fmt.Errorf("%s exited: %v (log %s)", m.name, perr, filepath.Join(c.Dir, m.name+".log"))
 			}
-			n, err := c.Unbound(ctx, ns)
-			return err == nil && n == 0, nil
+			return bound.Bound() >= total, nil
 		})
 		wall := time.Since(comp.Started)
+		bound.Stop()
 		if err != nil {
 			comp.Stop()
 			return nil, fmt.Errorf("%s: pods not all bound: %w", m.name, err)
@@ -144,6 +172,7 @@ func (c *Cluster) Scheduler(ctx context.Context, o SchedulerOptions) ([]Row, err
 		row, err := Measure("scheduler", len(c.Nodes), comp.Proc, comp.Proxy, wall)
 		if err == nil {
 			row.Note("%d pods, %.0f pods/s", total, float64(total)/wall.Seconds())
+			row.Note("pods created (%d workers) in %.0f s before the scheduler started", workers, created.Seconds())
 			if h, herr := ScrapeHistogram(ctx, comp.MetricsURL, "scheduler_framework_extension_point_duration_seconds", map[string]string{"extension_point": "Filter"}); herr == nil {
 				row.Note("Filter p99 %.2f ms", h.Quantile(0.99)*1e3)
 			} else {

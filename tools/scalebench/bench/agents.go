@@ -1,0 +1,203 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	sipclient "github.com/staticip/staticip/apis/generated/clientset/versioned"
+	sipinformers "github.com/staticip/staticip/apis/generated/informers/externalversions"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/cni/agent"
+	"github.com/staticip/staticip/controllers/pkg/nodefailover"
+)
+
+// Agents plays the staticip-agent of every Ready kwok node in one goroutine (kwok nodes run
+// no agent): what a real agent reports once it has served its ranges and programmed its
+// routes, with the agent's own functions (cni/agent: ObservedReport, ServingCondition):
+//   - on every Ready node, the ObservedAnnotation: every assigned range at its owner and
+//     ownership generation;
+//   - on every range whose node is Ready, status Synced=True at its generation.
+//
+// A NotReady node reports nothing (its agent is off with it). The reports are written as soon
+// as the harness's informers show a change (a real agent: its next pass). Its API requests go
+// through their own counting proxy.
+type Agents struct {
+	Proxy *CountingProxy
+	// AnnotationBytes counts the bytes of annotation values written.
+	AnnotationBytes atomic.Int64
+
+	kube   kubernetes.Interface
+	sip    sipclient.Interface
+	nodes  cache.Indexer
+	ranges cache.Indexer
+	dirty  chan struct{}
+	// written is the last report written per node: a node whose cache still shows the older
+	// one is not patched again (the real agent's lastObserved).
+	written map[string]string
+	mu      sync.Mutex
+	// seq counts the changes seen; clean is the seq a pass found nothing to write at.
+	seq, clean atomic.Int64
+	stop       context.CancelFunc
+	done       sync.WaitGroup
+}
+
+// StartAgents starts the simulated agents; Stop ends them.
+func (c *Cluster) StartAgents(ctx context.Context) (*Agents, error) {
+	p, err := NewCountingProxy(c.Config)
+	if err != nil {
+		return nil, err
+	}
+	c.proxies = append(c.proxies, p)
+	cfg := &rest.Config{Host: p.URL, QPS: 500, Burst: 1000}
+	a := &Agents{Proxy: p, dirty: make(chan struct{}, 1), written: map[string]string{}}
+	if a.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if a.sip, err = sipclient.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	ctx, a.stop = context.WithCancel(ctx)
+	kf := informers.NewSharedInformerFactory(a.kube, 0)
+	sf := sipinformers.NewSharedInformerFactory(a.sip, 0)
+	nodeInf, rangeInf := kf.Core().V1().Nodes().Informer(), sf.Jke().V1().IPRanges().Informer()
+	poke := cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(any) { a.poke() },
+		UpdateFunc: func(any, any) { a.poke() },
+		DeleteFunc: func(any) { a.poke() },
+	}
+	if _, err := nodeInf.AddEventHandler(poke); err != nil {
+		a.stop()
+		return nil, err
+	}
+	if _, err := rangeInf.AddEventHandler(poke); err != nil {
+		a.stop()
+		return nil, err
+	}
+	a.nodes, a.ranges = nodeInf.GetIndexer(), rangeInf.GetIndexer()
+	kf.Start(ctx.Done())
+	sf.Start(ctx.Done())
+	if !cache.WaitForCacheSync(ctx.Done(), nodeInf.HasSynced, rangeInf.HasSynced) {
+		a.stop()
+		return nil, fmt.Errorf("simulated agents: caches not synced")
+	}
+	a.clean.Store(-1) // no pass yet
+	a.done.Add(1)
+	go a.run(ctx)
+	return a, nil
+}
+
+func (a *Agents) poke() {
+	a.seq.Add(1)
+	select {
+	case a.dirty <- struct{}{}:
+	default:
+	}
+}
+
+// Stop ends the loop (and its informers).
+func (a *Agents) Stop() {
+	a.stop()
+	a.done.Wait()
+}
+
+func (a *Agents) run(ctx context.Context) {
+	defer a.done.Done()
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	for {
+		seq := a.seq.Load()
+		if ok, _ := a.pass(ctx); ok {
+			a.clean.Store(seq)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-a.dirty:
+		case <-tick.C:
+		}
+	}
+}
+
+// pass writes every report that differs from what the objects show; it reports whether
+// nothing was left to write.
+func (a *Agents) pass(ctx context.Context) (bool, error) {
+	var ranges []*jkev1.IPRange
+	for _, o := range a.ranges.List() {
+		ranges = append(ranges, o.(*jkev1.IPRange))
+	}
+	report, err := agent.ObservedReport(ranges)
+	if err != nil {
+		return false, err
+	}
+	ready := map[string]bool{}
+	var annotate []string
+	for _, o := range a.nodes.List() {
+		n := o.(*corev1.Node)
+		if !nodefailover.NodeReady(n) {
+			continue
+		}
+		ready[n.Name] = true
+		a.mu.Lock()
+		last := a.written[n.Name]
+		a.mu.Unlock()
+		if n.Annotations[agent.ObservedAnnotation] != report && last != report {
+			annotate = append(annotate, n.Name)
+		}
+	}
+	var sync []*jkev1.IPRange
+	for _, r := range ranges {
+		if ready[r.Spec.Node] && !nodefailover.RangeSynced(r) {
+			sync = append(sync, r)
+		}
+	}
+	if len(annotate) == 0 && len(sync) == 0 {
+		return true, nil
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{agent.ObservedAnnotation: report}}})
+	if err != nil {
+		return false, err
+	}
+	// The range owners' agents first: the failover controller waits for the target's Synced
+	// before it looks at the routes.
+	err = parallel(ctx, len(sync), 16, func(ctx context.Context, i int) error {
+		r := sync[i].DeepCopy() // never mutate the informer's object
+		r.Status.ObservedGeneration = r.Generation
+		meta.SetStatusCondition(&r.Status.Conditions, agent.ServingCondition(r.Spec.Node, r.Generation))
+		_, _ = a.sip.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{}) // a conflict: the next pass
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	err = parallel(ctx, len(annotate), 16, func(ctx context.Context, i int) error {
+		if _, err := a.kube.CoreV1().Nodes().Patch(ctx, annotate[i], types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
+			a.AnnotationBytes.Add(int64(len(report)))
+			a.mu.Lock()
+			a.written[annotate[i]] = report
+			a.mu.Unlock()
+		}
+		return nil
+	})
+	return false, err
+}
+
+// WaitConverged waits until a pass found nothing to write: every Ready node reports every
+// range, every range of a Ready node is Synced.
+func (a *Agents) WaitConverged(ctx context.Context, timeout time.Duration) error {
+	return poll(ctx, timeout, func(ctx context.Context) (bool, error) {
+		return a.clean.Load() == a.seq.Load(), nil
+	})
+}
