@@ -3,6 +3,7 @@ package cluster
 import (
 	"encoding/json"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -172,7 +173,7 @@ func (l *layout) routeAssignedRanges() error {
 		}
 	}
 	for _, where := range []struct{ netns, dev, what string }{{"", l.bridge, "the host"}, {l.cpNetns, "", "the control plane"}} {
-		if err := syncRangeRoutes(where.netns, where.dev, want, ipOf); err != nil {
+		if err := syncRangeRoutes(where.netns, where.dev, l.clusterCIDR, want, ipOf); err != nil {
 			return fmt.Errorf("routes from %s (is an IPRange's CIDR used elsewhere on this machine?): %w", where.what, err)
 		}
 	}
@@ -180,10 +181,16 @@ func (l *layout) routeAssignedRanges() error {
 	return nil
 }
 
-// syncRangeRoutes makes the routes via node IPs in one network namespace ("" = the host) equal
-// want: replaces what is missing or points elsewhere, deletes what points at a node but is no
-// longer any node's range. Routes via anything else are not ours and stay.
-func syncRangeRoutes(netns, dev string, want, nodeIPs map[string]string) error {
+// syncRangeRoutes makes the routes via node IPs to destinations inside the pod address space
+// (podSpace) in one network namespace ("" = the host) equal want: replaces what is missing or
+// points elsewhere, deletes what points at a node but is no longer any node's range. Every
+// other route stays — the host's route to the Service CIDR via node-1 above all (deleting it
+// sent Service traffic to the default route).
+func syncRangeRoutes(netns, dev, podSpace string, want, nodeIPs map[string]string) error {
+	space, err := netip.ParsePrefix(podSpace)
+	if err != nil {
+		return fmt.Errorf("pod address space %q: %w", podSpace, err)
+	}
 	ip := func(args ...string) []string {
 		if netns != "" {
 			return append([]string{"ip", "-n", netns}, args...)
@@ -205,9 +212,11 @@ func syncRangeRoutes(netns, dev string, want, nodeIPs map[string]string) error {
 	}
 	current := map[string]string{}
 	for _, r := range have {
-		if isNode[r.Gateway] {
-			current[r.Dst] = r.Gateway
+		dst, err := netip.ParsePrefix(r.Dst)
+		if err != nil || !isNode[r.Gateway] || !space.Overlaps(dst) || dst.Bits() < space.Bits() {
+			continue // not a route to a piece of the pod address space via a node: not ours
 		}
+		current[r.Dst] = r.Gateway
 	}
 	for dst, gw := range current {
 		if want[dst] == "" {
