@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/cli-runtime/pkg/printers"
 
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 )
 
@@ -32,6 +33,8 @@ const (
 	ProblemStaticIPOutsideRange = "StaticIPOutsideRanges"
 	ProblemOverlappingRanges    = "OverlappingRanges"
 	ProblemRangeNotSynced       = "RangeNotSynced"
+	ProblemPoolNotReady         = "IPPoolNotReady"
+	ProblemPoolExhausted        = "IPPoolExhausted"
 )
 
 // Problem is one finding of the audit, with the objects it names.
@@ -67,11 +70,13 @@ func (r AuditResult) Errors() int {
 //     moved that range from X to Y: the pod on the fenced node is being replaced; also a
 //     Warning when the range is unassigned: its old node is draining it);
 //   - two StaticIPs with the same spec.ip; a StaticIP whose spec.ip is outside every IPRange;
-//   - overlapping IPRanges; IPRanges whose Synced condition is False.
+//   - overlapping IPRanges; IPRanges whose Synced condition is False;
+//   - IPPools whose Ready condition is False (the allocator cuts no block from them) or whose
+//     Exhausted condition is True (a matching node waits for a block: pods there get no IP).
 func Audit(s *Snapshot) AuditResult {
 	ranges := parseRanges(s.Ranges)
 	res := AuditResult{Problems: []Problem{},
-		Checked: map[string]int{"ipranges": len(s.Ranges), "staticips": len(s.StaticIPs), "pods": 0}}
+		Checked: map[string]int{"ipranges": len(s.Ranges), "ippools": len(s.Pools), "staticips": len(s.StaticIPs), "pods": 0}}
 	add := func(sev, kind string, ip netip.Addr, format string, args ...any) {
 		p := Problem{Severity: sev, Kind: kind, Message: fmt.Sprintf(format, args...)}
 		if ip.IsValid() {
@@ -91,6 +96,19 @@ func Audit(s *Snapshot) AuditResult {
 		if c := meta.FindStatusCondition(ranges[i].r.Status.Conditions, "Synced"); c != nil && c.Status == metav1.ConditionFalse {
 			add(SeverityError, ProblemRangeNotSynced, netip.Addr{}, "IPRange %s (%s, node %s) is not synced: %s: %s",
 				ranges[i].r.Name, ranges[i].r.Spec.CIDR, none(ranges[i].r.Spec.Node), c.Reason, c.Message)
+		}
+	}
+
+	// Pools: what their allocator reports, as the conditions of the newest spec.
+	for i := range s.Pools {
+		p := &s.Pools[i]
+		if c := meta.FindStatusCondition(p.Status.Conditions, jkev1.IPPoolReady); c != nil && c.Status == metav1.ConditionFalse {
+			add(SeverityError, ProblemPoolNotReady, netip.Addr{}, "IPPool %s (%s) is not ready, no block is cut from it: %s: %s",
+				p.Name, strings.Join(p.Spec.CIDRs, ","), c.Reason, c.Message)
+		}
+		if c := meta.FindStatusCondition(p.Status.Conditions, jkev1.IPPoolExhausted); c != nil && c.Status == metav1.ConditionTrue {
+			add(SeverityError, ProblemPoolExhausted, netip.Addr{}, "IPPool %s (%s) is exhausted, pods on the waiting nodes get no IP "+
+				"(add a CIDR to spec.cidrs or free a block): %s", p.Name, strings.Join(p.Spec.CIDRs, ","), c.Message)
 		}
 	}
 
@@ -192,7 +210,8 @@ func PrintAudit(out io.Writer, res AuditResult) error {
 	if err := w.Flush(); err != nil {
 		return err
 	}
-	checked := fmt.Sprintf("%d IPRanges, %d StaticIPs, %d live pods checked", res.Checked["ipranges"], res.Checked["staticips"], res.Checked["pods"])
+	checked := fmt.Sprintf("%d IPRanges, %d IPPools, %d StaticIPs, %d live pods checked",
+		res.Checked["ipranges"], res.Checked["ippools"], res.Checked["staticips"], res.Checked["pods"])
 	if errs := res.Errors(); errs > 0 {
 		_, err := fmt.Fprintf(out, "%d problem(s), %d warning(s): %s\n", errs, len(res.Problems)-errs, checked)
 		return err

@@ -394,6 +394,28 @@ func (o *Options) getSet(ctx context.Context, name string) (*Clients, *jkev1alph
 	return c, set, err
 }
 
+// rolloutRunE is the RunE of a rollout subcommand taking TYPE NAME or TYPE/NAME: a
+// StatefulSetGrid goes to onGrid by name, an EnhancedStatefulSet, read from the API server in
+// the command's namespace, to onSet.
+func (o *Options) rolloutRunE(onGrid func(ctx context.Context, name string) error,
+	onSet func(ctx context.Context, c *Clients, set *jkev1alpha1.EnhancedStatefulSet) error) func(*cobra.Command, []string) error {
+	return func(cmd *cobra.Command, args []string) error {
+		ctx := cmd.Context()
+		ref, err := ParseRolloutRef(args)
+		if err != nil {
+			return err
+		}
+		if ref.Grid {
+			return onGrid(ctx, ref.Name)
+		}
+		c, set, err := o.getSet(ctx, ref.Name)
+		if err != nil {
+			return err
+		}
+		return onSet(ctx, c, set)
+	}
+}
+
 // patchSet patches set and prints kubectl's "<resource>/<name> <what>".
 func (o *Options) patchSet(ctx context.Context, c *Clients, set *jkev1alpha1.EnhancedStatefulSet, pt types.PatchType, patch []byte, what string) error {
 	if _, err := c.StaticIP.JkeV1alpha1().EnhancedStatefulSets(set.Namespace).Patch(ctx, set.Name, pt, patch, metav1.PatchOptions{}); err != nil {
@@ -439,23 +461,12 @@ func newRolloutHistory(o *Options) *cobra.Command {
 
 			# View the revisions of every unit StatefulSet of a StatefulSetGrid
 			kubectl staticip rollout history ssg/db`),
-		Args: cobra.RangeArgs(1, 2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			if err := checkOutput(output, "json", "yaml", "wide"); err != nil {
-				return err
-			}
-			ref, err := ParseRolloutRef(args)
-			if err != nil {
-				return err
-			}
-			if ref.Grid {
-				return o.runGridHistory(cmd.Context(), ref.Name, unit, revision, output)
-			}
-			c, set, err := o.getSet(cmd.Context(), ref.Name)
-			if err != nil {
-				return err
-			}
-			revs, err := revisions(cmd.Context(), c, set)
+		Args:    cobra.RangeArgs(1, 2),
+		PreRunE: func(*cobra.Command, []string) error { return checkOutput(output, "json", "yaml", "wide") },
+		RunE: o.rolloutRunE(func(ctx context.Context, name string) error {
+			return o.runGridHistory(ctx, name, unit, revision, output)
+		}, func(ctx context.Context, c *Clients, set *jkev1alpha1.EnhancedStatefulSet) error {
+			revs, err := revisions(ctx, c, set)
 			if err != nil {
 				return err
 			}
@@ -471,7 +482,7 @@ func newRolloutHistory(o *Options) *cobra.Command {
 				return printStructured(o.Out, output, list)
 			}
 			return PrintHistory(o.Out, set, revs, revision, output == "wide")
-		},
+		}),
 	}
 	cmd.Flags().Int64Var(&revision, "revision", 0, "See the details, including podTemplate of the revision specified")
 	cmd.Flags().StringVar(&unit, "unit", "", "StatefulSetGrid: the node unit whose revision numbers --revision means (default: the unit with the longest history)")
@@ -501,19 +512,9 @@ func newRolloutUndo(o *Options) *cobra.Command {
 			# Roll a StatefulSetGrid back to revision 2 of its unit zone-a
 			kubectl staticip rollout undo ssg/db --unit=zone-a --to-revision=2`),
 		Args: cobra.RangeArgs(1, 2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			ref, err := ParseRolloutRef(args)
-			if err != nil {
-				return err
-			}
-			if ref.Grid {
-				return o.runGridUndo(ctx, ref.Name, unit, toRevision)
-			}
-			c, set, err := o.getSet(ctx, ref.Name)
-			if err != nil {
-				return err
-			}
+		RunE: o.rolloutRunE(func(ctx context.Context, name string) error {
+			return o.runGridUndo(ctx, name, unit, toRevision)
+		}, func(ctx context.Context, c *Clients, set *jkev1alpha1.EnhancedStatefulSet) error {
 			revs, err := revisions(ctx, c, set)
 			if err != nil {
 				return err
@@ -534,7 +535,7 @@ func newRolloutUndo(o *Options) *cobra.Command {
 				return fmt.Errorf("failed restoring revision %d: %w", rev.Revision, err)
 			}
 			return nil
-		},
+		}),
 	}
 	cmd.Flags().Int64Var(&toRevision, "to-revision", 0, "The revision to rollback to. Default to 0 (last revision).")
 	cmd.Flags().StringVar(&unit, "unit", "", "StatefulSetGrid: the node unit whose revision numbers --to-revision means (default: the unit with the longest history)")
@@ -617,19 +618,9 @@ func newRolloutPause(o *Options, pause bool) *cobra.Command {
 		Long:    templates.LongDesc(example + ` (spec.updateStrategy.rollingUpdate.paused).`),
 		Example: templates.Examples(fmt.Sprintf("\n# %s the rollout of ests/web\nkubectl staticip rollout %s ests/web", verb, verb)),
 		Args:    cobra.RangeArgs(1, 2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			ref, err := ParseRolloutRef(args)
-			if err != nil {
-				return err
-			}
-			if ref.Grid {
-				return errGridPause(ref.Name)
-			}
-			c, set, err := o.getSet(ctx, ref.Name)
-			if err != nil {
-				return err
-			}
+		RunE: o.rolloutRunE(func(_ context.Context, name string) error {
+			return errGridPause(name)
+		}, func(ctx context.Context, c *Clients, set *jkev1alpha1.EnhancedStatefulSet) error {
 			patch, changed, err := PausePatch(set, pause)
 			if err != nil {
 				return err
@@ -641,7 +632,7 @@ func newRolloutPause(o *Options, pause bool) *cobra.Command {
 				return fmt.Errorf("%s %q is not paused", "enhancedstatefulsets.jke.jdcloud.com", set.Name)
 			}
 			return o.patchSet(ctx, c, set, types.MergePatchType, patch, done)
-		},
+		}),
 	}
 }
 
@@ -660,24 +651,12 @@ func newRolloutRestart(o *Options) *cobra.Command {
 			# Restart every unit StatefulSet of a StatefulSetGrid
 			kubectl staticip rollout restart ssg/db`),
 		Args: cobra.RangeArgs(1, 2),
-		RunE: func(cmd *cobra.Command, args []string) error {
-			ctx := cmd.Context()
-			ref, err := ParseRolloutRef(args)
-			if err != nil {
-				return err
-			}
-			if ref.Grid {
-				return o.runGridRestart(ctx, ref.Name)
-			}
-			c, set, err := o.getSet(ctx, ref.Name)
-			if err != nil {
-				return err
-			}
+		RunE: o.rolloutRunE(o.runGridRestart, func(ctx context.Context, c *Clients, set *jkev1alpha1.EnhancedStatefulSet) error {
 			patch, err := RestartPatch(set, o.now().Format(time.RFC3339))
 			if err != nil {
 				return err
 			}
 			return o.patchSet(ctx, c, set, types.MergePatchType, patch, "restarted")
-		},
+		}),
 	}
 }

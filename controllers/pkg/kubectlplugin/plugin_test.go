@@ -160,6 +160,14 @@ func TestAudit(t *testing.T) {
 			[]string{"Error OverlappingRanges"}},
 		{"range not synced", Snapshot{Ranges: []jkev1.IPRange{synced(ranges[0], metav1.ConditionFalse, "WaitingForPreviousOwner"), synced(ranges[1], metav1.ConditionTrue, "Synced")}},
 			[]string{"Error RangeNotSynced"}},
+		{"pool not ready", Snapshot{Ranges: ranges, Pools: []jkev1.IPPool{pool("p1", jkev1.IPPoolReady, metav1.ConditionFalse, "Overlaps")}},
+			[]string{"Error IPPoolNotReady"}},
+		{"pool exhausted: a node waits for a block", Snapshot{Ranges: ranges,
+			Pools: []jkev1.IPPool{pool("p1", jkev1.IPPoolExhausted, metav1.ConditionTrue, "PoolExhausted")}},
+			[]string{"Error IPPoolExhausted"}},
+		{"pool ready, not exhausted", Snapshot{Ranges: ranges,
+			Pools: []jkev1.IPPool{pool("p1", jkev1.IPPoolReady, metav1.ConditionTrue, "Ready"), pool("p2", jkev1.IPPoolExhausted, metav1.ConditionFalse, "BlocksAvailable")}},
+			nil},
 		{"errors before warnings", Snapshot{Ranges: []jkev1.IPRange{ipRange("r1", "10.1.0.0/24", "")},
 			Pods: []corev1.Pod{pod("a", "p", "node-1", "10.1.0.2"), pod("a", "q", "node-1", "10.9.0.1")}},
 			[]string{"Error PodIPOutsideRanges", "Warning PodIPInUnassignedRange"}},
@@ -179,6 +187,12 @@ func TestAudit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// pool is an IPPool whose status carries one condition.
+func pool(name, condition string, status metav1.ConditionStatus, reason string) jkev1.IPPool {
+	return jkev1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: jkev1.IPPoolSpec{CIDRs: []string{"10.8.0.0/16"}},
+		Status: jkev1.IPPoolStatus{Conditions: []metav1.Condition{{Type: condition, Status: status, Reason: reason, Message: "m"}}}}
 }
 
 func revision(set *jkev1alpha1.EnhancedStatefulSet, n int64, image string) *appsv1.ControllerRevision {
