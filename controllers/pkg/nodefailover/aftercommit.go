@@ -340,11 +340,13 @@ func (m *migration) rebindStaticIPs(ctx context.Context, moved []jkev1alpha1.Mov
 			st.MovedStaticIPs = append(st.MovedStaticIPs, jkev1alpha1.MovedStaticIP{Namespace: s.Namespace, Name: s.Name, IP: s.Spec.IP, FromNode: s.Spec.Node})
 		}
 	}
-	for i := range st.MovedStaticIPs {
+	// Each record is its own write (resourceVersion-guarded): they go out in parallel, each
+	// goroutine touching only its own element of MovedStaticIPs.
+	return forEachParallel(ctx, len(st.MovedStaticIPs), func(ctx context.Context, i int) error {
 		ms := &st.MovedStaticIPs[i]
 		s, err := m.c.staticIPs.StaticIPs(ms.Namespace).Get(ms.Name)
 		if apierrors.IsNotFound(err) {
-			continue
+			return nil
 		} else if err != nil {
 			return err
 		}
@@ -365,8 +367,8 @@ func (m *migration) rebindStaticIPs(ctx context.Context, moved []jkev1alpha1.Mov
 			}
 			m.c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonPodRecreate, "pending pod pinned to failed node %s deleted: its workload recreates it on %s", m.failedName(), st.Target)
 		}
-	}
-	return nil
+		return nil
+	})
 }
 
 func podName(s *jkev1.StaticIP) string {

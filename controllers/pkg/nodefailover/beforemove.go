@@ -112,15 +112,17 @@ func (m *migration) beforeMoving(ctx context.Context) (done bool, requeue time.D
 // deleteFencedPods force-deletes (grace period 0, UID precondition: never a pod of the same
 // name created since) the pod objects FencedPodDeletion chose: the machine is off, so nothing
 // runs them, and their objects are all that keeps the node's IPs claimed. Their controllers
-// recreate them (a DaemonSet's pod comes back when the node returns).
+// recreate them (a DaemonSet's pod comes back when the node returns). The deletions go out in
+// parallel (forEachParallel).
 func (m *migration) deleteFencedPods(ctx context.Context, pods []*corev1.Pod) error {
 	zero := int64(0)
-	for _, p := range pods {
+	return forEachParallel(ctx, len(pods), func(ctx context.Context, i int) error {
+		p := pods[i]
 		uid := p.UID
 		err := m.c.kube.CoreV1().Pods(p.Namespace).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero,
 			Preconditions: &metav1.Preconditions{UID: &uid}})
 		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
-			continue // gone, or another pod of that name: the next sync sees it
+			return nil // gone, or another pod of that name: the next sync sees it
 		} else if err != nil {
 			return fmt.Errorf("force-delete pod %s/%s on fenced node %s: %w", p.Namespace, p.Name, m.failedName(), err)
 		}
@@ -129,6 +131,6 @@ func (m *migration) deleteFencedPods(ctx context.Context, pods []*corev1.Pod) er
 		m.c.recorder.Event(p, corev1.EventTypeWarning, ReasonFencedPodDeleted, msg)
 		m.c.recorder.Event(m.rec, corev1.EventTypeNormal, ReasonFencedPodDeleted, msg)
 		m.logger.Info("Force-deleted a pod bound to the fenced node", "pod", klog.KObj(p))
-	}
-	return nil
+		return nil
+	})
 }
