@@ -62,7 +62,7 @@ func migrateLegacy(legacy, path string, timeout time.Duration) error {
 		return err
 	}
 	defer lock.Close()
-	ldb, err := openBolt(legacy, timeout, false)
+	ldb, err := openBolt(legacy, timeout, false, nil)
 	if errors.Is(err, bolterrors.ErrTimeout) {
 		return &LockedError{Path: legacy, Timeout: timeout}
 	} else if err != nil {
@@ -91,7 +91,7 @@ func migrateLegacy(legacy, path string, timeout time.Duration) error {
 	}
 	// The copy keeps the legacy schema mark (a second network may copy an already marked
 	// file): make it current before it goes live.
-	cdb, err := openBolt(tmp, timeout, false)
+	cdb, err := openBolt(tmp, timeout, false, nil)
 	if err != nil {
 		return fmt.Errorf("IPAM database migration %s: %w", tmp, err)
 	}
@@ -219,7 +219,7 @@ func Recover(opts Options) (*DB, error) {
 // openLocked opens the bbolt file at opts.Path whose side lock the caller holds; on success
 // the DB owns the lock, on failure the caller still does.
 func openLocked(opts Options, lock *os.File) (*DB, error) {
-	bdb, err := openBolt(opts.Path, opts.OpenTimeout, opts.NoSync)
+	bdb, err := openBolt(opts.Path, opts.OpenTimeout, opts.NoSync, opts.boltOptions)
 	if err != nil {
 		switch {
 		case errors.Is(err, bolterrors.ErrTimeout):

@@ -15,6 +15,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -144,7 +145,7 @@ func run(staticipBin, compareBin, cniDir string, cycles, parallel, parallelCycle
 	}
 
 	// Latency: interleave the plugins cycle by cycle so that load changes on the (shared)
-	// machine hit both alike.
+	// machine hit both alike. lat[j][i] is plugin j's cycle i, failed for a failed cycle.
 	lat := make([][]time.Duration, len(plugins))
 	errs := make([]int, len(plugins))
 	for i := range cycles {
@@ -158,14 +159,14 @@ func run(staticipBin, compareBin, cniDir string, cycles, parallel, parallelCycle
 				if errs[j] == 1 {
 					fmt.Fprintf(os.Stderr, "%s: %v\n", p.name, err)
 				}
-				continue
+				d = failed
 			}
 			lat[j] = append(lat[j], d)
 		}
 	}
 	res := make([]figures, len(plugins))
 	for j := range plugins {
-		res[j] = summarize(lat[j])
+		res[j] = summarize(succeeded(lat[j]))
 		res[j].errors = errs[j]
 	}
 
@@ -199,14 +200,61 @@ func run(staticipBin, compareBin, cniDir string, cycles, parallel, parallelCycle
 		ratio(s.p50, b.p50), ratio(s.p99, b.p99), s.throughput/b.throughput)
 	fmt.Printf("ratio staticip / ptp+static floor:  p50 %.2fx (target <= 1.1x), p99 %.2fx (target <= 1.1x), parallel throughput %.2fx\n",
 		ratio(s.p50, f.p50), ratio(s.p99, f.p99), s.throughput/f.throughput)
+	fmt.Printf("  95%% interval of the latency ratios (paired bootstrap over the interleaved cycles): p50 %s, p99 %s\n",
+		bootstrapRatio(lat[0], lat[2], 0.50), bootstrapRatio(lat[0], lat[2], 0.99))
 	if len(res) > 3 {
 		c := res[3]
 		fmt.Printf("ratio compare / ptp+static floor:   p50 %.2fx, p99 %.2fx, parallel throughput %.2fx\n",
 			ratio(c.p50, f.p50), ratio(c.p99, f.p99), c.throughput/f.throughput)
 		fmt.Printf("ratio staticip / compare:           p50 %.2fx, p99 %.2fx, parallel throughput %.2fx\n",
 			ratio(s.p50, c.p50), ratio(s.p99, c.p99), s.throughput/c.throughput)
+		fmt.Printf("  95%% interval of the latency ratios: p50 %s, p99 %s\n",
+			bootstrapRatio(lat[0], lat[3], 0.50), bootstrapRatio(lat[0], lat[3], 0.99))
 	}
+	fmt.Printf("load at the end: %s\n", loadavg())
 	return nil
+}
+
+// failed marks a cycle that returned an error (left out of every figure).
+const failed time.Duration = -1
+
+func succeeded(ds []time.Duration) []time.Duration {
+	return slices.DeleteFunc(slices.Clone(ds), func(d time.Duration) bool { return d == failed })
+}
+
+// bootstrapRatio is the 95% interval of quantile q of a's cycles over b's: the cycles are
+// resampled with replacement as pairs (cycle i of both plugins ran back to back), 2,000
+// times. The p99 of 500 cycles is the 5th-worst cycle: how far one run's ratio can be
+// trusted on a shared machine is this interval, not the point value.
+func bootstrapRatio(a, b []time.Duration, q float64) string {
+	var pairs [][2]time.Duration
+	for i := range min(len(a), len(b)) {
+		if a[i] != failed && b[i] != failed {
+			pairs = append(pairs, [2]time.Duration{a[i], b[i]})
+		}
+	}
+	if len(pairs) == 0 {
+		return "-"
+	}
+	rng := rand.New(rand.NewPCG(1, 2)) // fixed: the same run prints the same interval
+	const resamples = 2000
+	ratios := make([]float64, resamples)
+	xa, xb := make([]time.Duration, len(pairs)), make([]time.Duration, len(pairs))
+	for r := range ratios {
+		for i := range pairs {
+			p := pairs[rng.IntN(len(pairs))]
+			xa[i], xb[i] = p[0], p[1]
+		}
+		ratios[r] = ratio(quantile(xa, q), quantile(xb, q))
+	}
+	slices.Sort(ratios)
+	return fmt.Sprintf("%.2fx-%.2fx", ratios[resamples*25/1000], ratios[resamples*975/1000])
+}
+
+// quantile sorts ds in place and returns its quantile q (the same rule as summarize).
+func quantile(ds []time.Duration, q float64) time.Duration {
+	slices.Sort(ds)
+	return ds[min(len(ds)-1, int(q*float64(len(ds))))]
 }
 
 // interrupted is set by SIGINT/SIGTERM: the run stops after the calls in flight and still
@@ -256,8 +304,7 @@ func summarize(ds []time.Duration) figures {
 	for _, d := range s {
 		sum += d
 	}
-	pct := func(p float64) time.Duration { return s[min(len(s)-1, int(p*float64(len(s))))] }
-	return figures{p50: pct(0.50), p99: pct(0.99), mean: sum / time.Duration(len(s))}
+	return figures{p50: quantile(s, 0.50), p99: quantile(s, 0.99), mean: sum / time.Duration(len(s))}
 }
 
 // invoke execs one CNI command. The calling goroutine's thread is switched into the host
