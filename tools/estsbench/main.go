@@ -43,6 +43,7 @@ func main() {
 	orderedWorkloads := flag.String("ordered-ready-workloads", "", "workloads of the OrderedReady table when --pod-management-policy has both (default: --workloads); "+
 		"OrderedReady starts 50 pods one by one, so each of its rounds takes minutes per workload")
 	restarts := flag.Int("restarts", 0, "also measure delete -> same-IP Running: this many deletions of a static-IP EnhancedStatefulSet's pod, each next to a plain pod's create -> Running (0: skip)")
+	restartTrace := flag.Bool("restart-trace", false, "with --restarts: print every watch event of each restarted pod with its time from the delete call")
 	from := flag.String("from", imagebuilder.TestServerImage, "image the pods start with (present on the nodes: imagePullPolicy Never)")
 	to := flag.String("to", imagebuilder.TestServerV2Image, "image the pods are rolled to")
 	cpu := flag.String("cpu-request", "10m", "CPU request of each pod")
@@ -133,7 +134,7 @@ func main() {
 	}
 	var restart *bench.RestartResult
 	if *restarts > 0 {
-		res, err := runner.MeasureRestart(ctx, bench.RestartConfig{Count: *restarts, Replicas: 3, Image: cfg.From, Template: cfg.Template, Timeout: cfg.Timeout})
+		res, err := runner.MeasureRestart(ctx, bench.RestartConfig{Count: *restarts, Replicas: 3, Image: cfg.From, Template: cfg.Template, Timeout: cfg.Timeout, Trace: *restartTrace})
 		if err != nil {
 			fail(fmt.Errorf("restart latency: %w", err))
 		}

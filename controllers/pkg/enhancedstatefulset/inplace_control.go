@@ -83,20 +83,29 @@ func (c *Controller) updateInPlace(ctx context.Context, set *jkev1alpha1.Enhance
 }
 
 // finishInPlace ends an in-place update the kubelet has carried out (or readies a new pod of
-// an InPlaceIfPossible set): InPlaceUpdateReady True, the update record removed.
+// an InPlaceIfPossible set): InPlaceUpdateReady True, the update record removed — in one write
+// of the status subresource, which takes metadata.annotations too: the pod is one API round
+// trip (and one pod event for every watcher, the kubelet included) from Ready instead of two,
+// and the set's sync that finishes it holds the set's key that much shorter.
 func (c *Controller) finishInPlace(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, pod *corev1.Pod) error {
 	if pod == nil {
 		return nil
 	}
+	_, recorded := pod.Annotations[AnnotationInPlaceUpdate]
 	if hasReadinessGate(pod) && !conditionTrue(pod, InPlaceUpdateReady) {
-		if _, err := c.patchInPlaceReady(ctx, pod, corev1.ConditionTrue, "ContainersUpdated", ""); err != nil {
+		var removeRecord []string
+		if recorded {
+			removeRecord = []string{AnnotationInPlaceUpdate}
+		}
+		if _, err := c.patchInPlaceReady(ctx, pod, corev1.ConditionTrue, "ContainersUpdated", "", removeRecord...); err != nil {
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 				return nil
 			}
 			return fmt.Errorf("set %s True on Pod %s: %w", InPlaceUpdateReady, pod.Name, err)
 		}
+		return nil
 	}
-	if _, ok := pod.Annotations[AnnotationInPlaceUpdate]; !ok {
+	if !recorded {
 		return nil
 	}
 	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID, "annotations": map[string]any{AnnotationInPlaceUpdate: nil}}})
@@ -108,9 +117,18 @@ func (c *Controller) finishInPlace(ctx context.Context, set *jkev1alpha1.Enhance
 }
 
 // patchInPlaceReady sets the InPlaceUpdateReady condition of pod (strategic merge on the
-// status subresource: the kubelet's own conditions stay).
-func (c *Controller) patchInPlaceReady(ctx context.Context, pod *corev1.Pod, status corev1.ConditionStatus, reason, message string) (*corev1.Pod, error) {
+// status subresource: the kubelet's own conditions stay) and removes the annotations named in
+// removeAnnotations in the same write.
+func (c *Controller) patchInPlaceReady(ctx context.Context, pod *corev1.Pod, status corev1.ConditionStatus, reason, message string, removeAnnotations ...string) (*corev1.Pod, error) {
 	cond := corev1.PodCondition{Type: InPlaceUpdateReady, Status: status, Reason: reason, Message: message, LastTransitionTime: metav1.NewTime(c.now())}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"uid": pod.UID}, "status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
+	meta := map[string]any{"uid": pod.UID}
+	if len(removeAnnotations) > 0 {
+		remove := map[string]any{}
+		for _, k := range removeAnnotations {
+			remove[k] = nil
+		}
+		meta["annotations"] = remove
+	}
+	patch, _ := json.Marshal(map[string]any{"metadata": meta, "status": map[string]any{"conditions": []corev1.PodCondition{cond}}})
 	return c.kubeClient.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.StrategicMergePatchType, patch, metav1.PatchOptions{}, "status")
 }

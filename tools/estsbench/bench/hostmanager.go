@@ -10,11 +10,14 @@ import (
 	"syscall"
 	"time"
 
+	authenticationv1 "k8s.io/api/authentication/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
 
 // The staticip-controller-manager Deployment of manifests/controller-manager and its Lease.
@@ -25,7 +28,10 @@ const (
 )
 
 // HostManager runs staticip-controller-manager as a process on this host in place of its
-// Deployment, for the length of a benchmark.
+// Deployment, for the length of a benchmark, with the Deployment's own identity: a token of
+// its ServiceAccount (TokenRequest), so the API server's policies treat it exactly as the
+// Deployment's pod — the ip-address policy (manifests/admission) lets only that identity
+// create a pod carrying its StaticIP's IP.
 //
 // Why: on the local cluster kube-controller-manager (the StatefulSet peer) and the Kruise
 // peer are host processes, while the Deployment's pod runs in a container cgroup that shares
@@ -33,8 +39,10 @@ const (
 // load of a rollout on a small machine that starves the pod and times the cgroup layout, not
 // the controller. With the manager on the host all controllers are scheduled alike.
 type HostManager struct {
-	Kube       kubernetes.Interface
-	Binary     string
+	Kube   kubernetes.Interface
+	Binary string
+	// Kubeconfig is the benchmark's (admin) kubeconfig: the host process reaches the same
+	// API server, with the same CA, but authenticates as the Deployment's ServiceAccount.
 	Kubeconfig string
 	// Args are added to the manager's command line.
 	Args []string
@@ -62,6 +70,8 @@ func (h *HostManager) Start(ctx context.Context) (stop func(), err error) {
 	var cmd *exec.Cmd
 	// exited is closed when the started process has been waited for.
 	var exited chan struct{}
+	// credentials is the kubeconfig holding the ServiceAccount's token, removed at stop.
+	credentials := ""
 	stopped := false
 	stop = func() {
 		if stopped {
@@ -76,6 +86,9 @@ func (h *HostManager) Start(ctx context.Context) (stop func(), err error) {
 				_ = cmd.Process.Kill()
 				<-exited
 			}
+		}
+		if credentials != "" {
+			_ = os.Remove(credentials)
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
@@ -99,12 +112,19 @@ func (h *HostManager) Start(ctx context.Context) (stop func(), err error) {
 		return fail(fmt.Errorf("the manager's pods did not go: %w", err))
 	}
 
+	account := d.Spec.Template.Spec.ServiceAccountName
+	if account == "" {
+		account = "default"
+	}
+	if credentials, err = h.serviceAccountKubeconfig(ctx, account); err != nil {
+		return fail(fmt.Errorf("credentials of ServiceAccount %s/%s for the host manager: %w", managerNamespace, account, err))
+	}
 	logFile, err := os.CreateTemp("", "estsbench-manager-*.log")
 	if err != nil {
 		return fail(err)
 	}
 	defer logFile.Close() // the child has its own descriptor
-	args := append([]string{"--kubeconfig=" + h.Kubeconfig, "--leader-elect-namespace=" + managerNamespace,
+	args := append([]string{"--kubeconfig=" + credentials, "--leader-elect-namespace=" + managerNamespace,
 		"--metrics-bind-address=0", "--health-bind-address=0"}, h.Args...)
 	cmd = exec.Command(h.Binary, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
@@ -137,7 +157,43 @@ func (h *HostManager) Start(ctx context.Context) (stop func(), err error) {
 	}); err != nil {
 		return fail(fmt.Errorf("the host manager did not take the Lease: %w", err))
 	}
-	h.Log("manager: %s runs on the host (pid %d, log %s) in place of Deployment %s/%s (%d replicas)",
-		h.Binary, cmd.Process.Pid, logFile.Name(), managerNamespace, managerDeployment, replicas)
+	h.Log("manager: %s runs on the host (pid %d, log %s) as ServiceAccount %s/%s in place of Deployment %s/%s (%d replicas)",
+		h.Binary, cmd.Process.Pid, logFile.Name(), managerNamespace, account, managerNamespace, managerDeployment, replicas)
 	return stop, nil
+}
+
+// managerTokenLifetime is asked of TokenRequest for the host manager's token: longer than any
+// benchmark run (the API server may shorten it; the manager then fails its requests, visibly).
+const managerTokenLifetime = 12 * time.Hour
+
+// serviceAccountKubeconfig writes a kubeconfig (mode 0600, a temporary file) that reaches the
+// API server of h.Kubeconfig — its server, CA and TLS server name — with a token of
+// ServiceAccount managerNamespace/account, and returns its path.
+func (h *HostManager) serviceAccountKubeconfig(ctx context.Context, account string) (string, error) {
+	admin, err := clientcmd.BuildConfigFromFlags("", h.Kubeconfig)
+	if err != nil {
+		return "", err
+	}
+	lifetime := int64(managerTokenLifetime / time.Second)
+	tr, err := h.Kube.CoreV1().ServiceAccounts(managerNamespace).CreateToken(ctx, account,
+		&authenticationv1.TokenRequest{Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &lifetime}}, metav1.CreateOptions{})
+	if err != nil {
+		return "", err
+	}
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["cluster"] = &clientcmdapi.Cluster{Server: admin.Host, CertificateAuthority: admin.CAFile,
+		CertificateAuthorityData: admin.CAData, TLSServerName: admin.ServerName, InsecureSkipTLSVerify: admin.Insecure}
+	kc.AuthInfos[account] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.Contexts[account] = &clientcmdapi.Context{Cluster: "cluster", AuthInfo: account}
+	kc.CurrentContext = account
+	f, err := os.CreateTemp("", "estsbench-manager-*.kubeconfig") // CreateTemp: mode 0600
+	if err != nil {
+		return "", err
+	}
+	f.Close()
+	if err := clientcmd.WriteToFile(*kc, f.Name()); err != nil {
+		os.Remove(f.Name())
+		return "", err
+	}
+	return f.Name(), nil
 }

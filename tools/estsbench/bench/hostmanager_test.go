@@ -9,11 +9,39 @@ import (
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
+	authenticationv1 "k8s.io/api/authentication/v1"
 	coordinationv1 "k8s.io/api/coordination/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 )
+
+// fakeKube is a fake clientset holding objs that answers TokenRequests (the fake's object
+// tracker does not), and the path of an admin kubeconfig naming an unreachable server.
+func fakeKube(t *testing.T, objs ...runtime.Object) (*fake.Clientset, string) {
+	t.Helper()
+	client := fake.NewClientset(objs...)
+	client.PrependReactor("create", "serviceaccounts", func(a k8stesting.Action) (bool, runtime.Object, error) {
+		if a.GetSubresource() != "token" {
+			return false, nil, nil
+		}
+		return true, &authenticationv1.TokenRequest{Status: authenticationv1.TokenRequestStatus{Token: "token"}}, nil
+	})
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: "https://127.0.0.1:1"}
+	kc.AuthInfos["admin"] = &clientcmdapi.AuthInfo{Token: "admin"}
+	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "admin"}
+	kc.CurrentContext = "c"
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	if err := clientcmd.WriteToFile(*kc, path); err != nil {
+		t.Fatal(err)
+	}
+	return client, path
+}
 
 // fakeManager writes an executable script that stands in for the manager binary.
 func fakeManager(t *testing.T, body string) string {
@@ -50,9 +78,10 @@ func deploymentReplicas(t *testing.T, client *fake.Clientset) int32 {
 // stop ends the process and puts the Deployment back at its replicas.
 func TestHostManagerReplacesTheDeployment(t *testing.T) {
 	host, _ := os.Hostname()
-	client := fake.NewClientset(managerObjects(host + "_1234"))
+	d, l := managerObjects(host + "_1234")
+	client, kubeconfig := fakeKube(t, d, l)
 	pidFile := filepath.Join(t.TempDir(), "pid")
-	hm := &HostManager{Kube: client, Binary: fakeManager(t, "echo $$ > "+pidFile+"; exec sleep 60"), Kubeconfig: "/nonexistent",
+	hm := &HostManager{Kube: client, Binary: fakeManager(t, "echo $$ > "+pidFile+"; exec sleep 60"), Kubeconfig: kubeconfig,
 		Log: func(string, ...any) {}}
 	stop, err := hm.Start(context.Background())
 	if err != nil {
@@ -85,8 +114,9 @@ func TestHostManagerReplacesTheDeployment(t *testing.T) {
 // TestHostManagerThatExitsIsAnError: a binary that exits before it takes the Lease fails
 // Start, and the Deployment is put back.
 func TestHostManagerThatExitsIsAnError(t *testing.T) {
-	client := fake.NewClientset(managerObjects("someone-else_1"))
-	hm := &HostManager{Kube: client, Binary: fakeManager(t, "exit 3"), Kubeconfig: "/nonexistent", Log: func(string, ...any) {}}
+	d, l := managerObjects("someone-else_1")
+	client, kubeconfig := fakeKube(t, d, l)
+	hm := &HostManager{Kube: client, Binary: fakeManager(t, "exit 3"), Kubeconfig: kubeconfig, Log: func(string, ...any) {}}
 	if _, err := hm.Start(context.Background()); err == nil || !strings.Contains(err.Error(), "exited") {
 		t.Errorf("Start = %v, want an error saying the manager exited", err)
 	}

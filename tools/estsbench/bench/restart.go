@@ -4,12 +4,14 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
@@ -28,6 +30,9 @@ type RestartConfig struct {
 	Image    string
 	Template TemplateOptions
 	Timeout  time.Duration
+	// Trace prints every watch event of each restarted pod (old and successor) with its time
+	// from the delete call: where a slow deletion spent its time.
+	Trace bool
 }
 
 // RestartResult is one latency per deletion and per plain pod.
@@ -41,6 +46,11 @@ type RestartResult struct {
 	// old pod object is gone (the kubelet stopped the container and tore the sandbox down);
 	// no successor of the same name can exist before.
 	StaticIPGone, StatefulSetGone []time.Duration
+	// StaticIPStopped, StatefulSetStopped: from the delete call until the watch first shows
+	// the old pod with no container running (the kubelet's status write after it stopped
+	// them); the rest of "gone" is the sandbox teardown (CNI DEL), the kubelet's cleanup and
+	// its final delete.
+	StaticIPStopped, StatefulSetStopped []time.Duration
 }
 
 // Percentile is the p-th percentile (nearest rank) of ds; 0 for none.
@@ -111,18 +121,27 @@ func (r *Runner) MeasureRestart(ctx context.Context, cfg RestartConfig) (Restart
 	r.Logf("restart: %d static-IP pods and %d StatefulSet pods Running and Ready", cfg.Replicas, cfg.Replicas)
 	// restart deletes pod name and times its successor to Running (and the old object's
 	// disappearance); sameIP: the successor must have the old pod's IP.
-	restart := func(name string, sameIP bool) (gone, back time.Duration, oldIP string, err error) {
+	restart := func(name string, sameIP bool) (stopped, gone, back time.Duration, oldIP string, err error) {
 		old, err := r.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return 0, 0, "", err
+			return 0, 0, 0, "", err
 		}
 		start := time.Now()
 		if err := r.Kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &old.UID}}); err != nil {
-			return 0, 0, "", err
+			return 0, 0, 0, "", err
 		}
-		var goneAt time.Time
-		at, err := r.waitPodEvents(ctx, ns, name, old.ResourceVersion, cfg.Timeout, func(t time.Time, p *corev1.Pod) {
-			if p.UID == old.UID && goneAt.IsZero() {
+		var goneAt, stoppedAt time.Time
+		at, err := r.waitPodEvents(ctx, ns, name, old.ResourceVersion, cfg.Timeout, func(t time.Time, typ watch.EventType, p *corev1.Pod) {
+			if cfg.Trace {
+				r.Logf("  trace %s +%4dms %-8s %s", name, t.Sub(start).Milliseconds(), typ, podTrace(p, old.UID))
+			}
+			if p.UID != old.UID {
+				return
+			}
+			if stoppedAt.IsZero() && (typ == watch.Deleted || noContainerRunning(p)) {
+				stoppedAt = t
+			}
+			if typ == watch.Deleted && goneAt.IsZero() {
 				goneAt = t
 			}
 		}, func(p *corev1.Pod) (bool, error) {
@@ -135,32 +154,37 @@ func (r *Runner) MeasureRestart(ctx context.Context, cfg RestartConfig) (Restart
 			return true, nil
 		})
 		if err != nil {
-			return 0, 0, "", err
+			return 0, 0, 0, "", err
 		}
 		if goneAt.IsZero() { // the watch missed the deletion (compacted): count it as at the end
 			goneAt = at
 		}
+		if stoppedAt.IsZero() {
+			stoppedAt = goneAt
+		}
 		// Let the successor become Ready before the next measurement.
 		if _, err := r.waitPod(ctx, ns, name, "", cfg.Timeout, func(p *corev1.Pod) (bool, error) { return p.UID != old.UID && ready(p), nil }); err != nil {
-			return 0, 0, "", err
+			return 0, 0, 0, "", err
 		}
-		return goneAt.Sub(start), at.Sub(start), old.Status.PodIP, nil
+		return stoppedAt.Sub(start), goneAt.Sub(start), at.Sub(start), old.Status.PodIP, nil
 	}
 	for i := range cfg.Count {
 		// A static-IP pod: delete, wait for its successor Running with the same IP; then a
 		// native StatefulSet's pod the same way, without the IP check.
 		name := fmt.Sprintf("%s-%d", restartSet, i%cfg.Replicas)
-		gone, back, ip, err := restart(name, true)
+		stopped, gone, back, ip, err := restart(name, true)
 		if err != nil {
 			return res, fmt.Errorf("deletion %d: %w", i+1, err)
 		}
 		res.StaticIP, res.StaticIPGone = append(res.StaticIP, back), append(res.StaticIPGone, gone)
+		res.StaticIPStopped = append(res.StaticIPStopped, stopped)
 		peerName := fmt.Sprintf("%s-%d", restartPeer, i%cfg.Replicas)
-		gone, back, _, err = restart(peerName, false)
+		stopped, gone, back, _, err = restart(peerName, false)
 		if err != nil {
 			return res, fmt.Errorf("StatefulSet deletion %d: %w", i+1, err)
 		}
 		res.StatefulSet, res.StatefulSetGone = append(res.StatefulSet, back), append(res.StatefulSetGone, gone)
+		res.StatefulSetStopped = append(res.StatefulSetStopped, stopped)
 
 		// A plain pod of the same template: create, wait Running; then delete it and wait
 		// until it is gone, so it does not load the next measurement.
@@ -197,9 +221,9 @@ func (r *Runner) waitPod(ctx context.Context, ns, name, resourceVersion string, 
 	return r.waitPodEvents(ctx, ns, name, resourceVersion, timeout, nil, done)
 }
 
-// waitPodEvents is waitPod that also hands each Deleted event (with the time the watch
-// delivered it) to deleted, when not nil.
-func (r *Runner) waitPodEvents(ctx context.Context, ns, name, resourceVersion string, timeout time.Duration, deleted func(time.Time, *corev1.Pod), done func(*corev1.Pod) (bool, error)) (time.Time, error) {
+// waitPodEvents is waitPod that also hands each event (with the time the watch delivered it)
+// to observe, when not nil.
+func (r *Runner) waitPodEvents(ctx context.Context, ns, name, resourceVersion string, timeout time.Duration, observe func(time.Time, watch.EventType, *corev1.Pod), done func(*corev1.Pod) (bool, error)) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	if resourceVersion == "" {
@@ -231,8 +255,8 @@ func (r *Runner) waitPodEvents(ctx context.Context, ns, name, resourceVersion st
 				continue
 			}
 			resourceVersion = p.ResourceVersion
-			if ev.Type == watch.Deleted && deleted != nil {
-				deleted(now, p)
+			if observe != nil && ev.Type != watch.Bookmark {
+				observe(now, ev.Type, p)
 			}
 			if ev.Type == watch.Bookmark || ev.Type == watch.Deleted {
 				continue
@@ -250,10 +274,12 @@ func (r *Runner) waitPodEvents(ctx context.Context, ns, name, resourceVersion st
 
 // PrintRestart writes the restart latencies: median, p90 and the ratios of the medians.
 func PrintRestart(w interface{ Write([]byte) (int, error) }, res RestartResult) {
-	fmt.Fprintf(w, "delete -> same-IP Running (static-IP EnhancedStatefulSet pod, %d deletions): median %s, p90 %s; of which delete -> old pod gone: median %s\n",
-		len(res.StaticIP), secs2(Median(res.StaticIP)), secs2(Percentile(res.StaticIP, 90)), secs2(Median(res.StaticIPGone)))
-	fmt.Fprintf(w, "delete -> Running (native StatefulSet pod, no static IP, %d deletions): median %s, p90 %s; of which delete -> old pod gone: median %s\n",
-		len(res.StatefulSet), secs2(Median(res.StatefulSet)), secs2(Percentile(res.StatefulSet, 90)), secs2(Median(res.StatefulSetGone)))
+	fmt.Fprintf(w, "delete -> same-IP Running (static-IP EnhancedStatefulSet pod, %d deletions): median %s, p90 %s; of which delete -> old pod gone: median %s, p90 %s (containers stopped: median %s, p90 %s)\n",
+		len(res.StaticIP), secs2(Median(res.StaticIP)), secs2(Percentile(res.StaticIP, 90)), secs2(Median(res.StaticIPGone)), secs2(Percentile(res.StaticIPGone, 90)),
+		secs2(Median(res.StaticIPStopped)), secs2(Percentile(res.StaticIPStopped, 90)))
+	fmt.Fprintf(w, "delete -> Running (native StatefulSet pod, no static IP, %d deletions): median %s, p90 %s; of which delete -> old pod gone: median %s, p90 %s (containers stopped: median %s, p90 %s)\n",
+		len(res.StatefulSet), secs2(Median(res.StatefulSet)), secs2(Percentile(res.StatefulSet, 90)), secs2(Median(res.StatefulSetGone)), secs2(Percentile(res.StatefulSetGone, 90)),
+		secs2(Median(res.StatefulSetStopped)), secs2(Percentile(res.StatefulSetStopped, 90)))
 	fmt.Fprintf(w, "create -> Running (plain pod, %d pods): median %s, p90 %s\n", len(res.Plain), secs2(Median(res.Plain)), secs2(Percentile(res.Plain, 90)))
 	fmt.Fprintf(w, "ratio static-IP restart / plain pod start (medians): %.2fx, (p90): %.2fx\n",
 		Ratio(Median(res.StaticIP), Median(res.Plain)), Ratio(Percentile(res.StaticIP, 90), Percentile(res.Plain, 90)))
@@ -268,3 +294,52 @@ func PrintRestart(w interface{ Write([]byte) (int, error) }, res RestartResult) 
 }
 
 func secs2(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
+
+// noContainerRunning: the kubelet reports every container of p stopped (or none started).
+func noContainerRunning(p *corev1.Pod) bool {
+	for _, c := range p.Status.ContainerStatuses {
+		if c.State.Running != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// podTrace is one line about p for --restart-trace: which pod (old or successor), phase,
+// deletion, node, IP, container states and conditions.
+func podTrace(p *corev1.Pod, old types.UID) string {
+	who := "new"
+	if p.UID == old {
+		who = "old"
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s rv=%s phase=%s", who, p.ResourceVersion, p.Status.Phase)
+	if p.DeletionTimestamp != nil {
+		b.WriteString(" deleting")
+	}
+	if p.Spec.NodeName != "" {
+		fmt.Fprintf(&b, " node=%s", p.Spec.NodeName)
+	}
+	if p.Status.PodIP != "" {
+		fmt.Fprintf(&b, " ip=%s", p.Status.PodIP)
+	}
+	for _, c := range p.Status.ContainerStatuses {
+		state := "waiting"
+		switch {
+		case c.State.Running != nil:
+			state = "running"
+		case c.State.Terminated != nil:
+			state = "terminated"
+		}
+		fmt.Fprintf(&b, " %s=%s", c.Name, state)
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Status == corev1.ConditionTrue {
+			fmt.Fprintf(&b, " %s", c.Type)
+		}
+	}
+	if len(p.Finalizers) > 0 {
+		fmt.Fprintf(&b, " finalizers=%v", p.Finalizers)
+	}
+	return b.String()
+}
