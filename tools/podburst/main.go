@@ -6,6 +6,7 @@
 //
 //	go run ./tools/podburst --kubeconfig=/var/lib/staticip-localcluster/kubeconfig --workloads=6 --kind=deployment --label=staticip
 //	go run ./tools/podburst ... --kind=ests     # static-IP EnhancedStatefulSets (every pod a fixed IP, a StaticIP each)
+//	go run ./tools/podburst ... --kind=statefulset --replicas=3 --restarts=24   # delete -> Running with the same IP (restart.go)
 package main
 
 import (
@@ -40,14 +41,15 @@ func main() {
 	label := flag.String("label", "", "what the result line is labelled with (the CNI)")
 	image := flag.String("image", imagebuilder.TestServerImage, "image of the pods (present on the nodes: imagePullPolicy Never)")
 	timeout := flag.Duration("timeout", 15*time.Minute, "give up when not every pod is Running by then")
+	restarts := flag.Int("restarts", 0, "instead of a burst: one workload of --replicas pods that keeps its IPs (--kind=ests: static-IP EnhancedStatefulSet; --kind=statefulset: native StatefulSet, for Spiderpool), this many deletions, each timed delete -> successor Running with the same IP (another IP fails the run)")
 	flag.Parse()
-	if err := run(*kubeconfig, *workloads, *replicas, *kind, *label, *image, *timeout); err != nil {
+	if err := run(*kubeconfig, *workloads, *replicas, *kind, *label, *image, *timeout, *restarts); err != nil {
 		fmt.Fprintln(os.Stderr, "podburst:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig string, workloads, replicas int, kind, label, image string, timeout time.Duration) error {
+func run(kubeconfig string, workloads, replicas int, kind, label, image string, timeout time.Duration, restarts int) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -74,6 +76,14 @@ func run(kubeconfig string, workloads, replicas int, kind, label, image string, 
 		return err == nil, nil
 	}); err != nil {
 		return fmt.Errorf("no default ServiceAccount in %s: %w", ns.Name, err)
+	}
+	if restarts > 0 {
+		res, err := measureRestarts(ctx, client, sip, ns.Name, kind, image, int32(replicas), restarts)
+		if err != nil {
+			return err
+		}
+		fmt.Println(restartLine(label, kind, replicas, res))
+		return nil
 	}
 	w, err := client.CoreV1().Pods(ns.Name).Watch(ctx, metav1.ListOptions{})
 	if err != nil {
