@@ -32,6 +32,10 @@ const (
 	spiderpoolAgentImage      = "localhost/spiderpool/spiderpool-agent:" + spiderpoolVersion
 	spiderpoolControllerImage = "localhost/spiderpool/spiderpool-controller:" + spiderpoolVersion
 	spiderpoolPool            = "default-v4-ippool"
+	// spiderpoolMultusName is the cluster default network's name as the published macvlan
+	// setup gives it (helm --set multus.multusCNI.defaultCniCRName=macvlan-conf): the agent's
+	// MULTUS_CLUSTER_NETWORK, without which it matches no pool; no Multus reads it here.
+	spiderpoolMultusName = "macvlan-conf"
 	// spiderpoolOutputDir (under the repo root) holds `make spiderpool`'s binaries (bin/) and
 	// the images built from them (images/): apart from _output/images, so that clusters of
 	// other CNIs do not import them.
@@ -154,6 +158,9 @@ multus:
   enableMultusConfig: false
   multusCNI:
     install: false
+    # The agent matches pools against the pod's Multus network and refuses every pool
+    # without one; the published macvlan setup names its default network so.
+    defaultCniCRName: %[11]s
 plugins:
   installCNI: false
   installRdmaCNI: false
@@ -178,14 +185,15 @@ spiderpoolController:
   cleanup: {enable: false}
 spiderpoolInit:
   image: {registry: localhost, repository: %[9]s, tag: %[10]s, pullPolicy: Never}
-`, filepath.Join(stateDir, "spiderpool", "net.d"), spiderpoolPool, subnet, first, last, gw, agentRepo, agentTag, ctrlRepo, ctrlTag), nil
+`, filepath.Join(stateDir, "spiderpool", "net.d"), spiderpoolPool, subnet, first, last, gw, agentRepo, agentTag, ctrlRepo, ctrlTag, spiderpoolMultusName), nil
 }
 
 // spiderpoolOverlay is the kustomization body (after `resources`) that changes only what
 // this machine needs of the rendered chart: the agent's CNI bin dir and socket dir are the
 // node's own (subPathExpr on <state>/cni, by node name, as staticip's agent mounts it), and
-// the agent is privileged — the chart makes it so only with tuneSysctlConfig, but its
-// Bidirectional netns mounts need it either way.
+// its /var/run/netns and /var/run/docker/netns mounts lose their Bidirectional propagation:
+// the container runtime refuses it unless / is a shared mount, which it is not on this
+// machine, and only the agent's RDMA metrics (off) read those directories.
 func spiderpoolOverlay(cniRoot string) string {
 	return fmt.Sprintf(`patches:
 - target: {kind: DaemonSet, name: spiderpool-agent}
@@ -200,14 +208,11 @@ func spiderpoolOverlay(cniRoot string) string {
     - op: replace
       path: /spec/template/spec/containers/0/volumeMounts
       value:
-      - {name: host-netns, mountPath: /var/run/netns, mountPropagation: Bidirectional}
-      - {name: host-docker-netns, mountPath: /var/run/docker/netns, mountPropagation: Bidirectional}
+      - {name: host-netns, mountPath: /var/run/netns}
+      - {name: host-docker-netns, mountPath: /var/run/docker/netns}
       - {name: config-path, mountPath: /tmp/spiderpool/config-map, readOnly: true}
       - {name: node-cni, mountPath: /host/opt/cni/bin, subPathExpr: $(SPIDERPOOL_NODE_NAME)/spiderpool}
       - {name: node-cni, mountPath: /var/run/spidernet, subPathExpr: $(SPIDERPOOL_NODE_NAME)/spidernet}
-    - op: add
-      path: /spec/template/spec/containers/0/securityContext
-      value: {privileged: true}
 `, cniRoot)
 }
 

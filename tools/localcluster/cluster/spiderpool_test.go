@@ -159,6 +159,9 @@ func TestSpiderpoolOverlayMountsTheNodesOwnDirs(t *testing.T) {
 	if len(want) != 0 {
 		t.Errorf("mounts missing: %v", want)
 	}
+	if strings.Contains(o, "Bidirectional") {
+		t.Errorf("Bidirectional propagation needs / to be a shared mount, which it is not here:\n%s", o)
+	}
 	if !strings.Contains(o, "path: /var/lib/staticip-c2/cni,") {
 		t.Errorf("the node-cni volume is not <state>/cni:\n%s", o)
 	}
