@@ -44,7 +44,9 @@ for round in $(seq "$rounds"); do
       ;;
     spiderpool)
       if [ "$restarts" -gt 0 ]; then
-        _output/bin/podburst --kubeconfig="$kc" --replicas="$restart_replicas" --restarts="$restarts" --kind=statefulset --label="$cni"
+        # Its namespace takes minutes to go (Spiderpool's StatefulSet SpiderEndpoints hold
+        # finalizers until its GC runs); `down` follows, so do not wait for it.
+        _output/bin/podburst --kubeconfig="$kc" --replicas="$restart_replicas" --restarts="$restarts" --kind=statefulset --label="$cni" --cleanup-timeout=10s
       fi
       ;;
     esac
