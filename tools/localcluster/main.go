@@ -44,7 +44,7 @@ func main() {
 	fs.StringVar(&o.BinDir, "bin-dir", filepath.Join(root, "_output", "bin"), "directory with etcd, kube-*, kubectl and coredns")
 	fs.StringVar(&o.CRDDir, "crd-dir", filepath.Join(root, "manifests", "crds"), "staticip CRDs to install at up (empty: none)")
 	fs.StringVar(&o.ImageDir, "image-dir", filepath.Join(root, "_output", "images"), "image tarballs to import into every node (missing defaults are built)")
-	fs.StringVar(&o.CNI, "cni", o.CNI, "pod network: bridge")
+	fs.StringVar(&o.CNI, "cni", o.CNI, "pod network: staticip, bridge (bridge + host-local) or spiderpool (macvlan + Spiderpool, a benchmark peer: make spiderpool)")
 	fs.StringVar(&o.Scheduler, "scheduler", o.Scheduler, "scheduler binary: kube-scheduler or staticip-scheduler (make build; serves default-scheduler with the staticip plugins)")
 	fs.StringVar(&o.FeatureGates, "feature-gates", "", "feature gates for kube-apiserver and kube-controller-manager, e.g. MaxUnavailableStatefulSet=true")
 	fs.BoolVar(&o.KubeProxyDirect, "kube-proxy-direct", o.KubeProxyDirect, "kube-proxy talks to the API server directly instead of through application-grid-wrapper")

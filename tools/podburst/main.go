@@ -6,6 +6,7 @@
 //
 //	go run ./tools/podburst --kubeconfig=/var/lib/staticip-localcluster/kubeconfig --workloads=6 --kind=deployment --label=staticip
 //	go run ./tools/podburst ... --kind=ests     # static-IP EnhancedStatefulSets (every pod a fixed IP, a StaticIP each)
+//	go run ./tools/podburst ... --kind=statefulset --replicas=3 --restarts=24   # delete -> Running with the same IP (restart.go)
 package main
 
 import (
@@ -24,7 +25,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
+	watchtools "k8s.io/client-go/tools/watch"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -40,14 +43,16 @@ func main() {
 	label := flag.String("label", "", "what the result line is labelled with (the CNI)")
 	image := flag.String("image", imagebuilder.TestServerImage, "image of the pods (present on the nodes: imagePullPolicy Never)")
 	timeout := flag.Duration("timeout", 15*time.Minute, "give up when not every pod is Running by then")
+	cleanupTimeout := flag.Duration("cleanup-timeout", 5*time.Minute, "how long to wait for the namespace to go after the measurement (run.sh: short for a cluster's last measurement, which `down` follows)")
+	restarts := flag.Int("restarts", 0, "instead of a burst: one workload of --replicas pods that keeps its IPs (--kind=ests: static-IP EnhancedStatefulSet; --kind=statefulset: native StatefulSet, for Spiderpool), this many deletions, each timed delete -> successor Running with the same IP (another IP fails the run)")
 	flag.Parse()
-	if err := run(*kubeconfig, *workloads, *replicas, *kind, *label, *image, *timeout); err != nil {
+	if err := run(*kubeconfig, *workloads, *replicas, *kind, *label, *image, *timeout, *restarts, *cleanupTimeout); err != nil {
 		fmt.Fprintln(os.Stderr, "podburst:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig string, workloads, replicas int, kind, label, image string, timeout time.Duration) error {
+func run(kubeconfig string, workloads, replicas int, kind, label, image string, timeout time.Duration, restarts int, cleanupTimeout time.Duration) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -67,7 +72,7 @@ func run(kubeconfig string, workloads, replicas int, kind, label, image string, 
 	if err != nil {
 		return err
 	}
-	defer cleanup(client, ns.Name)
+	defer cleanup(client, ns.Name, cleanupTimeout)
 	// Pods need the namespace's default ServiceAccount before they can be created.
 	if err := wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
 		_, err := client.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{})
@@ -75,7 +80,26 @@ func run(kubeconfig string, workloads, replicas int, kind, label, image string, 
 	}); err != nil {
 		return fmt.Errorf("no default ServiceAccount in %s: %w", ns.Name, err)
 	}
-	w, err := client.CoreV1().Pods(ns.Name).Watch(ctx, metav1.ListOptions{})
+	if restarts > 0 {
+		res, err := measureRestarts(ctx, client, sip, ns.Name, kind, image, int32(replicas), restarts)
+		if err != nil {
+			return err
+		}
+		fmt.Println(restartLine(label, kind, replicas, res))
+		return nil
+	}
+	// A watch may end at any time (the API server's timeout, a connection dropped under load:
+	// the first three-CNI run lost its watch mid-burst, "pod watch closed with 0 of 100 pods
+	// Running"); the retry watcher resumes it from the last resourceVersion it delivered.
+	pods, err := client.CoreV1().Pods(ns.Name).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	w, err := watchtools.NewRetryWatcherWithContext(ctx, pods.ResourceVersion, &cache.ListWatch{
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			return client.CoreV1().Pods(ns.Name).Watch(ctx, o)
+		},
+	})
 	if err != nil {
 		return err
 	}
@@ -196,13 +220,13 @@ func create(ctx context.Context, client kubernetes.Interface, sip versioned.Inte
 
 // cleanup deletes the namespace and waits until it is gone, so the next burst starts on an
 // idle cluster.
-func cleanup(client kubernetes.Interface, ns string) {
+func cleanup(client kubernetes.Interface, ns string, timeout time.Duration) {
 	ctx := context.Background()
 	_ = client.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
-	if err := wait.PollUntilContextTimeout(ctx, time.Second, 5*time.Minute, true, func(ctx context.Context) (bool, error) {
+	if err := wait.PollUntilContextTimeout(ctx, time.Second, timeout, true, func(ctx context.Context) (bool, error) {
 		_, err := client.CoreV1().Namespaces().Get(ctx, ns, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), nil
 	}); err != nil {
-		fmt.Fprintf(os.Stderr, "podburst: namespace %s still there after 5m: %v\n", ns, err)
+		fmt.Fprintf(os.Stderr, "podburst: namespace %s still there after %v: %v\n", ns, timeout, err)
 	}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"math"
 	"slices"
 	"time"
@@ -57,4 +58,13 @@ func (b Burst) Measure() Figures {
 		}
 	}
 	return f
+}
+
+// restartLine is the result line of a restart run: delete -> successor Running with the same
+// IP (median, p90, p99, max), the part until the old pod was gone (median), and how many
+// successors kept their IP (all of them, or the run would have failed).
+func restartLine(label, kind string, replicas int, r Restarts) string {
+	return fmt.Sprintf("podburst restart %-10s %-11s %d pods, %2d deletions: delete -> same-IP Running median %5.2fs p90 %5.2fs p99 %5.2fs max %5.2fs; old pod gone median %5.2fs; IP kept %d/%d",
+		label, kind, replicas, len(r.Back), Percentile(r.Back, 50).Seconds(), Percentile(r.Back, 90).Seconds(), Percentile(r.Back, 99).Seconds(),
+		Percentile(r.Back, 100).Seconds(), Percentile(r.Gone, 50).Seconds(), len(r.Back), len(r.Back))
 }

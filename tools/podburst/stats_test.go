@@ -1,6 +1,7 @@
 package main
 
 import (
+	"strings"
 	"testing"
 	"time"
 )
@@ -47,5 +48,18 @@ func TestMeasure(t *testing.T) {
 	// latencies a 1s, b 3s, c 2s, d 0s
 	if f.P50 != time.Second || f.P99 != 3*time.Second || f.Max != 3*time.Second {
 		t.Errorf("p50 %v p99 %v max %v; want 1s 3s 3s", f.P50, f.P99, f.Max)
+	}
+}
+
+func TestRestartLine(t *testing.T) {
+	r := Restarts{
+		Back: []time.Duration{3 * time.Second, 1 * time.Second, 2 * time.Second, 4 * time.Second},
+		Gone: []time.Duration{time.Second, time.Second, 2 * time.Second, time.Second},
+	}
+	got := restartLine("spiderpool", "statefulset", 3, r)
+	for _, want := range []string{"spiderpool", "statefulset", "3 pods", " 4 deletions", "median  2.00s", "p90  4.00s", "max  4.00s", "old pod gone median  1.00s", "IP kept 4/4"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("%q lacks %q", got, want)
+		}
 	}
 }

@@ -29,8 +29,9 @@ type cniProvider interface {
 
 // cniProviders are the values of --cni.
 var cniProviders = map[string]cniProvider{
-	"bridge":   bridgeCNI{},
-	"staticip": staticipCNI{},
+	"bridge":     bridgeCNI{},
+	"staticip":   staticipCNI{},
+	"spiderpool": spiderpoolCNI{}, // a benchmark peer (spiderpool.go)
 }
 
 // cniNetworkName names the network in libcni's cache (/var/lib/cni/results), which is
