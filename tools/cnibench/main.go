@@ -15,7 +15,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -30,6 +29,8 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/testutils"
+
+	"github.com/staticip/staticip/tools/benchstat"
 )
 
 type plugin struct {
@@ -222,33 +223,16 @@ func succeeded(ds []time.Duration) []time.Duration {
 	return slices.DeleteFunc(slices.Clone(ds), func(d time.Duration) bool { return d == failed })
 }
 
-// bootstrapRatio is the 95% interval of quantile q of a's cycles over b's: the cycles are
-// resampled with replacement as pairs (cycle i of both plugins ran back to back), 2,000
-// times. The p99 of 500 cycles is the 5th-worst cycle: how far one run's ratio can be
-// trusted on a shared machine is this interval, not the point value.
+// bootstrapRatio is the 95% interval of quantile q of a's cycles over b's (cycle i of both
+// plugins ran back to back, so they are resampled as pairs). The p99 of 500 cycles is the
+// 5th-worst cycle: how far one run's ratio can be trusted on a shared machine is this
+// interval, not the point value.
 func bootstrapRatio(a, b []time.Duration, q float64) string {
-	var pairs [][2]time.Duration
-	for i := range min(len(a), len(b)) {
-		if a[i] != failed && b[i] != failed {
-			pairs = append(pairs, [2]time.Duration{a[i], b[i]})
-		}
-	}
-	if len(pairs) == 0 {
+	lo, hi, ok := benchstat.PairedRatioInterval(a, b, func(ds []time.Duration) time.Duration { return quantile(ds, q) })
+	if !ok {
 		return "-"
 	}
-	rng := rand.New(rand.NewPCG(1, 2)) // fixed: the same run prints the same interval
-	const resamples = 2000
-	ratios := make([]float64, resamples)
-	xa, xb := make([]time.Duration, len(pairs)), make([]time.Duration, len(pairs))
-	for r := range ratios {
-		for i := range pairs {
-			p := pairs[rng.IntN(len(pairs))]
-			xa[i], xb[i] = p[0], p[1]
-		}
-		ratios[r] = ratio(quantile(xa, q), quantile(xb, q))
-	}
-	slices.Sort(ratios)
-	return fmt.Sprintf("%.2fx-%.2fx", ratios[resamples*25/1000], ratios[resamples*975/1000])
+	return fmt.Sprintf("%.2fx-%.2fx", lo, hi)
 }
 
 // quantile sorts ds in place and returns its quantile q (the same rule as summarize).

@@ -43,6 +43,8 @@ func main() {
 	orderedWorkloads := flag.String("ordered-ready-workloads", "", "workloads of the OrderedReady table when --pod-management-policy has both (default: --workloads); "+
 		"OrderedReady starts 50 pods one by one, so each of its rounds takes minutes per workload")
 	restarts := flag.Int("restarts", 0, "also measure delete -> same-IP Running: this many deletions of a static-IP EnhancedStatefulSet's pod, each next to a plain pod's create -> Running (0: skip)")
+	restartJitter := flag.Duration("restart-jitter", time.Second, "with --restarts: wait a random time in [0, this) before each delete and plain create, so no step sets the next one's phase against the kubelets' 1-second PLEG relist (0: none)")
+	restartTogether := flag.Bool("restart-together", true, "with --restarts: delete the static-IP pod and a native StatefulSet pod on the same node at the same moment (both wait for the same kubelet's next PLEG relist); false: one after the other")
 	restartTrace := flag.Bool("restart-trace", false, "with --restarts: print every watch event of each restarted pod with its time from the delete call")
 	from := flag.String("from", imagebuilder.TestServerImage, "image the pods start with (present on the nodes: imagePullPolicy Never)")
 	to := flag.String("to", imagebuilder.TestServerV2Image, "image the pods are rolled to")
@@ -134,7 +136,7 @@ func main() {
 	}
 	var restart *bench.RestartResult
 	if *restarts > 0 {
-		res, err := runner.MeasureRestart(ctx, bench.RestartConfig{Count: *restarts, Replicas: 3, Image: cfg.From, Template: cfg.Template, Timeout: cfg.Timeout, Trace: *restartTrace})
+		res, err := runner.MeasureRestart(ctx, bench.RestartConfig{Count: *restarts, Replicas: 3, Image: cfg.From, Template: cfg.Template, Timeout: cfg.Timeout, Trace: *restartTrace, Jitter: *restartJitter, Together: *restartTogether})
 		if err != nil {
 			fail(fmt.Errorf("restart latency: %w", err))
 		}

@@ -9,13 +9,13 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/tools/podwatch"
 )
 
 // restartWorkload is the one workload of the restart measurement.
@@ -118,52 +118,16 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// waitPod watches pod name from resourceVersion (empty: its current state first) until done
-// says so, and returns when the watch delivered that state; deleted (if set) gets each
+// waitPod follows pod name until done says so (podwatch.Until); deleted (if set) gets each
 // Deleted event with the time it arrived.
 func waitPod(ctx context.Context, client kubernetes.Interface, ns, name, resourceVersion string, deleted func(time.Time, *corev1.Pod), done func(*corev1.Pod) (bool, error)) (time.Time, error) {
-	sel := fields.OneTermEqualSelector("metadata.name", name).String()
-	if resourceVersion == "" {
-		list, err := client.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: sel})
-		if err != nil {
-			return time.Time{}, err
-		}
-		for i := range list.Items {
-			if ok, err := done(&list.Items[i]); err != nil || ok {
-				return time.Now(), err
+	var observe func(time.Time, watch.EventType, *corev1.Pod)
+	if deleted != nil {
+		observe = func(t time.Time, typ watch.EventType, p *corev1.Pod) {
+			if typ == watch.Deleted {
+				deleted(t, p)
 			}
-		}
-		resourceVersion = list.ResourceVersion
-	}
-	for {
-		w, err := client.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: sel, ResourceVersion: resourceVersion, AllowWatchBookmarks: true})
-		if err != nil {
-			return time.Time{}, fmt.Errorf("watch pod %s: %w", name, err)
-		}
-		for ev := range w.ResultChan() {
-			now := time.Now()
-			if ev.Type == watch.Error {
-				w.Stop()
-				return time.Time{}, fmt.Errorf("watch pod %s: %v", name, ev.Object)
-			}
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
-			resourceVersion = p.ResourceVersion
-			if ev.Type == watch.Deleted && deleted != nil {
-				deleted(now, p)
-			}
-			if ev.Type == watch.Bookmark || ev.Type == watch.Deleted {
-				continue
-			}
-			if ok, err := done(p); err != nil || ok {
-				w.Stop()
-				return now, err
-			}
-		}
-		if ctx.Err() != nil {
-			return time.Time{}, fmt.Errorf("pod %s: %w", name, ctx.Err())
 		}
 	}
+	return podwatch.Until(ctx, client, ns, name, resourceVersion, observe, done)
 }

@@ -70,6 +70,8 @@ type Controller struct {
 	// writes is the overlay of this controller's writes the caches do not show yet
 	// (own_writes.go).
 	writes *ownWrites
+	// preclaimed are StaticIPs claimed while their pod terminated (preclaim.go).
+	preclaimed preclaims
 
 	// now is the clock (tests may replace it).
 	now func() time.Time

@@ -136,6 +136,10 @@ type Plan struct {
 	Unavailable    int
 	// Waiting says what the rollout waits on, nil when it waits on nothing.
 	Waiting *Wait
+	// Terminating are the pods of ordinals below spec.replicas that are being deleted: each
+	// ordinal is created again once its pod is gone (the caller claims their StaticIPs
+	// meanwhile: preclaim.go).
+	Terminating []*corev1.Pod
 	// Status counts (revisions and generation are filled in by the caller).
 	Replicas, ReadyReplicas, AvailableReplicas, CurrentReplicas, UpdatedReplicas int32
 }
@@ -542,6 +546,9 @@ func (p *planner) ensureReplicas() {
 		pod := p.slots[ord]
 		if !p.available(pod) {
 			unavailable++
+		}
+		if pod != nil && isTerminating(pod) {
+			p.plan.Terminating = append(p.plan.Terminating, pod)
 		}
 		if p.blocked {
 			continue

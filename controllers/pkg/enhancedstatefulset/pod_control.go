@@ -95,7 +95,11 @@ func (c *Controller) createPod(ctx context.Context, set *jkev1alpha1.EnhancedSta
 	}
 	if staticip.Enabled(set.Annotations, set.Spec.Template.Annotations) {
 		w := staticip.Workload{Object: set, GVK: controllerKind, Retention: staticip.RetentionPolicy(set.Spec.StaticIPRetentionPolicy)}
-		sip, err := staticip.Ensure(ctx, c.client, c.sipLister, w, pod.Name, c.now())
+		sip, claimed := c.preclaimedStaticIP(w, pod.Name)
+		var err error
+		if !claimed {
+			sip, err = staticip.Ensure(ctx, c.client, c.sipLister, w, pod.Name, c.now())
+		}
 		if err != nil {
 			var releasing *staticip.ReleasingError
 			if errors.As(err, &releasing) || apierrors.IsConflict(err) || apierrors.IsAlreadyExists(err) {

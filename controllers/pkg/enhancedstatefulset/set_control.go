@@ -225,6 +225,7 @@ func (c *Controller) execute(ctx context.Context, set *jkev1alpha1.EnhancedState
 			}
 		})
 	}
+	wg.Go(func() { c.preclaimStaticIPs(ctx, set, plan.Terminating) })
 	wg.Wait()
 	sort.Strings(conflicts)
 	sort.Strings(failures)

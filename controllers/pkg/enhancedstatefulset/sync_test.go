@@ -32,7 +32,9 @@ type staleCacheFixture struct {
 		Add(any) error
 		Delete(any) error
 	}
-	old, new *appsv1.ControllerRevision
+	// setCache and sipCache are the set and StaticIP informers' caches.
+	setCache, sipCache interface{ Update(any) error }
+	old, new           *appsv1.ControllerRevision
 }
 
 func newStaleCacheFixture(t *testing.T, ordinals ...int) *staleCacheFixture {
@@ -97,6 +99,8 @@ func newStaleCacheFixture(t *testing.T, ordinals ...int) *staleCacheFixture {
 	must(kubeInf.Apps().V1().ControllerRevisions().Informer().GetIndexer().Add(old))
 	must(kubeInf.Apps().V1().ControllerRevisions().Informer().GetIndexer().Add(updated))
 	f.podCache = kubeInf.Core().V1().Pods().Informer().GetIndexer()
+	f.setCache = jkeInf.Jke().V1alpha1().EnhancedStatefulSets().Informer().GetIndexer()
+	f.sipCache = jkeInf.Jke().V1().StaticIPs().Informer().GetIndexer()
 	for _, o := range objs {
 		must(f.podCache.Add(o))
 	}

@@ -3,14 +3,15 @@ package bench
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -18,6 +19,8 @@ import (
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/tools/benchstat"
+	"github.com/staticip/staticip/tools/podwatch"
 )
 
 // RestartConfig says how to measure what a user feels when a static-IP pod is deleted.
@@ -33,6 +36,17 @@ type RestartConfig struct {
 	// Trace prints every watch event of each restarted pod (old and successor) with its time
 	// from the delete call: where a slow deletion spent its time.
 	Trace bool
+	// Together deletes the static-IP pod and a native pod on the same node at the same moment
+	// (else one after the other): both then wait for the same kubelet's next PLEG relist, the
+	// largest and most random term of a restart, and the ratio measures what differs.
+	Together bool
+	// Jitter: each delete (and each plain pod's create) waits a random time in [0, Jitter)
+	// first. The kubelet finishes a pod's termination only at its next PLEG relist (every
+	// second, pkg/kubelet/pod_workers.go: "adds ~1s of latency"), so a deletion's time depends
+	// on its phase against that clock; without jitter one step's timing set the next one's
+	// phase (issue 30: the static-IP deletion always came ~0.2 s after the plain pod's
+	// termination, i.e. after a relist, and always waited ~0.8 s for the next one).
+	Jitter time.Duration
 }
 
 // RestartResult is one latency per deletion and per plain pod.
@@ -85,6 +99,7 @@ func (r *Runner) MeasureRestart(ctx context.Context, cfg RestartConfig) (Restart
 	defer cleanup()
 	replicas := int32(cfg.Replicas)
 	maxUnavailable := intstr.FromInt(1)
+	cfg.Template.SpreadOverNodes = true
 	tmpl := podTemplate(restartSet, cfg.Image, cfg.Template)
 	set := &jkev1alpha1.EnhancedStatefulSet{
 		ObjectMeta: metav1.ObjectMeta{Name: restartSet, Annotations: map[string]string{jkev1.AnnotationEnable: "true"}},
@@ -120,20 +135,20 @@ func (r *Runner) MeasureRestart(ctx context.Context, cfg RestartConfig) (Restart
 	}
 	r.Logf("restart: %d static-IP pods and %d StatefulSet pods Running and Ready", cfg.Replicas, cfg.Replicas)
 	// restart deletes pod name and times its successor to Running (and the old object's
-	// disappearance); sameIP: the successor must have the old pod's IP.
-	restart := func(name string, sameIP bool) (stopped, gone, back time.Duration, oldIP string, err error) {
+	// disappearance); sameIP: the successor must have the old pod's IP. iter numbers the trace.
+	restart := func(iter int, name string, sameIP bool) (t restartTiming, err error) {
 		old, err := r.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
-			return 0, 0, 0, "", err
+			return t, err
 		}
 		start := time.Now()
 		if err := r.Kube.CoreV1().Pods(ns).Delete(ctx, name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &old.UID}}); err != nil {
-			return 0, 0, 0, "", err
+			return t, err
 		}
 		var goneAt, stoppedAt time.Time
 		at, err := r.waitPodEvents(ctx, ns, name, old.ResourceVersion, cfg.Timeout, func(t time.Time, typ watch.EventType, p *corev1.Pod) {
 			if cfg.Trace {
-				r.Logf("  trace %s +%4dms %-8s %s", name, t.Sub(start).Milliseconds(), typ, podTrace(p, old.UID))
+				r.Logf("  trace #%d %s +%4dms %-8s %s", iter, name, t.Sub(start).Milliseconds(), typ, podTrace(p, old.UID))
 			}
 			if p.UID != old.UID {
 				return
@@ -154,7 +169,7 @@ func (r *Runner) MeasureRestart(ctx context.Context, cfg RestartConfig) (Restart
 			return true, nil
 		})
 		if err != nil {
-			return 0, 0, 0, "", err
+			return t, err
 		}
 		if goneAt.IsZero() { // the watch missed the deletion (compacted): count it as at the end
 			goneAt = at
@@ -164,31 +179,68 @@ func (r *Runner) MeasureRestart(ctx context.Context, cfg RestartConfig) (Restart
 		}
 		// Let the successor become Ready before the next measurement.
 		if _, err := r.waitPod(ctx, ns, name, "", cfg.Timeout, func(p *corev1.Pod) (bool, error) { return p.UID != old.UID && ready(p), nil }); err != nil {
-			return 0, 0, 0, "", err
+			return t, err
 		}
-		return stoppedAt.Sub(start), goneAt.Sub(start), at.Sub(start), old.Status.PodIP, nil
+		return restartTiming{stopped: stoppedAt.Sub(start), gone: goneAt.Sub(start), back: at.Sub(start), ip: old.Status.PodIP, node: old.Spec.NodeName}, nil
 	}
 	for i := range cfg.Count {
-		// A static-IP pod: delete, wait for its successor Running with the same IP; then a
+		// A static-IP pod: delete, wait for its successor Running with the same IP; and a
 		// native StatefulSet's pod the same way, without the IP check.
 		name := fmt.Sprintf("%s-%d", restartSet, i%cfg.Replicas)
-		stopped, gone, back, ip, err := restart(name, true)
-		if err != nil {
-			return res, fmt.Errorf("deletion %d: %w", i+1, err)
-		}
-		res.StaticIP, res.StaticIPGone = append(res.StaticIP, back), append(res.StaticIPGone, gone)
-		res.StaticIPStopped = append(res.StaticIPStopped, stopped)
 		peerName := fmt.Sprintf("%s-%d", restartPeer, i%cfg.Replicas)
-		stopped, gone, back, _, err = restart(peerName, false)
-		if err != nil {
-			return res, fmt.Errorf("StatefulSet deletion %d: %w", i+1, err)
+		var static, native restartTiming
+		var staticErr, nativeErr error
+		if cfg.Together {
+			// Both at the same moment, on the same node: both wait for the same kubelet's
+			// next relist, so their difference is what differs between the two paths.
+			peer, err := r.peerOnNode(ctx, ns, name, i)
+			if err != nil {
+				return res, err
+			}
+			peerName = peer
+			if err := sleepJitter(ctx, cfg.Jitter); err != nil {
+				return res, err
+			}
+			var wg sync.WaitGroup
+			wg.Go(func() { static, staticErr = restart(i+1, name, true) })
+			wg.Go(func() { native, nativeErr = restart(i+1, peerName, false) })
+			wg.Wait()
+		} else {
+			// One after the other; which goes first alternates, so neither always follows
+			// the same step.
+			for _, first := range restartOrder(i) {
+				if err := sleepJitter(ctx, cfg.Jitter); err != nil {
+					return res, err
+				}
+				if first {
+					static, staticErr = restart(i+1, name, true)
+				} else {
+					native, nativeErr = restart(i+1, peerName, false)
+				}
+				if staticErr != nil || nativeErr != nil {
+					break
+				}
+			}
 		}
-		res.StatefulSet, res.StatefulSetGone = append(res.StatefulSet, back), append(res.StatefulSetGone, gone)
-		res.StatefulSetStopped = append(res.StatefulSetStopped, stopped)
+		if staticErr != nil {
+			return res, fmt.Errorf("deletion %d: %w", i+1, staticErr)
+		}
+		if nativeErr != nil {
+			return res, fmt.Errorf("StatefulSet deletion %d: %w", i+1, nativeErr)
+		}
+		ip := static.ip
+		res.StaticIP, res.StaticIPGone = append(res.StaticIP, static.back), append(res.StaticIPGone, static.gone)
+		res.StaticIPStopped = append(res.StaticIPStopped, static.stopped)
+		res.StatefulSet, res.StatefulSetGone = append(res.StatefulSet, native.back), append(res.StatefulSetGone, native.gone)
+		res.StatefulSetStopped = append(res.StatefulSetStopped, native.stopped)
 
 		// A plain pod of the same template: create, wait Running; then delete it and wait
 		// until it is gone, so it does not load the next measurement.
 		plain := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("plain-%d", i), Labels: map[string]string{setLabel: "plain"}}, Spec: *tmpl.Spec.DeepCopy()}
+		plain.Spec.TopologySpreadConstraints = nil // the set's spread; a lone pod has none
+		if err := sleepJitter(ctx, cfg.Jitter); err != nil {
+			return res, err
+		}
 		start := time.Now()
 		created, err := r.Kube.CoreV1().Pods(ns).Create(ctx, plain, metav1.CreateOptions{})
 		if err != nil {
@@ -215,6 +267,60 @@ func (r *Runner) MeasureRestart(ctx context.Context, cfg RestartConfig) (Restart
 	return res, nil
 }
 
+// restartTiming is one pod's restart, from the delete call.
+type restartTiming struct {
+	stopped, gone, back time.Duration
+	ip, node            string
+}
+
+// peerOnNode names a native StatefulSet pod on the node of static-IP pod name (the i-th of
+// the candidates there, so deletions rotate among them), for a restart at the same moment;
+// without one it says so and takes the ordinal's namesake.
+func (r *Runner) peerOnNode(ctx context.Context, ns, name string, i int) (string, error) {
+	pod, err := r.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	peers, err := r.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{LabelSelector: setLabel + "=" + restartPeer})
+	if err != nil {
+		return "", err
+	}
+	var here []string
+	for _, p := range peers.Items {
+		if p.Spec.NodeName == pod.Spec.NodeName && p.DeletionTimestamp == nil {
+			here = append(here, p.Name)
+		}
+	}
+	slices.Sort(here)
+	if len(here) == 0 {
+		fallback := strings.Replace(name, restartSet, restartPeer, 1)
+		r.Logf("restart: no StatefulSet pod on %s (node of %s); pairing with %s", pod.Spec.NodeName, name, fallback)
+		return fallback, nil
+	}
+	return here[i%len(here)], nil
+}
+
+// restartOrder says which restart of iteration i goes first: true is the static-IP pod's.
+func restartOrder(i int) [2]bool {
+	if i%2 == 0 {
+		return [2]bool{true, false}
+	}
+	return [2]bool{false, true}
+}
+
+// sleepJitter waits a uniformly random time in [0, max) (nothing for max <= 0).
+func sleepJitter(ctx context.Context, max time.Duration) error {
+	if max <= 0 {
+		return nil
+	}
+	select {
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-time.After(rand.N(max)):
+		return nil
+	}
+}
+
 // waitPod watches pod name from resourceVersion (empty: its current state first) until done
 // says so, and returns when the watch delivered that state.
 func (r *Runner) waitPod(ctx context.Context, ns, name, resourceVersion string, timeout time.Duration, done func(*corev1.Pod) (bool, error)) (time.Time, error) {
@@ -226,50 +332,7 @@ func (r *Runner) waitPod(ctx context.Context, ns, name, resourceVersion string, 
 func (r *Runner) waitPodEvents(ctx context.Context, ns, name, resourceVersion string, timeout time.Duration, observe func(time.Time, watch.EventType, *corev1.Pod), done func(*corev1.Pod) (bool, error)) (time.Time, error) {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	if resourceVersion == "" {
-		list, err := r.Kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
-		if err != nil {
-			return time.Time{}, err
-		}
-		for i := range list.Items {
-			if ok, err := done(&list.Items[i]); err != nil || ok {
-				return time.Now(), err
-			}
-		}
-		resourceVersion = list.ResourceVersion
-	}
-	for {
-		w, err := r.Kube.CoreV1().Pods(ns).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String(),
-			ResourceVersion: resourceVersion, AllowWatchBookmarks: true})
-		if err != nil {
-			return time.Time{}, fmt.Errorf("watch pod %s: %w", name, err)
-		}
-		for ev := range w.ResultChan() {
-			now := time.Now()
-			if ev.Type == watch.Error {
-				w.Stop()
-				return time.Time{}, fmt.Errorf("watch pod %s: %v", name, ev.Object)
-			}
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
-			resourceVersion = p.ResourceVersion
-			if observe != nil && ev.Type != watch.Bookmark {
-				observe(now, ev.Type, p)
-			}
-			if ev.Type == watch.Bookmark || ev.Type == watch.Deleted {
-				continue
-			}
-			if ok, err := done(p); err != nil || ok {
-				w.Stop()
-				return now, err
-			}
-		}
-		if ctx.Err() != nil {
-			return time.Time{}, fmt.Errorf("pod %s: %w", name, ctx.Err())
-		}
-	}
+	return podwatch.Until(ctx, r.Kube, ns, name, resourceVersion, observe, done)
 }
 
 // PrintRestart writes the restart latencies: median, p90 and the ratios of the medians.
@@ -285,12 +348,24 @@ func PrintRestart(w interface{ Write([]byte) (int, error) }, res RestartResult) 
 		Ratio(Median(res.StaticIP), Median(res.Plain)), Ratio(Percentile(res.StaticIP, 90), Percentile(res.Plain, 90)))
 	fmt.Fprintf(w, "ratio static-IP restart / native StatefulSet restart (medians): %.2fx, (p90): %.2fx\n",
 		Ratio(Median(res.StaticIP), Median(res.StatefulSet)), Ratio(Percentile(res.StaticIP, 90), Percentile(res.StatefulSet, 90)))
+	p90 := func(ds []time.Duration) time.Duration { return Percentile(ds, 90) }
+	fmt.Fprintf(w, "  95%% interval (paired bootstrap over the deletions, static-IP and native of one iteration as a pair): median %s, p90 %s\n",
+		interval(res.StaticIP, res.StatefulSet, Median), interval(res.StaticIP, res.StatefulSet, p90))
 	// What follows the deletion, per restart: the successor's start, next to a plain pod's.
 	after := make([]time.Duration, len(res.StaticIP))
 	for i := range res.StaticIP {
 		after[i] = res.StaticIP[i] - res.StaticIPGone[i]
 	}
 	fmt.Fprintf(w, "static-IP restart after the old pod is gone: median %s -> %.2fx the plain pod's start\n", secs2(Median(after)), Ratio(Median(after), Median(res.Plain)))
+}
+
+// interval is benchstat's paired 95% interval of stat(a)/stat(b), printed.
+func interval(a, b []time.Duration, stat func([]time.Duration) time.Duration) string {
+	lo, hi, ok := benchstat.PairedRatioInterval(a, b, stat)
+	if !ok {
+		return "-"
+	}
+	return fmt.Sprintf("%.2fx-%.2fx", lo, hi)
 }
 
 func secs2(d time.Duration) string { return fmt.Sprintf("%.2fs", d.Seconds()) }
