@@ -264,12 +264,21 @@ func hasReadinessGate(pod *corev1.Pod) bool {
 }
 
 func conditionTrue(pod *corev1.Pod, t corev1.PodConditionType) bool {
+	return conditionStatus(pod, t) == corev1.ConditionTrue
+}
+
+// conditionFalse: the pod has condition t and it is False (a missing one is not).
+func conditionFalse(pod *corev1.Pod, t corev1.PodConditionType) bool {
+	return conditionStatus(pod, t) == corev1.ConditionFalse
+}
+
+func conditionStatus(pod *corev1.Pod, t corev1.PodConditionType) corev1.ConditionStatus {
 	for _, c := range pod.Status.Conditions {
 		if c.Type == t {
-			return c.Status == corev1.ConditionTrue
+			return c.Status
 		}
 	}
-	return false
+	return ""
 }
 
 // podProblem says in a few words why pod is not available (for conditions and Events).
@@ -517,22 +526,30 @@ func (p *planner) repair() {
 		if pod == nil || isTerminating(pod) || isFailedOrSucceeded(pod) {
 			continue
 		}
-		if st := InPlaceState(pod); st != nil && !inPlaceDone(pod, st) {
-			if in.InPlaceUpdateTimeout > 0 {
-				deadline := st.UpdateTimestamp.Add(in.InPlaceUpdateTimeout)
-				if !in.Now.Before(deadline) {
-					p.act(Action{Type: ActionDelete, Ordinal: ord, Pod: pod.Name, Reason: ReasonInPlaceTimeout})
-					p.acted[ord] = true
-					continue
-				}
-				p.plan.requeueAt(deadline.Sub(in.Now) + 100*time.Millisecond)
+		st := InPlaceState(pod)
+		inFlight := st != nil && !inPlaceDone(pod, st)
+		if inFlight && in.InPlaceUpdateTimeout > 0 {
+			deadline := st.UpdateTimestamp.Add(in.InPlaceUpdateTimeout)
+			if !in.Now.Before(deadline) {
+				p.act(Action{Type: ActionDelete, Ordinal: ord, Pod: pod.Name, Reason: ReasonInPlaceTimeout})
+				p.acted[ord] = true
+				continue
 			}
-		} else if st != nil || (hasReadinessGate(pod) && !conditionTrue(pod, InPlaceUpdateReady)) {
-			p.act(Action{Type: ActionInPlaceReady, Ordinal: ord, Pod: pod.Name})
+			p.plan.requeueAt(deadline.Sub(in.Now) + 100*time.Millisecond)
 		}
+		// An unavailable pod behind the update is updated again (it takes nothing down that is
+		// not down already). It is not readied first: the update sets its gate False again, and
+		// both writes of one plan go out at once — a pod whose gate went False but whose image
+		// patch did not land (it conflicted with the kubelet's status write) had its gate flip
+		// True and False within 100 ms, and the kubelet reported it Ready for a second while
+		// its container was about to restart.
 		if p.updating && ord >= p.partition && PodRevision(pod) != in.UpdateRevision && !isAvailable(pod, p.minReady, in.Now) {
 			p.act(p.update(ord, pod, ReasonUnavailable))
 			p.acted[ord] = true
+			continue
+		}
+		if !inFlight && (st != nil || (hasReadinessGate(pod) && !conditionTrue(pod, InPlaceUpdateReady))) {
+			p.act(Action{Type: ActionInPlaceReady, Ordinal: ord, Pod: pod.Name})
 		}
 	}
 }

@@ -69,6 +69,13 @@ func mkPod(p podState) *corev1.Pod {
 		pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: InPlaceUpdateReady, Status: corev1.ConditionFalse})
 		pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "app", Image: img, ContainerID: id, Ready: true,
 			State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}
+	case "gated":
+		// The controller set the InPlaceUpdateReady gate False for an in-place update (the
+		// kubelet then made the pod not Ready) and its image patch did not land: no update
+		// record, still at its old revision.
+		ready.Status = corev1.ConditionFalse
+		pod.Spec.ReadinessGates = []corev1.PodReadinessGate{{ConditionType: InPlaceUpdateReady}}
+		pod.Status.Conditions = append(pod.Status.Conditions, corev1.PodCondition{Type: InPlaceUpdateReady, Status: corev1.ConditionFalse, Reason: "InPlaceUpdating"})
 	case "imagepull":
 		pod.Status.Phase = corev1.PodPending
 		ready.Status = corev1.ConditionFalse
@@ -290,6 +297,16 @@ var computePlanCases = []computePlanCase{
 		pods: readyPods(4, "r1"), current: "r1", update: "r3", want: []string{"delete 3 (Update)", "delete 2 (Update)"}, wantMax: 2},
 	{name: "InPlaceIfPossible: unknown old revision recreates", opts: []specOpt{replicas(2), parallel, inPlace},
 		pods: readyPods(2, "r0"), current: "r0", update: "r2", want: []string{"delete 1 (Update)"}, wantMax: 1},
+	// The image patch after the gate went False conflicted with the kubelet's status write:
+	// the pod is patched again, never readied in between (once both went out concurrently, the
+	// gate flapped False → True → False and the kubelet reported the pod Ready for a second
+	// while its container was about to restart).
+	{name: "InPlaceIfPossible: a gated pod whose patch did not land is patched again, not readied", opts: []specOpt{replicas(4), parallel, maxUnav(num(2)), inPlace},
+		pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r1", state: "gated"}), current: "r1", update: "r2",
+		want: []string{"inplace 3@r2", "inplace 2@r2"}, wantUnavailable: 1, wantMax: 2},
+	{name: "InPlaceIfPossible: a gated pod of a paused rollout is readied", opts: []specOpt{replicas(4), parallel, maxUnav(num(2)), inPlace, paused},
+		pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r1", state: "gated"}), current: "r1", update: "r2",
+		want: []string{"ready 3"}, wantUnavailable: 1, wantMax: 2},
 	{name: "InPlaceIfPossible: pending in-place update counts as unavailable", opts: []specOpt{replicas(4), parallel, maxUnav(num(2)), inPlace},
 		pods: with(readyPods(4, "r1"), podState{ord: 3, rev: "r2", state: "inplace"}), current: "r1", update: "r2",
 		want: []string{"inplace 2@r2"}, wantUnavailable: 1, wantMax: 2},
