@@ -15,10 +15,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/staticip/staticip/tools/podwatch"
 )
 
 func main() {
@@ -62,10 +62,6 @@ func run(kubeconfig string, count int, image string) error {
 	nodes := map[string]int{}
 	for i := range count {
 		name := fmt.Sprintf("p%02d", i)
-		w, err := client.CoreV1().Pods(ns.Name).Watch(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
-		if err != nil {
-			return err
-		}
 		pod := &corev1.Pod{
 			ObjectMeta: metav1.ObjectMeta{Name: name},
 			Spec: corev1.PodSpec{
@@ -74,12 +70,11 @@ func run(kubeconfig string, count int, image string) error {
 			},
 		}
 		start := time.Now()
-		if _, err := client.CoreV1().Pods(ns.Name).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-			w.Stop()
+		created, err := client.CoreV1().Pods(ns.Name).Create(ctx, pod, metav1.CreateOptions{})
+		if err != nil {
 			return err
 		}
-		d, node, err := waitRunning(w, start)
-		w.Stop()
+		d, node, err := waitRunning(ctx, client, ns.Name, created, start)
 		if err != nil {
 			return fmt.Errorf("pod %s: %w", name, err)
 		}
@@ -96,26 +91,24 @@ func run(kubeconfig string, count int, image string) error {
 	return nil
 }
 
-func waitRunning(w watch.Interface, start time.Time) (time.Duration, string, error) {
-	timeout := time.After(2 * time.Minute)
-	for {
-		select {
-		case ev, ok := <-w.ResultChan():
-			if !ok {
-				return 0, "", fmt.Errorf("watch closed")
-			}
-			p, ok := ev.Object.(*corev1.Pod)
-			if !ok {
-				continue
-			}
-			switch p.Status.Phase {
-			case corev1.PodRunning:
-				return time.Since(start), p.Spec.NodeName, nil
-			case corev1.PodFailed, corev1.PodSucceeded:
-				return 0, "", fmt.Errorf("ended in phase %s", p.Status.Phase)
-			}
-		case <-timeout:
-			return 0, "", fmt.Errorf("not Running after 2m")
+// waitRunning follows pod from its creation until it is Running (podwatch.Until), for at most
+// two minutes, and returns the time from start and its node.
+func waitRunning(ctx context.Context, client kubernetes.Interface, ns string, pod *corev1.Pod, start time.Time) (time.Duration, string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	node := ""
+	at, err := podwatch.Until(ctx, client, ns, pod.Name, pod.ResourceVersion, nil, func(p *corev1.Pod) (bool, error) {
+		switch p.Status.Phase {
+		case corev1.PodRunning:
+			node = p.Spec.NodeName
+			return true, nil
+		case corev1.PodFailed, corev1.PodSucceeded:
+			return false, fmt.Errorf("ended in phase %s", p.Status.Phase)
 		}
+		return false, nil
+	})
+	if err != nil {
+		return 0, "", err
 	}
+	return at.Sub(start), node, nil
 }

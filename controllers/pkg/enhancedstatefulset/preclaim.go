@@ -114,8 +114,7 @@ func (c *Controller) preclaimedStaticIP(w staticip.Workload, podName string) (*j
 		return nil, false
 	}
 	sip, err := c.sipLister.StaticIPs(ns).Get(podName)
-	if err != nil || sip.UID != e.record || !staticip.SameWorkload(sip, w) ||
-		sip.DeletionTimestamp != nil || sip.Status.Phase == jkev1.StaticIPReleased {
+	if err != nil || sip.UID != e.record || !staticip.SameWorkload(sip, w) || staticip.Releasing(sip) {
 		return nil, false
 	}
 	return sip, true

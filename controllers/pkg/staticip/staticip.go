@@ -153,7 +153,7 @@ func Ensure(ctx context.Context, client versioned.Interface, lister jkev1listers
 	if !SameWorkload(sip, w) {
 		return sip, &ConflictError{Name: podName, Owner: RecordRef(sip)}
 	}
-	if sip.DeletionTimestamp != nil || sip.Status.Phase == jkev1.StaticIPReleased {
+	if Releasing(sip) {
 		return nil, &ReleasingError{Name: ns + "/" + podName}
 	}
 	policy := w.Retention
@@ -178,6 +178,12 @@ func Ensure(ctx context.Context, client versioned.Interface, lister jkev1listers
 		return nil, &ReleasingError{Name: ns + "/" + podName}
 	}
 	return claimed, nil
+}
+
+// Releasing says whether sip is being released (marked Released, or deleting): it is never
+// put on a new pod.
+func Releasing(sip *jkev1.StaticIP) bool {
+	return sip.DeletionTimestamp != nil || sip.Status.Phase == jkev1.StaticIPReleased
 }
 
 // SameWorkload says whether sip belongs to w (or to nobody yet): API group, kind and name.

@@ -181,7 +181,7 @@ func (r *Runner) MeasureRestart(ctx context.Context, cfg RestartConfig) (Restart
 		if _, err := r.waitPod(ctx, ns, name, "", cfg.Timeout, func(p *corev1.Pod) (bool, error) { return p.UID != old.UID && ready(p), nil }); err != nil {
 			return t, err
 		}
-		return restartTiming{stopped: stoppedAt.Sub(start), gone: goneAt.Sub(start), back: at.Sub(start), ip: old.Status.PodIP, node: old.Spec.NodeName}, nil
+		return restartTiming{stopped: stoppedAt.Sub(start), gone: goneAt.Sub(start), back: at.Sub(start), ip: old.Status.PodIP}, nil
 	}
 	for i := range cfg.Count {
 		// A static-IP pod: delete, wait for its successor Running with the same IP; and a
@@ -193,7 +193,7 @@ func (r *Runner) MeasureRestart(ctx context.Context, cfg RestartConfig) (Restart
 		if cfg.Together {
 			// Both at the same moment, on the same node: both wait for the same kubelet's
 			// next relist, so their difference is what differs between the two paths.
-			peer, err := r.peerOnNode(ctx, ns, name, i)
+			peer, err := r.peerOnNode(ctx, ns, name, peerName, i)
 			if err != nil {
 				return res, err
 			}
@@ -270,13 +270,13 @@ func (r *Runner) MeasureRestart(ctx context.Context, cfg RestartConfig) (Restart
 // restartTiming is one pod's restart, from the delete call.
 type restartTiming struct {
 	stopped, gone, back time.Duration
-	ip, node            string
+	ip                  string
 }
 
 // peerOnNode names a native StatefulSet pod on the node of static-IP pod name (the i-th of
 // the candidates there, so deletions rotate among them), for a restart at the same moment;
-// without one it says so and takes the ordinal's namesake.
-func (r *Runner) peerOnNode(ctx context.Context, ns, name string, i int) (string, error) {
+// without one it says so and returns fallback.
+func (r *Runner) peerOnNode(ctx context.Context, ns, name, fallback string, i int) (string, error) {
 	pod, err := r.Kube.CoreV1().Pods(ns).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		return "", err
@@ -293,7 +293,6 @@ func (r *Runner) peerOnNode(ctx context.Context, ns, name string, i int) (string
 	}
 	slices.Sort(here)
 	if len(here) == 0 {
-		fallback := strings.Replace(name, restartSet, restartPeer, 1)
 		r.Logf("restart: no StatefulSet pod on %s (node of %s); pairing with %s", pod.Spec.NodeName, name, fallback)
 		return fallback, nil
 	}
