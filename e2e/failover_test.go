@@ -284,6 +284,10 @@ func TestReturningNodeServesNoneOfItsMovedRange(t *testing.T) {
 	if r := reachable(t, ns, "client", ip); r.Pod != "heir" {
 		t.Fatalf("%s from %s answered as %q, want heir", ip, observer, r.Pod)
 	}
+	// ... and from the control plane: the API server reaches the heir where the range is now.
+	if r := answersThroughAPIServer(t, ctx, ns, "heir"); r.Pod != "heir" || r.Node != target {
+		t.Errorf("heir through the API server's pod proxy answered as %s on %s, want heir on %s", r.Pod, r.Node, target)
+	}
 
 	// The old node boots on its old state.
 	ctl.start(t, old)
@@ -313,6 +317,27 @@ func reachable(t *testing.T, ns, from, ip string) reply {
 		time.Sleep(time.Second)
 	}
 	t.Fatalf("%s from %s: %v: %s", ip, from, err, out)
+	return reply{}
+}
+
+// answersThroughAPIServer asks pod's testserver through the API server's pod proxy
+// (pods/proxy: the API server connects to the pod's IP itself, as it does for webhooks and
+// aggregated APIs, and as a pod's replies to the API server travel back): the control plane's
+// route into the pod's range must follow the range wherever it is now. Retried for 30 s (a
+// moved or new range is routed within a pass of the control plane's route sync).
+func answersThroughAPIServer(t *testing.T, ctx context.Context, ns, pod string) reply {
+	t.Helper()
+	var out []byte
+	var err error
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(time.Second) {
+		rctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		out, err = f.Client.CoreV1().Pods(ns).ProxyGet("http", pod, "8080", "/", nil).DoRaw(rctx)
+		cancel()
+		if err == nil {
+			return parseReply(t, string(out))
+		}
+	}
+	t.Fatalf("pod %s/%s through the API server's pod proxy: %v: %s", ns, pod, err, out)
 	return reply{}
 }
 

@@ -122,4 +122,7 @@ func TestNodeThatJoinsGetsABlock(t *testing.T) {
 	if _, in := ipIn([]jkev1.IPRange{block}, running.Status.PodIP); !in {
 		t.Errorf("pod on the joined node has %s, outside its block %s", running.Status.PodIP, block.Spec.CIDR)
 	}
+	if r := answersThroughAPIServer(t, ctx, ns, "joined"); r.Pod != "joined" {
+		t.Errorf("the joined node's pod through the API server's pod proxy answered as %q", r.Pod)
+	}
 }

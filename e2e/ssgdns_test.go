@@ -58,6 +58,21 @@ func TestStatefulSetGridDNS(t *testing.T) {
 		t.Skipf("SKIP: needs nodes labelled zone=zone-0 and zone=zone-1, have %v", units)
 	}
 	start := time.Now()
+	t.Cleanup(func() {
+		if !t.Failed() {
+			return
+		}
+		// The DNS the test relies on lives outside its namespace: where each zone's CoreDNS
+		// is, whether it is ready, and what kube-dns's EndpointSlices offer.
+		for _, args := range [][]string{
+			{"get", "pods", "-o", "wide", "-n", "kube-system", "-l", "app.kubernetes.io/name=" + edgeDNSGrid},
+			{"get", "endpointslices", "-o", "yaml", "-n", "kube-system", "-l", "kubernetes.io/service-name=kube-dns"},
+			{"get", "ipranges", "-o", "wide"},
+		} {
+			out, _ := f.RunKubectl(args...)
+			t.Logf("kubectl %s:\n%s", strings.Join(args, " "), out)
+		}
+	})
 	ns := f.Namespace(t, "ssgdns")
 
 	var ssg superedgev1.StatefulSetGrid

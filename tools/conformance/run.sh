@@ -68,9 +68,6 @@ elif [ "$kubeconfig" = "$state/kubeconfig" ]; then
     log "importing the test images into $(basename "$(dirname "$(dirname "$sock")")") ..."
     for t in "$images"/*.tar; do ctr --address "$sock" -n k8s.io images import "$t" >/dev/null; done
   done
-  # The host and the control plane run no staticip agent: route the IPRanges as they are now
-  # (an e2e failover before this run moves ranges; the API server's proxy to pods needs them).
-  (cd "$root" && go run ./tools/localcluster routes --state-dir="$state") >&2
 else
   log "KUBECONFIG is neither the local cluster's nor KIND_CLUSTER set: the nodes must already have these images:"
   echo "$refs" | sed 's/^/  /' >&2

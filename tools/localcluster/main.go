@@ -100,9 +100,9 @@ func main() {
 			usage()
 		}
 	case "routes":
-		// Route the IPRanges as they are now from the host and the control plane (after a
-		// failover or a new node's block; `up` does it once).
-		err = cluster.SyncRoutes(o)
+		// Route the IPRanges as they are now from the host and the control plane, once (the
+		// daemon range-routes that `up` starts keeps them routed).
+		err = cluster.SyncRoutes(ctx, o)
 	case "kubeconfig":
 		var path string
 		if path, err = cluster.Kubeconfig(o); err == nil {

@@ -75,6 +75,9 @@ func (l *layout) readRecord() (*record, error) {
 // controlPlane and nodeDaemons name every daemon in start order.
 func (l *layout) daemons() []daemon {
 	ds := []daemon{l.etcd(), l.apiserver(), l.controllerManager(), l.scheduler()}
+	if cniProviders[l.CNI].ownsAddressSpace() {
+		ds = append(ds, l.rangeRoutesDaemon())
+	}
 	for _, n := range l.nodes {
 		ds = append(ds, l.containerd(n), l.kubelet(n), l.kubeProxy(n))
 	}
@@ -184,9 +187,18 @@ func Up(ctx context.Context, o Options) error {
 			return l.componentError(d.name, err)
 		}
 	}
+	cni := cniProviders[l.CNI]
+	if cni.ownsAddressSpace() {
+		o.Logf("control plane: %s (the host's and the control plane's routes to the IPRanges, for the cluster's life)", rangeRoutesDaemonName)
+		if err := l.copySelf(); err != nil {
+			return err
+		}
+		if _, err := l.start(l.rangeRoutesDaemon()); err != nil {
+			return l.componentError(rangeRoutesDaemonName, err)
+		}
+	}
 
 	o.Logf("nodes: containerd x%d", len(l.nodes))
-	cni := cniProviders[l.CNI]
 	for _, n := range l.nodes {
 		if err := l.prepareNode(cni, n); err != nil {
 			return fmt.Errorf("%s: %w", n.name, err)
@@ -275,7 +287,7 @@ func Up(ctx context.Context, o Options) error {
 		return err
 	}
 	if cni.ownsAddressSpace() {
-		if err := l.routeAssignedRanges(); err != nil {
+		if err := l.routeAssignedRanges(ctx); err != nil {
 			return err
 		}
 	}

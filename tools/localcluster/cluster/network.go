@@ -1,9 +1,7 @@
 package cluster
 
 import (
-	"encoding/json"
 	"fmt"
-	"net/netip"
 	"os"
 	"os/exec"
 	"strings"
@@ -59,6 +57,13 @@ func (l *layout) setupNetwork() error {
 				}
 			}
 		}
+	}
+	// The whole pod address space onto the bridge, below the per-range routes: an address no
+	// node serves (a draining range, a range given out before the daemon routed it) is asked
+	// for on the bridge and fails there, instead of following the host's default route off the
+	// machine. It goes with the bridge.
+	if err := run("ip", "route", "add", l.clusterCIDR, "dev", l.bridge); err != nil {
+		return fmt.Errorf("route to the pod address space %s (is it used elsewhere on this machine?): %w", l.clusterCIDR, err)
 	}
 	// Service IPs: a node's own processes need a route before kube-proxy's DNAT applies;
 	// the host sends Service traffic to node 1, whose kube-proxy masquerades it.
@@ -147,114 +152,4 @@ func (l *layout) teardownNetwork() error {
 func linkExists(name string) bool {
 	_, err := os.Stat("/sys/class/net/" + name)
 	return err == nil
-}
-
-// routeAssignedRanges routes, from the host and the control plane, every IPRange the nodes were
-// given (by the IPPool allocator, with the staticip CNI) via its node, as setupNetwork does for
-// the layout's fixed per-node CIDRs with other CNIs, and removes the routes of ranges that
-// moved or went away. The nodes route each other's ranges themselves (the agent); the host and
-// the control plane run no agent, so `up` calls this once the nodes are Ready and `localcluster
-// routes` (SyncRoutes) again after ranges changed — a failover moves a node's ranges to the spare
-// and gives the returned node a new block, which the API server must reach to proxy to pods.
-func (l *layout) routeAssignedRanges() error {
-	out, err := l.kubectl("", "get", "ipranges", "-o", `jsonpath={range .items[*]}{.spec.cidr} {.spec.node}{"\n"}{end}`)
-	if err != nil {
-		return err
-	}
-	ipOf := map[string]string{}
-	for _, n := range l.nodes {
-		ipOf[n.name] = n.ip
-	}
-	want := map[string]string{} // cidr -> node IP
-	for _, line := range strings.Split(strings.TrimSpace(out), "\n") {
-		cidr, node, _ := strings.Cut(strings.TrimSpace(line), " ")
-		if ip := ipOf[node]; cidr != "" && ip != "" {
-			want[cidr] = ip
-		}
-	}
-	for _, where := range []struct{ netns, dev, what string }{{"", l.bridge, "the host"}, {l.cpNetns, "", "the control plane"}} {
-		if err := syncRangeRoutes(where.netns, where.dev, l.clusterCIDR, want, ipOf); err != nil {
-			return fmt.Errorf("routes from %s (is an IPRange's CIDR used elsewhere on this machine?): %w", where.what, err)
-		}
-	}
-	l.Logf("network: %d IPRanges routed via their nodes from the host and the control plane", len(want))
-	return nil
-}
-
-// syncRangeRoutes makes the routes via node IPs to destinations inside the pod address space
-// (podSpace) in one network namespace ("" = the host) equal want: replaces what is missing or
-// points elsewhere, deletes what points at a node but is no longer any node's range. Every
-// other route stays — the host's route to the Service CIDR via node-1 above all (deleting it
-// sent Service traffic to the default route).
-func syncRangeRoutes(netns, dev, podSpace string, want, nodeIPs map[string]string) error {
-	space, err := netip.ParsePrefix(podSpace)
-	if err != nil {
-		return fmt.Errorf("pod address space %q: %w", podSpace, err)
-	}
-	ip := func(args ...string) []string {
-		if netns != "" {
-			return append([]string{"ip", "-n", netns}, args...)
-		}
-		return append([]string{"ip"}, args...)
-	}
-	isNode := map[string]bool{}
-	for _, a := range nodeIPs {
-		isNode[a] = true
-	}
-	argv := ip("-j", "-4", "route", "show")
-	out, err := exec.Command(argv[0], argv[1:]...).Output()
-	if err != nil {
-		return err
-	}
-	var have []struct{ Dst, Gateway string }
-	if err := json.Unmarshal(out, &have); err != nil {
-		return fmt.Errorf("ip -j route show: %w", err)
-	}
-	current := map[string]string{}
-	for _, r := range have {
-		dst, err := netip.ParsePrefix(r.Dst)
-		if err != nil || !isNode[r.Gateway] || !space.Overlaps(dst) || dst.Bits() < space.Bits() {
-			continue // not a route to a piece of the pod address space via a node: not ours
-		}
-		current[r.Dst] = r.Gateway
-	}
-	for dst, gw := range current {
-		if want[dst] == "" {
-			if err := run(ip("route", "del", dst, "via", gw)...); err != nil {
-				return err
-			}
-		}
-	}
-	for cidr, gw := range want {
-		if current[cidr] == gw {
-			continue
-		}
-		args := []string{"route", "replace", cidr, "via", gw}
-		if dev != "" {
-			args = append(args, "dev", dev)
-		}
-		if err := run(ip(args...)...); err != nil {
-			return fmt.Errorf("%s via %s: %w", cidr, gw, err)
-		}
-	}
-	return nil
-}
-
-// SyncRoutes re-routes, from the host and the control plane, the IPRanges of the cluster
-// recorded in o's state dir (`localcluster routes`); a no-op for CNIs that do not own the
-// address space (their routes are the layout's fixed per-node CIDRs).
-func SyncRoutes(o Options) error {
-	if err := o.validate(); err != nil {
-		return err
-	}
-	l := newLayout(o)
-	rec, err := l.readRecord()
-	if err != nil {
-		return fmt.Errorf("no cluster recorded in %s (run `up`): %w", o.StateDir, err)
-	}
-	l = newLayout(rec.options(o))
-	if !cniProviders[l.CNI].ownsAddressSpace() {
-		return nil
-	}
-	return l.routeAssignedRanges()
 }

@@ -20,6 +20,7 @@ type daemon struct {
 	name  string // e.g. "kube-apiserver", "node-2-kubelet"
 	netns string // network namespace to run in ("" = host)
 	argv  []string
+	env   []string // added to this process's environment
 }
 
 func (l *layout) logFile(name string) string { return filepath.Join(l.logDir, name+".log") }
@@ -43,7 +44,7 @@ func (l *layout) start(d daemon) (int, error) {
 	cmd.Stdout = logf
 	cmd.Stderr = logf
 	cmd.Dir = l.StateDir
-	cmd.Env = append(withoutMarker(os.Environ()), l.marker())
+	cmd.Env = append(append(withoutMarker(os.Environ()), d.env...), l.marker())
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
 		return 0, fmt.Errorf("start %s: %w", d.name, err)

@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -36,8 +37,17 @@ func TestSyncRangeRoutesTouchesOnlyThePodSpace(t *testing.T) {
 	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
 	nodes := map[string]string{"node-1": "172.31.0.11", "node-2": "172.31.0.12", "node-3": "172.31.0.13"}
 	want := map[string]string{"10.244.0.0/24": "172.31.0.11", "10.244.1.0/24": "172.31.0.13", "10.244.5.0/24": "172.31.0.12"}
-	if err := syncRangeRoutes(ns, "", "10.244.0.0/16", want, nodes); err != nil {
+	changes, err := syncRangeRoutes(ns, "", "10.244.0.0/16", want, nodes)
+	if err != nil {
 		t.Fatal(err)
+	}
+	wantChanges := []string{"deleted 10.244.2.0/24 via 172.31.0.13", "10.244.1.0/24 via 172.31.0.13", "10.244.5.0/24 via 172.31.0.12"}
+	if strings.Join(changes, "; ") != strings.Join(wantChanges, "; ") {
+		t.Errorf("changes reported: %q, want %q", changes, wantChanges)
+	}
+	// In sync: a second pass changes nothing (the daemon runs it on every IPRange event).
+	if again, err := syncRangeRoutes(ns, "", "10.244.0.0/16", want, nodes); err != nil || len(again) > 0 {
+		t.Errorf("second pass: %q, %v; want no change", again, err)
 	}
 	out, err := exec.Command("ip", "-n", ns, "-4", "route", "show").Output()
 	if err != nil {
@@ -51,5 +61,23 @@ func TestSyncRangeRoutesTouchesOnlyThePodSpace(t *testing.T) {
 	}
 	if strings.Contains(got, "10.244.2.0/24") {
 		t.Errorf("the gone range's route stayed:\n%s", got)
+	}
+}
+
+// TestWantRangeRoutes: the control plane routes what the agents route: an assigned range via
+// its node; a draining range (node "") and a range of a node the layout does not know
+// (an IPRange written for a node that never joined) get none.
+func TestWantRangeRoutes(t *testing.T) {
+	nodes := map[string]string{"node-1": "172.30.0.11", "node-4": "172.30.0.14"}
+	got := wantRangeRoutes([]rangeAssignment{
+		{CIDR: "10.244.0.0/24", Node: "node-1"},
+		{CIDR: "10.244.2.0/24", Node: "node-4"}, // moved by a failover
+		{CIDR: "10.244.5.0/24", Node: ""},       // draining
+		{CIDR: "10.244.9.0/24", Node: "node-9"}, // no such node here
+		{CIDR: "", Node: "node-1"},
+	}, nodes)
+	want := map[string]string{"10.244.0.0/24": "172.30.0.11", "10.244.2.0/24": "172.30.0.14"}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("wantRangeRoutes = %v, want %v", got, want)
 	}
 }
