@@ -94,7 +94,7 @@ func (c *Controller) createPod(ctx context.Context, set *jkev1alpha1.EnhancedSta
 		return err
 	}
 	if staticip.Enabled(set.Annotations, set.Spec.Template.Annotations) {
-		w := staticip.Workload{Object: set, GVK: controllerKind, Retention: staticip.RetentionPolicy(set.Spec.StaticIPRetentionPolicy)}
+		w := staticip.EnhancedStatefulSetWorkload(set)
 		sip, claimed := c.preclaimedStaticIP(w, pod.Name)
 		var err error
 		if !claimed {

@@ -87,7 +87,7 @@ func (c *Controller) preclaimStaticIPs(ctx context.Context, set *jkev1alpha1.Enh
 	if len(terminating) == 0 || !staticip.Enabled(set.Annotations, set.Spec.Template.Annotations) {
 		return
 	}
-	w := staticip.Workload{Object: set, GVK: controllerKind, Retention: staticip.RetentionPolicy(set.Spec.StaticIPRetentionPolicy)}
+	w := staticip.EnhancedStatefulSetWorkload(set)
 	for _, pod := range terminating {
 		key := pod.Namespace + "/" + pod.Name
 		if e, ok := c.preclaimed.get(key); ok && e.oldPod == pod.UID {

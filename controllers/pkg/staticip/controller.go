@@ -251,7 +251,8 @@ func (c *Controller) podWorkload(pod *corev1.Pod) (*Workload, error) {
 		if err != nil || set.UID != ref.UID {
 			return nil, err
 		}
-		return &Workload{Object: set, GVK: EnhancedStatefulSetKind, Retention: RetentionPolicy(set.Spec.StaticIPRetentionPolicy)}, nil
+		w := EnhancedStatefulSetWorkload(set)
+		return &w, nil
 	case ref.Kind == StatefulSetKind.Kind && ref.APIVersion == StatefulSetKind.GroupVersion().String():
 		sts, err := c.stsLister.StatefulSets(pod.Namespace).Get(ref.Name)
 		if err != nil || sts.UID != ref.UID {
@@ -340,7 +341,8 @@ func (c *Controller) recordWorkload(sip *jkev1.StaticIP) *Workload {
 		if err != nil || set.DeletionTimestamp != nil {
 			return nil
 		}
-		return &Workload{Object: set, GVK: EnhancedStatefulSetKind, Retention: RetentionPolicy(set.Spec.StaticIPRetentionPolicy)}
+		w := EnhancedStatefulSetWorkload(set)
+		return &w
 	case recordOfKind(sip, StatefulSetKind):
 		sts, err := c.stsLister.StatefulSets(sip.Namespace).Get(sip.Spec.Ref)
 		if err != nil || sts.DeletionTimestamp != nil {

@@ -17,6 +17,7 @@ import (
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/apis/workloadref"
 )
 
@@ -45,6 +46,12 @@ type Workload struct {
 	Object    metav1.Object
 	GVK       schema.GroupVersionKind
 	Retention jkev1.StaticIPRetentionPolicy
+}
+
+// EnhancedStatefulSetWorkload is set as the workload of its pods' StaticIPs, with the set's
+// own retention policy.
+func EnhancedStatefulSetWorkload(set *jkev1alpha1.EnhancedStatefulSet) Workload {
+	return Workload{Object: set, GVK: EnhancedStatefulSetKind, Retention: RetentionPolicy(set.Spec.StaticIPRetentionPolicy)}
 }
 
 // Ref is the workload w: API group, kind and name.

@@ -5,8 +5,10 @@ package cluster
 
 import (
 	"fmt"
+	"maps"
 	"net"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -250,10 +252,7 @@ func newLayout(o Options) layout {
 
 func (l *layout) netnsPath(name string) string { return filepath.Join("/run/netns", name) }
 
+// keys are m's keys, sorted.
 func keys[V any](m map[string]V) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	return out
+	return slices.Sorted(maps.Keys(m))
 }

@@ -10,7 +10,6 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -80,7 +79,7 @@ func (l *layout) routeRanges(want map[string]string) ([]string, error) {
 // routeAssignedRanges routes the IPRanges as they are now, once (`up`, before it waits for
 // DNS, and `localcluster routes`); the daemon keeps them routed afterwards.
 func (l *layout) routeAssignedRanges(ctx context.Context) error {
-	cs, err := l.staticipClient()
+	cs, err := l.staticipClient(10 * time.Second)
 	if err != nil {
 		return err
 	}
@@ -100,12 +99,14 @@ func (l *layout) routeAssignedRanges(ctx context.Context) error {
 	return nil
 }
 
-func (l *layout) staticipClient() (versioned.Interface, error) {
+// staticipClient is a client of the cluster's staticip API. timeout bounds every request
+// (0: none — an informer's watch is one long request, which a timeout would cut and restart).
+func (l *layout) staticipClient(timeout time.Duration) (versioned.Interface, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", l.kubeconfig)
 	if err != nil {
 		return nil, err
 	}
-	cfg.Timeout = 10 * time.Second
+	cfg.Timeout = timeout
 	return versioned.NewForConfig(cfg)
 }
 
@@ -148,7 +149,7 @@ func syncRangeRoutes(netns, dev, podSpace string, want, nodeIPs map[string]strin
 		current[r.Dst] = r.Gateway
 	}
 	var changes []string
-	for _, dst := range sortedKeys(current) {
+	for _, dst := range keys(current) {
 		gw := current[dst]
 		if want[dst] != "" {
 			continue
@@ -158,7 +159,7 @@ func syncRangeRoutes(netns, dev, podSpace string, want, nodeIPs map[string]strin
 		}
 		changes = append(changes, fmt.Sprintf("deleted %s via %s", dst, gw))
 	}
-	for _, cidr := range sortedKeys(want) {
+	for _, cidr := range keys(want) {
 		gw := want[cidr]
 		if current[cidr] == gw {
 			continue
@@ -173,15 +174,6 @@ func syncRangeRoutes(netns, dev, podSpace string, want, nodeIPs map[string]strin
 		changes = append(changes, fmt.Sprintf("%s via %s", cidr, gw))
 	}
 	return changes, nil
-}
-
-func sortedKeys(m map[string]string) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 // SyncRoutes re-routes, from the host and the control plane, the IPRanges of the cluster
@@ -207,7 +199,7 @@ func SyncRoutes(ctx context.Context, o Options) error {
 // ends: on every IPRange event, and every 30 s against drift. A failed sync is retried a
 // second later. It is the body of the daemon rangeRoutesDaemon.
 func (l *layout) followRanges(ctx context.Context) error {
-	cs, err := l.staticipClient()
+	cs, err := l.staticipClient(0)
 	if err != nil {
 		return err
 	}
