@@ -62,6 +62,21 @@ func TestNodeThatJoinsGetsABlock(t *testing.T) {
 	if err := f.Client.CoreV1().Nodes().Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// Its block is returned only once the allocator has seen the Node go (it marks the block
+	// node-gone-since), as an operator returns a gone node's block. Deleted earlier, the block
+	// could reach the allocator's cache before the Node's deletion did, and the allocator gave
+	// the node — still live there — a fresh block (CI of 7240e5d: "Node node-4 and its
+	// IPRanges gone" timed out; see the issue 30 note).
+	if err := framework.WaitFor(ctx, time.Minute, "the allocator marking "+name+"'s blocks "+jkev1.AnnotationNodeGoneSince, func(ctx context.Context) (bool, error) {
+		for _, r := range rangesOf(t, ctx, cs, name) {
+			if r.Annotations[jkev1.AnnotationNodeGoneSince] == "" {
+				return false, nil
+			}
+		}
+		return true, nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 	for _, r := range byNode[name] {
 		if err := cs.JkeV1().IPRanges().Delete(ctx, r.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
 			t.Fatal(err)
