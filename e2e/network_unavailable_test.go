@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +17,7 @@ import (
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/cni/agent"
 	"github.com/staticip/staticip/e2e/framework"
 )
 
@@ -130,6 +132,8 @@ func TestNodeWithOnlyDrainingRangesTakesNoPods(t *testing.T) {
 		t.Errorf("the holder pod changed while its range drained: %v %+v", err, p.Status)
 	}
 
+	drainingRangeStaysReachable(t, ctx, cs, ns, node, running, ranges, nodes)
+
 	restore()
 	waitNodeCondition(t, ctx, node, corev1.NodeNetworkUnavailable, corev1.ConditionFalse, "StaticIPRangeReady")
 	if p, err := f.WaitForPodRunning(ctx, ns, "newcomer", 3*time.Minute); err != nil {
@@ -137,6 +141,69 @@ func TestNodeWithOnlyDrainingRangesTakesNoPods(t *testing.T) {
 	} else if p.Spec.NodeName != node {
 		t.Errorf("newcomer runs on %s, want %s", p.Spec.NodeName, node)
 	}
+}
+
+// drainingRangeStaysReachable (issue 37, defect 1): a range that moved away stays routed via the
+// node whose pod still holds an address of it — from a pod on another node and from the API server
+// (pods/proxy) — while it is unassigned, and while it is assigned to another node that waits for
+// it to drain. Before, no node and not the control plane routed it: the holder pod was cut off.
+// It leaves the range unassigned again.
+func drainingRangeStaysReachable(t *testing.T, ctx context.Context, cs versioned.Interface, ns, node string, holder *corev1.Pod, ranges []jkev1.IPRange, nodes []corev1.Node) {
+	t.Helper()
+	other := ""
+	for _, n := range nodes {
+		if n.Name != node {
+			other = n.Name
+			break
+		}
+	}
+	if other == "" {
+		t.Errorf("draining-range reachability not checked: no second node takes ordinary pods")
+		return
+	}
+	var held *jkev1.IPRange
+	ip := netip.MustParseAddr(holder.Status.PodIP)
+	for i := range ranges {
+		if pfx, err := netip.ParsePrefix(ranges[i].Spec.CIDR); err == nil && pfx.Contains(ip) {
+			held = &ranges[i]
+		}
+	}
+	if held == nil {
+		t.Fatalf("the holder's IP %s lies in no IPRange of node %s", ip, node)
+	}
+	if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, testServerPod("client", other, nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := f.WaitForPodRunning(ctx, ns, "client", 2*time.Minute); err != nil {
+		t.Fatal(err)
+	}
+	check := func(when string) {
+		t.Helper()
+		if r := reachable(t, ns, "client", ip.String()); r.Pod != "holder" || r.Node != node {
+			t.Errorf("%s: %s from a pod on %s answered as %s on %s, want holder on %s", when, ip, other, r.Pod, r.Node, node)
+		}
+		if r := answersThroughAPIServer(t, ctx, ns, "holder"); r.Pod != "holder" {
+			t.Errorf("%s: the holder through the API server's pod proxy answered as %s", when, r.Pod)
+		}
+	}
+	check(fmt.Sprintf("IPRange %s unassigned", held.Name))
+	setRangeOwner(t, ctx, cs, held.Name, other, held.Spec.OwnerGeneration)
+	if err := framework.WaitFor(ctx, time.Minute, "IPRange "+held.Name+" waiting for "+node, func(ctx context.Context) (bool, error) {
+		r, err := cs.JkeV1().IPRanges().Get(ctx, held.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		for _, c := range r.Status.Conditions {
+			if c.Type == agent.ConditionSynced {
+				return c.Reason == agent.ReasonWaitingForPreviousOwner && strings.Contains(c.Message, node), nil
+			}
+		}
+		return false, nil
+	}); err != nil {
+		t.Errorf("assigned to %s while %s's pod holds %s: %v", other, node, ip, err)
+	}
+	check(fmt.Sprintf("IPRange %s assigned to %s, which waits", held.Name, other))
+	setRangeOwner(t, ctx, cs, held.Name, "", held.Spec.OwnerGeneration)
 }
 
 // excludeFromPool adds "kubernetes.io/hostname NotIn [node]" to IPPool pool's node selector

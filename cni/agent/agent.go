@@ -210,10 +210,15 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		a.afterSnapshot()
 	}
 	plan := planRanges(snap.ranges, a.cfg.NodeName)
-	plan.waitForPreviousOwners(holders(snap.observed, a.cfg.NodeName))
-	stats, rp, err := a.syncDB(&plan, snap.staticIPs, snap.pods)
+	held := holders(snap.observed, a.cfg.NodeName)
+	plan.ownReport = ownClaims(snap.observed[a.cfg.NodeName], a.cfg.NodeName)
+	stats, rp, err := a.syncDB(&plan, held, snap.staticIPs, snap.pods)
 	if err != nil {
 		errs = append(errs, err)
+	}
+	if !plan.waited {
+		// The database could not say what this node holds: wait for every other claim.
+		plan.waitForPreviousOwners(held, nil)
 	}
 
 	conf, err := a.Conflist(plan.mine)
@@ -244,11 +249,14 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 			a.apiErrors.Add(1)
 			errs = append(errs, err)
 		}
-		routesOK := true
+		// Routes go to the node that holds addresses of each range (claims.go); the claims and
+		// the routes are reported whatever else failed: a claim must never wait for unrelated
+		// work, and a route that cannot be programmed leaves only its own entry out.
+		routes := planRoutes(plan.accepted, a.cfg.NodeName, plan.holdsItself, held)
+		var programmed map[string]bool
 		if a.cfg.Routes {
-			n, unroutable, err := a.syncRoutes(plan.others, snap.nodeIP)
-			routesOK = err == nil
-			stats.Routes = n
+			n, unroutable, done, err := a.syncRoutes(routes, snap.nodeIP)
+			stats.Routes, programmed = n, done
 			if msg := strings.Join(unroutable, ", "); msg != a.unroutable {
 				if msg != "" {
 					a.logf("no route to IPRanges whose node has no InternalIP yet: %s", msg)
@@ -259,14 +267,12 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 		}
-		if routesOK && !plan.reservationsFailed {
-			apiCtx, cancel := context.WithTimeout(ctx, apiTimeout)
-			err := a.reportObserved(apiCtx, observedRanges(a.cfg.NodeName, plan.mine, plan.others, plan.draining, a.cfg.Routes, snap.nodeIP), a.view.observedAnnotation(a.cfg.NodeName))
-			cancel()
-			if err != nil {
-				a.apiErrors.Add(1)
-				errs = append(errs, err)
-			}
+		apiCtx, cancel = context.WithTimeout(ctx, apiTimeout)
+		err = a.reportObserved(apiCtx, observedRanges(a.cfg.NodeName, plan.mine, routes, plan.draining, programmed), a.view.observedAnnotation(a.cfg.NodeName))
+		cancel()
+		if err != nil {
+			a.apiErrors.Add(1)
+			errs = append(errs, err)
 		}
 		apiCtx, cancel = context.WithTimeout(ctx, apiTimeout)
 		err = a.reportNetwork(apiCtx, plan, a.view.networkCondition(a.cfg.NodeName))
@@ -306,6 +312,13 @@ func (a *Agent) report(plan rangePlan, rp reservationPlan) {
 	for _, r := range plan.refusedMine {
 		why := plan.refused[r.Name]
 		emit(r, "IPRange "+r.Name, why.Reason, why.Message)
+	}
+	for _, r := range plan.mine {
+		if by := plan.contested[r.Name]; len(by) > 0 {
+			emit(r, "IPRange "+r.Name, ReasonClaimContested, fmt.Sprintf(
+				"node %s serves this range, yet node(s) %s report holding addresses of it at its generation (Node annotation %s); a claim never takes a served range away, so %s keeps serving it: check those nodes",
+				a.cfg.NodeName, strings.Join(by, ", "), ObservedAnnotation, a.cfg.NodeName))
+		}
 	}
 	for _, d := range rp.duplicates {
 		emit(d.sip, "StaticIP "+d.sip.Namespace+"/"+d.sip.Name, ReasonDuplicateIP, d.message())

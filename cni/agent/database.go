@@ -19,7 +19,7 @@ import (
 // transaction, all under the database lock (no CNI call commits in between). The agent is the
 // only one that changes the node's ranges (SetNodeRanges): ranges that left the node drain. It
 // drops from plan the ranges the database cannot take yet (dropSkipped).
-func (a *Agent) syncDB(plan *rangePlan, sips []*jkev1.StaticIP, pods []*corev1.Pod) (*Stats, reservationPlan, error) {
+func (a *Agent) syncDB(plan *rangePlan, held map[string][]heldBy, sips []*jkev1.StaticIP, pods []*corev1.Pod) (*Stats, reservationPlan, error) {
 	var rp reservationPlan
 	db, err := ipam.Open(ipam.ForNetwork(a.cfg.DataDir, NetworkName))
 	if errors.Is(err, ipam.ErrCorrupt) {
@@ -44,6 +44,9 @@ func (a *Agent) syncDB(plan *rangePlan, sips []*jkev1.StaticIP, pods []*corev1.P
 	if err != nil {
 		return nil, rp, err
 	}
+	// Only now is it known which ranges this node holds already: another node's claim makes it
+	// wait for a range it does not hold yet, never drop one it serves.
+	plan.waitForPreviousOwners(held, served)
 	if err := a.revoke(db, planRevocations(served, plan.byName)); err != nil {
 		return nil, rp, err
 	}
@@ -135,22 +138,38 @@ func (a *Agent) finishRebuild(db *ipam.DB, plan *rangePlan, sips []*jkev1.Static
 	if err != nil {
 		return err
 	}
-	if rs, err := db.SetNodeRanges(plan.ipam); err != nil {
+	found, err := hostAttachments(pods)
+	if err != nil {
+		return fmt.Errorf("rebuild: reading the host's veths and routes: %w", err)
+	}
+	// What the node held besides the ranges it serves now (claims.go, heldAtRebuild): recorded
+	// as served, and held in the store while the host's addresses are imported, so that the
+	// ranges it drains stay claimed and those moved away while it was fenced are revoked.
+	var imported []netip.Addr
+	for _, f := range found {
+		imported = append(imported, f.IP)
+	}
+	restored, held := heldAtRebuild(a.cfg.NodeName, plan.accepted, plan.mine, imported, plan.ownReport)
+	if err := db.RecordServed(restored); err != nil {
+		return fmt.Errorf("rebuild: restoring the ranges the node held: %w", err)
+	}
+	if _, err := db.SetNodeRanges(append(append([]ipam.Range(nil), plan.ipam...), held...)); err != nil {
 		return fmt.Errorf("rebuild: ranges: %w", err)
-	} else {
-		plan.dropSkipped(rs.Skipped)
 	}
 	rp := planReservations(sips, plan.ipam, nil, nil)
 	if _, err := db.SyncReservations(rp.reservations); err != nil {
 		return fmt.Errorf("rebuild: reservations: %w", err)
 	}
-	found, err := hostAttachments(pods)
-	if err != nil {
-		return fmt.Errorf("rebuild: reading the host's veths and routes: %w", err)
-	}
 	res, err := db.Import(found)
 	if err != nil {
 		return fmt.Errorf("rebuild: import: %w", err)
+	}
+	// The ranges held only for the import leave the node's ranges: with addresses imported they
+	// drain, like any range that moved away.
+	if rs, err := db.SetNodeRanges(plan.ipam); err != nil {
+		return fmt.Errorf("rebuild: ranges: %w", err)
+	} else {
+		plan.dropSkipped(rs.Skipped)
 	}
 	for _, c := range res.Conflicts {
 		a.logf("rebuild: %s on %s (pod %s) conflicts with an imported allocation; not imported", c.IP, c.Attachment.ContainerID, c.Pod)

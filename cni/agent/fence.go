@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/netip"
 	"sort"
 	"strings"
@@ -229,22 +228,22 @@ func withdrawHost(subnet netip.Prefix, removed []ipam.Attachment) (int, error) {
 	return n, nil
 }
 
-// observedRanges is the annotation's content for this pass: the node's own ranges its IPAM
-// serves, and the other nodes' ranges it routes (every one whose node has an address, once the
-// routes were programmed without error; all of them when the agent does not program routes).
-//
-// The ranges it drains (drainingHeld) are reported as "<this node>/<generation served at>",
-// in place of the route to their new owner: "this node still holds addresses of it".
-func observedRanges(self string, mine, others []*jkev1.IPRange, draining map[string]int64, routesProgrammed bool, nodeIP func(string) net.IP) map[string]string {
+// observedRanges is the annotation's content for this pass: the node's claims — the ranges its
+// IPAM serves and the ranges it drains (drainingHeld: "<this node>/<generation served at>", in
+// place of a route) — and the routes it has programmed, each as "<node it routes to>/<range
+// generation>": every route of routes when programmed is nil (the agent does not program
+// routes), else those programmed names. The claims never depend on the routes: a route that
+// cannot be programmed (a peer on no subnet of the node) leaves its own entry out, nothing else.
+func observedRanges(self string, mine []*jkev1.IPRange, routes []rangeRoute, draining map[string]int64, programmed map[string]bool) map[string]string {
 	out := map[string]string{}
 	for _, r := range mine {
 		out[r.Name] = fmt.Sprintf("%s/%d", r.Spec.Node, r.Spec.OwnerGeneration)
 	}
-	for _, r := range others {
-		if routesProgrammed && nodeIP(r.Spec.Node) == nil {
+	for _, rt := range routes {
+		if programmed != nil && !programmed[rt.r.Name] {
 			continue
 		}
-		out[r.Name] = fmt.Sprintf("%s/%d", r.Spec.Node, r.Spec.OwnerGeneration)
+		out[rt.r.Name] = fmt.Sprintf("%s/%d", rt.via, rt.r.Spec.OwnerGeneration)
 	}
 	for name, gen := range draining {
 		out[name] = fmt.Sprintf("%s/%d", self, gen)
@@ -258,7 +257,7 @@ func observedRanges(self string, mine, others []*jkev1.IPRange, draining map[str
 // nodes that run no agent) write it, so the failover controller sees what real agents report.
 func ObservedReport(ranges []*jkev1.IPRange) (string, error) {
 	p := planRanges(ranges, "")
-	b, err := json.Marshal(observedRanges("", nil, p.others, nil, false, nil))
+	b, err := json.Marshal(observedRanges("", nil, planRoutes(p.accepted, "", nil, nil), nil, nil))
 	return string(b), err
 }
 

@@ -1,11 +1,9 @@
 package agent
 
 import (
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"sort"
-	"strconv"
 	"strings"
 	"time"
 
@@ -32,6 +30,9 @@ const (
 	// ReasonWaitingForPreviousOwner: the range names this node, but another node still holds
 	// addresses of it (it drains there); this node allocates from it once that node has drained.
 	ReasonWaitingForPreviousOwner = "WaitingForPreviousOwner"
+	// ReasonClaimContested: the node serves the range, and another node reports holding
+	// addresses of it too (a Warning Event; the node keeps serving it).
+	ReasonClaimContested = "ClaimContested"
 	// ReasonDuplicateIP is the Event reason on StaticIPs that claim the same IP (or one pod
 	// claimed by records with different IPs).
 	ReasonDuplicateIP = "DuplicateIP"
@@ -49,8 +50,11 @@ type rangePlan struct {
 	// mine are this node's IPRanges it serves, ipam their allocator form (same order).
 	mine []*jkev1.IPRange
 	ipam []ipam.Range
-	// others are the other nodes' accepted IPRanges (routes).
+	// others are the other nodes' accepted IPRanges.
 	others []*jkev1.IPRange
+	// accepted are all IPRanges some node may serve (assigned or not): what routes are planned
+	// over (planRoutes).
+	accepted []*jkev1.IPRange
 	// refused are the IPRanges no node may serve, by name.
 	refused map[string]refusal
 	// refusedMine are this node's refused IPRanges (it reports them).
@@ -62,6 +66,27 @@ type rangePlan struct {
 	// draining are the ranges this node still holds addresses of although they left it, by
 	// name, at the ownership generation it served them at (drainingHeld).
 	draining map[string]int64
+	// waited: waitForPreviousOwners has taken out the ranges other nodes still hold.
+	waited bool
+	// contested are this node's ranges it serves although other nodes report holding them at the
+	// same generation (a claim never takes a served range away), by name: those nodes.
+	contested map[string][]string
+	// ownReport are the ranges this node's last report claims for itself (its own served and
+	// draining ranges), by name, at their generation: what a rebuilt database restores.
+	ownReport map[string]int64
+}
+
+// holdsItself says whether the node holds addresses of the range itself: it serves it or drains it.
+func (p *rangePlan) holdsItself(name string) bool {
+	if _, ok := p.draining[name]; ok {
+		return true
+	}
+	for _, r := range p.mine {
+		if r.Name == name {
+			return true
+		}
+	}
+	return false
 }
 
 // olderFirst orders objects by creation time, then name: the order in which overlapping claims
@@ -111,6 +136,7 @@ func planRanges(all []*jkev1.IPRange, node string) rangePlan {
 		}
 		accepted = append(accepted, r)
 		acceptedNets = append(acceptedNets, ir.Subnet)
+		p.accepted = append(p.accepted, r)
 		switch r.Spec.Node {
 		case node:
 			p.mine = append(p.mine, r)
@@ -157,44 +183,6 @@ func (p *rangePlan) dropSkipped(skipped []ipam.RangeConflict) {
 	p.mine, p.ipam = mine, rs
 }
 
-// heldBy is one node's report that it holds addresses of a range (it serves or drains it) at an
-// ownership generation: its ObservedAnnotation entry "<itself>/<generation>".
-type heldBy struct {
-	node       string
-	generation int64
-}
-
-// holders reads the other nodes' reports: range name -> the nodes that report holding it
-// themselves. An entry naming another node is a route, not a claim, and is skipped; so is a
-// report that does not parse (no agent writes one).
-func holders(observed map[string]string, self string) map[string][]heldBy {
-	out := map[string][]heldBy{}
-	for node, v := range observed {
-		if node == self || v == "" {
-			continue
-		}
-		m := map[string]string{}
-		if json.Unmarshal([]byte(v), &m) != nil {
-			continue
-		}
-		for name, val := range m {
-			i := strings.LastIndexByte(val, '/')
-			if i < 0 || val[:i] != node {
-				continue
-			}
-			gen, err := strconv.ParseInt(val[i+1:], 10, 64)
-			if err != nil {
-				continue
-			}
-			out[name] = append(out[name], heldBy{node: node, generation: gen})
-		}
-	}
-	for _, hs := range out {
-		sort.Slice(hs, func(i, j int) bool { return hs[i].node < hs[j].node })
-	}
-	return out
-}
-
 // waitForPreviousOwners takes out of the plan this node's ranges that another node still
 // reports holding at the range's current ownership generation (or a higher one): the range was
 // reassigned by hand (unassigned, then assigned here) while the old node's pods still hold
@@ -202,7 +190,14 @@ func holders(observed map[string]string, self string) map[string][]heldBy {
 // and a range that moved away only drains: this node serves it once the old node has drained it
 // and stops reporting it. A report at a lower generation does not hold the range: node failover
 // moved it (ownerGeneration+1) and the old node revokes it instead of draining.
-func (p *rangePlan) waitForPreviousOwners(held map[string][]heldBy) {
+//
+// A claim never takes a range away from the node that serves it: served (the database's records
+// of the ranges this node holds, nil when unknown) at the range's generation means this node
+// holds it already, and another node reporting it too is a contest this node reports (an Event
+// on the range), not a reason to stop — a node's report is its word about itself, and one node's
+// credential must not make every other node drop its ranges.
+func (p *rangePlan) waitForPreviousOwners(held map[string][]heldBy, served map[string]ipam.ServedRange) {
+	p.waited = true
 	var mine []*jkev1.IPRange
 	var rs []ipam.Range
 	for i, r := range p.mine {
@@ -212,10 +207,17 @@ func (p *rangePlan) waitForPreviousOwners(held map[string][]heldBy) {
 				by = append(by, h.node)
 			}
 		}
+		if s, ok := served[r.Name]; ok && len(by) > 0 && !s.Revoked && s.OwnerGeneration >= r.Spec.OwnerGeneration {
+			if p.contested == nil {
+				p.contested = map[string][]string{}
+			}
+			p.contested[r.Name] = by
+			by = nil
+		}
 		if len(by) > 0 {
 			p.refuse(r, r.Spec.Node, refusal{ReasonWaitingForPreviousOwner, fmt.Sprintf(
 				"node %s still holds addresses of this range (its pods keep them while it drains; Node annotation %s): node %s allocates from it once they are released. "+
-					"Should that node be gone for good, delete its Node object, or move the range with ownerGeneration+1 (it then drops the range when it returns)",
+					"Should that node be gone for good, fence it (the node.kubernetes.io/out-of-service taint) so that node failover moves the range with ownerGeneration+1, or move it so yourself (the node then drops the range when it returns)",
 				strings.Join(by, ", "), ObservedAnnotation, r.Spec.Node)})
 			continue
 		}

@@ -182,6 +182,9 @@ func TestWaitForPreviousOwners(t *testing.T) {
 		observed map[string]string // node -> annotation
 		mine     string
 		waiting  string // the refused range's message names these nodes
+		// served: the generation this node's database records serving r at (0: no record).
+		served    int64
+		contested string
 	}{
 		{name: "nobody else holds it", observed: map[string]string{"n2": `{"r":"n1/2","s":"n2/0"}`}, mine: "r"},
 		{name: "the old owner drains it at the same generation",
@@ -192,11 +195,20 @@ func TestWaitForPreviousOwners(t *testing.T) {
 		{name: "a route entry naming another node is no claim", observed: map[string]string{"n3": `{"r":"n2/2"}`}, mine: "r"},
 		{name: "two nodes hold it", observed: map[string]string{"n3": `{"r":"n3/2"}`, "n2": `{"r":"n2/5"}`}, waiting: "n2, n3"},
 		{name: "an unparsable report is ignored", observed: map[string]string{"n2": `{r`, "n3": `{"r":"n3/x"}`}, mine: "r"},
+		{name: "a claim never takes a range the node serves already", served: 2, observed: map[string]string{"n2": `{"r":"n2/2"}`}, mine: "r", contested: "n2"},
+		{name: "a range served at an older generation does not count", served: 1, observed: map[string]string{"n2": `{"r":"n2/2"}`}, waiting: "n2"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p := planRanges([]*jkev1.IPRange{gen(ipr("r", 1, "10.0.0.0/24", "n1"), 2)}, "n1")
-			p.waitForPreviousOwners(holders(c.observed, "n1"))
+			var served map[string]ipam.ServedRange
+			if c.served > 0 {
+				served = map[string]ipam.ServedRange{"r": {Subnet: netip.MustParsePrefix("10.0.0.0/24"), OwnerGeneration: c.served}}
+			}
+			p.waitForPreviousOwners(holders(c.observed, "n1"), served)
+			if got := strings.Join(p.contested["r"], ", "); got != c.contested {
+				t.Errorf("contested by %q, want %q", got, c.contested)
+			}
 			if names(p.mine) != c.mine || len(p.ipam) != len(p.mine) {
 				t.Fatalf("mine %q (%d ipam), want %q", names(p.mine), len(p.ipam), c.mine)
 			}
@@ -226,7 +238,7 @@ func TestDrainingHeld(t *testing.T) {
 	if len(got) != 2 || got["moved"] != 3 || got["legacy"] != 4 {
 		t.Fatalf("draining %v, want moved at 3 (its served record) and legacy at 4 (no record: the IPRange of that CIDR)", got)
 	}
-	obs := observedRanges("n1", mine, []*jkev1.IPRange{ipr("moved", 1, "10.0.0.0/24", "n2")}, got, false, nil)
+	obs := observedRanges("n1", mine, []rangeRoute{{r: ipr("moved", 1, "10.0.0.0/24", "n2"), via: "n2"}}, got, nil)
 	if obs["moved"] != "n1/3" || obs["mine"] != "n1/0" || obs["legacy"] != "n1/4" {
 		t.Fatalf("observed %v: a draining range must be reported as held by this node, in place of its route", obs)
 	}
@@ -284,11 +296,120 @@ func TestObservedReport(t *testing.T) {
 			// A real agent on a node owning one of them reports the same.
 			for _, self := range []string{"n1", "spare"} {
 				p := planRanges(tc.ranges, self)
-				b, _ := json.Marshal(observedRanges(self, p.mine, p.others, nil, false, nil))
+				b, _ := json.Marshal(observedRanges(self, p.mine, planRoutes(p.accepted, self, p.holdsItself, nil), nil, nil))
 				if string(b) != got {
 					t.Errorf("agent on %s reports %s, ObservedReport %s", self, b, got)
 				}
 			}
 		})
+	}
+}
+
+// Routes go to the node that holds addresses of a range (issue 37, defect 1): the owner once it
+// claims the range, else a node that still drains it at its generation, else the owner.
+func TestRouteVia(t *testing.T) {
+	at := func(r *jkev1.IPRange, g int64) *jkev1.IPRange { r.Spec.OwnerGeneration = g; return r }
+	cases := []struct {
+		name     string
+		r        *jkev1.IPRange
+		observed map[string]string
+		want     string
+	}{
+		{name: "nobody claims it: its owner", r: ipr("r", 1, "10.0.0.0/24", "n2"), want: "n2"},
+		{name: "its owner claims it", r: ipr("r", 1, "10.0.0.0/24", "n2"), observed: map[string]string{"n2": `{"r":"n2/0"}`}, want: "n2"},
+		{name: "unassigned, drained by its old node", r: ipr("r", 1, "10.0.0.0/24", ""), observed: map[string]string{"n3": `{"r":"n3/0"}`}, want: "n3"},
+		{name: "unassigned, nobody holds it", r: ipr("r", 1, "10.0.0.0/24", ""), want: ""},
+		{name: "assigned to a node that waits for the old one", r: ipr("r", 1, "10.0.0.0/24", "n2"), observed: map[string]string{"n3": `{"r":"n3/0"}`}, want: "n3"},
+		{name: "the owner serving it wins over another claim", r: ipr("r", 1, "10.0.0.0/24", "n2"),
+			observed: map[string]string{"n2": `{"r":"n2/0"}`, "n1": `{"r":"n1/0"}`}, want: "n2"},
+		{name: "a claim at an older generation holds nothing (failover moved it)", r: at(ipr("r", 1, "10.0.0.0/24", "spare"), 3),
+			observed: map[string]string{"old": `{"r":"old/2"}`}, want: "spare"},
+		{name: "a route entry is no claim", r: ipr("r", 1, "10.0.0.0/24", "n2"), observed: map[string]string{"n4": `{"r":"n3/0"}`}, want: "n2"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := routeVia(c.r, holders(c.observed, "")[c.r.Name]); got != c.want {
+				t.Fatalf("routeVia = %q, want %q", got, c.want)
+			}
+			// The node it goes to routes it nowhere (it holds the range), nor does the owner
+			// waiting for it route it anywhere but there.
+			holds := func(string) bool { return true }
+			if routes := planRoutes([]*jkev1.IPRange{c.r}, c.want, holds, holders(c.observed, c.want)); len(routes) != 0 {
+				t.Fatalf("node %s routes %s away via %s", c.want, c.r.Name, routes[0].via)
+			}
+			if owner := c.r.Spec.Node; owner != "" && owner != c.want {
+				routes := planRoutes([]*jkev1.IPRange{c.r}, owner, func(string) bool { return false }, holders(c.observed, owner))
+				if len(routes) != 1 || routes[0].via != c.want {
+					t.Fatalf("the owner %s routes %s as %+v, want via %s", owner, c.r.Name, routes, c.want)
+				}
+			}
+		})
+	}
+	targets := RouteTargets([]*jkev1.IPRange{ipr("a", 1, "10.0.0.0/24", "n1"), ipr("b", 2, "10.0.1.0/24", ""), ipr("c", 3, "10.0.2.0/24", "")},
+		map[string]string{"n2": `{"b":"n2/0"}`})
+	if len(targets) != 2 || targets["10.0.0.0/24"] != "n1" || targets["10.0.1.0/24"] != "n2" {
+		t.Fatalf("RouteTargets = %v, want 10.0.0.0/24 via n1 and the drained 10.0.1.0/24 via n2", targets)
+	}
+}
+
+// A route that could not be programmed leaves only its own entry out of the report; the claims
+// stay (issue 37, defect 2).
+func TestObservedRangesClaimsDoNotWaitForRoutes(t *testing.T) {
+	mine := []*jkev1.IPRange{ipr("mine", 1, "10.0.1.0/24", "n1")}
+	routes := []rangeRoute{{r: ipr("ok", 1, "10.0.2.0/24", "n2"), via: "n2"}, {r: ipr("bad", 1, "10.0.3.0/24", "n3"), via: "n3"}}
+	got := observedRanges("n1", mine, routes, map[string]int64{"drain": 4}, map[string]bool{"ok": true})
+	want := map[string]string{"mine": "n1/0", "ok": "n2/0", "drain": "n1/4"}
+	if len(got) != len(want) {
+		t.Fatalf("observed %v, want %v", got, want)
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Fatalf("observed %v, want %v", got, want)
+		}
+	}
+}
+
+// A database rebuilt after corruption restores what the node held (issue 37, defect 4).
+func TestHeldAtRebuild(t *testing.T) {
+	at := func(r *jkev1.IPRange, g int64) *jkev1.IPRange { r.Spec.OwnerGeneration = g; return r }
+	mine := ipr("mine", 1, "10.0.1.0/24", "n1")
+	accepted := []*jkev1.IPRange{mine,
+		ipr("drained-here", 2, "10.0.2.0/24", ""),              // unassigned, our pod holds .5
+		ipr("moved-by-hand", 3, "10.0.3.0/24", "n2"),           // assigned to n2, our pod holds .5, we claimed it at 0
+		at(ipr("failed-over", 4, "10.0.4.0/24", "spare"), 2),   // moved at gen 2, our pod holds .5, we claimed it at 1
+		ipr("unknown", 5, "10.0.5.0/24", "n2"),                 // our pod holds .5, no claim of ours
+		at(ipr("reported-only", 6, "10.0.6.0/24", "spare"), 3), // no address here, our claim at 2
+		ipr("elsewhere", 7, "10.0.7.0/24", "n2"),               // nothing of ours
+	}
+	var imported []netip.Addr
+	for _, s := range []string{"10.0.1.5", "10.0.2.5", "10.0.3.5", "10.0.4.5", "10.0.5.5"} {
+		imported = append(imported, netip.MustParseAddr(s))
+	}
+	served, held := heldAtRebuild("n1", accepted, []*jkev1.IPRange{mine}, imported,
+		map[string]int64{"moved-by-hand": 0, "failed-over": 1, "reported-only": 2, "mine": 0})
+	want := map[string]int64{"drained-here": 0, "moved-by-hand": 0, "failed-over": 1, "unknown": -1, "reported-only": 2}
+	if len(served) != len(want) {
+		t.Fatalf("restored %v, want %v", served, want)
+	}
+	for name, gen := range want {
+		if s, ok := served[name]; !ok || s.OwnerGeneration != gen {
+			t.Errorf("%s restored as %+v (present %v), want generation %d", name, s, ok, gen)
+		}
+	}
+	if len(held) != 4 {
+		t.Errorf("held in the store for the import: %v, want the four ranges with an address found", held)
+	}
+	// What the next pass then does with them: revoke those moved at a higher generation (and the
+	// one nobody can vouch for), drain the others.
+	byName := map[string]*jkev1.IPRange{}
+	for _, r := range accepted {
+		byName[r.Name] = r
+	}
+	var revoked []string
+	for _, rv := range planRevocations(served, byName) {
+		revoked = append(revoked, rv.name)
+	}
+	if got := strings.Join(revoked, ","); got != "failed-over,reported-only,unknown" {
+		t.Errorf("revoked %s, want failed-over,reported-only,unknown", got)
 	}
 }

@@ -6,27 +6,26 @@ import (
 	"net"
 
 	"github.com/vishvananda/netlink"
-
-	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 )
 
-// syncRoutes makes the routes with RouteProtocol exactly "other node's CIDR via its
-// InternalIP", in the agent's network namespace. An IPRange whose node has no known InternalIP
-// (created before its node joined, say) gets no route and is listed in unroutable: that is no
-// failure of this agent, whose health must not depend on it.
-func (a *Agent) syncRoutes(others []*jkev1.IPRange, nodeIP func(string) net.IP) (routes int, unroutable []string, err error) {
+// syncRoutes makes the routes with RouteProtocol exactly "range CIDR via the InternalIP of the
+// node it is routed to" (planRoutes: the node that holds addresses of it), in the agent's network
+// namespace, and says which ranges are routed now (programmed, by IPRange name). A range whose
+// node has no known InternalIP (created before its node joined, say) gets no route and is listed
+// in unroutable: that is no failure of this agent, whose health must not depend on it. A route
+// that cannot be programmed is an error of this pass and leaves only its own range unrouted.
+func (a *Agent) syncRoutes(routes []rangeRoute, nodeIP func(string) net.IP) (n int, unroutable []string, programmed map[string]bool, err error) {
 	want := map[string]*netlink.Route{}
+	names := map[string][]string{} // dst -> IPRange names
+	programmed = map[string]bool{}
 	var errs []error
-	for _, r := range others {
-		if r.Spec.Node == "" {
-			continue
-		}
-		gw := nodeIP(r.Spec.Node)
+	for _, rt := range routes {
+		gw := nodeIP(rt.via)
 		if gw == nil {
-			unroutable = append(unroutable, fmt.Sprintf("%s (node %s)", r.Name, r.Spec.Node))
+			unroutable = append(unroutable, fmt.Sprintf("%s (node %s)", rt.r.Name, rt.via))
 			continue
 		}
-		_, dst, err := net.ParseCIDR(r.Spec.CIDR)
+		_, dst, err := net.ParseCIDR(rt.r.Spec.CIDR)
 		if err != nil {
 			continue
 		}
@@ -34,25 +33,34 @@ func (a *Agent) syncRoutes(others []*jkev1.IPRange, nodeIP func(string) net.IP) 
 			continue
 		}
 		want[dst.String()] = &netlink.Route{Dst: dst, Gw: gw, Protocol: RouteProtocol}
+		names[dst.String()] = append(names[dst.String()], rt.r.Name)
+	}
+	done := func(dst string) {
+		for _, name := range names[dst] {
+			programmed[name] = true
+		}
 	}
 	existing, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: RouteProtocol}, netlink.RT_FILTER_PROTOCOL)
 	if err != nil {
-		return 0, unroutable, errors.Join(append(errs, err)...)
+		return 0, unroutable, programmed, errors.Join(append(errs, err)...)
 	}
 	for _, r := range existing {
 		if w, ok := want[r.Dst.String()]; ok && w.Gw.Equal(r.Gw) {
 			delete(want, r.Dst.String())
+			done(r.Dst.String())
 			continue
 		}
 		if err := netlink.RouteDel(&r); err != nil {
 			errs = append(errs, fmt.Errorf("delete route %s: %w", r.Dst, err))
 		}
 	}
-	for _, r := range want {
+	for dst, r := range want {
 		if err := netlink.RouteReplace(r); err != nil {
 			errs = append(errs, fmt.Errorf("route %s via %s: %w", r.Dst, r.Gw, err))
+			continue
 		}
+		done(dst)
 	}
 	all, _ := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: RouteProtocol}, netlink.RT_FILTER_PROTOCOL)
-	return len(all), unroutable, errors.Join(errs...)
+	return len(all), unroutable, programmed, errors.Join(errs...)
 }

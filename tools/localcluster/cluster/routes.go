@@ -14,13 +14,18 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	"github.com/staticip/staticip/apis/generated/informers/externalversions"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/cni/agent"
 )
 
 // The staticip CNI owns the address space: the IPPool allocator gives each node its IPRanges,
@@ -36,20 +41,31 @@ import (
 // the IPRanges.
 const rangeRoutesDaemonName = "range-routes"
 
-// rangeAssignment is one IPRange as routing sees it.
-type rangeAssignment struct{ CIDR, Node string }
-
-// wantRangeRoutes maps every assigned range of a known node to that node's IP (CIDR -> IP), as
-// the agent's syncRoutes does: an unassigned range (node "", draining) and a range of a node
-// the layout does not know get no route.
-func wantRangeRoutes(ranges []rangeAssignment, nodeIPs map[string]string) map[string]string {
+// wantRangeRoutes maps every IPRange to the IP of the node its traffic goes to (CIDR -> IP), by
+// the agents' own rule (agent.RouteTargets): the node that holds addresses of it — its owner once
+// that serves it, a node that still drains it (unassigned, or assigned to a node that waits)
+// until it is drained. reports are the nodes' ObservedAnnotation values by node name. A range
+// nobody holds and a node the layout does not know (an IPRange written for a node that never
+// joined) get no route.
+func wantRangeRoutes(ranges []*jkev1.IPRange, reports map[string]string, nodeIPs map[string]string) map[string]string {
 	want := map[string]string{}
-	for _, r := range ranges {
-		if ip := nodeIPs[r.Node]; r.CIDR != "" && ip != "" {
-			want[r.CIDR] = ip
+	for cidr, node := range agent.RouteTargets(ranges, reports) {
+		if ip := nodeIPs[node]; cidr != "" && ip != "" {
+			want[cidr] = ip
 		}
 	}
 	return want
+}
+
+// nodeReports are the nodes' ObservedAnnotation values by node name.
+func nodeReports(nodes []*corev1.Node) map[string]string {
+	out := map[string]string{}
+	for _, n := range nodes {
+		if v := n.Annotations[agent.ObservedAnnotation]; v != "" {
+			out[n.Name] = v
+		}
+	}
+	return out
 }
 
 func (l *layout) nodeIPs() map[string]string {
@@ -87,11 +103,23 @@ func (l *layout) routeAssignedRanges(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	var ranges []rangeAssignment
-	for _, r := range list.Items {
-		ranges = append(ranges, rangeAssignment{CIDR: r.Spec.CIDR, Node: r.Spec.Node})
+	kube, err := l.client()
+	if err != nil {
+		return err
 	}
-	want := wantRangeRoutes(ranges, l.nodeIPs())
+	nodeList, err := kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return err
+	}
+	var ranges []*jkev1.IPRange
+	for i := range list.Items {
+		ranges = append(ranges, &list.Items[i])
+	}
+	var nodes []*corev1.Node
+	for i := range nodeList.Items {
+		nodes = append(nodes, &nodeList.Items[i])
+	}
+	want := wantRangeRoutes(ranges, nodeReports(nodes), l.nodeIPs())
 	if _, err := l.routeRanges(want); err != nil {
 		return err
 	}
@@ -205,6 +233,18 @@ func (l *layout) followRanges(ctx context.Context) error {
 	}
 	factory := externalversions.NewSharedInformerFactory(cs, 0)
 	ranges := factory.Jke().V1().IPRanges()
+	// The nodes' reports say who holds a range that moved away (it stays routed via that node
+	// until drained).
+	cfg, err := clientcmd.BuildConfigFromFlags("", l.kubeconfig)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	kubeFactory := informers.NewSharedInformerFactory(kube, 0)
+	nodes := kubeFactory.Core().V1().Nodes()
 	kick := make(chan struct{}, 1)
 	poke := func() {
 		select {
@@ -219,9 +259,22 @@ func (l *layout) followRanges(ctx context.Context) error {
 	}); err != nil {
 		return err
 	}
+	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: func(any) { poke() },
+		UpdateFunc: func(o, n any) {
+			if o.(*corev1.Node).Annotations[agent.ObservedAnnotation] != n.(*corev1.Node).Annotations[agent.ObservedAnnotation] {
+				poke()
+			}
+		},
+		DeleteFunc: func(any) { poke() },
+	}); err != nil {
+		return err
+	}
 	factory.Start(ctx.Done())
 	defer factory.Shutdown()
-	if !cache.WaitForCacheSync(ctx.Done(), ranges.Informer().HasSynced) {
+	kubeFactory.Start(ctx.Done())
+	defer kubeFactory.Shutdown()
+	if !cache.WaitForCacheSync(ctx.Done(), ranges.Informer().HasSynced, nodes.Informer().HasSynced) {
 		return ctx.Err()
 	}
 	logf := func(format string, args ...any) {
@@ -242,11 +295,11 @@ func (l *layout) followRanges(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		var assigned []rangeAssignment
-		for _, r := range list {
-			assigned = append(assigned, rangeAssignment{CIDR: r.Spec.CIDR, Node: r.Spec.Node})
+		nodeList, err := nodes.Lister().List(labels.Everything())
+		if err != nil {
+			return err
 		}
-		changes, err := l.routeRanges(wantRangeRoutes(assigned, l.nodeIPs()))
+		changes, err := l.routeRanges(wantRangeRoutes(list, nodeReports(nodeList), l.nodeIPs()))
 		for _, c := range changes {
 			logf("%s", c)
 		}

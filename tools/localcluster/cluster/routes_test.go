@@ -6,6 +6,11 @@ import (
 	"os/exec"
 	"strings"
 	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 )
 
 // TestSyncRangeRoutesTouchesOnlyThePodSpace: in a network namespace of its own, the IPRange
@@ -65,18 +70,25 @@ func TestSyncRangeRoutesTouchesOnlyThePodSpace(t *testing.T) {
 }
 
 // TestWantRangeRoutes: the control plane routes what the agents route: an assigned range via
-// its node; a draining range (node "") and a range of a node the layout does not know
-// (an IPRange written for a node that never joined) get none.
+// the node that holds it; a range that moved away via the node that still drains it (unassigned,
+// or assigned to a node that waits); a range nobody holds, and a range of a node the layout does
+// not know (an IPRange written for a node that never joined), get none.
 func TestWantRangeRoutes(t *testing.T) {
-	nodes := map[string]string{"node-1": "172.30.0.11", "node-4": "172.30.0.14"}
-	got := wantRangeRoutes([]rangeAssignment{
-		{CIDR: "10.244.0.0/24", Node: "node-1"},
-		{CIDR: "10.244.2.0/24", Node: "node-4"}, // moved by a failover
-		{CIDR: "10.244.5.0/24", Node: ""},       // draining
-		{CIDR: "10.244.9.0/24", Node: "node-9"}, // no such node here
-		{CIDR: "", Node: "node-1"},
-	}, nodes)
-	want := map[string]string{"10.244.0.0/24": "172.30.0.11", "10.244.2.0/24": "172.30.0.14"}
+	nodes := map[string]string{"node-1": "172.30.0.11", "node-2": "172.30.0.12", "node-4": "172.30.0.14"}
+	r := func(name, cidr, node string, age int) *jkev1.IPRange {
+		return &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(time.Unix(int64(age), 0))},
+			Spec: jkev1.IPRangeSpec{CIDR: cidr, Node: node}}
+	}
+	got := wantRangeRoutes([]*jkev1.IPRange{
+		r("a", "10.244.0.0/24", "node-1", 1),
+		r("b", "10.244.2.0/24", "node-4", 2), // moved by a failover
+		r("c", "10.244.5.0/24", "", 3),       // unassigned, node-2 drains it
+		r("d", "10.244.6.0/24", "node-1", 4), // assigned to node-1, which waits for node-2
+		r("e", "10.244.7.0/24", "", 5),       // unassigned, drained
+		r("f", "10.244.9.0/24", "node-9", 6), // no such node here
+	}, map[string]string{"node-2": `{"c":"node-2/0","d":"node-2/0"}`}, nodes)
+	want := map[string]string{"10.244.0.0/24": "172.30.0.11", "10.244.2.0/24": "172.30.0.14",
+		"10.244.5.0/24": "172.30.0.12", "10.244.6.0/24": "172.30.0.12"}
 	if fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Errorf("wantRangeRoutes = %v, want %v", got, want)
 	}

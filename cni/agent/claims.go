@@ -1,0 +1,192 @@
+package agent
+
+import (
+	"encoding/json"
+	"net/netip"
+	"sort"
+	"strconv"
+	"strings"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/ipam"
+)
+
+// Who holds a range, and where its traffic goes (cni/README.md, "Moving a range by hand").
+//
+// A node claims a range by reporting it as held by itself ("<range>": "<itself>/<generation>")
+// in its ObservedAnnotation: the ranges it serves and the ranges it drains (moved away while
+// its pods hold addresses of them). A claim is a node's word about itself only — admission lets
+// an agent write the annotation of its own Node only — and it never takes a range away from the
+// node that serves it (waitForPreviousOwners). Traffic to a range goes to the node that holds
+// addresses of it, for as long as it holds any: a range that moved away stays routed via the
+// node that drains it until it is drained, whoever it is assigned to meanwhile.
+
+// heldBy is one node's report that it holds addresses of a range (it serves or drains it) at an
+// ownership generation: its ObservedAnnotation entry "<itself>/<generation>".
+type heldBy struct {
+	node       string
+	generation int64
+}
+
+// parseReport decodes one ObservedAnnotation value (nil when it does not parse: no agent
+// writes such a value).
+func parseReport(v string) map[string]string {
+	if v == "" {
+		return nil
+	}
+	m := map[string]string{}
+	if json.Unmarshal([]byte(v), &m) != nil {
+		return nil
+	}
+	return m
+}
+
+// claimOf reads one report entry as a claim of node: "<node>/<generation>". An entry naming
+// another node is a route, not a claim.
+func claimOf(node, val string) (int64, bool) {
+	i := strings.LastIndexByte(val, '/')
+	if i < 0 || val[:i] != node {
+		return 0, false
+	}
+	gen, err := strconv.ParseInt(val[i+1:], 10, 64)
+	return gen, err == nil
+}
+
+// holders reads the other nodes' reports: range name -> the nodes that report holding it
+// themselves. An entry naming another node is a route, not a claim, and is skipped; so is a
+// report that does not parse (no agent writes one).
+func holders(observed map[string]string, self string) map[string][]heldBy {
+	out := map[string][]heldBy{}
+	for node, v := range observed {
+		if node == self {
+			continue
+		}
+		for name, val := range parseReport(v) {
+			if gen, ok := claimOf(node, val); ok {
+				out[name] = append(out[name], heldBy{node: node, generation: gen})
+			}
+		}
+	}
+	for _, hs := range out {
+		sort.Slice(hs, func(i, j int) bool { return hs[i].node < hs[j].node })
+	}
+	return out
+}
+
+// ownClaims are the ranges a node's own report claims for itself, by name, at their generation.
+func ownClaims(report, self string) map[string]int64 {
+	out := map[string]int64{}
+	for name, val := range parseReport(report) {
+		if gen, ok := claimOf(self, val); ok {
+			out[name] = gen
+		}
+	}
+	return out
+}
+
+// rangeRoute is one range the node routes to another node.
+type rangeRoute struct {
+	r   *jkev1.IPRange
+	via string
+}
+
+// routeVia is the node a range's traffic goes to: its owner once the owner claims it at the
+// current generation (it serves it); else a node that still claims it at that generation (it
+// drains it: a range unassigned, or assigned to a node that waits for it, while pods of the old
+// node hold addresses of it); else its owner ("" for an unassigned range nobody holds). Claims
+// at a lower generation hold nothing: node failover moved the range away from that node.
+func routeVia(r *jkev1.IPRange, hs []heldBy) string {
+	drainer := ""
+	for _, h := range hs { // sorted by node
+		if h.generation < r.Spec.OwnerGeneration {
+			continue
+		}
+		if h.node == r.Spec.Node {
+			return r.Spec.Node
+		}
+		if drainer == "" {
+			drainer = h.node
+		}
+	}
+	if drainer != "" {
+		return drainer
+	}
+	return r.Spec.Node
+}
+
+// planRoutes are the routes of a node (self; "" for a host that holds no range, such as a
+// control plane outside the nodes): every accepted range it does not hold itself, via routeVia.
+func planRoutes(accepted []*jkev1.IPRange, self string, holdsItself func(name string) bool, held map[string][]heldBy) []rangeRoute {
+	var out []rangeRoute
+	for _, r := range accepted {
+		if holdsItself != nil && holdsItself(r.Name) {
+			continue
+		}
+		if via := routeVia(r, held[r.Name]); via != "" && via != self {
+			out = append(out, rangeRoute{r: r, via: via})
+		}
+	}
+	return out
+}
+
+// RouteTargets is where traffic to each IPRange goes for a host that holds no range (a control
+// plane outside the nodes): CIDR -> node, by the agents' own rule, from the IPRanges and the
+// nodes' ObservedAnnotation values (node name -> value).
+func RouteTargets(ranges []*jkev1.IPRange, reports map[string]string) map[string]string {
+	p := planRanges(ranges, "")
+	out := map[string]string{}
+	for _, rt := range planRoutes(p.accepted, "", nil, holders(reports, "")) {
+		out[rt.r.Spec.CIDR] = rt.via
+	}
+	return out
+}
+
+// heldAtRebuild says which ranges a node held, for a database rebuilt after corruption, which
+// has lost its records of them: every accepted range it does not serve now that holds an address
+// found on the host (imported), at the generation the node's own last report claimed it at
+// (ownReport). A range the report does not name (the report is gone too) is taken at the
+// generation before the current one when another node owns it now — it is then revoked, its
+// sandboxes withdrawn, which is safe whether failover moved it or an operator did — and at the
+// current one otherwise (unassigned: it drains). A range the node's own report claims at an
+// older generation than the API shows is recorded even without an address found, so that the
+// revocation runs and withdraws what the host still has of it.
+func heldAtRebuild(self string, accepted, mine []*jkev1.IPRange, imported []netip.Addr, ownReport map[string]int64) (map[string]ipam.ServedRange, []ipam.Range) {
+	serving := map[string]bool{}
+	for _, r := range mine {
+		serving[r.Name] = true
+	}
+	served := map[string]ipam.ServedRange{}
+	var ranges []ipam.Range
+	for _, r := range accepted {
+		if serving[r.Name] {
+			continue
+		}
+		ir, err := toIPAMRange(r)
+		if err != nil {
+			continue
+		}
+		holds := false
+		for _, ip := range imported {
+			if ir.Subnet.Contains(ip) {
+				holds = true
+				break
+			}
+		}
+		gen, reported := ownReport[r.Name]
+		switch {
+		case holds && reported:
+		case holds && r.Spec.Node != "" && r.Spec.Node != self:
+			gen = r.Spec.OwnerGeneration - 1
+		case holds:
+			gen = r.Spec.OwnerGeneration
+		case reported && gen < r.Spec.OwnerGeneration:
+		default:
+			continue
+		}
+		served[r.Name] = ipam.ServedRange{Subnet: ir.Subnet, OwnerGeneration: gen}
+		if holds {
+			ranges = append(ranges, ir)
+		}
+	}
+	return served, ranges
+}
