@@ -8,7 +8,7 @@ import (
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
-	"github.com/staticip/staticip/controllers/pkg/kubectlplugin"
+	"github.com/staticip/staticip/kubectl-staticip/pkg/kubectlplugin"
 	"github.com/staticip/staticip/internal/version"
 )
 

@@ -27,7 +27,7 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
-	"github.com/staticip/staticip/controllers/pkg/kubectlplugin"
+	"github.com/staticip/staticip/kubectl-staticip/pkg/kubectlplugin"
 	"github.com/staticip/staticip/controllers/pkg/manager"
 	"github.com/staticip/staticip/tools/testenv"
 )
