@@ -29,7 +29,9 @@ k8s-bins: ## build etcd, kube-*, kubectl and CoreDNS from the pinned modules int
 
 build: k8s-bins ## build every staticip binary into _output/bin (and the Kubernetes components)
 	@mkdir -p $(BIN)
-	@pkgs=$$($(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./... | grep -v '/tools/' || true); \
+	@# The product module's main packages: tools/ and e2e/ are modules of their own (their
+	@# binaries are built where they are used: make localcluster, tools/run.sh, the images).
+	@pkgs=$$($(GO) list -f '{{if eq .Name "main"}}{{.ImportPath}}{{end}}' ./...); \
 	for p in $$pkgs; do \
 	  name=$$(basename $$p); echo "build: $$name"; \
 	  CGO_ENABLED=0 $(GO) build -trimpath -ldflags "$(VERSION_LDFLAGS)" -o $(BIN)/$$name $$p; \
@@ -63,13 +65,18 @@ test: deps build helm ## unit + integration tests (race), the e2e suite on the l
 	@if [ "$(E2E_KIND)" = 1 ]; then $(MAKE) e2e-kind; fi
 	@if [ "$(E2E_UPGRADE)" = 1 ]; then $(MAKE) e2e-upgrade; fi
 
-test-unit-integration: helm ## go test -race ./... (integration tests start a real kube-apiserver), then tools/helm's chart tests
+# The Go modules whose tests test-unit-integration runs, in order: the product, the tools module
+# (tools/go.mod: the local cluster, benchmarks, image builder), tools/helm's chart tests. e2e/
+# (its own module) holds only -tags e2e tests: make e2e runs them.
+TEST_MODULES := . tools tools/helm
+
+test-unit-integration: helm ## go test -race ./... in the product module, the tools module and tools/helm (integration tests start a real kube-apiserver)
 	@mkdir -p $(OUT)
-	@echo "test: go test $(GOTEST_FLAGS) ./... (full log: $(OUT)/test.log)"
+	@echo "test: go test $(GOTEST_FLAGS) ./... in $(TEST_MODULES) (full log: $(OUT)/test.log)"
 	@# -v so that skips and the control plane each test binary starts are visible; the
 	@# filter keeps the console readable.
-	@rc=0; $(GO) test -v $(GOTEST_FLAGS) ./... > $(OUT)/test.log 2>&1 || rc=$$?; \
-	  (cd tools/helm && $(GO) test -v $(GOTEST_FLAGS) ./...) >> $(OUT)/test.log 2>&1 || rc=$$?; \
+	@rc=0; : > $(OUT)/test.log; \
+	  for m in $(TEST_MODULES); do (cd $$m && $(GO) test -v $(GOTEST_FLAGS) ./...) >> $(OUT)/test.log 2>&1 || rc=$$?; done; \
 	  grep -E '^(ok|FAIL|--- SKIP|panic:|testenv:)' $(OUT)/test.log || true; \
 	  if [ $$rc -ne 0 ]; then echo "test: failures (from $(OUT)/test.log):"; awk -f $(ROOT)/tools/make/failures.awk $(OUT)/test.log | head -300 || true; fi; \
 	  passed=$$(grep -c -- '--- PASS' $(OUT)/test.log || true); failed=$$(grep -c -- '--- FAIL' $(OUT)/test.log || true); \

@@ -18,7 +18,7 @@ import (
 
 	"sigs.k8s.io/yaml"
 
-	"github.com/staticip/staticip/tools/testenv"
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 // helmOnlyLabels are the labels Helm's conventions add (templates/_helpers.tpl,

@@ -350,3 +350,23 @@ func (d *DB) Allocations() ([]Allocation, error) {
 	})
 	return out, err
 }
+
+// Unallocate undoes one Allocate that returned created=true (a failed ADD's rollback): it
+// removes exactly that allocation, puts back the allocation it took over, and touches no
+// reservation.
+func (d *DB) Unallocate(a Allocation) error {
+	return d.update(func(tx *bolt.Tx) error {
+		t := d.txn(tx)
+		cur, err := t.alloc(a.IP)
+		if err != nil || cur == nil || cur.Attachment != a.Attachment || !cur.AllocatedAt.Equal(a.AllocatedAt) {
+			return err // not (or no longer) the allocation that call made
+		}
+		if err := t.deleteAlloc(*cur); err != nil {
+			return err
+		}
+		if prev := cur.Previous; prev != nil && t.attach.Get(prev.Attachment.key()) == nil {
+			return t.putAlloc(*prev)
+		}
+		return nil
+	})
+}

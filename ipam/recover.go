@@ -4,152 +4,17 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
 	bolt "go.etcd.io/bbolt"
-	bolterrors "go.etcd.io/bbolt/errors"
 )
 
-// Rollback, the migration of the single database of earlier versions, and the rebuild after
-// corruption: the paths on which an IP could otherwise be lost or handed out twice.
-
-// Unallocate undoes one Allocate that returned created=true (a failed ADD's rollback): it
-// removes exactly that allocation, puts back the allocation it took over, and touches no
-// reservation.
-func (d *DB) Unallocate(a Allocation) error {
-	return d.update(func(tx *bolt.Tx) error {
-		t := d.txn(tx)
-		cur, err := t.alloc(a.IP)
-		if err != nil || cur == nil || cur.Attachment != a.Attachment || !cur.AllocatedAt.Equal(a.AllocatedAt) {
-			return err // not (or no longer) the allocation that call made
-		}
-		if err := t.deleteAlloc(*cur); err != nil {
-			return err
-		}
-		if prev := cur.Previous; prev != nil && t.attach.Get(prev.Attachment.key()) == nil {
-			return t.putAlloc(*prev)
-		}
-		return nil
-	})
-}
-
-// errMigrated: a legacy database whose content lives on in per-network databases.
-var errMigrated = errors.New("this database was copied to per-network databases (<dataDir>/<network>/ipam.db) " +
-	"by a newer staticip and is no longer used; an older plugin binary must not allocate from it")
-
-// migrateLegacy copies the legacy single database to path when path does not exist yet, under
-// the legacy file's lock (so no older binary writes to it meanwhile), then marks the legacy
-// file so that older binaries refuse it. The caller holds path's lock. A crash before the
-// rename leaves only a temporary file; a crash after it, a complete copy (the legacy file is
-// then marked on the next migration of another network, or never: it is no longer read).
-func migrateLegacy(legacy, path string, timeout time.Duration) error {
-	if _, err := os.Stat(path); err == nil {
-		return nil
-	} else if !errors.Is(err, fs.ErrNotExist) {
-		return fmt.Errorf("IPAM database %s: %w", path, err)
-	}
-	if _, err := os.Stat(legacy); errors.Is(err, fs.ErrNotExist) {
-		return nil
-	} else if err != nil {
-		return fmt.Errorf("IPAM database %s: %w", legacy, err)
-	}
-	lock, err := lockPath(legacy, timeout)
-	if err != nil {
-		return err
-	}
-	defer lock.Close()
-	ldb, err := openBolt(legacy, timeout, false, nil)
-	if errors.Is(err, bolterrors.ErrTimeout) {
-		return &LockedError{Path: legacy, Timeout: timeout}
-	} else if err != nil {
-		return &CorruptError{Path: legacy, Err: fmt.Errorf("cannot migrate it to %s: %w", path, err)}
-	}
-	defer ldb.Close()
-	tmp := path + ".migrating"
-	err = guard(func() error {
-		return ldb.View(func(tx *bolt.Tx) error {
-			if meta := tx.Bucket(bucketMeta); meta != nil {
-				if v := string(meta.Get(keySchema)); v != schemaVersion && v != schemaMigrated {
-					return fmt.Errorf("schema %q", v)
-				}
-			} else if tx.Bucket(bucketAllocs) != nil {
-				return errors.New("no staticip meta bucket")
-			}
-			return tx.CopyFile(tmp, 0o600)
-		})
-	})
-	if err != nil {
-		os.Remove(tmp)
-		return &CorruptError{Path: legacy, Err: fmt.Errorf("cannot migrate it to %s: %w", path, err)}
-	}
-	if err := syncFile(tmp); err != nil {
-		return err
-	}
-	// The copy keeps the legacy schema mark (a second network may copy an already marked
-	// file): make it current before it goes live.
-	cdb, err := openBolt(tmp, timeout, false, nil)
-	if err != nil {
-		return fmt.Errorf("IPAM database migration %s: %w", tmp, err)
-	}
-	err = cdb.Update(func(tx *bolt.Tx) error {
-		if meta := tx.Bucket(bucketMeta); meta != nil {
-			return meta.Put(keySchema, []byte(schemaVersion))
-		}
-		return nil
-	})
-	if cerr := cdb.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("IPAM database migration %s: %w", tmp, err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		return err
-	}
-	if err := syncDir(filepath.Dir(path)); err != nil {
-		return err
-	}
-	return guard(func() error {
-		return ldb.Update(func(tx *bolt.Tx) error {
-			if meta := tx.Bucket(bucketMeta); meta != nil {
-				return meta.Put(keySchema, []byte(schemaMigrated))
-			}
-			return nil
-		})
-	})
-}
-
-// guard turns a bbolt panic on a damaged page into an error.
-func guard(fn func() error) (err error) {
-	defer func() {
-		if p := recover(); p != nil {
-			err = fmt.Errorf("%v", p)
-		}
-	}()
-	return fn()
-}
-
-func syncFile(path string) error {
-	f, err := os.OpenFile(path, os.O_RDWR, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
-}
-
-func syncDir(dir string) error {
-	f, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	return f.Sync()
-}
+// The rebuild after corruption (Recover, Import, FinishRecovery): a path on which an IP could
+// otherwise be lost or handed out twice. Opening and closing the store are in db.go, the
+// migration of the single database of earlier versions in migrate.go, Unallocate (a failed
+// ADD's rollback) beside Allocate in allocate.go.
 
 // RecoveredLinkPrefix starts the container ID of an attachment imported after corruption:
 // the runtime's container ID cannot be learnt from the host (veth names are hashes), so an
@@ -213,28 +78,6 @@ func Recover(opts Options) (*DB, error) {
 		d.Close()
 		return nil, err
 	}
-	return d, nil
-}
-
-// openLocked opens the bbolt file at opts.Path whose side lock the caller holds; on success
-// the DB owns the lock, on failure the caller still does.
-func openLocked(opts Options, lock *os.File) (*DB, error) {
-	bdb, err := openBolt(opts.Path, opts.OpenTimeout, opts.NoSync, opts.boltOptions)
-	if err != nil {
-		switch {
-		case errors.Is(err, bolterrors.ErrTimeout):
-			return nil, &LockedError{Path: opts.Path, Timeout: opts.OpenTimeout}
-		case isCorruption(err):
-			return nil, &CorruptError{Path: opts.Path, Err: err}
-		}
-		return nil, fmt.Errorf("IPAM database %s: %w", opts.Path, err)
-	}
-	d := &DB{db: bdb, path: opts.Path, quarantine: opts.Quarantine, now: opts.Now}
-	if err := d.init(); err != nil {
-		d.Close()
-		return nil, err
-	}
-	d.lock = lock
 	return d, nil
 }
 

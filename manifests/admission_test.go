@@ -17,7 +17,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
-	"github.com/staticip/staticip/tools/testenv"
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 const (

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
-	"github.com/staticip/staticip/tools/testenv"
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 // manifests/controller-manager on a real API server: the manager's Node patches (RBAC: patch

@@ -1,5 +1,5 @@
 // Package manifests_test checks the shipped manifests: static properties of the files, and
-// (against a real kube-apiserver from tools/testenv) what their admission policies let
+// (against a real kube-apiserver from internal/testenv) what their admission policies let
 // through.
 package manifests_test
 
@@ -20,7 +20,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"sigs.k8s.io/yaml"
 
-	"github.com/staticip/staticip/tools/testenv"
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -20,7 +20,7 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
-	"github.com/staticip/staticip/tools/testenv"
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 // Every other way to pick a pod's IP is held to the pod's rule (manifests/admission): the

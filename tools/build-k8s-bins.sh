@@ -2,7 +2,8 @@
 # Builds the Kubernetes components the tests and the local cluster run, from the module
 # versions go.mod pins (nothing is downloaded but Go modules):
 #   etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kubelet, kube-proxy,
-#   kubectl, kubeadm (main module tools; kubeadm for the kind node image), coredns (tools/coredns module)
+#   kubectl, kubeadm (the `tool` directives of tools/go.mod; kubeadm for the kind node image),
+#   coredns (tools/coredns module)
 #   and kwok (tools/kwok module: tools/scalebench's fake nodes)
 # into _output/bin. A stamp file records the versions; a binary is rebuilt only when it is
 # missing or the pinned version changed.
@@ -12,8 +13,10 @@ cd "$root"
 out="$root/_output/bin"
 mkdir -p "$out"
 
-k8s_version=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
-etcd_version=$(go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
+# The tools module (tools/go.mod) holds the `tool` directives; it requires the product module
+# (replace ../) with the same k8s.io replace block, so k8s.io/kubernetes is the product's version.
+k8s_version=$(cd tools && go list -m -f '{{.Version}}' k8s.io/kubernetes)
+etcd_version=$(cd tools && go list -m -f '{{.Version}}' go.etcd.io/etcd/server/v3)
 coredns_version=$(cd tools/coredns && go list -m -f '{{.Version}}' github.com/coredns/coredns)
 go_version=$(go env GOVERSION)
 
@@ -41,9 +44,9 @@ build() { # name version dir package ldflags
   echo "k8s-bins: built $name in $((SECONDS - start))s"
 }
 
-build etcd "$etcd_version" "$root" go.etcd.io/etcd/server/v3 "-s -w"
+build etcd "$etcd_version" "$root/tools" go.etcd.io/etcd/server/v3 "-s -w"
 for c in kube-apiserver kube-controller-manager kube-scheduler kubelet kube-proxy kubectl kubeadm; do
-  build "$c" "$k8s_version" "$root" "k8s.io/kubernetes/cmd/$c" "$ldflags_k8s"
+  build "$c" "$k8s_version" "$root/tools" "k8s.io/kubernetes/cmd/$c" "$ldflags_k8s"
 done
 build coredns "$coredns_version" "$root/tools/coredns" github.com/coredns/coredns "-s -w"
 # kind, from its own module (tools/kind/kindcli) so its dependencies never touch ours:

@@ -47,7 +47,7 @@ cgen="$bin/controller-gen-${cgen_version}"
 [ -x "$cgen" ] || (cd tools/controller-gen && go build -o "$cgen" sigs.k8s.io/controller-tools/cmd/controller-gen)
 rm -rf manifests/crds && mkdir -p manifests/crds
 "$cgen" crd:generateEmbeddedObjectMeta=true paths="./apis/..." output:crd:artifacts:config=manifests/crds
-go run ./tools/crdtrim manifests/crds
+tools/run.sh crdtrim manifests/crds
 # The chart's crds/ and its value-less objects are copies of manifests/ (never edited by hand).
 ./tools/chart-sync.sh
 echo "codegen: done (code-generator ${cg_version}, controller-gen ${cgen_version})"

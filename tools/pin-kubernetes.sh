@@ -25,4 +25,11 @@ for m in $(go mod edit -json | sed -n 's#.*"Path": "\(k8s.io/[a-z0-9-]*\)",#\1#p
   fi
 done
 go mod tidy
+# The tools module (tools/go.mod) and the e2e module (e2e/go.mod) build against the product
+# module (replace ../): the same k8s.io/kubernetes and the same staging replaces, so the
+# cluster's binaries (built in tools/) are at the version the product pins.
+for sub in tools e2e; do
+  (cd "$sub" && go mod edit -require="k8s.io/kubernetes@${version}" && \
+    for m in $mods; do go mod edit -replace="${m}=${m}@${staging}"; done && go mod tidy)
+done
 echo "pinned k8s.io/kubernetes ${version} and $(echo "$mods" | wc -l) staging modules at ${staging}"

@@ -1,5 +1,5 @@
 // Package upgrade tests the move from a kustomize install to the chart on a real API server
-// (tools/testenv): charts/staticip/scripts/adopt.sh and `helm upgrade --install` take over the
+// (internal/testenv): charts/staticip/scripts/adopt.sh and `helm upgrade --install` take over the
 // objects `kubectl apply -k manifests/...` made without changing any workload's pod template
 // (so no pod would restart), a second upgrade changes nothing, agent.cleanup rolls the agents
 // into --cleanup, and `helm uninstall` removes what the release owns. The whole path with
@@ -22,7 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/staticip/staticip/tools/testenv"
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -30,9 +30,9 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/cni/nstest"
 	"github.com/staticip/staticip/internal/serving"
+	"github.com/staticip/staticip/internal/testenv"
 	"github.com/staticip/staticip/internal/testsupport"
 	"github.com/staticip/staticip/ipam"
-	"github.com/staticip/staticip/tools/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/staticip/staticip/internal/testenv"
 	"github.com/staticip/staticip/internal/testsupport"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,26 +77,11 @@ func New() (*Framework, error) {
 	return &Framework{Kubeconfig: path, Config: cfg, Client: client, Kubectl: k}, nil
 }
 
-// RepoRoot is the checkout the suite runs from (the directory with go.mod above the working
-// directory).
+// RepoRoot is the checkout the suite runs from (the product module's go.mod above the working
+// directory; e2e/ is a module of its own inside it).
 func RepoRoot() (string, error) { return repoRoot() }
 
-func repoRoot() (string, error) {
-	dir, err := os.Getwd()
-	if err != nil {
-		return "", err
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("no go.mod above the working directory")
-		}
-		dir = parent
-	}
-}
+func repoRoot() (string, error) { return testenv.RepoRoot() }
 
 // BuildNodeTool builds the testserver statically into dir so that it can run inside a
 // node's network namespace.
@@ -105,8 +91,8 @@ func (f *Framework) BuildNodeTool(dir string) error {
 		return err
 	}
 	out := filepath.Join(dir, "testserver")
-	cmd := exec.Command("go", "build", "-o", out, "./e2e/testserver")
-	cmd.Dir = root
+	cmd := exec.Command("go", "build", "-o", out, ".")
+	cmd.Dir = filepath.Join(root, "e2e", "testserver") // the e2e module's own directory
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("build testserver: %w: %s", err, b)

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/staticip/staticip/internal/serving/servingtest"
-	"github.com/staticip/staticip/tools/testenv"
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

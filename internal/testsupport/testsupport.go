@@ -1,7 +1,7 @@
 // Package testsupport holds the test helpers this module's packages share. Everything else
 // comes from the libraries: wait.PollUntilContextTimeout (k8s.io/apimachinery/pkg/util/wait)
 // for polling, meta.FindStatusCondition (k8s.io/apimachinery/pkg/api/meta) for conditions, and
-// tools/testenv for a real API server.
+// internal/testenv for a real API server.
 package testsupport
 
 import (

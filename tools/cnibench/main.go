@@ -6,7 +6,7 @@
 // execs it, into pod network namespaces of the same kind, from the same "host" network
 // namespace that the tool creates (nothing touches the machine's own network).
 //
-//	go run ./tools/cnibench -staticip _output/bin/staticip
+//	tools/run.sh cnibench -staticip _output/bin/staticip
 package main
 
 import (

@@ -15,8 +15,9 @@ if [ "$want" != "$have" ]; then
   echo "  copy the main go.mod's require/replace blocks into tools/conformance/suite/go.mod and run go mod tidy there" >&2
   exit 1
 fi
-# Every module both go.mods list must be at the same version (the suite's client-go, api, ... = the cluster's).
-mismatch=$(join <(cd "$root" && go list -m -f '{{.Path}} {{.Version}}' all 2>/dev/null | sort) \
+# Every module both go.mods list must be at the same version (the suite's client-go, api, ... = the cluster's:
+# tools/go.mod is where build-k8s-bins.sh builds the cluster's binaries).
+mismatch=$(join <(cd "$root/tools" && go list -m -f '{{.Path}} {{.Version}}' all 2>/dev/null | sort) \
                 <(go list -m -f '{{.Path}} {{.Version}}' all 2>/dev/null | sort) | awk '$2 != $3 && $1 ~ /^k8s\.io\//')
 if [ -n "$mismatch" ]; then
   echo "conformance: k8s.io modules differ from the main module's:" >&2; echo "$mismatch" >&2; exit 1

@@ -51,7 +51,7 @@ key=$( { sha256sum "$cache/agnhost" "$layer" | cut -c1-64; cat tools/conformance
 if [ "$(cat "$images/.key" 2>/dev/null)" != "$key" ]; then
   log "building the test images ..."
   rm -rf "$images"
-  go run ./tools/conformance/images --rootfs-layer "$layer" --rootfs "$rootfs" --agnhost "$cache/agnhost" \
+  tools/run.sh conformance/images --rootfs-layer "$layer" --rootfs "$rootfs" --agnhost "$cache/agnhost" \
     --agnhost-src "$agnhost_src" --registry "$registry" --out "$images" >&2
   echo "$key" >"$images/.key"
 fi
@@ -99,6 +99,6 @@ grep -E '^(Ran [0-9]+ of|SUCCESS!|FAIL!|Test Suite (Passed|Failed))' "$out/e2e.l
 if [ ! -s "$out/junit_01.xml" ]; then
   log "no JUnit report (exit $rc); the last lines of $out/e2e.log:"; tail -40 "$out/e2e.log" >&2; exit 1
 fi
-go run ./tools/conformance/summary "$out/junit_01.xml" || rc=1
+tools/run.sh conformance/summary "$out/junit_01.xml" || rc=1
 log "specs ran in ${run_time}s, make conformance took $((SECONDS - start))s (log: $out/e2e.log, JUnit: $out/junit_01.xml)"
 exit "$rc"

@@ -6,7 +6,7 @@
 // ratio statefulset / ests and the largest number of unavailable pods seen during each
 // rollout. It is a measurement tool, not a test: nothing here asserts a duration.
 //
-//	go run ./tools/estsbench --kubeconfig=/var/lib/staticip-localcluster/kubeconfig --rounds=2
+//	tools/run.sh estsbench --kubeconfig=/var/lib/staticip-localcluster/kubeconfig --rounds=2
 package main
 
 import (

@@ -11,7 +11,7 @@
 // It prints every round, the medians and the ratio. A measurement tool, not a test: nothing
 // here asserts a duration. See README.md.
 //
-//	go run ./tools/failoverbench --kubeconfig=/var/lib/staticip-c3/kubeconfig --rounds=5
+//	tools/run.sh failoverbench --kubeconfig=/var/lib/staticip-c3/kubeconfig --rounds=5
 package main
 
 import (
@@ -28,6 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	"github.com/staticip/staticip/internal/testenv"
 	"github.com/staticip/staticip/tools/images/imagebuilder"
 	"github.com/staticip/staticip/tools/localcluster/cluster"
 )
@@ -46,7 +47,7 @@ func main() {
 	if *stateDir == "" {
 		*stateDir = filepath.Dir(*kubeconfig)
 	}
-	root, err := os.Getwd()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		fail(err)
 	}

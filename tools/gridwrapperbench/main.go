@@ -1,5 +1,5 @@
 // Command gridwrapperbench measures application-grid-wrapper against kube-proxy talking to
-// the API server directly, in one run, on a real kube-apiserver (tools/testenv) with two
+// the API server directly, in one run, on a real kube-apiserver (internal/testenv) with two
 // real kube-proxies (iptables mode), each in a network namespace of its own:
 //
 //  1. latency: an endpoint change → its DNAT rule present in the node's iptables, through
@@ -15,7 +15,7 @@
 //
 // Root only (network namespaces, iptables). Not part of make test:
 //
-//	go run ./tools/gridwrapperbench [-changes=200] [-services=1000] [-endpoints=10] \
+//	tools/run.sh gridwrapperbench [-changes=200] [-services=1000] [-endpoints=10] \
 //	    [-selection-changes=200] [-relist-changes=12] [-phases=latency,selection,scale]
 package main
 
@@ -48,8 +48,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/staticip/staticip/internal/serving"
+	"github.com/staticip/staticip/internal/testenv"
 	scalebench "github.com/staticip/staticip/tools/scalebench/bench"
-	"github.com/staticip/staticip/tools/testenv"
 )
 
 const ns = "bench"

@@ -2,7 +2,7 @@
 // and staticip's own binaries as they appear) from static Go binaries into docker-archive
 // tarballs, and optionally imports them into containerd sockets.
 //
-//	go run ./tools/images --out _output/images [--image REF=PACKAGE ...] [--import /path/to/containerd.sock ...]
+//	tools/run.sh images --out _output/images [--image REF=PACKAGE ...] [--import /path/to/containerd.sock ...]
 //
 // Every tarball in the output directory is imported into every node by `localcluster up`.
 package main
@@ -14,6 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/staticip/staticip/internal/testenv"
 	"github.com/staticip/staticip/tools/images/imagebuilder"
 )
 
@@ -26,7 +27,7 @@ func main() {
 	flag.Var(&extra, "image", "extra image REF=PACKAGE, e.g. localhost/staticip/agent:v1=./cni/cmd/staticip-agent (repeatable)")
 	flag.Parse()
 
-	root, err := os.Getwd()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		fail(err)
 	}

@@ -44,7 +44,7 @@ our_engine_answers() { [ -S "$sock" ] && DOCKER_HOST="unix://$sock" timeout 20 d
 write_config() {
   local runtime=""
   if [ -n "$(missing_caps)" ]; then
-    (cd "$root" && CGO_ENABLED=0 go build -o _output/bin/runc-capfix ./tools/kind/runc-capfix)
+    CGO_ENABLED=0 go build -C "$root/tools" -o "$root/_output/bin/runc-capfix" ./kind/runc-capfix
     install -m 0755 "$root/_output/bin/runc-capfix" "$state/bin/runc-capfix"
     runtime=$(printf ',\n  "runtimes": {"runc-capfix": {"path": "%s"}},\n  "default-runtime": "runc-capfix"' "$state/bin/runc-capfix")
     log "capability bounding set lacks caps $(missing_caps)- default runtime runc-capfix"

@@ -211,7 +211,7 @@ load_images() {
   for d in "$@"; do
     while read -r ref; do refs+=("$ref"); done < <(manifest_images "$d")
   done
-  go run ./tools/kind/images --app-images "$(IFS=,; echo "${refs[*]}")" --bin-dir "$bin" --out "$state/images" >&2
+  tools/run.sh kind/images --app-images "$(IFS=,; echo "${refs[*]}")" --bin-dir "$bin" --out "$state/images" >&2
   # Loaded already into these very nodes (same containers, same image contents)?
   local stamp t
   stamp=$( { docker ps -q --no-trunc --filter "label=io.x-k8s.kind.cluster=$cluster" | sort; sha256sum "$state"/images/*.tar | cut -c1-64; } | sha256sum)

@@ -53,7 +53,7 @@ done
 kind_dir=$(cd tools/kind/kindcli && go list -m -f '{{.Dir}}' sigs.k8s.io/kind)
 base_files="$kind_dir/images/base/files"
 k8s_version=$("$bin/kubeadm" version -o short)
-CGO_ENABLED=0 go build -o "$bin/runc-capfix" ./tools/kind/runc-capfix
+CGO_ENABLED=0 go build -C tools -o "$bin/runc-capfix" ./kind/runc-capfix
 "$bin/kubeadm" config images list --kubernetes-version "$k8s_version" >"$work/refs.txt"
 pause_ref=$(grep '/pause:' "$work/refs.txt")
 key=$( {
@@ -120,7 +120,7 @@ echo "$k8s_version" >"$tree/kind/version"
 
 # 5. The control-plane images, imported into the tree's containerd store by Debian's
 # containerd on the host (the same version as the node's) on a socket of its own.
-go run ./tools/kind/images --refs "$work/refs.txt" --bin-dir "$bin" --rootfs "$tree" --out "$work/images" >&2
+tools/run.sh kind/images --refs "$work/refs.txt" --bin-dir "$bin" --rootfs "$tree" --out "$work/images" >&2
 ctrd="$work/containerd"
 rm -rf "$ctrd"; mkdir -p "$ctrd"
 cat >"$ctrd/config.toml" <<TOML

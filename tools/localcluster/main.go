@@ -1,8 +1,8 @@
 // Command localcluster runs a real Kubernetes cluster as processes on this machine:
 //
-//	go run ./tools/localcluster up [--nodes=3] [--state-dir=...] [--cni=bridge] [--scheduler=kube-scheduler]
-//	go run ./tools/localcluster status|top|kubeconfig|routes|down|leftovers
-//	go run ./tools/localcluster node stop|start|partition|heal NODE
+//	tools/run.sh localcluster up [--nodes=3] [--state-dir=...] [--cni=bridge] [--scheduler=kube-scheduler]
+//	tools/run.sh localcluster status|top|kubeconfig|routes|down|leftovers
+//	tools/run.sh localcluster node stop|start|partition|heal NODE
 //
 // See tools/localcluster/README.md.
 package main
@@ -17,6 +17,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/staticip/staticip/internal/testenv"
 	"github.com/staticip/staticip/tools/localcluster/cluster"
 )
 
@@ -35,7 +36,7 @@ func main() {
 		nodeAction, nodeName, args = args[0], args[1], args[2:]
 	}
 	o := cluster.DefaultOptions()
-	root, _ := os.Getwd()
+	root, _ := testenv.RepoRoot()
 	fs := flag.NewFlagSet(sub, flag.ExitOnError)
 	fs.IntVar(&o.Nodes, "nodes", o.Nodes, "number of worker nodes")
 	fs.IntVar(&o.SpareNodes, "spare-nodes", o.SpareNodes, "failover spares after the workers (label and NoSchedule taint staticip.jke.jdcloud.com/spare, zone of the worker they back)")

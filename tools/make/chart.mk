@@ -35,7 +35,7 @@ e2e-upgrade: deps build localcluster helm ## local cluster up, kustomize install
 	@start=$$SECONDS; rc=0; \
 	  $(LOCALCLUSTER) up $(CLUSTER_FLAGS) || rc=$$?; \
 	  if [ $$rc -eq 0 ]; then \
-	    $(GO) test -tags e2e $(E2E_FLAGS) -run TestUpgradeFromKustomizeInstallToChart ./e2e/ -args -kubeconfig=$(CLUSTER_KUBECONFIG) -upgrade -upgrade-from=$(UPGRADE_FROM) || rc=$$?; \
+	    $(GO) -C e2e test -tags e2e $(E2E_FLAGS) -run TestUpgradeFromKustomizeInstallToChart . -args -kubeconfig=$(CLUSTER_KUBECONFIG) -upgrade -upgrade-from=$(UPGRADE_FROM) || rc=$$?; \
 	  fi; \
 	  $(LOCALCLUSTER) down --state-dir=$(CLUSTER_STATE_DIR) || rc=$$?; \
 	  $(LOCALCLUSTER) leftovers --state-dir=$(CLUSTER_STATE_DIR) || rc=$$?; \

@@ -18,10 +18,10 @@ E2E_FLAGS          ?= -count=1 -p 1 -timeout 30m -v
 
 localcluster: ## build the local cluster tool into _output/cluster
 	@mkdir -p $(dir $(LOCALCLUSTER))
-	@$(GO) build -o $(LOCALCLUSTER) ./tools/localcluster
+	@$(GO) build -C tools -o $(LOCALCLUSTER) ./localcluster
 
 images: ## build container images (pause, testserver, coredns) into _output/images
-	@$(GO) run ./tools/images --out $(OUT)/images --bin-dir $(BIN)
+	@$(ROOT)/tools/run.sh images --out $(OUT)/images --bin-dir $(BIN)
 
 up: deps build localcluster ## bring the local cluster up (no-op when it already is)
 	@$(LOCALCLUSTER) up $(CLUSTER_FLAGS)
@@ -66,7 +66,7 @@ e2e: deps build localcluster ## local cluster up, e2e suite, conformance CI subs
 	  if [ $$conformance = 1 ]; then $(ROOT)/tools/conformance/run.sh prepare || { rc=1; conformance=0; }; fi; \
 	  up=0; $(LOCALCLUSTER) up $(CLUSTER_FLAGS) || { up=1; rc=1; }; \
 	  if [ $$up -eq 0 ]; then \
-	    $(GO) test -tags e2e $(E2E_FLAGS) ./e2e/... -args -kubeconfig=$(CLUSTER_KUBECONFIG) || rc=$$?; \
+	    $(GO) -C e2e test -tags e2e $(E2E_FLAGS) ./... -args -kubeconfig=$(CLUSTER_KUBECONFIG) || rc=$$?; \
 	    if [ $$conformance = 1 ]; then \
 	      c=$$SECONDS; CLUSTER_STATE_DIR=$(CLUSTER_STATE_DIR) CONFORMANCE_FOCUS=ci $(ROOT)/tools/conformance/run.sh || rc=$$?; \
 	      echo "e2e: conformance CI subset took $$((SECONDS - c))s"; \
@@ -75,7 +75,7 @@ e2e: deps build localcluster ## local cluster up, e2e suite, conformance CI subs
 	  $(LOCALCLUSTER) down --state-dir=$(CLUSTER_STATE_DIR) || rc=$$?; \
 	  $(LOCALCLUSTER) leftovers --state-dir=$(CLUSTER_STATE_DIR) || rc=$$?; \
 	  if [ $$rc -eq 0 ]; then \
-	    $(GO) test -tags e2e $(E2E_FLAGS) -run TestLifecycle ./tools/localcluster/cluster/ || rc=$$?; \
+	    $(GO) -C tools test -tags e2e $(E2E_FLAGS) -run TestLifecycle ./localcluster/cluster/ || rc=$$?; \
 	    $(LOCALCLUSTER) down --state-dir=$(CLUSTER_STATE_DIR) >/dev/null || rc=$$?; \
 	  fi; \
 	  echo "e2e: done in $$((SECONDS - start))s (exit $$rc)"; exit $$rc

@@ -16,7 +16,7 @@ ESTS_BENCH_FLAGS      ?= --rounds=2
 .PHONY: ests-bench kruise-asts kruise-crd
 
 ests-bench: ## time a 50-replica v1->v2 rollout: EnhancedStatefulSet vs native StatefulSet (running cluster + manager)
-	$(GO) run ./tools/estsbench --kubeconfig=$(ESTS_BENCH_KUBECONFIG) $(ESTS_BENCH_FLAGS)
+	$(ROOT)/tools/run.sh estsbench --kubeconfig=$(ESTS_BENCH_KUBECONFIG) $(ESTS_BENCH_FLAGS)
 
 kruise-asts: ## build OpenKruise's Advanced StatefulSet controller alone (estsbench's third peer) into _output/bin
 	cd tools/kruise && $(GO) build -o $(abspath $(BIN))/kruise-asts .

@@ -12,4 +12,4 @@ FAILOVER_BENCH_FLAGS      ?= --rounds=5
 .PHONY: failover-bench
 
 failover-bench: ## time node failover (static IPs kept) against a native StatefulSet, same taint (running local cluster with a spare)
-	$(GO) run ./tools/failoverbench --kubeconfig=$(FAILOVER_BENCH_KUBECONFIG) $(FAILOVER_BENCH_FLAGS)
+	$(ROOT)/tools/run.sh failoverbench --kubeconfig=$(FAILOVER_BENCH_KUBECONFIG) $(FAILOVER_BENCH_FLAGS)

@@ -31,12 +31,12 @@ kind-node-image: deps build ## build the offline kind node image (cached by cont
 e2e-kind-suite:
 	@mkdir -p $(OUT)
 	@eval "export $$($(ROOT)/tools/kind/dockerd.sh env)"; rc=0; \
-	  $(GO) test -tags e2e $(E2E_FLAGS) ./e2e/... -args -kubeconfig=$(KIND_KUBECONFIG) $(if $(filter 1,$(E2E_KIND_CHAOS)),-chaos-on-kind) 2>&1 | tee $(OUT)/e2e-kind.log || rc=$$?; \
+	  $(GO) -C e2e test -tags e2e $(E2E_FLAGS) ./... -args -kubeconfig=$(KIND_KUBECONFIG) $(if $(filter 1,$(E2E_KIND_CHAOS)),-chaos-on-kind) 2>&1 | tee $(OUT)/e2e-kind.log || rc=$$?; \
 	  $(ROOT)/tools/kind/summary.sh e2e-kind $(OUT)/e2e-kind.log; \
 	  exit $$rc
 
 e2e-kind-lifecycle: ## kind-up twice is a no-op, kind-down leaves nothing, kind-up after a killed dockerd recovers
-	$(GO) test -tags e2e -count=1 -v -timeout 60m ./tools/kind/lifecycle/
+	$(GO) -C tools test -tags e2e -count=1 -v -timeout 60m ./kind/lifecycle/
 
 e2e-kind: deps build helm ## kind up, e2e suite, down (always), leftover check, lifecycle test
 	@start=$$SECONDS; rc=0; \

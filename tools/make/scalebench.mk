@@ -11,4 +11,4 @@ SCALEBENCH_FLAGS ?=
 .PHONY: scale-bench
 
 scale-bench: k8s-bins build ## simulated cluster (kwok): each component's CPU, memory and API requests at SCALEBENCH_NODES nodes
-	$(GO) run ./tools/scalebench -nodes=$(SCALEBENCH_NODES) $(SCALEBENCH_FLAGS)
+	$(ROOT)/tools/run.sh scalebench -nodes=$(SCALEBENCH_NODES) $(SCALEBENCH_FLAGS)

@@ -2,7 +2,7 @@
 # from the Go module proxy (tools/spiderpool, its own module) into _output/spiderpool/bin; the
 # local cluster builds its images from them and installs its Helm chart (--cni=spiderpool).
 #   make spiderpool helm
-#   go run ./tools/localcluster up --cni=spiderpool ...
+#   tools/run.sh localcluster up --cni=spiderpool ...
 
 SPIDERPOOL_BIN := $(OUT)/spiderpool/bin
 

@@ -4,9 +4,9 @@
 // event → first Running, p50/p99 against SIG Scalability's p99 ≤ 5 s). It is a measurement
 // tool, not a test: nothing here asserts a duration. tools/podburst/run.sh alternates CNIs.
 //
-//	go run ./tools/podburst --kubeconfig=/var/lib/staticip-localcluster/kubeconfig --workloads=6 --kind=deployment --label=staticip
-//	go run ./tools/podburst ... --kind=ests     # static-IP EnhancedStatefulSets (every pod a fixed IP, a StaticIP each)
-//	go run ./tools/podburst ... --kind=statefulset --replicas=3 --restarts=24   # delete -> Running with the same IP (restart.go)
+//	tools/run.sh podburst --kubeconfig=/var/lib/staticip-localcluster/kubeconfig --workloads=6 --kind=deployment --label=staticip
+//	tools/run.sh podburst ... --kind=ests     # static-IP EnhancedStatefulSets (every pod a fixed IP, a StaticIP each)
+//	tools/run.sh podburst ... --kind=statefulset --replicas=3 --restarts=24   # delete -> Running with the same IP (restart.go)
 package main
 
 import (

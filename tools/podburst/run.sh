@@ -22,8 +22,8 @@ state=${CLUSTER_STATE_DIR:-/var/lib/staticip-localcluster}
 flags=${CLUSTER_FLAGS:---nodes=3 --spare-nodes=1 --failover-window=5s --state-dir=$state}
 lc=_output/cluster/localcluster
 log=_output/podburst-up.log
-go build -o _output/bin/podburst ./tools/podburst
-go build -o "$lc" ./tools/localcluster
+go build -C tools -o "$PWD/_output/bin/podburst" ./podburst   # tools/ is a module of its own
+go build -C tools -o "$PWD/$lc" ./localcluster
 load() { cut -d' ' -f1-3 /proc/loadavg; }
 for round in $(seq "$rounds"); do
   for cni in $cnis; do

@@ -2,7 +2,7 @@
 // Running phase, one pod at a time, and prints the distribution (median of --count).
 // It is a measurement tool, not a test: nothing here asserts a duration.
 //
-//	go run ./tools/podstartup --kubeconfig=/var/lib/staticip-localcluster/kubeconfig --count=20
+//	tools/run.sh podstartup --kubeconfig=/var/lib/staticip-localcluster/kubeconfig --count=20
 package main
 
 import (

@@ -1,9 +1,9 @@
 // Command scalebench measures staticip's components on a simulated cluster: its own etcd +
-// kube-apiserver on loopback (tools/testenv), kwok faking -nodes nodes and their pods, and
+// kube-apiserver on loopback (internal/testenv), kwok faking -nodes nodes and their pods, and
 // each component run alone as a real process, its CPU seconds and peak RSS read from /proc
 // and its API requests counted on the way to the API server. See README.md.
 //
-//	go run ./tools/scalebench -nodes=1000 [-scenarios=ippool,scheduler,staticip,ests,failover,wrapper]
+//	tools/run.sh scalebench -nodes=1000 [-scenarios=ippool,scheduler,staticip,ests,failover,wrapper]
 //
 // Needs _output/bin (make build k8s-bins, which builds kwok from tools/kwok). Not part of
 // make test or .ci/run; bench/smoke_test.go runs it at 100 nodes in seconds.

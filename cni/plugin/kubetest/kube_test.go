@@ -30,8 +30,8 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/cni/nstest"
 	"github.com/staticip/staticip/cni/plugin"
+	"github.com/staticip/staticip/internal/testenv"
 	"github.com/staticip/staticip/ipam"
-	"github.com/staticip/staticip/tools/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -33,7 +33,6 @@ import (
 	jkev1alpha1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1alpha1"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
-	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 	"github.com/staticip/staticip/controllers/pkg/podindex"
 	"github.com/staticip/staticip/controllers/pkg/worker"
 )
@@ -126,7 +125,7 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, poolIn
 			o, ok1 := old.(*corev1.Node)
 			n, ok2 := cur.(*corev1.Node)
 			if !ok1 || !ok2 || !apiequality.Semantic.DeepEqual(o.Labels, n.Labels) || !slices.Equal(o.Spec.PodCIDRs, n.Spec.PodCIDRs) ||
-				nodefailover.OutOfService(o) != nodefailover.OutOfService(n) {
+				jkev1alpha1.NodeOutOfService(o) != jkev1alpha1.NodeOutOfService(n) {
 				c.queue.Add(key)
 			}
 		},
@@ -221,7 +220,7 @@ func (c *Controller) input(now time.Time) (Input, error) {
 		return in, err
 	}
 	for _, n := range nodes {
-		node := Node{Name: n.Name, Labels: n.Labels, OutOfService: nodefailover.OutOfService(n)}
+		node := Node{Name: n.Name, Labels: n.Labels, OutOfService: jkev1alpha1.NodeOutOfService(n)}
 		for _, s := range n.Spec.PodCIDRs {
 			if p, err := netip.ParsePrefix(s); err == nil {
 				node.PodCIDRs = append(node.PodCIDRs, p.Masked())

@@ -359,7 +359,7 @@ func prefixesOf(ranges []*jkev1.IPRange) []netip.Prefix {
 func (c *Controller) detect(ctx context.Context, name string, node *corev1.Node, owned []*jkev1.IPRange) (recorded bool, err error) {
 	var lbls map[string]string
 	switch {
-	case node != nil && !OutOfService(node):
+	case node != nil && !jkev1alpha1.NodeOutOfService(node):
 		return false, nil
 	case node != nil:
 		lbls = node.Labels

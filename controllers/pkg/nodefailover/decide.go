@@ -53,11 +53,6 @@ func NodeReady(n *corev1.Node) bool {
 	return false
 }
 
-// OutOfService reports whether the node carries the out-of-service taint (any effect).
-func OutOfService(n *corev1.Node) bool {
-	return slices.ContainsFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == jkev1alpha1.TaintOutOfService })
-}
-
 // Fence is the fencing decision for one node.
 type Fence struct {
 	// Fenced: the node is known to be off for at least the window.
@@ -97,7 +92,7 @@ func Fencing(node *corev1.Node, goneSince, now time.Time, rules FenceRules) Fenc
 			jkev1alpha1.AnnotationNodeOff)}
 	case node == nil:
 		since = goneSince
-	case !OutOfService(node):
+	case !jkev1alpha1.NodeOutOfService(node):
 		return Fence{Reason: ReasonNotOutOfService, Message: fmt.Sprintf("node %s has no %s taint: NotReady alone never moves an IP (a partitioned node still runs its pods)", node.Name, jkev1alpha1.TaintOutOfService)}
 	case NodeReady(node):
 		return Fence{Candidate: true, Reason: ReasonNodeReady, Message: fmt.Sprintf("node %s is tainted out-of-service but Ready", node.Name)}

@@ -110,7 +110,7 @@ func (m *migration) cancel(ctx context.Context, why string) error {
 // restartIfFailedAgain: a Completed record whose node fails again (it owns ranges or static IPs
 // and is fenced once more) is deleted, so the next sync starts a new migration.
 func (m *migration) restartIfFailedAgain(ctx context.Context) error {
-	if m.node != nil && !OutOfService(m.node) {
+	if m.node != nil && !jkev1alpha1.NodeOutOfService(m.node) {
 		return nil
 	}
 	sips, err := m.c.staticIPsOf(m.failedName(), prefixesOf(m.owned))

@@ -17,7 +17,7 @@ import (
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	"github.com/staticip/staticip/apis/generated/informers/externalversions"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
-	"github.com/staticip/staticip/tools/testenv"
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

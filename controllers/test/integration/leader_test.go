@@ -20,7 +20,7 @@ import (
 
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/controllers/pkg/manager"
-	"github.com/staticip/staticip/tools/testenv"
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 type replica struct {

@@ -1,5 +1,5 @@
 // Package integration runs the staticip controllers against a real etcd + kube-apiserver
-// (tools/testenv). There is no kubelet and no kube-controller-manager: a small simulated
+// (internal/testenv). There is no kubelet and no kube-controller-manager: a small simulated
 // kubelet in this file binds pods, gives them IPs (honouring the ip-address annotation, like
 // the CNI), sets Ready/NotReady as each test asks, and finishes graceful deletions. There is
 // no garbage collector either, so tests check owner references rather than GC deletions.
@@ -27,8 +27,8 @@ import (
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/controllers/pkg/manager"
+	"github.com/staticip/staticip/internal/testenv"
 	"github.com/staticip/staticip/internal/testsupport"
-	"github.com/staticip/staticip/tools/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

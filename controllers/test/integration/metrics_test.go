@@ -17,7 +17,7 @@ import (
 
 	"github.com/staticip/staticip/controllers/pkg/manager"
 	"github.com/staticip/staticip/internal/serving/servingtest"
-	"github.com/staticip/staticip/tools/testenv"
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 func freePort(t *testing.T) string {

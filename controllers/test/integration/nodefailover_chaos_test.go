@@ -30,7 +30,7 @@ import (
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 	"github.com/staticip/staticip/internal/serving"
-	"github.com/staticip/staticip/tools/testenv"
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 // The chaos variant of the failover tests: two staticip-controller-manager processes (the real

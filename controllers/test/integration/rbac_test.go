@@ -14,7 +14,7 @@ import (
 
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/controllers/pkg/manager"
-	"github.com/staticip/staticip/tools/testenv"
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 // applyRBAC applies manifests/controller-manager/{namespace,rbac}.yaml unchanged.

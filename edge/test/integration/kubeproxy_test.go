@@ -33,7 +33,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/staticip/staticip/edge/pkg/gridwrapper"
-	"github.com/staticip/staticip/tools/testenv"
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

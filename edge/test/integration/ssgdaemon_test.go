@@ -28,7 +28,7 @@ import (
 	"github.com/staticip/staticip/controllers/pkg/manager"
 	"github.com/staticip/staticip/edge/pkg/ssgdaemon"
 	"github.com/staticip/staticip/internal/serving"
-	"github.com/staticip/staticip/tools/testenv"
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 const daemonSA = "system:serviceaccount:kube-system:statefulset-grid-daemon"

@@ -18,7 +18,7 @@ import (
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
-	"github.com/staticip/staticip/tools/testenv"
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 var (

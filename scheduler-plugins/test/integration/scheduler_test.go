@@ -1,5 +1,5 @@
 // Package integration runs staticip-scheduler's plugins in a real scheduler, in-process,
-// against a real kube-apiserver (tools/testenv). There is no kubelet: tests create Nodes
+// against a real kube-apiserver (internal/testenv). There is no kubelet: tests create Nodes
 // with capacity, and pods stay bound-but-Pending, which is all a scheduler looks at.
 package integration
 
@@ -33,10 +33,10 @@ import (
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/internal/testenv"
 	"github.com/staticip/staticip/scheduler-plugins/pkg/checkpodannotation"
 	"github.com/staticip/staticip/scheduler-plugins/pkg/podfitsresources"
 	"github.com/staticip/staticip/scheduler-plugins/pkg/staticipnode"
-	"github.com/staticip/staticip/tools/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -3,7 +3,7 @@
 // tarball, under the registry --kube-test-repo-list remaps to (--registry) and under its
 // literal upstream name (some specs name it literally), and writes that repo list.
 //
-//	go run ./tools/conformance/images --rootfs-layer L.tar --rootfs DIR --agnhost BIN --out DIR
+//	tools/run.sh conformance/images --rootfs-layer L.tar --rootfs DIR --agnhost BIN --out DIR
 //
 // agnhost, its previous version, nginx and glibc-dns-testing are agnhost on a Debian userland
 // (tools/conformance/rootfs.sh: the specs run sh, curl, nc, dig, getent, awk in them);
@@ -26,6 +26,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
+	"github.com/staticip/staticip/internal/testenv"
 	"github.com/staticip/staticip/tools/images/imagebuilder"
 )
 
@@ -57,7 +58,7 @@ func main() {
 }
 
 func run(rootfsLayer, rootfs, agnhost, agnhostSrc, registry, out string) error {
-	root, err := os.Getwd()
+	root, err := testenv.RepoRoot()
 	if err != nil {
 		return err
 	}

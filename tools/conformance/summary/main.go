@@ -1,7 +1,7 @@
 // Command summary prints passed/failed/skipped of an e2e.test JUnit report (the specs the
 // focus selected; tools/conformance/run.sh) and exits 1 when a spec failed or none ran.
 //
-//	go run ./tools/conformance/summary _output/conformance/junit_01.xml
+//	tools/run.sh conformance/summary _output/conformance/junit_01.xml
 package main
 
 import (

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
-	"github.com/staticip/staticip/tools/testenv"
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

@@ -30,7 +30,9 @@ type Image struct {
 	// remapped and the literal upstream name of a test image).
 	Aliases []string
 	// Package is a Go main package (import path or ./relative to the repo root) built
-	// statically into the image; empty when Binary names a prebuilt static binary.
+	// statically into the image; empty when Binary names a prebuilt static binary. A ./path
+	// is built in its own directory, so in whichever module holds it (the product's, tools/
+	// or e2e/: one repository, three go.mod files).
 	Package string
 	// Binary is a prebuilt static binary (used when Package is empty).
 	Binary string
@@ -99,6 +101,10 @@ func Build(repoRoot, outDir string, im Image) (string, error) {
 		bin = filepath.Join(outDir, ".bin", filepath.Base(im.Path))
 		cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, im.Package)
 		cmd.Dir = repoRoot
+		if strings.HasPrefix(im.Package, "./") {
+			cmd = exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, ".")
+			cmd.Dir = filepath.Join(repoRoot, im.Package)
+		}
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
 		if out, err := cmd.CombinedOutput(); err != nil {
 			return "", fmt.Errorf("go build %s: %w\n%s", im.Package, err, out)

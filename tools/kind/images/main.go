@@ -8,8 +8,8 @@
 // manifests name (kind.sh reads them from `kubectl kustomize`), plus the images the e2e
 // suite runs (tools/images), for `kind load image-archive`.
 //
-//	go run ./tools/kind/images --refs refs.txt --bin-dir _output/bin --rootfs DIR --out DIR
-//	go run ./tools/kind/images --app-images staticip/staticip-agent:latest,... --bin-dir _output/bin --out DIR
+//	tools/run.sh kind/images --refs refs.txt --bin-dir _output/bin --rootfs DIR --out DIR
+//	tools/run.sh kind/images --app-images staticip/staticip-agent:latest,... --bin-dir _output/bin --out DIR
 package main
 
 import (
@@ -21,6 +21,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/staticip/staticip/internal/testenv"
 	"github.com/staticip/staticip/tools/images/imagebuilder"
 )
 
@@ -160,7 +161,7 @@ func appImage(ref, bin string, defaults []imagebuilder.Image) imagebuilder.Image
 // workDirs are the repository root (the working directory, where packages build from) and
 // the absolute binary directory.
 func workDirs(binDir string) (root, bin string, err error) {
-	if root, err = os.Getwd(); err != nil {
+	if root, err = testenv.RepoRoot(); err != nil {
 		return "", "", err
 	}
 	bin, err = filepath.Abs(binDir)

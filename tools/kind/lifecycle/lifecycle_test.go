@@ -4,7 +4,7 @@
 // a no-op, up after the Docker engine was killed recovers, down leaves nothing, and the
 // kubelets in the nodes never rewrite the host's machine-global kernel settings.
 //
-//	go test -tags e2e -count=1 -v -timeout 60m ./tools/kind/lifecycle/
+//	go -C tools test -tags e2e -count=1 -v -timeout 60m ./kind/lifecycle/
 package lifecycle
 
 import (

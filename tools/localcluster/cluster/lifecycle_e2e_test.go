@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 // TestLifecycle brings a real one-node cluster up and checks the promises of up and down:
@@ -131,18 +133,9 @@ func equalStrings(a, b map[string]string) bool {
 
 func testOptions(t *testing.T) Options {
 	t.Helper()
-	dir, err := os.Getwd()
+	dir, err := testenv.RepoRoot()
 	if err != nil {
 		t.Fatal(err)
-	}
-	for {
-		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
-			break
-		}
-		if filepath.Dir(dir) == dir {
-			t.Fatal("no repository root above the test")
-		}
-		dir = filepath.Dir(dir)
 	}
 	o := DefaultOptions()
 	o.Nodes = 1

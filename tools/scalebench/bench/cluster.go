@@ -1,5 +1,5 @@
 // Package bench is tools/scalebench's harness: its own control plane on loopback (etcd and
-// kube-apiserver from tools/testenv, kube-controller-manager and kube-scheduler as
+// kube-apiserver from internal/testenv, kube-controller-manager and kube-scheduler as
 // processes when a scenario needs them), kwok faking N nodes and their pods, and the
 // staticip components as real processes whose CPU, peak memory and API requests are
 // measured one scenario at a time.
@@ -28,7 +28,7 @@ import (
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
 	sipclient "github.com/staticip/staticip/apis/generated/clientset/versioned"
-	"github.com/staticip/staticip/tools/testenv"
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 //go:embed stages.yaml

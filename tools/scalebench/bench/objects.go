@@ -22,7 +22,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
-	"github.com/staticip/staticip/tools/testenv"
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 // IPAnnotation is the pod annotation with its static IP (DESIGN.md).

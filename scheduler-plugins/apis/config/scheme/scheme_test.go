@@ -11,10 +11,10 @@ import (
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	schedvalidation "k8s.io/kubernetes/pkg/scheduler/apis/config/validation"
 
+	"github.com/staticip/staticip/internal/testenv"
 	"github.com/staticip/staticip/scheduler-plugins/apis/config"
 	_ "github.com/staticip/staticip/scheduler-plugins/apis/config/scheme"
 	"github.com/staticip/staticip/scheduler-plugins/apis/config/validation"
-	"github.com/staticip/staticip/tools/testenv"
 )
 
 func argsOf(t *testing.T, prof schedconfig.KubeSchedulerProfile) (*config.PodFitsResourcesWithStaticIPArgs, *config.CheckPodAnnotationWithStaticIPArgs) {

@@ -277,3 +277,53 @@ func (d *DB) nameFile(err error) error {
 func decodeErr(what string, key []byte, err error) error {
 	return &CorruptError{Err: fmt.Errorf("%s %x: %w", what, key, err)}
 }
+
+// openLocked opens the bbolt file at opts.Path whose side lock the caller holds; on success
+// the DB owns the lock, on failure the caller still does.
+func openLocked(opts Options, lock *os.File) (*DB, error) {
+	bdb, err := openBolt(opts.Path, opts.OpenTimeout, opts.NoSync, opts.boltOptions)
+	if err != nil {
+		switch {
+		case errors.Is(err, bolterrors.ErrTimeout):
+			return nil, &LockedError{Path: opts.Path, Timeout: opts.OpenTimeout}
+		case isCorruption(err):
+			return nil, &CorruptError{Path: opts.Path, Err: err}
+		}
+		return nil, fmt.Errorf("IPAM database %s: %w", opts.Path, err)
+	}
+	d := &DB{db: bdb, path: opts.Path, quarantine: opts.Quarantine, now: opts.Now}
+	if err := d.init(); err != nil {
+		d.Close()
+		return nil, err
+	}
+	d.lock = lock
+	return d, nil
+}
+
+// guard turns a bbolt panic on a damaged page into an error.
+func guard(fn func() error) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = fmt.Errorf("%v", p)
+		}
+	}()
+	return fn()
+}
+
+func syncFile(path string) error {
+	f, err := os.OpenFile(path, os.O_RDWR, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}
+
+func syncDir(dir string) error {
+	f, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	return f.Sync()
+}

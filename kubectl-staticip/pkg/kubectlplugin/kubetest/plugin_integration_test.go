@@ -1,5 +1,5 @@
 // Package kubetest runs kubectl-staticip's commands (cobra, in-process, through a kubeconfig)
-// against a real etcd + kube-apiserver with the staticip CRDs (tools/testenv), with the real
+// against a real etcd + kube-apiserver with the staticip CRDs (internal/testenv), with the real
 // EnhancedStatefulSet controller making the ControllerRevisions.
 package kubetest
 
@@ -27,9 +27,9 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
-	"github.com/staticip/staticip/controllers/pkg/kubectlplugin"
 	"github.com/staticip/staticip/controllers/pkg/manager"
-	"github.com/staticip/staticip/tools/testenv"
+	"github.com/staticip/staticip/internal/testenv"
+	"github.com/staticip/staticip/kubectl-staticip/pkg/kubectlplugin"
 )
 
 func TestMain(m *testing.M) { testenv.Main(m) }

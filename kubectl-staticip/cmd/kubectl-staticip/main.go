@@ -8,8 +8,8 @@ import (
 
 	"k8s.io/cli-runtime/pkg/genericiooptions"
 
-	"github.com/staticip/staticip/controllers/pkg/kubectlplugin"
 	"github.com/staticip/staticip/internal/version"
+	"github.com/staticip/staticip/kubectl-staticip/pkg/kubectlplugin"
 )
 
 func main() {
