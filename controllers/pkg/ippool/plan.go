@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/controllers/pkg/nodegone"
 )
 
 // Default block prefix lengths when spec.blockSize is unset.
@@ -71,6 +72,23 @@ type Range struct {
 	// GoneSince is when the allocator first saw the range's node gone (zero: not marked).
 	GoneSince time.Time
 	Deleting  bool
+	// Released: the allocator released the block at ReleasedGeneration (annotation
+	// jke.jdcloud.com/released-generation). With no node and that generation still, it is a
+	// free block of its pool; assigned again at that generation, a block the allocator gave.
+	Released           bool
+	ReleasedGeneration int64
+}
+
+// free: a block the allocator released and nobody took since: no node, the generation of the
+// release. It is handed out again (the same IPRange, at that generation).
+func (r Range) free() bool {
+	return r.Released && r.Node == "" && r.ReleasedGeneration == r.OwnerGeneration && !r.Deleting
+}
+
+// givenByAllocator: the range is at the generation the allocator gave it at (0, or that of its
+// release), not moved since by node failover.
+func (r Range) givenByAllocator() bool {
+	return r.OwnerGeneration == 0 || (r.Released && r.ReleasedGeneration == r.OwnerGeneration)
 }
 
 // Input is everything one pass looks at.
@@ -84,19 +102,35 @@ type Input struct {
 	// For an extra block of a live node (pendingOn = the node) it also counts the node's pods
 	// that have no IP yet: one of them may be getting an address of this very block.
 	Held func(r Range, pendingOn string) string
+	// NodeGone applies the one rule for a deleted node (controllers/pkg/nodegone) to the node of
+	// a pool range whose Node object is gone; goneSince is the range's node-gone-since mark. A
+	// block leaves such a node only once it says Gone. Nil: never proven (nothing is released).
+	NodeGone func(node string, goneSince time.Time) nodegone.Verdict
 }
 
-// Assign is an IPRange to create.
+// Assign is an IPRange to create, or (Reuse) a released one of the pool to give to Node.
 type Assign struct {
 	Pool, Node, Name string
 	CIDR             netip.Prefix
 	Gateway          string
 	Excludes         []string
+	// Reuse: Name is a free block of the pool (released earlier) at OwnerGeneration: it is
+	// assigned to Node as it is, generation kept, instead of being created.
+	Reuse           bool
+	OwnerGeneration int64
 }
 
-// Release is a pool range to delete.
+// Release is a pool range to give back to the pool: unassigned (node "") at Generation, one
+// above the generation it was held at, so the node it leaves revokes it should it come back.
 type Release struct {
 	Range, Pool, Node, Why string
+	Generation             int64
+}
+
+// Wait is a pool range of a deleted node that is not released yet, and why (the rule's
+// verdict, or what holds it).
+type Wait struct {
+	Range, Node, Reason, Message string
 }
 
 // Mark sets (Since non-zero) or clears the node-gone annotation of a range.
@@ -126,6 +160,7 @@ type Plan struct {
 	Release []Release
 	Mark    []Mark
 	Skips   []Skip
+	Waits   []Wait
 	Pools   map[string]*PoolStatus
 	// Requeue: look again this soon (a quarantine ends, a held block may be freed); 0: only on events.
 	Requeue time.Duration
@@ -141,6 +176,8 @@ const (
 	ReasonDeleting        = "Deleting"
 	ReasonOutOfService    = "NodeOutOfService"
 	ReasonValid           = "Valid"
+	// ReasonHeld: a deleted node's block waits for what holds an IP of it.
+	ReasonHeld = "BlockHeld"
 	// heldRecheck is how soon a block whose release is held by something not watched
 	// (e.g. a failover record) is looked at again.
 	heldRecheck = 30 * time.Second
@@ -191,6 +228,8 @@ type planner struct {
 	// live: the nodes that exist; waiting: per pool, the nodes waiting for a block, by name.
 	live    map[string]bool
 	waiting map[string][]string
+	// free: the released blocks of valid pools, by CIDR, handed out before a new one is cut.
+	free map[netip.Prefix]Range
 }
 
 func newPlanner(in Input) *planner {
@@ -202,7 +241,8 @@ func newPlanner(in Input) *planner {
 		return strings.Compare(a.Name, b.Name)
 	})
 	p := &planner{in: in, plan: Plan{Pools: map[string]*PoolStatus{}}, pools: pools, poolByName: map[string]*Pool{},
-		owns: map[famKey]bool{}, poolRanges: map[string][]Range{}, live: map[string]bool{}, waiting: map[string][]string{}}
+		owns: map[famKey]bool{}, poolRanges: map[string][]Range{}, live: map[string]bool{}, waiting: map[string][]string{},
+		free: map[netip.Prefix]Range{}}
 	for i := range pools {
 		p.poolByName[pools[i].Name] = &pools[i]
 	}
@@ -231,10 +271,20 @@ func (pl *planner) validatePools() {
 	}
 }
 
-// indexRanges records what each node owns, by family, and every CIDR in use.
+// indexRanges records what each node owns, by family, every CIDR in use, and the free
+// (released) blocks of the valid pools. A free block of a Blocks pool at the pool's block size
+// is not in use: first fit hands it out again; any other stays in use (a NodePodCIDR pool gives
+// it back only to a node whose podCIDR it is).
 func (pl *planner) indexRanges() {
 	pl.occupied = make([]netip.Prefix, 0, len(pl.in.Ranges))
 	for _, r := range pl.in.Ranges {
+		if p := pl.validPool(r.Pool); r.free() && p != nil {
+			pl.free[r.CIDR] = r
+			if p.Mode != jkev1.IPPoolNodePodCIDR && r.CIDR.Bits() == p.BlockBits {
+				pl.poolRanges[r.Pool] = append(pl.poolRanges[r.Pool], r)
+				continue
+			}
+		}
 		pl.occupied = append(pl.occupied, r.CIDR)
 		if r.Node != "" && !r.Deleting {
 			pl.owns[famKey{r.Node, r.CIDR.Addr().Is4()}] = true
@@ -272,6 +322,16 @@ func (pl *planner) serveNodes() {
 	}
 }
 
+// validPool is the valid pool of that name (nil: none).
+func (pl *planner) validPool(name string) *Pool {
+	for _, p := range pl.valid {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
 // poolFor is the first valid pool of the family that selects n (nil: none).
 func (pl *planner) poolFor(n Node, v4 bool) *Pool {
 	set := labels.Set(n.Labels)
@@ -291,12 +351,16 @@ func (pl *planner) mirrorPodCIDRs(n Node, pool *Pool, v4 bool) {
 			continue
 		}
 		mirrored = true
+		if fr, ok := pl.free[pc]; ok && fr.Pool == pool.Name {
+			pl.plan.Assign = append(pl.plan.Assign, pl.newAssign(pool, n.Name, pc))
+			continue
+		}
 		if o, ok := overlapping(pc, pl.occupied); ok {
 			pl.plan.Skips = append(pl.plan.Skips, Skip{Node: n.Name, Pool: pool.Name, Reason: ReasonPodCIDROverlaps,
 				Message: fmt.Sprintf("IPPool %s: the node's podCIDR %s overlaps the IPRange CIDR %s; no range mirrored", pool.Name, pc, o)})
 			continue
 		}
-		pl.plan.Assign = append(pl.plan.Assign, newAssign(pool, n.Name, pc))
+		pl.plan.Assign = append(pl.plan.Assign, pl.newAssign(pool, n.Name, pc))
 		pl.occupied = append(pl.occupied, pc)
 	}
 	if !mirrored {
@@ -320,7 +384,7 @@ func (pl *planner) assignBlocks() {
 		}
 		st.Waiting = queue
 		for _, r := range pl.poolRanges[p.Name] {
-			if !r.Deleting {
+			if !r.Deleting && !r.free() {
 				st.Assigned++
 			}
 		}
@@ -364,7 +428,7 @@ func (pl *planner) firstFit(p *Pool, c netip.Prefix, queue []string) []string {
 		}
 		if !full[next] {
 			b := blockAt(c, p.BlockBits, next)
-			pl.plan.Assign = append(pl.plan.Assign, newAssign(p, queue[0], b))
+			pl.plan.Assign = append(pl.plan.Assign, pl.newAssign(p, queue[0], b))
 			pl.occupied = append(pl.occupied, b)
 			queue = queue[1:]
 			free--
@@ -388,7 +452,7 @@ func (pl *planner) releaseGone() {
 			continue // a pool that no longer exists: its ranges are left alone
 		}
 		for _, r := range pl.poolRanges[name] {
-			if r.Deleting {
+			if r.Deleting || r.free() {
 				continue
 			}
 			if r.Node != "" && pl.live[r.Node] {
@@ -406,13 +470,27 @@ func (pl *planner) releaseGone() {
 				pl.plan.requeue(wait)
 				continue
 			}
+			gone := "its range was unassigned"
+			if r.Node != "" {
+				v := nodegone.Verdict{Reason: nodegone.ReasonWaiting, Message: "no rule to prove node " + r.Node + " gone"}
+				if pl.in.NodeGone != nil {
+					v = pl.in.NodeGone(r.Node, r.GoneSince)
+				}
+				if !v.Gone {
+					pl.plan.Waits = append(pl.plan.Waits, Wait{Range: r.Name, Node: r.Node, Reason: v.Reason, Message: v.Message})
+					pl.plan.requeue(cmp.Or(v.RecheckAfter, heldRecheck))
+					continue
+				}
+				gone = v.Message
+			}
 			if why := pl.in.Held(r, ""); why != "" {
+				pl.plan.Waits = append(pl.plan.Waits, Wait{Range: r.Name, Node: r.Node, Reason: ReasonHeld, Message: why})
 				pl.plan.requeue(heldRecheck)
 				continue
 			}
-			pl.plan.Release = append(pl.plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node,
-				Why: fmt.Sprintf("node %s is gone since %s, the quarantine of %s has passed and nothing holds an IP of %s",
-					orNone(r.Node), r.GoneSince.UTC().Format(time.RFC3339), p.ReleaseAfter, r.CIDR)})
+			pl.plan.Release = append(pl.plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node, Generation: r.OwnerGeneration + 1,
+				Why: fmt.Sprintf("node %s is gone since %s (%s), the quarantine of %s has passed and nothing holds an IP of %s",
+					orNone(r.Node), r.GoneSince.UTC().Format(time.RFC3339), gone, p.ReleaseAfter, r.CIDR)})
 		}
 	}
 }
@@ -427,7 +505,7 @@ func (pl *planner) releaseExtra() {
 			continue
 		}
 		for _, r := range pl.poolRanges[name] {
-			if !r.Deleting && r.Node != "" && pl.live[r.Node] && r.OwnerGeneration == 0 {
+			if !r.Deleting && r.Node != "" && pl.live[r.Node] && r.givenByAllocator() {
 				k := famKey{r.Node, r.CIDR.Addr().Is4()}
 				perNode[k] = append(perNode[k], r)
 			}
@@ -453,7 +531,7 @@ func (pl *planner) releaseExtra() {
 			free = free[1:] // keep the first by name
 		}
 		for _, r := range free {
-			pl.plan.Release = append(pl.plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node,
+			pl.plan.Release = append(pl.plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node, Generation: r.OwnerGeneration + 1,
 				Why: fmt.Sprintf("node %s got more than one block of its family (two allocators raced); %s is empty", r.Node, r.CIDR)})
 		}
 	}
@@ -468,8 +546,14 @@ func (p *Plan) requeue(d time.Duration) {
 	}
 }
 
-func newAssign(p *Pool, node string, b netip.Prefix) Assign {
+// newAssign gives block b of pool p to node: the pool's free IPRange of that CIDR if there is
+// one, else a new one.
+func (pl *planner) newAssign(p *Pool, node string, b netip.Prefix) Assign {
 	a := Assign{Pool: p.Name, Node: node, Name: RangeName(p.Name, b), CIDR: b}
+	if fr, ok := pl.free[b]; ok && fr.Pool == p.Name {
+		a.Name, a.Reuse, a.OwnerGeneration = fr.Name, true, fr.OwnerGeneration
+		delete(pl.free, b)
+	}
 	if p.FirstHostGateway {
 		a.Gateway = b.Addr().Next().String()
 	}

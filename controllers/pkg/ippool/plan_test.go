@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/controllers/pkg/nodegone"
 )
 
 var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
@@ -183,13 +184,25 @@ func TestComputeRelease(t *testing.T) {
 		r           Range
 		nodes       []Node
 		held        string
+		verdict     *nodegone.Verdict // nil: proven gone
 		wantRelease bool
 		wantMark    string // "set", "clear" or ""
 		wantRequeue time.Duration
+		wantWait    string
 	}{
 		{name: "first seen gone: marked, looked at after the quarantine", r: gone(-1), wantMark: "set", wantRequeue: 5 * time.Minute},
 		{name: "inside the quarantine: waits", r: gone(2 * time.Minute), wantRequeue: 3 * time.Minute},
-		{name: "after the quarantine, held by a pod or StaticIP: kept", r: gone(10 * time.Minute), held: "pod ns/x holds 10.244.5.7", wantRequeue: heldRecheck},
+		{name: "after the quarantine, held by a pod or StaticIP: kept", r: gone(10 * time.Minute), held: "pod ns/x holds 10.244.5.7", wantRequeue: heldRecheck, wantWait: ReasonHeld},
+		{name: "after the quarantine, the node's Lease is still renewed (deleted Node, running kubelet): kept",
+			r: gone(10 * time.Minute), verdict: &nodegone.Verdict{Reason: nodegone.ReasonLeaseRenewed, Message: "renewed", RecheckAfter: 20 * time.Second},
+			wantRequeue: 20 * time.Second, wantWait: nodegone.ReasonLeaseRenewed},
+		{name: "after the quarantine, not proven gone yet (no sign of life for less than the bound): kept",
+			r: gone(10 * time.Minute), verdict: &nodegone.Verdict{Reason: nodegone.ReasonWaiting, Message: "waiting", RecheckAfter: 4 * time.Minute},
+			wantRequeue: 4 * time.Minute, wantWait: nodegone.ReasonWaiting},
+		{name: "a range unassigned by hand is not a node to prove gone: quarantine and holders only",
+			r: func() Range { r := gone(10 * time.Minute); r.Node = ""; return r }(), verdict: &nodegone.Verdict{Reason: nodegone.ReasonWaiting}, wantRelease: true},
+		{name: "a released block is free: never marked or released again",
+			r: func() Range { r := gone(-1); r.Node, r.Released, r.ReleasedGeneration, r.OwnerGeneration = "", true, 3, 3; return r }()},
 		{name: "after the quarantine, nothing holds it: released", r: gone(10 * time.Minute), wantRelease: true},
 		{name: "the node came back: the mark is cleared, nothing released", r: gone(10 * time.Minute), nodes: nodes("dead"), wantMark: "clear"},
 		{name: "a hand-written range of a gone node is never touched", r: func() Range { r := gone(time.Hour); r.Pool = ""; return r }()},
@@ -197,9 +210,28 @@ func TestComputeRelease(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan := Compute(Input{Pools: []Pool{p}, Nodes: tc.nodes, Ranges: []Range{tc.r}, Now: t0,
-				Held: func(Range, string) string { return tc.held }})
+				Held: func(Range, string) string { return tc.held },
+				NodeGone: func(node string, since time.Time) nodegone.Verdict {
+					if node != "dead" || !since.Equal(tc.r.GoneSince) {
+						t.Errorf("NodeGone(%s, %v)", node, since)
+					}
+					if tc.verdict != nil {
+						return *tc.verdict
+					}
+					return nodegone.Verdict{Gone: true, Reason: nodegone.ReasonLeaseExpired}
+				}})
 			if got := len(plan.Release) == 1; got != tc.wantRelease {
 				t.Errorf("released %v, want %v (%+v)", plan.Release, tc.wantRelease, plan)
+			}
+			if tc.wantRelease && plan.Release[0].Generation != tc.r.OwnerGeneration+1 {
+				t.Errorf("released at generation %d, want %d: the node it leaves must revoke it if it comes back", plan.Release[0].Generation, tc.r.OwnerGeneration+1)
+			}
+			wait := ""
+			if len(plan.Waits) == 1 {
+				wait = plan.Waits[0].Reason
+			}
+			if wait != tc.wantWait {
+				t.Errorf("waits %+v, want reason %q", plan.Waits, tc.wantWait)
 			}
 			mark := ""
 			if len(plan.Mark) == 1 {
@@ -267,5 +299,71 @@ func TestBlockArithmetic(t *testing.T) {
 	}
 	if !strings.HasPrefix(blockAt(netip.MustParsePrefix("fd00::/104"), 120, 65535).String(), "fd00::ff:ff00/120") {
 		t.Error(blockAt(netip.MustParsePrefix("fd00::/104"), 120, 65535))
+	}
+}
+
+// TestComputeReusesReleasedBlocks: a released block (node "", generation raised) is free: the
+// next node that needs a block gets the same IPRange at its generation, never a new one at 0
+// over it; it counts as free, not assigned; a NodePodCIDR pool gives it back to the node whose
+// podCIDR it is; a block the allocator gave again at its released generation is one it gave
+// (an extra of a race), one moved on by failover is not.
+func TestComputeReusesReleasedBlocks(t *testing.T) {
+	p := pool("p", 1, "10.244.0.0/22")
+	freed := func(name, cidr string, gen int64) Range {
+		r := rng(name, cidr, "", "p")
+		r.Released, r.ReleasedGeneration, r.OwnerGeneration = true, gen, gen
+		return r
+	}
+	old := freed("p-10-244-0-0-24", "10.244.0.0/24", 2)
+	plan := Compute(Input{Pools: []Pool{p}, Nodes: nodes("a", "b"), Now: t0, Held: nothingHeld,
+		Ranges: []Range{old, rng("p-10-244-1-0-24", "10.244.1.0/24", "c", "p")}})
+	if len(plan.Assign) != 2 {
+		t.Fatalf("assign %+v", plan.Assign)
+	}
+	if a := plan.Assign[0]; a.Node != "a" || !a.Reuse || a.Name != old.Name || a.OwnerGeneration != 2 || a.CIDR != old.CIDR {
+		t.Errorf("the released block must go to a as it is, at generation 2: %+v", a)
+	}
+	if b := plan.Assign[1]; b.Node != "b" || b.Reuse || b.CIDR.String() != "10.244.2.0/24" {
+		t.Errorf("b: %+v", b)
+	}
+	if st := plan.Pools["p"]; st.Assigned != 3 || st.Free != 1 || st.Total != 4 {
+		t.Errorf("status %+v", st)
+	}
+	// Nothing waits: the free block is counted free, not assigned.
+	plan = Compute(Input{Pools: []Pool{p}, Now: t0, Held: nothingHeld, Ranges: []Range{old}})
+	if st := plan.Pools["p"]; st.Assigned != 0 || st.Free != 4 || len(plan.Release)+len(plan.Mark) != 0 {
+		t.Errorf("status %+v, plan %+v", st, plan)
+	}
+	// A free block whose pool is not valid any more stays in use for everyone.
+	bad := pool("p", 1, "10.244.0.0/22")
+	bad.Deleting = true
+	other := pool("q", 0, "10.244.0.0/24")
+	plan = Compute(Input{Pools: []Pool{bad, other}, Nodes: nodes("a"), Now: t0, Held: nothingHeld, Ranges: []Range{old}})
+	if len(plan.Assign) != 0 {
+		t.Errorf("a block of an invalid pool must stay in use: %+v", plan.Assign)
+	}
+	// NodePodCIDR: the node whose podCIDR it is gets it back.
+	pc := pool("p", 1, "10.244.0.0/16")
+	pc.Mode = jkev1.IPPoolNodePodCIDR
+	plan = Compute(Input{Pools: []Pool{pc}, Now: t0, Held: nothingHeld, Ranges: []Range{old},
+		Nodes: []Node{{Name: "a", PodCIDRs: []netip.Prefix{old.CIDR}}}})
+	if len(plan.Assign) != 1 || !plan.Assign[0].Reuse || plan.Assign[0].Name != old.Name || len(plan.Skips) != 0 {
+		t.Errorf("NodePodCIDR: %+v, skips %+v", plan.Assign, plan.Skips)
+	}
+	// Two blocks of one family on a, the second given again at its released generation: an
+	// extra of a race; one moved by failover since (generation above the release) is not.
+	given := freed("p-10-244-1-0-24", "10.244.1.0/24", 2)
+	given.Node = "a"
+	moved := given
+	moved.OwnerGeneration = 3
+	for _, tc := range []struct {
+		r    Range
+		want int
+	}{{given, 1}, {moved, 0}} {
+		plan = Compute(Input{Pools: []Pool{p}, Nodes: nodes("a"), Now: t0, Held: func(Range, string) string { return "" },
+			Ranges: []Range{rng("p-10-244-0-0-24", "10.244.0.0/24", "a", "p"), tc.r}})
+		if len(plan.Release) != tc.want {
+			t.Errorf("generation %d: released %+v, want %d", tc.r.OwnerGeneration, plan.Release, tc.want)
+		}
 	}
 }

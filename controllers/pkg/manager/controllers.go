@@ -195,6 +195,9 @@ func newNodeFailoverController(cc controllerContext) (func(context.Context), err
 	c.Window = cc.opts.NodeFailoverWindow
 	c.FencedPodDeletionGrace = cc.opts.FencedPodDeletionGrace
 	c.NodeDeletionIsFence = cc.opts.NodeDeletionIsFence
+	c.NodeGoneAfter = cc.opts.NodeGoneAfter
+	enabled, _ := cc.opts.EnabledControllers() // checked by Validate
+	c.AllocatorRuns = slices.Contains(enabled, ippool.Name)
 	c.MaxUnhealthyPercent, _ = nodefailover.ParsePercent(cc.opts.NodeFailoverMaxUnhealthy) // checked by Validate
 	// One worker: migrations are few, and one at a time keeps two of them from racing for the
 	// same spare inside this process (the claim's optimistic lock covers the rest).
@@ -208,6 +211,7 @@ func newIPPoolController(cc controllerContext) (func(context.Context), error) {
 	if err != nil {
 		return nil, err
 	}
+	c.NodeGoneAfter, c.NodeDeletionIsFence = cc.opts.NodeGoneAfter, cc.opts.NodeDeletionIsFence
 	// One worker whatever --workers says: one key plans every pool.
 	return c.Run, nil
 }

@@ -21,7 +21,11 @@ import (
 func (m *migration) beforeMoving(ctx context.Context) (done bool, requeue time.Duration, err error) {
 	st := m.st()
 	name := m.failedName()
-	fence := Fencing(m.node, st.StartTime.Time, m.now, m.fenceRules())
+	rules, err := m.fenceRules(ctx, m.node)
+	if err != nil {
+		return false, 0, err
+	}
+	fence := Fencing(m.node, st.StartTime.Time, m.now, rules)
 	if !fence.Candidate {
 		return false, 0, m.cancel(ctx, fence.Message)
 	}
