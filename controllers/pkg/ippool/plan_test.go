@@ -202,7 +202,11 @@ func TestComputeRelease(t *testing.T) {
 		{name: "a range unassigned by hand is not a node to prove gone: quarantine and holders only",
 			r: func() Range { r := gone(10 * time.Minute); r.Node = ""; return r }(), verdict: &nodegone.Verdict{Reason: nodegone.ReasonWaiting}, wantRelease: true},
 		{name: "a released block is free: never marked or released again",
-			r: func() Range { r := gone(-1); r.Node, r.Released, r.ReleasedGeneration, r.OwnerGeneration = "", true, 3, 3; return r }()},
+			r: func() Range {
+				r := gone(-1)
+				r.Node, r.Released, r.ReleasedGeneration, r.OwnerGeneration = "", true, 3, 3
+				return r
+			}()},
 		{name: "after the quarantine, nothing holds it: released", r: gone(10 * time.Minute), wantRelease: true},
 		{name: "the node came back: the mark is cleared, nothing released", r: gone(10 * time.Minute), nodes: nodes("dead"), wantMark: "clear"},
 		{name: "a hand-written range of a gone node is never touched", r: func() Range { r := gone(time.Hour); r.Pool = ""; return r }()},
