@@ -183,11 +183,21 @@ const (
 	heldRecheck = 30 * time.Second
 )
 
-// RangeName is the IPRange name of a block: <pool>-<cidr with '.', ':' and '/' as '-'>, so two
-// allocators that pick the same block for two nodes collide on Create.
+// RangeName is the plain IPRange name of a block: <pool>-<cidr with '.', ':' and '/' as '-'>,
+// so two allocators that pick the same block for two nodes collide on Create. It is unique
+// for IPv4 (the last five '-'-separated parts are always the CIDR) but not for IPv6 (p +
+// 1:2::/120 and p-1 + 2::/120 are both p-1-2---120), and a hand-written IPRange may hold any
+// name: a block whose plain name is taken by another range is named UniqueRangeName.
 func RangeName(pool string, p netip.Prefix) string {
 	r := strings.NewReplacer(".", "-", ":", "-", "/", "-")
 	return pool + "-" + r.Replace(p.String())
+}
+
+// UniqueRangeName is <pool>-<the address as 8 (IPv4) or 32 (IPv6) hex digits>-<prefix length>:
+// the last two parts always are the CIDR, so it names one block only, and it never equals a
+// plain name (whose next-to-last part is at most 4 characters).
+func UniqueRangeName(pool string, p netip.Prefix) string {
+	return fmt.Sprintf("%s-%x-%d", pool, p.Addr().AsSlice(), p.Bits())
 }
 
 // Compute is the allocator's decision for one pass. Its phases, in order, over one planner:
@@ -230,6 +240,8 @@ type planner struct {
 	waiting map[string][]string
 	// free: the released blocks of valid pools, by CIDR, handed out before a new one is cut.
 	free map[netip.Prefix]Range
+	// names: every IPRange name in use, with the range (or assignment of this pass) holding it.
+	names map[string]Range
 }
 
 func newPlanner(in Input) *planner {
@@ -242,7 +254,7 @@ func newPlanner(in Input) *planner {
 	})
 	p := &planner{in: in, plan: Plan{Pools: map[string]*PoolStatus{}}, pools: pools, poolByName: map[string]*Pool{},
 		owns: map[famKey]bool{}, poolRanges: map[string][]Range{}, live: map[string]bool{}, waiting: map[string][]string{},
-		free: map[netip.Prefix]Range{}}
+		free: map[netip.Prefix]Range{}, names: map[string]Range{}}
 	for i := range pools {
 		p.poolByName[pools[i].Name] = &pools[i]
 	}
@@ -278,6 +290,7 @@ func (pl *planner) validatePools() {
 func (pl *planner) indexRanges() {
 	pl.occupied = make([]netip.Prefix, 0, len(pl.in.Ranges))
 	for _, r := range pl.in.Ranges {
+		pl.names[r.Name] = r
 		if p := pl.validPool(r.Pool); r.free() && p != nil {
 			pl.free[r.CIDR] = r
 			if p.Mode != jkev1.IPPoolNodePodCIDR && r.CIDR.Bits() == p.BlockBits {
@@ -553,7 +566,10 @@ func (pl *planner) newAssign(p *Pool, node string, b netip.Prefix) Assign {
 	if fr, ok := pl.free[b]; ok && fr.Pool == p.Name {
 		a.Name, a.Reuse, a.OwnerGeneration = fr.Name, true, fr.OwnerGeneration
 		delete(pl.free, b)
+	} else if r, taken := pl.names[a.Name]; taken && (r.Pool != p.Name || r.CIDR != b) {
+		a.Name = UniqueRangeName(p.Name, b)
 	}
+	pl.names[a.Name] = Range{Name: a.Name, CIDR: b, Pool: p.Name, Node: node}
 	if p.FirstHostGateway {
 		a.Gateway = b.Addr().Next().String()
 	}

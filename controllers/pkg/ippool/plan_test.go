@@ -371,3 +371,60 @@ func TestComputeReusesReleasedBlocks(t *testing.T) {
 		}
 	}
 }
+
+// TestComputeNamesNeverCollide (issue 37, defect 7): "<pool>-<cidr>" with '.', ':' and '/' as
+// '-' is ambiguous for IPv6 (p + 1:2::/120 and p-1 + 2::/120 are both p-1-2---120), and a
+// hand-written IPRange may hold any name: the allocator then failed on AlreadyExists forever.
+// A block whose plain name is taken by another range gets a name no other block can have.
+func TestComputeNamesNeverCollide(t *testing.T) {
+	p := pool("p", 2, "1:2::/112")
+	p1 := pool("p-1", 1, "2::/112")
+	taken := rng(RangeName("p-1", netip.MustParsePrefix("2::/120")), "2::/120", "b", "p-1")
+	hand := rng("p-1-2--100-120", "10.0.0.0/24", "c", "") // a hand-written range with the next plain name
+	plan := Compute(Input{Pools: []Pool{p, p1}, Nodes: nodes("a", "b", "c", "d"), Now: t0, Held: nothingHeld,
+		Ranges: []Range{taken, hand}})
+	names := map[string]string{taken.Name: taken.CIDR.String(), hand.Name: hand.CIDR.String()}
+	for _, a := range plan.Assign {
+		if other, dup := names[a.Name]; dup {
+			t.Errorf("block %s of pool %s named %s, the name of %s", a.CIDR, a.Pool, a.Name, other)
+		}
+		names[a.Name] = a.CIDR.String()
+	}
+	if len(plan.Assign) != 3 {
+		t.Errorf("assign %+v", plan.Assign)
+	}
+}
+
+// TestUniqueRangeNameIsUnique: over adversarial pool names and CIDRs (pool names that end like
+// CIDRs, IPv6 texts with and without "::", both families), a unique name never equals the
+// unique or the plain name of another block.
+func TestUniqueRangeNameIsUnique(t *testing.T) {
+	pools := []string{"p", "p-1", "p-1-2", "p-10", "p-10-0", "a.b", "x-0", "x-0-0", "fd00", "p-fd00-0"}
+	cidrs := []string{"1:2::/120", "2::/120", "1:2::100/120", "fd00::/120", "0:fd00::/120", "1:2:3:4:5:6:7:0/120",
+		"10.0.0.0/24", "0.0.0.0/24", "10.0.0.0/25", "1.2.0.0/16", "::/120", "::a00:0/120"}
+	type block struct{ pool, cidr string }
+	unique := map[string]block{}
+	plain := map[string][]block{}
+	for _, p := range pools {
+		for _, c := range cidrs {
+			b := block{p, c}
+			pr := netip.MustParsePrefix(c)
+			n := UniqueRangeName(p, pr)
+			if o, dup := unique[n]; dup {
+				t.Errorf("%v and %v are both %s", o, b, n)
+			}
+			unique[n] = b
+			plain[RangeName(p, pr)] = append(plain[RangeName(p, pr)], b)
+		}
+	}
+	for n, b := range unique {
+		for _, o := range plain[n] {
+			if o != b {
+				t.Errorf("unique name %s of %v is the plain name of %v", n, b, o)
+			}
+		}
+	}
+	if bs := plain["p-1-2---120"]; len(bs) < 2 {
+		t.Errorf("the plain names were expected to collide here (the case of the issue): %v", bs)
+	}
+}
