@@ -211,7 +211,8 @@ func rangeOf(r *jkev1.IPRange) (Range, bool) {
 		return Range{}, false
 	}
 	out := Range{Name: r.Name, CIDR: c.Masked(), Node: r.Spec.Node, Pool: r.Labels[jkev1.LabelIPPool],
-		OwnerGeneration: r.Spec.OwnerGeneration, Deleting: r.DeletionTimestamp != nil}
+		OwnerGeneration: r.Spec.OwnerGeneration, Deleting: r.DeletionTimestamp != nil,
+		Gateway: r.Spec.Gateway, Excludes: r.Spec.ExcludeIPs}
 	if s := r.Annotations[jkev1.AnnotationNodeGoneSince]; s != "" {
 		if t, err := time.Parse(time.RFC3339, s); err == nil {
 			out.GoneSince = t
@@ -280,6 +281,7 @@ func (c *Controller) input(ctx context.Context, now time.Time) (Input, error) {
 	c.mu.Unlock()
 	in.Held = c.heldFunc()
 	in.NodeGone = c.nodeGoneFunc(ctx, ranges, now)
+	in.IPHeld = c.ipHeldFunc()
 	return in, nil
 }
 
@@ -351,6 +353,30 @@ func (c *Controller) nodeGone(ctx context.Context, node string, goneSince time.T
 	}
 	e.HoldingPods = nodefailover.HoldingPods(pods, node, prefixes)
 	return nodegone.Decide(e)
+}
+
+// ipHeldFunc answers, from the informers, why an address may not become excluded or a gateway:
+// a pod object (not finished) holds it, or a StaticIP's spec.ip is it.
+func (c *Controller) ipHeldFunc() func(netip.Addr) string {
+	return func(ip netip.Addr) string {
+		host := netip.PrefixFrom(ip, ip.BitLen())
+		pods, err := c.pods.Candidates("", []netip.Prefix{host})
+		if err != nil {
+			return "pod index: " + err.Error()
+		}
+		for _, p := range pods {
+			if podindex.HoldsIPIn(p, host) != "" {
+				return fmt.Sprintf("pod %s/%s holds it", p.Namespace, p.Name)
+			}
+		}
+		sips, _ := c.staticIPs.List(labels.Everything())
+		for _, s := range sips {
+			if a, err := netip.ParseAddr(s.Spec.IP); err == nil && s.DeletionTimestamp == nil && a.Unmap() == ip {
+				return fmt.Sprintf("StaticIP %s/%s has it as spec.ip", s.Namespace, s.Name)
+			}
+		}
+		return ""
+	}
 }
 
 // heldFunc answers, from the informers, why a block may not go back to the pool yet.
@@ -434,6 +460,13 @@ func (c *Controller) sync(ctx context.Context, _ string) (time.Duration, error) 
 		if p, err := c.pools.Get(a.Pool); err == nil {
 			c.recorder.Eventf(p, corev1.EventTypeNormal, ReasonBlockAssigned, "IPRange %s (%s) assigned to node %s", a.Name, a.CIDR, a.Node)
 		}
+	}
+	for _, u := range plan.Update {
+		if err := c.update(ctx, u); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		logger.Info("Block follows its pool's spec", "pool", u.Pool, "range", u.Range, "gateway", u.Gateway, "excludeIPs", u.Excludes)
 	}
 	for _, r := range plan.Release {
 		if err := c.release(ctx, r); err != nil {
@@ -522,6 +555,35 @@ func (c *Controller) assign(ctx context.Context, a Assign) error {
 	}
 	c.remember(written)
 	c.forget(a.Node)
+	return nil
+}
+
+// update writes a pool block's gateway and excludes (the cached resourceVersion: a range
+// changed meanwhile is planned again).
+func (c *Controller) update(ctx context.Context, u Update) error {
+	cur, err := c.ranges.Get(u.Range)
+	if apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if cur.Labels[jkev1.LabelIPPool] != u.Pool {
+		return nil
+	}
+	r := cur.DeepCopy()
+	r.Spec.Gateway, r.Spec.ExcludeIPs = u.Gateway, u.Excludes
+	if len(u.Excludes) == 0 {
+		r.Spec.ExcludeIPs = nil
+	}
+	written, err := c.client.JkeV1().IPRanges().Update(ctx, r, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		c.queue.AddAfter(key, time.Second)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("update IPRange %s to its pool's gateway and excludes: %w", u.Range, err)
+	}
+	c.remember(written)
 	return nil
 }
 

@@ -77,6 +77,9 @@ type Range struct {
 	// free block of its pool; assigned again at that generation, a block the allocator gave.
 	Released           bool
 	ReleasedGeneration int64
+	// Gateway and Excludes: the range's spec.gateway and spec.excludeIPs.
+	Gateway  string
+	Excludes []string
 }
 
 // free: a block the allocator released and nobody took since: no node, the generation of the
@@ -106,6 +109,15 @@ type Input struct {
 	// a pool range whose Node object is gone; goneSince is the range's node-gone-since mark. A
 	// block leaves such a node only once it says Gone. Nil: never proven (nothing is released).
 	NodeGone func(node string, goneSince time.Time) nodegone.Verdict
+	// IPHeld says why an address may not become excluded or the gateway of a block ("" when it
+	// may): a pod object holds it, or a StaticIP's spec.ip is it.
+	IPHeld func(ip netip.Addr) string
+}
+
+// Update is a pool block whose gateway or excludes follow an edit of its pool.
+type Update struct {
+	Range, Pool, Gateway string
+	Excludes             []string
 }
 
 // Assign is an IPRange to create, or (Reuse) a released one of the pool to give to Node.
@@ -157,6 +169,7 @@ type PoolStatus struct {
 // Plan is what to do now.
 type Plan struct {
 	Assign  []Assign
+	Update  []Update
 	Release []Release
 	Mark    []Mark
 	Skips   []Skip
@@ -178,6 +191,9 @@ const (
 	ReasonValid           = "Valid"
 	// ReasonHeld: a deleted node's block waits for what holds an IP of it.
 	ReasonHeld = "BlockHeld"
+	// ReasonExcludeHeld: an exclude or a gateway the pool's spec adds is held back on a block
+	// because a pod object or a StaticIP holds that address.
+	ReasonExcludeHeld = "ExcludeHeld"
 	// heldRecheck is how soon a block whose release is held by something not watched
 	// (e.g. a failover record) is looked at again.
 	heldRecheck = 30 * time.Second
@@ -210,9 +226,67 @@ func Compute(in Input) Plan {
 	p.indexRanges()
 	p.serveNodes()
 	p.assignBlocks()
+	p.updateBlocks()
 	p.releaseGone()
 	p.releaseExtra()
 	return p.plan
+}
+
+// updateBlocks brings the gateway and excludes of every block a valid pool gave out to what the
+// pool says now (excludeIPs, gatewayPolicy). What it removes goes at once (the address becomes
+// allocatable); what it adds over an address a pod object or a StaticIP holds is held back on
+// that block, with a Wait saying so, until the address is free: the pod would keep it (the agent
+// does not take allocations away), but a static pod recreated could never get it back (the CNI
+// refuses an excluded or gateway address).
+func (pl *planner) updateBlocks() {
+	for _, p := range pl.valid {
+		for _, r := range pl.poolRanges[p.Name] {
+			if r.Deleting || r.free() || r.Node == "" {
+				continue
+			}
+			want := pl.blockSpec(p, r.CIDR)
+			gw, ex := want.Gateway, []string{}
+			var held []string
+			if gw != "" && gw != r.Gateway {
+				if why := pl.ipHeld(gw); why != "" {
+					held = append(held, "gateway "+gw+": "+why)
+					gw = r.Gateway // the new gateway waits
+				}
+			}
+			for _, e := range want.Excludes {
+				if !slices.Contains(r.Excludes, e) && e != r.Gateway {
+					if why := pl.ipHeld(e); why != "" {
+						held = append(held, "exclude "+e+": "+why)
+						continue
+					}
+				}
+				ex = append(ex, e)
+			}
+			if len(held) > 0 {
+				pl.plan.Waits = append(pl.plan.Waits, Wait{Range: r.Name, Node: r.Node, Reason: ReasonExcludeHeld, Message: fmt.Sprintf(
+					"IPPool %s: held back on this block while the address is in use (%s)", p.Name, strings.Join(held, "; "))})
+				pl.plan.requeue(heldRecheck)
+			}
+			if gw != r.Gateway || !slices.Equal(ex, orEmpty(r.Excludes)) {
+				pl.plan.Update = append(pl.plan.Update, Update{Range: r.Name, Pool: p.Name, Gateway: gw, Excludes: ex})
+			}
+		}
+	}
+}
+
+func (pl *planner) ipHeld(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil || pl.in.IPHeld == nil {
+		return ""
+	}
+	return pl.in.IPHeld(a)
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 // famKey is a node and an address family.
@@ -559,17 +633,9 @@ func (p *Plan) requeue(d time.Duration) {
 	}
 }
 
-// newAssign gives block b of pool p to node: the pool's free IPRange of that CIDR if there is
-// one, else a new one.
-func (pl *planner) newAssign(p *Pool, node string, b netip.Prefix) Assign {
-	a := Assign{Pool: p.Name, Node: node, Name: RangeName(p.Name, b), CIDR: b}
-	if fr, ok := pl.free[b]; ok && fr.Pool == p.Name {
-		a.Name, a.Reuse, a.OwnerGeneration = fr.Name, true, fr.OwnerGeneration
-		delete(pl.free, b)
-	} else if r, taken := pl.names[a.Name]; taken && (r.Pool != p.Name || r.CIDR != b) {
-		a.Name = UniqueRangeName(p.Name, b)
-	}
-	pl.names[a.Name] = Range{Name: a.Name, CIDR: b, Pool: p.Name, Node: node}
+// blockSpec is the gateway and excludes pool p gives block b.
+func (pl *planner) blockSpec(p *Pool, b netip.Prefix) Assign {
+	a := Assign{}
 	if p.FirstHostGateway {
 		a.Gateway = b.Addr().Next().String()
 	}
@@ -578,6 +644,21 @@ func (pl *planner) newAssign(p *Pool, node string, b netip.Prefix) Assign {
 			a.Excludes = append(a.Excludes, e.String())
 		}
 	}
+	return a
+}
+
+// newAssign gives block b of pool p to node: the pool's free IPRange of that CIDR if there is
+// one, else a new one.
+func (pl *planner) newAssign(p *Pool, node string, b netip.Prefix) Assign {
+	spec := pl.blockSpec(p, b)
+	a := Assign{Pool: p.Name, Node: node, Name: RangeName(p.Name, b), CIDR: b, Gateway: spec.Gateway, Excludes: spec.Excludes}
+	if fr, ok := pl.free[b]; ok && fr.Pool == p.Name {
+		a.Name, a.Reuse, a.OwnerGeneration = fr.Name, true, fr.OwnerGeneration
+		delete(pl.free, b)
+	} else if r, taken := pl.names[a.Name]; taken && (r.Pool != p.Name || r.CIDR != b) {
+		a.Name = UniqueRangeName(p.Name, b)
+	}
+	pl.names[a.Name] = Range{Name: a.Name, CIDR: b, Pool: p.Name, Node: node}
 	return a
 }
 

@@ -428,3 +428,44 @@ func TestUniqueRangeNameIsUnique(t *testing.T) {
 		t.Errorf("the plain names were expected to collide here (the case of the issue): %v", bs)
 	}
 }
+
+// TestComputeUpdatesExistingBlocks (issue 37, defect 7): excludeIPs and gatewayPolicy edits of a
+// pool reach the blocks it gave out already. Removing an exclude or the gateway always goes
+// through; adding one over an address a pod object or a StaticIP holds is held back on that
+// block (the pod would keep it, but a static pod recreated could not get it back: the CNI
+// refuses an excluded or gateway address), and says so.
+func TestComputeUpdatesExistingBlocks(t *testing.T) {
+	p := pool("p", 1, "10.244.0.0/16")
+	p.FirstHostGateway = true
+	p.Excludes = []netip.Addr{netip.MustParseAddr("10.244.0.9"), netip.MustParseAddr("10.244.1.7"), netip.MustParseAddr("10.244.2.5")}
+	old := func(name, cidr, node string, gw string, ex ...string) Range {
+		r := rng(name, cidr, node, "p")
+		r.Gateway, r.Excludes = gw, ex
+		return r
+	}
+	ranges := []Range{
+		old("p-10-244-0-0-24", "10.244.0.0/24", "a", "", "10.244.0.200"),         // gateway and exclude added, an exclude dropped
+		old("p-10-244-1-0-24", "10.244.1.0/24", "b", "10.244.1.1", "10.244.1.7"), // already right
+		old("p-10-244-2-0-24", "10.244.2.0/24", "c", ""),                         // 10.244.2.1 and .5 are held
+		old("hand", "10.244.3.0/24", "d", ""),
+	}
+	ranges[3].Pool = ""
+	held := map[string]string{"10.244.2.1": "pod ns/x holds 10.244.2.1", "10.244.2.5": "StaticIP ns/y has spec.ip 10.244.2.5"}
+	plan := Compute(Input{Pools: []Pool{p}, Nodes: nodes("a", "b", "c", "d"), Ranges: ranges, Now: t0, Held: nothingHeld,
+		IPHeld: func(a netip.Addr) string { return held[a.String()] }})
+	got := map[string]string{}
+	for _, u := range plan.Update {
+		got[u.Range] = u.Gateway + " " + strings.Join(u.Excludes, ",")
+	}
+	want := map[string]string{"p-10-244-0-0-24": "10.244.0.1 10.244.0.9", "p-10-244-2-0-24": " "}
+	if len(got) != 1 || got["p-10-244-0-0-24"] != want["p-10-244-0-0-24"] {
+		t.Errorf("updates %v, want only %s -> %q (the held block has nothing it may add)", got, "p-10-244-0-0-24", want["p-10-244-0-0-24"])
+	}
+	var warned []string
+	for _, w := range plan.Waits {
+		warned = append(warned, w.Range+":"+w.Reason)
+	}
+	if !slices.Equal(warned, []string{"p-10-244-2-0-24:" + ReasonExcludeHeld}) {
+		t.Errorf("waits %v", warned)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -162,4 +163,32 @@ func TestDeletedNodeBlockWithDefaultControllers(t *testing.T) {
 	if rec, err := f.client.JkeV1alpha1().NodeFailovers().Get(f.ctx, a, metav1.GetOptions{}); err == nil {
 		t.Errorf("a failover record is left for a node that owned only a pool block: %+v", rec.Status)
 	}
+}
+
+// TestIPPoolEditsReachExistingBlocks (issue 37, defect 7): excludeIPs and gatewayPolicy edits of
+// a pool reach the blocks it already gave out, not only new ones.
+func TestIPPoolEditsReachExistingBlocks(t *testing.T) {
+	f := newFixture(t)
+	pool := f.createPool("p", []string{"100.67.0.0/24"}, func(p *jkev1.IPPool) { p.Spec.BlockSize = ptr.To[int32](26) })
+	f.startAllocatorAsServiceAccount()
+	a := f.poolNode("a")
+	ra := f.waitBlock(a)
+	if ra.Spec.Gateway != "" || len(ra.Spec.ExcludeIPs) != 0 {
+		t.Fatalf("block %+v", ra.Spec)
+	}
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		p, err := f.client.JkeV1().IPPools().Get(f.ctx, pool.Name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		p.Spec.GatewayPolicy, p.Spec.ExcludeIPs = jkev1.GatewayFirstHost, []string{"100.67.0.9", "100.67.0.200"}
+		_, err = f.client.JkeV1().IPPools().Update(f.ctx, p, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually(15*time.Second, "the edit on the existing block", func() (bool, error) {
+		r, err := f.client.JkeV1().IPRanges().Get(f.ctx, ra.Name, metav1.GetOptions{})
+		return err == nil && r.Spec.Gateway == "100.67.0.1" && len(r.Spec.ExcludeIPs) == 1 && r.Spec.ExcludeIPs[0] == "100.67.0.9", err
+	})
 }
