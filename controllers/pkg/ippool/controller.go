@@ -320,16 +320,7 @@ func (c *Controller) nodeGone(ctx context.Context, node string, goneSince time.T
 	} else if !apierrors.IsNotFound(err) {
 		return notProven("Node", err)
 	}
-	lease, err := c.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, node, metav1.GetOptions{})
-	switch {
-	case err == nil:
-		if lease.Spec.RenewTime != nil {
-			e.LeaseRenewed = lease.Spec.RenewTime.Time
-		}
-		if lease.Spec.LeaseDurationSeconds != nil {
-			e.LeaseDuration = time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
-		}
-	case !apierrors.IsNotFound(err):
+	if err := nodegone.ReadLease(ctx, c.kube, &e); err != nil {
 		return notProven("Lease", err)
 	}
 	var prefixes []netip.Prefix

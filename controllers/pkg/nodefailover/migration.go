@@ -8,7 +8,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apiequality "k8s.io/apimachinery/pkg/api/equality"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/klog/v2"
@@ -106,17 +105,8 @@ func (m *migration) fenceRules(ctx context.Context, node *corev1.Node) (FenceRul
 	if st := m.st(); st.StartTime != nil {
 		e.GoneSince = st.StartTime.Time
 	}
-	lease, err := m.c.kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, m.failedName(), metav1.GetOptions{})
-	switch {
-	case err == nil:
-		if lease.Spec.RenewTime != nil {
-			e.LeaseRenewed = lease.Spec.RenewTime.Time
-		}
-		if lease.Spec.LeaseDurationSeconds != nil {
-			e.LeaseDuration = time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
-		}
-	case !apierrors.IsNotFound(err):
-		return r, fmt.Errorf("read the Lease of deleted node %s: %w", m.failedName(), err)
+	if err := nodegone.ReadLease(ctx, m.c.kube, &e); err != nil {
+		return r, err
 	}
 	prefixes := prefixesOf(m.owned)
 	pods, err := m.c.podsHolding(m.failedName(), prefixes)

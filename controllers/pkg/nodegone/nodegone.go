@@ -5,16 +5,22 @@
 // here: a live node gives a block up only through its fence (the out-of-service taint, which
 // node failover acts on).
 //
-// Decide is pure: the callers gather the Evidence (a live GET of the node's Lease, the
+// Decide is pure: the callers gather the Evidence (a live GET of the node's Lease: ReadLease, the
 // operator's annotations, the pod objects bound to the node or holding an IP of its blocks).
 // ClaimsHeld is the seam for the per-range claims of issue 37: once agents claim ranges with an
 // expiry, the callers feed it the ranges whose claim by this node has not expired.
 package nodegone
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 )
@@ -140,4 +146,23 @@ func shortList(items []string) string {
 		return strings.Join(items[:10], ", ") + fmt.Sprintf(" and %d more", len(items)-10)
 	}
 	return strings.Join(items, ", ")
+}
+
+// ReadLease fills e.LeaseRenewed and e.LeaseDuration from the node's Lease
+// kube-node-lease/<e.Node>, read live (a cached Lease would lag the renewals it is about).
+// A Lease that does not exist leaves them zero.
+func ReadLease(ctx context.Context, kube kubernetes.Interface, e *Evidence) error {
+	lease, err := kube.CoordinationV1().Leases(corev1.NamespaceNodeLease).Get(ctx, e.Node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("read the Lease %s/%s: %w", corev1.NamespaceNodeLease, e.Node, err)
+	}
+	if lease.Spec.RenewTime != nil {
+		e.LeaseRenewed = lease.Spec.RenewTime.Time
+	}
+	if lease.Spec.LeaseDurationSeconds != nil {
+		e.LeaseDuration = time.Duration(*lease.Spec.LeaseDurationSeconds) * time.Second
+	}
+	return nil
 }
