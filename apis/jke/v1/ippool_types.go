@@ -36,6 +36,11 @@ const (
 	// AnnotationNodeGoneSince is when the allocator first saw the range's node gone (RFC 3339);
 	// the block returns to the pool releaseAfter later, once nothing holds an IP of it.
 	AnnotationNodeGoneSince = "jke.jdcloud.com/node-gone-since"
+	// AnnotationReleasedGeneration is the ownerGeneration at which the allocator released the
+	// block: it unassigns the range (spec.node "") and raises its ownerGeneration by one instead
+	// of deleting it, so a node that comes back revokes it (cni/README.md), and hands the same
+	// IPRange to the next node that needs a block, at that generation.
+	AnnotationReleasedGeneration = "jke.jdcloud.com/released-generation"
 )
 
 // IPPool conditions.

@@ -3,9 +3,11 @@ package ippool
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -33,6 +35,7 @@ import (
 	jkev1alpha1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1alpha1"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/controllers/pkg/nodegone"
 	"github.com/staticip/staticip/controllers/pkg/podindex"
 	"github.com/staticip/staticip/controllers/pkg/worker"
 )
@@ -45,6 +48,9 @@ const (
 	ReasonBlockAssigned = "BlockAssigned"
 	ReasonBlockReleased = "BlockReleased"
 	ReasonAssignFailed  = "BlockAssignFailed"
+	// ReasonReleaseWaits: a deleted node's block is not released yet (Normal Event on the
+	// IPRange, once per reason): the node is not proven gone, or something holds an IP of it.
+	ReasonReleaseWaits = "BlockReleaseWaits"
 )
 
 // key is the one work-queue key: every pass plans all pools at once (the plan is cheap:
@@ -73,11 +79,16 @@ type Controller struct {
 
 	// Now is the clock (tests).
 	Now func() time.Time
+	// NodeGoneAfter: how long a deleted node must show no sign of life before its blocks may
+	// be released (nodegone.Evidence.GoneAfter; the manager's --node-gone-after).
+	NodeGoneAfter time.Duration
+	// NodeDeletionIsFence: a deleted Node means its machine is off (--node-deletion-is-fence).
+	NodeDeletionIsFence bool
 
 	mu sync.Mutex
-	// created and deleted are this process's own writes the informer may not show yet.
-	created map[string]createdRange
-	deleted map[string]time.Time
+	// written are this process's own writes (creates, re-assignments, releases) the informer
+	// may not show yet, by range name.
+	written map[string]writtenRange
 	// told remembers the last warning given to a node, so an unchanged one is not repeated.
 	told map[string]string
 	// releasePending > 0 while some pool block waits for its node's pods or StaticIPs: only
@@ -85,8 +96,10 @@ type Controller struct {
 	releasePending atomic.Int32
 }
 
-type createdRange struct {
-	r  Range
+type writtenRange struct {
+	r Range
+	// rv: the resourceVersion the write returned; a cached object at it or later shows it.
+	rv string
 	at time.Time
 }
 
@@ -108,8 +121,8 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, poolIn
 			failoverInformer.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name}),
-		Now:     time.Now,
-		created: map[string]createdRange{}, deleted: map[string]time.Time{}, told: map[string]string{},
+		Now: time.Now, NodeGoneAfter: nodegone.DefaultLeaseGoneAfter,
+		written: map[string]writtenRange{}, told: map[string]string{},
 	}
 	all := func(any) { c.queue.Add(key) }
 	always := cache.ResourceEventHandlerFuncs{AddFunc: all, UpdateFunc: func(_, _ any) { c.queue.Add(key) }, DeleteFunc: all}
@@ -197,16 +210,22 @@ func rangeOf(r *jkev1.IPRange) (Range, bool) {
 		return Range{}, false
 	}
 	out := Range{Name: r.Name, CIDR: c.Masked(), Node: r.Spec.Node, Pool: r.Labels[jkev1.LabelIPPool],
-		OwnerGeneration: r.Spec.OwnerGeneration, Deleting: r.DeletionTimestamp != nil}
+		OwnerGeneration: r.Spec.OwnerGeneration, Deleting: r.DeletionTimestamp != nil,
+		Gateway: r.Spec.Gateway, Excludes: r.Spec.ExcludeIPs}
 	if s := r.Annotations[jkev1.AnnotationNodeGoneSince]; s != "" {
 		if t, err := time.Parse(time.RFC3339, s); err == nil {
 			out.GoneSince = t
 		}
 	}
+	if s, ok := r.Annotations[jkev1.AnnotationReleasedGeneration]; ok {
+		if g, err := strconv.ParseInt(s, 10, 64); err == nil {
+			out.Released, out.ReleasedGeneration = true, g
+		}
+	}
 	return out, true
 }
 
-func (c *Controller) input(now time.Time) (Input, error) {
+func (c *Controller) input(ctx context.Context, now time.Time) (Input, error) {
 	in := Input{Now: now}
 	pools, err := c.pools.List(labels.Everything())
 	if err != nil {
@@ -232,36 +251,122 @@ func (c *Controller) input(now time.Time) (Input, error) {
 	if err != nil {
 		return in, err
 	}
+	// Lay this process's own writes over the cache while it does not show them yet.
+	c.mu.Lock()
 	seen := map[string]bool{}
 	for _, r := range ranges {
 		seen[r.Name] = true
-		if rr, ok := rangeOf(r); ok {
+		rr, ok := rangeOf(r)
+		if w, mine := c.written[r.Name]; mine {
+			if !olderThan(r.ResourceVersion, w.rv) || now.Sub(w.at) > assumeFor {
+				delete(c.written, r.Name)
+			} else {
+				rr, ok = w.r, true
+			}
+		}
+		if ok {
 			in.Ranges = append(in.Ranges, rr)
 		}
 	}
-	// Lay this process's own writes over the cache.
-	c.mu.Lock()
-	for name, cr := range c.created {
-		if seen[name] || now.Sub(cr.at) > assumeFor {
-			delete(c.created, name)
-			continue
-		}
-		in.Ranges = append(in.Ranges, cr.r)
-	}
-	for name, at := range c.deleted {
-		if !seen[name] || now.Sub(at) > assumeFor {
-			delete(c.deleted, name)
-			continue
-		}
-		for i := range in.Ranges {
-			if in.Ranges[i].Name == name {
-				in.Ranges[i].Deleting = true
+	for name, w := range c.written {
+		if seen[name] || now.Sub(w.at) > assumeFor {
+			if !seen[name] {
+				delete(c.written, name)
 			}
+			continue
 		}
+		in.Ranges = append(in.Ranges, w.r)
 	}
 	c.mu.Unlock()
 	in.Held = c.heldFunc()
+	in.NodeGone = c.nodeGoneFunc(ctx, ranges, now)
+	in.IPHeld = c.ipHeldFunc()
 	return in, nil
+}
+
+// olderThan: resourceVersion a is older than b (both are etcd revisions; one that does not
+// parse is taken as not older, so the cache wins).
+func olderThan(a, b string) bool {
+	x, err1 := strconv.ParseUint(a, 10, 64)
+	y, err2 := strconv.ParseUint(b, 10, 64)
+	return err1 == nil && err2 == nil && x < y
+}
+
+// nodeGoneFunc gathers, per deleted node, the evidence of controllers/pkg/nodegone — read live:
+// the Node (the cache may lag), its Lease kube-node-lease/<node>, the operator's node-off
+// statement (on one of its IPRanges or its NodeFailover, or --node-deletion-is-fence), the pod
+// objects bound to it or holding an IP of its ranges — and applies the rule.
+func (c *Controller) nodeGoneFunc(ctx context.Context, ranges []*jkev1.IPRange, now time.Time) func(string, time.Time) nodegone.Verdict {
+	memo := map[string]nodegone.Verdict{}
+	return func(node string, goneSince time.Time) nodegone.Verdict {
+		if v, ok := memo[node]; ok {
+			return v
+		}
+		v := c.nodeGone(ctx, node, goneSince, ranges, now)
+		memo[node] = v
+		return v
+	}
+}
+
+func (c *Controller) nodeGone(ctx context.Context, node string, goneSince time.Time, ranges []*jkev1.IPRange, now time.Time) nodegone.Verdict {
+	e := nodegone.Evidence{Node: node, GoneSince: goneSince, Now: now, GoneAfter: c.NodeGoneAfter, OperatorSaysOff: c.NodeDeletionIsFence}
+	notProven := func(what string, err error) nodegone.Verdict {
+		return nodegone.Verdict{Reason: nodegone.ReasonWaiting, Message: fmt.Sprintf("node %s: reading its %s failed: %v", node, what, err)}
+	}
+	if _, err := c.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{}); err == nil {
+		e.NodeExists = true
+		return nodegone.Decide(e)
+	} else if !apierrors.IsNotFound(err) {
+		return notProven("Node", err)
+	}
+	if err := nodegone.ReadLease(ctx, c.kube, &e); err != nil {
+		return notProven("Lease", err)
+	}
+	var prefixes []netip.Prefix
+	for _, r := range ranges {
+		if r.Spec.Node != node {
+			continue
+		}
+		if r.Annotations[jkev1alpha1.AnnotationNodeOff] == "true" {
+			e.OperatorSaysOff = true
+		}
+		if p, err := netip.ParsePrefix(r.Spec.CIDR); err == nil {
+			prefixes = append(prefixes, p.Masked())
+		}
+	}
+	if f, err := c.failovers.Get(node); err == nil && f.Annotations[jkev1alpha1.AnnotationNodeOff] == "true" {
+		e.OperatorSaysOff = true
+	}
+	pods, err := c.pods.Candidates(node, prefixes)
+	if err != nil {
+		return notProven("pods", err)
+	}
+	e.HoldingPods = nodegone.HoldingPods(pods, node, prefixes)
+	return nodegone.Decide(e)
+}
+
+// ipHeldFunc answers, from the informers, why an address may not become excluded or a gateway:
+// a pod object (not finished) holds it, or a StaticIP's spec.ip is it.
+func (c *Controller) ipHeldFunc() func(netip.Addr) string {
+	return func(ip netip.Addr) string {
+		host := netip.PrefixFrom(ip, ip.BitLen())
+		pods, err := c.pods.Candidates("", []netip.Prefix{host})
+		if err != nil {
+			return "pod index: " + err.Error()
+		}
+		for _, p := range pods {
+			if podindex.HoldsIPIn(p, host) != "" {
+				return fmt.Sprintf("pod %s/%s holds it", p.Namespace, p.Name)
+			}
+		}
+		sips, _ := c.staticIPs.List(labels.Everything())
+		for _, s := range sips {
+			if a, err := netip.ParseAddr(s.Spec.IP); err == nil && s.DeletionTimestamp == nil && a.Unmap() == ip {
+				return fmt.Sprintf("StaticIP %s/%s has it as spec.ip", s.Namespace, s.Name)
+			}
+		}
+		return ""
+	}
 }
 
 // heldFunc answers, from the informers, why a block may not go back to the pool yet.
@@ -314,7 +419,7 @@ func (c *Controller) heldFunc() func(r Range, pendingOn string) string {
 func (c *Controller) sync(ctx context.Context, _ string) (time.Duration, error) {
 	logger := klog.FromContext(ctx).WithValues("controller", Name)
 	now := c.Now()
-	in, err := c.input(now)
+	in, err := c.input(ctx, now)
 	if err != nil {
 		return 0, err
 	}
@@ -322,8 +427,13 @@ func (c *Controller) sync(ctx context.Context, _ string) (time.Duration, error) 
 	var errs []error
 	assignedNow := map[string]bool{}
 	for _, a := range plan.Assign {
-		if err := c.create(ctx, a); err != nil {
-			if apierrors.IsAlreadyExists(err) {
+		if err := c.assign(ctx, a); err != nil {
+			if errors.Is(err, errNodeGone) {
+				logger.V(2).Info("Node gone before its block was given", "node", a.Node, "range", a.Name)
+				c.queue.AddAfter(key, time.Second)
+				continue
+			}
+			if apierrors.IsAlreadyExists(err) || apierrors.IsConflict(err) {
 				// Another allocator (or our last run) took this block: the node is planned
 				// again from a fresh view.
 				logger.V(2).Info("Block taken meanwhile", "range", a.Name, "node", a.Node)
@@ -340,6 +450,13 @@ func (c *Controller) sync(ctx context.Context, _ string) (time.Duration, error) 
 		if p, err := c.pools.Get(a.Pool); err == nil {
 			c.recorder.Eventf(p, corev1.EventTypeNormal, ReasonBlockAssigned, "IPRange %s (%s) assigned to node %s", a.Name, a.CIDR, a.Node)
 		}
+	}
+	for _, u := range plan.Update {
+		if err := c.update(ctx, u); err != nil {
+			errs = append(errs, err)
+			continue
+		}
+		logger.Info("Block follows its pool's spec", "pool", u.Pool, "range", u.Range, "gateway", u.Gateway, "excludeIPs", u.Excludes)
 	}
 	for _, r := range plan.Release {
 		if err := c.release(ctx, r); err != nil {
@@ -359,7 +476,10 @@ func (c *Controller) sync(ctx context.Context, _ string) (time.Duration, error) 
 	for _, s := range plan.Skips {
 		c.nodeEvent(s.Node, corev1.EventTypeWarning, s.Reason, "%s", s.Message)
 	}
-	pending := int32(0)
+	for _, w := range plan.Waits {
+		c.rangeEvent(w)
+	}
+	pending := int32(len(plan.Waits))
 	for _, m := range plan.Mark {
 		if !m.Since.IsZero() {
 			pending++
@@ -385,23 +505,95 @@ func (c *Controller) sync(ctx context.Context, _ string) (time.Duration, error) 
 	return plan.Requeue, nil
 }
 
-func (c *Controller) create(ctx context.Context, a Assign) error {
-	r := &jkev1.IPRange{
-		ObjectMeta: metav1.ObjectMeta{Name: a.Name, Labels: map[string]string{jkev1.LabelIPPool: a.Pool}},
-		Spec:       jkev1.IPRangeSpec{CIDR: a.CIDR.String(), Node: a.Node, Gateway: a.Gateway, ExcludeIPs: a.Excludes},
-	}
-	if _, err := c.client.JkeV1().IPRanges().Create(ctx, r, metav1.CreateOptions{}); err != nil {
+// errNodeGone: a live GET found no Node for an assignment (the Node cache lags).
+var errNodeGone = errors.New("node gone")
+
+// assign gives a block to a node: it reads the Node live first — the Node cache can lag the
+// IPRange cache, and a node just deleted must not get a fresh block (e2e flake of cae6342) —
+// then creates the IPRange, or re-assigns the pool's released one (update with the cached
+// resourceVersion: two allocators cannot both take it).
+func (c *Controller) assign(ctx context.Context, a Assign) error {
+	n, err := c.kube.CoreV1().Nodes().Get(ctx, a.Node, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) || (err == nil && n.DeletionTimestamp != nil) {
+		return errNodeGone
+	} else if err != nil {
 		return err
 	}
-	c.mu.Lock()
-	c.created[a.Name] = createdRange{r: Range{Name: a.Name, CIDR: a.CIDR, Node: a.Node, Pool: a.Pool}, at: c.Now()}
-	c.mu.Unlock()
+	var written *jkev1.IPRange
+	if a.Reuse {
+		cur, err := c.ranges.Get(a.Name)
+		if err != nil {
+			return err
+		}
+		if cur.Labels[jkev1.LabelIPPool] != a.Pool || cur.Spec.Node != "" || cur.Spec.OwnerGeneration != a.OwnerGeneration {
+			return apierrors.NewConflict(jkev1.Resource("ipranges"), a.Name, fmt.Errorf("changed since it was released"))
+		}
+		r := cur.DeepCopy()
+		r.Spec.Node, r.Spec.Gateway, r.Spec.ExcludeIPs = a.Node, a.Gateway, a.Excludes
+		delete(r.Annotations, jkev1.AnnotationNodeGoneSince)
+		if written, err = c.client.JkeV1().IPRanges().Update(ctx, r, metav1.UpdateOptions{}); err != nil {
+			return err
+		}
+	} else {
+		r := &jkev1.IPRange{
+			ObjectMeta: metav1.ObjectMeta{Name: a.Name, Labels: map[string]string{jkev1.LabelIPPool: a.Pool}},
+			Spec:       jkev1.IPRangeSpec{CIDR: a.CIDR.String(), Node: a.Node, Gateway: a.Gateway, ExcludeIPs: a.Excludes},
+		}
+		if written, err = c.client.JkeV1().IPRanges().Create(ctx, r, metav1.CreateOptions{}); err != nil {
+			return err
+		}
+	}
+	c.remember(written)
 	c.forget(a.Node)
 	return nil
 }
 
-// release deletes a pool range with the cached object's UID and resourceVersion as
-// preconditions: a range changed meanwhile (moved by failover, re-marked) is not deleted.
+// update writes a pool block's gateway and excludes (the cached resourceVersion: a range
+// changed meanwhile is planned again).
+func (c *Controller) update(ctx context.Context, u Update) error {
+	cur, err := c.ranges.Get(u.Range)
+	if apierrors.IsNotFound(err) {
+		return nil
+	} else if err != nil {
+		return err
+	}
+	if cur.Labels[jkev1.LabelIPPool] != u.Pool {
+		return nil
+	}
+	r := cur.DeepCopy()
+	r.Spec.Gateway, r.Spec.ExcludeIPs = u.Gateway, u.Excludes
+	if len(u.Excludes) == 0 {
+		r.Spec.ExcludeIPs = nil
+	}
+	written, err := c.client.JkeV1().IPRanges().Update(ctx, r, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		c.queue.AddAfter(key, time.Second)
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("update IPRange %s to its pool's gateway and excludes: %w", u.Range, err)
+	}
+	c.remember(written)
+	return nil
+}
+
+// remember lays a range this process wrote over the cache until the informer shows it.
+func (c *Controller) remember(r *jkev1.IPRange) {
+	rr, ok := rangeOf(r)
+	if !ok {
+		return
+	}
+	c.mu.Lock()
+	c.written[r.Name] = writtenRange{r: rr, rv: r.ResourceVersion, at: c.Now()}
+	c.mu.Unlock()
+}
+
+// release gives a pool range back to the pool: it unassigns it (spec.node "") and raises its
+// ownerGeneration by one, marked with the generation of the release, instead of deleting it —
+// the node it leaves revokes it should it come back (a range deleted and created again at
+// generation 0 would only drain there, still serving its pods' addresses), and the next node
+// that needs a block gets this IPRange. An update with the cached resourceVersion: a range
+// changed meanwhile (moved by failover, re-marked) is not released.
 func (c *Controller) release(ctx context.Context, rel Release) error {
 	cur, err := c.ranges.Get(rel.Range)
 	if apierrors.IsNotFound(err) {
@@ -409,22 +601,44 @@ func (c *Controller) release(ctx context.Context, rel Release) error {
 	} else if err != nil {
 		return err
 	}
-	if cur.Labels[jkev1.LabelIPPool] != rel.Pool {
+	if cur.Labels[jkev1.LabelIPPool] != rel.Pool || cur.Spec.Node != rel.Node || cur.Spec.OwnerGeneration+1 != rel.Generation {
+		c.queue.AddAfter(key, time.Second)
 		return nil
 	}
-	uid, rv := cur.UID, cur.ResourceVersion
-	err = c.client.JkeV1().IPRanges().Delete(ctx, rel.Range, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid, ResourceVersion: &rv}})
+	r := cur.DeepCopy()
+	r.Spec.Node, r.Spec.OwnerGeneration = "", rel.Generation
+	if r.Annotations == nil {
+		r.Annotations = map[string]string{}
+	}
+	delete(r.Annotations, jkev1.AnnotationNodeGoneSince)
+	r.Annotations[jkev1.AnnotationReleasedGeneration] = strconv.FormatInt(rel.Generation, 10)
+	written, err := c.client.JkeV1().IPRanges().Update(ctx, r, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
 		c.queue.AddAfter(key, time.Second)
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("delete IPRange %s: %w", rel.Range, err)
+		return fmt.Errorf("release IPRange %s: %w", rel.Range, err)
 	}
-	c.mu.Lock()
-	c.deleted[rel.Range] = c.Now()
-	c.mu.Unlock()
+	c.remember(written)
 	return nil
+}
+
+// rangeEvent tells, on the IPRange, why a deleted node's block is not released yet (once per
+// reason and range).
+func (c *Controller) rangeEvent(w Wait) {
+	c.mu.Lock()
+	same := c.told["iprange/"+w.Range] == w.Reason
+	c.told["iprange/"+w.Range] = w.Reason
+	c.mu.Unlock()
+	if same {
+		return
+	}
+	r, err := c.ranges.Get(w.Range)
+	if err != nil {
+		return
+	}
+	c.recorder.Eventf(r, corev1.EventTypeNormal, ReasonReleaseWaits, "not returned to the pool yet (%s): %s", w.Reason, w.Message)
 }
 
 func (c *Controller) mark(ctx context.Context, m Mark) error {

@@ -18,6 +18,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/controllers/pkg/nodegone"
 )
 
 // Default block prefix lengths when spec.blockSize is unset.
@@ -71,6 +72,26 @@ type Range struct {
 	// GoneSince is when the allocator first saw the range's node gone (zero: not marked).
 	GoneSince time.Time
 	Deleting  bool
+	// Released: the allocator released the block at ReleasedGeneration (annotation
+	// jke.jdcloud.com/released-generation). With no node and that generation still, it is a
+	// free block of its pool; assigned again at that generation, a block the allocator gave.
+	Released           bool
+	ReleasedGeneration int64
+	// Gateway and Excludes: the range's spec.gateway and spec.excludeIPs.
+	Gateway  string
+	Excludes []string
+}
+
+// free: a block the allocator released and nobody took since: no node, the generation of the
+// release. It is handed out again (the same IPRange, at that generation).
+func (r Range) free() bool {
+	return r.Released && r.Node == "" && r.ReleasedGeneration == r.OwnerGeneration && !r.Deleting
+}
+
+// givenByAllocator: the range is at the generation the allocator gave it at (0, or that of its
+// release), not moved since by node failover.
+func (r Range) givenByAllocator() bool {
+	return r.OwnerGeneration == 0 || (r.Released && r.ReleasedGeneration == r.OwnerGeneration)
 }
 
 // Input is everything one pass looks at.
@@ -84,19 +105,44 @@ type Input struct {
 	// For an extra block of a live node (pendingOn = the node) it also counts the node's pods
 	// that have no IP yet: one of them may be getting an address of this very block.
 	Held func(r Range, pendingOn string) string
+	// NodeGone applies the one rule for a deleted node (controllers/pkg/nodegone) to the node of
+	// a pool range whose Node object is gone; goneSince is the range's node-gone-since mark. A
+	// block leaves such a node only once it says Gone. Nil: never proven (nothing is released).
+	NodeGone func(node string, goneSince time.Time) nodegone.Verdict
+	// IPHeld says why an address may not become excluded or the gateway of a block ("" when it
+	// may): a pod object holds it, or a StaticIP's spec.ip is it.
+	IPHeld func(ip netip.Addr) string
 }
 
-// Assign is an IPRange to create.
+// Update is a pool block whose gateway or excludes follow an edit of its pool.
+type Update struct {
+	Range, Pool, Gateway string
+	Excludes             []string
+}
+
+// Assign is an IPRange to create, or (Reuse) a released one of the pool to give to Node.
 type Assign struct {
 	Pool, Node, Name string
 	CIDR             netip.Prefix
 	Gateway          string
 	Excludes         []string
+	// Reuse: Name is a free block of the pool (released earlier) at OwnerGeneration: it is
+	// assigned to Node as it is, generation kept, instead of being created.
+	Reuse           bool
+	OwnerGeneration int64
 }
 
-// Release is a pool range to delete.
+// Release is a pool range to give back to the pool: unassigned (node "") at Generation, one
+// above the generation it was held at, so the node it leaves revokes it should it come back.
 type Release struct {
 	Range, Pool, Node, Why string
+	Generation             int64
+}
+
+// Wait is a pool range of a deleted node that is not released yet, and why (the rule's
+// verdict, or what holds it).
+type Wait struct {
+	Range, Node, Reason, Message string
 }
 
 // Mark sets (Since non-zero) or clears the node-gone annotation of a range.
@@ -123,9 +169,11 @@ type PoolStatus struct {
 // Plan is what to do now.
 type Plan struct {
 	Assign  []Assign
+	Update  []Update
 	Release []Release
 	Mark    []Mark
 	Skips   []Skip
+	Waits   []Wait
 	Pools   map[string]*PoolStatus
 	// Requeue: look again this soon (a quarantine ends, a held block may be freed); 0: only on events.
 	Requeue time.Duration
@@ -141,16 +189,31 @@ const (
 	ReasonDeleting        = "Deleting"
 	ReasonOutOfService    = "NodeOutOfService"
 	ReasonValid           = "Valid"
+	// ReasonHeld: a deleted node's block waits for what holds an IP of it.
+	ReasonHeld = "BlockHeld"
+	// ReasonExcludeHeld: an exclude or a gateway the pool's spec adds is held back on a block
+	// because a pod object or a StaticIP holds that address.
+	ReasonExcludeHeld = "ExcludeHeld"
 	// heldRecheck is how soon a block whose release is held by something not watched
 	// (e.g. a failover record) is looked at again.
 	heldRecheck = 30 * time.Second
 )
 
-// RangeName is the IPRange name of a block: <pool>-<cidr with '.', ':' and '/' as '-'>, so two
-// allocators that pick the same block for two nodes collide on Create.
+// RangeName is the plain IPRange name of a block: <pool>-<cidr with '.', ':' and '/' as '-'>,
+// so two allocators that pick the same block for two nodes collide on Create. It is unique
+// for IPv4 (the last five '-'-separated parts are always the CIDR) but not for IPv6 (p +
+// 1:2::/120 and p-1 + 2::/120 are both p-1-2---120), and a hand-written IPRange may hold any
+// name: a block whose plain name is taken by another range is named UniqueRangeName.
 func RangeName(pool string, p netip.Prefix) string {
 	r := strings.NewReplacer(".", "-", ":", "-", "/", "-")
 	return pool + "-" + r.Replace(p.String())
+}
+
+// UniqueRangeName is <pool>-<the address as 8 (IPv4) or 32 (IPv6) hex digits>-<prefix length>:
+// the last two parts always are the CIDR, so it names one block only, and it never equals a
+// plain name (whose next-to-last part is at most 4 characters).
+func UniqueRangeName(pool string, p netip.Prefix) string {
+	return fmt.Sprintf("%s-%x-%d", pool, p.Addr().AsSlice(), p.Bits())
 }
 
 // Compute is the allocator's decision for one pass. Its phases, in order, over one planner:
@@ -163,9 +226,67 @@ func Compute(in Input) Plan {
 	p.indexRanges()
 	p.serveNodes()
 	p.assignBlocks()
+	p.updateBlocks()
 	p.releaseGone()
 	p.releaseExtra()
 	return p.plan
+}
+
+// updateBlocks brings the gateway and excludes of every block a valid pool gave out to what the
+// pool says now (excludeIPs, gatewayPolicy). What it removes goes at once (the address becomes
+// allocatable); what it adds over an address a pod object or a StaticIP holds is held back on
+// that block, with a Wait saying so, until the address is free: the pod would keep it (the agent
+// does not take allocations away), but a static pod recreated could never get it back (the CNI
+// refuses an excluded or gateway address).
+func (pl *planner) updateBlocks() {
+	for _, p := range pl.valid {
+		for _, r := range pl.poolRanges[p.Name] {
+			if r.Deleting || r.free() || r.Node == "" {
+				continue
+			}
+			want := pl.blockSpec(p, r.CIDR)
+			gw, ex := want.Gateway, []string{}
+			var held []string
+			if gw != "" && gw != r.Gateway {
+				if why := pl.ipHeld(gw); why != "" {
+					held = append(held, "gateway "+gw+": "+why)
+					gw = r.Gateway // the new gateway waits
+				}
+			}
+			for _, e := range want.Excludes {
+				if !slices.Contains(r.Excludes, e) && e != r.Gateway {
+					if why := pl.ipHeld(e); why != "" {
+						held = append(held, "exclude "+e+": "+why)
+						continue
+					}
+				}
+				ex = append(ex, e)
+			}
+			if len(held) > 0 {
+				pl.plan.Waits = append(pl.plan.Waits, Wait{Range: r.Name, Node: r.Node, Reason: ReasonExcludeHeld, Message: fmt.Sprintf(
+					"IPPool %s: held back on this block while the address is in use (%s)", p.Name, strings.Join(held, "; "))})
+				pl.plan.requeue(heldRecheck)
+			}
+			if gw != r.Gateway || !slices.Equal(ex, orEmpty(r.Excludes)) {
+				pl.plan.Update = append(pl.plan.Update, Update{Range: r.Name, Pool: p.Name, Gateway: gw, Excludes: ex})
+			}
+		}
+	}
+}
+
+func (pl *planner) ipHeld(ip string) string {
+	a, err := netip.ParseAddr(ip)
+	if err != nil || pl.in.IPHeld == nil {
+		return ""
+	}
+	return pl.in.IPHeld(a)
+}
+
+func orEmpty(s []string) []string {
+	if s == nil {
+		return []string{}
+	}
+	return s
 }
 
 // famKey is a node and an address family.
@@ -191,6 +312,10 @@ type planner struct {
 	// live: the nodes that exist; waiting: per pool, the nodes waiting for a block, by name.
 	live    map[string]bool
 	waiting map[string][]string
+	// free: the released blocks of valid pools, by CIDR, handed out before a new one is cut.
+	free map[netip.Prefix]Range
+	// names: every IPRange name in use, with the range (or assignment of this pass) holding it.
+	names map[string]Range
 }
 
 func newPlanner(in Input) *planner {
@@ -202,7 +327,8 @@ func newPlanner(in Input) *planner {
 		return strings.Compare(a.Name, b.Name)
 	})
 	p := &planner{in: in, plan: Plan{Pools: map[string]*PoolStatus{}}, pools: pools, poolByName: map[string]*Pool{},
-		owns: map[famKey]bool{}, poolRanges: map[string][]Range{}, live: map[string]bool{}, waiting: map[string][]string{}}
+		owns: map[famKey]bool{}, poolRanges: map[string][]Range{}, live: map[string]bool{}, waiting: map[string][]string{},
+		free: map[netip.Prefix]Range{}, names: map[string]Range{}}
 	for i := range pools {
 		p.poolByName[pools[i].Name] = &pools[i]
 	}
@@ -231,10 +357,21 @@ func (pl *planner) validatePools() {
 	}
 }
 
-// indexRanges records what each node owns, by family, and every CIDR in use.
+// indexRanges records what each node owns, by family, every CIDR in use, and the free
+// (released) blocks of the valid pools. A free block of a Blocks pool at the pool's block size
+// is not in use: first fit hands it out again; any other stays in use (a NodePodCIDR pool gives
+// it back only to a node whose podCIDR it is).
 func (pl *planner) indexRanges() {
 	pl.occupied = make([]netip.Prefix, 0, len(pl.in.Ranges))
 	for _, r := range pl.in.Ranges {
+		pl.names[r.Name] = r
+		if p := pl.validPool(r.Pool); r.free() && p != nil {
+			pl.free[r.CIDR] = r
+			if p.Mode != jkev1.IPPoolNodePodCIDR && r.CIDR.Bits() == p.BlockBits {
+				pl.poolRanges[r.Pool] = append(pl.poolRanges[r.Pool], r)
+				continue
+			}
+		}
 		pl.occupied = append(pl.occupied, r.CIDR)
 		if r.Node != "" && !r.Deleting {
 			pl.owns[famKey{r.Node, r.CIDR.Addr().Is4()}] = true
@@ -272,6 +409,16 @@ func (pl *planner) serveNodes() {
 	}
 }
 
+// validPool is the valid pool of that name (nil: none).
+func (pl *planner) validPool(name string) *Pool {
+	for _, p := range pl.valid {
+		if p.Name == name {
+			return p
+		}
+	}
+	return nil
+}
+
 // poolFor is the first valid pool of the family that selects n (nil: none).
 func (pl *planner) poolFor(n Node, v4 bool) *Pool {
 	set := labels.Set(n.Labels)
@@ -291,12 +438,16 @@ func (pl *planner) mirrorPodCIDRs(n Node, pool *Pool, v4 bool) {
 			continue
 		}
 		mirrored = true
+		if fr, ok := pl.free[pc]; ok && fr.Pool == pool.Name {
+			pl.plan.Assign = append(pl.plan.Assign, pl.newAssign(pool, n.Name, pc))
+			continue
+		}
 		if o, ok := overlapping(pc, pl.occupied); ok {
 			pl.plan.Skips = append(pl.plan.Skips, Skip{Node: n.Name, Pool: pool.Name, Reason: ReasonPodCIDROverlaps,
 				Message: fmt.Sprintf("IPPool %s: the node's podCIDR %s overlaps the IPRange CIDR %s; no range mirrored", pool.Name, pc, o)})
 			continue
 		}
-		pl.plan.Assign = append(pl.plan.Assign, newAssign(pool, n.Name, pc))
+		pl.plan.Assign = append(pl.plan.Assign, pl.newAssign(pool, n.Name, pc))
 		pl.occupied = append(pl.occupied, pc)
 	}
 	if !mirrored {
@@ -320,7 +471,7 @@ func (pl *planner) assignBlocks() {
 		}
 		st.Waiting = queue
 		for _, r := range pl.poolRanges[p.Name] {
-			if !r.Deleting {
+			if !r.Deleting && !r.free() {
 				st.Assigned++
 			}
 		}
@@ -364,7 +515,7 @@ func (pl *planner) firstFit(p *Pool, c netip.Prefix, queue []string) []string {
 		}
 		if !full[next] {
 			b := blockAt(c, p.BlockBits, next)
-			pl.plan.Assign = append(pl.plan.Assign, newAssign(p, queue[0], b))
+			pl.plan.Assign = append(pl.plan.Assign, pl.newAssign(p, queue[0], b))
 			pl.occupied = append(pl.occupied, b)
 			queue = queue[1:]
 			free--
@@ -388,7 +539,7 @@ func (pl *planner) releaseGone() {
 			continue // a pool that no longer exists: its ranges are left alone
 		}
 		for _, r := range pl.poolRanges[name] {
-			if r.Deleting {
+			if r.Deleting || r.free() {
 				continue
 			}
 			if r.Node != "" && pl.live[r.Node] {
@@ -406,13 +557,27 @@ func (pl *planner) releaseGone() {
 				pl.plan.requeue(wait)
 				continue
 			}
+			gone := "its range was unassigned"
+			if r.Node != "" {
+				v := nodegone.Verdict{Reason: nodegone.ReasonWaiting, Message: "no rule to prove node " + r.Node + " gone"}
+				if pl.in.NodeGone != nil {
+					v = pl.in.NodeGone(r.Node, r.GoneSince)
+				}
+				if !v.Gone {
+					pl.plan.Waits = append(pl.plan.Waits, Wait{Range: r.Name, Node: r.Node, Reason: v.Reason, Message: v.Message})
+					pl.plan.requeue(cmp.Or(v.RecheckAfter, heldRecheck))
+					continue
+				}
+				gone = v.Message
+			}
 			if why := pl.in.Held(r, ""); why != "" {
+				pl.plan.Waits = append(pl.plan.Waits, Wait{Range: r.Name, Node: r.Node, Reason: ReasonHeld, Message: why})
 				pl.plan.requeue(heldRecheck)
 				continue
 			}
-			pl.plan.Release = append(pl.plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node,
-				Why: fmt.Sprintf("node %s is gone since %s, the quarantine of %s has passed and nothing holds an IP of %s",
-					orNone(r.Node), r.GoneSince.UTC().Format(time.RFC3339), p.ReleaseAfter, r.CIDR)})
+			pl.plan.Release = append(pl.plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node, Generation: r.OwnerGeneration + 1,
+				Why: fmt.Sprintf("node %s is gone since %s (%s), the quarantine of %s has passed and nothing holds an IP of %s",
+					orNone(r.Node), r.GoneSince.UTC().Format(time.RFC3339), gone, p.ReleaseAfter, r.CIDR)})
 		}
 	}
 }
@@ -427,7 +592,7 @@ func (pl *planner) releaseExtra() {
 			continue
 		}
 		for _, r := range pl.poolRanges[name] {
-			if !r.Deleting && r.Node != "" && pl.live[r.Node] && r.OwnerGeneration == 0 {
+			if !r.Deleting && r.Node != "" && pl.live[r.Node] && r.givenByAllocator() {
 				k := famKey{r.Node, r.CIDR.Addr().Is4()}
 				perNode[k] = append(perNode[k], r)
 			}
@@ -453,7 +618,7 @@ func (pl *planner) releaseExtra() {
 			free = free[1:] // keep the first by name
 		}
 		for _, r := range free {
-			pl.plan.Release = append(pl.plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node,
+			pl.plan.Release = append(pl.plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node, Generation: r.OwnerGeneration + 1,
 				Why: fmt.Sprintf("node %s got more than one block of its family (two allocators raced); %s is empty", r.Node, r.CIDR)})
 		}
 	}
@@ -468,8 +633,9 @@ func (p *Plan) requeue(d time.Duration) {
 	}
 }
 
-func newAssign(p *Pool, node string, b netip.Prefix) Assign {
-	a := Assign{Pool: p.Name, Node: node, Name: RangeName(p.Name, b), CIDR: b}
+// blockSpec is the gateway and excludes pool p gives block b.
+func (pl *planner) blockSpec(p *Pool, b netip.Prefix) Assign {
+	a := Assign{}
 	if p.FirstHostGateway {
 		a.Gateway = b.Addr().Next().String()
 	}
@@ -478,6 +644,21 @@ func newAssign(p *Pool, node string, b netip.Prefix) Assign {
 			a.Excludes = append(a.Excludes, e.String())
 		}
 	}
+	return a
+}
+
+// newAssign gives block b of pool p to node: the pool's free IPRange of that CIDR if there is
+// one, else a new one.
+func (pl *planner) newAssign(p *Pool, node string, b netip.Prefix) Assign {
+	spec := pl.blockSpec(p, b)
+	a := Assign{Pool: p.Name, Node: node, Name: RangeName(p.Name, b), CIDR: b, Gateway: spec.Gateway, Excludes: spec.Excludes}
+	if fr, ok := pl.free[b]; ok && fr.Pool == p.Name {
+		a.Name, a.Reuse, a.OwnerGeneration = fr.Name, true, fr.OwnerGeneration
+		delete(pl.free, b)
+	} else if r, taken := pl.names[a.Name]; taken && (r.Pool != p.Name || r.CIDR != b) {
+		a.Name = UniqueRangeName(p.Name, b)
+	}
+	pl.names[a.Name] = Range{Name: a.Name, CIDR: b, Pool: p.Name, Node: node}
 	return a
 }
 

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/controllers/pkg/nodegone"
 )
 
 var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
@@ -183,13 +184,29 @@ func TestComputeRelease(t *testing.T) {
 		r           Range
 		nodes       []Node
 		held        string
+		verdict     *nodegone.Verdict // nil: proven gone
 		wantRelease bool
 		wantMark    string // "set", "clear" or ""
 		wantRequeue time.Duration
+		wantWait    string
 	}{
 		{name: "first seen gone: marked, looked at after the quarantine", r: gone(-1), wantMark: "set", wantRequeue: 5 * time.Minute},
 		{name: "inside the quarantine: waits", r: gone(2 * time.Minute), wantRequeue: 3 * time.Minute},
-		{name: "after the quarantine, held by a pod or StaticIP: kept", r: gone(10 * time.Minute), held: "pod ns/x holds 10.244.5.7", wantRequeue: heldRecheck},
+		{name: "after the quarantine, held by a pod or StaticIP: kept", r: gone(10 * time.Minute), held: "pod ns/x holds 10.244.5.7", wantRequeue: heldRecheck, wantWait: ReasonHeld},
+		{name: "after the quarantine, the node's Lease is still renewed (deleted Node, running kubelet): kept",
+			r: gone(10 * time.Minute), verdict: &nodegone.Verdict{Reason: nodegone.ReasonLeaseRenewed, Message: "renewed", RecheckAfter: 20 * time.Second},
+			wantRequeue: 20 * time.Second, wantWait: nodegone.ReasonLeaseRenewed},
+		{name: "after the quarantine, not proven gone yet (no sign of life for less than the bound): kept",
+			r: gone(10 * time.Minute), verdict: &nodegone.Verdict{Reason: nodegone.ReasonWaiting, Message: "waiting", RecheckAfter: 4 * time.Minute},
+			wantRequeue: 4 * time.Minute, wantWait: nodegone.ReasonWaiting},
+		{name: "a range unassigned by hand is not a node to prove gone: quarantine and holders only",
+			r: func() Range { r := gone(10 * time.Minute); r.Node = ""; return r }(), verdict: &nodegone.Verdict{Reason: nodegone.ReasonWaiting}, wantRelease: true},
+		{name: "a released block is free: never marked or released again",
+			r: func() Range {
+				r := gone(-1)
+				r.Node, r.Released, r.ReleasedGeneration, r.OwnerGeneration = "", true, 3, 3
+				return r
+			}()},
 		{name: "after the quarantine, nothing holds it: released", r: gone(10 * time.Minute), wantRelease: true},
 		{name: "the node came back: the mark is cleared, nothing released", r: gone(10 * time.Minute), nodes: nodes("dead"), wantMark: "clear"},
 		{name: "a hand-written range of a gone node is never touched", r: func() Range { r := gone(time.Hour); r.Pool = ""; return r }()},
@@ -197,9 +214,28 @@ func TestComputeRelease(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan := Compute(Input{Pools: []Pool{p}, Nodes: tc.nodes, Ranges: []Range{tc.r}, Now: t0,
-				Held: func(Range, string) string { return tc.held }})
+				Held: func(Range, string) string { return tc.held },
+				NodeGone: func(node string, since time.Time) nodegone.Verdict {
+					if node != "dead" || !since.Equal(tc.r.GoneSince) {
+						t.Errorf("NodeGone(%s, %v)", node, since)
+					}
+					if tc.verdict != nil {
+						return *tc.verdict
+					}
+					return nodegone.Verdict{Gone: true, Reason: nodegone.ReasonLeaseExpired}
+				}})
 			if got := len(plan.Release) == 1; got != tc.wantRelease {
 				t.Errorf("released %v, want %v (%+v)", plan.Release, tc.wantRelease, plan)
+			}
+			if tc.wantRelease && plan.Release[0].Generation != tc.r.OwnerGeneration+1 {
+				t.Errorf("released at generation %d, want %d: the node it leaves must revoke it if it comes back", plan.Release[0].Generation, tc.r.OwnerGeneration+1)
+			}
+			wait := ""
+			if len(plan.Waits) == 1 {
+				wait = plan.Waits[0].Reason
+			}
+			if wait != tc.wantWait {
+				t.Errorf("waits %+v, want reason %q", plan.Waits, tc.wantWait)
 			}
 			mark := ""
 			if len(plan.Mark) == 1 {
@@ -267,5 +303,169 @@ func TestBlockArithmetic(t *testing.T) {
 	}
 	if !strings.HasPrefix(blockAt(netip.MustParsePrefix("fd00::/104"), 120, 65535).String(), "fd00::ff:ff00/120") {
 		t.Error(blockAt(netip.MustParsePrefix("fd00::/104"), 120, 65535))
+	}
+}
+
+// TestComputeReusesReleasedBlocks: a released block (node "", generation raised) is free: the
+// next node that needs a block gets the same IPRange at its generation, never a new one at 0
+// over it; it counts as free, not assigned; a NodePodCIDR pool gives it back to the node whose
+// podCIDR it is; a block the allocator gave again at its released generation is one it gave
+// (an extra of a race), one moved on by failover is not.
+func TestComputeReusesReleasedBlocks(t *testing.T) {
+	p := pool("p", 1, "10.244.0.0/22")
+	freed := func(name, cidr string, gen int64) Range {
+		r := rng(name, cidr, "", "p")
+		r.Released, r.ReleasedGeneration, r.OwnerGeneration = true, gen, gen
+		return r
+	}
+	old := freed("p-10-244-0-0-24", "10.244.0.0/24", 2)
+	plan := Compute(Input{Pools: []Pool{p}, Nodes: nodes("a", "b"), Now: t0, Held: nothingHeld,
+		Ranges: []Range{old, rng("p-10-244-1-0-24", "10.244.1.0/24", "c", "p")}})
+	if len(plan.Assign) != 2 {
+		t.Fatalf("assign %+v", plan.Assign)
+	}
+	if a := plan.Assign[0]; a.Node != "a" || !a.Reuse || a.Name != old.Name || a.OwnerGeneration != 2 || a.CIDR != old.CIDR {
+		t.Errorf("the released block must go to a as it is, at generation 2: %+v", a)
+	}
+	if b := plan.Assign[1]; b.Node != "b" || b.Reuse || b.CIDR.String() != "10.244.2.0/24" {
+		t.Errorf("b: %+v", b)
+	}
+	if st := plan.Pools["p"]; st.Assigned != 3 || st.Free != 1 || st.Total != 4 {
+		t.Errorf("status %+v", st)
+	}
+	// Nothing waits: the free block is counted free, not assigned.
+	plan = Compute(Input{Pools: []Pool{p}, Now: t0, Held: nothingHeld, Ranges: []Range{old}})
+	if st := plan.Pools["p"]; st.Assigned != 0 || st.Free != 4 || len(plan.Release)+len(plan.Mark) != 0 {
+		t.Errorf("status %+v, plan %+v", st, plan)
+	}
+	// A free block whose pool is not valid any more stays in use for everyone.
+	bad := pool("p", 1, "10.244.0.0/22")
+	bad.Deleting = true
+	other := pool("q", 0, "10.244.0.0/24")
+	plan = Compute(Input{Pools: []Pool{bad, other}, Nodes: nodes("a"), Now: t0, Held: nothingHeld, Ranges: []Range{old}})
+	if len(plan.Assign) != 0 {
+		t.Errorf("a block of an invalid pool must stay in use: %+v", plan.Assign)
+	}
+	// NodePodCIDR: the node whose podCIDR it is gets it back.
+	pc := pool("p", 1, "10.244.0.0/16")
+	pc.Mode = jkev1.IPPoolNodePodCIDR
+	plan = Compute(Input{Pools: []Pool{pc}, Now: t0, Held: nothingHeld, Ranges: []Range{old},
+		Nodes: []Node{{Name: "a", PodCIDRs: []netip.Prefix{old.CIDR}}}})
+	if len(plan.Assign) != 1 || !plan.Assign[0].Reuse || plan.Assign[0].Name != old.Name || len(plan.Skips) != 0 {
+		t.Errorf("NodePodCIDR: %+v, skips %+v", plan.Assign, plan.Skips)
+	}
+	// Two blocks of one family on a, the second given again at its released generation: an
+	// extra of a race; one moved by failover since (generation above the release) is not.
+	given := freed("p-10-244-1-0-24", "10.244.1.0/24", 2)
+	given.Node = "a"
+	moved := given
+	moved.OwnerGeneration = 3
+	for _, tc := range []struct {
+		r    Range
+		want int
+	}{{given, 1}, {moved, 0}} {
+		plan = Compute(Input{Pools: []Pool{p}, Nodes: nodes("a"), Now: t0, Held: func(Range, string) string { return "" },
+			Ranges: []Range{rng("p-10-244-0-0-24", "10.244.0.0/24", "a", "p"), tc.r}})
+		if len(plan.Release) != tc.want {
+			t.Errorf("generation %d: released %+v, want %d", tc.r.OwnerGeneration, plan.Release, tc.want)
+		}
+	}
+}
+
+// TestComputeNamesNeverCollide (issue 37, defect 7): "<pool>-<cidr>" with '.', ':' and '/' as
+// '-' is ambiguous for IPv6 (p + 1:2::/120 and p-1 + 2::/120 are both p-1-2---120), and a
+// hand-written IPRange may hold any name: the allocator then failed on AlreadyExists forever.
+// A block whose plain name is taken by another range gets a name no other block can have.
+func TestComputeNamesNeverCollide(t *testing.T) {
+	p := pool("p", 2, "1:2::/112")
+	p1 := pool("p-1", 1, "2::/112")
+	taken := rng(RangeName("p-1", netip.MustParsePrefix("2::/120")), "2::/120", "b", "p-1")
+	hand := rng("p-1-2--100-120", "10.0.0.0/24", "c", "") // a hand-written range with the next plain name
+	plan := Compute(Input{Pools: []Pool{p, p1}, Nodes: nodes("a", "b", "c", "d"), Now: t0, Held: nothingHeld,
+		Ranges: []Range{taken, hand}})
+	names := map[string]string{taken.Name: taken.CIDR.String(), hand.Name: hand.CIDR.String()}
+	for _, a := range plan.Assign {
+		if other, dup := names[a.Name]; dup {
+			t.Errorf("block %s of pool %s named %s, the name of %s", a.CIDR, a.Pool, a.Name, other)
+		}
+		names[a.Name] = a.CIDR.String()
+	}
+	if len(plan.Assign) != 3 {
+		t.Errorf("assign %+v", plan.Assign)
+	}
+}
+
+// TestUniqueRangeNameIsUnique: over adversarial pool names and CIDRs (pool names that end like
+// CIDRs, IPv6 texts with and without "::", both families), a unique name never equals the
+// unique or the plain name of another block.
+func TestUniqueRangeNameIsUnique(t *testing.T) {
+	pools := []string{"p", "p-1", "p-1-2", "p-10", "p-10-0", "a.b", "x-0", "x-0-0", "fd00", "p-fd00-0"}
+	cidrs := []string{"1:2::/120", "2::/120", "1:2::100/120", "fd00::/120", "0:fd00::/120", "1:2:3:4:5:6:7:0/120",
+		"10.0.0.0/24", "0.0.0.0/24", "10.0.0.0/25", "1.2.0.0/16", "::/120", "::a00:0/120"}
+	type block struct{ pool, cidr string }
+	unique := map[string]block{}
+	plain := map[string][]block{}
+	for _, p := range pools {
+		for _, c := range cidrs {
+			b := block{p, c}
+			pr := netip.MustParsePrefix(c)
+			n := UniqueRangeName(p, pr)
+			if o, dup := unique[n]; dup {
+				t.Errorf("%v and %v are both %s", o, b, n)
+			}
+			unique[n] = b
+			plain[RangeName(p, pr)] = append(plain[RangeName(p, pr)], b)
+		}
+	}
+	for n, b := range unique {
+		for _, o := range plain[n] {
+			if o != b {
+				t.Errorf("unique name %s of %v is the plain name of %v", n, b, o)
+			}
+		}
+	}
+	if bs := plain["p-1-2---120"]; len(bs) < 2 {
+		t.Errorf("the plain names were expected to collide here (the case of the issue): %v", bs)
+	}
+}
+
+// TestComputeUpdatesExistingBlocks (issue 37, defect 7): excludeIPs and gatewayPolicy edits of a
+// pool reach the blocks it gave out already. Removing an exclude or the gateway always goes
+// through; adding one over an address a pod object or a StaticIP holds is held back on that
+// block (the pod would keep it, but a static pod recreated could not get it back: the CNI
+// refuses an excluded or gateway address), and says so.
+func TestComputeUpdatesExistingBlocks(t *testing.T) {
+	p := pool("p", 1, "10.244.0.0/16")
+	p.FirstHostGateway = true
+	p.Excludes = []netip.Addr{netip.MustParseAddr("10.244.0.9"), netip.MustParseAddr("10.244.1.7"), netip.MustParseAddr("10.244.2.5")}
+	old := func(name, cidr, node string, gw string, ex ...string) Range {
+		r := rng(name, cidr, node, "p")
+		r.Gateway, r.Excludes = gw, ex
+		return r
+	}
+	ranges := []Range{
+		old("p-10-244-0-0-24", "10.244.0.0/24", "a", "", "10.244.0.200"),         // gateway and exclude added, an exclude dropped
+		old("p-10-244-1-0-24", "10.244.1.0/24", "b", "10.244.1.1", "10.244.1.7"), // already right
+		old("p-10-244-2-0-24", "10.244.2.0/24", "c", ""),                         // 10.244.2.1 and .5 are held
+		old("hand", "10.244.3.0/24", "d", ""),
+	}
+	ranges[3].Pool = ""
+	held := map[string]string{"10.244.2.1": "pod ns/x holds 10.244.2.1", "10.244.2.5": "StaticIP ns/y has spec.ip 10.244.2.5"}
+	plan := Compute(Input{Pools: []Pool{p}, Nodes: nodes("a", "b", "c", "d"), Ranges: ranges, Now: t0, Held: nothingHeld,
+		IPHeld: func(a netip.Addr) string { return held[a.String()] }})
+	got := map[string]string{}
+	for _, u := range plan.Update {
+		got[u.Range] = u.Gateway + " " + strings.Join(u.Excludes, ",")
+	}
+	want := map[string]string{"p-10-244-0-0-24": "10.244.0.1 10.244.0.9", "p-10-244-2-0-24": " "}
+	if len(got) != 1 || got["p-10-244-0-0-24"] != want["p-10-244-0-0-24"] {
+		t.Errorf("updates %v, want only %s -> %q (the held block has nothing it may add)", got, "p-10-244-0-0-24", want["p-10-244-0-0-24"])
+	}
+	var warned []string
+	for _, w := range plan.Waits {
+		warned = append(warned, w.Range+":"+w.Reason)
+	}
+	if !slices.Equal(warned, []string{"p-10-244-2-0-24:" + ReasonExcludeHeld}) {
+		t.Errorf("waits %v", warned)
 	}
 }

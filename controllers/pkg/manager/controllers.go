@@ -59,7 +59,7 @@ func controllerDescriptors() []controllerDescriptor {
 		{name: enhancedstatefulset.Name, constructor: newEnhancedStatefulSetController,
 			informers: []runtime.Object{&jkev1alpha1.EnhancedStatefulSet{}, &corev1.Pod{}, &appsv1.ControllerRevision{}, &corev1.PersistentVolumeClaim{}, &jkev1.StaticIP{}}},
 		{name: staticip.Name, constructor: newStaticIPController,
-			informers: []runtime.Object{&jkev1.StaticIP{}, &corev1.Pod{}, &jkev1alpha1.EnhancedStatefulSet{}, &appsv1.StatefulSet{}}},
+			informers: []runtime.Object{&jkev1.StaticIP{}, &corev1.Pod{}, &jkev1alpha1.EnhancedStatefulSet{}, &appsv1.StatefulSet{}, &jkev1.IPRange{}}},
 		{name: grid.DeploymentGridName, constructor: newDeploymentGridController,
 			informers: []runtime.Object{&superedgev1.DeploymentGrid{}, &appsv1.Deployment{}, &corev1.Node{}}},
 		{name: grid.StatefulSetGridName, constructor: newStatefulSetGridController,
@@ -151,7 +151,7 @@ func newEnhancedStatefulSetController(cc controllerContext) (func(context.Contex
 func newStaticIPController(cc controllerContext) (func(context.Context), error) {
 	c, err := staticip.NewController(cc.kube, cc.client, cc.jkeInformers.Jke().V1().StaticIPs(),
 		cc.kubeInformers.Core().V1().Pods(), cc.jkeInformers.Jke().V1alpha1().EnhancedStatefulSets(),
-		cc.kubeInformers.Apps().V1().StatefulSets(), cc.recorder)
+		cc.kubeInformers.Apps().V1().StatefulSets(), cc.jkeInformers.Jke().V1().IPRanges(), cc.recorder)
 	if err != nil {
 		return nil, err
 	}
@@ -195,6 +195,9 @@ func newNodeFailoverController(cc controllerContext) (func(context.Context), err
 	c.Window = cc.opts.NodeFailoverWindow
 	c.FencedPodDeletionGrace = cc.opts.FencedPodDeletionGrace
 	c.NodeDeletionIsFence = cc.opts.NodeDeletionIsFence
+	c.NodeGoneAfter = cc.opts.NodeGoneAfter
+	enabled, _ := cc.opts.EnabledControllers() // checked by Validate
+	c.AllocatorRuns = slices.Contains(enabled, ippool.Name)
 	c.MaxUnhealthyPercent, _ = nodefailover.ParsePercent(cc.opts.NodeFailoverMaxUnhealthy) // checked by Validate
 	// One worker: migrations are few, and one at a time keeps two of them from racing for the
 	// same spare inside this process (the claim's optimistic lock covers the rest).
@@ -208,6 +211,7 @@ func newIPPoolController(cc controllerContext) (func(context.Context), error) {
 	if err != nil {
 		return nil, err
 	}
+	c.NodeGoneAfter, c.NodeDeletionIsFence = cc.opts.NodeGoneAfter, cc.opts.NodeDeletionIsFence
 	// One worker whatever --workers says: one key plans every pool.
 	return c.Run, nil
 }

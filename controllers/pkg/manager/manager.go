@@ -34,6 +34,7 @@ import (
 	"github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
 	"github.com/staticip/staticip/controllers/pkg/metrics"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
+	"github.com/staticip/staticip/controllers/pkg/nodegone"
 	"github.com/staticip/staticip/internal/app"
 	"github.com/staticip/staticip/internal/serving"
 )
@@ -74,6 +75,9 @@ type Options struct {
 	FencedPodDeletionGrace time.Duration
 	// NodeDeletionIsFence: a deleted Node counts as fenced (its machine is known to be off).
 	NodeDeletionIsFence bool
+	// NodeGoneAfter: a deleted node that shows no sign of life (Lease renewal) this long, and
+	// whose pods are all gone, is proven gone: its blocks may leave it (nodefailover, ippool).
+	NodeGoneAfter time.Duration
 }
 
 // Hooks let tests watch a manager; none is a flag.
@@ -116,6 +120,7 @@ func NewOptions() *Options {
 		NodeFailoverWindow:         nodefailover.DefaultWindow,
 		NodeFailoverMaxUnhealthy:   fmt.Sprintf("%d%%", nodefailover.DefaultMaxUnhealthyPercent),
 		FencedPodDeletionGrace:     nodefailover.DefaultFencedPodDeletionGrace,
+		NodeGoneAfter:              nodegone.DefaultLeaseGoneAfter,
 	}
 }
 
@@ -134,6 +139,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&o.NodeFailoverWindow, "node-failover-window", o.NodeFailoverWindow, "nodefailover: how long a node fenced with the node.kubernetes.io/out-of-service taint (or deleted) must have been NotReady before its IP ranges and static IPs move.")
 	fs.DurationVar(&o.FencedPodDeletionGrace, "fenced-pod-deletion-grace", o.FencedPodDeletionGrace, "nodefailover: once a node is fenced (out-of-service and NotReady for the window), the pod objects still bound to it that may hold an IP of its ranges (pods that tolerate every taint, e.g. DaemonSet pods not on the host network) are force-deleted after this grace, so its ranges can move. Pods on the host network are never deleted.")
 	fs.BoolVar(&o.NodeDeletionIsFence, "node-deletion-is-fence", o.NodeDeletionIsFence, "nodefailover: a deleted Node object counts as fenced (its machine is known to be off). Off by default: a deleted node may be partitioned and still run its pods, so its ranges move only once the operator annotates its NodeFailover staticip.jke.jdcloud.com/node-off=true.")
+	fs.DurationVar(&o.NodeGoneAfter, "node-gone-after", o.NodeGoneAfter, "nodefailover, ippool: a node whose Node object was deleted counts as gone once its Lease (kube-node-lease/<node>) has not been renewed for this long (counted from the deletion at the earliest) and no pod object holds one of its IPs; only then do its IP ranges leave it (released by the range allocator at ownerGeneration+1, or moved by failover). A node whose Lease is renewed is alive, deleted or not.")
 	fs.StringVar(&o.NodeFailoverMaxUnhealthy, "node-failover-max-unhealthy", o.NodeFailoverMaxUnhealthy, "nodefailover: when more than this share of the nodes is NotReady at once, failover stops (condition + Event, nothing moved).")
 	fs.DurationVar(&o.InPlaceUpdateTimeout, "inplace-update-timeout", o.InPlaceUpdateTimeout, "An EnhancedStatefulSet in-place update whose new containers the kubelet has not started after this long is given up: Event, pod recreated. 0 waits forever.")
 }
@@ -149,6 +155,9 @@ func (o *Options) Validate() error {
 	}
 	if o.FencedPodDeletionGrace < 0 {
 		errs = append(errs, fmt.Errorf("--fenced-pod-deletion-grace must not be negative, got %v", o.FencedPodDeletionGrace))
+	}
+	if o.NodeGoneAfter <= 0 {
+		errs = append(errs, fmt.Errorf("--node-gone-after must be positive, got %v", o.NodeGoneAfter))
 	}
 	if o.NodeFailoverWindow < 0 {
 		errs = append(errs, fmt.Errorf("--node-failover-window must not be negative, got %v", o.NodeFailoverWindow))

@@ -285,7 +285,11 @@ func (m *migration) fenceStillHolds(ctx context.Context, written bool) (bool, ti
 	if st.StartTime != nil {
 		since = st.StartTime.Time
 	}
-	fence := Fencing(node, since, m.now, m.fenceRules())
+	rules, err := m.fenceRules(ctx, node)
+	if err != nil {
+		return false, 0, err
+	}
+	fence := Fencing(node, since, m.now, rules)
 	switch CheckCommit(fence, written) {
 	case CommitProceed:
 		if c := meta.FindStatusCondition(st.Conditions, jkev1alpha1.NodeFailoverConditionStopped); c != nil && c.Reason == ReasonFenceWithdrawn {

@@ -3,6 +3,7 @@ package nodefailover
 import (
 	"context"
 	"fmt"
+	"github.com/staticip/staticip/controllers/pkg/nodegone"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -21,7 +22,11 @@ import (
 func (m *migration) beforeMoving(ctx context.Context) (done bool, requeue time.Duration, err error) {
 	st := m.st()
 	name := m.failedName()
-	fence := Fencing(m.node, st.StartTime.Time, m.now, m.fenceRules())
+	rules, err := m.fenceRules(ctx, m.node)
+	if err != nil {
+		return false, 0, err
+	}
+	fence := Fencing(m.node, st.StartTime.Time, m.now, rules)
 	if !fence.Candidate {
 		return false, 0, m.cancel(ctx, fence.Message)
 	}
@@ -62,7 +67,7 @@ func (m *migration) beforeMoving(ctx context.Context) (done bool, requeue time.D
 		return false, 0, err
 	}
 	pods = NeverStarted(pods, name, NotReadySince(m.node))
-	if holding := HoldingPods(pods, name, prefixesOf(m.owned)); len(holding) > 0 {
+	if holding := nodegone.HoldingPods(pods, name, prefixesOf(m.owned)); len(holding) > 0 {
 		// The grace runs from the fence as this controller saw it: a node NotReady for hours
 		// and tainted a moment ago still gives the taint manager and pod GC the grace first.
 		from := fence.FencedAt

@@ -31,6 +31,7 @@ import (
 	jkev1alpha1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1alpha1"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/controllers/pkg/nodegone"
 	"github.com/staticip/staticip/controllers/pkg/podindex"
 	"github.com/staticip/staticip/controllers/pkg/worker"
 )
@@ -72,7 +73,10 @@ const (
 	ReasonPodMoved         = "MovedByFailover"
 	ReasonDeletionHeld     = "DeletionHeld"
 	ReasonDeleted          = "FailoverRecordDeleted"
-	ReasonFencedPodDeleted = "FencedPodDeleted"
+	// ReasonHandedToAllocator: the record of a deleted node that owns only pool blocks is
+	// deleted: the range allocator gives them back (LeftToAllocator).
+	ReasonHandedToAllocator = "HandedToAllocator"
+	ReasonFencedPodDeleted  = "FencedPodDeleted"
 )
 
 // Finalizer holds a record's deletion while its migration is in flight, so half-moved ranges
@@ -109,6 +113,12 @@ type Controller struct {
 	FencedPodDeletionGrace time.Duration
 	// NodeDeletionIsFence: a deleted Node counts as fenced (off by default).
 	NodeDeletionIsFence bool
+	// NodeGoneAfter: how long a deleted node must show no sign of life (Lease renewal) before
+	// it is proven gone (controllers/pkg/nodegone).
+	NodeGoneAfter time.Duration
+	// AllocatorRuns: the range allocator runs in this manager; a deleted node that owns only
+	// pool blocks and no StaticIP is left to it (LeftToAllocator).
+	AllocatorRuns bool
 	// Now is the clock (tests).
 	Now func() time.Time
 
@@ -138,7 +148,7 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, nodeIn
 			rangeInformer.Informer().HasSynced, sipInformer.Informer().HasSynced, recordInformer.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name}),
-		Window: DefaultWindow, MaxUnhealthyPercent: DefaultMaxUnhealthyPercent, FencedPodDeletionGrace: DefaultFencedPodDeletionGrace, Now: time.Now,
+		Window: DefaultWindow, NodeGoneAfter: nodegone.DefaultLeaseGoneAfter, MaxUnhealthyPercent: DefaultMaxUnhealthyPercent, FencedPodDeletionGrace: DefaultFencedPodDeletionGrace, Now: time.Now,
 		gone: &labelMemory{m: map[string]map[string]string{}},
 	}
 	podIndex, err := podindex.New(podInformer.Informer(), podInformer.Lister())
@@ -376,6 +386,9 @@ func (c *Controller) detect(ctx context.Context, name string, node *corev1.Node,
 		return false, err
 	}
 	if len(owned) == 0 && len(sips) == 0 {
+		return false, nil
+	}
+	if node == nil && LeftToAllocator(c.AllocatorRuns, owned, sips) {
 		return false, nil
 	}
 	rec := &jkev1alpha1.NodeFailover{ObjectMeta: metav1.ObjectMeta{Name: name, Finalizers: []string{Finalizer}}, Spec: jkev1alpha1.NodeFailoverSpec{Node: name}}

@@ -22,6 +22,7 @@ import (
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/controllers/pkg/nodegone"
 )
 
 // Well-known node labels failover matches the target on.
@@ -76,6 +77,10 @@ type FenceRules struct {
 	// --node-deletion-is-fence, or the record's node-off annotation for one node). Without it
 	// a deleted node may be a partitioned one that still runs its pods: never fenced.
 	NodeDeletionIsFence bool
+	// NodeGone, when set, decides for a deleted Node instead: the one rule of
+	// controllers/pkg/nodegone (its Lease, the operator's statement — NodeDeletionIsFence
+	// included —, the pod objects), the same the range allocator applies to its blocks.
+	NodeGone *nodegone.Verdict
 }
 
 // Fencing applies the fencing rule to a node (nil: its Node object is gone). goneSince is when
@@ -83,13 +88,23 @@ type FenceRules struct {
 // stands in for the NotReady transition it can no longer read.
 func Fencing(node *corev1.Node, goneSince, now time.Time, rules FenceRules) Fence {
 	var since time.Time
+	gone := rules.NodeDeletionIsFence
+	if rules.NodeGone != nil {
+		gone = rules.NodeGone.Gone
+	}
 	switch {
-	case node == nil && !rules.NodeDeletionIsFence:
-		return Fence{Candidate: true, Reason: ReasonNodeDeleted, Message: fmt.Sprintf(
-			"Node object deleted: deletion is not a fence here (a deleted node may be partitioned and still run its pods). "+
-				"Once you know the machine is off, annotate this record %s=true, or run the manager with --node-deletion-is-fence "+
-				"if whatever deletes Nodes in this cluster deletes only machines that are off; a kubelet that comes back re-registers its Node and cancels this",
+	case node == nil && !gone:
+		f := Fence{Candidate: true, Reason: ReasonNodeDeleted, Message: fmt.Sprintf(
+			"Node object deleted: deletion alone is not a fence (a deleted node may be partitioned and still run its pods). "+
+				"It moves once the node is proven gone (no Lease renewal for --node-gone-after, no pod object holding its IPs), or at once when you "+
+				"annotate this record %s=true knowing the machine is off (or run the manager with --node-deletion-is-fence "+
+				"if whatever deletes Nodes in this cluster deletes only machines that are off); a kubelet that comes back re-registers its Node and cancels this",
 			jkev1alpha1.AnnotationNodeOff)}
+		if rules.NodeGone != nil {
+			f.Message += ". Now: " + rules.NodeGone.Message
+			f.RecheckAfter = rules.NodeGone.RecheckAfter
+		}
+		return f
 	case node == nil:
 		since = goneSince
 	case !jkev1alpha1.NodeOutOfService(node):
@@ -113,7 +128,10 @@ func Fencing(node *corev1.Node, goneSince, now time.Time, rules FenceRules) Fenc
 			Message: fmt.Sprintf("not Ready since %s; failover window %s not over (%s left)", since.UTC().Format(time.RFC3339), window, wait.Round(time.Second))}
 	}
 	what := "tainted " + jkev1alpha1.TaintOutOfService + " and not Ready"
-	if node == nil {
+	switch {
+	case node == nil && rules.NodeGone != nil:
+		what = "Node object deleted and the node proven gone (" + rules.NodeGone.Message + ")"
+	case node == nil:
 		what = "Node object deleted (deletion counts as a fence)"
 	}
 	return Fence{Fenced: true, Candidate: true, Reason: ReasonFenced, FencedAt: since.Add(window),
@@ -157,33 +175,6 @@ func ParsePrefixes(cidrs []string) []netip.Prefix {
 			out = append(out, p.Masked())
 		}
 	}
-	return out
-}
-
-// HoldingPods names the pod objects that may still hold an IP of the failed node: any pod with
-// an IP inside one of the node's ranges, and any pod bound to the node that is not on the
-// host network (its sandbox may hold an address the API never saw). Pod GC force-deletes them
-// once the node is out-of-service; until then nothing moves.
-func HoldingPods(pods []*corev1.Pod, node string, ranges []netip.Prefix) []string {
-	var out []string
-	for _, p := range pods {
-		holds := p.Spec.NodeName == node && node != "" && !p.Spec.HostNetwork
-		for _, ip := range p.Status.PodIPs {
-			a, err := netip.ParseAddr(ip.IP)
-			if err != nil {
-				continue
-			}
-			for _, r := range ranges {
-				if r.Contains(a) {
-					holds = true
-				}
-			}
-		}
-		if holds {
-			out = append(out, p.Namespace+"/"+p.Name)
-		}
-	}
-	sort.Strings(out)
 	return out
 }
 
@@ -235,7 +226,7 @@ func FencedPodDeletion(pods []*corev1.Pod, node string, ranges []netip.Prefix, f
 		if p.Spec.NodeName != node || node == "" || p.Spec.HostNetwork {
 			continue
 		}
-		if len(HoldingPods([]*corev1.Pod{p}, node, ranges)) == 0 {
+		if len(nodegone.HoldingPods([]*corev1.Pod{p}, node, ranges)) == 0 {
 			continue
 		}
 		doomed = append(doomed, p)
@@ -558,4 +549,22 @@ func RangeSynced(r *jkev1.IPRange) bool {
 		}
 	}
 	return false
+}
+
+// LeftToAllocator: what a deleted node owns is for the range allocator to give back, not for
+// failover to move — the allocator runs (allocatorRuns), every range the node owns is a pool
+// block (label jke.jdcloud.com/ippool) and no StaticIP moves with the node. The allocator
+// releases such blocks under the same rule (controllers/pkg/nodegone), at ownerGeneration+1;
+// a failover record for them would only wait for a spare while the allocator waits for the
+// record: in an autoscaled cluster without spares, no block of a deleted node came back.
+func LeftToAllocator(allocatorRuns bool, owned []*jkev1.IPRange, moving []*jkev1.StaticIP) bool {
+	if !allocatorRuns || len(owned) == 0 || len(moving) > 0 {
+		return false
+	}
+	for _, r := range owned {
+		if r.Labels[jkev1.LabelIPPool] == "" {
+			return false
+		}
+	}
+	return true
 }

@@ -12,6 +12,7 @@ import (
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/controllers/pkg/nodegone"
 )
 
 var t0 = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
@@ -59,6 +60,7 @@ func TestFencing(t *testing.T) {
 		reason          string
 		recheckAfter    time.Duration
 		deletionIsFence bool
+		gone            *nodegone.Verdict
 	}{
 		{name: "NotReady for long, no taint: a partition, never moved",
 			node: node("n").ready(corev1.ConditionUnknown, t0).n, reason: ReasonNotOutOfService},
@@ -79,11 +81,20 @@ func TestFencing(t *testing.T) {
 			cand: true, reason: ReasonWithinWindow, recheckAfter: time.Minute},
 		{name: "Node deleted, deletion is a fence, recorded a window ago", goneSince: now.Add(-window), deletionIsFence: true,
 			fenced: true, cand: true, reason: ReasonFenced},
-		{name: "Node deleted, deletion is not a fence (default): never fenced, however long ago",
+		{name: "Node deleted, deletion is not a fence (default): never fenced by the deletion alone, however long ago",
 			goneSince: now.Add(-time.Hour), cand: true, reason: ReasonNodeDeleted},
+		{name: "Node deleted, not proven gone (its Lease is renewed): waits, looked at again when the rule says",
+			goneSince: now.Add(-time.Hour), gone: &nodegone.Verdict{Reason: nodegone.ReasonLeaseRenewed, Message: "renewed", RecheckAfter: 30 * time.Second},
+			cand: true, reason: ReasonNodeDeleted, recheckAfter: 30 * time.Second},
+		{name: "Node deleted, not proven gone even with --node-deletion-is-fence (the rule took the operator's word and a renewed Lease beat it)",
+			goneSince: now.Add(-time.Hour), deletionIsFence: true, gone: &nodegone.Verdict{Reason: nodegone.ReasonLeaseRenewed, RecheckAfter: 30 * time.Second},
+			cand: true, reason: ReasonNodeDeleted, recheckAfter: 30 * time.Second},
+		{name: "Node deleted and proven gone (no Lease renewal for the bound, no pod holding its IPs): fenced after the window",
+			goneSince: now.Add(-window), gone: &nodegone.Verdict{Gone: true, Reason: nodegone.ReasonLeaseExpired, Message: "silent"},
+			fenced: true, cand: true, reason: ReasonFenced},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := Fencing(tc.node, tc.goneSince, now, FenceRules{Window: window, NodeDeletionIsFence: tc.deletionIsFence})
+			got := Fencing(tc.node, tc.goneSince, now, FenceRules{Window: window, NodeDeletionIsFence: tc.deletionIsFence, NodeGone: tc.gone})
 			if got.Fenced != tc.fenced || got.Candidate != tc.cand || got.Reason != tc.reason || got.RecheckAfter != tc.recheckAfter {
 				t.Errorf("got %+v, want fenced=%v candidate=%v reason=%s recheck=%v", got, tc.fenced, tc.cand, tc.reason, tc.recheckAfter)
 			}
@@ -149,7 +160,7 @@ func TestHoldingPods(t *testing.T) {
 		pod("elsewhere", "n1", false, "10.1.1.7"),
 		pod("unscheduled", "", false),
 	}
-	got := HoldingPods(pods, "n3", ranges)
+	got := nodegone.HoldingPods(pods, "n3", ranges)
 	want := []string{"ns/elsewhere-with-range-ip", "ns/on-node-no-ip-yet", "ns/unscheduled-with-range-ip-v6"}
 	if !slices.Equal(got, want) {
 		t.Errorf("got %v, want %v", got, want)
@@ -420,5 +431,32 @@ func TestNeverStarted(t *testing.T) {
 	ready.Status.Conditions[0].Status = corev1.ConditionUnknown
 	if got := NotReadySince(ready); !got.Equal(t0) {
 		t.Errorf("NotReadySince %v, want the transition %v", got, t0)
+	}
+}
+
+func TestLeftToAllocator(t *testing.T) {
+	pooled := func(name, cidr string) *jkev1.IPRange {
+		return &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{jkev1.LabelIPPool: "p"}}, Spec: jkev1.IPRangeSpec{CIDR: cidr, Node: "n"}}
+	}
+	hand := &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: "hand"}, Spec: jkev1.IPRangeSpec{CIDR: "10.1.0.0/24", Node: "n"}}
+	sip := &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-0"}, Spec: jkev1.StaticIPSpec{IP: "10.0.0.5", Node: "n"}}
+	for _, tc := range []struct {
+		name      string
+		allocator bool
+		owned     []*jkev1.IPRange
+		sips      []*jkev1.StaticIP
+		want      bool
+	}{
+		{"pool blocks only, no StaticIP, the allocator runs: it returns them", true, []*jkev1.IPRange{pooled("a", "10.0.0.0/24"), pooled("b", "10.0.1.0/24")}, nil, true},
+		{"the allocator does not run: failover is the only way out", false, []*jkev1.IPRange{pooled("a", "10.0.0.0/24")}, nil, false},
+		{"a StaticIP moves with the node: failover", true, []*jkev1.IPRange{pooled("a", "10.0.0.0/24")}, []*jkev1.StaticIP{sip}, false},
+		{"a hand-written range: the allocator never touches it", true, []*jkev1.IPRange{pooled("a", "10.0.0.0/24"), hand}, nil, false},
+		{"nothing owned: nothing to hand over", true, nil, nil, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := LeftToAllocator(tc.allocator, tc.owned, tc.sips); got != tc.want {
+				t.Errorf("LeftToAllocator = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }

@@ -2,6 +2,7 @@ package nodefailover
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/controllers/pkg/metrics"
+	"github.com/staticip/staticip/controllers/pkg/nodegone"
 )
 
 // migration is one sync of one record.
@@ -91,10 +93,46 @@ func (m *migration) committed() bool {
 }
 
 // fenceRules: the manager's settings, and the operator's node-off statement on the record of a
-// deleted Node.
-func (m *migration) fenceRules() FenceRules {
-	return FenceRules{Window: m.c.Window,
+// deleted Node. node: the Node as just read (nil: deleted); for a deleted one the rule of
+// controllers/pkg/nodegone decides, on its Lease (read live) and the pod objects.
+func (m *migration) fenceRules(ctx context.Context, node *corev1.Node) (FenceRules, error) {
+	r := FenceRules{Window: m.c.Window,
 		NodeDeletionIsFence: m.c.NodeDeletionIsFence || m.rec.Annotations[jkev1alpha1.AnnotationNodeOff] == "true"}
+	if node != nil {
+		return r, nil
+	}
+	e := nodegone.Evidence{Node: m.failedName(), OperatorSaysOff: r.NodeDeletionIsFence, Now: m.now, GoneAfter: m.c.NodeGoneAfter}
+	if st := m.st(); st.StartTime != nil {
+		e.GoneSince = st.StartTime.Time
+	}
+	if err := nodegone.ReadLease(ctx, m.c.kube, &e); err != nil {
+		return r, err
+	}
+	prefixes := prefixesOf(m.owned)
+	pods, err := m.c.podsHolding(m.failedName(), prefixes)
+	if err != nil {
+		return r, err
+	}
+	e.HoldingPods = nodegone.HoldingPods(pods, m.failedName(), prefixes)
+	v := nodegone.Decide(e)
+	r.NodeGone = &v
+	return r, nil
+}
+
+// handOverToAllocator deletes the record of a deleted node that moved nothing and owns only
+// what the range allocator gives back (LeftToAllocator): records made before that rule, or
+// before the last StaticIP of the node went. done: the record is gone.
+func (m *migration) handOverToAllocator(ctx context.Context) (done bool, err error) {
+	if m.node != nil || m.committed() || m.st().Target != "" || m.rec.DeletionTimestamp != nil {
+		return false, nil
+	}
+	sips, err := m.c.staticIPsOf(m.failedName(), prefixesOf(m.owned))
+	if err != nil || !LeftToAllocator(m.c.AllocatorRuns, m.owned, sips) {
+		return false, err
+	}
+	why := fmt.Sprintf("the deleted node %s owns only pool blocks (%d) and no StaticIP: the range allocator returns them to the pool once the node is proven gone", m.failedName(), len(m.owned))
+	m.c.recorder.Event(m.rec, corev1.EventTypeNormal, ReasonHandedToAllocator, why)
+	return true, m.deleteRecord(ctx, why)
 }
 
 func (m *migration) paused() bool {
@@ -138,6 +176,9 @@ func (m *migration) run(ctx context.Context) (time.Duration, error) {
 	}
 	m.setCondition(jkev1alpha1.NodeFailoverConditionPaused, metav1.ConditionFalse, ReasonNotPaused, "")
 
+	if done, err := m.handOverToAllocator(ctx); done || err != nil {
+		return 0, err
+	}
 	if !m.committed() {
 		done, requeue, err := m.beforeMoving(ctx)
 		if !done || err != nil {

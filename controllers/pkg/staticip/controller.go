@@ -13,6 +13,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
@@ -67,10 +68,12 @@ type Controller struct {
 
 	sipLister  jkev1listers.StaticIPLister
 	sipIndexer cache.Indexer
-	podLister  corelisters.PodLister
-	setLister  jkev1alpha1listers.EnhancedStatefulSetLister
-	stsLister  appslisters.StatefulSetLister
-	synced     []cache.InformerSynced
+	// ranges: a reported pod IP is recorded only inside an IPRange of the pod's node.
+	ranges    jkev1listers.IPRangeLister
+	podLister corelisters.PodLister
+	setLister jkev1alpha1listers.EnhancedStatefulSetLister
+	stsLister appslisters.StatefulSetLister
+	synced    []cache.InformerSynced
 
 	queue workqueue.TypedRateLimitingInterface[string]
 }
@@ -79,7 +82,7 @@ type Controller struct {
 func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 	sipInformer jkev1informers.StaticIPInformer, podInformer coreinformers.PodInformer,
 	setInformer jkev1alpha1informers.EnhancedStatefulSetInformer, stsInformer appsinformers.StatefulSetInformer,
-	recorder record.EventRecorder) (*Controller, error) {
+	rangeInformer jkev1informers.IPRangeInformer, recorder record.EventRecorder) (*Controller, error) {
 	if err := sipInformer.Informer().AddIndexers(cache.Indexers{
 		ipIndex: func(obj any) ([]string, error) {
 			if s, ok := obj.(*jkev1.StaticIP); ok && s.Spec.IP != "" {
@@ -100,8 +103,9 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 		kubeClient: kubeClient, client: client, recorder: recorder,
 		sipLister: sipInformer.Lister(), sipIndexer: sipInformer.Informer().GetIndexer(),
 		podLister: podInformer.Lister(), setLister: setInformer.Lister(), stsLister: stsInformer.Lister(),
+		ranges: rangeInformer.Lister(),
 		synced: []cache.InformerSynced{sipInformer.Informer().HasSynced, podInformer.Informer().HasSynced,
-			setInformer.Informer().HasSynced, stsInformer.Informer().HasSynced},
+			setInformer.Informer().HasSynced, stsInformer.Informer().HasSynced, rangeInformer.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name}),
 	}
@@ -428,6 +432,17 @@ func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *
 	}
 	for _, other := range c.duplicates(sip, candidate) {
 		conflict(ConflictDuplicateIP, "IP %s is also claimed by StaticIP %s", candidate, other)
+	}
+	// The IP a node reports is recorded (or the record moved to that node) only inside the
+	// node's own ranges: a node cannot pin addresses of other nodes' ranges.
+	if podIP != "" && pod.Spec.NodeName != "" && (sip.Spec.IP == "" || (podIP == sip.Spec.IP && sip.Spec.Node != pod.Spec.NodeName)) {
+		ranges, err := c.ranges.List(labels.Everything())
+		if err != nil {
+			return err
+		}
+		if why := OutsideNodeRanges(ranges, podIP, pod.Spec.NodeName); why != "" {
+			conflict(ConflictIPOutsideNodeRanges, "pod %s: %s", pod.Name, why)
+		}
 	}
 
 	if len(conflicts) == 0 && podIP != "" && pod.Spec.NodeName != "" {

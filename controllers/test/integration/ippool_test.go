@@ -90,14 +90,18 @@ func (f *fixture) waitBlock(node string) jkev1.IPRange {
 	return got
 }
 
-func (f *fixture) rangeExists(name string) bool {
-	_, err := f.client.JkeV1().IPRanges().Get(f.ctx, name, metav1.GetOptions{})
-	return err == nil
+// rangeNode is the node an IPRange names ("" when it is gone or unassigned).
+func (f *fixture) rangeNode(name string) string {
+	r, err := f.client.JkeV1().IPRanges().Get(f.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	return r.Spec.Node
 }
 
 // startAllocatorAsServiceAccount runs the allocator alone, with only the permissions of
-// manifests/controller-manager/rbac.yaml.
-func (f *fixture) startAllocatorAsServiceAccount() {
+// manifests/controller-manager/rbac.yaml, and the options mutate changes.
+func (f *fixture) startAllocatorAsServiceAccount(mutate ...func(*manager.Options)) {
 	f.applyRBAC()
 	cfg := rest.CopyConfig(f.cfg)
 	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:staticip-system:staticip-controller-manager"}
@@ -105,6 +109,9 @@ func (f *fixture) startAllocatorAsServiceAccount() {
 	o.LeaderElect = false
 	o.Serving.MetricsBindAddress, o.Serving.HealthBindAddress = "0", "0"
 	o.Controllers = []string{ippool.Name}
+	for _, m := range mutate {
+		m(o)
+	}
 	ctx, cancel := context.WithCancel(f.ctx)
 	done := make(chan error, 1)
 	go func() { done <- manager.Run(ctx, o, cfg) }()
@@ -118,7 +125,9 @@ func (f *fixture) startAllocatorAsServiceAccount() {
 
 // TestIPPoolJoinReleaseAndReturn: a joining node gets a block within seconds; a node with a
 // hand-written range gets none and its range is never touched; a deleted node's block goes
-// back only after releaseAfter and only once no pod object and no StaticIP holds an IP of it;
+// back only after releaseAfter, once it is proven gone (no Lease renewal for --node-gone-after)
+// and only once no pod object and no StaticIP holds an IP of it — unassigned at
+// ownerGeneration+1, not deleted;
 // a node returning after failover (its block moved to a spare at ownerGeneration+1) gets a
 // new, different block. The allocator runs with its RBAC only.
 func TestIPPoolJoinReleaseAndReturn(t *testing.T) {
@@ -135,7 +144,7 @@ func TestIPPoolJoinReleaseAndReturn(t *testing.T) {
 	t.Cleanup(func() {
 		_ = f.client.JkeV1().IPRanges().Delete(context.Background(), hand.Name, metav1.DeleteOptions{})
 	})
-	f.startAllocatorAsServiceAccount()
+	f.startAllocatorAsServiceAccount(func(o *manager.Options) { o.NodeGoneAfter = 2 * time.Second })
 	handNode := f.poolNode("hand")
 	start := time.Now()
 	a := f.poolNode("a")
@@ -182,20 +191,23 @@ func TestIPPoolJoinReleaseAndReturn(t *testing.T) {
 		return err == nil && r.Annotations[jkev1.AnnotationNodeGoneSince] != "", err
 	})
 	time.Sleep(4 * time.Second) // twice releaseAfter: held by the pod and the StaticIP
-	if !f.rangeExists(ra.Name) {
+	if f.rangeNode(ra.Name) != a {
 		t.Fatal("the block was released while a pod object held one of its IPs")
 	}
 	if err := f.kube.CoreV1().Pods(f.ns).Delete(f.ctx, pod.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(3 * time.Second)
-	if !f.rangeExists(ra.Name) {
+	if f.rangeNode(ra.Name) != a {
 		t.Fatal("the block was released while a StaticIP's spec.ip lay in it")
 	}
 	if err := f.client.JkeV1().StaticIPs(f.ns).Delete(f.ctx, sip.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.eventually(30*time.Second, "the block back in the pool", func() (bool, error) { return !f.rangeExists(ra.Name), nil })
+	f.eventually(30*time.Second, "the block back in the pool at ownerGeneration+1", func() (bool, error) {
+		r, err := f.client.JkeV1().IPRanges().Get(f.ctx, ra.Name, metav1.GetOptions{})
+		return err == nil && r.Spec.Node == "" && r.Spec.OwnerGeneration == ra.Spec.OwnerGeneration+1, err
+	})
 
 	// Return after failover: b is fenced (out-of-service), its block moves to a spare at
 	// ownerGeneration+1; b owns nothing but gets no block while fenced (failover would move

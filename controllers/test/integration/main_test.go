@@ -137,6 +137,16 @@ var subnets atomic.Int32
 func (f *fixture) startKubelet(node string, readyDelay time.Duration, onNewPod func(*corev1.Pod) error) *kubelet {
 	k := &kubelet{f: f, node: node, readyDelay: readyDelay, notReady: map[string]bool{}, seen: map[string]time.Time{},
 		nextIP: 10, subnet: int(subnets.Add(1)), onNewPod: onNewPod, stopped: make(chan struct{}), ipsInUse: map[string]string{}}
+	if node != "" {
+		// The node's addresses are an IPRange of the node, as the range allocator gives them:
+		// the StaticIP controller records only IPs of the pod's node's ranges.
+		r := &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-kubelet-%d", f.ns, k.subnet)},
+			Spec: jkev1.IPRangeSpec{CIDR: fmt.Sprintf("10.77.%d.0/24", k.subnet), Node: node}}
+		if _, err := f.client.JkeV1().IPRanges().Create(f.ctx, r, metav1.CreateOptions{}); err != nil {
+			f.t.Fatal(err)
+		}
+		f.t.Cleanup(func() { _ = f.client.JkeV1().IPRanges().Delete(context.Background(), r.Name, metav1.DeleteOptions{}) })
+	}
 	ctx, cancel := context.WithCancel(f.ctx)
 	go func() {
 		defer close(k.stopped)

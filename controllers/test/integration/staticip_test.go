@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -269,7 +270,14 @@ func TestStaticIPNativeStatefulSet(t *testing.T) {
 		return err == nil && rec.Spec.Kind == "StatefulSet" && rec.Spec.Ref == "nat" && rec.Status.Phase == jkev1.StaticIPPending &&
 			len(rec.OwnerReferences) == 1 && rec.OwnerReferences[0].UID == sts.UID, err
 	})
-	// Scheduler + CNI: bind and give it an IP.
+	// Scheduler + CNI: bind and give it an IP of node-n's range.
+	nodeRange := &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: f.ns + "-node-n"}, Spec: jkev1.IPRangeSpec{CIDR: "10.88.0.0/24", Node: "node-n"}}
+	if _, err := f.client.JkeV1().IPRanges().Create(f.ctx, nodeRange, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = f.client.JkeV1().IPRanges().Delete(context.Background(), nodeRange.Name, metav1.DeleteOptions{})
+	})
 	if err := f.kube.CoreV1().Pods(f.ns).Bind(f.ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: "nat-0"},
 		Target: corev1.ObjectReference{Kind: "Node", Name: "node-n"}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
