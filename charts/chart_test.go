@@ -4,9 +4,12 @@
 package charts_test
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -406,4 +409,59 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// TestPackagedChartCarriesTheLicense: `helm package` ships LICENSE and NOTICE, equal to the
+// repository's (tools/chart-sync.sh copies them), inside the chart archive users install.
+func TestPackagedChartCarriesTheLicense(t *testing.T) {
+	helm, _ := tools(t)
+	dir := t.TempDir()
+	run(t, ".", helm, "package", "staticip", "--destination", dir)
+	archives, err := filepath.Glob(filepath.Join(dir, "staticip-*.tgz"))
+	if err != nil || len(archives) != 1 {
+		t.Fatalf("helm package wrote %v (%v), want one staticip-*.tgz", archives, err)
+	}
+	packaged := tgzFiles(t, archives[0])
+	for _, name := range []string{"LICENSE", "NOTICE"} {
+		want, err := os.ReadFile(filepath.Join("..", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := packaged["staticip/"+name]
+		if !ok {
+			t.Errorf("the packaged chart has no %s", name)
+		} else if !bytes.Equal(got, want) {
+			t.Errorf("the packaged chart's %s differs from the repository's (make generate copies it)", name)
+		}
+	}
+}
+
+// tgzFiles reads a gzipped tar archive: path → content.
+func tgzFiles(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name] = b
+	}
 }

@@ -17,7 +17,7 @@ if ! (cd tools/helm && go vet ./...); then echo "verify: go vet (tools/helm) fai
 
 # Every module whose go.mod/go.sum must be tidy, and every generated path (make generate).
 MODULES=(. tools/controller-gen tools/coredns tools/kind/kindcli tools/helm tools/kwok tools/conformance/suite)
-GENERATED=(go.mod go.sum apis scheduler-plugins/apis manifests/crds charts/staticip/crds charts/staticip/files tools/controller-gen tools/coredns tools/kind/kindcli tools/helm tools/kwok tools/conformance/suite)
+GENERATED=(go.mod go.sum apis scheduler-plugins/apis manifests/crds charts/staticip/crds charts/staticip/files charts/staticip/LICENSE charts/staticip/NOTICE tools/controller-gen tools/coredns tools/kind/kindcli tools/helm tools/kwok tools/conformance/suite)
 before=$(git status --porcelain -- "${GENERATED[@]}")
 for mod in "${MODULES[@]}"; do
   (cd "$mod" && go mod tidy)
