@@ -39,17 +39,17 @@ var cases = []struct {
 }{
 	{
 		name:       "defaults",
-		kustomize:  []string{"manifests/cni", "manifests/scheduler/replace-default", "manifests/admission", "manifests/controller-manager"},
+		kustomize:  []string{"manifests/cni", "manifests/scheduler/replace-default", "manifests/admission", "manifests/user-roles", "manifests/controller-manager"},
 		readmePool: true,
 	},
 	{
 		name:      "second-scheduler",
-		set:       []string{"scheduler.mode=second-scheduler", "ipPools=null", "agent.enabled=false", "admissionPolicies.enabled=false", "controllerManager.enabled=false"},
+		set:       []string{"scheduler.mode=second-scheduler", "ipPools=null", "agent.enabled=false", "admissionPolicies.enabled=false", "userRoles.enabled=false", "controllerManager.enabled=false"},
 		kustomize: []string{"manifests/scheduler/second-scheduler"},
 	},
 	{
 		name:      "edge",
-		set:       []string{"edge.enabled=true", "ipPools=null", "agent.enabled=false", "admissionPolicies.enabled=false", "controllerManager.enabled=false", "scheduler.enabled=false"},
+		set:       []string{"edge.enabled=true", "ipPools=null", "agent.enabled=false", "admissionPolicies.enabled=false", "userRoles.enabled=false", "controllerManager.enabled=false", "scheduler.enabled=false"},
 		kustomize: []string{"manifests/edge"},
 	},
 }
@@ -80,7 +80,7 @@ func TestChartRendersWhatKustomizeRenders(t *testing.T) {
 func TestChartCRDsAreManifestsCRDs(t *testing.T) {
 	helm, _ := tools(t)
 	out := run(t, ".", helm, "template", "staticip", "staticip", "--include-crds",
-		"--set", "ipPools=null,agent.enabled=false,admissionPolicies.enabled=false,controllerManager.enabled=false,scheduler.enabled=false")
+		"--set", "ipPools=null,agent.enabled=false,admissionPolicies.enabled=false,userRoles.enabled=false,controllerManager.enabled=false,scheduler.enabled=false")
 	chart := objects(t, "helm template --include-crds", out)
 	files, err := filepath.Glob("../manifests/crds/*.yaml")
 	if err != nil || len(files) == 0 {

@@ -15,7 +15,7 @@ cp "$root/LICENSE" "$root/NOTICE" "$chart/"
 mkdir -p "$chart/crds"
 cp "$root"/manifests/crds/*.yaml "$chart/crds/"
 for f in cni/rbac.yaml cni/admission.yaml admission/ip-address-policy.yaml \
-  controller-manager/namespace.yaml controller-manager/rbac.yaml controller-manager/admission.yaml \
+  user-roles/aggregated-roles.yaml controller-manager/namespace.yaml controller-manager/rbac.yaml controller-manager/admission.yaml \
   scheduler/base/rbac.yaml edge/rbac.yaml edge/statefulset-grid-daemon.yaml; do
   mkdir -p "$chart/files/$(dirname "$f")"
   cp "$root/manifests/$f" "$chart/files/$f"
