@@ -146,7 +146,15 @@ type Stats struct {
 	// use); Duplicates the StaticIPs that contest an IP or a pod.
 	RefusedRanges, Duplicates int
 	Usage                     []ipam.RangeUsage
+	// RangeOrigins name the IPRange (and its IPPool, if the range allocator made it) of each
+	// subnet of Usage: the iprange and pool labels of the address metrics.
+	RangeOrigins map[netip.Prefix]RangeOrigin
+	// Calls are the CNI plugin's call counters in the database (ipam.CallStats).
+	Calls ipam.CallStats
 }
+
+// RangeOrigin is where a subnet of this node's database comes from.
+type RangeOrigin struct{ IPRange, Pool string }
 
 // New returns an agent.
 func New(cfg Config, kube kubernetes.Interface, sip versioned.Interface, log io.Writer) *Agent {

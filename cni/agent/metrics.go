@@ -75,7 +75,17 @@ var (
 	descGCSpared      = prometheus.NewDesc("staticip_agent_gc_spared", "Allocations of pods absent from the cache that the last GC left alone, by reason.", []string{"reason"}, nil)
 	descRefused       = prometheus.NewDesc("staticip_agent_refused_ipranges", "IPRanges no node serves (overlapping, invalid, resized while in use).", nil, nil)
 	descDuplicates    = prometheus.NewDesc("staticip_agent_duplicate_staticips", "StaticIPs of this node's ranges that contest an IP or a pod.", nil, nil)
-	descIPAMAddresses = prometheus.NewDesc("staticip_ipam_addresses", "Addresses of each range by state.", []string{"range", "state"}, nil)
+	descIPAMAddresses = prometheus.NewDesc("staticip_ipam_addresses",
+		"Addresses of each range of this node's IPAM database by state; iprange and pool name the IPRange and the IPPool it was cut from (empty for a hand-written IPRange). The node label comes from the scrape (the agent pod's node).",
+		[]string{"range", "iprange", "pool", "state"}, nil)
+	// The CNI plugin's calls, as it counts them in the database (ipam/callstats.go): the agent
+	// passes them on as they are, so they are counters since the database was created.
+	descCNIDuration = prometheus.NewDesc("staticip_cni_operation_duration_seconds",
+		"Duration of the CNI plugin's ADD/DEL/CHECK calls on this node, by result (success, failure): from the plugin's start to the commit of its IPAM transaction for a success, to its failure otherwise.",
+		[]string{"operation", "result"}, nil)
+	descCNIFailures = prometheus.NewDesc("staticip_cni_failures_total",
+		"Failed CNI plugin calls on this node by reason (cni/README.md, \"Metrics\").",
+		[]string{"operation", "reason"}, nil)
 )
 
 // agentCollector reads the agent's counters and last pass' Stats at scrape time.
@@ -83,7 +93,7 @@ type agentCollector struct{ a *Agent }
 
 func (agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLastSync, descSyncs, descLastPass, descAPIErrors, descRebuilds, descCachesSynced,
-		descRoutes, descGCReleased, descGCSpared, descRefused, descDuplicates, descIPAMAddresses} {
+		descRoutes, descGCReleased, descGCSpared, descRefused, descDuplicates, descIPAMAddresses, descCNIDuration, descCNIFailures} {
 		ch <- d
 	}
 }
@@ -116,9 +126,28 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 	metric(descRefused, prometheus.GaugeValue, float64(s.RefusedRanges))
 	metric(descDuplicates, prometheus.GaugeValue, float64(s.Duplicates))
 	for _, u := range s.Usage {
-		r := u.Range.Subnet.String()
+		r, origin := u.Range.Subnet.String(), s.RangeOrigins[u.Range.Subnet]
 		for state, n := range map[string]int{"total": u.Total, "used": u.Used, "reserved": u.Reserved, "free": u.Free} {
-			metric(descIPAMAddresses, prometheus.GaugeValue, float64(n), r, state)
+			metric(descIPAMAddresses, prometheus.GaugeValue, float64(n), r, origin.IPRange, origin.Pool, state)
 		}
 	}
+	for _, m := range callMetrics(s.Calls) {
+		ch <- m
+	}
+}
+
+// callMetrics are the CNI call counters of the database as Prometheus series.
+func callMetrics(calls ipam.CallStats) []prometheus.Metric {
+	var out []prometheus.Metric
+	for _, h := range calls.Histograms {
+		buckets := make(map[float64]uint64, len(ipam.CallDurationBuckets))
+		for i, bound := range ipam.CallDurationBuckets {
+			buckets[bound] = h.Buckets[i]
+		}
+		out = append(out, prometheus.MustNewConstHistogram(descCNIDuration, h.Count, h.Sum.Seconds(), buckets, h.Op, h.Result))
+	}
+	for _, f := range calls.Failures {
+		out = append(out, prometheus.MustNewConstMetric(descCNIFailures, prometheus.CounterValue, float64(f.Count), f.Op, f.Reason))
+	}
+	return out
 }
