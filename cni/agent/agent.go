@@ -112,6 +112,8 @@ type Agent struct {
 	apiErrors atomic.Int64
 	// rebuilds counts databases rebuilt after corruption.
 	rebuilds atomic.Int64
+	// gcReleased counts the IPs GC released, every pass.
+	gcReleased atomic.Int64
 	// recorder records Events on the objects the agent leaves out (Start); reported are the
 	// problems of the last pass, so that a standing problem is one Event, not one per pass.
 	recorder record.EventRecorder
@@ -285,6 +287,7 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		}
 		stats.RefusedRanges = len(plan.refused)
 		stats.Duplicates = len(rp.duplicates)
+		a.gcReleased.Add(int64(stats.Freed))
 		a.stats.Store(stats)
 	}
 	if len(errs) == 0 {

@@ -71,7 +71,7 @@ var (
 	descRebuilds      = prometheus.NewDesc("staticip_agent_ipam_rebuilds_total", "IPAM databases found corrupt and rebuilt from the API and the host.", nil, nil)
 	descCachesSynced  = prometheus.NewDesc("staticip_agent_caches_synced", "1 once the informer caches have synced.", nil, nil)
 	descRoutes        = prometheus.NewDesc("staticip_agent_routes", "Host routes to other nodes' IP ranges.", nil, nil)
-	descGCReleased    = prometheus.NewDesc("staticip_agent_gc_released", "IPs released by the last GC.", nil, nil)
+	descGCReleased    = prometheus.NewDesc("staticip_agent_gc_released_total", "IPs released by GC since the agent started.", nil, nil)
 	descGCSpared      = prometheus.NewDesc("staticip_agent_gc_spared", "Allocations of pods absent from the cache that the last GC left alone, by reason.", []string{"reason"}, nil)
 	descRefused       = prometheus.NewDesc("staticip_agent_refused_ipranges", "IPRanges no node serves (overlapping, invalid, resized while in use).", nil, nil)
 	descDuplicates    = prometheus.NewDesc("staticip_agent_duplicate_staticips", "StaticIPs of this node's ranges that contest an IP or a pod.", nil, nil)
@@ -110,6 +110,7 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 	metric(descLastPass, prometheus.GaugeValue, float64(a.lastPass.Load()/1e9))
 	metric(descAPIErrors, prometheus.CounterValue, float64(a.apiErrors.Load()))
 	metric(descRebuilds, prometheus.CounterValue, float64(a.rebuilds.Load()))
+	metric(descGCReleased, prometheus.CounterValue, float64(a.gcReleased.Load()))
 	synced := 0.0
 	if a.Synced() {
 		synced = 1
@@ -120,7 +121,6 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	metric(descRoutes, prometheus.GaugeValue, float64(s.Routes))
-	metric(descGCReleased, prometheus.GaugeValue, float64(s.Freed))
 	metric(descGCSpared, prometheus.GaugeValue, float64(s.SparedYoung), "young")
 	metric(descGCSpared, prometheus.GaugeValue, float64(s.SparedSandbox), "sandbox")
 	metric(descRefused, prometheus.GaugeValue, float64(s.RefusedRanges))
