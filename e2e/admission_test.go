@@ -40,15 +40,7 @@ func TestIPAddressAdmission(t *testing.T) {
 	}
 	closed, open := f.Namespace(t, "e2e-adm-closed"), f.IPRequestNamespace(t, "e2e-adm-open")
 	const user = "e2e-pod-author"
-	for _, ns := range []string{closed, open} {
-		if _, err := f.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "edit"},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg := rest.CopyConfig(f.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	cfg := editUser(t, ctx, user, closed, open)
 	author := kubernetes.NewForConfigOrDie(cfg)
 	asking := func() *corev1.Pod {
 		p := testServerPod("asks", "", nil)
@@ -255,14 +247,7 @@ func TestEditUserManagesStaticIPWorkloads(t *testing.T) {
 	requireManager(t)
 	ns := f.Namespace(t, "e2e-edit")
 	const user = "e2e-app-developer"
-	if _, err := f.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "edit"},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
-		Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}}}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	cfg := rest.CopyConfig(f.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
-	dev := versioned.NewForConfigOrDie(cfg)
+	dev := versioned.NewForConfigOrDie(editUser(t, ctx, user, ns))
 	pod := testServerPod("web", "", map[string]string{"app": "web"})
 	pod.Spec.NodeSelector = nil
 	set := &jkev1alpha1.EnhancedStatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Annotations: map[string]string{jkev1.AnnotationEnable: "true"}},
@@ -309,4 +294,20 @@ func TestEditUserManagesStaticIPWorkloads(t *testing.T) {
 	if want := "only in a namespace labelled staticip.jke.jdcloud.com/allow-ip-request=true; namespace " + ns + " is not"; !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
 		t.Errorf("the edit user asking for %s in a template in %s: %v, want Forbidden with %q", sip.Spec.IP, ns, err, want)
 	}
+}
+
+// editUser binds user to the built-in edit ClusterRole in each namespace and returns a client
+// configuration that impersonates it.
+func editUser(t *testing.T, ctx context.Context, user string, namespaces ...string) *rest.Config {
+	t.Helper()
+	for _, ns := range namespaces {
+		if _, err := f.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "edit"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := rest.CopyConfig(f.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	return cfg
 }

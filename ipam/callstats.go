@@ -168,6 +168,18 @@ func failureKey(op, reason string) []byte   { return []byte("f\x00" + op + "\x00
 
 // addCall adds one call lasting took to the histogram of op and result.
 func addCall(b *bolt.Bucket, op, result string, took time.Duration) error {
+	return adjustCall(b, op, result, took, false)
+}
+
+// retractCall takes one call lasting took back from the histogram of op and result (never
+// below zero; nothing when there is no histogram).
+func retractCall(b *bolt.Bucket, op, result string, took time.Duration) error {
+	return adjustCall(b, op, result, took, true)
+}
+
+// adjustCall adds (or, retracting, subtracts) one call lasting took to the histogram of op
+// and result: its count, its sum and the count of its bucket.
+func adjustCall(b *bolt.Bucket, op, result string, took time.Duration, retract bool) error {
 	if b == nil {
 		return fmt.Errorf("IPAM store has no %s bucket", bucketCalls)
 	}
@@ -175,42 +187,25 @@ func addCall(b *bolt.Bucket, op, result string, took time.Duration) error {
 		return invalidf("call label %q/%q contains NUL", op, result)
 	}
 	key := histogramKey(op, result)
-	n := 2 + len(CallDurationBuckets) + 1
-	v := make([]byte, 8*n)
+	v := make([]byte, 8*(2+len(CallDurationBuckets)+1))
 	if old := b.Get(key); len(old) == len(v) {
 		copy(v, old)
-	}
-	inc := func(i int, by uint64) {
-		binary.BigEndian.PutUint64(v[8*i:], binary.BigEndian.Uint64(v[8*i:])+by)
-	}
-	if took < 0 {
-		took = 0
-	}
-	inc(0, 1)
-	inc(1, uint64(took))
-	inc(2+bucketIndex(took), 1)
-	return b.Put(key, v)
-}
-
-// retractCall takes one call lasting took back from the histogram of op and result (never
-// below zero).
-func retractCall(b *bolt.Bucket, op, result string, took time.Duration) error {
-	key := histogramKey(op, result)
-	old := b.Get(key)
-	if len(old) != 8*(2+len(CallDurationBuckets)+1) {
+	} else if retract {
 		return nil
 	}
-	v := slices.Clone(old)
-	dec := func(i int, by uint64) {
+	adjust := func(i int, by uint64) {
 		cur := binary.BigEndian.Uint64(v[8*i:])
-		binary.BigEndian.PutUint64(v[8*i:], cur-min(cur, by))
+		if retract {
+			cur -= min(cur, by)
+		} else {
+			cur += by
+		}
+		binary.BigEndian.PutUint64(v[8*i:], cur)
 	}
-	if took < 0 {
-		took = 0
-	}
-	dec(0, 1)
-	dec(1, uint64(took))
-	dec(2+bucketIndex(took), 1)
+	took = max(took, 0)
+	adjust(0, 1)
+	adjust(1, uint64(took))
+	adjust(2+bucketIndex(took), 1)
 	return b.Put(key, v)
 }
 
