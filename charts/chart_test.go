@@ -4,9 +4,12 @@
 package charts_test
 
 import (
+	"archive/tar"
 	"bytes"
+	"compress/gzip"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,17 +39,17 @@ var cases = []struct {
 }{
 	{
 		name:       "defaults",
-		kustomize:  []string{"manifests/cni", "manifests/scheduler/replace-default", "manifests/admission", "manifests/controller-manager"},
+		kustomize:  []string{"manifests/cni", "manifests/scheduler/replace-default", "manifests/admission", "manifests/user-roles", "manifests/controller-manager"},
 		readmePool: true,
 	},
 	{
 		name:      "second-scheduler",
-		set:       []string{"scheduler.mode=second-scheduler", "ipPools=null", "agent.enabled=false", "admissionPolicies.enabled=false", "controllerManager.enabled=false"},
+		set:       []string{"scheduler.mode=second-scheduler", "ipPools=null", "agent.enabled=false", "admissionPolicies.enabled=false", "userRoles.enabled=false", "controllerManager.enabled=false"},
 		kustomize: []string{"manifests/scheduler/second-scheduler"},
 	},
 	{
 		name:      "edge",
-		set:       []string{"edge.enabled=true", "ipPools=null", "agent.enabled=false", "admissionPolicies.enabled=false", "controllerManager.enabled=false", "scheduler.enabled=false"},
+		set:       []string{"edge.enabled=true", "ipPools=null", "agent.enabled=false", "admissionPolicies.enabled=false", "userRoles.enabled=false", "controllerManager.enabled=false", "scheduler.enabled=false"},
 		kustomize: []string{"manifests/edge"},
 	},
 }
@@ -77,7 +80,7 @@ func TestChartRendersWhatKustomizeRenders(t *testing.T) {
 func TestChartCRDsAreManifestsCRDs(t *testing.T) {
 	helm, _ := tools(t)
 	out := run(t, ".", helm, "template", "staticip", "staticip", "--include-crds",
-		"--set", "ipPools=null,agent.enabled=false,admissionPolicies.enabled=false,controllerManager.enabled=false,scheduler.enabled=false")
+		"--set", "ipPools=null,agent.enabled=false,admissionPolicies.enabled=false,userRoles.enabled=false,controllerManager.enabled=false,scheduler.enabled=false")
 	chart := objects(t, "helm template --include-crds", out)
 	files, err := filepath.Glob("../manifests/crds/*.yaml")
 	if err != nil || len(files) == 0 {
@@ -406,4 +409,59 @@ func sortedKeys[V any](m map[string]V) []string {
 	}
 	sort.Strings(ks)
 	return ks
+}
+
+// TestPackagedChartCarriesTheLicense: `helm package` ships LICENSE and NOTICE, equal to the
+// repository's (tools/chart-sync.sh copies them), inside the chart archive users install.
+func TestPackagedChartCarriesTheLicense(t *testing.T) {
+	helm, _ := tools(t)
+	dir := t.TempDir()
+	run(t, ".", helm, "package", "staticip", "--destination", dir)
+	archives, err := filepath.Glob(filepath.Join(dir, "staticip-*.tgz"))
+	if err != nil || len(archives) != 1 {
+		t.Fatalf("helm package wrote %v (%v), want one staticip-*.tgz", archives, err)
+	}
+	packaged := tgzFiles(t, archives[0])
+	for _, name := range []string{"LICENSE", "NOTICE"} {
+		want, err := os.ReadFile(filepath.Join("..", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, ok := packaged["staticip/"+name]
+		if !ok {
+			t.Errorf("the packaged chart has no %s", name)
+		} else if !bytes.Equal(got, want) {
+			t.Errorf("the packaged chart's %s differs from the repository's (make generate copies it)", name)
+		}
+	}
+}
+
+// tgzFiles reads a gzipped tar archive: path → content.
+func tgzFiles(t *testing.T, path string) map[string][]byte {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := map[string][]byte{}
+	tr := tar.NewReader(zr)
+	for {
+		h, err := tr.Next()
+		if errors.Is(err, io.EOF) {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[h.Name] = b
+	}
 }

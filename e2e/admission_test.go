@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	authenticationv1 "k8s.io/api/authentication/v1"
@@ -24,6 +25,7 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
+	"github.com/staticip/staticip/e2e/framework"
 )
 
 // TestIPAddressAdmission: on the cluster under test (manifests/admission installed), a user
@@ -38,15 +40,7 @@ func TestIPAddressAdmission(t *testing.T) {
 	}
 	closed, open := f.Namespace(t, "e2e-adm-closed"), f.IPRequestNamespace(t, "e2e-adm-open")
 	const user = "e2e-pod-author"
-	for _, ns := range []string{closed, open} {
-		if _, err := f.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "edit"},
-			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
-			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	cfg := rest.CopyConfig(f.Config)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
+	cfg := editUser(t, ctx, user, closed, open)
 	author := kubernetes.NewForConfigOrDie(cfg)
 	asking := func() *corev1.Pod {
 		p := testServerPod("asks", "", nil)
@@ -237,5 +231,83 @@ func pluginCredential(t *testing.T, ctx context.Context, node string) *rest.Conf
 	}
 	t.Logf("plugin kubeconfig %s via %s (server %s, used at %s)", inNode, shell.Where(), cfg.Host, f.Config.Host)
 	cfg.Host = f.Config.Host
+	return cfg
+}
+
+// TestEditUserManagesStaticIPWorkloads: on the cluster under test (manifests/user-roles
+// installed), a user bound to nothing but Kubernetes' built-in edit ClusterRole in a namespace
+// creates an EnhancedStatefulSet with static IPs, scales it through its scale subresource,
+// reads the StaticIP the controller records for its pod — and cannot delete that record, cannot
+// delete an IPRange, and cannot pick an IP in the template in a namespace that did not opt in.
+func TestEditUserManagesStaticIPWorkloads(t *testing.T) {
+	ctx := context.Background()
+	if _, err := f.Client.RbacV1().ClusterRoles().Get(ctx, "staticip-aggregate-to-edit", metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		t.Skip("no ClusterRole staticip-aggregate-to-edit on this cluster (kubectl apply -k manifests/user-roles)")
+	}
+	requireManager(t)
+	ns := f.Namespace(t, "e2e-edit")
+	const user = "e2e-app-developer"
+	dev := versioned.NewForConfigOrDie(editUser(t, ctx, user, ns))
+	pod := testServerPod("web", "", map[string]string{"app": "web"})
+	pod.Spec.NodeSelector = nil
+	set := &jkev1alpha1.EnhancedStatefulSet{ObjectMeta: metav1.ObjectMeta{Name: "web", Annotations: map[string]string{jkev1.AnnotationEnable: "true"}},
+		Spec: jkev1alpha1.EnhancedStatefulSetSpec{Replicas: ptr[int32](1), ServiceName: "web",
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "web"}},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: pod.Labels}, Spec: pod.Spec}}}
+	// The aggregation controller may still be folding the roles in on a cluster just up.
+	var err error
+	if werr := framework.WaitFor(ctx, time.Minute, "the edit user to create an EnhancedStatefulSet", func(ctx context.Context) (bool, error) {
+		_, err = dev.JkeV1alpha1().EnhancedStatefulSets(ns).Create(ctx, set, metav1.CreateOptions{})
+		return err == nil, nil
+	}); werr != nil {
+		t.Fatalf("%v: %v", werr, err)
+	}
+	var sip *jkev1.StaticIP
+	if werr := framework.WaitFor(ctx, rolloutTimeout, "the edit user to read StaticIP web-0 with its IP", func(ctx context.Context) (bool, error) {
+		sip, err = dev.JkeV1().StaticIPs(ns).Get(ctx, "web-0", metav1.GetOptions{})
+		return err == nil && sip.Spec.IP != "", nil
+	}); werr != nil {
+		t.Fatalf("%v: %v", werr, err)
+	}
+	t.Logf("the edit user reads StaticIP %s/web-0: %s on %s", ns, sip.Spec.IP, sip.Spec.Node)
+	scale, err := dev.JkeV1alpha1().EnhancedStatefulSets(ns).GetScale(ctx, "web", metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("the edit user reading the scale subresource: %v", err)
+	}
+	scale.Spec.Replicas = 2
+	if _, err := dev.JkeV1alpha1().EnhancedStatefulSets(ns).UpdateScale(ctx, "web", scale, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("the edit user scaling the EnhancedStatefulSet: %v", err)
+	}
+	if got, err := dev.JkeV1alpha1().EnhancedStatefulSets(ns).Get(ctx, "web", metav1.GetOptions{}); err != nil || *got.Spec.Replicas != 2 {
+		t.Fatalf("after the scale: %v, %v", err, got)
+	}
+	if err := dev.JkeV1().StaticIPs(ns).Delete(ctx, "web-0", metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}); !apierrors.IsForbidden(err) {
+		t.Errorf("the edit user deleting StaticIP web-0 (freeing its reserved IP): %v, want Forbidden", err)
+	}
+	if err := dev.JkeV1().IPRanges().DeleteCollection(ctx, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		t.Errorf("the edit user deleting IPRanges: %v, want Forbidden", err)
+	}
+	asking := set.DeepCopy()
+	asking.Name = "asks"
+	asking.Spec.Template.Annotations = map[string]string{jkev1.AnnotationIPAddress: sip.Spec.IP}
+	_, err = dev.JkeV1alpha1().EnhancedStatefulSets(ns).Create(ctx, asking, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	if want := "only in a namespace labelled staticip.jke.jdcloud.com/allow-ip-request=true; namespace " + ns + " is not"; !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
+		t.Errorf("the edit user asking for %s in a template in %s: %v, want Forbidden with %q", sip.Spec.IP, ns, err, want)
+	}
+}
+
+// editUser binds user to the built-in edit ClusterRole in each namespace and returns a client
+// configuration that impersonates it.
+func editUser(t *testing.T, ctx context.Context, user string, namespaces ...string) *rest.Config {
+	t.Helper()
+	for _, ns := range namespaces {
+		if _, err := f.Client.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "edit"},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "edit"},
+			Subjects: []rbacv1.Subject{{Kind: rbacv1.UserKind, Name: user}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := rest.CopyConfig(f.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: user}
 	return cfg
 }

@@ -44,10 +44,10 @@ var promComponents = []promComponent{
 	{name: "staticip-controller-manager", namespace: "staticip-system", kind: "Deployment", series: []string{
 		`workqueue_adds_total`, `workqueue_depth`, `staticip_controller_syncs_total`, `staticip_controller_manager_leader`, `staticip_build_info`}},
 	{name: "application-grid-wrapper", namespace: "kube-system", kind: "DaemonSet", series: []string{
-		`application_grid_wrapper_endpointslice_watches`, `application_grid_wrapper_requests_total`, `application_grid_wrapper_endpoints_total`,
+		`staticip_application_grid_wrapper_endpointslice_watches`, `staticip_application_grid_wrapper_requests_total`, `staticip_application_grid_wrapper_endpoints_total`,
 		`staticip_build_info`}},
 	{name: "statefulset-grid-daemon", namespace: "kube-system", kind: "DaemonSet", series: []string{
-		`statefulset_grid_daemon_records`, `statefulset_grid_daemon_sync_duration_seconds_count`, `staticip_build_info`}},
+		`staticip_statefulset_grid_daemon_records`, `staticip_statefulset_grid_daemon_sync_duration_seconds_count`, `staticip_build_info`}},
 }
 
 // TestPrometheusScrapesEveryComponent runs a real Prometheus (Debian's package, `make deps`)
@@ -143,6 +143,12 @@ func TestPrometheusScrapesEveryComponent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The plugin's own count of its ADDs on that node (ipam.db, passed on by the agent).
+	addsQ := fmt.Sprintf(`sum(staticip_cni_operation_duration_seconds_count{node=%q,operation="add",result="success"}) or vector(0)`, target)
+	addsBefore, err := prom.scalar(ctx, addsQ)
+	if err != nil {
+		t.Fatal(err)
+	}
 	pod := testServerPod("static", "", nil)
 	pod.Spec.NodeSelector = nil // the scheduler pins it to the IP's node
 	pod.Annotations = map[string]string{jkev1.AnnotationIPAddress: ip}
@@ -173,6 +179,43 @@ func TestPrometheusScrapesEveryComponent(t *testing.T) {
 	}); err != nil {
 		t.Errorf("%v (last value %v, pods holding an IP on the node %d; before the pod %v)", err, usedNow, holders, usedBefore)
 	}
+	cniCallsShow(t, ctx, prom, ns, target, ip, addsQ, addsBefore)
+}
+
+// cniCallsShow: the pod's ADD shows in the node's CNI duration histogram, and a pod sent to
+// the same node's kubelet asking for the IP the first one holds is refused by the plugin and
+// counted under reason ip_in_use.
+func cniCallsShow(t *testing.T, ctx context.Context, prom *prometheus, ns, node, heldIP, addsQ string, addsBefore float64) {
+	t.Helper()
+	var addsNow float64
+	var err error
+	if err := framework.WaitFor(ctx, 2*time.Minute, addsQ+" to grow", func(ctx context.Context) (bool, error) {
+		addsNow, err = prom.scalar(ctx, addsQ)
+		return err == nil && addsNow >= addsBefore+1, err
+	}); err != nil {
+		t.Errorf("%v (last value %v, before the pod %v)", err, addsNow, addsBefore)
+	}
+	refusedQ := fmt.Sprintf(`sum(staticip_cni_failures_total{node=%q,operation="add",reason="ip_in_use"}) or vector(0)`, node)
+	refusedBefore, err := prom.scalar(ctx, refusedQ)
+	if err != nil {
+		t.Fatal(err)
+	}
+	intruder := testServerPod("intruder", "", nil)
+	intruder.Spec.NodeSelector = nil
+	intruder.Spec.NodeName = node // past the scheduler, straight to the kubelet
+	intruder.Annotations = map[string]string{jkev1.AnnotationIPAddress: heldIP}
+	if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, intruder, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitForPodEvent(t, ctx, ns, "intruder", "FailedCreatePodSandBox", fmt.Sprintf("IP %s is in use by pod %s/static", heldIP, ns))
+	var refusedNow float64
+	if err := framework.WaitFor(ctx, 2*time.Minute, refusedQ+" to grow", func(ctx context.Context) (bool, error) {
+		refusedNow, err = prom.scalar(ctx, refusedQ)
+		return err == nil && refusedNow >= refusedBefore+1, err
+	}); err != nil {
+		t.Errorf("%v (last value %v, before the refused pod %v)", err, refusedNow, refusedBefore)
+	}
+	t.Logf("node %s: CNI ADDs counted %v -> %v; ip_in_use refusals %v -> %v", node, addsBefore, addsNow, refusedBefore, refusedNow)
 }
 
 // podsHoldingIPsOn counts the pods bound to node that hold a pod-network IP: not hostNetwork,

@@ -86,6 +86,12 @@ type DB struct {
 	path       string
 	quarantine time.Duration
 	now        func() time.Time
+	// pending is a successful CNI call the next committed write transaction counts
+	// (RecordCallOnCommit, callstats.go).
+	pending *pendingCall
+	// counted is the duration of the success the last commit counted (CountedCall).
+	counted   time.Duration
+	countedOK bool
 }
 
 // withDefaults fills in the defaults of opts.
@@ -247,10 +253,18 @@ func (d *DB) Close() error {
 }
 
 // update runs fn in one read-write transaction. bbolt panics on some kinds of page damage;
-// that becomes a CorruptError naming the file instead of killing the caller.
+// that becomes a CorruptError naming the file instead of killing the caller. A call armed by
+// RecordCallOnCommit is counted in the same transaction when fn succeeds.
 func (d *DB) update(fn func(tx *bolt.Tx) error) (err error) {
 	defer d.recoverCorrupt(&err)
-	return d.nameFile(d.db.Update(fn))
+	call := d.pending
+	d.pending, d.countedOK = nil, false // counted by this transaction or, if it rolls back, by the caller's failure
+	return d.nameFile(d.db.Update(func(tx *bolt.Tx) error {
+		if err := fn(tx); err != nil {
+			return err
+		}
+		return d.recordCall(tx, call)
+	}))
 }
 
 func (d *DB) view(fn func(tx *bolt.Tx) error) (err error) {

@@ -25,7 +25,7 @@ fi
 
 # Every module whose go.mod/go.sum must be tidy, and every generated path (make generate).
 MODULES=(. tools e2e tools/controller-gen tools/coredns tools/kind/kindcli tools/helm tools/kwok tools/conformance/suite)
-GENERATED=(go.mod go.sum tools/go.mod tools/go.sum e2e/go.mod e2e/go.sum apis scheduler-plugins/apis manifests/crds charts/staticip/crds charts/staticip/files tools/controller-gen tools/coredns tools/kind/kindcli tools/helm tools/kwok tools/conformance/suite)
+GENERATED=(go.mod go.sum tools/go.mod tools/go.sum e2e/go.mod e2e/go.sum apis scheduler-plugins/apis manifests/crds charts/staticip/crds charts/staticip/files charts/staticip/LICENSE charts/staticip/NOTICE tools/controller-gen tools/coredns tools/kind/kindcli tools/helm tools/kwok tools/conformance/suite)
 before=$(git status --porcelain -- "${GENERATED[@]}")
 for mod in "${MODULES[@]}"; do
   (cd "$mod" && go mod tidy)

@@ -112,6 +112,8 @@ type Agent struct {
 	apiErrors atomic.Int64
 	// rebuilds counts databases rebuilt after corruption.
 	rebuilds atomic.Int64
+	// gcReleased counts the IPs GC released, every pass.
+	gcReleased atomic.Int64
 	// recorder records Events on the objects the agent leaves out (Start); reported are the
 	// problems of the last pass, so that a standing problem is one Event, not one per pass.
 	recorder record.EventRecorder
@@ -146,7 +148,15 @@ type Stats struct {
 	// use); Duplicates the StaticIPs that contest an IP or a pod.
 	RefusedRanges, Duplicates int
 	Usage                     []ipam.RangeUsage
+	// RangeOrigins name the IPRange (and its IPPool, if the range allocator made it) of each
+	// subnet of Usage: the iprange and pool labels of the address metrics.
+	RangeOrigins map[netip.Prefix]RangeOrigin
+	// Calls are the CNI plugin's call counters in the database (ipam.CallStats).
+	Calls ipam.CallStats
 }
+
+// RangeOrigin is where a subnet of this node's database comes from.
+type RangeOrigin struct{ IPRange, Pool string }
 
 // New returns an agent.
 func New(cfg Config, kube kubernetes.Interface, sip versioned.Interface, log io.Writer) *Agent {
@@ -283,6 +293,7 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		}
 		stats.RefusedRanges = len(plan.refused)
 		stats.Duplicates = len(rp.duplicates)
+		a.gcReleased.Add(int64(stats.Freed))
 		a.stats.Store(stats)
 	}
 	if len(errs) == 0 {

@@ -105,6 +105,12 @@ func newSyncFixture(t *testing.T) *syncFixture {
 	for name, spec := range ranges {
 		createIPRange(ctx, t, sip, name, spec)
 	}
+	// Node A's range as the range allocator makes them, cut from IPPool "pods" (the pool
+	// label of the address metrics).
+	if _, err := sip.JkeV1().IPRanges().Patch(ctx, "cni-a-"+suffix, types.MergePatchType,
+		[]byte(`{"metadata":{"labels":{"`+jkev1.LabelIPPool+`":"pods"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: f.ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -230,16 +236,36 @@ func (f *syncFixture) checkStatusAndRoutes(t *testing.T) {
 }
 
 // checkEndpoints: health and metrics (internal/serving's handler of the agent's endpoints);
-// an allocation the plugin makes after the agent started is counted once.
+// allocations the plugin makes after the agent started are counted once; the plugin's call
+// counters in the database are exported as they are, with the address metrics' IPRange and pool.
 func (f *syncFixture) checkEndpoints(t *testing.T) {
 	allocateAt(t, f.a.DBPath(), time.Now(), "c4", ipam.PodRef{Namespace: f.ns, Name: "new", UID: "new-uid"})
+	// The plugin's call counters as it leaves them in the database: an ADD counted in its
+	// allocation's commit (2 ms), and a refused one counted on its own.
+	db, err := ipam.Open(ipam.Options{Path: f.a.DBPath()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	db.RecordCallOnCommit("add", time.Now().Add(-2*time.Millisecond))
+	_, _, err = db.Allocate(ipam.AllocateRequest{Attachment: ipam.Attachment{ContainerID: "c5", IfName: "eth0"}})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := ipam.RecordCallFailure(ipam.Options{Path: f.a.DBPath()}, time.Second, "add", "ip_in_use", 3*time.Millisecond); err != nil {
+		t.Fatal(err)
+	}
 	f.sync(t)
 	f.sync(t)
 	rec := serving.Handler(f.a.Endpoints(time.Minute))
 	for _, c := range []struct{ path, want string }{{"/healthz", "ok"}, {"/readyz", "ok"},
-		{"/metrics", `staticip_ipam_addresses{range="10.150.0.0/24",state="used"} 3`},
+		{"/metrics", `staticip_ipam_addresses{iprange="cni-a-` + f.suffix + `",pool="pods",range="10.150.0.0/24",state="used"} 4`},
+		{"/metrics", `staticip_cni_operation_duration_seconds_bucket{operation="add",result="success",le="0.0025"} 1`},
+		{"/metrics", `staticip_cni_operation_duration_seconds_bucket{operation="add",result="success",le="0.001"} 0`},
+		{"/metrics", `staticip_cni_operation_duration_seconds_count{operation="add",result="failure"} 1`},
+		{"/metrics", `staticip_cni_failures_total{operation="add",reason="ip_in_use"} 1`},
 		{"/metrics", `staticip_agent_syncs_total{result="error"} 0`},
-		{"/metrics", `staticip_agent_allocations_total{range="10.150.0.0/24"} 1`},
+		{"/metrics", `staticip_agent_allocations_total{range="10.150.0.0/24"} 2`}, // c4 and c5
 		{"/metrics", `staticip_agent_gc_spared{reason="young"} 1`},
 		{"/metrics", `staticip_build_info{component="staticip-agent"`}} {
 		w := httptest.NewRecorder()

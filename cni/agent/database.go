@@ -111,6 +111,10 @@ func (a *Agent) syncDB(plan *rangePlan, held map[string][]heldBy, sips []*jkev1.
 	if stats.Usage, err = db.Usage(); err != nil {
 		errs = append(errs, err)
 	}
+	stats.RangeOrigins = rangeOrigins(plan, a.cfg.NodeName)
+	if stats.Calls, err = db.CallStats(); err != nil {
+		errs = append(errs, fmt.Errorf("CNI call counters: %w", err))
+	}
 	return stats, rp, errors.Join(errs...)
 }
 
@@ -287,4 +291,33 @@ func hostVeths() (map[string]bool, error) {
 		names[n] = true
 	}
 	return names, err
+}
+
+// rangeOrigins names the IPRange and IPPool of every subnet the node holds: the ranges it
+// serves, and those it still drains (known by name).
+func rangeOrigins(plan *rangePlan, node string) map[netip.Prefix]RangeOrigin {
+	out := map[netip.Prefix]RangeOrigin{}
+	add := func(ir *jkev1.IPRange) {
+		subnet, err := netip.ParsePrefix(ir.Spec.CIDR)
+		if err != nil {
+			return
+		}
+		if _, ok := out[subnet.Masked()]; !ok {
+			out[subnet.Masked()] = RangeOrigin{IPRange: ir.Name, Pool: ir.Labels[jkev1.LabelIPPool]}
+		}
+	}
+	for _, ir := range plan.mine {
+		add(ir)
+	}
+	for name := range plan.draining {
+		if ir, ok := plan.byName[name]; ok {
+			add(ir)
+		}
+	}
+	for _, ir := range plan.byName { // a range that moved here or away since: still its name
+		if ir.Spec.Node == node {
+			add(ir)
+		}
+	}
+	return out
 }

@@ -71,11 +71,21 @@ var (
 	descRebuilds      = prometheus.NewDesc("staticip_agent_ipam_rebuilds_total", "IPAM databases found corrupt and rebuilt from the API and the host.", nil, nil)
 	descCachesSynced  = prometheus.NewDesc("staticip_agent_caches_synced", "1 once the informer caches have synced.", nil, nil)
 	descRoutes        = prometheus.NewDesc("staticip_agent_routes", "Host routes to other nodes' IP ranges.", nil, nil)
-	descGCReleased    = prometheus.NewDesc("staticip_agent_gc_released", "IPs released by the last GC.", nil, nil)
+	descGCReleased    = prometheus.NewDesc("staticip_agent_gc_released_total", "IPs released by GC since the agent started.", nil, nil)
 	descGCSpared      = prometheus.NewDesc("staticip_agent_gc_spared", "Allocations of pods absent from the cache that the last GC left alone, by reason.", []string{"reason"}, nil)
 	descRefused       = prometheus.NewDesc("staticip_agent_refused_ipranges", "IPRanges no node serves (overlapping, invalid, resized while in use).", nil, nil)
 	descDuplicates    = prometheus.NewDesc("staticip_agent_duplicate_staticips", "StaticIPs of this node's ranges that contest an IP or a pod.", nil, nil)
-	descIPAMAddresses = prometheus.NewDesc("staticip_ipam_addresses", "Addresses of each range by state.", []string{"range", "state"}, nil)
+	descIPAMAddresses = prometheus.NewDesc("staticip_ipam_addresses",
+		"Addresses of each range of this node's IPAM database by state; iprange and pool name the IPRange and the IPPool it was cut from (empty for a hand-written IPRange). The node label comes from the scrape (the agent pod's node).",
+		[]string{"range", "iprange", "pool", "state"}, nil)
+	// The CNI plugin's calls, as it counts them in the database (ipam/callstats.go): the agent
+	// passes them on as they are, so they are counters since the database was created.
+	descCNIDuration = prometheus.NewDesc("staticip_cni_operation_duration_seconds",
+		"Duration of the CNI plugin's ADD/DEL/CHECK calls on this node, by result (success, failure): from the plugin's start to the commit of its IPAM transaction for a success, to its failure otherwise.",
+		[]string{"operation", "result"}, nil)
+	descCNIFailures = prometheus.NewDesc("staticip_cni_failures_total",
+		"Failed CNI plugin calls on this node by reason (cni/README.md, \"Metrics\").",
+		[]string{"operation", "reason"}, nil)
 )
 
 // agentCollector reads the agent's counters and last pass' Stats at scrape time.
@@ -83,7 +93,7 @@ type agentCollector struct{ a *Agent }
 
 func (agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLastSync, descSyncs, descLastPass, descAPIErrors, descRebuilds, descCachesSynced,
-		descRoutes, descGCReleased, descGCSpared, descRefused, descDuplicates, descIPAMAddresses} {
+		descRoutes, descGCReleased, descGCSpared, descRefused, descDuplicates, descIPAMAddresses, descCNIDuration, descCNIFailures} {
 		ch <- d
 	}
 }
@@ -100,6 +110,7 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 	metric(descLastPass, prometheus.GaugeValue, float64(a.lastPass.Load()/1e9))
 	metric(descAPIErrors, prometheus.CounterValue, float64(a.apiErrors.Load()))
 	metric(descRebuilds, prometheus.CounterValue, float64(a.rebuilds.Load()))
+	metric(descGCReleased, prometheus.CounterValue, float64(a.gcReleased.Load()))
 	synced := 0.0
 	if a.Synced() {
 		synced = 1
@@ -110,15 +121,33 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 		return
 	}
 	metric(descRoutes, prometheus.GaugeValue, float64(s.Routes))
-	metric(descGCReleased, prometheus.GaugeValue, float64(s.Freed))
 	metric(descGCSpared, prometheus.GaugeValue, float64(s.SparedYoung), "young")
 	metric(descGCSpared, prometheus.GaugeValue, float64(s.SparedSandbox), "sandbox")
 	metric(descRefused, prometheus.GaugeValue, float64(s.RefusedRanges))
 	metric(descDuplicates, prometheus.GaugeValue, float64(s.Duplicates))
 	for _, u := range s.Usage {
-		r := u.Range.Subnet.String()
+		r, origin := u.Range.Subnet.String(), s.RangeOrigins[u.Range.Subnet]
 		for state, n := range map[string]int{"total": u.Total, "used": u.Used, "reserved": u.Reserved, "free": u.Free} {
-			metric(descIPAMAddresses, prometheus.GaugeValue, float64(n), r, state)
+			metric(descIPAMAddresses, prometheus.GaugeValue, float64(n), r, origin.IPRange, origin.Pool, state)
 		}
 	}
+	for _, m := range callMetrics(s.Calls) {
+		ch <- m
+	}
+}
+
+// callMetrics are the CNI call counters of the database as Prometheus series.
+func callMetrics(calls ipam.CallStats) []prometheus.Metric {
+	var out []prometheus.Metric
+	for _, h := range calls.Histograms {
+		buckets := make(map[float64]uint64, len(ipam.CallDurationBuckets))
+		for i, bound := range ipam.CallDurationBuckets {
+			buckets[bound] = h.Buckets[i]
+		}
+		out = append(out, prometheus.MustNewConstHistogram(descCNIDuration, h.Count, h.Sum.Seconds(), buckets, h.Op, h.Result))
+	}
+	for _, f := range calls.Failures {
+		out = append(out, prometheus.MustNewConstMetric(descCNIFailures, prometheus.CounterValue, float64(f.Count), f.Op, f.Reason))
+	}
+	return out
 }

@@ -83,7 +83,7 @@ func (h *harness) add(args *skel.CmdArgs) (*current.Result, error) {
 	var res types.Result
 	err := h.host.Do(func(ns.NetNS) error {
 		var err error
-		res, _, err = testutils.CmdAddWithArgs(args, func() error { return h.plugin.Add(args) })
+		res, _, err = testutils.CmdAddWithArgs(args, func() error { return h.plugin.Funcs().Add(args) })
 		return err
 	})
 	if err != nil {
@@ -103,7 +103,7 @@ func (h *harness) mustAdd(args *skel.CmdArgs) *current.Result {
 
 func (h *harness) del(args *skel.CmdArgs) error {
 	return h.host.Do(func(ns.NetNS) error {
-		return testutils.CmdDelWithArgs(args, func() error { return h.plugin.Del(args) })
+		return testutils.CmdDelWithArgs(args, func() error { return h.plugin.Funcs().Del(args) })
 	})
 }
 
@@ -115,7 +115,7 @@ func (h *harness) check(args *skel.CmdArgs, prev *current.Result) error {
 	a := *args
 	a.StdinData = data
 	return h.host.Do(func(ns.NetNS) error {
-		return testutils.CmdCheckWithArgs(&a, func() error { return h.plugin.Check(&a) })
+		return testutils.CmdCheckWithArgs(&a, func() error { return h.plugin.Funcs().Check(&a) })
 	})
 }
 
@@ -394,22 +394,25 @@ func TestBadInputLeavesNothingBehind(t *testing.T) {
 		code  uint
 		msg   string
 		setup func(t *testing.T, pod *nstest.NetNS) func()
+		// reason is the failure counted in the store (staticip_cni_failures_total); empty
+		// where no store can take it (locked, corrupt, a conflist that names none).
+		reason string
 	}{
-		{name: "malformed annotation", conf: withAnnotation("10.123.0.300"), code: ErrCodeBadAnnotation,
+		{name: "malformed annotation", reason: "invalid_annotation", conf: withAnnotation("10.123.0.300"), code: ErrCodeBadAnnotation,
 			msg: `pod ns/victim: annotation staticip.jke.jdcloud.com/ip-address="10.123.0.300" is not an IP address`},
-		{name: "IP outside every range", conf: withAnnotation("10.99.0.5"), code: ErrCodeOutOfRange,
+		{name: "IP outside every range", reason: "out_of_range", conf: withAnnotation("10.99.0.5"), code: ErrCodeOutOfRange,
 			msg: "10.99.0.5 is outside every range of this node (10.123.0.0/28)"},
-		{name: "IP held by another live pod", conf: withAnnotation(holderIP), code: ErrCodeInUse,
+		{name: "IP held by another live pod", reason: "ip_in_use", conf: withAnnotation(holderIP), code: ErrCodeInUse,
 			msg: "IP " + holderIP + " is in use by pod ns/holder (container ctr-holder, interface eth0)"},
-		{name: "gateway requested", args: "IP=10.123.0.1", code: ErrCodeNotAllocatable, msg: "10.123.0.1 is the gateway"},
-		{name: "malformed CNI_ARGS IP", args: "IP=banana", code: ErrCodeBadRequestedIP, msg: `requested IP "banana"`},
-		{name: "exhausted range", conf: h.confRanges([]map[string]any{{"subnet": "10.124.0.0/30", "exclude": []string{"10.124.0.1", "10.124.0.2"}}}),
+		{name: "gateway requested", reason: "not_allocatable", args: "IP=10.123.0.1", code: ErrCodeNotAllocatable, msg: "10.123.0.1 is the gateway"},
+		{name: "malformed CNI_ARGS IP", reason: "invalid_request", args: "IP=banana", code: ErrCodeBadRequestedIP, msg: `requested IP "banana"`},
+		{name: "exhausted range", reason: "range_exhausted", conf: h.confRanges([]map[string]any{{"subnet": "10.124.0.0/30", "exclude": []string{"10.124.0.1", "10.124.0.2"}}}),
 			code: ErrCodeExhausted, msg: "no free IP address in range(s) 10.124.0.0/30"},
-		{name: "invalid conflist: bad subnet", conf: h.confRanges([]map[string]any{{"subnet": "10.125.0.1/24"}}),
+		{name: "invalid conflist: bad subnet", reason: "invalid_config", conf: h.confRanges([]map[string]any{{"subnet": "10.125.0.1/24"}}),
 			code: types.ErrInvalidNetworkConfig, msg: "ranges[0]: invalid input: subnet 10.125.0.1/24 has host bits set"},
 		{name: "invalid conflist: not JSON", conf: []byte(`{"cniVersion":"1.1.0","name":"x","type":"staticip","mtu":"big"}`),
 			code: types.ErrInvalidNetworkConfig, msg: "cannot parse the network configuration"},
-		{name: "requested IP released moments ago (quarantine)", code: types.ErrTryAgainLater,
+		{name: "requested IP released moments ago (quarantine)", reason: "ip_quarantined", code: types.ErrTryAgainLater,
 			args: "IP=10.123.0.9", conf: h.conf(map[string]any{"quarantine": "1h"}),
 			msg: "IP 10.123.0.9 was released moments ago and is quarantined until",
 			setup: func(t *testing.T, _ *nstest.NetNS) func() {
@@ -437,7 +440,7 @@ func TestBadInputLeavesNothingBehind(t *testing.T) {
 				os.WriteFile(ipam.NetworkPath(corruptDir, testNetwork), []byte(strings.Repeat("garbage!", 4096)), 0o600)
 				return nil
 			}},
-		{name: "interface name taken in the pod", code: ErrCodeNetwork, msg: `container veth name ("eth0") peer provided`,
+		{name: "interface name taken in the pod", reason: "netlink", code: ErrCodeNetwork, msg: `container veth name ("eth0") peer provided`,
 			setup: func(t *testing.T, pod *nstest.NetNS) func() {
 				err := pod.Do(func(ns.NetNS) error {
 					return netlink.LinkAdd(&netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: "eth0"}})
@@ -447,7 +450,7 @@ func TestBadInputLeavesNothingBehind(t *testing.T) {
 				}
 				return nil
 			}},
-		{name: "failure after the pod side is configured (rollback)", code: ErrCodeNetwork, msg: "rolled back): injected failure",
+		{name: "failure after the pod side is configured (rollback)", reason: "netlink", code: ErrCodeNetwork, msg: "rolled back): injected failure",
 			setup: func(t *testing.T, pod *nstest.NetNS) func() {
 				testHookHostSetup = func() error { return errors.New("injected failure") }
 				return func() { testHookHostSetup = nil }
@@ -470,6 +473,14 @@ func TestBadInputLeavesNothingBehind(t *testing.T) {
 				args += ";" + tc.args
 			}
 			before := h.hostLinks()
+			// The test itself holds the store in the locked case, and a corrupt one cannot be read.
+			readStats := func() storeCalls {
+				if strings.Contains(tc.name, "locked") || strings.Contains(tc.name, "corrupt") {
+					return storeCalls{}
+				}
+				return h.callStatsOf(conf)
+			}
+			statsBefore := readStats()
 			_, err := h.add(podArgs(pod, "ctr-victim", args, conf))
 			var te *types.Error
 			if !errors.As(err, &te) || te.Code != tc.code || !strings.Contains(te.Msg, tc.msg) {
@@ -477,6 +488,18 @@ func TestBadInputLeavesNothingBehind(t *testing.T) {
 			}
 			if after := h.hostLinks(); len(after) != len(before) {
 				t.Fatalf("host veths %v -> %v", before, after)
+			}
+			statsAfter := readStats()
+			if tc.reason != "" {
+				if got := statsAfter.failures["add/"+tc.reason] - statsBefore.failures["add/"+tc.reason]; got != 1 {
+					t.Errorf("failures{add,%s} rose by %d, want 1 (all: %v)", tc.reason, got, statsAfter.failures)
+				}
+				if got := statsAfter.calls["add/failure"] - statsBefore.calls["add/failure"]; got != 1 {
+					t.Errorf("the add/failure histogram counted %d calls, want 1", got)
+				}
+			}
+			if statsAfter.calls["add/success"] != statsBefore.calls["add/success"] {
+				t.Errorf("a failed ADD left a success counted (%d -> %d)", statsBefore.calls["add/success"], statsAfter.calls["add/success"])
 			}
 			if l, err := linkIn(pod, "eth0"); err == nil && l.Type() == "veth" {
 				t.Fatal("a veth was left in the pod")
@@ -490,6 +513,39 @@ func TestBadInputLeavesNothingBehind(t *testing.T) {
 			}
 		})
 	}
+}
+
+// storeCalls are the call counters of the harness' store: "op/result" → calls,
+// "op/reason" → failures.
+type storeCalls struct{ calls, failures map[string]uint64 }
+
+func (h *harness) callStats() storeCalls { return h.callStatsOf(h.conf(nil)) }
+
+// callStatsOf reads the counters of the store conf names (none for a conflist that does not
+// parse).
+func (h *harness) callStatsOf(conf []byte) storeCalls {
+	h.t.Helper()
+	out := storeCalls{calls: map[string]uint64{}, failures: map[string]uint64{}}
+	nc, err := LoadConf(conf)
+	if err != nil {
+		return out
+	}
+	db, err := ipam.Open(ipam.ForNetwork(nc.DataDir, nc.Name))
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	defer db.Close()
+	s, err := db.CallStats()
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	for _, c := range s.Histograms {
+		out.calls[c.Op+"/"+c.Result] = c.Count
+	}
+	for _, f := range s.Failures {
+		out.failures[f.Op+"/"+f.Reason] = f.Count
+	}
+	return out
 }
 
 func (h *harness) confRanges(ranges []map[string]any) []byte {
@@ -586,5 +642,29 @@ func TestIPv6PodsTalk(t *testing.T) {
 	})
 	if err != nil {
 		t.Fatalf("pod A -> pod B over IPv6: %v", err)
+	}
+}
+
+// Each successful ADD, CHECK and DEL is counted once in the store (ADD and DEL in the
+// transaction that commits their work), and nothing is counted as a failure.
+func TestCallsAreCountedInTheStore(t *testing.T) {
+	h := newHarness(t)
+	pod := newNS(t, "counted")
+	args := podArgs(pod, "ctr-counted", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=counted", h.conf(nil))
+	res := h.mustAdd(args)
+	if err := h.check(args, res); err != nil {
+		t.Fatalf("CHECK: %v", err)
+	}
+	if err := h.del(args); err != nil {
+		t.Fatalf("DEL: %v", err)
+	}
+	s := h.callStats()
+	for _, k := range []string{"add/success", "check/success", "del/success"} {
+		if s.calls[k] != 1 {
+			t.Errorf("%s counted %d times, want 1 (all: %v)", k, s.calls[k], s.calls)
+		}
+	}
+	if len(s.failures) != 0 || s.calls["add/failure"]+s.calls["del/failure"]+s.calls["check/failure"] != 0 {
+		t.Errorf("failures counted for successful calls: %v %v", s.failures, s.calls)
 	}
 }

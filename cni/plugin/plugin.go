@@ -37,7 +37,8 @@ func VersionInfo() version.PluginInfo {
 
 // Funcs are the CNI commands for skel.PluginMainFuncs.
 func (p *Plugin) Funcs() skel.CNIFuncs {
-	return skel.CNIFuncs{Add: p.Add, Del: p.Del, Check: p.Check, GC: p.GC, Status: p.Status}
+	return skel.CNIFuncs{Add: p.counted(opAdd, p.Add), Del: p.counted(opDel, p.Del), Check: p.counted(opCheck, p.Check),
+		GC: p.GC, Status: p.Status}
 }
 
 func (p *Plugin) logf(format string, args ...any) {
@@ -240,6 +241,7 @@ func ownerHint(ctx context.Context, kc *kubeClient, ip netip.Addr) string {
 // no veth, no route, and no change to the database made by this call (a reservation the pod
 // had before stays, an IP taken over from its earlier sandbox goes back to it).
 func (p *Plugin) Add(args *skel.CmdArgs) error {
+	start := time.Now()
 	ctx := context.Background()
 	conf, err := LoadConf(args.StdinData)
 	if err != nil {
@@ -281,14 +283,17 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	} else if len(draining) > 0 {
 		p.logf("ranges %v are no longer configured but still have allocations; they drain (nothing new is allocated from them)", draining)
 	}
+	// Counted in the allocation's own commit; taken back below if the call fails after it.
+	db.RecordCallOnCommit(opAdd, start)
 	alloc, created, err := db.Allocate(ipam.AllocateRequest{Attachment: att, Pod: pod, IP: req.IP,
 		SkipPodReservation: skipReservation, Alive: hostLinkAlive})
+	counted := countedCall(db)
 	ranges, _ := db.Ranges()
 	served, _ := db.Served()
 	db.Close()
 	if err == nil && created {
 		if why := movedWhileFenced(ctx, kc, served, alloc.IP); why != "" {
-			if rerr := p.unallocate(conf, alloc); rerr != nil {
+			if rerr := p.unallocate(conf, alloc, counted); rerr != nil {
 				p.logf("rollback: undoing the allocation of %s to %s: %v", alloc.IP, args.ContainerID, rerr)
 			}
 			return types.NewError(ErrCodeOutOfRange, fmt.Sprintf("staticip: pod %s: %s", pod, why), "")
@@ -320,7 +325,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	result, err := pn.setUp(netns)
 	if err != nil {
 		if created {
-			if rerr := p.unallocate(conf, alloc); rerr != nil {
+			if rerr := p.unallocate(conf, alloc, counted); rerr != nil {
 				p.logf("rollback: undoing the allocation of %s to %s: %v", alloc.IP, args.ContainerID, rerr)
 			}
 		}
@@ -335,13 +340,26 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	return types.PrintResult(result, conf.CNIVersion)
 }
 
-func (p *Plugin) unallocate(conf *NetConf, alloc ipam.Allocation) error {
+// unallocate undoes an ADD's allocation, and in the same commit takes back the success that
+// the allocation's commit counted (the wrapper counts the failure).
+func (p *Plugin) unallocate(conf *NetConf, alloc ipam.Allocation, counted *time.Duration) error {
 	db, err := openDB(conf)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	if counted != nil {
+		db.RetractCallOnCommit(opAdd, *counted)
+	}
 	return db.Unallocate(alloc)
+}
+
+// countedCall is the success db's last commit counted, nil if none.
+func countedCall(db *ipam.DB) *time.Duration {
+	if took, ok := db.CountedCall(); ok {
+		return &took
+	}
+	return nil
 }
 
 // movedWhileFenced guards the window between a fenced node's return and its agent's first
@@ -381,12 +399,13 @@ func findRange(rs []ipam.Range, ip netip.Addr) (ipam.Range, bool) {
 	return ipam.Range{}, false
 }
 
-func (p *Plugin) release(conf *NetConf, att ipam.Attachment, keep bool) error {
+func (p *Plugin) release(conf *NetConf, att ipam.Attachment, keep bool, start time.Time) error {
 	db, err := openDB(conf)
 	if err != nil {
 		return err
 	}
 	defer db.Close()
+	db.RecordCallOnCommit(opDel, start)
 	_, _, err = db.Release(att, keep)
 	return err
 }
@@ -422,6 +441,7 @@ func (p *Plugin) keepReserved(ctx context.Context, kc *kubeClient, unusable bool
 // Del removes the attachment; it is idempotent (unknown container, missing netns: fine). It
 // needs no valid ranges.
 func (p *Plugin) Del(args *skel.CmdArgs) error {
+	start := time.Now()
 	ctx := context.Background()
 	conf, err := LoadConf(args.StdinData)
 	if err != nil {
@@ -450,6 +470,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 	if conf.Kubeconfig == "" {
 		// Not in Kubernetes: nothing to ask, release at once (one transaction, as host-local).
 		defer db.Close()
+		db.RecordCallOnCommit(opDel, start)
 		if _, found, err := db.Release(att, false); err != nil || found {
 			return ipamErrorOrNil(err)
 		}
@@ -468,7 +489,7 @@ func (p *Plugin) Del(args *skel.CmdArgs) error {
 		alloc.Pod = podRef(kargs)
 	}
 	kc, unusable := p.kube(conf)
-	return p.releaseOrErr(conf, att, p.keepReserved(ctx, kc, unusable, alloc))
+	return p.releaseOrErr(conf, att, p.keepReserved(ctx, kc, unusable, alloc), start)
 }
 
 func ipamErrorOrNil(err error) error {
@@ -478,8 +499,8 @@ func ipamErrorOrNil(err error) error {
 	return nil
 }
 
-func (p *Plugin) releaseOrErr(conf *NetConf, att ipam.Attachment, keep bool) error {
-	if err := p.release(conf, att, keep); err != nil {
+func (p *Plugin) releaseOrErr(conf *NetConf, att ipam.Attachment, keep bool, start time.Time) error {
+	if err := p.release(conf, att, keep, start); err != nil {
 		return ipamError(err)
 	}
 	return nil
@@ -487,6 +508,7 @@ func (p *Plugin) releaseOrErr(conf *NetConf, att ipam.Attachment, keep bool) err
 
 // Check verifies the attachment against the database and prevResult.
 func (p *Plugin) Check(args *skel.CmdArgs) error {
+	start := time.Now()
 	conf, err := LoadConf(args.StdinData)
 	if err != nil {
 		return err
@@ -533,6 +555,15 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 		HostVeth: HostVethName(args.ContainerID, args.IfName), MTU: conf.MTU}
 	if err := pn.check(netns); err != nil {
 		return types.NewError(ErrCodeCheckFailed, "staticip: "+err.Error(), "")
+	}
+	// CHECK only reads: counting its success costs a commit of its own. Runtimes call CHECK
+	// rarely (containerd's CRI never does); a store busy for longer than the CHECK's own
+	// timeout leaves it uncounted rather than failing a healthy attachment.
+	if db, err := openDB(conf); err == nil {
+		if err := db.RecordCall(opCheck, start); err != nil {
+			p.logf("CHECK of %s: counting it in the IPAM database: %v", args.ContainerID, err)
+		}
+		db.Close()
 	}
 	return nil
 }

@@ -604,10 +604,10 @@ func (b *bench) histogram() (sum, count float64) {
 		return 0, 0
 	}
 	for _, line := range strings.Split(string(out), "\n") {
-		if strings.HasPrefix(line, `application_grid_wrapper_filter_duration_seconds_sum{kind="watch_event"}`) {
+		if strings.HasPrefix(line, `staticip_application_grid_wrapper_filter_duration_seconds_sum{kind="watch_event"}`) {
 			sum, _ = strconv.ParseFloat(strings.Fields(line)[1], 64)
 		}
-		if strings.HasPrefix(line, `application_grid_wrapper_filter_duration_seconds_count{kind="watch_event"}`) {
+		if strings.HasPrefix(line, `staticip_application_grid_wrapper_filter_duration_seconds_count{kind="watch_event"}`) {
 			count, _ = strconv.ParseFloat(strings.Fields(line)[1], 64)
 		}
 	}

@@ -25,7 +25,7 @@ var (
 	}, []string{"controller"})
 	// PodActions counts the planner's actions the EnhancedStatefulSet controller carried out.
 	PodActions = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "enhancedstatefulset_pod_actions_total", Help: "Pod creations, deletions and in-place updates by type, reason and result.",
+		Name: "staticip_enhancedstatefulset_pod_actions_total", Help: "Pod creations, deletions and in-place updates by type, reason and result.",
 	}, []string{"action", "reason", "result"})
 	// StaticIPConflicts counts conflicts found by the StaticIP controller.
 	StaticIPConflicts = prometheus.NewCounterVec(prometheus.CounterOpts{

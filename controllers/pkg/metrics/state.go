@@ -50,7 +50,7 @@ var (
 	nfPhaseDesc = prometheus.NewDesc("staticip_nodefailover_phase",
 		"1 for each NodeFailover record's current phase (status.phase; Pending before the first step).",
 		[]string{"node", "phase"}, nil)
-	nfPhaseSinceDesc = prometheus.NewDesc("staticip_nodefailover_phase_since_seconds",
+	nfPhaseSinceDesc = prometheus.NewDesc("staticip_nodefailover_phase_since_timestamp_seconds",
 		"Unix time the NodeFailover record's current phase began (status.phaseTime, else status.startTime, else its creation).",
 		[]string{"node"}, nil)
 )

@@ -59,8 +59,8 @@ const esHelp = `# HELP staticip_enhancedstatefulset_paused 1 when the EnhancedSt
 
 const nfHelp = `# HELP staticip_nodefailover_phase 1 for each NodeFailover record's current phase (status.phase; Pending before the first step).
 # TYPE staticip_nodefailover_phase gauge
-# HELP staticip_nodefailover_phase_since_seconds Unix time the NodeFailover record's current phase began (status.phaseTime, else status.startTime, else its creation).
-# TYPE staticip_nodefailover_phase_since_seconds gauge
+# HELP staticip_nodefailover_phase_since_timestamp_seconds Unix time the NodeFailover record's current phase began (status.phaseTime, else status.startTime, else its creation).
+# TYPE staticip_nodefailover_phase_since_timestamp_seconds gauge
 `
 
 func replicas(name string, desired, current, ready, available, updated, unavailable int) string {
@@ -131,13 +131,13 @@ staticip_enhancedstatefulset_rollout_in_progress{name="staged",namespace="ns"} 0
 				nf("n3", "", nil, nil),
 			)), Synced: func() bool { return true }}
 		},
-		names: []string{"staticip_nodefailover_phase", "staticip_nodefailover_phase_since_seconds"},
+		names: []string{"staticip_nodefailover_phase", "staticip_nodefailover_phase_since_timestamp_seconds"},
 		want: nfHelp + `staticip_nodefailover_phase{node="n1",phase="RangesMoved"} 1
 staticip_nodefailover_phase{node="n2",phase="Completed"} 1
 staticip_nodefailover_phase{node="n3",phase="Pending"} 1
-staticip_nodefailover_phase_since_seconds{node="n1"} 5000
-staticip_nodefailover_phase_since_seconds{node="n2"} 4000
-staticip_nodefailover_phase_since_seconds{node="n3"} 1000
+staticip_nodefailover_phase_since_timestamp_seconds{node="n1"} 5000
+staticip_nodefailover_phase_since_timestamp_seconds{node="n2"} 4000
+staticip_nodefailover_phase_since_timestamp_seconds{node="n3"} 1000
 `,
 	}}
 	for _, tt := range tests {

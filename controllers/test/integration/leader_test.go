@@ -221,7 +221,7 @@ func TestHealthAndMetricsEndpoints(t *testing.T) {
 		}
 		return strings.Contains(body, `staticip_controller_syncs_total{controller="enhancedstatefulset",result="success"}`) &&
 			strings.Contains(body, "staticip_controller_manager_leader 1") &&
-			strings.Contains(body, `enhancedstatefulset_pod_actions_total{action="Create"`) &&
+			strings.Contains(body, `staticip_enhancedstatefulset_pod_actions_total{action="Create"`) &&
 			strings.Contains(body, `workqueue_adds_total{name="enhancedstatefulset"}`) &&
 			strings.Contains(body, `workqueue_depth{name="staticip"}`), nil
 	})

@@ -22,7 +22,7 @@ type Metrics struct {
 // NewMetrics registers the wrapper's metrics (and the Go/process collectors) in a
 // registry of their own.
 func NewMetrics() *Metrics {
-	const ns = "application_grid_wrapper"
+	const ns = "staticip_application_grid_wrapper"
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		requests: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: ns, Name: "requests_total",

@@ -19,7 +19,7 @@ type Metrics struct {
 // NewMetrics registers the daemon's metrics (and the Go/process collectors) in a registry of
 // their own.
 func NewMetrics() *Metrics {
-	const ns = "statefulset_grid_daemon"
+	const ns = "staticip_statefulset_grid_daemon"
 	m := &Metrics{
 		Registry: prometheus.NewRegistry(),
 		records: prometheus.NewGauge(prometheus.GaugeOpts{Namespace: ns, Name: "records",

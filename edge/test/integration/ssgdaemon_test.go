@@ -101,7 +101,7 @@ func TestStatefulSetGridDaemonTwoUnits(t *testing.T) {
 	before, _ := os.ReadFile(filepath.Join(moved, "hosts"))
 	f.setReady("db-a-1", false)
 	f.waitEvent(f.nodes["a"], ssgdaemon.ReasonWriteFailed, "does not exist")
-	f.waitMetric(f.nodes["a"], `statefulset_grid_daemon_write_errors_total{reason="DirMissing"}`)
+	f.waitMetric(f.nodes["a"], `staticip_statefulset_grid_daemon_write_errors_total{reason="DirMissing"}`)
 	if after, _ := os.ReadFile(filepath.Join(moved, "hosts")); string(after) != string(before) {
 		t.Errorf("the previous file changed while the directory was away")
 	}
@@ -125,7 +125,7 @@ func TestStatefulSetGridDaemonTwoUnits(t *testing.T) {
 	}
 	f.waitRecords(f.nodes["a"], nil, "grid deleted")
 	f.waitRecords(f.nodes["b"], nil, "grid deleted")
-	f.waitMetric(f.nodes["a"], "statefulset_grid_daemon_writes_total")
+	f.waitMetric(f.nodes["a"], "staticip_statefulset_grid_daemon_writes_total")
 }
 
 // startSSGDaemons starts, against the shared API server, the StatefulSetGrid controller (as

@@ -32,6 +32,7 @@ const repoRoot = "../../.."
 // own framework metrics (k8s.io/kubernetes/pkg/scheduler/metrics).
 var externalMetrics = map[string]string{
 	"scheduler_framework_extension_point_duration_seconds": "kube-scheduler's (staticip-scheduler)",
+	"up": "Prometheus' own, one per scrape target (the target-down and absent() alerts)",
 }
 
 // everything the test renders: all components and all monitoring objects on.
@@ -150,11 +151,13 @@ func TestExportedMetricsScan(t *testing.T) {
 	for _, m := range []string{
 		"staticip_controller_syncs_total",                    // Name only
 		"staticip_nodefailover_step_duration_seconds_bucket", // histogram series
-		"application_grid_wrapper_endpoints_total",           // Namespace: ns
-		"statefulset_grid_daemon_records",                    // Namespace: ns (gauge)
-		"workqueue_depth",                                    // Subsystem
-		"staticip_ipam_addresses",                            // the agent's # TYPE line
+		"staticip_application_grid_wrapper_endpoints_total",  // Namespace: ns
+		"staticip_statefulset_grid_daemon_records",           // Namespace: ns (gauge)
+		"workqueue_depth",         // Subsystem
+		"staticip_ipam_addresses", // the agent's # TYPE line
 		"staticip_agent_last_sync_timestamp_seconds",
+		"staticip_cni_operation_duration_seconds_bucket", // the agent's const histogram
+		"staticip_cni_failures_total",
 	} {
 		if _, ok := known[m]; !ok {
 			t.Errorf("the scan misses %s", m)
@@ -320,7 +323,13 @@ func exportedMetrics(t *testing.T) map[string]bool {
 				add(m[1], m[2])
 			}
 			for _, m := range descRe.FindAllStringSubmatch(src, -1) {
-				add(m[1], "") // a collector's const metrics (the agent's): gauges and counters
+				// A collector's const metrics (the agent's): gauges and counters, and the
+				// histograms of a file that builds const histograms.
+				typ := ""
+				if strings.Contains(src, "NewConstHistogram(") && strings.HasSuffix(m[1], "_seconds") {
+					typ = "histogram"
+				}
+				add(m[1], typ)
 			}
 			return nil
 		})

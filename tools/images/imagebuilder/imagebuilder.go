@@ -20,6 +20,8 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/empty"
 	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
+
+	"github.com/staticip/staticip"
 )
 
 // Image is one image to build.
@@ -118,6 +120,12 @@ func Build(repoRoot, outDir string, im Image) (string, error) {
 		}
 		files[path] = content
 	}
+	for path, content := range legalFiles() {
+		if _, clash := files[path]; clash {
+			return "", fmt.Errorf("image %s: %s is the project's own file in every image", im.Ref, path)
+		}
+		files[path] = content
+	}
 	layer, err := binaryLayer(files)
 	if err != nil {
 		return "", err
@@ -173,6 +181,12 @@ func withDefaultPath(env []string) []string {
 	return append([]string{"PATH=/"}, env...)
 }
 
+// legalFiles are the files every image carries in its own (top) layer, whatever it is built
+// from: the project's license and notice (Apache-2.0 §4).
+func legalFiles() map[string][]byte {
+	return map[string][]byte{"/LICENSE": staticip.License, "/NOTICE": staticip.Notice}
+}
+
 func mergeFiles(path, bin string, extra map[string]string) map[string]string {
 	out := map[string]string{path: bin}
 	for p, src := range extra {
@@ -181,8 +195,7 @@ func mergeFiles(path, bin string, extra map[string]string) map[string]string {
 	return out
 }
 
-// binaryLayer is a layer holding executables (path in the image → content, each at the
-// root), plus /tmp and /etc so that programs and the kubelet's /etc/hosts and
+// binaryLayer is a layer holding executables and the license (path in the image → content), plus /tmp and /etc so that programs and the kubelet's /etc/hosts and
 // /etc/resolv.conf bind mounts have a place to go.
 func binaryLayer(files map[string][]byte) (v1.Layer, error) {
 	var buf bytes.Buffer
@@ -204,7 +217,11 @@ func binaryLayer(files map[string][]byte) (v1.Layer, error) {
 	sort.Strings(paths) // a stable layer digest for the same files
 	for _, path := range paths {
 		content := files[path]
-		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(path, "/"), Mode: 0o755, Size: int64(len(content)), ModTime: epoch}); err != nil {
+		mode := int64(0o755)
+		if _, legal := legalFiles()[path]; legal {
+			mode = 0o644
+		}
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: strings.TrimPrefix(path, "/"), Mode: mode, Size: int64(len(content)), ModTime: epoch}); err != nil {
 			return nil, err
 		}
 		if _, err := tw.Write(content); err != nil {

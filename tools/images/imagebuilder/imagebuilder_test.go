@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-containerregistry/pkg/name"
 	v1 "github.com/google/go-containerregistry/pkg/v1"
+	"github.com/google/go-containerregistry/pkg/v1/mutate"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
@@ -228,5 +229,113 @@ func TestAliasesNameTheSameImage(t *testing.T) {
 	}
 	if _, err := Build(dir, filepath.Join(dir, "bad"), Image{Ref: im.Ref, Aliases: []string{"Bad Name"}, Binary: bin, Path: "/x"}); err == nil {
 		t.Error("a bad alias was accepted")
+	}
+}
+
+// TestEveryImageCarriesTheLicense reads each kind of image the builder makes (a prebuilt
+// binary, one with extra files, one over base layers like kind's kube-proxy, and every image
+// the local cluster gets, with stand-in binaries) as the runtime's flattened filesystem:
+// each must have /LICENSE equal to the repository's LICENSE and /NOTICE, both not
+// executable, whatever else is in the image.
+func TestEveryImageCarriesTheLicense(t *testing.T) {
+	want, err := os.ReadFile("../../../LICENSE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(want, []byte("Apache License\n                           Version 2.0, January 2004")) {
+		t.Fatal("LICENSE at the repository root is not the Apache License 2.0")
+	}
+	notice, err := os.ReadFile("../../../NOTICE")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	binDir := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	stub := func(name string) string {
+		p := filepath.Join(binDir, name)
+		if err := os.WriteFile(p, []byte("#!stub "+name+"\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	base, err := binaryLayer(map[string][]byte{"/usr/sbin/iptables": []byte("iptables")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	images := []Image{
+		{Ref: "localhost/staticip/plain:v1", Binary: stub("plain"), Path: "/plain"},
+		{Ref: "localhost/staticip/extra:v1", Binary: stub("extra"), Path: "/extra", Extra: map[string]string{"/other": stub("other")}},
+		{Ref: "localhost/staticip/based:v1", Binary: stub("kube-proxy"), Path: "/usr/local/bin/kube-proxy", Base: []v1.Layer{base}},
+	}
+	for _, im := range Defaults(binDir) {
+		if im.Package != "" { // built from source: the same layer code as a prebuilt binary
+			im.Package, im.Binary = "", stub(filepath.Base(im.Path)+"-from-source")
+		}
+		for _, src := range im.Sources() {
+			if _, err := os.Stat(src); err != nil {
+				stub(filepath.Base(src))
+			}
+		}
+		images = append(images, im)
+	}
+	for _, im := range images {
+		path, err := Build(dir, filepath.Join(dir, "out"), im)
+		if err != nil {
+			t.Fatalf("%s: %v", im.Ref, err)
+		}
+		tag, _ := name.NewTag(im.Ref)
+		img, err := tarball.ImageFromPath(path, &tag)
+		if err != nil {
+			t.Fatal(err)
+		}
+		fs := flattened(t, img)
+		for file, content := range map[string][]byte{"LICENSE": want, "NOTICE": notice} {
+			got, ok := fs[file]
+			switch {
+			case !ok:
+				t.Errorf("%s: no /%s in the image", im.Ref, file)
+			case got.content != string(content):
+				t.Errorf("%s: /%s differs from the repository's %s", im.Ref, file, file)
+			case got.mode&0o111 != 0:
+				t.Errorf("%s: /%s is executable (mode %o)", im.Ref, file, got.mode)
+			}
+		}
+	}
+}
+
+// TestAnImageMayNotReplaceTheLicense: a file of the image's own at /LICENSE is refused, not
+// silently shipped instead of the project's.
+func TestAnImageMayNotReplaceTheLicense(t *testing.T) {
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "tool")
+	if err := os.WriteFile(bin, []byte("x"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	im := Image{Ref: "localhost/staticip/tool:v1", Binary: bin, Path: "/tool", Extra: map[string]string{"/LICENSE": bin}}
+	if _, err := Build(dir, filepath.Join(dir, "out"), im); err == nil {
+		t.Fatal("an image with its own /LICENSE was built")
+	}
+}
+
+// flattened is the filesystem a runtime unpacks from img (all layers): name → mode, content.
+func flattened(t *testing.T, img v1.Image) map[string]layerFile {
+	t.Helper()
+	rc := mutate.Extract(img)
+	defer rc.Close()
+	files := map[string]layerFile{}
+	tr := tar.NewReader(rc)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		b, _ := io.ReadAll(tr)
+		files[h.Name] = layerFile{mode: h.Mode, content: string(b)}
 	}
 }

@@ -165,7 +165,7 @@ func Up(ctx context.Context, o Options) error {
 		if _, err := l.kubectl("", "wait", "--for=condition=Established", "--timeout=60s", "-f", o.CRDDir); err != nil {
 			return err
 		}
-		o.Logf("control plane: staticip admission policies from manifests/admission")
+		o.Logf("control plane: staticip admission policies and user roles from manifests/admission, manifests/user-roles")
 		if err := l.installAdmission(); err != nil {
 			return err
 		}

@@ -90,11 +90,16 @@ func (l *layout) installControllerManager() error {
 	return nil
 }
 
-// installAdmission applies the shipped manifests/admission unchanged (who may set the
-// ip-address annotation; cni/README.md, "Trust model"), before any workload exists, as a
-// cluster running staticip should have it. Tests that create pods asking for an IP themselves
-// label their namespace staticip.jke.jdcloud.com/allow-ip-request=true.
+// installAdmission applies the shipped manifests/admission and manifests/user-roles unchanged
+// (who may set the ip-address annotation, and what the built-in admin/edit/view roles allow
+// with staticip's kinds; cni/README.md, "Trust model" and "App teams"), before any workload
+// exists, as a cluster running staticip should have them. Tests that create pods asking for an
+// IP themselves label their namespace staticip.jke.jdcloud.com/allow-ip-request=true.
 func (l *layout) installAdmission() error {
-	_, err := l.kubectl("", "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(l.RepoRoot, "manifests", "admission"))
-	return err
+	for _, dir := range []string{"admission", "user-roles"} {
+		if _, err := l.kubectl("", "apply", "--server-side", "--force-conflicts", "-k", filepath.Join(l.RepoRoot, "manifests", dir)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
