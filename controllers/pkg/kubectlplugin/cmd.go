@@ -255,7 +255,14 @@ func newIPsCommand(o *Options) *cobra.Command {
 	o.flagCompletion(cmd, "node", listNodes)
 	o.flagCompletion(cmd, "range", listIPRanges)
 	o.flagCompletion(cmd, "pool", listIPPools)
-	o.flagCompletion(cmd, "ip", listStaticIPAddresses)
+	// ips reads all namespaces unless -n is given; so does the completion of --ip.
+	_ = cmd.RegisterFlagCompletionFunc("ip", func(cmd *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		list := listStaticIPAddresses
+		if !cmd.Flags().Changed("namespace") || all {
+			list = inAllNamespaces(list)
+		}
+		return o.completeNames(cmd.Context(), list, "", toComplete)
+	})
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "Pods and StaticIPs of all namespaces (the default unless -n is given).")
 	addOutput(cmd, &output, "json, yaml, wide")
 	return cmd

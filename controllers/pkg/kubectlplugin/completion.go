@@ -145,6 +145,13 @@ func listStaticIPAddresses(ctx context.Context, c *Clients, ns string) ([]string
 	return ips, descs, nil
 }
 
+// inAllNamespaces is list over every namespace, whatever the command's namespace.
+func inAllNamespaces(list nameLister) nameLister {
+	return func(ctx context.Context, c *Clients, _ string) ([]string, []string, error) {
+		return list(ctx, c, "")
+	}
+}
+
 // rolloutTypes are what a rollout argument's TYPE completes to.
 var rolloutTypes = []string{"ests", "enhancedstatefulset", "ssg", "statefulsetgrid"}
 

@@ -291,9 +291,10 @@ func TestCompletion(t *testing.T) {
 	r1 := ipRange("node-1-a", "10.1.0.0/24", "node-1")
 	pl := pool("default", jkev1.IPPoolReady, metav1.ConditionTrue, "Ready")
 	sip := staticIP("default", "web-0", "node-1", "10.1.0.5")
+	sipElsewhere := staticIP("elsewhere", "db-0", "node-1", "10.1.0.9")
 	node := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-1"}}
 	fo := &jkev1alpha1.NodeFailover{ObjectMeta: metav1.ObjectMeta{Name: "node-3"}}
-	kube, sips := []runtime.Object{node}, []runtime.Object{set, other, &r1, &pl, &sip, fo}
+	kube, sips := []runtime.Object{node}, []runtime.Object{set, other, &r1, &pl, &sip, &sipElsewhere, fo}
 	cases := []struct {
 		args []string
 		want []string
@@ -306,7 +307,9 @@ func TestCompletion(t *testing.T) {
 		{[]string{"ips", "--node", ""}, []string{"node-1"}},
 		{[]string{"ips", "--range", ""}, []string{"node-1-a\t10.1.0.0/24 on node-1"}},
 		{[]string{"ips", "--pool", "d"}, []string{"default\t10.8.0.0/16"}},
-		{[]string{"ips", "--ip", "10."}, []string{"10.1.0.5\tStaticIP default/web-0"}},
+		// ips (and so --ip) reads all namespaces unless -n is given.
+		{[]string{"ips", "--ip", "10."}, []string{"10.1.0.5\tStaticIP default/web-0", "10.1.0.9\tStaticIP elsewhere/db-0"}},
+		{[]string{"-n", "elsewhere", "ips", "--ip", "10."}, []string{"10.1.0.9\tStaticIP elsewhere/db-0"}},
 		{[]string{"failover", "status", ""}, []string{"node-3"}},
 	}
 	for _, tc := range cases {

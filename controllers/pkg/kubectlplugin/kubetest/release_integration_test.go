@@ -96,6 +96,18 @@ func TestIPAndLeakRelease(t *testing.T) {
 		t.Errorf("ips --ip 10.60.0.6: exit %d", code)
 	}
 
+	// Completion from the cluster (what kubectl_complete-staticip runs on TAB).
+	out, code = f.plugin("__complete", "ips", "--ip", "10.60.")
+	t.Logf("$ kubectl-staticip __complete ips --ip 10.60.  (exit %d)\n%s", code, out)
+	if code != 0 || !strings.Contains(out, "10.60.0.5\tStaticIP leak/app-0") || !strings.Contains(out, "10.60.0.7\tStaticIP leak/kept-0") {
+		t.Errorf("completion of --ip: exit %d", code)
+	}
+	out, code = f.plugin("__complete", "rollout", "status", "-n", "leak", "ests/")
+	t.Logf("$ kubectl-staticip __complete rollout status -n leak ests/  (exit %d)\n%s", code, out)
+	if code != 0 || !strings.Contains(out, "ests/kept\n") {
+		t.Errorf("completion of a rollout target: exit %d", code)
+	}
+
 	out, code = f.plugin("check")
 	t.Logf("$ kubectl staticip check  (exit %d)\n%s", code, out)
 	report, code := f.plugin("check", "-o", "json")
