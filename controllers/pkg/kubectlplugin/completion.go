@@ -6,7 +6,12 @@ import (
 	"strings"
 
 	"github.com/spf13/cobra"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
 )
 
 // Shell completion: cobra's `completion bash|zsh|fish|powershell` command, and names from
@@ -53,80 +58,78 @@ func CompletionCandidates(names, descriptions []string, prefix, toComplete strin
 	return out
 }
 
-func listEnhancedStatefulSets(ctx context.Context, c *Clients, ns string) ([]string, []string, error) {
-	l, err := c.StaticIP.JkeV1alpha1().EnhancedStatefulSets(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, nil, err
+// namesOf are the name and description of each item (what a nameLister returns).
+func namesOf[T any](items []T, describe func(*T) (name, description string)) (names, descriptions []string) {
+	for i := range items {
+		n, d := describe(&items[i])
+		names, descriptions = append(names, n), append(descriptions, d)
 	}
-	var names []string
-	for _, s := range l.Items {
-		names = append(names, s.Name)
-	}
-	return names, nil, nil
+	return names, descriptions
 }
 
-func listStatefulSetGrids(ctx context.Context, c *Clients, ns string) ([]string, []string, error) {
-	l, err := c.StaticIP.SuperedgeV1().StatefulSetGrids(ns).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, nil, err
+// lister makes a nameLister of a List call and describe.
+func lister[T any](list func(ctx context.Context, c *Clients, ns string) ([]T, error), describe func(*T) (string, string)) nameLister {
+	return func(ctx context.Context, c *Clients, ns string) ([]string, []string, error) {
+		items, err := list(ctx, c, ns)
+		if err != nil {
+			return nil, nil, err
+		}
+		names, descs := namesOf(items, describe)
+		return names, descs, nil
 	}
-	var names []string
-	for _, s := range l.Items {
-		names = append(names, s.Name)
-	}
-	return names, nil, nil
 }
 
-func listNodes(ctx context.Context, c *Clients, _ string) ([]string, []string, error) {
-	l, err := c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, nil, err
-	}
-	var names []string
-	for _, n := range l.Items {
-		names = append(names, n.Name)
-	}
-	return names, nil, nil
-}
+var (
+	listEnhancedStatefulSets = lister(func(ctx context.Context, c *Clients, ns string) ([]jkev1alpha1.EnhancedStatefulSet, error) {
+		l, err := c.StaticIP.JkeV1alpha1().EnhancedStatefulSets(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return l.Items, nil
+	}, func(s *jkev1alpha1.EnhancedStatefulSet) (string, string) { return s.Name, "" })
 
-func listIPRanges(ctx context.Context, c *Clients, _ string) ([]string, []string, error) {
-	l, err := c.StaticIP.JkeV1().IPRanges().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, nil, err
-	}
-	var names, descs []string
-	for _, r := range l.Items {
-		names = append(names, r.Name)
-		descs = append(descs, fmt.Sprintf("%s on %s", r.Spec.CIDR, none(r.Spec.Node)))
-	}
-	return names, descs, nil
-}
+	listStatefulSetGrids = lister(func(ctx context.Context, c *Clients, ns string) ([]superedgev1.StatefulSetGrid, error) {
+		l, err := c.StaticIP.SuperedgeV1().StatefulSetGrids(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return l.Items, nil
+	}, func(g *superedgev1.StatefulSetGrid) (string, string) { return g.Name, "" })
 
-func listIPPools(ctx context.Context, c *Clients, _ string) ([]string, []string, error) {
-	l, err := c.StaticIP.JkeV1().IPPools().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, nil, err
-	}
-	var names, descs []string
-	for _, p := range l.Items {
-		names = append(names, p.Name)
-		descs = append(descs, strings.Join(p.Spec.CIDRs, ","))
-	}
-	return names, descs, nil
-}
+	listNodes = lister(func(ctx context.Context, c *Clients, _ string) ([]corev1.Node, error) {
+		l, err := c.Kube.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return l.Items, nil
+	}, func(n *corev1.Node) (string, string) { return n.Name, "" })
 
-func listNodeFailovers(ctx context.Context, c *Clients, _ string) ([]string, []string, error) {
-	l, err := c.StaticIP.JkeV1alpha1().NodeFailovers().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return nil, nil, err
-	}
-	var names, descs []string
-	for _, f := range l.Items {
-		names = append(names, f.Name)
-		descs = append(descs, string(f.Status.Phase))
-	}
-	return names, descs, nil
-}
+	listIPRanges = lister(func(ctx context.Context, c *Clients, _ string) ([]jkev1.IPRange, error) {
+		l, err := c.StaticIP.JkeV1().IPRanges().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return l.Items, nil
+	}, func(r *jkev1.IPRange) (string, string) {
+		return r.Name, fmt.Sprintf("%s on %s", r.Spec.CIDR, none(r.Spec.Node))
+	})
+
+	listIPPools = lister(func(ctx context.Context, c *Clients, _ string) ([]jkev1.IPPool, error) {
+		l, err := c.StaticIP.JkeV1().IPPools().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return l.Items, nil
+	}, func(p *jkev1.IPPool) (string, string) { return p.Name, strings.Join(p.Spec.CIDRs, ",") })
+
+	listNodeFailovers = lister(func(ctx context.Context, c *Clients, _ string) ([]jkev1alpha1.NodeFailover, error) {
+		l, err := c.StaticIP.JkeV1alpha1().NodeFailovers().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		return l.Items, nil
+	}, func(f *jkev1alpha1.NodeFailover) (string, string) { return f.Name, string(f.Status.Phase) })
+)
 
 // listStaticIPAddresses are the addresses StaticIPs record (all namespaces unless -n), each
 // described by its StaticIP: what `ips --ip` completes.
