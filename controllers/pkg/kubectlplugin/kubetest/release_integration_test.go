@@ -113,15 +113,28 @@ func TestIPAndLeakRelease(t *testing.T) {
 	report, code := f.plugin("check", "-o", "json")
 	t.Logf("$ kubectl staticip check -o json  (exit %d)\n%s", code, report)
 	var rep kubectlplugin.AuditResult
-	if err := json.Unmarshal([]byte(report), &rep); err != nil || code != 0 {
+	if err := json.Unmarshal([]byte(report), &rep); err != nil {
 		t.Fatalf("check -o json: exit %d, %v", code, err)
 	}
+	// The package's tests share one API server (check is cluster-wide): keep this test's
+	// problems, those of its range, as a user trims a report to what they mean to release.
+	var mine []kubectlplugin.Problem
+	for _, p := range rep.Problems {
+		if strings.HasPrefix(p.IP, "10.60.") {
+			mine = append(mine, p)
+		}
+	}
+	rep.Problems = mine
 	if len(rep.Problems) != 1 || rep.Problems[0].Kind != kubectlplugin.ProblemOrphanedStaticIP || rep.Problems[0].StaticIP != "leak/cache-0" ||
 		rep.Problems[0].StaticIPUID != string(orphan.UID) || rep.Problems[0].IP != "10.60.0.6" || !rep.Problems[0].Releasable {
 		t.Fatalf("check -o json: want one releasable OrphanedStaticIP leak/cache-0 (uid %s, 10.60.0.6), got %+v", orphan.UID, rep.Problems)
 	}
+	trimmed, err := json.Marshal(rep)
+	if err != nil {
+		t.Fatal(err)
+	}
 	file := filepath.Join(t.TempDir(), "report.json")
-	if err := os.WriteFile(file, []byte(report), 0o644); err != nil {
+	if err := os.WriteFile(file, trimmed, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	exists := func(name string) bool {
@@ -159,7 +172,12 @@ func TestIPAndLeakRelease(t *testing.T) {
 	}
 	out, code = f.plugin("check")
 	t.Logf("$ kubectl staticip check  (exit %d)\n%s", code, out)
-	if code != 0 || !strings.Contains(out, "No problems found (0 warning(s))") {
-		t.Errorf("check after the release: exit %d", code)
+	if strings.Contains(out, "10.60.") {
+		t.Errorf("check after the release still reports 10.60.0.0/24: exit %d", code)
+	}
+	out, code = f.plugin("ips", "--ip", "10.60.0.6")
+	t.Logf("$ kubectl staticip ips --ip 10.60.0.6  (exit %d)\n%s", code, out)
+	if code != 0 || !strings.Contains(out, "Free") {
+		t.Errorf("ips --ip 10.60.0.6 after the release: exit %d, not Free", code)
 	}
 }
