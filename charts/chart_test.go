@@ -58,7 +58,7 @@ func TestChartRendersWhatKustomizeRenders(t *testing.T) {
 	helm, kubectl := tools(t)
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			args := []string{"template", "staticip", "staticip"}
+			args := []string{"template", "staticip", "staticip", "-n", "kube-system"}
 			for _, s := range c.set {
 				args = append(args, "--set", s)
 			}
@@ -79,7 +79,7 @@ func TestChartRendersWhatKustomizeRenders(t *testing.T) {
 // make generate), as `helm template --include-crds` renders it.
 func TestChartCRDsAreManifestsCRDs(t *testing.T) {
 	helm, _ := tools(t)
-	out := run(t, ".", helm, "template", "staticip", "staticip", "--include-crds",
+	out := run(t, ".", helm, "template", "staticip", "staticip", "-n", "kube-system", "--include-crds",
 		"--set", "ipPools=null,agent.enabled=false,admissionPolicies.enabled=false,userRoles.enabled=false,controllerManager.enabled=false,scheduler.enabled=false")
 	chart := objects(t, "helm template --include-crds", out)
 	files, err := filepath.Glob("../manifests/crds/*.yaml")

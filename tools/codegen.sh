@@ -50,4 +50,6 @@ rm -rf manifests/crds && mkdir -p manifests/crds
 tools/run.sh crdtrim manifests/crds
 # The chart's crds/ and its value-less objects are copies of manifests/ (never edited by hand).
 ./tools/chart-sync.sh
+# The chart README's values table, from values.yaml's comments.
+tools/run.sh helm-docs-lite
 echo "codegen: done (code-generator ${cg_version}, controller-gen ${cgen_version})"

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# make verify: fails when anything generated is stale, gofmt or go vet complain, or any
+# make verify: fails when anything generated is stale (code, CRDs, the chart's copies of
+# manifests/, the chart README's values table), gofmt or go vet complain, or any
 # go.mod is untidy. It regenerates into the working tree and asks git what changed, so run
 # it on a clean tree (CI does).
 set -euo pipefail
@@ -30,6 +31,8 @@ before=$(git status --porcelain -- "${GENERATED[@]}")
 for mod in "${MODULES[@]}"; do
   (cd "$mod" && go mod tidy)
 done
+# The chart README's values table (tools/helm-docs-lite), checked before codegen rewrites it.
+if ! tools/run.sh helm-docs-lite -check; then fail=1; fi
 ./tools/codegen.sh >/dev/null
 after=$(git status --porcelain -- "${GENERATED[@]}")
 if [ "$before" != "$after" ] || [ -n "$(git diff --stat -- "${GENERATED[@]}")" ]; then

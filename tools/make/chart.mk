@@ -10,9 +10,10 @@ HELM := $(BIN)/helm
 helm: ## build helm (helm.sh/helm/v3, pinned in tools/helm/go.mod) from the module proxy into _output/bin/helm
 	@$(ROOT)/tools/helm.sh
 
-chart-lint: helm ## helm lint --strict charts/staticip (default values and every alternative the tests render)
-	@$(HELM) lint --strict $(ROOT)/charts/staticip
-	@$(HELM) lint --strict $(ROOT)/charts/staticip --set scheduler.mode=second-scheduler,edge.enabled=true,metrics.podMonitor.enabled=true,metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true
+chart-lint: helm ## helm lint --strict charts/staticip (default values and every alternative the tests render; the release namespace is kube-system: the chart refuses others)
+	@$(HELM) lint --strict -n kube-system $(ROOT)/charts/staticip
+	@$(HELM) lint --strict -n kube-system $(ROOT)/charts/staticip -f $(ROOT)/charts/testdata/knobs.yaml
+	@$(HELM) lint --strict -n kube-system $(ROOT)/charts/staticip --set scheduler.mode=second-scheduler,edge.enabled=true,metrics.podMonitor.enabled=true,metrics.serviceMonitor.enabled=true,metrics.prometheusRule.enabled=true,metrics.dashboard.enabled=true
 
 test-chart: helm k8s-bins ## the chart renders what manifests/ renders (charts/), its monitoring objects decode and name real metrics (tools/helm)
 	$(GO) test -count=1 ./charts/...

@@ -57,3 +57,46 @@ these) as seconds, to compare with a timestamp metric.
 {{- end -}}
 {{- $total -}}
 {{- end -}}
+
+{{/*
+staticip.validate: values the chart cannot render sanely stop the install with a message.
+The release must live in kube-system: the components run in kube-system and staticip-system,
+whose service accounts the admission policies (manifests/admission) trust by name, and the
+chart owns staticip-system (uninstall deletes it), so the release's own Secret cannot live
+there; any other namespace would only hold the release record, away from what it manages.
+*/}}
+{{- define "staticip.validate" -}}
+{{- if ne .Release.Namespace "kube-system" -}}
+{{- fail (printf "\nstaticip: install the release into namespace kube-system (helm install %s <chart> -n kube-system), not %q: the components run in kube-system and staticip-system, whose service accounts the admission policies trust by name (manifests/admission), and the chart owns staticip-system (uninstall deletes it)" .Release.Name .Release.Namespace) -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+staticip.podLabels: a pod template's labels: the component's app.kubernetes.io/name (the
+selector's; podLabels cannot change it) and the component's podLabels. Call with
+(list "staticip-agent" .Values.agent.podLabels).
+*/}}
+{{- define "staticip.podLabels" -}}
+{{- $name := index . 0 -}}
+{{- toYaml (merge (dict "app.kubernetes.io/name" $name) (index . 1 | default dict)) -}}
+{{- end -}}
+
+{{/*
+staticip.logLevel: the klog flag of a component's logLevel, nothing for 0 (klog's default).
+*/}}
+{{- define "staticip.logLevel" -}}
+{{- if gt (int .) 0 }}--v={{ . }}{{ end -}}
+{{- end -}}
+
+{{/*
+staticip.updateStrategy: a DaemonSet's updateStrategy or a Deployment's strategy. Helm merges
+a user's {type: OnDelete} (or Recreate) with the default's rollingUpdate, which the API
+server rejects with any type but RollingUpdate: drop it then.
+*/}}
+{{- define "staticip.updateStrategy" -}}
+{{- $s := deepCopy . -}}
+{{- if ne ($s.type | default "RollingUpdate") "RollingUpdate" -}}
+{{- $_ := unset $s "rollingUpdate" -}}
+{{- end -}}
+{{- toYaml $s -}}
+{{- end -}}

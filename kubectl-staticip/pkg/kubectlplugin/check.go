@@ -35,7 +35,15 @@ const (
 	ProblemRangeNotSynced       = "RangeNotSynced"
 	ProblemPoolNotReady         = "IPPoolNotReady"
 	ProblemPoolExhausted        = "IPPoolExhausted"
+	// ProblemOrphanedStaticIP: a StaticIP keeps an address for a pod that does not exist, of a
+	// workload that does not exist either; nothing will ever use the address again unless the
+	// workload is recreated. The one leak `release --from-report` frees (release.go).
+	ProblemOrphanedStaticIP = "OrphanedStaticIP"
 )
+
+// ReportKind names check's machine-readable report (-o json|yaml), the input of
+// `release --from-report`.
+const ReportKind = "StaticIPCheckReport"
 
 // Problem is one finding of the audit, with the objects it names.
 type Problem struct {
@@ -43,12 +51,21 @@ type Problem struct {
 	Kind     string `json:"kind"`
 	IP       string `json:"ip,omitempty"`
 	Message  string `json:"message"`
+	// StaticIP (namespace/name) and its UID: the record an OrphanedStaticIP names, so that
+	// release acts on that very record and never on one recreated under the same name.
+	StaticIP    string `json:"staticIP,omitempty"`
+	StaticIPUID string `json:"staticIPUID,omitempty"`
+	// Releasable: `kubectl staticip release --from-report` can free the address (after
+	// re-checking the live state).
+	Releasable bool `json:"releasable,omitempty"`
 }
 
-// AuditResult is the check command's output.
+// AuditResult is the check command's output and, as JSON, the report release reads.
 type AuditResult struct {
-	Checked  map[string]int `json:"checked"`
-	Problems []Problem      `json:"problems"`
+	Kind        string         `json:"kind"`
+	GeneratedAt *metav1.Time   `json:"generatedAt,omitempty"`
+	Checked     map[string]int `json:"checked"`
+	Problems    []Problem      `json:"problems"`
 }
 
 // Errors counts the problems of severity Error.
@@ -72,10 +89,13 @@ func (r AuditResult) Errors() int {
 //   - two StaticIPs with the same spec.ip; a StaticIP whose spec.ip is outside every IPRange;
 //   - overlapping IPRanges; IPRanges whose Synced condition is False;
 //   - IPPools whose Ready condition is False (the allocator cuts no block from them) or whose
-//     Exhausted condition is True (a matching node waits for a block: pods there get no IP).
+//     Exhausted condition is True (a matching node waits for a block: pods there get no IP);
+//   - when s.Workloads is loaded: StaticIPs that keep an address for a pod and a workload
+//     that are both gone (a Warning: whenDeleted Retain keeps records on purpose, for the
+//     workload's return; release --from-report frees them).
 func Audit(s *Snapshot) AuditResult {
 	ranges := parseRanges(s.Ranges)
-	res := AuditResult{Problems: []Problem{},
+	res := AuditResult{Kind: ReportKind, Problems: []Problem{},
 		Checked: map[string]int{"ipranges": len(s.Ranges), "ippools": len(s.Pools), "staticips": len(s.StaticIPs), "pods": 0}}
 	add := func(sev, kind string, ip netip.Addr, format string, args ...any) {
 		p := Problem{Severity: sev, Kind: kind, Message: fmt.Sprintf(format, args...)}
@@ -185,6 +205,24 @@ func Audit(s *Snapshot) AuditResult {
 	for _, a := range sipOrder {
 		if names := byIP[a]; len(names) > 1 {
 			add(SeverityError, ProblemDuplicateStaticIP, a, "%s is the spec.ip of %d StaticIPs: %s", a, len(names), strings.Join(names, ", "))
+		}
+	}
+
+	// Orphaned StaticIPs: no pod of the name (live or not) and the workload gone.
+	if s.Workloads != nil {
+		for i := range s.StaticIPs {
+			sip := &s.StaticIPs[i]
+			a, err := netip.ParseAddr(sip.Spec.IP)
+			if err != nil {
+				continue
+			}
+			a = a.Unmap()
+			if reason := orphaned(s, sip, holders[a]); reason != "" {
+				add(SeverityWarning, ProblemOrphanedStaticIP, a, "StaticIP %s keeps %s on node %s for %s (kubectl staticip release --from-report frees it)",
+					nsName(sip.Namespace, sip.Name), a, none(sip.Spec.Node), reason)
+				p := &res.Problems[len(res.Problems)-1]
+				p.StaticIP, p.StaticIPUID, p.Releasable = nsName(sip.Namespace, sip.Name), string(sip.UID), true
+			}
 		}
 	}
 

@@ -1,8 +1,9 @@
 // Package kubectlplugin is the kubectl plugin kubectl-staticip: `kubectl staticip ips|check|
-// rollout|failover`. The commands read and patch API objects only (IPRanges, IPPools,
-// StaticIPs, pods, NodeFailovers, EnhancedStatefulSets and their ControllerRevisions); the
-// decisions are pure functions (ips.go, check.go, rollout.go, failover.go) table-tested
-// against fake clientsets; this file is the cobra and client wiring.
+// release|rollout|failover|version|completion`. The commands read and patch API objects only
+// (IPRanges, IPPools, StaticIPs, pods, NodeFailovers, EnhancedStatefulSets and their
+// ControllerRevisions; release deletes orphaned StaticIPs); the decisions are pure functions
+// (ips.go, check.go, leaks.go, release.go, rollout.go, failover.go, completion.go)
+// table-tested against fake clientsets; this file is the cobra and client wiring.
 package kubectlplugin
 
 import (
@@ -11,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -118,6 +120,13 @@ func NewCommandWithOptions(o *Options) *cobra.Command {
 			# Audit IPAM for duplicate and leaked IPs (exit code 1 on a problem)
 			kubectl staticip check
 
+			# Who holds an address, and since when
+			kubectl staticip ips --ip 10.244.1.5
+
+			# Free the leaked addresses of a check report (asks first)
+			kubectl staticip check -o json > report.json
+			kubectl staticip release --from-report report.json
+
 			# Roll an EnhancedStatefulSet back to its previous revision
 			kubectl staticip rollout undo ests/web`),
 		Annotations:   map[string]string{cobra.CommandDisplayNameAnnotation: "kubectl staticip"},
@@ -127,12 +136,11 @@ func NewCommandWithOptions(o *Options) *cobra.Command {
 			return cmd.Help()
 		},
 	}
-	cmd.CompletionOptions.DisableDefaultCmd = true
 	cmd.SetIn(o.In)
 	cmd.SetOut(o.Out)
 	cmd.SetErr(o.ErrOut)
 	o.ConfigFlags.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newIPsCommand(o), newCheckCommand(o), newRolloutCommand(o), newFailoverCommand(o))
+	cmd.AddCommand(newIPsCommand(o), newCheckCommand(o), newReleaseCommand(o), newRolloutCommand(o), newFailoverCommand(o), newVersionCommand(o))
 	return cmd
 }
 
@@ -170,15 +178,19 @@ func printStructured(out io.Writer, format string, v any) error {
 
 func newIPsCommand(o *Options) *cobra.Command {
 	var f IPFilter
-	var output string
+	var output, ip string
 	var all bool
 	cmd := &cobra.Command{
-		Use:   "ips [--node NODE] [--range RANGE] [--pool POOL]",
+		Use:   "ips [--node NODE] [--range RANGE] [--pool POOL] [--ip ADDRESS]",
 		Short: "List every allocated and reserved IP and the counts of each IPRange",
 		Long: templates.LongDesc(`
 			List the IPRanges with the counts their owning agents report (total, used, reserved,
 			free), then every address that is allocated (a live pod holds it) or reserved (a
 			StaticIP keeps it for a pod that is absent; the StaticIP is named).
+
+			With --ip: that one address — the pod that holds it (and since when it runs), the
+			StaticIP that records it (created when, its phase), its IPRange, pool and node, or
+			that it is free or outside every range.
 
 			Pods and StaticIPs of all namespaces are listed unless -n/--namespace is given.`),
 		Example: templates.Examples(`
@@ -189,11 +201,21 @@ func newIPsCommand(o *Options) *cobra.Command {
 			kubectl staticip ips --node node-1 -o wide
 
 			# One pool's ranges and addresses as JSON
-			kubectl staticip ips --pool default -o json`),
+			kubectl staticip ips --pool default -o json
+
+			# Which pod, StaticIP, range and node hold an address, and since when
+			kubectl staticip ips --ip 10.244.1.5`),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "json", "yaml", "wide"); err != nil {
 				return err
+			}
+			if ip != "" {
+				a, err := netip.ParseAddr(ip)
+				if err != nil {
+					return fmt.Errorf("--ip %q is not an IP address", ip)
+				}
+				f.IP = a.Unmap()
 			}
 			ns := ""
 			if cmd.Flags().Changed("namespace") && !all {
@@ -220,12 +242,27 @@ func newIPsCommand(o *Options) *cobra.Command {
 			if output == "json" || output == "yaml" {
 				return printStructured(o.Out, output, rep)
 			}
+			if f.IP.IsValid() {
+				return PrintIPDescription(o.Out, f.IP, rep, o.now())
+			}
 			return PrintIPReport(o.Out, rep, output == "wide")
 		},
 	}
 	cmd.Flags().StringVar(&f.Node, "node", "", "Only the ranges owned by and the addresses on this node.")
 	cmd.Flags().StringVar(&f.Range, "range", "", "Only this IPRange and its addresses.")
 	cmd.Flags().StringVar(&f.Pool, "pool", "", "Only the ranges cut from this IPPool and their addresses.")
+	cmd.Flags().StringVar(&ip, "ip", "", "Only this address: who holds it and since when, its range and node.")
+	o.flagCompletion(cmd, "node", listNodes)
+	o.flagCompletion(cmd, "range", listIPRanges)
+	o.flagCompletion(cmd, "pool", listIPPools)
+	// ips reads all namespaces unless -n is given; so does the completion of --ip.
+	_ = cmd.RegisterFlagCompletionFunc("ip", func(cmd *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		list := listStaticIPAddresses
+		if !cmd.Flags().Changed("namespace") || all {
+			list = inAllNamespaces(list)
+		}
+		return o.completeNames(cmd.Context(), list, "", toComplete)
+	})
 	cmd.Flags().BoolVarP(&all, "all-namespaces", "A", false, "Pods and StaticIPs of all namespaces (the default unless -n is given).")
 	addOutput(cmd, &output, "json, yaml, wide")
 	return cmd
@@ -245,7 +282,10 @@ func newCheckCommand(o *Options) *cobra.Command {
 			Synced condition is False.
 
 			Warnings: a pod holding an IP of a range a running NodeFailover moved away from its
-			node (the pod is being replaced), or of an unassigned range (its node drains it).
+			node (the pod is being replaced), or of an unassigned range (its node drains it); a
+			StaticIP that keeps an address for a pod and an EnhancedStatefulSet or StatefulSet
+			that both no longer exist (OrphanedStaticIP: leaked, unless kept on purpose for the
+			workload's return; release --from-report frees it).
 
 			Each problem is printed on one line naming the objects. The exit code is 1 when an
 			error was found and 0 otherwise (warnings alone exit 0).`),
@@ -253,8 +293,8 @@ func newCheckCommand(o *Options) *cobra.Command {
 			# Audit the cluster
 			kubectl staticip check
 
-			# The problems as JSON, for a script
-			kubectl staticip check -o json`),
+			# The report as JSON, for a script or for release --from-report
+			kubectl staticip check -o json > report.json`),
 		Args: cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if err := checkOutput(output, "json", "yaml"); err != nil {
@@ -268,7 +308,12 @@ func newCheckCommand(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
+			if s.Workloads, err = loadWorkloads(cmd.Context(), c); err != nil {
+				return err
+			}
 			res := Audit(s)
+			now := metav1.NewTime(o.now().UTC().Truncate(time.Second))
+			res.GeneratedAt = &now
 			if output != "" {
 				err = printStructured(o.Out, output, res)
 			} else {
@@ -351,6 +396,9 @@ func newFailoverCommand(o *Options) *cobra.Command {
 		},
 	}
 	addOutput(status, &output, "json, yaml, wide")
+	status.ValidArgsFunction = func(cmd *cobra.Command, _ []string, toComplete string) ([]string, cobra.ShellCompDirective) {
+		return o.completeNames(cmd.Context(), listNodeFailovers, "", toComplete)
+	}
 	cmd.AddCommand(status)
 	return cmd
 }
@@ -377,6 +425,9 @@ func newRolloutCommand(o *Options) *cobra.Command {
 	}
 	cmd.AddCommand(newRolloutHistory(o), newRolloutUndo(o), newRolloutStatus(o),
 		newRolloutPause(o, true), newRolloutPause(o, false), newRolloutRestart(o))
+	for _, sub := range cmd.Commands() {
+		sub.ValidArgsFunction = o.completeRolloutRef
+	}
 	return cmd
 }
 

@@ -5,8 +5,11 @@ import (
 	"io"
 	"net/netip"
 	"sort"
+	"time"
 
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/duration"
 	"k8s.io/cli-runtime/pkg/printers"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -25,6 +28,8 @@ type IPFilter struct {
 	Node  string
 	Range string
 	Pool  string
+	// IP: only this address and the range it lies in (ips --ip).
+	IP netip.Addr
 }
 
 // RangeSummary is one IPRange and the counts its owning agent reports in its status.
@@ -53,6 +58,12 @@ type IPEntry struct {
 	Pool     string `json:"pool,omitempty"`
 	Pod      string `json:"pod,omitempty"`
 	StaticIP string `json:"staticIP,omitempty"`
+	// Since when: the holding pod's start (status.startTime; an allocated IP) and phase, the
+	// StaticIP's creation and phase.
+	PodStarted      *metav1.Time `json:"podStarted,omitempty"`
+	PodPhase        string       `json:"podPhase,omitempty"`
+	StaticIPCreated *metav1.Time `json:"staticIPCreated,omitempty"`
+	StaticIPPhase   string       `json:"staticIPPhase,omitempty"`
 }
 
 // IPReport is the ips command's output.
@@ -67,6 +78,10 @@ func BuildIPReport(s *Snapshot, f IPFilter) IPReport {
 	ranges := parseRanges(s.Ranges)
 	pools := map[string]string{} // range name -> pool
 	rep := IPReport{Ranges: []RangeSummary{}, IPs: []IPEntry{}}
+	var ipRange *parsedRange // the range f.IP lies in
+	if f.IP.IsValid() {
+		ipRange = rangeOf(ranges, f.IP)
+	}
 	for _, r := range ranges {
 		pools[r.r.Name] = poolOf(s.Pools, r)
 		sum := RangeSummary{Name: r.r.Name, CIDR: r.r.Spec.CIDR, Node: r.r.Spec.Node, Pool: pools[r.r.Name],
@@ -75,17 +90,31 @@ func BuildIPReport(s *Snapshot, f IPFilter) IPReport {
 		if c := meta.FindStatusCondition(r.r.Status.Conditions, "Synced"); c != nil {
 			sum.Synced = string(c.Status)
 		}
+		if f.IP.IsValid() && (ipRange == nil || ipRange.r.Name != r.r.Name) {
+			continue
+		}
 		if f.matches(sum.Node, sum.Name, sum.Pool) {
 			rep.Ranges = append(rep.Ranges, sum)
 		}
 	}
 	// StaticIPs by IP, to name the record of an allocated address.
-	sipByIP := map[netip.Addr]string{}
-	for _, sip := range s.StaticIPs {
+	sipByIP := map[netip.Addr]*jkev1.StaticIP{}
+	for i := range s.StaticIPs {
+		sip := &s.StaticIPs[i]
 		if a, err := netip.ParseAddr(sip.Spec.IP); err == nil {
 			if _, dup := sipByIP[a.Unmap()]; !dup {
-				sipByIP[a.Unmap()] = nsName(sip.Namespace, sip.Name)
+				sipByIP[a.Unmap()] = sip
 			}
+		}
+	}
+	withStaticIP := func(e *IPEntry, sip *jkev1.StaticIP) {
+		if sip == nil {
+			return
+		}
+		e.StaticIP, e.StaticIPPhase = nsName(sip.Namespace, sip.Name), string(sip.Status.Phase)
+		if !sip.CreationTimestamp.IsZero() {
+			created := sip.CreationTimestamp
+			e.StaticIPCreated = &created
 		}
 	}
 	held := map[netip.Addr]bool{}
@@ -96,7 +125,12 @@ func BuildIPReport(s *Snapshot, f IPFilter) IPReport {
 		}
 		for _, a := range podIPs(p) {
 			held[a] = true
-			e := IPEntry{IP: a.String(), State: StateAllocated, Node: p.Spec.NodeName, Pod: nsName(p.Namespace, p.Name), StaticIP: sipByIP[a]}
+			if f.IP.IsValid() && a != f.IP {
+				continue
+			}
+			e := IPEntry{IP: a.String(), State: StateAllocated, Node: p.Spec.NodeName, Pod: nsName(p.Namespace, p.Name),
+				PodStarted: p.Status.StartTime, PodPhase: string(p.Status.Phase)}
+			withStaticIP(&e, sipByIP[a])
 			if r := rangeOf(ranges, a); r != nil {
 				e.Range, e.Pool = r.r.Name, pools[r.r.Name]
 			}
@@ -105,13 +139,15 @@ func BuildIPReport(s *Snapshot, f IPFilter) IPReport {
 			}
 		}
 	}
-	for _, sip := range s.StaticIPs {
+	for i := range s.StaticIPs {
+		sip := &s.StaticIPs[i]
 		a, err := netip.ParseAddr(sip.Spec.IP)
-		if err != nil || held[a.Unmap()] {
+		if err != nil || held[a.Unmap()] || (f.IP.IsValid() && a.Unmap() != f.IP) {
 			continue
 		}
 		a = a.Unmap()
-		e := IPEntry{IP: a.String(), State: StateReserved, Node: sip.Spec.Node, StaticIP: nsName(sip.Namespace, sip.Name)}
+		e := IPEntry{IP: a.String(), State: StateReserved, Node: sip.Spec.Node}
+		withStaticIP(&e, sip)
 		if sip.Spec.Pod != "" {
 			e.Pod = nsName(sip.Namespace, sip.Spec.Pod)
 		}
@@ -187,4 +223,54 @@ func none(s string) string {
 		return "<none>"
 	}
 	return s
+}
+
+// PrintIPDescription writes what `ips --ip` says about one address: each entry holding it
+// (pod and since when, StaticIP and since when, range, pool, node), or that it is free in its
+// range, or outside every range.
+func PrintIPDescription(out io.Writer, ip netip.Addr, rep IPReport, now time.Time) error {
+	var r *RangeSummary
+	if len(rep.Ranges) > 0 {
+		r = &rep.Ranges[0]
+	}
+	rangeLine := "<none> (the address lies in no IPRange)"
+	if r != nil {
+		rangeLine = fmt.Sprintf("%s (%s, pool %s, owned by node %s)", r.Name, r.CIDR, none(r.Pool), none(r.Node))
+	}
+	w := printers.GetNewTabWriter(out)
+	if len(rep.IPs) == 0 {
+		state := "Free (no live pod holds it and no StaticIP records it)"
+		if r == nil {
+			state = "Unmanaged (outside every IPRange)"
+		}
+		fmt.Fprintf(w, "IP:\t%s\nState:\t%s\nRange:\t%s\n", ip, state, rangeLine)
+		return w.Flush()
+	}
+	for i, e := range rep.IPs {
+		if i > 0 {
+			fmt.Fprintln(w)
+		}
+		fmt.Fprintf(w, "IP:\t%s\nState:\t%s\nRange:\t%s\nNode:\t%s\n", e.IP, e.State, rangeLine, none(e.Node))
+		pod := none(e.Pod)
+		switch {
+		case e.State == StateReserved && e.Pod != "":
+			pod += " (absent: the StaticIP keeps the address for it)"
+		case e.PodStarted != nil:
+			pod += fmt.Sprintf(", %s since %s (%s)", e.PodPhase, e.PodStarted.UTC().Format(time.RFC3339), age(now, e.PodStarted.Time))
+		case e.PodPhase != "":
+			pod += ", " + e.PodPhase + " (not started)"
+		}
+		fmt.Fprintf(w, "Pod:\t%s\n", pod)
+		sip := none(e.StaticIP)
+		if e.StaticIPCreated != nil {
+			sip += fmt.Sprintf(", %s, created %s (%s)", none(e.StaticIPPhase), e.StaticIPCreated.UTC().Format(time.RFC3339), age(now, e.StaticIPCreated.Time))
+		}
+		fmt.Fprintf(w, "StaticIP:\t%s\n", sip)
+	}
+	return w.Flush()
+}
+
+// age is a duration as kubectl prints ages (5m3s, 2d4h), "ago".
+func age(now, t time.Time) string {
+	return duration.HumanDuration(now.Sub(t)) + " ago"
 }

@@ -13,12 +13,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/cli-runtime/pkg/genericclioptions"
-	"k8s.io/cli-runtime/pkg/genericiooptions"
-	kubefake "k8s.io/client-go/kubernetes/fake"
 	"k8s.io/utils/ptr"
 
-	sipfake "github.com/staticip/staticip/apis/generated/clientset/versioned/fake"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 )
@@ -330,18 +326,10 @@ func TestWaitingFor(t *testing.T) {
 	}
 }
 
-// run runs the plugin's command line against fake clientsets.
+// run runs the plugin's command line against fake clientsets (runIn without stdin).
 func run(t *testing.T, kube []runtime.Object, sip []runtime.Object, args ...string) (string, int, *Clients) {
 	t.Helper()
-	c := &Clients{Kube: kubefake.NewSimpleClientset(kube...), StaticIP: sipfake.NewSimpleClientset(sip...)}
-	var out, errOut bytes.Buffer
-	o := &Options{ConfigFlags: genericclioptions.NewConfigFlags(false), IOStreams: genericiooptions.IOStreams{In: &bytes.Buffer{}, Out: &out, ErrOut: &errOut},
-		NewClients: func() (*Clients, error) { return c, nil },
-		Now:        func() time.Time { return time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC) }}
-	cmd := NewCommandWithOptions(o)
-	cmd.SetArgs(args)
-	code := HandleError(&errOut, cmd.ExecuteContext(context.Background()))
-	return out.String() + errOut.String(), code, c
+	return runIn(t, "", kube, sip, args...)
 }
 
 func TestCommandsWithFakeClients(t *testing.T) {

@@ -30,6 +30,9 @@ type Snapshot struct {
 	StaticIPs []jkev1.StaticIP
 	Pods      []corev1.Pod
 	Failovers []jkev1alpha1.NodeFailover
+	// Workloads: the EnhancedStatefulSets and StatefulSets that exist (check loads them;
+	// nil: not loaded, no StaticIP is called orphaned).
+	Workloads WorkloadSet
 }
 
 // loadSnapshot lists the objects of a Snapshot; namespace "" means all namespaces.

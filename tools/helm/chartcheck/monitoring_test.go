@@ -354,7 +354,7 @@ func render(t *testing.T) [][]byte {
 	if _, err := os.Stat(helm); err != nil {
 		t.Skipf("no helm binary at %s: run `make helm` (tools/helm.sh builds it from the Go module proxy): %v", helm, err)
 	}
-	args := append([]string{"template", "staticip", filepath.Join(repoRoot, "charts", "staticip")}, renderFlags...)
+	args := append([]string{"template", "staticip", filepath.Join(repoRoot, "charts", "staticip"), "-n", "kube-system"}, renderFlags...)
 	out, err := exec.Command(helm, args...).Output()
 	if err != nil {
 		var ee *exec.ExitError
