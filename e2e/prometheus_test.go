@@ -27,6 +27,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/e2e/framework"
 )
 
@@ -145,7 +146,7 @@ func TestPrometheusScrapesEveryComponent(t *testing.T) {
 	}
 	pod := testServerPod("static", "", nil)
 	pod.Spec.NodeSelector = nil // the scheduler pins it to the IP's node
-	pod.Annotations = map[string]string{jkev1.AnnotationIPAddress: ip}
+	pod.Annotations = map[string]string{podip.AnnotationIPAddress: ip}
 	runPodOn(t, ctx, ns, pod, target, ip)
 	t.Logf("pod static runs on %s with %s; allocations on the node before: %v, used addresses: %v", target, ip, allocBefore, usedBefore)
 	// The allocations counter only grows: the pod's ADD must show in it.

@@ -22,8 +22,7 @@ import (
 // Kubernetes API types (their package init dominates a CNI call's latency). A test checks they
 // stay equal.
 const (
-	AnnotationEnable    = "staticip.jke.jdcloud.com/enable"
-	AnnotationIPAddress = "staticip.jke.jdcloud.com/ip-address"
+	AnnotationEnable = "staticip.jke.jdcloud.com/enable"
 	// PodAnnotationsCapability is the runtimeConfig key under which a CRI runtime passes the
 	// pod's annotations.
 	PodAnnotationsCapability = "io.kubernetes.cri.pod-annotations"

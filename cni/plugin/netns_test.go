@@ -20,6 +20,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/cni/nstest"
 	"github.com/staticip/staticip/ipam"
 )
@@ -369,7 +370,7 @@ func TestRequestedIPFromArgsAndRuntimeConfig(t *testing.T) {
 	if got := r.IPs[0].Address.IP.String(); got != "10.123.0.10" {
 		t.Fatalf("runtimeConfig ips: got %s", got)
 	}
-	annotated := h.conf(map[string]any{"runtimeConfig": map[string]any{PodAnnotationsCapability: map[string]string{AnnotationIPAddress: "10.123.0.11"}}})
+	annotated := h.conf(map[string]any{"runtimeConfig": map[string]any{PodAnnotationsCapability: map[string]string{podip.AnnotationIPAddress: "10.123.0.11"}}})
 	r = h.mustAdd(podArgs(p3, "ctr-r3", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-3", annotated))
 	if got := r.IPs[0].Address.IP.String(); got != "10.123.0.11" {
 		t.Fatalf("pod-annotations capability: got %s", got)
@@ -385,7 +386,7 @@ func TestBadInputLeavesNothingBehind(t *testing.T) {
 
 	corruptDir := filepath.Join(t.TempDir(), "bad")
 	withAnnotation := func(v string) []byte {
-		return h.conf(map[string]any{"runtimeConfig": map[string]any{PodAnnotationsCapability: map[string]string{AnnotationIPAddress: v}}})
+		return h.conf(map[string]any{"runtimeConfig": map[string]any{PodAnnotationsCapability: map[string]string{podip.AnnotationIPAddress: v}}})
 	}
 	cases := []struct {
 		name  string

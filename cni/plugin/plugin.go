@@ -17,6 +17,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/apis/workloadref"
 	"github.com/staticip/staticip/ipam"
 )
@@ -134,16 +135,16 @@ func (p *Plugin) requestedIP(ctx context.Context, conf *NetConf, args *K8sArgs, 
 		}
 	}
 	if known {
-		if v, ok := annotations[AnnotationIPAddress]; ok && strings.TrimSpace(v) != "" {
+		if v, ok := annotations[podip.AnnotationIPAddress]; ok && strings.TrimSpace(v) != "" {
 			a, err := netip.ParseAddr(strings.TrimSpace(v))
 			if err != nil {
 				return req, types.NewError(ErrCodeBadAnnotation,
-					fmt.Sprintf("staticip: pod %s: annotation %s=%q is not an IP address", pod, AnnotationIPAddress, v), "")
+					fmt.Sprintf("staticip: pod %s: annotation %s=%q is not an IP address", pod, podip.AnnotationIPAddress, v), "")
 			}
 			a = a.Unmap()
 			if len(explicit) == 1 && explicit[0] != a {
 				return req, types.NewError(ErrCodeBadRequestedIP,
-					fmt.Sprintf("staticip: pod %s: annotation %s=%s conflicts with requested IP %s", pod, AnnotationIPAddress, a, explicit[0]), "")
+					fmt.Sprintf("staticip: pod %s: annotation %s=%s conflicts with requested IP %s", pod, podip.AnnotationIPAddress, a, explicit[0]), "")
 			}
 			req.IP = a
 			return req, nil
@@ -328,8 +329,8 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	if req.WriteBack && kc != nil {
 		// Not fatal: the StaticIP controller also learns the IP from the pod's status.
-		if err := kc.annotatePod(ctx, pod.Namespace, pod.Name, pod.UID, AnnotationIPAddress, alloc.IP.String()); err != nil {
-			p.logf("pod %s: writing back %s=%s: %v", pod, AnnotationIPAddress, alloc.IP, err)
+		if err := kc.annotatePod(ctx, pod.Namespace, pod.Name, pod.UID, podip.AnnotationIPAddress, alloc.IP.String()); err != nil {
+			p.logf("pod %s: writing back %s=%s: %v", pod, podip.AnnotationIPAddress, alloc.IP, err)
 		}
 	}
 	return types.PrintResult(result, conf.CNIVersion)
