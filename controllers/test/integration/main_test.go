@@ -25,7 +25,6 @@ import (
 	"k8s.io/client-go/rest"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
-	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/controllers/pkg/manager"
 	"github.com/staticip/staticip/internal/testsupport"

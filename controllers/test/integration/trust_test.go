@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/apis/podip"
 	ests "github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
