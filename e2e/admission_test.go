@@ -24,6 +24,7 @@ import (
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/podip"
 	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
 	"github.com/staticip/staticip/e2e/framework"
 )
@@ -45,7 +46,7 @@ func TestIPAddressAdmission(t *testing.T) {
 	asking := func() *corev1.Pod {
 		p := testServerPod("asks", "", nil)
 		p.Spec.NodeSelector = nil
-		p.Annotations = map[string]string{jkev1.AnnotationIPAddress: "10.244.1.250"}
+		p.Annotations = map[string]string{podip.AnnotationIPAddress: "10.244.1.250"}
 		return p
 	}
 	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
@@ -65,7 +66,7 @@ func TestIPAddressAdmission(t *testing.T) {
 	if _, err := author.CoreV1().Pods(open).Create(ctx, plain, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	patch := []byte(`{"metadata":{"annotations":{"` + jkev1.AnnotationIPAddress + `":"10.244.1.251"}}}`)
+	patch := []byte(`{"metadata":{"annotations":{"` + podip.AnnotationIPAddress + `":"10.244.1.251"}}}`)
 	_, err = f.Client.CoreV1().Pods(open).Patch(ctx, "plain", types.MergePatchType, patch, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
 	if err == nil || !strings.Contains(err.Error(), "cannot be added, changed or removed on an existing pod") {
 		t.Errorf("the admin added the ip-address annotation to an existing pod: %v", err)
@@ -100,7 +101,7 @@ func workloadTemplatesAskingForAnIP(t *testing.T, ctx context.Context, closed, o
 	author := versioned.NewForConfigOrDie(cfg)
 	const ip = "10.244.1.201"
 	tpl := corev1.PodTemplateSpec{
-		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "sneaky"}, Annotations: map[string]string{jkev1.AnnotationIPAddress: ip}},
+		ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "sneaky"}, Annotations: map[string]string{podip.AnnotationIPAddress: ip}},
 		Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10"}}},
 	}
 	sel := &metav1.LabelSelector{MatchLabels: map[string]string{"app": "sneaky"}}
@@ -179,7 +180,7 @@ func TestPluginCredentialOnTheNode(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got := running.Annotations[jkev1.AnnotationIPAddress]; got != running.Status.PodIP {
+		if got := running.Annotations[podip.AnnotationIPAddress]; got != running.Status.PodIP {
 			t.Errorf("pod %s runs with %s; the plugin's write-back left ip-address=%q", p.Name, running.Status.PodIP, got)
 		}
 	}
@@ -187,7 +188,7 @@ func TestPluginCredentialOnTheNode(t *testing.T) {
 	for _, c := range []struct{ what, pod, patch string }{
 		{"relabel a pod of its node", "on-" + mine, `{"metadata":{"labels":{"app":"evil"}}}`},
 		{"re-image a pod of its node", "on-" + mine, `{"spec":{"containers":[{"name":"testserver","image":"evil:1"}]}}`},
-		{"annotate a pod of another node", "on-" + other, `{"metadata":{"annotations":{"` + jkev1.AnnotationIPAddress + `":"10.244.2.251"}}}`},
+		{"annotate a pod of another node", "on-" + other, `{"metadata":{"annotations":{"` + podip.AnnotationIPAddress + `":"10.244.2.251"}}}`},
 	} {
 		_, err := plugin.CoreV1().Pods(ns).Patch(ctx, c.pod, types.StrategicMergePatchType, []byte(c.patch), dry)
 		if err == nil || !apierrors.IsForbidden(err) {
@@ -289,7 +290,7 @@ func TestEditUserManagesStaticIPWorkloads(t *testing.T) {
 	}
 	asking := set.DeepCopy()
 	asking.Name = "asks"
-	asking.Spec.Template.Annotations = map[string]string{jkev1.AnnotationIPAddress: sip.Spec.IP}
+	asking.Spec.Template.Annotations = map[string]string{podip.AnnotationIPAddress: sip.Spec.IP}
 	_, err = dev.JkeV1alpha1().EnhancedStatefulSets(ns).Create(ctx, asking, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 	if want := "only in a namespace labelled staticip.jke.jdcloud.com/allow-ip-request=true; namespace " + ns + " is not"; !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), want) {
 		t.Errorf("the edit user asking for %s in a template in %s: %v, want Forbidden with %q", sip.Spec.IP, ns, err, want)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/e2e/framework"
 )
 
@@ -213,7 +214,7 @@ func TestCNIKeepsTheIPWhileTheStaticIPExists(t *testing.T) {
 	web := func() *corev1.Pod {
 		p := testServerPod("web", "", nil)
 		p.Spec.NodeSelector = nil // the scheduler pins it to the IP's node
-		p.Annotations = map[string]string{jkev1.AnnotationEnable: "true", jkev1.AnnotationIPAddress: ip}
+		p.Annotations = map[string]string{jkev1.AnnotationEnable: "true", podip.AnnotationIPAddress: ip}
 		return p
 	}
 	runPodOn(t, ctx, ns, web(), target, ip)
@@ -224,7 +225,7 @@ func TestCNIKeepsTheIPWhileTheStaticIPExists(t *testing.T) {
 	intruder := testServerPod("intruder", "", nil)
 	intruder.Spec.NodeSelector = nil
 	intruder.Spec.NodeName = target
-	intruder.Annotations = map[string]string{jkev1.AnnotationIPAddress: ip}
+	intruder.Annotations = map[string]string{podip.AnnotationIPAddress: ip}
 	if _, err := pods.Create(ctx, intruder, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -248,7 +249,7 @@ func TestCNIKeepsTheIPWhileTheStaticIPExists(t *testing.T) {
 	next := testServerPod("next", "", nil)
 	next.Spec.NodeSelector = nil
 	next.Spec.NodeName = target
-	next.Annotations = map[string]string{jkev1.AnnotationIPAddress: ip}
+	next.Annotations = map[string]string{podip.AnnotationIPAddress: ip}
 	runPodOn(t, ctx, ns, next, target, ip) // the IP was freed once the StaticIP and its pod were gone
 }
 
@@ -273,7 +274,7 @@ func TestCNIBadInputShowsInPodEvents(t *testing.T) {
 		p := testServerPod(name, "", nil)
 		p.Spec.NodeSelector = nil
 		p.Spec.NodeName = node
-		p.Annotations = map[string]string{jkev1.AnnotationIPAddress: ip}
+		p.Annotations = map[string]string{podip.AnnotationIPAddress: ip}
 		return p
 	}
 	held := hostInRange(t, rangesByNode[node][0], 201)
@@ -285,7 +286,7 @@ func TestCNIBadInputShowsInPodEvents(t *testing.T) {
 	}
 	foreign := hostInRange(t, rangesByNode[other][0], 202)
 	cases := []struct{ pod, ip, want string }{
-		{"malformed", "10.244.1.999", fmt.Sprintf(`annotation %s="10.244.1.999" is not an IP address`, jkev1.AnnotationIPAddress)},
+		{"malformed", "10.244.1.999", fmt.Sprintf(`annotation %s="10.244.1.999" is not an IP address`, podip.AnnotationIPAddress)},
 		{"foreign", foreign, fmt.Sprintf("IP %s is outside every range of this node", foreign)},
 		{"taken", held, fmt.Sprintf("IP %s is in use by pod %s/holder", held, ns)},
 	}

@@ -17,6 +17,7 @@ import (
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/cni/agent"
 	"github.com/staticip/staticip/e2e/framework"
 	"github.com/staticip/staticip/tools/localcluster/cluster"
@@ -278,7 +279,7 @@ func TestReturningNodeServesNoneOfItsMovedRange(t *testing.T) {
 
 	// The IP lives on at the target.
 	heir := testServerPod("heir", target, nil)
-	heir.Annotations = map[string]string{jkev1.AnnotationIPAddress: ip}
+	heir.Annotations = map[string]string{podip.AnnotationIPAddress: ip}
 	heir.Spec.Tolerations = []corev1.Toleration{{Key: cluster.SpareTaint, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
 	runPodOn(t, ctx, ns, heir, target, ip)
 	if r := reachable(t, ns, "client", ip); r.Pod != "heir" {

@@ -26,7 +26,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/yaml"
 
-	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/e2e/framework"
 )
 
@@ -151,7 +151,7 @@ func TestPrometheusScrapesEveryComponent(t *testing.T) {
 	}
 	pod := testServerPod("static", "", nil)
 	pod.Spec.NodeSelector = nil // the scheduler pins it to the IP's node
-	pod.Annotations = map[string]string{jkev1.AnnotationIPAddress: ip}
+	pod.Annotations = map[string]string{podip.AnnotationIPAddress: ip}
 	runPodOn(t, ctx, ns, pod, target, ip)
 	t.Logf("pod static runs on %s with %s; allocations on the node before: %v, used addresses: %v", target, ip, allocBefore, usedBefore)
 	// The allocations counter only grows: the pod's ADD must show in it.
@@ -203,7 +203,7 @@ func cniCallsShow(t *testing.T, ctx context.Context, prom *prometheus, ns, node,
 	intruder := testServerPod("intruder", "", nil)
 	intruder.Spec.NodeSelector = nil
 	intruder.Spec.NodeName = node // past the scheduler, straight to the kubelet
-	intruder.Annotations = map[string]string{jkev1.AnnotationIPAddress: heldIP}
+	intruder.Annotations = map[string]string{podip.AnnotationIPAddress: heldIP}
 	if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, intruder, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}

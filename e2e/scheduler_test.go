@@ -15,6 +15,7 @@ import (
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 )
 
 // TestSchedulerPinsPodToNodeOwningItsIP runs on a cluster whose default scheduler is
@@ -60,13 +61,13 @@ func TestSchedulerPinsPodToNodeOwningItsIP(t *testing.T) {
 
 	pinned := testServerPod("pinned", "", nil)
 	pinned.Spec.NodeSelector = nil
-	pinned.Annotations = map[string]string{jkev1.AnnotationIPAddress: prefix + "245"}
+	pinned.Annotations = map[string]string{podip.AnnotationIPAddress: prefix + "245"}
 	if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, pinned, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	bad := testServerPod("badip", "", nil)
 	bad.Spec.NodeSelector = nil
-	bad.Annotations = map[string]string{jkev1.AnnotationIPAddress: prefix + "999"}
+	bad.Annotations = map[string]string{podip.AnnotationIPAddress: prefix + "999"}
 	if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, bad, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -81,7 +82,7 @@ func TestSchedulerPinsPodToNodeOwningItsIP(t *testing.T) {
 	}
 	t.Logf("pod annotated with %s scheduled onto %s, the IPRange owner", prefix+"245", running.Spec.NodeName)
 
-	waitForPodEvent(t, ctx, ns, "badip", "FailedScheduling", fmt.Sprintf("invalid annotation %s=%q", jkev1.AnnotationIPAddress, prefix+"999"))
+	waitForPodEvent(t, ctx, ns, "badip", "FailedScheduling", fmt.Sprintf("invalid annotation %s=%q", podip.AnnotationIPAddress, prefix+"999"))
 	p, err := f.Client.CoreV1().Pods(ns).Get(ctx, "badip", metav1.GetOptions{})
 	if err != nil || p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending {
 		t.Fatalf("badip must stay Pending and unbound: node %q phase %q (%v)", p.Spec.NodeName, p.Status.Phase, err)
@@ -119,7 +120,7 @@ func TestSchedulerKeepsRoomForADeletedStaticIPPod(t *testing.T) {
 	big := func() *corev1.Pod {
 		p := testServerPod("big", "", nil)
 		p.Spec.NodeSelector = nil
-		p.Annotations = map[string]string{jkev1.AnnotationEnable: "true", jkev1.AnnotationIPAddress: ip}
+		p.Annotations = map[string]string{jkev1.AnnotationEnable: "true", podip.AnnotationIPAddress: ip}
 		p.Spec.Containers[0].Resources.Requests = corev1.ResourceList{corev1.ResourceCPU: *bigCPU}
 		return p
 	}

@@ -16,7 +16,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
-	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/internal/testenv"
 )
 
@@ -74,7 +74,7 @@ func TestIPAddressAnnotationPolicy(t *testing.T) {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "web"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "pause:1"}}}}
 		if ip != "" {
-			p.Annotations = map[string]string{jkev1.AnnotationIPAddress: ip}
+			p.Annotations = map[string]string{podip.AnnotationIPAddress: ip}
 		}
 		return p
 	}
@@ -99,7 +99,7 @@ func TestIPAddressAnnotationPolicy(t *testing.T) {
 		if s, ok := value.(string); ok {
 			v = `"` + s + `"`
 		}
-		_, err := c.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+jkev1.AnnotationIPAddress+`":`+v+`}}}`), metav1.PatchOptions{})
+		_, err := c.CoreV1().Pods(ns).Patch(ctx, name, types.MergePatchType, []byte(`{"metadata":{"annotations":{"`+podip.AnnotationIPAddress+`":`+v+`}}}`), metav1.PatchOptions{})
 		return err
 	}
 	asked := mustCreate(alice, open, newPod("asked", "10.9.0.2"))                 // opted in: allowed
@@ -138,13 +138,13 @@ func TestIPAddressAnnotationPolicy(t *testing.T) {
 			if p.Annotations == nil {
 				p.Annotations = map[string]string{}
 			}
-			p.Annotations[jkev1.AnnotationIPAddress] = "10.9.0.9"
+			p.Annotations[podip.AnnotationIPAddress] = "10.9.0.9"
 			_, err = alice.CoreV1().Pods(open).UpdateStatus(ctx, p, metav1.UpdateOptions{})
 			return err
 		}},
 		{"set the annotation with a binding", existingMsg, func() error {
 			return alice.CoreV1().Pods(closed).Bind(ctx, &corev1.Binding{
-				ObjectMeta: metav1.ObjectMeta{Name: plain.Name, Annotations: map[string]string{jkev1.AnnotationIPAddress: "10.9.0.10"}},
+				ObjectMeta: metav1.ObjectMeta{Name: plain.Name, Annotations: map[string]string{podip.AnnotationIPAddress: "10.9.0.10"}},
 				Target:     corev1.ObjectReference{Kind: "Node", Name: "node-x"}}, metav1.CreateOptions{})
 		}},
 	} {
@@ -164,7 +164,7 @@ func TestIPAddressAnnotationPolicy(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got := p.Annotations[jkev1.AnnotationIPAddress]; got != ip || p.Spec.NodeName != "" {
+			if got := p.Annotations[podip.AnnotationIPAddress]; got != ip || p.Spec.NodeName != "" {
 				t.Errorf("pod %s/%s: ip-address %q node %q, want %q and unbound", ns, name, got, p.Spec.NodeName, ip)
 			}
 		}

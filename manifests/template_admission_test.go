@@ -19,6 +19,7 @@ import (
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/podip"
 	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
 	"github.com/staticip/staticip/internal/testenv"
 )
@@ -58,7 +59,7 @@ func TestIPAddressTemplatePolicy(t *testing.T) {
 	}
 	_, alice := as("alice")
 	_, controller := as(controllerUser)
-	const ipKey = jkev1.AnnotationIPAddress
+	const ipKey = podip.AnnotationIPAddress
 	template := func(ip string) corev1.PodTemplateSpec {
 		tpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "pause:1"}}}}

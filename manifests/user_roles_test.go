@@ -22,6 +22,7 @@ import (
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/podip"
 	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
 	"github.com/staticip/staticip/internal/testenv"
 )
@@ -160,7 +161,7 @@ func TestAppTeamRoles(t *testing.T) {
 		tpl := corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "web"}},
 			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "pause:1"}}}}
 		if ip != "" {
-			tpl.Annotations = map[string]string{jkev1.AnnotationIPAddress: ip}
+			tpl.Annotations = map[string]string{podip.AnnotationIPAddress: ip}
 		}
 		return tpl
 	}
@@ -232,7 +233,7 @@ func TestAppTeamRoles(t *testing.T) {
 		t.Errorf("edit user asking for an IP in a template in %s (not opted in): %v, want the admission policy's refusal", closed, err)
 	}
 	_, err = dev.JkeV1alpha1().EnhancedStatefulSets(closed).Patch(ctx, "web", types.MergePatchType,
-		[]byte(`{"spec":{"template":{"metadata":{"annotations":{"`+jkev1.AnnotationIPAddress+`":"10.9.7.21"}}}}}`), metav1.PatchOptions{})
+		[]byte(`{"spec":{"template":{"metadata":{"annotations":{"`+podip.AnnotationIPAddress+`":"10.9.7.21"}}}}}`), metav1.PatchOptions{})
 	if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "allow-ip-request=true") {
 		t.Errorf("edit user adding an IP to an existing template in %s: %v, want the admission policy's refusal", closed, err)
 	}

@@ -23,6 +23,7 @@ import (
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/internal/testenv"
 )
 
@@ -135,7 +136,7 @@ func newCredFixture(t *testing.T) *credFixture {
 var labelPatch = []byte(`{"metadata":{"labels":{"app":"evil"}}}`)
 
 func ipPatch(ip string) []byte {
-	return []byte(`{"metadata":{"annotations":{"` + jkev1.AnnotationIPAddress + `":"` + ip + `"}}}`)
+	return []byte(`{"metadata":{"annotations":{"` + podip.AnnotationIPAddress + `":"` + ip + `"}}}`)
 }
 
 func (f *credFixture) createRanges(t *testing.T) {
@@ -191,7 +192,7 @@ func (f *credFixture) checkRefused(t *testing.T) {
 		}},
 		{"set the ip-address annotation together with a label", func() error {
 			_, err := plugin.CoreV1().Pods(nsName).Patch(ctx, other.Name, types.MergePatchType,
-				[]byte(`{"metadata":{"labels":{"app":"evil"},"annotations":{"`+jkev1.AnnotationIPAddress+`":"10.1.0.7"}}}`), metav1.PatchOptions{})
+				[]byte(`{"metadata":{"labels":{"app":"evil"},"annotations":{"`+podip.AnnotationIPAddress+`":"10.1.0.7"}}}`), metav1.PatchOptions{})
 			return err
 		}},
 		{"set the ip-address annotation of a pod on another node", func() error {
@@ -305,7 +306,7 @@ func (f *credFixture) checkRoleBoundByMistake(t *testing.T) {
 // guarded by the UID, goes through; the other pods are unchanged.
 func (f *credFixture) checkWriteBack(t *testing.T) {
 	ctx, kube, plugin, nsName, mine, other, theirs := f.ctx, f.kube, f.plugin, f.ns, f.mine, f.other, f.theirs
-	writeBack := []byte(`{"metadata":{"uid":"` + string(mine.UID) + `","annotations":{"` + jkev1.AnnotationIPAddress + `":"10.1.0.5"}}}`)
+	writeBack := []byte(`{"metadata":{"uid":"` + string(mine.UID) + `","annotations":{"` + podip.AnnotationIPAddress + `":"10.1.0.5"}}}`)
 	if _, err := plugin.CoreV1().Pods(nsName).Patch(ctx, mine.Name, types.MergePatchType, writeBack, metav1.PatchOptions{}); err != nil {
 		t.Fatalf("the plugin's credential cannot write back the IP of a pod of its own node: %v", err)
 	}
@@ -313,7 +314,7 @@ func (f *credFixture) checkWriteBack(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Annotations[jkev1.AnnotationIPAddress] != "10.1.0.5" {
+	if got.Annotations[podip.AnnotationIPAddress] != "10.1.0.5" {
 		t.Errorf("annotations after the write-back: %v", got.Annotations)
 	}
 	for _, p := range []*corev1.Pod{other, theirs} {
@@ -321,7 +322,7 @@ func (f *credFixture) checkWriteBack(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if got.Labels["app"] != "web" || got.Spec.Containers[0].Image != "pause:1" || got.Annotations[jkev1.AnnotationIPAddress] != "" || got.Annotations["note"] != "a" {
+		if got.Labels["app"] != "web" || got.Spec.Containers[0].Image != "pause:1" || got.Annotations[podip.AnnotationIPAddress] != "" || got.Annotations["note"] != "a" {
 			t.Errorf("pod %s changed: labels %v, image %s, annotations %v", p.Name, got.Labels, got.Spec.Containers[0].Image, got.Annotations)
 		}
 	}

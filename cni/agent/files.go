@@ -4,11 +4,11 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"syscall"
 
+	"github.com/staticip/staticip/apis/iprangeaddr"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/ipam"
 )
@@ -133,29 +133,8 @@ func (a *Agent) Conflist(ranges []*jkev1.IPRange) ([]byte, error) {
 }
 
 func toIPAMRange(r *jkev1.IPRange) (ipam.Range, error) {
-	var out ipam.Range
-	var err error
-	if out.Subnet, err = netip.ParsePrefix(r.Spec.CIDR); err != nil {
-		return out, err
-	}
-	for _, f := range []struct {
-		s string
-		a *netip.Addr
-	}{{r.Spec.Gateway, &out.Gateway}, {r.Spec.RangeStart, &out.RangeStart}, {r.Spec.RangeEnd, &out.RangeEnd}} {
-		if f.s != "" {
-			if *f.a, err = netip.ParseAddr(f.s); err != nil {
-				return out, err
-			}
-		}
-	}
-	for _, e := range r.Spec.ExcludeIPs {
-		x, err := netip.ParseAddr(e)
-		if err != nil {
-			return out, err
-		}
-		out.Exclude = append(out.Exclude, x)
-	}
-	return out.Canonical()
+	return ipam.ParseRange(iprangeaddr.Fields{CIDR: r.Spec.CIDR, RangeStart: r.Spec.RangeStart, RangeEnd: r.Spec.RangeEnd,
+		Gateway: r.Spec.Gateway, Exclude: r.Spec.ExcludeIPs})
 }
 
 // installFiles installs the plugin binary and its kubeconfig: all a node needs for pods to

@@ -14,6 +14,7 @@ import (
 
 	"github.com/containernetworking/cni/pkg/types"
 
+	"github.com/staticip/staticip/apis/iprangeaddr"
 	"github.com/staticip/staticip/ipam"
 )
 
@@ -21,8 +22,7 @@ import (
 // Kubernetes API types (their package init dominates a CNI call's latency). A test checks they
 // stay equal.
 const (
-	AnnotationEnable    = "staticip.jke.jdcloud.com/enable"
-	AnnotationIPAddress = "staticip.jke.jdcloud.com/ip-address"
+	AnnotationEnable = "staticip.jke.jdcloud.com/enable"
 	// PodAnnotationsCapability is the runtimeConfig key under which a CRI runtime passes the
 	// pod's annotations.
 	PodAnnotationsCapability = "io.kubernetes.cri.pod-annotations"
@@ -202,38 +202,8 @@ func parseRanges(rcs []RangeConf) ([]ipam.Range, error) {
 }
 
 func parseRange(rc RangeConf) (ipam.Range, error) {
-	var r ipam.Range
-	var err error
-	if rc.Subnet == "" {
-		return r, fmt.Errorf("subnet is required")
-	}
-	if r.Subnet, err = netip.ParsePrefix(rc.Subnet); err != nil {
-		return r, fmt.Errorf("subnet %q is not a CIDR", rc.Subnet)
-	}
-	for _, f := range []struct {
-		name string
-		in   string
-		out  *netip.Addr
-	}{{"rangeStart", rc.RangeStart, &r.RangeStart}, {"rangeEnd", rc.RangeEnd, &r.RangeEnd}, {"gateway", rc.Gateway, &r.Gateway}} {
-		if f.in == "" {
-			continue
-		}
-		if *f.out, err = netip.ParseAddr(f.in); err != nil {
-			return r, fmt.Errorf("%s %q is not an IP address", f.name, f.in)
-		}
-	}
-	for _, e := range rc.Exclude {
-		a, err := netip.ParseAddr(e)
-		if err != nil {
-			return r, fmt.Errorf("exclude %q is not an IP address", e)
-		}
-		r.Exclude = append(r.Exclude, a)
-	}
-	c, err := r.Canonical()
-	if err != nil {
-		return r, err
-	}
-	return c, nil
+	return ipam.ParseRange(iprangeaddr.Fields{CIDR: rc.Subnet, RangeStart: rc.RangeStart, RangeEnd: rc.RangeEnd,
+		Gateway: rc.Gateway, Exclude: rc.Exclude})
 }
 
 // gatewayFor is the next hop the pod uses for addresses of r.

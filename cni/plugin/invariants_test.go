@@ -14,6 +14,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/ipam"
 )
 
@@ -48,7 +49,7 @@ func (h *harness) reservations() map[string]string {
 }
 
 func withAnnotationConf(h *harness, ip string, extra map[string]any) []byte {
-	m := map[string]any{"runtimeConfig": map[string]any{PodAnnotationsCapability: map[string]string{AnnotationIPAddress: ip}}}
+	m := map[string]any{"runtimeConfig": map[string]any{PodAnnotationsCapability: map[string]string{podip.AnnotationIPAddress: ip}}}
 	for k, v := range extra {
 		m[k] = v
 	}

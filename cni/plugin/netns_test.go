@@ -20,6 +20,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/testutils"
 	"github.com/vishvananda/netlink"
 
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/cni/nstest"
 	"github.com/staticip/staticip/ipam"
 )
@@ -369,7 +370,7 @@ func TestRequestedIPFromArgsAndRuntimeConfig(t *testing.T) {
 	if got := r.IPs[0].Address.IP.String(); got != "10.123.0.10" {
 		t.Fatalf("runtimeConfig ips: got %s", got)
 	}
-	annotated := h.conf(map[string]any{"runtimeConfig": map[string]any{PodAnnotationsCapability: map[string]string{AnnotationIPAddress: "10.123.0.11"}}})
+	annotated := h.conf(map[string]any{"runtimeConfig": map[string]any{PodAnnotationsCapability: map[string]string{podip.AnnotationIPAddress: "10.123.0.11"}}})
 	r = h.mustAdd(podArgs(p3, "ctr-r3", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-3", annotated))
 	if got := r.IPs[0].Address.IP.String(); got != "10.123.0.11" {
 		t.Fatalf("pod-annotations capability: got %s", got)
@@ -385,7 +386,7 @@ func TestBadInputLeavesNothingBehind(t *testing.T) {
 
 	corruptDir := filepath.Join(t.TempDir(), "bad")
 	withAnnotation := func(v string) []byte {
-		return h.conf(map[string]any{"runtimeConfig": map[string]any{PodAnnotationsCapability: map[string]string{AnnotationIPAddress: v}}})
+		return h.conf(map[string]any{"runtimeConfig": map[string]any{PodAnnotationsCapability: map[string]string{podip.AnnotationIPAddress: v}}})
 	}
 	cases := []struct {
 		name  string
@@ -666,5 +667,36 @@ func TestCallsAreCountedInTheStore(t *testing.T) {
 	}
 	if len(s.failures) != 0 || s.calls["add/failure"]+s.calls["del/failure"]+s.calls["check/failure"] != 0 {
 		t.Errorf("failures counted for successful calls: %v %v", s.failures, s.calls)
+	}
+}
+
+// TestStaleAnnotationLosesToTheReservation: the pod's StaticIP was re-created with another IP
+// while the pod kept the old annotation. The node's IPAM holds the record's IP reserved for the
+// pod (the agent's sync of StaticIPs); the plugin resolves the disagreement as podip.Choose does
+// — and as the scheduler does (checkpodannotation TestStaleAnnotationLosesToTheStaticIP): the
+// record's IP, not the stale annotated one.
+func TestStaleAnnotationLosesToTheReservation(t *testing.T) {
+	h := newHarness(t)
+	h.mustAdd(podArgs(newNS(t, "first"), "ctr-first", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=first", h.conf(nil))) // the store gets its ranges
+	const record, stale = "10.123.0.9", "10.123.0.11"
+	db := h.openStore()
+	err := db.Reserve(ipam.Reservation{IP: netip.MustParseAddr(record), Pod: ipam.PodRef{Namespace: "ns", Name: "web-2"}, Source: ipam.SourceStaticIP})
+	db.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want, err := podip.Choose(record, stale)
+	if err != nil || want.IP.String() != record {
+		t.Fatalf("podip.Choose = %+v, %v", want, err)
+	}
+	conf := h.conf(map[string]any{"runtimeConfig": map[string]any{PodAnnotationsCapability: map[string]string{podip.AnnotationIPAddress: stale}}})
+	r := h.mustAdd(podArgs(newNS(t, "web2"), "ctr-web-2", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=web-2;K8S_POD_UID=u2", conf))
+	if got := r.IPs[0].Address.IP.String(); got != want.IP.String() {
+		t.Fatalf("pod with a stale annotation %s got %s, want its StaticIP's %s (reserved for it on this node)", stale, got, want.IP)
+	}
+	for _, a := range h.allocations() {
+		if a.IP.String() == stale {
+			t.Fatalf("the stale annotated IP %s was allocated too: %+v", stale, a)
+		}
 	}
 }

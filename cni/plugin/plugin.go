@@ -17,6 +17,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/apis/workloadref"
 	"github.com/staticip/staticip/ipam"
 )
@@ -108,11 +109,15 @@ type request struct {
 	// WriteBack: the pod has static IPs enabled but no IP annotation yet; the chosen IP is
 	// written back to it.
 	WriteBack bool
+	// annotation is the pod's ip-address annotation (trimmed; "" when absent or unknown). It
+	// decides IP only together with the pod's reservation (podip.Choose, in Add).
+	annotation string
 }
 
-// requestedIP resolves the IP the pod must get. The annotation wins; it comes from the
-// runtime's pod-annotations capability when passed, otherwise from the API server. CNI_ARGS
-// IP= and runtimeConfig ips are the non-Kubernetes way to ask.
+// requestedIP reads what the pod asks for: its ip-address annotation, from the runtime's
+// pod-annotations capability when passed, otherwise from the API server; CNI_ARGS IP= and
+// runtimeConfig ips are the non-Kubernetes way to ask. An annotation is not resolved here:
+// the pod's own StaticIP record (its reservation on this node) goes first (podip.Choose).
 func (p *Plugin) requestedIP(ctx context.Context, conf *NetConf, args *K8sArgs, pod ipam.PodRef, kc *kubeClient) (request, error) {
 	var req request
 	explicit, err := explicitIPs(conf, args)
@@ -135,18 +140,12 @@ func (p *Plugin) requestedIP(ctx context.Context, conf *NetConf, args *K8sArgs, 
 		}
 	}
 	if known {
-		if v, ok := annotations[AnnotationIPAddress]; ok && strings.TrimSpace(v) != "" {
-			a, err := netip.ParseAddr(strings.TrimSpace(v))
-			if err != nil {
-				return req, types.NewError(ErrCodeBadAnnotation,
-					fmt.Sprintf("staticip: pod %s: annotation %s=%q is not an IP address", pod, AnnotationIPAddress, v), "")
-			}
-			a = a.Unmap()
-			if len(explicit) == 1 && explicit[0] != a {
+		if v := strings.TrimSpace(annotations[podip.AnnotationIPAddress]); v != "" {
+			if a, err := netip.ParseAddr(v); err == nil && len(explicit) == 1 && explicit[0] != a.Unmap() {
 				return req, types.NewError(ErrCodeBadRequestedIP,
-					fmt.Sprintf("staticip: pod %s: annotation %s=%s conflicts with requested IP %s", pod, AnnotationIPAddress, a, explicit[0]), "")
+					fmt.Sprintf("staticip: pod %s: annotation %s=%s conflicts with requested IP %s", pod, podip.AnnotationIPAddress, a.Unmap(), explicit[0]), "")
 			}
-			req.IP = a
+			req.annotation = v
 			return req, nil
 		}
 		req.WriteBack = strings.EqualFold(annotations[AnnotationEnable], "true")
@@ -157,6 +156,49 @@ func (p *Plugin) requestedIP(ctx context.Context, conf *NetConf, args *K8sArgs, 
 	return req, nil
 }
 
+// resolveAnnotation decides the IP of an annotated pod with podip.Choose, the scheduler's rule
+// too: the IP reserved for the pod on this node — the agent's copy of its StaticIP record, or
+// the IP its DEL kept while the record existed — over the annotation, which may be a stale
+// copy. A reservation kept for another workload's same-name pod is not this pod's record.
+func (p *Plugin) resolveAnnotation(req *request, pod ipam.PodRef, reserved netip.Addr, otherWorkload bool) error {
+	if req.annotation == "" {
+		return nil
+	}
+	record := ""
+	if reserved.IsValid() && !otherWorkload {
+		record = reserved.String()
+	}
+	choice, err := podip.Choose(record, req.annotation)
+	if err != nil {
+		return types.NewError(ErrCodeBadAnnotation, fmt.Sprintf("staticip: pod %s: %v", pod, err), "")
+	}
+	if choice.Overrode.IsValid() {
+		p.logf("pod %s: annotation %s=%s disagrees with the IP %s reserved for the pod on this node (its StaticIP); the reservation wins (apis/podip)",
+			pod, podip.AnnotationIPAddress, choice.Overrode, choice.IP)
+	}
+	req.IP = choice.IP
+	return nil
+}
+
+// podReservation returns the IP reserved for the pod's name in this node's store, and whether
+// that reservation is kept for another workload (reservedForAnotherWorkload). The store is read
+// when the API can be asked or the pod is annotated (resolveAnnotation needs the reservation).
+func (p *Plugin) podReservation(ctx context.Context, conf *NetConf, kc *kubeClient, pod ipam.PodRef, annotated bool) (netip.Addr, bool) {
+	if pod.Name == "" || (kc == nil && !annotated) {
+		return netip.Addr{}, false
+	}
+	db, err := openDB(conf)
+	if err != nil {
+		return netip.Addr{}, false // Allocate reports it
+	}
+	ip, reserved, err := db.PodReservation(pod)
+	db.Close()
+	if err != nil || !reserved {
+		return netip.Addr{}, false
+	}
+	return ip, p.reservedForAnotherWorkload(ctx, kc, pod, ip)
+}
+
 // reservedForAnotherWorkload: the IP reserved under the pod's name is kept by a StaticIP of
 // another workload (spec.apiGroup/kind/ref) than the pod's controller — an EnhancedStatefulSet
 // web's record and a StatefulSet web's pod web-0, or apps' StatefulSet web's record and
@@ -165,17 +207,8 @@ func (p *Plugin) requestedIP(ctx context.Context, conf *NetConf, args *K8sArgs, 
 // Asked only when the store holds a reservation for the pod's name, whether or not the pod
 // requests an IP (annotation or CNI_ARGS: the same rule for both paths); when the API server
 // cannot answer, the reservation is used as before (offline nodes).
-func (p *Plugin) reservedForAnotherWorkload(ctx context.Context, conf *NetConf, kc *kubeClient, pod ipam.PodRef) bool {
-	if kc == nil || pod.Name == "" {
-		return false
-	}
-	db, err := openDB(conf)
-	if err != nil {
-		return false // Allocate reports it
-	}
-	ip, reserved, err := db.PodReservation(pod)
-	db.Close()
-	if err != nil || !reserved {
+func (p *Plugin) reservedForAnotherWorkload(ctx context.Context, kc *kubeClient, pod ipam.PodRef, ip netip.Addr) bool {
+	if kc == nil {
 		return false
 	}
 	// Both objects at once: a restarted static-IP pod always has a reservation, so this is on
@@ -269,7 +302,10 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	att := ipam.Attachment{ContainerID: args.ContainerID, IfName: args.IfName}
 	// Asked whether or not the pod requests an IP: a requested IP that is the reservation of
 	// another workload's same-name pod is refused by the IPAM, as a free one would be taken.
-	skipReservation := p.reservedForAnotherWorkload(ctx, conf, kc, pod)
+	reserved, skipReservation := p.podReservation(ctx, conf, kc, pod, req.annotation != "")
+	if err := p.resolveAnnotation(&req, pod, reserved, skipReservation); err != nil {
+		return err
+	}
 
 	db, err := openDB(conf)
 	if err != nil {
@@ -333,8 +369,8 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 	if req.WriteBack && kc != nil {
 		// Not fatal: the StaticIP controller also learns the IP from the pod's status.
-		if err := kc.annotatePod(ctx, pod.Namespace, pod.Name, pod.UID, AnnotationIPAddress, alloc.IP.String()); err != nil {
-			p.logf("pod %s: writing back %s=%s: %v", pod, AnnotationIPAddress, alloc.IP, err)
+		if err := kc.annotatePod(ctx, pod.Namespace, pod.Name, pod.UID, podip.AnnotationIPAddress, alloc.IP.String()); err != nil {
+			p.logf("pod %s: writing back %s=%s: %v", pod, podip.AnnotationIPAddress, alloc.IP, err)
 		}
 	}
 	return types.PrintResult(result, conf.CNIVersion)

@@ -10,11 +10,8 @@ import (
 const (
 	// AnnotationEnable on a workload (or its pod template) with value "true" gives its pods fixed IPs.
 	AnnotationEnable = "staticip.jke.jdcloud.com/enable"
-	// AnnotationIPAddress on a pod is the IP the CNI must give it. The controller sets it from the
-	// StaticIP record; the CNI writes it back when it picked the IP itself.
-	AnnotationIPAddress = "staticip.jke.jdcloud.com/ip-address"
 	// LabelAllowIPRequest on a namespace with value "true" lets its users create pods that carry
-	// AnnotationIPAddress (manifests/admission); elsewhere only the staticip controller-manager
+	// the ip-address annotation (podip.AnnotationIPAddress, manifests/admission); elsewhere only the staticip controller-manager
 	// and CNI set it.
 	LabelAllowIPRequest = "staticip.jke.jdcloud.com/allow-ip-request"
 )

@@ -28,6 +28,7 @@ import (
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/cni/nstest"
 	"github.com/staticip/staticip/cni/plugin"
 	"github.com/staticip/staticip/internal/testenv"
@@ -191,15 +192,15 @@ func (f *fixture) podNS() *nstest.NetNS {
 
 func TestAnnotationFromTheAPIServer(t *testing.T) {
 	f := newFixture(t, "10.140.0.0/24")
-	pod := f.createPod("web-0", map[string]string{jkev1.AnnotationIPAddress: "10.140.0.77"})
+	pod := f.createPod("web-0", map[string]string{podip.AnnotationIPAddress: "10.140.0.77"})
 	if ip := f.mustAdd(f.args(pod, f.podNS(), "ctr-web-0")); ip != "10.140.0.77" {
 		t.Fatalf("got %s, want the annotated 10.140.0.77", ip)
 	}
-	bad := f.createPod("web-bad", map[string]string{jkev1.AnnotationIPAddress: "10.140.0"})
+	bad := f.createPod("web-bad", map[string]string{podip.AnnotationIPAddress: "10.140.0"})
 	_, err := f.add(f.args(bad, f.podNS(), "ctr-web-bad"))
 	var te *types.Error
 	if !errors.As(err, &te) || te.Code != plugin.ErrCodeBadAnnotation ||
-		!strings.Contains(te.Msg, fmt.Sprintf("pod %s/web-bad: annotation %s=\"10.140.0\" is not an IP address", f.ns, jkev1.AnnotationIPAddress)) {
+		!strings.Contains(te.Msg, fmt.Sprintf("pod %s/web-bad: annotation %s=\"10.140.0\" is not an IP address", f.ns, podip.AnnotationIPAddress)) {
 		t.Fatalf("malformed annotation: %v", err)
 	}
 }
@@ -212,13 +213,13 @@ func TestWriteBackOfTheChosenIP(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Annotations[jkev1.AnnotationIPAddress] != ip {
-		t.Fatalf("annotation %q, want the chosen %s", got.Annotations[jkev1.AnnotationIPAddress], ip)
+	if got.Annotations[podip.AnnotationIPAddress] != ip {
+		t.Fatalf("annotation %q, want the chosen %s", got.Annotations[podip.AnnotationIPAddress], ip)
 	}
 	plain := f.createPod("plain", nil)
 	f.mustAdd(f.args(plain, f.podNS(), "ctr-plain"))
 	got, _ = f.kube.CoreV1().Pods(f.ns).Get(f.ctx, "plain", metav1.GetOptions{})
-	if _, ok := got.Annotations[jkev1.AnnotationIPAddress]; ok {
+	if _, ok := got.Annotations[podip.AnnotationIPAddress]; ok {
 		t.Fatal("a pod without static IPs was annotated")
 	}
 }
@@ -241,7 +242,7 @@ func TestDelKeepsTheIPWhileTheStaticIPExists(t *testing.T) {
 		t.Fatalf("after DEL with the StaticIP present: %s reserved for %q", ip, owner)
 	}
 	// Nobody else gets it, neither asked for nor as next free.
-	other := f.createPod("other", map[string]string{jkev1.AnnotationIPAddress: ip})
+	other := f.createPod("other", map[string]string{podip.AnnotationIPAddress: ip})
 	if _, err := f.add(f.args(other, f.podNS(), "ctr-other")); err == nil || !strings.Contains(err.Error(), "reserved for pod "+f.ns+"/web-1") {
 		t.Fatalf("another pod asking for %s: %v", ip, err)
 	}
@@ -249,7 +250,7 @@ func TestDelKeepsTheIPWhileTheStaticIPExists(t *testing.T) {
 	if err := f.kube.CoreV1().Pods(f.ns).Delete(f.ctx, "web-1", metav1.DeleteOptions{GracePeriodSeconds: new(int64)}); err != nil {
 		t.Fatal(err)
 	}
-	again := f.createPod("web-1", map[string]string{jkev1.AnnotationEnable: "true", jkev1.AnnotationIPAddress: ip}, web)
+	again := f.createPod("web-1", map[string]string{jkev1.AnnotationEnable: "true", podip.AnnotationIPAddress: ip}, web)
 	if got := f.mustAdd(f.args(again, netns, "ctr-2")); got != ip {
 		t.Fatalf("recreated pod got %s, want %s", got, ip)
 	}
@@ -274,7 +275,7 @@ func TestOutOfRangeNamesTheOwningNode(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.sip.JkeV1().IPRanges().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	pod := f.createPod("misplaced", map[string]string{jkev1.AnnotationIPAddress: "10.144.0.9"})
+	pod := f.createPod("misplaced", map[string]string{podip.AnnotationIPAddress: "10.144.0.9"})
 	_, err := f.add(f.args(pod, f.podNS(), "ctr-misplaced"))
 	var te *types.Error
 	if !errors.As(err, &te) || te.Code != plugin.ErrCodeOutOfRange ||
@@ -398,7 +399,7 @@ func TestReservationOfAnotherWorkloadIsNotTaken(t *testing.T) {
 
 			// Asking for that IP by annotation (or CNI_ARGS) is the same question: the reservation
 			// under the name web-0 is not this pod's, so the IP it keeps is not free for it.
-			asking := ownedBy(tc.another, map[string]string{jkev1.AnnotationIPAddress: ip})
+			asking := ownedBy(tc.another, map[string]string{podip.AnnotationIPAddress: ip})
 			if got, err := f.add(f.args(asking, netns, "ctr-asking")); err == nil {
 				t.Fatalf("pod web-0 of %s %s web asking for %s got %s, the IP StaticIP web-0 keeps for %s web", tc.another.apiVersion, tc.another.kind, ip, got, tc.recordKind)
 			} else if !strings.Contains(err.Error(), "reserved for pod "+f.ns+"/web-0 of another workload") {

@@ -17,6 +17,7 @@ import (
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/controllers/pkg/staticip"
 )
 
@@ -46,7 +47,7 @@ func newPod(set *jkev1alpha1.EnhancedStatefulSet, template *corev1.PodTemplateSp
 	// The IP a pod gets comes from its StaticIP record (DecoratePod), never from the template:
 	// this controller creates pods with an identity the ip-address policy trusts, so a template
 	// annotation would let anyone who may write the set pick any IP (manifests/admission).
-	delete(pod.Annotations, jkev1.AnnotationIPAddress)
+	delete(pod.Annotations, podip.AnnotationIPAddress)
 	pod.Labels[PodNameLabel] = name
 	pod.Labels[PodIndexLabel] = strconv.Itoa(ordinal)
 	pod.Labels[RevisionLabel] = revision
@@ -81,10 +82,10 @@ func (c *Controller) createPod(ctx context.Context, set *jkev1alpha1.EnhancedSta
 		return fmt.Errorf("no template for revision %s", a.Revision)
 	}
 	pod := newPod(set, template, a.Ordinal, a.Revision)
-	if ip, ok := template.Annotations[jkev1.AnnotationIPAddress]; ok {
+	if ip, ok := template.Annotations[podip.AnnotationIPAddress]; ok {
 		c.recorder.Eventf(set, corev1.EventTypeWarning, ReasonTemplateIPAddressIgnored,
 			"pod %s: the template's %s=%s is not copied (a pod's IP comes from its StaticIP record; ask for an IP on a pod in a namespace labelled %s=true)",
-			pod.Name, jkev1.AnnotationIPAddress, ip, jkev1.LabelAllowIPRequest)
+			pod.Name, podip.AnnotationIPAddress, ip, jkev1.LabelAllowIPRequest)
 	}
 	if err := c.ensureClaims(ctx, set, a.Ordinal, nil); err != nil {
 		if errors.Is(err, errClaimGoing) {

@@ -13,6 +13,7 @@ import (
 	jkefake "github.com/staticip/staticip/apis/generated/clientset/versioned/fake"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/podip"
 )
 
 // preclaimFixture is the stale-cache fixture with static IPs on: web-1 has StaticIP
@@ -121,8 +122,8 @@ func TestStaticIPClaimedWhileThePodTerminates(t *testing.T) {
 	f.now = f.now.Add(2 * time.Second)
 	f.sync(t)
 	pod := f.createdWeb1(t)
-	if got := pod.Annotations[jkev1.AnnotationIPAddress]; got != "10.0.0.11" {
-		t.Errorf("successor's %s = %q, want the record's 10.0.0.11", jkev1.AnnotationIPAddress, got)
+	if got := pod.Annotations[podip.AnnotationIPAddress]; got != "10.0.0.11" {
+		t.Errorf("successor's %s = %q, want the record's 10.0.0.11", podip.AnnotationIPAddress, got)
 	}
 	if got := fmt.Sprint(f.staticIPWrites()); got != "[update web-1]" {
 		t.Errorf("after the create: StaticIP writes %s, want only the early claim [update web-1]", got)

@@ -17,6 +17,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/staticip/staticip/apis/iprangeaddr"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/controllers/pkg/nodegone"
 )
@@ -776,54 +777,35 @@ func occupiedAt(occ []interval, idx uint64) bool {
 	return i < len(occ) && occ[i].lo <= idx && idx <= occ[i].hi
 }
 
-// excludedBlocks are the blocks of c whose every host address is excluded (or the gateway):
-// such a block is never handed out.
+// excludedBlocks are the blocks of c that would give pods no address: the IPRange newAssign
+// writes for them (the block, its gateway, its excluded IPs) has no usable address by the rule
+// the node-local IPAM allocates by (package iprangeaddr). Such a block is never handed out.
 func excludedBlocks(p *Pool, c netip.Prefix) map[uint64]bool {
 	if len(p.Excludes) == 0 {
 		return nil
 	}
-	hostBits := c.Addr().BitLen() - p.BlockBits
-	if hostBits > 16 {
+	if c.Addr().BitLen()-p.BlockBits > 16 {
 		return nil // more than 65534 hosts: never fully excluded by a list of <= 1024
 	}
-	hosts := 1<<hostBits - 1 // network+1 .. last (IPv6), the last being broadcast in IPv4
-	if c.Addr().Is4() {
-		hosts--
-	}
-	counts := map[uint64]map[netip.Addr]bool{}
+	byBlock := map[uint64][]string{}
 	for _, e := range p.Excludes {
-		if !c.Contains(e) {
-			continue
+		if c.Contains(e) {
+			idx := addrBits(e, c.Bits(), p.BlockBits)
+			byBlock[idx] = append(byBlock[idx], e.String())
 		}
-		idx := addrBits(e, c.Bits(), p.BlockBits)
-		b := blockAt(c, p.BlockBits, idx)
-		if e == b.Addr() || (c.Addr().Is4() && e == lastAddr(b)) {
-			continue
-		}
-		if counts[idx] == nil {
-			counts[idx] = map[netip.Addr]bool{}
-			if p.FirstHostGateway {
-				counts[idx][b.Addr().Next()] = true
-			}
-		}
-		counts[idx][e] = true
 	}
 	out := map[uint64]bool{}
-	for idx, s := range counts {
-		if len(s) >= hosts {
+	for idx, excludes := range byBlock {
+		b := blockAt(c, p.BlockBits, idx)
+		f := iprangeaddr.Fields{CIDR: b.String(), Exclude: excludes}
+		if p.FirstHostGateway {
+			f.Gateway = b.Addr().Next().String() // as newAssign writes it
+		}
+		if r, err := iprangeaddr.Parse(f); err == nil && r.Size() == 0 {
 			out[idx] = true
 		}
 	}
 	return out
-}
-
-func lastAddr(b netip.Prefix) netip.Addr {
-	s := b.Addr().AsSlice()
-	for i := b.Bits(); i < len(s)*8; i++ {
-		s[i/8] |= 1 << (7 - i%8)
-	}
-	a, _ := netip.AddrFromSlice(s)
-	return a
 }
 
 func satAdd(a, b int64) int64 {

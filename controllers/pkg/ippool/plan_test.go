@@ -469,3 +469,44 @@ func TestComputeUpdatesExistingBlocks(t *testing.T) {
 		t.Errorf("waits %v", warned)
 	}
 }
+
+// TestExcludedBlocksFollowTheRangeRule: a block is skipped exactly when the IPRange written for
+// it would give pods no address by iprangeaddr's rule (the rule the node-local IPAM allocates
+// by), not by a host count of its own.
+func TestExcludedBlocksFollowTheRangeRule(t *testing.T) {
+	addrs := func(ss ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, s := range ss {
+			out = append(out, netip.MustParseAddr(s))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name      string
+		cidr      string
+		blockBits int
+		gateway   bool
+		excludes  []netip.Addr
+		want      []uint64
+	}{
+		{name: "v4 /30: both hosts excluded", cidr: "10.9.0.0/29", blockBits: 30, excludes: addrs("10.9.0.5", "10.9.0.6"), want: []uint64{1}},
+		{name: "v4 /30: network and broadcast are no hosts to exclude", cidr: "10.9.0.0/29", blockBits: 30, excludes: addrs("10.9.0.0", "10.9.0.3", "10.9.0.1")},
+		{name: "v4 /30: the first host is the gateway", cidr: "10.9.0.0/29", blockBits: 30, gateway: true, excludes: addrs("10.9.0.6"), want: []uint64{1}},
+		{name: "v6 /126: three hosts after the anycast address", cidr: "fd00::/124", blockBits: 126, excludes: addrs("fd00::5", "fd00::6", "fd00::7", "fd00::1", "fd00::2"), want: []uint64{1}},
+		{name: "v6 /126: the anycast address is no host", cidr: "fd00::/124", blockBits: 126, excludes: addrs("fd00::4", "fd00::5", "fd00::6")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := pool("p", 1, tc.cidr)
+			p.BlockBits, p.FirstHostGateway, p.Excludes = tc.blockBits, tc.gateway, tc.excludes
+			got := excludedBlocks(&p, p.CIDRs[0])
+			var idx []uint64
+			for i := range got {
+				idx = append(idx, i)
+			}
+			slices.Sort(idx)
+			if !slices.Equal(idx, tc.want) {
+				t.Fatalf("fully excluded blocks %v, want %v", idx, tc.want)
+			}
+		})
+	}
+}

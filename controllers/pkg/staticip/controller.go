@@ -33,6 +33,7 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/apis/ordinal"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/apis/workloadref"
 	"github.com/staticip/staticip/controllers/pkg/metrics"
 	"github.com/staticip/staticip/controllers/pkg/worker"
@@ -188,7 +189,7 @@ func (c *Controller) enqueuePod(obj any) {
 	if !ok {
 		return
 	}
-	if pod.Annotations[jkev1.AnnotationEnable] == "true" || pod.Annotations[jkev1.AnnotationIPAddress] != "" {
+	if pod.Annotations[jkev1.AnnotationEnable] == "true" || pod.Annotations[podip.AnnotationIPAddress] != "" {
 		c.queue.Add(pod.Namespace + "/" + pod.Name)
 		return
 	}
@@ -383,7 +384,7 @@ func (c *Controller) reconcileOwnership(ctx context.Context, sip *jkev1.StaticIP
 // conflict without overwriting anything.
 func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *corev1.Pod) error {
 	orig := sip.DeepCopy()
-	podIP, annotated := pod.Status.PodIP, pod.Annotations[jkev1.AnnotationIPAddress]
+	podIP, annotated := pod.Status.PodIP, pod.Annotations[podip.AnnotationIPAddress]
 	var conflicts, kinds []string
 	conflict := func(kind, format string, args ...any) {
 		conflicts = append(conflicts, fmt.Sprintf(format, args...))
@@ -417,7 +418,7 @@ func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *
 		}
 	}
 	if sip.Spec.IP != "" && annotated != "" && annotated != sip.Spec.IP {
-		conflict(ConflictAnnotationMismatch, "pod %s has %s=%s but StaticIP %s records %s", pod.Name, jkev1.AnnotationIPAddress, annotated, sip.Name, sip.Spec.IP)
+		conflict(ConflictAnnotationMismatch, "pod %s has %s=%s but StaticIP %s records %s", pod.Name, podip.AnnotationIPAddress, annotated, sip.Name, sip.Spec.IP)
 	}
 	// The record's IP, once set, is the truth: a pod that came up with another IP is a
 	// conflict for a human (or the CNI) to resolve, never a silent rewrite.
@@ -477,7 +478,7 @@ func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *
 		// since the cache saw this one (or this pod changed) gets nothing: a conflict, retried
 		// with the newer pod, which is checked again.
 		patch := fmt.Sprintf(`{"metadata":{"uid":%q,"resourceVersion":%q,"annotations":{%q:%q}}}`,
-			pod.UID, pod.ResourceVersion, jkev1.AnnotationIPAddress, sip.Spec.IP)
+			pod.UID, pod.ResourceVersion, podip.AnnotationIPAddress, sip.Spec.IP)
 		_, err := c.kubeClient.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		switch {
 		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):

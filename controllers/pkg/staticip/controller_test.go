@@ -17,6 +17,7 @@ import (
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	"github.com/staticip/staticip/apis/generated/informers/externalversions"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/internal/testenv"
 )
 
@@ -95,7 +96,7 @@ func TestAnnotateOnlyThePodItChecked(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ip, ok := got.Annotations[jkev1.AnnotationIPAddress]; ok {
-		t.Fatalf("pod web-0 of %s got %s=%s, the IP StaticIP web-0 keeps for apps' StatefulSet web", metav1.GetControllerOf(got).APIVersion, jkev1.AnnotationIPAddress, ip)
+	if ip, ok := got.Annotations[podip.AnnotationIPAddress]; ok {
+		t.Fatalf("pod web-0 of %s got %s=%s, the IP StaticIP web-0 keeps for apps' StatefulSet web", metav1.GetControllerOf(got).APIVersion, podip.AnnotationIPAddress, ip)
 	}
 }

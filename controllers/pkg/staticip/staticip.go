@@ -18,6 +18,7 @@ import (
 	jkev1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/apis/workloadref"
 )
 
@@ -249,7 +250,7 @@ func DecoratePod(pod *corev1.Pod, sip *jkev1.StaticIP) {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[jkev1.AnnotationIPAddress] = sip.Spec.IP
+	pod.Annotations[podip.AnnotationIPAddress] = sip.Spec.IP
 	if NodeAffinityRequired(pod, sip.Spec.Node) {
 		return
 	}

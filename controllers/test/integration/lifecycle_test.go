@@ -14,6 +14,7 @@ import (
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/apis/workloadref"
 	ests "github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
 )
@@ -124,13 +125,13 @@ func TestReleasedRecordNeverDecoratesANewPod(t *testing.T) {
 	f.createSet(newSet("rel", 1, enableOnSetOnly))
 	time.Sleep(2 * time.Second)
 	if p := f.pods()["rel-0"]; p != nil {
-		t.Fatalf("rel-0 created from a record being released: ip-address %q, affinity node %q", p.Annotations[jkev1.AnnotationIPAddress], affinityNode(p))
+		t.Fatalf("rel-0 created from a record being released: ip-address %q, affinity node %q", p.Annotations[podip.AnnotationIPAddress], affinityNode(p))
 	}
 	if err := f.client.JkeV1().StaticIPs(f.ns).Delete(f.ctx, "rel-0", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	f.waitSettled("rel", time.Minute)
-	if p := f.pods()["rel-0"]; p.Annotations[jkev1.AnnotationIPAddress] == "10.99.0.9" || affinityNode(p) == "node-old" {
+	if p := f.pods()["rel-0"]; p.Annotations[podip.AnnotationIPAddress] == "10.99.0.9" || affinityNode(p) == "node-old" {
 		t.Errorf("rel-0 got the released record's IP or node: %v %q", p.Annotations, affinityNode(p))
 	}
 }
@@ -214,7 +215,7 @@ func (f *fixture) expectNoTakeover(want *jkev1.StaticIP, msg string) {
 	if err != nil && !apierrors.IsNotFound(err) {
 		f.t.Fatal(err)
 	}
-	if err == nil && p.Annotations[jkev1.AnnotationIPAddress] != "" {
+	if err == nil && p.Annotations[podip.AnnotationIPAddress] != "" {
 		f.t.Errorf("pod %s of another workload got the record's IP: %v", p.Name, p.Annotations)
 	}
 }

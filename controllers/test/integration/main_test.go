@@ -26,6 +26,7 @@ import (
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/controllers/pkg/manager"
 	"github.com/staticip/staticip/internal/testenv"
 	"github.com/staticip/staticip/internal/testsupport"
@@ -323,7 +324,7 @@ func (k *kubelet) setStatus(ctx context.Context, cached *corev1.Pod, ready bool)
 	pod.Status.ContainerStatuses = statuses
 	if pod.Spec.NodeName != "" && pod.Status.PodIP == "" {
 		k.mu.Lock()
-		ip := pod.Annotations[jkev1.AnnotationIPAddress]
+		ip := pod.Annotations[podip.AnnotationIPAddress]
 		if owner, used := k.ipsInUse[ip]; ip == "" || (used && owner != string(pod.UID)) {
 			for {
 				k.nextIP++

@@ -28,6 +28,7 @@ import (
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 	"github.com/staticip/staticip/internal/serving"
 	"github.com/staticip/staticip/internal/testenv"
@@ -434,7 +435,7 @@ func (e *failoverEnv) workload(h *migrationHistory) {
 				}
 			}
 			short := strings.TrimPrefix(s.Spec.Node, e.ns+"-")
-			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: e.ns, Annotations: map[string]string{jkev1.AnnotationIPAddress: s.Spec.IP}},
+			p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: s.Name, Namespace: e.ns, Annotations: map[string]string{podip.AnnotationIPAddress: s.Spec.IP}},
 				Spec: corev1.PodSpec{NodeName: e.name(short), Containers: []corev1.Container{{Name: "app", Image: "app:v1"}}}}
 			created, err := e.kube.CoreV1().Pods(e.ns).Create(ctx, p, metav1.CreateOptions{})
 			if err != nil {

@@ -24,6 +24,7 @@ import (
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/controllers/pkg/manager"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 )
@@ -296,7 +297,7 @@ func (e *failoverEnv) addStaticIP(name, node, ip string) {
 // runPod creates the pod Running on node with ip (the workload controller and the kubelet).
 func (e *failoverEnv) runPod(name, node, ip string) {
 	e.t.Helper()
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns, Annotations: map[string]string{jkev1.AnnotationIPAddress: ip}},
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: e.ns, Annotations: map[string]string{podip.AnnotationIPAddress: ip}},
 		Spec: corev1.PodSpec{NodeName: e.name(node), Containers: []corev1.Container{{Name: "app", Image: "app:v1"}}}}
 	created, err := e.kube.CoreV1().Pods(e.ns).Create(e.ctx, p, metav1.CreateOptions{})
 	if err != nil {

@@ -19,6 +19,7 @@ import (
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/podip"
 	ests "github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
 	"github.com/staticip/staticip/controllers/pkg/staticip"
 )
@@ -104,8 +105,8 @@ func TestStaticIPLifecycleWithEnhancedStatefulSet(t *testing.T) {
 	pods := f.pods()
 	for name, ip := range ips {
 		p := pods[name]
-		if p.Annotations[jkev1.AnnotationIPAddress] != ip {
-			t.Errorf("%s: annotation %q, want %s", name, p.Annotations[jkev1.AnnotationIPAddress], ip)
+		if p.Annotations[podip.AnnotationIPAddress] != ip {
+			t.Errorf("%s: annotation %q, want %s", name, p.Annotations[podip.AnnotationIPAddress], ip)
 		}
 		if !staticip.NodeAffinityRequired(p, "node-a") {
 			t.Errorf("%s: no required node affinity to node-a: %+v", name, p.Spec.Affinity)
@@ -148,7 +149,7 @@ func TestStaticIPLifecycleWithEnhancedStatefulSet(t *testing.T) {
 	f.waitConflict("sip-0", metav1.ConditionFalse, "")
 
 	// An annotation that disagrees with the record is a conflict, not a new truth.
-	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"10.99.99.99"}}}`, jkev1.AnnotationIPAddress)
+	patch := fmt.Sprintf(`{"metadata":{"annotations":{%q:"10.99.99.99"}}}`, podip.AnnotationIPAddress)
 	if _, err := f.kube.CoreV1().Pods(f.ns).Patch(f.ctx, "sip-1", "application/merge-patch+json", []byte(patch), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -204,8 +205,8 @@ func TestStaticIPRetainedAndReused(t *testing.T) {
 	f.waitSettled("keep", time.Minute)
 	again := f.recordedIPs("keep", 2)
 	p := f.pods()["keep-1"]
-	if again["keep-1"] != ips["keep-1"] || p.Annotations[jkev1.AnnotationIPAddress] != ips["keep-1"] || !staticip.NodeAffinityRequired(p, "node-a") {
-		t.Errorf("retained record not re-used: ip %s -> %s, annotation %q, affinity %+v", ips["keep-1"], again["keep-1"], p.Annotations[jkev1.AnnotationIPAddress], p.Spec.Affinity)
+	if again["keep-1"] != ips["keep-1"] || p.Annotations[podip.AnnotationIPAddress] != ips["keep-1"] || !staticip.NodeAffinityRequired(p, "node-a") {
+		t.Errorf("retained record not re-used: ip %s -> %s, annotation %q, affinity %+v", ips["keep-1"], again["keep-1"], p.Annotations[podip.AnnotationIPAddress], p.Spec.Affinity)
 	}
 
 	// A record of another workload with a pod's name is never taken over: that pod is not
@@ -301,7 +302,7 @@ func TestStaticIPNativeStatefulSet(t *testing.T) {
 	newPod()
 	f.eventually(30*time.Second, "recreated native pod told its IP", func() (bool, error) {
 		p, err := f.kube.CoreV1().Pods(f.ns).Get(f.ctx, "nat-0", metav1.GetOptions{})
-		return err == nil && p.Annotations[jkev1.AnnotationIPAddress] == "10.88.0.7", err
+		return err == nil && p.Annotations[podip.AnnotationIPAddress] == "10.88.0.7", err
 	})
 	if err := f.kube.CoreV1().Pods(f.ns).Delete(f.ctx, "nat-0", metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
 		t.Fatal(err)

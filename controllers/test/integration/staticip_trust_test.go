@@ -10,6 +10,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 )
 
 // TestStaticIPRecordsOnlyIPsOfTheNodesRanges (issue 37, defect 6): a pod's reported IP is
@@ -33,7 +34,7 @@ func TestStaticIPRecordsOnlyIPsOfTheNodesRanges(t *testing.T) {
 		if p.Name != "evil-0" {
 			return nil
 		}
-		patch := []byte(`{"metadata":{"annotations":{"` + jkev1.AnnotationIPAddress + `":"10.79.0.5"}}}`)
+		patch := []byte(`{"metadata":{"annotations":{"` + podip.AnnotationIPAddress + `":"10.79.0.5"}}}`)
 		_, err := f.kube.CoreV1().Pods(f.ns).Patch(f.ctx, p.Name, types.MergePatchType, patch, metav1.PatchOptions{})
 		return err
 	})

@@ -5,8 +5,8 @@ import (
 	"testing"
 	"time"
 
-	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/podip"
 	ests "github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
 )
 
@@ -22,18 +22,18 @@ func TestTemplateIPAddressIsNotCopied(t *testing.T) {
 	f.startManager()
 	const wanted = "10.250.1.201"
 	ask := func(s *jkev1alpha1.EnhancedStatefulSet) {
-		s.Spec.Template.Annotations = map[string]string{jkev1.AnnotationIPAddress: wanted}
+		s.Spec.Template.Annotations = map[string]string{podip.AnnotationIPAddress: wanted}
 	}
 	f.createSet(newSet("sneaky", 1, ask))
 	f.createSet(newSet("sneaky-sip", 1, enableStaticIP, ask))
 	f.waitSettled("sneaky", time.Minute)
 	f.waitSettled("sneaky-sip", time.Minute)
 	pods := f.pods()
-	if got, ok := pods[ests.PodName("sneaky", 0)].Annotations[jkev1.AnnotationIPAddress]; ok {
-		t.Errorf("pod sneaky-0 carries %s=%s from its template", jkev1.AnnotationIPAddress, got)
+	if got, ok := pods[ests.PodName("sneaky", 0)].Annotations[podip.AnnotationIPAddress]; ok {
+		t.Errorf("pod sneaky-0 carries %s=%s from its template", podip.AnnotationIPAddress, got)
 	}
 	sipPod := pods[ests.PodName("sneaky-sip", 0)]
-	if got := sipPod.Annotations[jkev1.AnnotationIPAddress]; got == wanted || sipPod.Status.PodIP == wanted {
+	if got := sipPod.Annotations[podip.AnnotationIPAddress]; got == wanted || sipPod.Status.PodIP == wanted {
 		t.Errorf("pod sneaky-sip-0 got the template's IP: annotation %q, pod IP %s", got, sipPod.Status.PodIP)
 	}
 	ips := f.recordedIPs("sneaky-sip", 1)

@@ -49,8 +49,8 @@ type PodFitsResourcesWithStaticIPArgs struct {
 type CheckPodAnnotationWithStaticIPArgs struct {
 	metav1.TypeMeta
 
-	// IPAddressAnnotation is the pod annotation carrying the pod's fixed IP.
-	IPAddressAnnotation string
+	// (No annotation key: it is podip.AnnotationIPAddress for every component. The versioned
+	// args' deprecated ipAddressAnnotation is checked when converting, and dropped.)
 	// UnknownIP: Reject or Ignore an annotated IP that lies in no IPRange.
 	UnknownIP UnknownIPPolicy
 }

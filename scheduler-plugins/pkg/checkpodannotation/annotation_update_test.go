@@ -8,6 +8,7 @@ import (
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/scheduler-plugins/pkg/staticipnode"
 )
 
@@ -34,13 +35,13 @@ func TestAnnotationCorrectionRequeues(t *testing.T) {
 	bad := annotated("web-0", "10.1.2")
 	bad.UID = types.UID("uid-web-0")
 	fixed := bad.DeepCopy()
-	fixed.Annotations[defaultArgs().IPAddressAnnotation] = "10.1.2.7"
+	fixed.Annotations[podip.AnnotationIPAddress] = "10.1.2.7"
 	relabeled := bad.DeepCopy()
 	relabeled.Labels = map[string]string{"a": "b"}
 	other := annotated("web-1", "10.1.2.8")
 	other.UID = "uid-web-1"
 	otherFixed := other.DeepCopy()
-	otherFixed.Annotations[defaultArgs().IPAddressAnnotation] = "10.1.2.9"
+	otherFixed.Annotations[podip.AnnotationIPAddress] = "10.1.2.9"
 	for _, tc := range []struct {
 		name     string
 		old, new interface{}

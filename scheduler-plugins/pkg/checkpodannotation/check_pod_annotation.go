@@ -17,6 +17,7 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
 
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/scheduler-plugins/apis/config"
 	_ "github.com/staticip/staticip/scheduler-plugins/apis/config/scheme" // registers the args
 	"github.com/staticip/staticip/scheduler-plugins/apis/config/validation"
@@ -88,33 +89,44 @@ func (t *target) describe() string {
 
 // Target returns the node a pod must run on, nil when nothing pins it, or a status when the
 // pod cannot be placed at all (malformed annotation, IP in no range or in an unowned range).
-// A StaticIP naming a node is authoritative (failover moves it together with the ranges);
-// otherwise the annotated IP pins the pod to the owner of the IPRange containing it.
+// The pod's IP is podip.Choose's, the CNI's rule too: its own active StaticIP's IP over the
+// annotation. A StaticIP naming a node is authoritative for the node as well (failover moves it
+// together with the ranges); otherwise the IP pins the pod to the owner of the IPRange
+// containing it.
 func (pl *CheckPodAnnotation) Target(pod *v1.Pod) (*target, *fwk.Status) {
-	annotated := strings.TrimSpace(pod.Annotations[pl.args.IPAddressAnnotation])
-	if sip, ok := pl.cache.StaticIPOfPod(pod); ok && sip.Active {
-		ip := sip.IP
-		if ip == "" {
-			ip = annotated
+	annotated := pod.Annotations[podip.AnnotationIPAddress]
+	sip, own := pl.cache.StaticIPOfPod(pod)
+	own = own && sip.Active
+	record := ""
+	if own {
+		record = sip.IP
+	}
+	choice, err := podip.Choose(record, annotated)
+	if err != nil {
+		if bad := (*podip.BadAnnotationError)(nil); errors.As(err, &bad) {
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+				fmt.Sprintf("invalid annotation %s=%q: not an IP address", podip.AnnotationIPAddress, annotated))
+		}
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("StaticIP %s/%s: %v", pod.Namespace, sip.Name, err))
+	}
+	if own {
+		ip := ""
+		if choice.IP.IsValid() {
+			ip = choice.IP.String()
 		}
 		return &target{node: sip.Node, ip: ip, source: fmt.Sprintf("StaticIP %s/%s", pod.Namespace, sip.Name)}, nil
 	}
-	if annotated == "" {
+	if choice.Source == podip.None {
 		return nil, nil
 	}
-	ip, err := netip.ParseAddr(annotated)
-	if err != nil {
-		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("invalid annotation %s=%q: not an IP address", pl.args.IPAddressAnnotation, pod.Annotations[pl.args.IPAddressAnnotation]))
-	}
-	ip = ip.Unmap()
+	ip := choice.IP
 	rng, ok := pl.cache.RangeForIP(ip)
 	if !ok {
 		if pl.args.UnknownIP == config.UnknownIPIgnore {
 			return nil, nil
 		}
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-			fmt.Sprintf("the pod's IP %s (annotation %s) lies in no IPRange, so no node can give it", ip, pl.args.IPAddressAnnotation))
+			fmt.Sprintf("the pod's IP %s (annotation %s) lies in no IPRange, so no node can give it", ip, podip.AnnotationIPAddress))
 	}
 	if rng.Node == "" {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
@@ -130,7 +142,7 @@ func (pl *CheckPodAnnotation) Target(pod *v1.Pod) (*target, *fwk.Status) {
 // all and needs no fragment; a pinned pod is refused (it has a single candidate node, there
 // is nothing to batch). The batch only hints a node, which every Filter checks again.
 func (pl *CheckPodAnnotation) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
-	if _, annotated := pod.Annotations[pl.args.IPAddressAnnotation]; annotated {
+	if _, annotated := pod.Annotations[podip.AnnotationIPAddress]; annotated {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "pods pinned by an IP annotation are not signable")
 	}
 	if _, ok := pl.cache.StaticIPOfPod(pod); ok {
@@ -232,7 +244,7 @@ func (pl *CheckPodAnnotation) isSchedulableAfterIPRangeChange(logger klog.Logger
 	if ev.StatusOnly {
 		return fwk.QueueSkip, nil
 	}
-	ip, err := netip.ParseAddr(strings.TrimSpace(pod.Annotations[pl.args.IPAddressAnnotation]))
+	ip, err := netip.ParseAddr(strings.TrimSpace(pod.Annotations[podip.AnnotationIPAddress]))
 	if err != nil {
 		return fwk.QueueSkip, nil // no (valid) annotated IP: ranges cannot change the verdict
 	}
@@ -290,7 +302,7 @@ func (pl *CheckPodAnnotation) isSchedulableAfterPodAnnotationChange(logger klog.
 	if after == nil || after.UID != pod.UID || before == nil {
 		return fwk.QueueSkip, nil
 	}
-	if before.Annotations[pl.args.IPAddressAnnotation] == after.Annotations[pl.args.IPAddressAnnotation] {
+	if before.Annotations[podip.AnnotationIPAddress] == after.Annotations[podip.AnnotationIPAddress] {
 		return fwk.QueueSkip, nil
 	}
 	logger.V(5).Info("the pod's IP annotation changed", "pod", klog.KObj(pod))

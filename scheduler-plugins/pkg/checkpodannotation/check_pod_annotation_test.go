@@ -16,6 +16,7 @@ import (
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/scheduler-plugins/apis/config"
 	"github.com/staticip/staticip/scheduler-plugins/pkg/staticipnode"
 )
@@ -35,13 +36,13 @@ func node(name string, unschedulable bool) *v1.Node {
 func annotated(name, ip string) *v1.Pod {
 	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name, UID: "u-" + "x"}}
 	if ip != "" {
-		p.Annotations = map[string]string{jkev1.AnnotationIPAddress: ip}
+		p.Annotations = map[string]string{podip.AnnotationIPAddress: ip}
 	}
 	return p
 }
 
 func defaultArgs() config.CheckPodAnnotationWithStaticIPArgs {
-	return config.CheckPodAnnotationWithStaticIPArgs{IPAddressAnnotation: jkev1.AnnotationIPAddress, UnknownIP: config.UnknownIPReject}
+	return config.CheckPodAnnotationWithStaticIPArgs{UnknownIP: config.UnknownIPReject}
 }
 
 func TestPreFilterAndFilter(t *testing.T) {
@@ -74,7 +75,7 @@ func TestPreFilterAndFilter(t *testing.T) {
 		{name: "IP in no range", pod: annotated("a", "192.168.0.1"), wantCode: fwk.UnschedulableAndUnresolvable,
 			wantMsg: "the pod's IP 192.168.0.1 (annotation staticip.jke.jdcloud.com/ip-address) lies in no IPRange, so no node can give it"},
 		{name: "IP in no range, Ignore", pod: annotated("a", "192.168.0.1"), wantCode: fwk.Skip,
-			args: &config.CheckPodAnnotationWithStaticIPArgs{IPAddressAnnotation: jkev1.AnnotationIPAddress, UnknownIP: config.UnknownIPIgnore}},
+			args: &config.CheckPodAnnotationWithStaticIPArgs{UnknownIP: config.UnknownIPIgnore}},
 		{name: "range owned by nobody", pod: annotated("a", "10.1.4.1"), wantCode: fwk.UnschedulableAndUnresolvable,
 			wantMsg: "the pod's IP 10.1.4.1 lies in IPRange r3 (10.1.4.0/26), which no node owns"},
 		{name: "node missing", pod: annotated("a", "10.1.3.1"), wantCode: fwk.UnschedulableAndUnresolvable,
@@ -238,5 +239,31 @@ func TestRecordOfAnotherWorkloadDoesNotPin(t *testing.T) {
 	}
 	if tgt, st := pl.Target(podOf("apps/v1", "StatefulSet")); tgt == nil || tgt.node != "n2" || st != nil {
 		t.Errorf("apps StatefulSet web's pod web-1: target %+v %v, want n2", tgt, st)
+	}
+}
+
+// TestStaleAnnotationLosesToTheStaticIP: the pod's StaticIP was re-created with another IP on
+// another node while the pod kept the old annotation. The scheduler resolves it as podip.Choose
+// does — and as the CNI does (cni/plugin TestStaleAnnotationLosesToTheReservation): the
+// record's IP, on the record's node, not the annotated IP's range owner.
+func TestStaleAnnotationLosesToTheStaticIP(t *testing.T) {
+	c := staticipnode.NewEmpty()
+	c.MarkSynced()
+	c.OnIPRangeUpdate(nil, &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: "r1"}, Spec: jkev1.IPRangeSpec{CIDR: "10.1.2.0/26", Node: "n1"}})
+	c.OnIPRangeUpdate(nil, &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: "r6"}, Spec: jkev1.IPRangeSpec{CIDR: "10.1.6.0/26", Node: "n2"}})
+	c.OnStaticIPUpdate(nil, &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-2"}, Spec: jkev1.StaticIPSpec{Node: "n2", IP: "10.1.6.9"}})
+	pod := annotated("web-2", "10.1.2.7")
+	want, err := podip.Choose("10.1.6.9", "10.1.2.7")
+	if err != nil || want.IP.String() != "10.1.6.9" || want.Source != podip.StaticIP {
+		t.Fatalf("podip.Choose = %+v, %v", want, err)
+	}
+	pl := NewWithCache(snapshotHandle{snapshot: cache.NewSnapshot(nil, []*v1.Node{node("n1", false), node("n2", false)})}, c, defaultArgs())
+	tgt, st := pl.Target(pod)
+	if st != nil || tgt == nil || tgt.node != "n2" || tgt.ip != want.IP.String() {
+		t.Fatalf("Target = %+v, %v; want node n2, IP %s (the StaticIP's)", tgt, st, want.IP)
+	}
+	res, st := pl.PreFilter(context.Background(), framework.NewCycleState(), pod, nil)
+	if !st.IsSuccess() || !reflect.DeepEqual(res.NodeNames, sets.New("n2")) {
+		t.Fatalf("PreFilter = %+v, %v; want only n2", res, st)
 	}
 }

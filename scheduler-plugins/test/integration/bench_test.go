@@ -21,6 +21,7 @@ import (
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/internal/testenv"
 )
 
@@ -321,7 +322,7 @@ func (w *workload) createPods(b *testing.B) {
 				Spec: jkev1.StaticIPSpec{Node: nodeName, IP: ip, Pod: name, Resources: req}}, metav1.CreateOptions{}); err != nil {
 				return err
 			}
-			p.Annotations = map[string]string{jkev1.AnnotationIPAddress: ip}
+			p.Annotations = map[string]string{podip.AnnotationIPAddress: ip}
 			p.Spec.Affinity = pinnedTo(nodeName)
 		}
 		_, err := w.kube.CoreV1().Pods(w.ns).Create(ctx, p, metav1.CreateOptions{})

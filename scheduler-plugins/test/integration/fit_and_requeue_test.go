@@ -17,7 +17,7 @@ import (
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/utils/ptr"
 
-	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 )
 
 // podRequesting creates a pod with the given requests (limits equal for extended
@@ -148,7 +148,7 @@ func TestRequeueOnAnnotationCorrection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.Annotations[jkev1.AnnotationIPAddress] = "10.67.1.5"
+	p.Annotations[podip.AnnotationIPAddress] = "10.67.1.5"
 	if _, err := f.kube.CoreV1().Pods(f.ns).Update(f.ctx, p, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

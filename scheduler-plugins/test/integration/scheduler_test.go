@@ -33,6 +33,7 @@ import (
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/internal/testenv"
 	"github.com/staticip/staticip/scheduler-plugins/pkg/checkpodannotation"
 	"github.com/staticip/staticip/scheduler-plugins/pkg/podfitsresources"
@@ -230,7 +231,7 @@ func (f *fixture) pod(name, cpu, ip string) {
 		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Image: "registry.k8s.io/pause:3.10",
 			Resources: v1.ResourceRequirements{Requests: v1.ResourceList{v1.ResourceCPU: resource.MustParse(cpu)}}}}}}
 	if ip != "" {
-		p.Annotations = map[string]string{jkev1.AnnotationIPAddress: ip}
+		p.Annotations = map[string]string{podip.AnnotationIPAddress: ip}
 	}
 	if _, err := f.kube.CoreV1().Pods(f.ns).Create(f.ctx, p, metav1.CreateOptions{}); err != nil {
 		f.t.Fatal(err)

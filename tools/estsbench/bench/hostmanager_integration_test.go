@@ -15,7 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
-	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/internal/testenv"
 )
 
@@ -85,7 +85,7 @@ func TestHostManagerActsAsTheControllerManager(t *testing.T) {
 	if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ests-staticip-0", Annotations: map[string]string{jkev1.AnnotationIPAddress: "10.246.1.7"}},
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ests-staticip-0", Annotations: map[string]string{podip.AnnotationIPAddress: "10.246.1.7"}},
 		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "pause:1"}}}}
 	if _, err := manager.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{}); err != nil {
 		t.Errorf("the host manager cannot recreate a static-IP pod: %v", err)

@@ -22,11 +22,9 @@ import (
 	"sigs.k8s.io/yaml"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/internal/testenv"
 )
-
-// IPAnnotation is the pod annotation with its static IP (DESIGN.md).
-const IPAnnotation = "staticip.jke.jdcloud.com/ip-address"
 
 // PoolCIDR is where every node's /24 comes from: the IPPool's CIDR, or the hand-written
 // IPRanges' (10.64.0.0/10: 16,384 blocks).
@@ -125,7 +123,7 @@ func Pod(ns, name, ip, node string) *corev1.Pod {
 			Resources: corev1.ResourceRequirements{Requests: Requests}}},
 			TerminationGracePeriodSeconds: ptr.To[int64](0)}}
 	if ip != "" {
-		p.Annotations = map[string]string{IPAnnotation: ip}
+		p.Annotations = map[string]string{podip.AnnotationIPAddress: ip}
 		p.Spec.Affinity = PinnedTo(node)
 	}
 	return p

@@ -12,6 +12,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 )
 
 // StaticIPController (scenario 3): total StaticIPs of one StatefulSet spread over the nodes,
@@ -79,7 +80,7 @@ func (c *Cluster) StaticIPController(ctx context.Context, total int, idle time.D
 		}
 		n := 0
 		for i := range l.Items {
-			if l.Items[i].Status.PodIP != "" && l.Items[i].Status.PodIP == l.Items[i].Annotations[IPAnnotation] {
+			if l.Items[i].Status.PodIP != "" && l.Items[i].Status.PodIP == l.Items[i].Annotations[podip.AnnotationIPAddress] {
 				n++
 			}
 		}

@@ -123,7 +123,7 @@ func TestArgsDefaultedWhenOmitted(t *testing.T) {
 	if !fit.CheckIPs || fit.NodesWithoutIPRange != config.NodesWithoutIPRangeAllow {
 		t.Fatalf("PodFitsResourcesWithStaticIP defaults = %+v", fit)
 	}
-	if check.IPAddressAnnotation != "staticip.jke.jdcloud.com/ip-address" || check.UnknownIP != config.UnknownIPReject {
+	if check.UnknownIP != config.UnknownIPReject {
 		t.Fatalf("CheckPodAnnotationWithStaticIP defaults = %+v", check)
 	}
 }

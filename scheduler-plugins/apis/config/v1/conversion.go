@@ -29,6 +29,9 @@ func Convert_v1_CheckPodAnnotationWithStaticIPArgs_To_config_CheckPodAnnotationW
 	if err := autoConvert_v1_CheckPodAnnotationWithStaticIPArgs_To_config_CheckPodAnnotationWithStaticIPArgs(in, out, s); err != nil {
 		return err
 	}
+	if err := validation.ValidateDeprecatedIPAddressAnnotation(nil, in.IPAddressAnnotation); err != nil {
+		return fmt.Errorf("CheckPodAnnotationWithStaticIP args: %w", err)
+	}
 	if err := validation.ValidateCheckPodAnnotationWithStaticIPArgs(nil, out); err != nil {
 		return fmt.Errorf("CheckPodAnnotationWithStaticIP args: %w", err)
 	}

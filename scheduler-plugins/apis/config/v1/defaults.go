@@ -2,8 +2,6 @@ package v1
 
 import (
 	"k8s.io/utils/ptr"
-
-	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 )
 
 // The SetDefaults_ functions are registered by defaulter-gen (zz_generated.defaults.go).
@@ -18,11 +16,9 @@ func SetDefaults_PodFitsResourcesWithStaticIPArgs(obj *PodFitsResourcesWithStati
 	}
 }
 
-// SetDefaults_CheckPodAnnotationWithStaticIPArgs: the staticip ip-address annotation, Reject.
+// SetDefaults_CheckPodAnnotationWithStaticIPArgs: unknownIP Reject (ipAddressAnnotation is
+// deprecated and has no default: the key is podip.AnnotationIPAddress).
 func SetDefaults_CheckPodAnnotationWithStaticIPArgs(obj *CheckPodAnnotationWithStaticIPArgs) { //nolint:revive // generator naming
-	if obj.IPAddressAnnotation == nil {
-		obj.IPAddressAnnotation = ptr.To(jkev1.AnnotationIPAddress)
-	}
 	if obj.UnknownIP == "" {
 		obj.UnknownIP = "Reject"
 	}

@@ -31,8 +31,11 @@ type PodFitsResourcesWithStaticIPArgs struct {
 type CheckPodAnnotationWithStaticIPArgs struct {
 	metav1.TypeMeta `json:",inline"`
 
-	// IPAddressAnnotation is the pod annotation carrying the pod's fixed IP.
-	// Default staticip.jke.jdcloud.com/ip-address.
+	// IPAddressAnnotation is deprecated and ignored: the annotation carrying a pod's IP is one
+	// constant for the scheduler, the CNI and the admission policies that guard it
+	// (podip.AnnotationIPAddress, staticip.jke.jdcloud.com/ip-address). It may be left unset or
+	// set to exactly that key (configurations written when it was configurable); any other
+	// value fails the configuration load, since the CNI would never read that annotation.
 	IPAddressAnnotation *string `json:"ipAddressAnnotation,omitempty"`
 	// UnknownIP: Reject (default) or Ignore an annotated IP that lies in no IPRange.
 	UnknownIP UnknownIPPolicy `json:"unknownIP,omitempty"`

@@ -59,17 +59,12 @@ func RegisterConversions(s *runtime.Scheme) error {
 }
 
 func autoConvert_v1_CheckPodAnnotationWithStaticIPArgs_To_config_CheckPodAnnotationWithStaticIPArgs(in *CheckPodAnnotationWithStaticIPArgs, out *config.CheckPodAnnotationWithStaticIPArgs, s conversion.Scope) error {
-	if err := metav1.Convert_Pointer_string_To_string(&in.IPAddressAnnotation, &out.IPAddressAnnotation, s); err != nil {
-		return err
-	}
+	// WARNING: in.IPAddressAnnotation requires manual conversion: does not exist in peer-type
 	out.UnknownIP = config.UnknownIPPolicy(in.UnknownIP)
 	return nil
 }
 
 func autoConvert_config_CheckPodAnnotationWithStaticIPArgs_To_v1_CheckPodAnnotationWithStaticIPArgs(in *config.CheckPodAnnotationWithStaticIPArgs, out *CheckPodAnnotationWithStaticIPArgs, s conversion.Scope) error {
-	if err := metav1.Convert_string_To_Pointer_string(&in.IPAddressAnnotation, &out.IPAddressAnnotation, s); err != nil {
-		return err
-	}
 	out.UnknownIP = UnknownIPPolicy(in.UnknownIP)
 	return nil
 }

@@ -2,9 +2,11 @@
 package validation
 
 import (
-	"k8s.io/apimachinery/pkg/util/validation"
+	"fmt"
+
 	"k8s.io/apimachinery/pkg/util/validation/field"
 
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/scheduler-plugins/apis/config"
 )
 
@@ -20,12 +22,20 @@ func ValidatePodFitsResourcesWithStaticIPArgs(path *field.Path, args *config.Pod
 	return errs.ToAggregate()
 }
 
+// ValidateDeprecatedIPAddressAnnotation checks the versioned args' deprecated
+// ipAddressAnnotation: unset, or exactly the one key (podip.AnnotationIPAddress).
+func ValidateDeprecatedIPAddressAnnotation(path *field.Path, key *string) error {
+	if key == nil || *key == podip.AnnotationIPAddress {
+		return nil
+	}
+	return field.Invalid(path.Child("ipAddressAnnotation"), *key, fmt.Sprintf(
+		"deprecated and no longer configurable: the scheduler, the CNI and the admission policies all read %s; remove the field (or set it to exactly that key)",
+		podip.AnnotationIPAddress))
+}
+
 // ValidateCheckPodAnnotationWithStaticIPArgs validates CheckPodAnnotationWithStaticIPArgs.
 func ValidateCheckPodAnnotationWithStaticIPArgs(path *field.Path, args *config.CheckPodAnnotationWithStaticIPArgs) error {
 	var errs field.ErrorList
-	for _, msg := range validation.IsQualifiedName(args.IPAddressAnnotation) {
-		errs = append(errs, field.Invalid(path.Child("ipAddressAnnotation"), args.IPAddressAnnotation, msg))
-	}
 	switch args.UnknownIP {
 	case config.UnknownIPReject, config.UnknownIPIgnore:
 	default:
