@@ -35,6 +35,11 @@ const (
 	ProblemRangeNotSynced       = "RangeNotSynced"
 	ProblemPoolNotReady         = "IPPoolNotReady"
 	ProblemPoolExhausted        = "IPPoolExhausted"
+	// ProblemUnassignedRangeHeld: an IPRange with no node whose addresses live pods or StaticIPs
+	// still hold — a block awaiting release (a hand move in progress, a node's block given back
+	// while its pods run): the old node drains it and no node allocates from it until it is free
+	// or assigned again.
+	ProblemUnassignedRangeHeld = "UnassignedRangeAwaitingRelease"
 	// ProblemOrphanedStaticIP: a StaticIP keeps an address for a pod that does not exist, of a
 	// workload that does not exist either; nothing will ever use the address again unless the
 	// workload is recreated. The one leak `release --from-report` frees (release.go).
@@ -88,6 +93,8 @@ func (r AuditResult) Errors() int {
 //     Warning when the range is unassigned: its old node is draining it);
 //   - two StaticIPs with the same spec.ip; a StaticIP whose spec.ip is outside every IPRange;
 //   - overlapping IPRanges; IPRanges whose Synced condition is False;
+//   - unassigned IPRanges that live pods or StaticIPs still hold addresses of (a Warning: a
+//     block awaiting release, drained by its old node);
 //   - IPPools whose Ready condition is False (the allocator cuts no block from them) or whose
 //     Exhausted condition is True (a matching node waits for a block: pods there get no IP);
 //   - when s.Workloads is loaded: StaticIPs that keep an address for a pod and a workload
@@ -226,6 +233,8 @@ func Audit(s *Snapshot) AuditResult {
 		}
 	}
 
+	auditUnassignedRanges(ranges, holders, s.StaticIPs, add)
+
 	sort.SliceStable(res.Problems, func(i, j int) bool {
 		pi, pj := res.Problems[i], res.Problems[j]
 		if pi.Severity != pj.Severity {
@@ -256,4 +265,52 @@ func PrintAudit(out io.Writer, res AuditResult) error {
 	}
 	_, err := fmt.Fprintf(out, "No problems found (%d warning(s)): %s\n", len(res.Problems), checked)
 	return err
+}
+
+// auditUnassignedRanges warns about every unassigned IPRange that live pods or StaticIPs still
+// hold addresses of: a block awaiting release, which the node that held it drains and no node
+// allocates from. A released block (nothing holds it) is free and no problem.
+func auditUnassignedRanges(ranges []parsedRange, holders map[netip.Addr][]*corev1.Pod, sips []jkev1.StaticIP, add func(sev, kind string, ip netip.Addr, format string, args ...any)) {
+	for _, r := range ranges {
+		if r.r.Spec.Node != "" {
+			continue
+		}
+		var pods, records []string
+		nodes := map[string]bool{}
+		for a, ps := range holders {
+			if !r.prefix.Contains(a) {
+				continue
+			}
+			for _, p := range ps {
+				pods = append(pods, nsName(p.Namespace, p.Name))
+				nodes[none(p.Spec.NodeName)] = true
+			}
+		}
+		for _, sip := range sips {
+			if a, err := netip.ParseAddr(sip.Spec.IP); err == nil && r.prefix.Contains(a.Unmap()) {
+				records = append(records, nsName(sip.Namespace, sip.Name))
+			}
+		}
+		if len(pods)+len(records) == 0 {
+			continue
+		}
+		sort.Strings(pods)
+		sort.Strings(records)
+		var on []string
+		for n := range nodes {
+			on = append(on, n)
+		}
+		sort.Strings(on)
+		add(SeverityWarning, ProblemUnassignedRangeHeld, netip.Addr{},
+			"IPRange %s (%s) is unassigned and awaits release: %d live pod(s) (%s; on %s) and %d StaticIP(s) (%s) hold addresses of it; "+
+				"the node that held it drains it and routes it, no node allocates from it until they are gone or it is assigned again",
+			r.r.Name, r.r.Spec.CIDR, len(pods), orNoneList(pods), orNoneList(on), len(records), orNoneList(records))
+	}
+}
+
+func orNoneList(xs []string) string {
+	if len(xs) == 0 {
+		return "none"
+	}
+	return strings.Join(xs, ", ")
 }

@@ -146,7 +146,11 @@ func TestAudit(t *testing.T) {
 		{"failover completed: the pod should be gone", Snapshot{Ranges: ranges, Failovers: []jkev1alpha1.NodeFailover{completed},
 			Pods: []corev1.Pod{pod("a", "p", "node-1", "10.2.0.2")}}, []string{"Error PodIPOnOtherNodesRange"}},
 		{"unassigned range drains", Snapshot{Ranges: []jkev1.IPRange{ipRange("r1", "10.1.0.0/24", "")},
-			Pods: []corev1.Pod{pod("a", "p", "node-1", "10.1.0.2")}}, []string{"Warning PodIPInUnassignedRange"}},
+			Pods: []corev1.Pod{pod("a", "p", "node-1", "10.1.0.2")}}, []string{"Warning PodIPInUnassignedRange", "Warning UnassignedRangeAwaitingRelease"}},
+		{"unassigned range a StaticIP keeps an address of awaits release", Snapshot{Ranges: []jkev1.IPRange{ipRange("r1", "10.1.0.0/24", "")},
+			StaticIPs: []jkev1.StaticIP{staticIP("a", "p", "node-1", "10.1.0.7")}}, []string{"Warning UnassignedRangeAwaitingRelease"}},
+		{"a released block nothing holds is free", Snapshot{Ranges: []jkev1.IPRange{ipRange("r1", "10.1.0.0/24", "")},
+			Pods: []corev1.Pod{pod("a", "p", "node-1", "10.9.0.2")}}, []string{"Error PodIPOutsideRanges"}},
 		{"duplicate StaticIP", Snapshot{Ranges: ranges,
 			StaticIPs: []jkev1.StaticIP{staticIP("a", "p", "node-1", "10.1.0.2"), staticIP("b", "p", "node-1", "10.1.0.2")}},
 			[]string{"Error DuplicateStaticIP"}},
@@ -166,7 +170,7 @@ func TestAudit(t *testing.T) {
 			nil},
 		{"errors before warnings", Snapshot{Ranges: []jkev1.IPRange{ipRange("r1", "10.1.0.0/24", "")},
 			Pods: []corev1.Pod{pod("a", "p", "node-1", "10.1.0.2"), pod("a", "q", "node-1", "10.9.0.1")}},
-			[]string{"Error PodIPOutsideRanges", "Warning PodIPInUnassignedRange"}},
+			[]string{"Error PodIPOutsideRanges", "Warning PodIPInUnassignedRange", "Warning UnassignedRangeAwaitingRelease"}},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
