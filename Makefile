@@ -70,6 +70,7 @@ test-unit-integration: helm ## go test -race ./... (integration tests start a re
 	@# filter keeps the console readable.
 	@rc=0; $(GO) test -v $(GOTEST_FLAGS) ./... > $(OUT)/test.log 2>&1 || rc=$$?; \
 	  (cd tools/helm && $(GO) test -v $(GOTEST_FLAGS) ./...) >> $(OUT)/test.log 2>&1 || rc=$$?; \
+	  (cd tools/release && $(GO) test -v $(GOTEST_FLAGS) ./...) >> $(OUT)/test.log 2>&1 || rc=$$?; \
 	  grep -E '^(ok|FAIL|--- SKIP|panic:|testenv:)' $(OUT)/test.log || true; \
 	  if [ $$rc -ne 0 ]; then echo "test: failures (from $(OUT)/test.log):"; awk -f $(ROOT)/tools/make/failures.awk $(OUT)/test.log | head -300 || true; fi; \
 	  passed=$$(grep -c -- '--- PASS' $(OUT)/test.log || true); failed=$$(grep -c -- '--- FAIL' $(OUT)/test.log || true); \

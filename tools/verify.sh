@@ -14,10 +14,11 @@ fi
 
 if ! go vet ./...; then echo "verify: go vet failed"; fail=1; fi
 if ! (cd tools/helm && go vet ./...); then echo "verify: go vet (tools/helm) failed"; fail=1; fi
+if ! (cd tools/release && go vet ./...); then echo "verify: go vet (tools/release) failed"; fail=1; fi
 
 # Every module whose go.mod/go.sum must be tidy, and every generated path (make generate).
-MODULES=(. tools/controller-gen tools/coredns tools/kind/kindcli tools/helm tools/kwok tools/conformance/suite)
-GENERATED=(go.mod go.sum apis scheduler-plugins/apis manifests/crds charts/staticip/crds charts/staticip/files tools/controller-gen tools/coredns tools/kind/kindcli tools/helm tools/kwok tools/conformance/suite)
+MODULES=(. tools/controller-gen tools/coredns tools/kind/kindcli tools/helm tools/kwok tools/conformance/suite tools/release tools/registry)
+GENERATED=(go.mod go.sum apis scheduler-plugins/apis manifests/crds charts/staticip/crds charts/staticip/files tools/controller-gen tools/coredns tools/kind/kindcli tools/helm tools/kwok tools/conformance/suite tools/release tools/registry)
 before=$(git status --porcelain -- "${GENERATED[@]}")
 for mod in "${MODULES[@]}"; do
   (cd "$mod" && go mod tidy)
