@@ -21,12 +21,12 @@ log() { echo "registry: $*" >&2; }
 build() {
   mkdir -p "$bin"
   local stamp="$bin/.registry.stamp" want
-  want=$(cat "$root/tools/registry/go.mod" "$root/tools/registry/go.sum" "$0" | sha256sum | cut -c1-64)
+  want=$(cat "$root/tools/registry/go.mod" "$root/tools/registry/go.sum" "$root/tools/registry/main.go" "$0" | sha256sum | cut -c1-64)
   if [ -x "$bin/registry" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
     return 0
   fi
   log "building github.com/distribution/distribution/v3 into $bin/registry"
-  (cd "$root/tools/registry" && CGO_ENABLED=0 go build -trimpath -o "$bin/registry.tmp" github.com/distribution/distribution/v3/cmd/registry)
+  (cd "$root/tools/registry" && CGO_ENABLED=0 go build -trimpath -o "$bin/registry.tmp" .)
   mv "$bin/registry.tmp" "$bin/registry"
   echo "$want" >"$stamp"
 }
