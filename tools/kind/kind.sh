@@ -197,7 +197,7 @@ up() {
     if kind get clusters 2>/dev/null | grep -qx "$cluster"; then
       # Left by a killed engine or a failed up: nodes that do not run cannot be resumed
       # (kind does not restart a cluster), so start over.
-      log "cluster $cluster exists but is not healthy: recreating it"
+      log "cluster $cluster exists but is not healthy or was made from another config: recreating it"
       kind delete cluster --name "$cluster" >&2
     fi
     # A fresh network for a fresh cluster: a killed engine keeps the old nodes' endpoints
