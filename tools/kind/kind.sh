@@ -222,6 +222,8 @@ up() {
 registry_addr() {
   local gw
   gw=$(docker network inspect -f '{{range .IPAM.Config}}{{.Gateway}}{{end}}' "$network")
+  # An engine that chose the gateway itself does not list it: it is the bridge's address.
+  [ -n "$gw" ] || gw=$(ip -4 -o addr show dev "$bridge" 2>/dev/null | awk '{print $4; exit}' | cut -d/ -f1)
   [ -n "$gw" ] || { log "network $network has no gateway address"; exit 1; }
   echo "$gw:$registry_port"
 }
@@ -345,6 +347,7 @@ install() {
   version=$(release_version)
   local t=$SECONDS
   release "$version"
+  echo "$version" >"$state/release.version"
   log "released $version to $addr/staticip in $((SECONDS - t))s"
   kind_values
   load_fixtures
@@ -401,7 +404,7 @@ quickstart() {
   local script version archive dir out
   script=$(readme_block "## A first static-IP workload in five minutes" "# On the cluster")
   [ -n "$script" ] || { log "README.md's five-minute section has no '# On the cluster' block"; exit 1; }
-  version=$(release_version)
+  version=$(cat "$state/release.version" 2>/dev/null) || { log "nothing released yet (kind.sh up)"; exit 1; }
   archive="$root/_output/release/$version/kubectl-staticip_${version}_linux_amd64.tar.gz"
   [ -e "$archive" ] || { log "no $archive (kind.sh up releases it)"; exit 1; }
   dir="$state/quickstart"
