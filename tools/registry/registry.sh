@@ -31,10 +31,18 @@ build() {
   echo "$want" >"$stamp"
 }
 
+# ourpids are the registries serving DIR's config, found by their command line, not by the
+# pid file: tools/kind's engine recovery removes its whole run directory, pid file included,
+# while the registry it held keeps running (and its address).
+ourpids() {
+  # The list is made here, before the pipeline forks: a glob expanded in the grep's own
+  # process would list that process, whose arguments hold the pattern.
+  local files=(/proc/[0-9]*/cmdline)
+  grep -l -s -F "$1/config.yml" "${files[@]}" 2>/dev/null | cut -d/ -f3 || true
+}
+
 running() {
-  local dir=$1 pid
-  pid=$(cat "$dir/registry.pid" 2>/dev/null) || return 1
-  [ -n "$pid" ] && [ -e "/proc/$pid" ] && grep -qF "$dir/config.yml" "/proc/$pid/cmdline" 2>/dev/null
+  [ -n "$(ourpids "$1")" ]
 }
 
 answers() {
@@ -100,13 +108,12 @@ TOML
 
 stop() {
   local dir=$1 pid i
-  if running "$dir"; then
-    pid=$(cat "$dir/registry.pid")
+  for pid in $(ourpids "$dir"); do
     kill "$pid" 2>/dev/null || true
     for i in $(seq 1 50); do [ -e "/proc/$pid" ] || break; sleep 0.1; done
     [ -e "/proc/$pid" ] && kill -9 "$pid" 2>/dev/null || true
     log "stopped (pid $pid)"
-  fi
+  done
 }
 
 down() {
