@@ -68,7 +68,7 @@ test: deps build helm ## unit + integration tests (race), the e2e suite on the l
 # The Go modules whose tests test-unit-integration runs, in order: the product, the tools module
 # (tools/go.mod: the local cluster, benchmarks, image builder), tools/helm's chart tests. e2e/
 # (its own module) holds only -tags e2e tests: make e2e runs them.
-TEST_MODULES := . tools tools/helm
+TEST_MODULES := . tools tools/helm tools/release
 
 test-unit-integration: helm ## go test -race ./... in the product module, the tools module and tools/helm (integration tests start a real kube-apiserver)
 	@mkdir -p $(OUT)

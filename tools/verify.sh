@@ -16,7 +16,7 @@ fi
 # go vet in every module with Go code of ours: the product, tools/ (its own module), e2e/ (its
 # own module; its tests, like the local cluster's lifecycle test, build only with -tags e2e)
 # and tools/helm's chart test.
-for mod in . tools e2e tools/helm; do
+for mod in . tools e2e tools/helm tools/release; do
   if ! (cd "$mod" && go vet ./... && go vet -tags e2e ./...); then echo "verify: go vet ($mod) failed"; fail=1; fi
 done
 # The product module must not need the tools or e2e module.
@@ -25,8 +25,8 @@ if grep -q 'github.com/staticip/staticip/\(tools\|e2e\)' go.mod; then
 fi
 
 # Every module whose go.mod/go.sum must be tidy, and every generated path (make generate).
-MODULES=(. tools e2e tools/controller-gen tools/coredns tools/kind/kindcli tools/helm tools/kwok tools/conformance/suite)
-GENERATED=(go.mod go.sum tools/go.mod tools/go.sum e2e/go.mod e2e/go.sum apis scheduler-plugins/apis manifests/crds charts/staticip/crds charts/staticip/files charts/staticip/LICENSE charts/staticip/NOTICE tools/controller-gen tools/coredns tools/kind/kindcli tools/helm tools/kwok tools/conformance/suite)
+MODULES=(. tools e2e tools/controller-gen tools/coredns tools/kind/kindcli tools/helm tools/kwok tools/conformance/suite tools/release tools/registry)
+GENERATED=(go.mod go.sum tools/go.mod tools/go.sum e2e/go.mod e2e/go.sum apis scheduler-plugins/apis manifests/crds charts/staticip/crds charts/staticip/files charts/staticip/LICENSE charts/staticip/NOTICE tools/controller-gen tools/coredns tools/kind/kindcli tools/helm tools/kwok tools/conformance/suite tools/release tools/registry)
 before=$(git status --porcelain -- "${GENERATED[@]}")
 for mod in "${MODULES[@]}"; do
   (cd "$mod" && go mod tidy)

@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # The kind path: a kind cluster (1 control plane + 2 workers + a failover spare, no default
-# CNI) with staticip installed the way a user installs it: README's "Installing into a
-# cluster" commands (the CRDs, then helm upgrade --install of charts/staticip with
-# tools/kind/values.yaml and this cluster's values in place of my-values.yaml).
+# CNI) with staticip installed the way a user installs it: released (`make release`) into an
+# OCI registry on the kind network's host address (tools/registry), then README's "Installing
+# into a cluster" commands (the CRDs from the released chart, then helm upgrade --install of
+# oci://<registry>/charts/staticip with tools/kind/values.yaml and this cluster's values in
+# place of my-values.yaml). The nodes pull staticip's images from that registry.
 #
-#   kind.sh up          # engine, node image, cluster, install (each step a no-op when done)
-#   kind.sh down        # delete the cluster, its network, and the engine if we started it
+#   kind.sh up          # engine, node image, registry, cluster, release, install (each a no-op when done)
+#   kind.sh down        # delete the cluster, its network, the registry, and the engine if we started it
 #   kind.sh leftovers   # fail when anything of ours is left (containers, bridge, mounts,
 #                       # processes, iptables rules, host sysctls)
-#   kind.sh install     # (re)install the chart into the running cluster (helm upgrade --install)
+#   kind.sh install     # release into the registry and (re)install from it (helm upgrade --install)
+#   kind.sh quickstart  # README's "A first static-IP workload in five minutes", verbatim
 #
 # Settings (environment): KIND_CLUSTER (staticip), KIND_STATE_DIR (/var/lib/staticip-kind),
 # KIND_RUN_DIR (/run/staticip-kind), KIND_NODE_IMAGE (default: the offline builder's image;
@@ -27,6 +30,14 @@ subnet=${KIND_SUBNET:-10.254.0.0/24}
 bridge=${KIND_BRIDGE:-stkind0}
 spares=${KIND_SPARE_NODES:-1}
 failover_window=${KIND_FAILOVER_WINDOW-5s}
+# The registry (tools/registry): distribution v3 on the kind network's host address, TLS with a
+# CA made at its start; containerd's hosts.toml for it in $registry_dir/certs.d, mounted into
+# every node as /etc/containerd/certs.d (config_path).
+registry_dir="$run/registry"
+registry_port=${KIND_REGISTRY_PORT:-5000}
+# What the README's commands name: the project's registry (RELEASING.md) and chart version,
+# replaced by this machine's registry and the version kind.sh releases.
+readme_registry=ghcr.io/staticip
 kubeconfig="$state/kubeconfig"
 export KUBECONFIG="$kubeconfig"
 export KIND_EXPERIMENTAL_DOCKER_NETWORK="$network"
@@ -73,6 +84,13 @@ networking:
   apiServerAddress: 127.0.0.1
   # staticip's agent is the cluster's only CNI (manifests/cni).
   disableDefaultCNI: true
+# Images are pulled from the registry tools/registry runs on the host side of the kind
+# network (nothing of staticip is loaded into the nodes): containerd reads a hosts.toml per
+# registry (its address, the CA to trust) from the mounted directory.
+containerdConfigPatches:
+- |-
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "/etc/containerd/certs.d"
 nodes:
 # Zones as the local cluster's (zone-0: two nodes, zone-1: one), so the grid tests have two
 # node units and a node of zone-0 to move into a third; the control plane's NoSchedule
@@ -80,12 +98,15 @@ nodes:
 - role: control-plane
   image: $image
   labels: {zone: zone-0, topology.kubernetes.io/zone: zone-0}
+  extraMounts: [{hostPath: $registry_dir/certs.d, containerPath: /etc/containerd/certs.d, readOnly: true}]
 - role: worker
   image: $image
   labels: {zone: zone-0, topology.kubernetes.io/zone: zone-0}
+  extraMounts: [{hostPath: $registry_dir/certs.d, containerPath: /etc/containerd/certs.d, readOnly: true}]
 - role: worker
   image: $image
   labels: {zone: zone-1, topology.kubernetes.io/zone: zone-1}
+  extraMounts: [{hostPath: $registry_dir/certs.d, containerPath: /etc/containerd/certs.d, readOnly: true}]
 YAML
   # Failover spares, as localcluster's --spare-nodes: the spare label and a NoSchedule taint
   # given at registration (kubeadm join's nodeRegistration.taints, the kubelet's
@@ -99,6 +120,7 @@ YAML
 - role: worker
   image: $image
   labels: {zone: zone-0, topology.kubernetes.io/zone: zone-0, staticip.jke.jdcloud.com/spare: "true"}
+  extraMounts: [{hostPath: $registry_dir/certs.d, containerPath: /etc/containerd/certs.d, readOnly: true}]
   kubeadmConfigPatches:
   - |
     kind: JoinConfiguration
@@ -166,13 +188,16 @@ up() {
   fi
   log "node image $image ($((SECONDS - t))s)"
   raise_inotify
-  if cluster_running; then
+  # A cluster made from another config (no registry mounts, another node image) is redone.
+  cluster_config "$image" >"$state/cluster.yaml.want"
+  if cluster_running && cmp -s "$state/cluster.yaml" "$state/cluster.yaml.want"; then
     log "cluster $cluster is up"
+    registry_up
   else
     if kind get clusters 2>/dev/null | grep -qx "$cluster"; then
       # Left by a killed engine or a failed up: nodes that do not run cannot be resumed
       # (kind does not restart a cluster), so start over.
-      log "cluster $cluster exists but is not healthy: recreating it"
+      log "cluster $cluster exists but is not healthy or was made from another config: recreating it"
       kind delete cluster --name "$cluster" >&2
     fi
     # A fresh network for a fresh cluster: a killed engine keeps the old nodes' endpoints
@@ -180,8 +205,9 @@ up() {
     # dead node's IP and kubeadm join failed with "connection refused").
     remove_network
     ensure_network
+    registry_up
     t=$SECONDS
-    cluster_config "$image" >"$state/cluster.yaml"
+    mv "$state/cluster.yaml.want" "$state/cluster.yaml"
     kind create cluster --config "$state/cluster.yaml" --kubeconfig "$kubeconfig" --wait 0s >&2
     log "cluster created in $((SECONDS - t))s"
   fi
@@ -191,32 +217,54 @@ up() {
   log "export KUBECONFIG=$kubeconfig"
 }
 
-# manifest_images prints the images a kustomization deploys.
-manifest_images() {
-  kubectl kustomize "$1" | rendered_images
+# registry_addr is the registry's address: the kind network's gateway (its bridge's address
+# on this machine), which every node reaches, and the port.
+registry_addr() {
+  local gw
+  gw=$(docker network inspect -f '{{range .IPAM.Config}}{{.Gateway}}{{end}}' "$network")
+  # An engine that chose the gateway itself does not list it: it is the bridge's address.
+  [ -n "$gw" ] || gw=$(ip -4 -o addr show dev "$bridge" 2>/dev/null | awk '{print $4; exit}' | cut -d/ -f1)
+  [ -n "$gw" ] || { log "network $network has no gateway address"; exit 1; }
+  echo "$gw:$registry_port"
 }
 
-# rendered_images prints the images of rendered manifests on stdin.
-rendered_images() {
-  awk '$1 == "image:" || $1 == "-" && $2 == "image:" {print $NF}' | tr -d '"' | sort -u
+# registry_up starts (or keeps) the registry on the network's host address; helm and the
+# release tool trust its CA through SSL_CERT_FILE, the nodes through hosts.toml.
+registry_up() {
+  "$root/tools/registry/registry.sh" up "$(registry_addr)" "$registry_dir"
 }
 
-# load_images builds the images the rendered chart ($1) and the kustomizations ($2...) name
-# (and the e2e suite's) and loads them into every node with `kind load image-archive`, as a
-# user with locally built images would.
-load_images() {
-  local refs=() d rendered=$1
-  shift
-  while read -r ref; do refs+=("$ref"); done < <(rendered_images <"$rendered")
-  for d in "$@"; do
-    while read -r ref; do refs+=("$ref"); done < <(manifest_images "$d")
-  done
-  tools/run.sh kind/images --app-images "$(IFS=,; echo "${refs[*]}")" --bin-dir "$bin" --out "$state/images" >&2
-  # Loaded already into these very nodes (same containers, same image contents)?
+# release_version is the version kind.sh releases: the chart's appVersion, marked as a build of
+# this commit (a prerelease: make release takes its notes from CHANGELOG's [Unreleased]), so a
+# new commit is a new tag that the nodes pull and helm upgrade rolls to.
+release_version() {
+  local app rev
+  app=$(awk '$1 == "appVersion:" {print $2}' charts/staticip/Chart.yaml | tr -d '"')
+  rev=$(git rev-parse --short=12 HEAD 2>/dev/null || echo local)
+  if [ -n "$(git status --porcelain --untracked-files=no 2>/dev/null)" ]; then rev+=".dirty"; fi
+  echo "$app-dev.$rev"
+}
+
+# release publishes this tree with `make release` to the registry: images (linux/amd64 only by
+# default: KIND_RELEASE_PLATFORMS; the nodes are amd64 and cross-compiling every binary for
+# arm64 too would cost minutes of every CI run), the chart, the plugin archive for this machine.
+release() {
+  local version=$1 addr
+  addr=$(registry_addr)
+  make -C "$root" --no-print-directory release VERSION="$version" REGISTRY="$addr/staticip" \
+    RELEASE_PLATFORMS="${KIND_RELEASE_PLATFORMS:-linux/amd64}" RELEASE_PLUGIN_PLATFORMS=linux/amd64 \
+    KREW_BASE_URL="file://$root/_output/release/{VERSION}" >&2
+}
+
+# load_fixtures loads the e2e suite's own images (pause, testserver v1/v2: the tests run them
+# with imagePullPolicy Never) with `kind load image-archive`. Nothing of staticip: its images
+# come from the registry.
+load_fixtures() {
+  tools/run.sh kind/images --fixtures --bin-dir "$bin" --out "$state/images" >&2
   local stamp t
   stamp=$( { docker ps -q --no-trunc --filter "label=io.x-k8s.kind.cluster=$cluster" | sort; sha256sum "$state"/images/*.tar | cut -c1-64; } | sha256sum)
   if [ "$(cat "$state/images.loaded" 2>/dev/null)" = "$stamp" ]; then
-    log "images already loaded"
+    log "e2e fixture images already loaded"
     return
   fi
   for t in "$state"/images/*.tar; do
@@ -231,6 +279,16 @@ readme_install() {
   awk '/^## Installing into a cluster/ {sec=1; next} sec && /^## / {exit}
        sec && /^```/ {if (blk) exit; blk=1; next}
        blk && /^(kubectl|helm) / {sub(/[ \t]+#.*$/, ""); print}' README.md
+}
+
+# readme_block prints the shell blocks (```sh) of the README section $1 whose first line is a
+# comment starting with $2, verbatim.
+readme_block() {
+  awk -v h="$1" -v mark="$2" '$0 == h {sec=1; next} sec && /^## / {exit}
+       sec && /^```sh$/ {blk=1; first=1; next}
+       blk && /^```$/ {blk=0; take=0; next}
+       blk && first {first=0; take = index($0, mark) == 1}
+       blk && take {print}' README.md
 }
 
 # kind_values writes the values of this kind cluster to $state/values.yaml, which replaces the
@@ -277,36 +335,39 @@ YAML
 }
 
 install() {
-  local cmd
+  local cmd addr version
   mapfile -t cmds < <(readme_install)
   [ ${#cmds[@]} -gt 0 ] || { log "README.md has no kubectl/helm commands under 'Installing into a cluster'"; exit 1; }
   "$root/tools/helm.sh"
+  registry_up
+  addr=$(registry_addr)
+  # helm and the release tool trust the registry's CA (Go's TLS reads SSL_CERT_FILE), so the
+  # README's commands run with no insecure or CA flag, as against a public registry.
+  export SSL_CERT_FILE="$registry_dir/ca.crt"
+  version=$(release_version)
+  local t=$SECONDS
+  release "$version"
+  echo "$version" >"$state/release.version"
+  log "released $version to $addr/staticip in $((SECONDS - t))s"
   kind_values
-  local values=(-f "$root/tools/kind/values.yaml" -f "$state/values.yaml")
-  "$bin/helm" template staticip charts/staticip -n kube-system "${values[@]}" >"$state/rendered.yaml"
+  load_fixtures
   local dns=manifests/edge/coredns
-  load_images "$state/rendered.yaml" "$dns"
   for cmd in "${cmds[@]}"; do
+    # The README names the project's registry, a chart version and my-values.yaml: here
+    # they are this machine's registry, the version just released and this cluster's values.
     cmd=${cmd//-f my-values.yaml/-f $root/tools/kind/values.yaml -f $state/values.yaml}
-    if [[ "$cmd" == helm\ * ]] && ! "$bin/helm" --kubeconfig "$kubeconfig" status staticip -n kube-system >/dev/null 2>&1; then
-      # A cluster kind-up installed with kustomize before the chart: adopt its objects
-      # (charts/staticip/README.md, "Upgrading from a kustomize install"); a no-op on a new one.
-      HELM="$bin/helm" KUBECTL="$bin/kubectl" charts/staticip/scripts/adopt.sh staticip kube-system "${values[@]}" >&2
-    fi
+    cmd=${cmd//$readme_registry\//$addr/staticip/}
+    cmd=$(sed -E "s/--version [^ ]+/--version ${version#v}/" <<<"$cmd")
     log "README: $cmd"
-    # Word splitting as the shell would (the README's commands have no quoting); CRDs may
-    # still be establishing when the next command names their kinds: retry a little.
+    # Run by the shell as typed (pipes included), with our kubectl and helm first on PATH;
+    # CRDs may still be establishing when the next command names their kinds: retry a little.
     local try
     for try in 1 2 3 4 5 6; do
-      # shellcheck disable=SC2086
-      case "$cmd" in
-        kubectl\ *) if kubectl ${cmd#kubectl } >"$state/apply.log" 2>&1; then break; fi ;;
-        helm\ *) if "$bin/helm" --kubeconfig "$kubeconfig" ${cmd#helm } >"$state/apply.log" 2>&1; then break; fi ;;
-      esac
+      if PATH="$bin:$PATH" bash -o pipefail -c "$cmd" >"$state/apply.log" 2>&1; then break; fi
       [ $try -eq 6 ] && { cat "$state/apply.log" >&2; exit 1; }
       sleep 5
     done
-    if [[ "$cmd" == *staticip/crds* ]]; then
+    if [[ "$cmd" == *"show crds"* ]]; then
       kubectl wait --for condition=Established --timeout=60s crd --all >/dev/null
     fi
   done
@@ -314,7 +375,7 @@ install() {
   kubectl wait --for condition=Ready node --all --timeout=300s >/dev/null
   if [ "${KIND_KUBE_PROXY_DIRECT:-0}" != 1 ]; then
     proxy_via_wrapper
-    install_edge_dns "$dns"
+    install_edge_dns "$dns" "$addr/staticip"
   fi
   if [ -n "$(kubectl get --ignore-not-found -n kube-system deployment staticip-scheduler -o name)" ]; then
     replace_scheduler
@@ -322,6 +383,41 @@ install() {
   for d in $(kubectl get deployments -A -o jsonpath='{range .items[*]}{.metadata.namespace}/{.metadata.name}{"\n"}{end}'); do
     kubectl -n "${d%/*}" rollout status "deployment/${d#*/}" --timeout=300s >&2
   done
+  pulled_not_loaded
+}
+
+# pulled_not_loaded fails unless every staticip container in kube-system runs an image of the
+# registry (the chart's and the edge DNS's), i.e. nothing of staticip came from elsewhere.
+pulled_not_loaded() {
+  local addr bad
+  addr=$(registry_addr)
+  bad=$(kubectl -n kube-system get pods -o jsonpath='{range .items[*]}{range .spec.containers[*]}{.image}{"\n"}{end}{end}' |
+    grep 'staticip' | grep -v "^$addr/staticip/" | sort -u || true)
+  if [ -n "$bad" ]; then log "staticip images not from the registry $addr: $bad"; exit 1; fi
+  log "every staticip image in kube-system was pulled from $addr/staticip"
+}
+
+# quickstart runs the README's "A first static-IP workload in five minutes" workload steps
+# (the blocks starting with "# On the cluster") verbatim in one shell, with kubectl-staticip
+# from the release's archive, and checks the lines they print.
+quickstart() {
+  local script version archive dir out
+  script=$(readme_block "## A first static-IP workload in five minutes" "# On the cluster")
+  [ -n "$script" ] || { log "README.md's five-minute section has no '# On the cluster' block"; exit 1; }
+  version=$(cat "$state/release.version" 2>/dev/null) || { log "nothing released yet (kind.sh up)"; exit 1; }
+  archive="$root/_output/release/$version/kubectl-staticip_${version}_linux_amd64.tar.gz"
+  [ -e "$archive" ] || { log "no $archive (kind.sh up releases it)"; exit 1; }
+  dir="$state/quickstart"
+  rm -rf "$dir"; mkdir -p "$dir/bin"
+  tar -xzf "$archive" -C "$dir/bin"
+  log "README five-minute workload, verbatim (kubectl-staticip from $(basename "$archive"))"
+  out="$dir/out.log"
+  if ! (cd "$dir" && PATH="$dir/bin:$bin:$PATH" bash -euo pipefail -c "$script") 2>&1 | tee "$out" >&2; then
+    log "the five-minute workload failed"; exit 1
+  fi
+  grep -q '^web-1 came back with ' "$out" || { log "quickstart: web-1 did not come back with its IP"; exit 1; }
+  grep -q '^rolled, same IPs: ' "$out" || { log "quickstart: the roll changed an IP"; exit 1; }
+  log "quickstart passed: web-1 came back with its IP, the roll kept every IP"
 }
 
 # proxy_via_wrapper puts kube-proxy behind application-grid-wrapper the way edge/README.md
@@ -350,7 +446,7 @@ proxy_via_wrapper() {
 # wrapper in front of kube-proxy (topologyKeys mean nothing without it): KIND_KUBE_PROXY_DIRECT=1
 # or KIND_CENTRAL_DNS=1 keep kubeadm's CoreDNS.
 install_edge_dns() {
-  local d=$1
+  local d=$1 registry=${2:-}
   if [ "${KIND_KUBE_PROXY_DIRECT:-0}" = 1 ] || [ "${KIND_CENTRAL_DNS:-0}" = 1 ]; then
     log "$d not installed (KIND_KUBE_PROXY_DIRECT=1 or KIND_CENTRAL_DNS=1): kubeadm's CoreDNS stays the cluster's DNS"
     return
@@ -359,6 +455,17 @@ install_edge_dns() {
   # Server-side: kube-dns exists (kubeadm's) with two ports numbered 53, and a client-side
   # apply's strategic merge keys Service ports by number alone; server-side apply keys them
   # by port and protocol. --force-conflicts: the selector and ports were kubeadm's fields.
+  if [ -n "$registry" ]; then
+    # The released CoreDNS image (make release pushes it): an images: overlay, as the
+    # README says for kustomize installs.
+    mkdir -p "$state/edge-coredns"
+    cat >"$state/edge-coredns/kustomization.yaml" <<YAML
+resources: [$(realpath --relative-to="$state/edge-coredns" "$root/$d")]
+images:
+- {name: staticip/coredns, newName: $registry/coredns}
+YAML
+    d="$state/edge-coredns"
+  fi
   kubectl apply --server-side --force-conflicts -k "$d" >/dev/null 2>"$state/apply.log" || { cat "$state/apply.log" >&2; exit 1; }
   # One Deployment per zone, created by the grid controller.
   local zones i have dep
@@ -408,6 +515,7 @@ down() {
     fi
     remove_network || true
   fi
+  "$root/tools/registry/registry.sh" down "$registry_dir"
   "$root/tools/kind/dockerd.sh" down
   # A bridge of a network whose engine died with it.
   if ip link show "$bridge" >/dev/null 2>&1; then ip link del "$bridge"; fi
@@ -429,6 +537,9 @@ leftovers() {
     log "leftover: containers of cluster $cluster"; bad=1
   fi
   if [ -e "$state/dockerd.owned" ]; then log "leftover: our dockerd is marked running"; bad=1; fi
+  if grep -l -s -F "$registry_dir/config.yml" /proc/[0-9]*/cmdline >/dev/null 2>&1; then
+    log "leftover: the registry (tools/registry) still runs"; bad=1
+  fi
   if grep -l -s -e "$state/daemon.json" -e "$run/docker" /proc/[0-9]*/cmdline >/dev/null 2>&1; then
     log "leftover: processes of our engine:"; grep -l -s -e "$state/daemon.json" -e "$run/docker" /proc/[0-9]*/cmdline >&2; bad=1
   fi
@@ -455,7 +566,8 @@ case "${1:-}" in
   up) up ;;
   down) down ;;
   install) use_engine; install ;;
+  quickstart) use_engine; quickstart ;;
   leftovers) leftovers ;;
   config) cluster_config "${2:-IMAGE}" ;;
-  *) echo "usage: $0 up|down|install|leftovers|config" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|install|quickstart|leftovers|config" >&2; exit 2 ;;
 esac

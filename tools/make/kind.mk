@@ -1,9 +1,10 @@
-# kind (tools/kind): staticip installed with the chart (charts/staticip, README's helm install) into a kind cluster (1 control
+# kind (tools/kind): staticip released (make release) into a registry on this machine and installed from it
+# with README's commands (helm upgrade --install oci://...) into a kind cluster (1 control
 # plane + 2 workers + a failover spare), the e2e suite against it. Where no Docker engine runs, tools/kind
 # starts Debian's dockerd with its own config (no iptables, no docker0) and stops it again;
 # where no node image can be pulled, it builds one offline (tools/kind/nodeimage.sh).
 #   make kind-up        # no-op when the cluster is up
-#   make e2e-kind       # up, suite, down (always), leftover check, lifecycle test
+#   make e2e-kind       # up, README's five-minute workload, suite, down (always), leftover check, lifecycle test
 #   make kind-down      # cluster, network and our engine gone; the node image stays cached
 # KIND_NODE_IMAGE=kindest/node:v1.36.x uses the stock image where Docker can pull it.
 
@@ -14,7 +15,7 @@ export KIND_STATE_DIR
 
 .PHONY: kind-up kind-down kind-leftovers kind-node-image e2e-kind e2e-kind-suite e2e-kind-lifecycle
 
-kind-up: deps build helm ## kind cluster (offline node image where nothing can be pulled) with staticip installed with the chart
+kind-up: deps build helm registry ## kind cluster (offline node image where nothing can be pulled) with staticip installed with the chart
 	@$(KIND_SH) up
 
 kind-down: ## delete the kind cluster, its network and the Docker engine kind-up started
@@ -38,9 +39,10 @@ e2e-kind-suite:
 e2e-kind-lifecycle: ## kind-up twice is a no-op, kind-down leaves nothing, kind-up after a killed dockerd recovers
 	$(GO) -C tools test -tags e2e -count=1 -v -timeout 60m ./kind/lifecycle/
 
-e2e-kind: deps build helm ## kind up, e2e suite, down (always), leftover check, lifecycle test
+e2e-kind: deps build helm registry ## kind up, e2e suite, down (always), leftover check, lifecycle test
 	@start=$$SECONDS; rc=0; \
 	  $(KIND_SH) up || rc=$$?; \
+	  if [ $$rc -eq 0 ]; then $(KIND_SH) quickstart || rc=$$?; fi; \
 	  if [ $$rc -eq 0 ]; then $(MAKE) --no-print-directory e2e-kind-suite || rc=$$?; fi; \
 	  $(KIND_SH) down || rc=$$?; \
 	  $(KIND_SH) leftovers || rc=$$?; \

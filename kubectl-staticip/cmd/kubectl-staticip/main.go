@@ -1,5 +1,5 @@
 // Command kubectl-staticip is the kubectl plugin of staticip: `kubectl staticip ips|check|
-// rollout|failover`. Put it on PATH (or install it with krew, krew.yaml) and kubectl finds it.
+// rollout|failover`. Put it on PATH (or install it with krew: a release's staticip.yaml) and kubectl finds it.
 package main
 
 import (

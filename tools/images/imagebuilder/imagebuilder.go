@@ -126,7 +126,7 @@ func Build(repoRoot, outDir string, im Image) (string, error) {
 		}
 		files[path] = content
 	}
-	layer, err := binaryLayer(files)
+	layer, err := Layer(files)
 	if err != nil {
 		return "", err
 	}
@@ -195,9 +195,11 @@ func mergeFiles(path, bin string, extra map[string]string) map[string]string {
 	return out
 }
 
-// binaryLayer is a layer holding executables and the license (path in the image → content), plus /tmp and /etc so that programs and the kubelet's /etc/hosts and
-// /etc/resolv.conf bind mounts have a place to go.
-func binaryLayer(files map[string][]byte) (v1.Layer, error) {
+// Layer is a layer holding executables and the license (path in the image → content, each at the
+// root), plus /tmp and /etc so that programs and the kubelet's /etc/hosts and
+// /etc/resolv.conf bind mounts have a place to go. opts set e.g. the OCI media type
+// (tools/release's images are OCI; the tarballs here keep Docker's).
+func Layer(files map[string][]byte, opts ...tarball.LayerOption) (v1.Layer, error) {
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
 	epoch := time.Unix(0, 0)
@@ -234,7 +236,7 @@ func binaryLayer(files map[string][]byte) (v1.Layer, error) {
 	data := buf.Bytes()
 	return tarball.LayerFromOpener(func() (io.ReadCloser, error) {
 		return io.NopCloser(bytes.NewReader(data)), nil
-	})
+	}, opts...)
 }
 
 // Import loads an image tarball into one containerd's k8s.io namespace (the namespace the

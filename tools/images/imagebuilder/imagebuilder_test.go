@@ -261,7 +261,7 @@ func TestEveryImageCarriesTheLicense(t *testing.T) {
 		}
 		return p
 	}
-	base, err := binaryLayer(map[string][]byte{"/usr/sbin/iptables": []byte("iptables")})
+	base, err := Layer(map[string][]byte{"/usr/sbin/iptables": []byte("iptables")})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,11 +4,14 @@
 // the binaries tools/build-k8s-bins.sh built. kube-proxy also gets the node rootfs's
 // iptables (nft backend) with the libraries it loads, which it shells out to.
 //
-// With --app-images it builds staticip's own images instead, under the references the
-// manifests name (kind.sh reads them from `kubectl kustomize`), plus the images the e2e
-// suite runs (tools/images), for `kind load image-archive`.
+// With --fixtures it builds the images the e2e suite runs with imagePullPolicy Never (pause,
+// testserver v1 and v2, from tools/images), for `kind load image-archive`; staticip's own
+// images come from the registry kind.sh releases into (make release).
+// With --app-images it builds staticip's own images under the given references from
+// _output/bin, plus those fixtures (a cluster without a registry).
 //
 //	tools/run.sh kind/images --refs refs.txt --bin-dir _output/bin --rootfs DIR --out DIR
+//	tools/run.sh kind/images --fixtures --out DIR
 //	tools/run.sh kind/images --app-images staticip/staticip-agent:latest,... --bin-dir _output/bin --out DIR
 package main
 
@@ -31,11 +34,15 @@ func main() {
 	rootfs := flag.String("rootfs", "", "node rootfs (debootstrap) to take kube-proxy's iptables from")
 	out := flag.String("out", "", "directory for the image tarballs")
 	appImages := flag.String("app-images", "", "comma-separated references of staticip images the manifests name")
+	fixtures := flag.Bool("fixtures", false, "only the e2e suite's own images (built from source)")
 	flag.Parse()
 	var err error
-	if *refsFile != "" {
+	switch {
+	case *refsFile != "":
 		err = run(*refsFile, *binDir, *rootfs, *out)
-	} else {
+	case *fixtures:
+		err = runFixtures(*binDir, *out)
+	default:
 		err = runApp(strings.Split(*appImages, ","), *binDir, *out)
 	}
 	if err != nil {
@@ -119,6 +126,26 @@ func readLines(file string) ([]string, error) {
 		}
 	}
 	return lines, sc.Err()
+}
+
+// runFixtures builds the e2e suite's images: the tools/images defaults built from a Go
+// package (pause, testserver v1/v2), none of staticip's components.
+func runFixtures(binDir, out string) error {
+	root, bin, err := workDirs(binDir)
+	if err != nil {
+		return err
+	}
+	for _, im := range imagebuilder.Defaults(bin) {
+		if im.Package == "" {
+			continue
+		}
+		p, err := imagebuilder.Build(root, out, im)
+		if err != nil {
+			return err
+		}
+		fmt.Printf("built %s -> %s\n", im.Ref, p)
+	}
+	return nil
 }
 
 // runApp builds the manifests' images of staticip's binaries and the e2e suite's images.
