@@ -19,6 +19,14 @@ fi
 for mod in . tools e2e tools/helm tools/release; do
   if ! (cd "$mod" && go vet ./... && go vet -tags e2e ./...); then echo "verify: go vet ($mod) failed"; fail=1; fi
 done
+# The e2e suite's binary must start: a dependency that registers a global -kubeconfig flag at
+# init (controller-runtime, through internal/testenv) panics it before any test ("flag
+# redefined: kubeconfig": the CI run of 1330d5f). Listing no test runs every init and nothing else.
+e2ebin=$(mktemp -d)
+if ! (cd e2e && go test -c -tags e2e -o "$e2ebin/e2e.test" .) || "$e2ebin/e2e.test" -test.list 'x^' 2>&1 | grep -q '^panic:'; then
+  echo "verify: the e2e test binary does not start (a flag registered twice at init?)"; fail=1
+fi
+rm -rf "$e2ebin"
 # The product module must not need the tools or e2e module.
 if grep -q 'github.com/staticip/staticip/\(tools\|e2e\)' go.mod; then
   echo "verify: go.mod requires the tools or e2e module; product code must not import them"; fail=1

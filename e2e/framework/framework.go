@@ -15,13 +15,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/staticip/staticip/internal/testenv"
-	"github.com/staticip/staticip/internal/testsupport"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+
+	"github.com/staticip/staticip/internal/reporoot"
+	"github.com/staticip/staticip/internal/testsupport"
 )
 
 // NetnsAnnotation matches tools/localcluster: the node's network namespace name.
@@ -81,7 +82,7 @@ func New() (*Framework, error) {
 // directory; e2e/ is a module of its own inside it).
 func RepoRoot() (string, error) { return repoRoot() }
 
-func repoRoot() (string, error) { return testenv.RepoRoot() }
+func repoRoot() (string, error) { return reporoot.Find() }
 
 // BuildNodeTool builds the testserver statically into dir so that it can run inside a
 // node's network namespace.

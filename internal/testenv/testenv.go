@@ -13,10 +13,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/staticip/staticip/internal/reporoot"
 
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/rest"
@@ -24,7 +25,7 @@ import (
 )
 
 // ModulePath identifies the repository root (the go.mod with this module line).
-const ModulePath = "github.com/staticip/staticip"
+const ModulePath = reporoot.ModulePath
 
 // Env is a running control plane.
 type Env struct {
@@ -48,23 +49,13 @@ func (e *Env) Stop() error {
 // that need the control plane skip with this message, never silently.
 var ErrBinariesUnavailable = errors.New("testenv: etcd/kube-apiserver unavailable")
 
-// RepoRoot finds the repository root from the working directory.
+// RepoRoot finds the repository root from the working directory (internal/reporoot).
 func RepoRoot() (string, error) {
-	dir, err := os.Getwd()
+	root, err := reporoot.Find()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("testenv: %w", err)
 	}
-	for {
-		data, err := os.ReadFile(filepath.Join(dir, "go.mod"))
-		if err == nil && strings.HasPrefix(string(data), "module "+ModulePath+"\n") {
-			return dir, nil
-		}
-		parent := filepath.Dir(dir)
-		if parent == dir {
-			return "", fmt.Errorf("testenv: no go.mod of %s above the working directory", ModulePath)
-		}
-		dir = parent
-	}
+	return root, nil
 }
 
 // BinDir is where the Kubernetes binaries live: $STATICIP_BIN_DIR or <repo>/_output/bin.

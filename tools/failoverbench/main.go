@@ -28,7 +28,7 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
-	"github.com/staticip/staticip/internal/testenv"
+	"github.com/staticip/staticip/internal/reporoot"
 	"github.com/staticip/staticip/tools/images/imagebuilder"
 	"github.com/staticip/staticip/tools/localcluster/cluster"
 )
@@ -47,7 +47,7 @@ func main() {
 	if *stateDir == "" {
 		*stateDir = filepath.Dir(*kubeconfig)
 	}
-	root, err := testenv.RepoRoot()
+	root, err := reporoot.Find()
 	if err != nil {
 		fail(err)
 	}

@@ -14,7 +14,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/staticip/staticip/internal/testenv"
+	"github.com/staticip/staticip/internal/reporoot"
 	"github.com/staticip/staticip/tools/images/imagebuilder"
 )
 
@@ -27,7 +27,7 @@ func main() {
 	flag.Var(&extra, "image", "extra image REF=PACKAGE, e.g. localhost/staticip/agent:v1=./cni/cmd/staticip-agent (repeatable)")
 	flag.Parse()
 
-	root, err := testenv.RepoRoot()
+	root, err := reporoot.Find()
 	if err != nil {
 		fail(err)
 	}

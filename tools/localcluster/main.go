@@ -17,7 +17,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/staticip/staticip/internal/testenv"
+	"github.com/staticip/staticip/internal/reporoot"
 	"github.com/staticip/staticip/tools/localcluster/cluster"
 )
 
@@ -36,7 +36,7 @@ func main() {
 		nodeAction, nodeName, args = args[0], args[1], args[2:]
 	}
 	o := cluster.DefaultOptions()
-	root, _ := testenv.RepoRoot()
+	root, _ := reporoot.Find()
 	fs := flag.NewFlagSet(sub, flag.ExitOnError)
 	fs.IntVar(&o.Nodes, "nodes", o.Nodes, "number of worker nodes")
 	fs.IntVar(&o.SpareNodes, "spare-nodes", o.SpareNodes, "failover spares after the workers (label and NoSchedule taint staticip.jke.jdcloud.com/spare, zone of the worker they back)")

@@ -26,7 +26,7 @@ import (
 	v1 "github.com/google/go-containerregistry/pkg/v1"
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
-	"github.com/staticip/staticip/internal/testenv"
+	"github.com/staticip/staticip/internal/reporoot"
 	"github.com/staticip/staticip/tools/images/imagebuilder"
 )
 
@@ -58,7 +58,7 @@ func main() {
 }
 
 func run(rootfsLayer, rootfs, agnhost, agnhostSrc, registry, out string) error {
-	root, err := testenv.RepoRoot()
+	root, err := reporoot.Find()
 	if err != nil {
 		return err
 	}

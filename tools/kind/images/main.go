@@ -24,7 +24,7 @@ import (
 	"path/filepath"
 	"strings"
 
-	"github.com/staticip/staticip/internal/testenv"
+	"github.com/staticip/staticip/internal/reporoot"
 	"github.com/staticip/staticip/tools/images/imagebuilder"
 )
 
@@ -188,7 +188,7 @@ func appImage(ref, bin string, defaults []imagebuilder.Image) imagebuilder.Image
 // workDirs are the repository root (the working directory, where packages build from) and
 // the absolute binary directory.
 func workDirs(binDir string) (root, bin string, err error) {
-	if root, err = testenv.RepoRoot(); err != nil {
+	if root, err = reporoot.Find(); err != nil {
 		return "", "", err
 	}
 	bin, err = filepath.Abs(binDir)

@@ -23,7 +23,7 @@ import (
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/apis/podip"
-	"github.com/staticip/staticip/internal/testenv"
+	"github.com/staticip/staticip/internal/reporoot"
 )
 
 // PoolCIDR is where every node's /24 comes from: the IPPool's CIDR, or the hand-written
@@ -139,7 +139,7 @@ func StaticIP(ns, name, ip, node string, res corev1.ResourceList) *jkev1.StaticI
 // manifests file (relative to the repository root), this kubeconfig, no leader election
 // and an unthrottled client (as scheduler_perf).
 func (c *Cluster) SchedulerConfig(name, manifest, kubeconfig string) (string, error) {
-	root, err := testenv.RepoRoot()
+	root, err := reporoot.Find()
 	if err != nil {
 		return "", err
 	}
