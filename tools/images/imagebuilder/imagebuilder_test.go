@@ -80,19 +80,7 @@ func layerFiles(t *testing.T, img v1.Image) map[string]layerFile {
 		t.Fatal(err)
 	}
 	defer rc.Close()
-	files := map[string]layerFile{}
-	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return files
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		b, _ := io.ReadAll(tr)
-		files[h.Name] = layerFile{mode: h.Mode, content: string(b)}
-	}
+	return readTar(t, rc)
 }
 
 func TestBuildRejectsBadName(t *testing.T) {
@@ -325,8 +313,14 @@ func flattened(t *testing.T, img v1.Image) map[string]layerFile {
 	t.Helper()
 	rc := mutate.Extract(img)
 	defer rc.Close()
+	return readTar(t, rc)
+}
+
+// readTar reads a tar stream into name → mode, content.
+func readTar(t *testing.T, r io.Reader) map[string]layerFile {
+	t.Helper()
 	files := map[string]layerFile{}
-	tr := tar.NewReader(rc)
+	tr := tar.NewReader(r)
 	for {
 		h, err := tr.Next()
 		if err == io.EOF {
