@@ -225,12 +225,13 @@ func Up(ctx context.Context, o Options) error {
 	if err := l.importImages(images); err != nil {
 		return err
 	}
-	o.Logf("nodes: kubelet and kube-proxy x%d", len(l.nodes))
+	o.Logf("nodes: kubelet and kube-proxy x%d (kubelets one at a time: see startKubelet)", len(l.nodes))
 	for _, n := range l.nodes {
-		for _, d := range []daemon{l.kubelet(n), l.kubeProxy(n)} {
-			if _, err := l.start(d); err != nil {
-				return l.componentError(d.name, err)
-			}
+		if err := l.startKubelet(ctx, n); err != nil {
+			return err
+		}
+		if _, err := l.start(l.kubeProxy(n)); err != nil {
+			return l.componentError(n.name+"-kube-proxy", err)
 		}
 	}
 	all := l.daemonNames()

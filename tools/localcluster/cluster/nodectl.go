@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"syscall"
@@ -95,6 +96,12 @@ func NodeStart(ctx context.Context, o Options, name string, timeout time.Duratio
 	booted := time.Now().Truncate(time.Second)
 	for _, d := range []daemon{l.containerd(n), l.kubelet(n), l.kubeProxy(n)} {
 		if l.running(d.name) {
+			continue
+		}
+		if d.name == n.name+"-kubelet" {
+			if err := l.startKubelet(ctx, n); err != nil {
+				return err
+			}
 			continue
 		}
 		if _, err := l.start(d); err != nil {
@@ -239,4 +246,55 @@ func criReady(ctx context.Context, socket string) error {
 	defer conn.Close()
 	_, err = runtimeapi.NewRuntimeServiceClient(conn).Version(ctx, &runtimeapi.VersionRequest{})
 	return err
+}
+
+// deviceManagerSocket is the one path every kubelet's device manager binds, whatever its
+// --root-dir (k8s.io/kubelet/pkg/apis/deviceplugin/v1beta1.KubeletSocket).
+const deviceManagerSocket = "/var/lib/kubelet/device-plugins/kubelet.sock"
+
+// startKubelet starts n's kubelet and returns once it has bound the device manager's socket,
+// holding a lock so that no other kubelet of this cluster starts meanwhile (also from another
+// `localcluster node start`). A starting kubelet removes the sockets in that shared directory
+// and then listens: two kubelets starting together can both remove, and the slower one then
+// finds the faster one's fresh socket — "bind: address already in use", "Failed to start
+// ContainerManager", and the kubelet exits (CI's `make e2e-upgrade` on ba4afa6: node-4).
+func (l *layout) startKubelet(ctx context.Context, n nodeLayout) error {
+	unlock, err := lockFile(filepath.Join(l.StateDir, "kubelet-start.lock"))
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	before, _ := socketIdentity(deviceManagerSocket)
+	d := l.kubelet(n)
+	if _, err := l.start(d); err != nil {
+		return l.componentError(d.name, err)
+	}
+	return l.waitFor(ctx, 90*time.Second, []string{d.name}, d.name+" bound "+deviceManagerSocket, func() (bool, error) {
+		now, ok := socketIdentity(deviceManagerSocket)
+		return ok && now != before, nil
+	})
+}
+
+// socketIdentity tells one socket file from its successor at the same path: the inode number
+// alone can be reused once the old socket is unlinked, the inode and its change time together
+// are not in practice.
+func socketIdentity(path string) (string, bool) {
+	var st syscall.Stat_t
+	if err := syscall.Lstat(path, &st); err != nil || st.Mode&syscall.S_IFMT != syscall.S_IFSOCK {
+		return "", false
+	}
+	return fmt.Sprintf("%d/%d/%d.%09d", st.Dev, st.Ino, st.Ctim.Sec, st.Ctim.Nsec), true
+}
+
+// lockFile takes an exclusive flock on path (created if missing), waiting for it.
+func lockFile(path string) (func(), error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("lock %s: %w", path, err)
+	}
+	return func() { f.Close() }, nil
 }
