@@ -70,7 +70,7 @@ test: deps build helm ## unit + integration tests (race), the e2e suite on the l
 # (its own module) holds only -tags e2e tests: make e2e runs them.
 TEST_MODULES := . tools tools/helm tools/release
 
-test-unit-integration: helm ## go test -race ./... in the product module, the tools module and tools/helm (integration tests start a real kube-apiserver)
+test-unit-integration: helm kruise-asts ## go test -race ./... in the product module, the tools module and tools/helm (integration tests start a real kube-apiserver)
 	@mkdir -p $(OUT)
 	@echo "test: go test $(GOTEST_FLAGS) ./... in $(TEST_MODULES) (full log: $(OUT)/test.log)"
 	@# -v so that skips and the control plane each test binary starts are visible; the

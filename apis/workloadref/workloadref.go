@@ -16,6 +16,8 @@ const (
 	AppsGroup = "apps"
 	// JKEGroup is the group of the EnhancedStatefulSet.
 	JKEGroup = "jke.jdcloud.com"
+	// KruiseGroup is the group of OpenKruise's Advanced StatefulSet (kind StatefulSet).
+	KruiseGroup = "apps.kruise.io"
 )
 
 // Ref identifies a workload: its API group ("" for the core group), kind and name.

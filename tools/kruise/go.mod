@@ -1,5 +1,6 @@
 // A separate module so that OpenKruise's dependencies (Kubernetes 1.30) never change the
-// versions the main module pins. Only tools/estsbench's third peer is built from here.
+// versions the main module pins. Built from here: tools/estsbench's third peer, and the Kruise
+// controller of the controllers' OpenKruise integration test.
 module github.com/staticip/staticip/tools/kruise
 
 go 1.26.0

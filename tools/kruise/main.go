@@ -1,7 +1,8 @@
 // Command kruise-asts runs only OpenKruise's Advanced StatefulSet controller
 // (github.com/openkruise/kruise/pkg/controller/statefulset, v1.8.0) against a cluster, without
 // its webhook server and without any other Kruise controller: the third peer of
-// tools/estsbench. It is a benchmark peer, not something staticip ships.
+// tools/estsbench, and the real Kruise controller of controllers/test/integration's
+// TestStaticIPOpenKruiseStatefulSet (make test builds it first). Not something staticip ships.
 //
 //	go build -o _output/bin/kruise-asts ./   (from tools/kruise)
 //	kruise-asts --kubeconfig=/var/lib/staticip-c4/kubeconfig

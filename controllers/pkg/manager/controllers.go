@@ -10,6 +10,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
@@ -33,6 +34,7 @@ import (
 type controllerContext struct {
 	kube          kubernetes.Interface
 	client        versioned.Interface
+	dynamic       dynamic.Interface // workloads staticip does not depend on (OpenKruise's); nil: none
 	kubeInformers informers.SharedInformerFactory
 	jkeInformers  externalversions.SharedInformerFactory
 	recorder      record.EventRecorder
@@ -151,7 +153,7 @@ func newEnhancedStatefulSetController(cc controllerContext) (func(context.Contex
 func newStaticIPController(cc controllerContext) (func(context.Context), error) {
 	c, err := staticip.NewController(cc.kube, cc.client, cc.jkeInformers.Jke().V1().StaticIPs(),
 		cc.kubeInformers.Core().V1().Pods(), cc.jkeInformers.Jke().V1alpha1().EnhancedStatefulSets(),
-		cc.kubeInformers.Apps().V1().StatefulSets(), cc.jkeInformers.Jke().V1().IPRanges(), cc.recorder)
+		cc.kubeInformers.Apps().V1().StatefulSets(), cc.jkeInformers.Jke().V1().IPRanges(), cc.dynamic, cc.recorder)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
@@ -247,6 +248,10 @@ func RunConfig(ctx context.Context, c *Config) error {
 	if err != nil {
 		return err
 	}
+	dynamicClient, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
 	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
 	broadcaster.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kubeClient.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
@@ -271,7 +276,7 @@ func RunConfig(ctx context.Context, c *Config) error {
 			c.Hooks.OnStartedLeading(identity)
 		}
 		ready.Store(false)
-		return startControllers(ctx, o, kubeClient, client, recorder, &ready)
+		return startControllers(ctx, o, kubeClient, client, dynamicClient, recorder, &ready)
 	}
 	if !o.LeaderElect {
 		return runControllers(ctx)
@@ -386,7 +391,7 @@ func runElected(ctx context.Context, c *Config, kubeClient kubernetes.Interface,
 
 // startControllers creates the informers and runs the enabled controllers until ctx is done;
 // ready is set once every informer the controllers use has synced.
-func startControllers(ctx context.Context, o *Options, kubeClient kubernetes.Interface, client versioned.Interface,
+func startControllers(ctx context.Context, o *Options, kubeClient kubernetes.Interface, client versioned.Interface, dynamicClient dynamic.Interface,
 	recorder record.EventRecorder, ready *atomic.Bool) error {
 	names, err := o.EnabledControllers()
 	if err != nil {
@@ -394,7 +399,7 @@ func startControllers(ctx context.Context, o *Options, kubeClient kubernetes.Int
 	}
 	kubeInformers := informers.NewSharedInformerFactory(kubeClient, 0)
 	jkeInformers := externalversions.NewSharedInformerFactory(client, 0)
-	runs, err := buildControllers(controllerContext{kube: kubeClient, client: client, kubeInformers: kubeInformers,
+	runs, err := buildControllers(controllerContext{kube: kubeClient, client: client, dynamic: dynamicClient, kubeInformers: kubeInformers,
 		jkeInformers: jkeInformers, recorder: recorder, opts: o}, names)
 	if err != nil {
 		return err

@@ -13,8 +13,11 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
 	appsinformers "k8s.io/client-go/informers/apps/v1"
 	coreinformers "k8s.io/client-go/informers/core/v1"
 	"k8s.io/client-go/kubernetes"
@@ -76,6 +79,12 @@ type Controller struct {
 	stsLister appslisters.StatefulSetLister
 	synced    []cache.InformerSynced
 
+	// OpenKruise Advanced StatefulSets (kruise.go): read through the dynamic client once
+	// discovery says they are served; nil clients leave them out.
+	dynamic   dynamic.Interface
+	discovery discovery.DiscoveryInterface
+	kruise    kruiseState
+
 	queue workqueue.TypedRateLimitingInterface[string]
 }
 
@@ -83,7 +92,7 @@ type Controller struct {
 func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 	sipInformer jkev1informers.StaticIPInformer, podInformer coreinformers.PodInformer,
 	setInformer jkev1alpha1informers.EnhancedStatefulSetInformer, stsInformer appsinformers.StatefulSetInformer,
-	rangeInformer jkev1informers.IPRangeInformer, recorder record.EventRecorder) (*Controller, error) {
+	rangeInformer jkev1informers.IPRangeInformer, dynamicClient dynamic.Interface, recorder record.EventRecorder) (*Controller, error) {
 	if err := sipInformer.Informer().AddIndexers(cache.Indexers{
 		ipIndex: func(obj any) ([]string, error) {
 			if s, ok := obj.(*jkev1.StaticIP); ok && s.Spec.IP != "" {
@@ -104,7 +113,7 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 		kubeClient: kubeClient, client: client, recorder: recorder,
 		sipLister: sipInformer.Lister(), sipIndexer: sipInformer.Informer().GetIndexer(),
 		podLister: podInformer.Lister(), setLister: setInformer.Lister(), stsLister: stsInformer.Lister(),
-		ranges: rangeInformer.Lister(),
+		ranges: rangeInformer.Lister(), dynamic: dynamicClient, discovery: kubeClient.Discovery(),
 		synced: []cache.InformerSynced{sipInformer.Informer().HasSynced, podInformer.Informer().HasSynced,
 			setInformer.Informer().HasSynced, stsInformer.Informer().HasSynced, rangeInformer.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -228,6 +237,11 @@ func (c *Controller) enqueueWorkload(obj any) {
 		key = workloadKey(w.Namespace, refOf(EnhancedStatefulSetKind, w.Name))
 	case *appsv1.StatefulSet:
 		key = workloadKey(w.Namespace, refOf(StatefulSetKind, w.Name))
+	case *unstructured.Unstructured:
+		if w.GroupVersionKind().GroupKind() != KruiseStatefulSetKind.GroupKind() {
+			return
+		}
+		key = workloadKey(w.GetNamespace(), refOf(KruiseStatefulSetKind, w.GetName()))
 	default:
 		return
 	}
@@ -239,6 +253,7 @@ func (c *Controller) enqueueWorkload(obj any) {
 
 // Run starts workers and blocks until ctx is done.
 func (c *Controller) Run(ctx context.Context, workers int) {
+	go c.watchKruise(ctx)
 	worker.Run(ctx, Name, "StaticIP", c.queue, c.synced, workers, func(ctx context.Context, key string) (time.Duration, error) {
 		return 0, c.sync(ctx, key)
 	})
@@ -264,6 +279,8 @@ func (c *Controller) podWorkload(pod *corev1.Pod) (*Workload, error) {
 			return nil, err
 		}
 		return &Workload{Object: sts, GVK: StatefulSetKind, Retention: RetentionPolicy(nil)}, nil
+	case isKruiseStatefulSet(ref):
+		return c.podOfKruiseSet(pod, ref), nil
 	}
 	return nil, nil
 }
@@ -354,6 +371,12 @@ func (c *Controller) recordWorkload(sip *jkev1.StaticIP) *Workload {
 			return nil
 		}
 		return &Workload{Object: sts, GVK: StatefulSetKind, Retention: RetentionPolicy(sip.Spec.RetentionPolicy)}
+	case recordOfKind(sip, KruiseStatefulSetKind):
+		u := c.kruiseSet(sip.Namespace, sip.Spec.Ref)
+		if u == nil || u.GetDeletionTimestamp() != nil {
+			return nil
+		}
+		return kruiseWorkload(u, sip.Spec.RetentionPolicy)
 	}
 	return nil
 }
@@ -608,6 +631,8 @@ func (c *Controller) scaledAway(ctx context.Context, sip *jkev1.StaticIP) bool {
 		}
 		sts, err := c.kubeClient.AppsV1().StatefulSets(sip.Namespace).Get(ctx, sip.Spec.Ref, metav1.GetOptions{})
 		return err == nil && stsScaledAway(sts, n, policy)
+	case recordOfKind(sip, KruiseStatefulSetKind):
+		return c.kruiseScaledAwayLive(ctx, sip, n, RetentionPolicy(sip.Spec.RetentionPolicy))
 	}
 	return false
 }

@@ -42,7 +42,7 @@ func TestAnnotateOnlyThePodItChecked(t *testing.T) {
 	kf := informers.NewSharedInformerFactory(kube, 0)
 	sf := externalversions.NewSharedInformerFactory(client, 0)
 	c, err := NewController(kube, client, sf.Jke().V1().StaticIPs(), kf.Core().V1().Pods(),
-		sf.Jke().V1alpha1().EnhancedStatefulSets(), kf.Apps().V1().StatefulSets(), sf.Jke().V1().IPRanges(), record.NewFakeRecorder(100))
+		sf.Jke().V1alpha1().EnhancedStatefulSets(), kf.Apps().V1().StatefulSets(), sf.Jke().V1().IPRanges(), nil, record.NewFakeRecorder(100))
 	if err != nil {
 		t.Fatal(err)
 	}

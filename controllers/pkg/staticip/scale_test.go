@@ -45,7 +45,7 @@ func TestReservedRecordsCostNoWorkloadReads(t *testing.T) {
 	kf := informers.NewSharedInformerFactory(kube, 0)
 	sf := externalversions.NewSharedInformerFactory(client, 0)
 	c, err := NewController(kube, client, sf.Jke().V1().StaticIPs(), kf.Core().V1().Pods(),
-		sf.Jke().V1alpha1().EnhancedStatefulSets(), kf.Apps().V1().StatefulSets(), sf.Jke().V1().IPRanges(), record.NewFakeRecorder(1000))
+		sf.Jke().V1alpha1().EnhancedStatefulSets(), kf.Apps().V1().StatefulSets(), sf.Jke().V1().IPRanges(), nil, record.NewFakeRecorder(1000))
 	if err != nil {
 		t.Fatal(err)
 	}
