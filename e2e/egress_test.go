@@ -330,11 +330,11 @@ func waitNATRule(t *testing.T, ctx context.Context, agent, cidr string, want boo
 	start := time.Now()
 	var last string
 	for time.Since(start) < 30*time.Second {
-		out, err := f.ExecInPod("kube-system", agent, "nft", "list", "set", "ip", "staticip", "nat-sources")
+		out, err := f.ExecInPod("kube-system", agent, "nft", "list", "set", "inet", "staticip", "nat-sources-v4")
 		last = fmt.Sprintf("%s %v", out, err)
 		if err == nil && strings.Contains(out, cidr) == want {
 			took := time.Since(start)
-			t.Logf("agent %s: %s in nat-sources = %t after %s", agent, cidr, want, took.Round(time.Millisecond))
+			t.Logf("agent %s: %s in nat-sources-v4 = %t after %s", agent, cidr, want, took.Round(time.Millisecond))
 			if took > 2*time.Second {
 				t.Errorf("the NAT rules followed natOutgoing=%t only %s after the pool's edit, want within 2 s", want, took.Round(time.Millisecond))
 			}
@@ -342,7 +342,7 @@ func waitNATRule(t *testing.T, ctx context.Context, agent, cidr string, want boo
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	t.Fatalf("agent %s: %s in nat-sources never became %t in 30 s; last: %s", agent, cidr, want, last)
+	t.Fatalf("agent %s: %s in nat-sources-v4 never became %t in 30 s; last: %s", agent, cidr, want, last)
 }
 
 // coreDNSForwardsOutside runs a CoreDNS (the cluster's own image) whose Corefile forwards
