@@ -26,7 +26,7 @@ import (
 //		chain postrouting {
 //			type nat hook postrouting priority srcnat; policy accept;
 //			ip saddr @nat-sources-v4 ip daddr != @cluster-v4 masquerade
-//			ip6 saddr @nat-sources-v6 ip6 daddr != @cluster-v6 masquerade
+//			ip6 saddr @nat-sources-v6 ip6 daddr != @cluster-v6 masquerade  # only with IPv6 sources
 //		}
 //	}
 //
@@ -171,6 +171,11 @@ func (p natPlan) write(tx *knftables.Transaction) {
 			tx.Add(&knftables.Chain{Name: natChain, Type: knftables.PtrTo(knftables.NATType),
 				Hook: knftables.PtrTo(knftables.PostroutingHook), Priority: knftables.PtrTo(knftables.SNATPriority)})
 			tx.Flush(&knftables.Chain{Name: natChain})
+		}
+		if f == 1 && len(p.sources[1]) == 0 {
+			// No IPv6 source: no IPv6 rule, so a node whose kernel has no IPv6 NAT (IPv6
+			// disabled) takes the transaction. The chain was flushed: an old one goes.
+			continue
 		}
 		tx.Add(&knftables.Rule{Chain: natChain, Comment: knftables.PtrTo(natRuleComment), Rule: knftables.Concat(
 			fam.match, "saddr", "@"+natSourcesSet+fam.suffix, fam.match, "daddr", "!=", "@"+natClusterSet+fam.suffix, "masquerade")})
