@@ -65,7 +65,8 @@ const (
 //     recreated, and every object of the chart now belongs to the release;
 //  5. the set deleted, charts/staticip/scripts/uninstall.sh --delete-crds, and the leftover
 //     check: no staticip CRD and no instance of one, and on every node none of the agent's
-//     routes (protocol 90) or files (plugin, conflist, plugin kubeconfig, database).
+//     routes (protocol 90), NAT table (nftables inet staticip) or files (plugin, conflist,
+//     plugin kubeconfig, database).
 //
 // Destructive for the cluster under test (staticip is gone at its end): off unless -upgrade.
 func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
@@ -240,6 +241,13 @@ func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
 			} else if strings.TrimSpace(out) != "" {
 				t.Errorf("node %s (%s): the agent's routes are left:\n%s", n.Name, sh.Where(), out)
 			}
+		}
+		// The agent's outgoing NAT table (cni/README.md, "Outgoing NAT"), where the node has nft
+		// (the local cluster's nodes share this machine's; kind's node image has none).
+		if out, err := sh.Exec("nft", "list", "tables"); err != nil {
+			t.Logf("node %s: NAT table not checked (no nft on the node): %v", n.Name, err)
+		} else if strings.Contains(out, "inet staticip") {
+			t.Errorf("node %s (%s): the agent's NAT table inet staticip is left", n.Name, sh.Where())
 		}
 		for _, p := range nodeFiles {
 			p = strings.ReplaceAll(p, "$(NODE_NAME)", n.Name)

@@ -14,7 +14,7 @@ for f in "$root"/tools/deps/*.list; do
 done
 # Packages whose service the project never runs as the machine's daemon: the tests start their
 # own process (prometheus: e2e/prometheus_test.go, state in a temporary directory).
-no_service=(prometheus)
+no_service=(prometheus nftables)
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
 # keep_stopped stops and disables the packaged services of no_service (with systemd or the

@@ -2,7 +2,8 @@
 // installs the plugin binary and its conflist (atomically, only when changed), syncs this
 // node's IPRanges and StaticIP reservations into the plugin's bbolt database, garbage-collects
 // IPs of pods that are gone (never one a StaticIP holds), writes IPRange status counts, and
-// programs host routes to the other nodes' IPRanges.
+// programs host routes to the other nodes' IPRanges, and masquerades pod traffic that leaves the
+// cluster (nat.go).
 package agent
 
 import (
@@ -27,6 +28,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/record"
+	"sigs.k8s.io/knftables"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -76,6 +78,8 @@ type Config struct {
 	// runtime execs on the host, outside any pod) can reach the API server with its own
 	// node-bound token (credentials.go); the file follows the token as it is renewed.
 	PluginCredentials *Credentials
+	// NAT is the outgoing NAT of pod traffic leaving the cluster (nat.go).
+	NAT NATConfig
 }
 
 // Agent runs the sync.
@@ -130,6 +134,13 @@ type Agent struct {
 	// afterSnapshot, when set (tests), runs between a pass's reading of the caches and its
 	// use of the database: where a CNI ADD can commit unseen.
 	afterSnapshot func()
+	// nft is the NAT table's nftables handle (nat.go), opened by the first pass that keeps it;
+	// natErrors counts failed NAT syncs, natSources the source CIDRs last written, lastNAT the
+	// plan last logged.
+	nft        knftables.Interface
+	natErrors  atomic.Int64
+	natSources atomic.Int64
+	lastNAT    string
 }
 
 // ConditionSynced is the IPRange condition that says whether the owning node's IPAM serves it.
@@ -250,6 +261,16 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		errs = append(errs, fmt.Errorf("conflist: %w", err))
 	}
 	a.report(plan, rp)
+	if a.cfg.NAT.Enabled {
+		// Every pass writes the whole table: a range moved, a natOutgoing flipped or a rule
+		// deleted by hand is followed within a pass.
+		nat := planNAT(a.cfg.NAT, snap.ranges, plan.accepted, snap.nodeAddrs)
+		if err := a.syncNAT(ctx, nat); err != nil {
+			errs = append(errs, err)
+		} else {
+			a.natSources.Store(int64(len(nat.sources[0]) + len(nat.sources[1])))
+		}
+	}
 
 	if stats != nil {
 		apiCtx, cancel := context.WithTimeout(ctx, apiTimeout)

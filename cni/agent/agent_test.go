@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"net/netip"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -135,7 +136,8 @@ func newSyncFixture(t *testing.T) *syncFixture {
 		t.Fatal(err)
 	}
 	f.cfg = Config{NodeName: f.nodeA, PluginBinary: pluginSrc, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"),
-		DataDir: f.dataDir, PluginKubeconfig: "/etc/cni/net.d/staticip-kubeconfig", Routes: true}
+		DataDir: f.dataDir, PluginKubeconfig: "/etc/cni/net.d/staticip-kubeconfig", Routes: true,
+		NAT: NATConfig{Enabled: true, Default: true, ServiceCIDRs: prefixes("10.96.0.0/16")}}
 	return f
 }
 
@@ -232,6 +234,14 @@ func (f *syncFixture) checkStatusAndRoutes(t *testing.T) {
 	}
 	if rt := agentRoute(f.host, "10.150.0.0/24"); rt != nil {
 		t.Fatal("a route to this node's own range")
+	} // The NAT table: both nodes' ranges are sources and in the cluster, with both nodes'
+	// addresses and the Service CIDR (TestOutgoingNATByTraffic proves the rule by traffic).
+	for set, want := range map[string]string{"nat-sources-v4": "elements = { 10.150.0.0/24, 10.151.0.0/24 }",
+		"cluster-v4": "elements = { 10.96.0.0/16, 10.150.0.0/24, 10.151.0.0/24, 192.168.77.1, 192.168.77.2 }"} {
+		out, err := exec.Command("ip", "netns", "exec", f.host.Name, "nft", "list", "set", "inet", NATTable, set).CombinedOutput()
+		if err != nil || !strings.Contains(strings.Join(strings.Fields(string(out)), " "), want) {
+			t.Errorf("NAT set %s: %v\n%s\nwant %q", set, err, out, want)
+		}
 	}
 }
 

@@ -1,9 +1,11 @@
 package agent
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 
 	"github.com/vishvananda/netlink"
@@ -34,8 +36,10 @@ func CleanupPaths(cfg Config) []string {
 	return out
 }
 
-// Cleanup removes from this node everything CleanupPaths lists and every route the agent
-// owns (RouteProtocol) in the current network namespace. The data directory is emptied
+// Cleanup removes from this node everything CleanupPaths lists, every route the agent owns
+// (RouteProtocol) and its NAT table (nftables inet staticip) in the current network namespace.
+// Without nft on PATH the table is left alone unless cfg.NAT is enabled (then it is an error:
+// the agent that made the table ran this image). The data directory is emptied
 // and then removed when it can be (a hostPath mount point cannot: it stays, empty). It
 // returns what it removed; a path already gone is no error, so it can run again.
 func Cleanup(cfg Config) (removed []string, err error) {
@@ -75,6 +79,14 @@ func Cleanup(cfg Config) (removed []string, err error) {
 			errs = append(errs, fmt.Errorf("delete route %s: %w", r.Dst, err))
 		} else {
 			removed = append(removed, "route "+r.Dst.String()+" via "+r.Gw.String())
+		}
+	}
+	if _, err := exec.LookPath("nft"); err == nil || cfg.NAT.Enabled {
+		switch deleted, err := DeleteNATTable(context.Background()); {
+		case err != nil:
+			errs = append(errs, fmt.Errorf("outgoing NAT: %w", err))
+		case deleted:
+			removed = append(removed, "nftables table inet "+NATTable)
 		}
 	}
 	return removed, errors.Join(errs...)

@@ -74,6 +74,8 @@ var (
 	descGCReleased    = prometheus.NewDesc("staticip_agent_gc_released_total", "IPs released by GC since the agent started.", nil, nil)
 	descGCSpared      = prometheus.NewDesc("staticip_agent_gc_spared", "Allocations of pods absent from the cache that the last GC left alone, by reason.", []string{"reason"}, nil)
 	descRefused       = prometheus.NewDesc("staticip_agent_refused_ipranges", "IPRanges no node serves (overlapping, invalid, resized while in use).", nil, nil)
+	descNATErrors     = prometheus.NewDesc("staticip_agent_nat_sync_errors_total", "Passes whose outgoing NAT table (nftables inet staticip) could not be written, nft not found included.", nil, nil)
+	descNATSources    = prometheus.NewDesc("staticip_agent_nat_source_cidrs", "CIDRs whose pods' traffic leaving the cluster the last written NAT table masquerades (IPRanges with natOutgoing).", nil, nil)
 	descDuplicates    = prometheus.NewDesc("staticip_agent_duplicate_staticips", "StaticIPs of this node's ranges that contest an IP or a pod.", nil, nil)
 	descIPAMAddresses = prometheus.NewDesc("staticip_ipam_addresses",
 		"Addresses of each range of this node's IPAM database by state; iprange and pool name the IPRange and the IPPool it was cut from (empty for a hand-written IPRange). The node label comes from the scrape (the agent pod's node).",
@@ -93,7 +95,7 @@ type agentCollector struct{ a *Agent }
 
 func (agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLastSync, descSyncs, descLastPass, descAPIErrors, descRebuilds, descCachesSynced,
-		descRoutes, descGCReleased, descGCSpared, descRefused, descDuplicates, descIPAMAddresses, descCNIDuration, descCNIFailures} {
+		descRoutes, descGCReleased, descGCSpared, descRefused, descDuplicates, descNATErrors, descNATSources, descIPAMAddresses, descCNIDuration, descCNIFailures} {
 		ch <- d
 	}
 }
@@ -111,6 +113,8 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 	metric(descAPIErrors, prometheus.CounterValue, float64(a.apiErrors.Load()))
 	metric(descRebuilds, prometheus.CounterValue, float64(a.rebuilds.Load()))
 	metric(descGCReleased, prometheus.CounterValue, float64(a.gcReleased.Load()))
+	metric(descNATErrors, prometheus.CounterValue, float64(a.natErrors.Load()))
+	metric(descNATSources, prometheus.GaugeValue, float64(a.natSources.Load()))
 	synced := 0.0
 	if a.Synced() {
 		synced = 1

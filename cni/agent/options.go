@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"strings"
 	"time"
@@ -45,6 +46,9 @@ type Options struct {
 	Interval, MinSyncGap time.Duration
 	// Cleanup: uninstall mode (RunCleanup) instead of the sync loop.
 	Cleanup bool
+	// NonMasqueradeCIDRs and ServiceCIDRs: the flags of the same names, parsed into
+	// Agent.NAT by Validate.
+	NonMasqueradeCIDRs, ServiceCIDRs []string
 }
 
 // NewOptions returns the defaults.
@@ -53,7 +57,8 @@ func NewOptions() *Options {
 		Common: app.NewCommon(5, 10, DefaultMetricsBindAddress, DefaultHealthBindAddress), // client-go's limits: the agent asks little
 		Agent: Config{NodeName: os.Getenv("NODE_NAME"), PluginBinary: "/staticip", CNIBinDir: "/opt/cni/bin",
 			CNIConfDir: "/etc/cni/net.d", ConfName: "10-staticip.conflist", DataDir: "/var/lib/staticip",
-			CNIVersion: DefaultCNIVersion, MTU: 1500, Routes: true, PortMap: true, GCGrace: DefaultGCGrace},
+			CNIVersion: DefaultCNIVersion, MTU: 1500, Routes: true, PortMap: true, GCGrace: DefaultGCGrace,
+			NAT: NATConfig{Enabled: true, Default: true}},
 		WritePluginKubeconfig: true,
 		PluginServiceAccount:  "kube-system/staticip-cni",
 		PluginTokenLifetime:   DefaultPluginTokenLifetime,
@@ -84,6 +89,10 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.DurationVar(&c.GCGrace, "gc-grace", c.GCGrace, "GC never frees an allocation younger than this (its pod may not be in the agent's cache yet)")
 	fs.DurationVar(&o.Interval, "interval", o.Interval, "sync interval (a sync also follows every change that matters to the node)")
 	fs.DurationVar(&o.MinSyncGap, "min-sync-gap", o.MinSyncGap, "least time between two syncs: changes within it are handled by one sync")
+	fs.BoolVar(&c.NAT.Enabled, "nat", c.NAT.Enabled, "keep the outgoing NAT table (nftables inet "+NATTable+", through the nft binary): pod traffic to destinations outside the cluster leaves with the node's address, per IPRange's natOutgoing; false: the agent never touches nftables (another component masquerades, or the network routes every pool)")
+	fs.BoolVar(&c.NAT.Default, "nat-outgoing-default", c.NAT.Default, "natOutgoing of an IPRange that does not set spec.natOutgoing (hand-written ranges; the range allocator sets it on every IPPool block)")
+	fs.StringSliceVar(&o.NonMasqueradeCIDRs, "non-masquerade-cidrs", o.NonMasqueradeCIDRs, "destinations outside the IPRanges that pods reach with their own IP, never masqueraded (ip-masq-agent's nonMasqueradeCIDRs): networks that route the pod space")
+	fs.StringSliceVar(&o.ServiceCIDRs, "service-cidrs", o.ServiceCIDRs, "the cluster's Service CIDRs (kube-apiserver --service-cluster-ip-range): never masqueraded to (a ClusterIP kube-proxy did not translate stays inside)")
 	fs.BoolVar(&o.Cleanup, "cleanup", o.Cleanup, "uninstall: remove the plugin binary, the conflist, the plugin's kubeconfig, the plugin's database and the agent's routes from this node (the paths the flags above name), then only answer /healthz and /readyz until terminated, so that a DaemonSet rollout tells when every node is clean (charts/staticip/README.md, \"Uninstall\")")
 }
 
@@ -101,6 +110,21 @@ func (o *Options) Validate() error {
 	}
 	if o.PluginTokenLifetime < 10*time.Minute || o.PluginTokenLifetime > time.Hour {
 		errs = append(errs, fmt.Errorf("--plugin-token-lifetime=%s must be between 10m and 1h", o.PluginTokenLifetime))
+	}
+	for _, list := range []struct {
+		flag string
+		in   []string
+		out  *[]netip.Prefix
+	}{{"--non-masquerade-cidrs", o.NonMasqueradeCIDRs, &o.Agent.NAT.NonMasqueradeCIDRs}, {"--service-cidrs", o.ServiceCIDRs, &o.Agent.NAT.ServiceCIDRs}} {
+		*list.out = nil
+		for _, s := range list.in {
+			p, err := netip.ParsePrefix(strings.TrimSpace(s))
+			if err != nil {
+				errs = append(errs, fmt.Errorf("%s: %q is not a CIDR such as 10.0.0.0/8: %v", list.flag, s, err))
+				continue
+			}
+			*list.out = append(*list.out, p.Masked())
+		}
 	}
 	errs = append(errs, o.Common.Validate())
 	return errors.Join(errs...)

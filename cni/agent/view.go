@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"reflect"
 	"sort"
 
@@ -150,6 +151,8 @@ type snapshot struct {
 	nodeIP    func(name string) net.IP
 	// observed are the nodes' ObservedAnnotation values, by node name.
 	observed map[string]string
+	// nodeAddrs are every node's InternalIP and ExternalIP addresses (outgoing NAT).
+	nodeAddrs []netip.Addr
 }
 
 func (v *view) snapshot() (*snapshot, error) {
@@ -176,7 +179,7 @@ func (v *view) snapshot() (*snapshot, error) {
 			observed[n.Name] = a
 		}
 	}
-	return &snapshot{ranges: ranges, staticIPs: sips, pods: pods, observed: observed, nodeIP: func(name string) net.IP {
+	return &snapshot{ranges: ranges, staticIPs: sips, pods: pods, observed: observed, nodeAddrs: nodeAddressesOf(nodes), nodeIP: func(name string) net.IP {
 		n, err := v.nodes.Get(name)
 		if err != nil {
 			return nil

@@ -1,7 +1,8 @@
 // Command testserver is the e2e suite's workload: `testserver serve` answers HTTP with the
 // pod's name, node and IP (from the downward API); `testserver get URL` and
 // `testserver lookup NAME` are the client side of connectivity and DNS checks, run with
-// `kubectl exec` (the image has no shell).
+// `kubectl exec` (the image has no shell); `testserver dns` is a tiny resolver for e2e's
+// "outside" network namespace.
 package main
 
 import (
@@ -12,10 +13,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"sort"
 	"strings"
 	"time"
+
+	"golang.org/x/net/dns/dnsmessage"
 )
 
 // Reply is what the server answers on every path.
@@ -41,13 +45,15 @@ func main() {
 		lookup(os.Args[2:])
 	case "dnswatch":
 		dnswatch(os.Args[2:])
+	case "dns":
+		dnsServe(os.Args[2:])
 	default:
 		usage()
 	}
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: testserver serve [--listen :8080] | get [--timeout 5s] [--count N] URL | lookup NAME | dnswatch [--interval 20ms] [--duration 5m] NAME")
+	fmt.Fprintln(os.Stderr, "usage: testserver serve [--listen :8080] | get [--timeout 5s] [--count N] URL | lookup NAME | dnswatch [--interval 20ms] [--duration 5m] NAME | dns --listen ADDR:53 NAME=IPv4...")
 	os.Exit(2)
 }
 
@@ -155,6 +161,64 @@ func dnswatch(args []string) {
 		if answer != last {
 			fmt.Printf("%d %s\n", time.Now().UnixNano(), answer)
 			last = answer
+		}
+	}
+}
+
+// dnsServe is a tiny authoritative resolver for the names given as NAME=IPv4 (A records, UDP):
+// the "resolver outside the cluster" that a CoreDNS forward reaches in e2e/egress_test.go. It
+// logs every query with its source address (the test reads whether it came NATed).
+func dnsServe(args []string) {
+	fs := flag.NewFlagSet("dns", flag.ExitOnError)
+	listen := fs.String("listen", ":53", "UDP address to listen on")
+	_ = fs.Parse(args)
+	records := map[string][4]byte{}
+	for _, a := range fs.Args() {
+		name, ip, ok := strings.Cut(a, "=")
+		addr, err := netip.ParseAddr(ip)
+		if !ok || err != nil || !addr.Is4() {
+			usage()
+		}
+		records[strings.ToLower(strings.TrimSuffix(name, "."))+"."] = addr.As4()
+	}
+	conn, err := net.ListenPacket("udp", *listen)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "dns:", err)
+		os.Exit(1)
+	}
+	fmt.Printf("testserver: dns listening on %s\n", conn.LocalAddr())
+	buf := make([]byte, 1500)
+	for {
+		n, from, err := conn.ReadFrom(buf)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "dns:", err)
+			os.Exit(1)
+		}
+		var p dnsmessage.Parser
+		h, err := p.Start(buf[:n])
+		if err != nil {
+			continue
+		}
+		q, err := p.Question()
+		if err != nil {
+			continue
+		}
+		name := strings.ToLower(q.Name.String())
+		fmt.Printf("query %s %s from %s\n", name, q.Type, from)
+		b := dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true, RCode: dnsmessage.RCodeNameError})
+		ip, known := records[name]
+		if known {
+			b = dnsmessage.NewBuilder(nil, dnsmessage.Header{ID: h.ID, Response: true, Authoritative: true})
+		}
+		b.EnableCompression()
+		_ = b.StartQuestions()
+		_ = b.Question(q)
+		_ = b.StartAnswers()
+		if known && q.Type == dnsmessage.TypeA {
+			_ = b.AResource(dnsmessage.ResourceHeader{Name: q.Name, Class: dnsmessage.ClassINET, TTL: 5}, dnsmessage.AResource{A: ip})
+		}
+		if msg, err := b.Finish(); err == nil {
+			_, _ = conn.WriteTo(msg, from)
 		}
 	}
 }

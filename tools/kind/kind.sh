@@ -295,7 +295,8 @@ readme_block() {
 # README's my-values.yaml (after tools/kind/values.yaml, the fixed ones): one IPPool in
 # NodePodCIDR mode over kubeadm's pod subnet (the range allocator mirrors each node's podCIDR,
 # which kube-controller-manager allocated, into its IPRange; no range is written per node);
-# the controller-manager's --node-failover-window (the failover e2e tests need a short one,
+# the agents' --service-cidrs (kubeadm's service subnet: never masqueraded to, cni/README.md
+# "Outgoing NAT"); the controller-manager's --node-failover-window (the failover e2e tests need a short one,
 # as localcluster's --failover-window=5s gives the local cluster); the edge components with the
 # wrapper's API server address: the control-plane node's IP and 6443 (in the API server
 # certificate's SANs), not its name — the wrapper is on the host network with
@@ -303,10 +304,13 @@ readme_block() {
 # which come through the wrapper. A pod template annotation names the address, so the
 # wrappers roll when it changes (a recreated cluster), and only then.
 kind_values() {
-  local subnet cp ip edge=true
+  local subnet services cp ip edge=true
   subnet=$(kubectl -n kube-system get configmap kubeadm-config -o jsonpath='{.data.ClusterConfiguration}' |
     awk '/podSubnet:/ {print $2; exit}')
   [ -n "$subnet" ] || { log "kubeadm-config has no podSubnet"; exit 1; }
+  services=$(kubectl -n kube-system get configmap kubeadm-config -o jsonpath='{.data.ClusterConfiguration}' |
+    awk '/serviceSubnet:/ {print $2; exit}')
+  [ -n "$services" ] || { log "kubeadm-config has no serviceSubnet"; exit 1; }
   cp=$(kind get nodes --name "$cluster" | grep control-plane | head -1)
   ip=$(docker inspect -f "{{(index .NetworkSettings.Networks \"$network\").IPAddress}}" "$cp")
   [ -n "$ip" ] || { log "no IP of $cp on network $network"; exit 1; }
@@ -323,6 +327,9 @@ ipPools:
 controllerManager:
   failover:
     window: "$failover_window"
+agent:
+  nat:
+    serviceCIDRs: [$services]
 edge:
   enabled: $edge
   apiServer:

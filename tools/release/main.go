@@ -30,6 +30,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"strings"
 	"time"
 
@@ -247,7 +248,23 @@ func buildIndex(out string, im release.Image, platforms []release.Platform, v re
 		if err != nil {
 			return nil, err
 		}
-		img, err := mutate.AppendLayers(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON), layer)
+		layers := []v1.Layer{layer}
+		if len(im.HostFiles) > 0 {
+			if p.OS != "linux" || p.Arch != runtime.GOARCH {
+				log("WARNING: %s for %s lacks %s (this machine is linux/%s): its outgoing NAT fails there; set agent.nat.enabled=false on such nodes", im.Name, p, strings.Join(im.HostFiles, ", "), runtime.GOARCH)
+			} else {
+				links := map[string]string{}
+				for _, f := range im.HostFiles {
+					links["/"+filepath.Base(f)] = strings.TrimPrefix(f, "/")
+				}
+				host, err := imagebuilder.RootfsLayer("/", im.HostFiles, links, tarball.WithMediaType(types.OCILayer))
+				if err != nil {
+					return nil, fmt.Errorf("%s: files of this machine: %w", im.Name, err)
+				}
+				layers = append([]v1.Layer{host}, layers...)
+			}
+		}
+		img, err := mutate.AppendLayers(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON), layers...)
 		if err != nil {
 			return nil, err
 		}

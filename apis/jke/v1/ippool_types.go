@@ -105,6 +105,16 @@ type IPPoolSpec struct {
 	// +optional
 	// +kubebuilder:default="5m"
 	ReleaseAfter *metav1.Duration `json:"releaseAfter,omitempty"`
+	// NATOutgoing: traffic of the pool's pods to a destination outside the cluster — in no
+	// IPRange, not a node address, not in the agents' --service-cidrs or --non-masquerade-cidrs
+	// — leaves with its node's address (masqueraded by each node's staticip-agent), so pods
+	// reach the outside on any network. Traffic inside the cluster always keeps the pod's IP.
+	// false: the pod's own IP is its source outside too; then the network around the cluster
+	// must route the pool's CIDRs to the nodes, or no answer ever comes back. Default true.
+	// Copied into spec.natOutgoing of every block (IPRange) the pool gives; edits follow.
+	// +optional
+	// +kubebuilder:default=true
+	NATOutgoing *bool `json:"natOutgoing,omitempty"`
 }
 
 // IPPoolStatus counts the pool's blocks.
@@ -147,6 +157,7 @@ type IPPoolStatus struct {
 // +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.blocksTotal`
 // +kubebuilder:printcolumn:name="Assigned",type=integer,JSONPath=`.status.blocksAssigned`
 // +kubebuilder:printcolumn:name="Free",type=integer,JSONPath=`.status.blocksFree`
+// +kubebuilder:printcolumn:name="NAT",type=boolean,JSONPath=`.spec.natOutgoing`,priority=1
 // +kubebuilder:printcolumn:name="Exhausted",type=string,JSONPath=`.status.conditions[?(@.type=="Exhausted")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type IPPool struct {

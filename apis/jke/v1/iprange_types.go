@@ -57,6 +57,12 @@ type IPRangeSpec struct {
 	// +kubebuilder:validation:items:MaxLength=64
 	// +kubebuilder:validation:items:XValidation:rule="isIP(self)",message="must be a valid IP address"
 	ExcludeIPs []string `json:"excludeIPs,omitempty"`
+	// NATOutgoing: traffic of this range's pods to a destination outside the cluster leaves
+	// with its node's address (IPPool spec.natOutgoing). The range allocator copies it from
+	// the block's IPPool and keeps it equal to the pool's; on a hand-written range, unset means
+	// the agents' --nat-outgoing-default (true unless changed).
+	// +optional
+	NATOutgoing *bool `json:"natOutgoing,omitempty"`
 }
 
 // IPRangeStatus counts the addresses of the range, as the owning node's agent sees them.
@@ -95,6 +101,7 @@ type IPRangeStatus struct {
 // +kubebuilder:printcolumn:name="Node",type=string,JSONPath=`.spec.node`
 // +kubebuilder:printcolumn:name="Owner-Gen",type=integer,JSONPath=`.spec.ownerGeneration`,priority=1
 // +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.spec.gateway`,priority=1
+// +kubebuilder:printcolumn:name="NAT",type=boolean,JSONPath=`.spec.natOutgoing`,priority=1
 // +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.total`
 // +kubebuilder:printcolumn:name="Used",type=integer,JSONPath=`.status.used`
 // +kubebuilder:printcolumn:name="Reserved",type=integer,JSONPath=`.status.reserved`

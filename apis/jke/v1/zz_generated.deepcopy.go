@@ -116,6 +116,11 @@ func (in *IPPoolSpec) DeepCopyInto(out *IPPoolSpec) {
 		*out = new(metav1.Duration)
 		**out = **in
 	}
+	if in.NATOutgoing != nil {
+		in, out := &in.NATOutgoing, &out.NATOutgoing
+		*out = new(bool)
+		**out = **in
+	}
 	return
 }
 
@@ -220,6 +225,11 @@ func (in *IPRangeSpec) DeepCopyInto(out *IPRangeSpec) {
 		in, out := &in.ExcludeIPs, &out.ExcludeIPs
 		*out = make([]string, len(*in))
 		copy(*out, *in)
+	}
+	if in.NATOutgoing != nil {
+		in, out := &in.NATOutgoing, &out.NATOutgoing
+		*out = new(bool)
+		**out = **in
 	}
 	return
 }

@@ -4,8 +4,8 @@
 #      delete them first; their pods' addresses go with staticip);
 #   2. rolls the agents into staticip-agent --cleanup and drops the chart's IPPools (helm
 #      upgrade --reuse-values --set agent.cleanup=true,ipPools=null --wait): each agent removes
-#      its node's plugin binary, conflist, plugin kubeconfig, IPAM database and the agent's
-#      routes, and turns Ready when its node is clean;
+#      its node's plugin binary, conflist, plugin kubeconfig, IPAM database, the agent's
+#      routes and its NAT table (nftables inet staticip), and turns Ready when its node is clean;
 #   3. deletes every IPPool (pools first, or the range allocator hands out new blocks),
 #      StaticIP, NodeFailover and IPRange while the controller-manager still runs (it holds
 #      the NodeFailovers' finalizer);

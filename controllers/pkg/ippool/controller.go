@@ -27,6 +27,7 @@ import (
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
 	"k8s.io/klog/v2"
+	"k8s.io/utils/ptr"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1informers "github.com/staticip/staticip/apis/generated/informers/externalversions/jke/v1"
@@ -169,7 +170,8 @@ func (c *Controller) Run(ctx context.Context) {
 func poolOf(p *jkev1.IPPool) Pool {
 	out := Pool{Name: p.Name, Created: p.CreationTimestamp.Time, Mode: p.Spec.Mode,
 		FirstHostGateway: p.Spec.GatewayPolicy == jkev1.GatewayFirstHost, ReleaseAfter: 5 * time.Minute,
-		Deleting: p.DeletionTimestamp != nil}
+		NATOutgoing: p.Spec.NATOutgoing == nil || *p.Spec.NATOutgoing,
+		Deleting:    p.DeletionTimestamp != nil}
 	if out.Mode == "" {
 		out.Mode = jkev1.IPPoolBlocks
 	}
@@ -211,7 +213,7 @@ func rangeOf(r *jkev1.IPRange) (Range, bool) {
 	}
 	out := Range{Name: r.Name, CIDR: c.Masked(), Node: r.Spec.Node, Pool: r.Labels[jkev1.LabelIPPool],
 		OwnerGeneration: r.Spec.OwnerGeneration, Deleting: r.DeletionTimestamp != nil,
-		Gateway: r.Spec.Gateway, Excludes: r.Spec.ExcludeIPs}
+		Gateway: r.Spec.Gateway, Excludes: r.Spec.ExcludeIPs, NATOutgoing: r.Spec.NATOutgoing}
 	if s := r.Annotations[jkev1.AnnotationNodeGoneSince]; s != "" {
 		if t, err := time.Parse(time.RFC3339, s); err == nil {
 			out.GoneSince = t
@@ -529,7 +531,7 @@ func (c *Controller) assign(ctx context.Context, a Assign) error {
 			return apierrors.NewConflict(jkev1.Resource("ipranges"), a.Name, fmt.Errorf("changed since it was released"))
 		}
 		r := cur.DeepCopy()
-		r.Spec.Node, r.Spec.Gateway, r.Spec.ExcludeIPs = a.Node, a.Gateway, a.Excludes
+		r.Spec.Node, r.Spec.Gateway, r.Spec.ExcludeIPs, r.Spec.NATOutgoing = a.Node, a.Gateway, a.Excludes, ptr.To(a.NATOutgoing)
 		delete(r.Annotations, jkev1.AnnotationNodeGoneSince)
 		if written, err = c.client.JkeV1().IPRanges().Update(ctx, r, metav1.UpdateOptions{}); err != nil {
 			return err
@@ -537,7 +539,8 @@ func (c *Controller) assign(ctx context.Context, a Assign) error {
 	} else {
 		r := &jkev1.IPRange{
 			ObjectMeta: metav1.ObjectMeta{Name: a.Name, Labels: map[string]string{jkev1.LabelIPPool: a.Pool}},
-			Spec:       jkev1.IPRangeSpec{CIDR: a.CIDR.String(), Node: a.Node, Gateway: a.Gateway, ExcludeIPs: a.Excludes},
+			Spec: jkev1.IPRangeSpec{CIDR: a.CIDR.String(), Node: a.Node, Gateway: a.Gateway, ExcludeIPs: a.Excludes,
+				NATOutgoing: ptr.To(a.NATOutgoing)},
 		}
 		if written, err = c.client.JkeV1().IPRanges().Create(ctx, r, metav1.CreateOptions{}); err != nil {
 			return err
@@ -548,8 +551,8 @@ func (c *Controller) assign(ctx context.Context, a Assign) error {
 	return nil
 }
 
-// update writes a pool block's gateway and excludes (the cached resourceVersion: a range
-// changed meanwhile is planned again).
+// update writes a pool block's gateway, excludes and natOutgoing (the cached resourceVersion: a
+// range changed meanwhile is planned again).
 func (c *Controller) update(ctx context.Context, u Update) error {
 	cur, err := c.ranges.Get(u.Range)
 	if apierrors.IsNotFound(err) {
@@ -561,7 +564,7 @@ func (c *Controller) update(ctx context.Context, u Update) error {
 		return nil
 	}
 	r := cur.DeepCopy()
-	r.Spec.Gateway, r.Spec.ExcludeIPs = u.Gateway, u.Excludes
+	r.Spec.Gateway, r.Spec.ExcludeIPs, r.Spec.NATOutgoing = u.Gateway, u.Excludes, ptr.To(u.NATOutgoing)
 	if len(u.Excludes) == 0 {
 		r.Spec.ExcludeIPs = nil
 	}
@@ -571,7 +574,7 @@ func (c *Controller) update(ctx context.Context, u Update) error {
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("update IPRange %s to its pool's gateway and excludes: %w", u.Range, err)
+		return fmt.Errorf("update IPRange %s to its pool's gateway, excludes and natOutgoing: %w", u.Range, err)
 	}
 	c.remember(written)
 	return nil

@@ -44,6 +44,8 @@ type Pool struct {
 	// FirstHostGateway: each block's network+1 is its gateway.
 	FirstHostGateway bool
 	ReleaseAfter     time.Duration
+	// NATOutgoing: spec.natOutgoing in effect (unset is true), copied into every block.
+	NATOutgoing bool
 	// Deleting pools hand out nothing (their blocks stay: see controllers/README.md).
 	Deleting bool
 }
@@ -81,6 +83,8 @@ type Range struct {
 	// Gateway and Excludes: the range's spec.gateway and spec.excludeIPs.
 	Gateway  string
 	Excludes []string
+	// NATOutgoing is the range's spec.natOutgoing (nil: unset).
+	NATOutgoing *bool
 }
 
 // free: a block the allocator released and nobody took since: no node, the generation of the
@@ -115,10 +119,11 @@ type Input struct {
 	IPHeld func(ip netip.Addr) string
 }
 
-// Update is a pool block whose gateway or excludes follow an edit of its pool.
+// Update is a pool block whose gateway, excludes or natOutgoing follow an edit of its pool.
 type Update struct {
 	Range, Pool, Gateway string
 	Excludes             []string
+	NATOutgoing          bool
 }
 
 // Assign is an IPRange to create, or (Reuse) a released one of the pool to give to Node.
@@ -127,6 +132,7 @@ type Assign struct {
 	CIDR             netip.Prefix
 	Gateway          string
 	Excludes         []string
+	NATOutgoing      bool
 	// Reuse: Name is a free block of the pool (released earlier) at OwnerGeneration: it is
 	// assigned to Node as it is, generation kept, instead of being created.
 	Reuse           bool
@@ -268,8 +274,11 @@ func (pl *planner) updateBlocks() {
 					"IPPool %s: held back on this block while the address is in use (%s)", p.Name, strings.Join(held, "; "))})
 				pl.plan.requeue(heldRecheck)
 			}
-			if gw != r.Gateway || !slices.Equal(ex, orEmpty(r.Excludes)) {
-				pl.plan.Update = append(pl.plan.Update, Update{Range: r.Name, Pool: p.Name, Gateway: gw, Excludes: ex})
+			// natOutgoing follows at once: it changes no address a pod holds, only how its
+			// traffic leaves the cluster.
+			natDiffers := r.NATOutgoing == nil || *r.NATOutgoing != want.NATOutgoing
+			if gw != r.Gateway || !slices.Equal(ex, orEmpty(r.Excludes)) || natDiffers {
+				pl.plan.Update = append(pl.plan.Update, Update{Range: r.Name, Pool: p.Name, Gateway: gw, Excludes: ex, NATOutgoing: want.NATOutgoing})
 			}
 		}
 	}
@@ -634,9 +643,9 @@ func (p *Plan) requeue(d time.Duration) {
 	}
 }
 
-// blockSpec is the gateway and excludes pool p gives block b.
+// blockSpec is the gateway, excludes and natOutgoing pool p gives block b.
 func (pl *planner) blockSpec(p *Pool, b netip.Prefix) Assign {
-	a := Assign{}
+	a := Assign{NATOutgoing: p.NATOutgoing}
 	if p.FirstHostGateway {
 		a.Gateway = b.Addr().Next().String()
 	}
@@ -652,7 +661,7 @@ func (pl *planner) blockSpec(p *Pool, b netip.Prefix) Assign {
 // one, else a new one.
 func (pl *planner) newAssign(p *Pool, node string, b netip.Prefix) Assign {
 	spec := pl.blockSpec(p, b)
-	a := Assign{Pool: p.Name, Node: node, Name: RangeName(p.Name, b), CIDR: b, Gateway: spec.Gateway, Excludes: spec.Excludes}
+	a := Assign{Pool: p.Name, Node: node, Name: RangeName(p.Name, b), CIDR: b, Gateway: spec.Gateway, Excludes: spec.Excludes, NATOutgoing: spec.NATOutgoing}
 	if fr, ok := pl.free[b]; ok && fr.Pool == p.Name {
 		a.Name, a.Reuse, a.OwnerGeneration = fr.Name, true, fr.OwnerGeneration
 		delete(pl.free, b)

@@ -18,7 +18,7 @@ var t0 = time.Date(2026, 11, 24, 12, 0, 0, 0, time.UTC)
 
 func pool(name string, age int, cidrs ...string) Pool {
 	p := Pool{Name: name, Created: t0.Add(-time.Duration(age) * time.Hour), Mode: jkev1.IPPoolBlocks,
-		Selector: labels.Everything(), ReleaseAfter: 5 * time.Minute, BlockBits: DefaultBlockBitsIPv4}
+		Selector: labels.Everything(), ReleaseAfter: 5 * time.Minute, BlockBits: DefaultBlockBitsIPv4, NATOutgoing: true}
 	for _, c := range cidrs {
 		p.CIDRs = append(p.CIDRs, netip.MustParsePrefix(c))
 	}
@@ -37,7 +37,8 @@ func nodes(names ...string) []Node {
 }
 
 func rng(name, cidr, node, pool string) Range {
-	return Range{Name: name, CIDR: netip.MustParsePrefix(cidr), Node: node, Pool: pool}
+	on := true
+	return Range{Name: name, CIDR: netip.MustParsePrefix(cidr), Node: node, Pool: pool, NATOutgoing: &on}
 }
 
 func nothingHeld(Range, string) string { return "" }
@@ -467,6 +468,37 @@ func TestComputeUpdatesExistingBlocks(t *testing.T) {
 	}
 	if !slices.Equal(warned, []string{"p-10-244-2-0-24:" + ReasonExcludeHeld}) {
 		t.Errorf("waits %v", warned)
+	}
+}
+
+// TestComputeCarriesNATOutgoing (issue 36): a block takes its pool's natOutgoing when it is
+// given (new or reused), and a pool's edit reaches every block it gave out at once (it moves no
+// address, so nothing is held back), a block written before the field existed (unset) included;
+// a hand-written range is never touched.
+func TestComputeCarriesNATOutgoing(t *testing.T) {
+	on, off := true, false
+	p := pool("p", 1, "10.244.0.0/16")
+	p.NATOutgoing = false
+	ranges := []Range{rng("p-10-244-0-0-24", "10.244.0.0/24", "a", "p"), rng("p-10-244-1-0-24", "10.244.1.0/24", "b", "p"),
+		rng("p-10-244-2-0-24", "10.244.2.0/24", "c", "p"), rng("hand", "10.244.3.0/24", "d", "")}
+	ranges[1].NATOutgoing = &off
+	ranges[2].NATOutgoing = nil
+	plan := Compute(Input{Pools: []Pool{p}, Nodes: nodes("a", "b", "c", "d", "e"), Ranges: ranges, Now: t0, Held: nothingHeld, IPHeld: func(netip.Addr) string { return "" }})
+	got := map[string]bool{}
+	for _, u := range plan.Update {
+		got[u.Range] = u.NATOutgoing
+	}
+	if len(got) != 2 || got["p-10-244-0-0-24"] || got["p-10-244-2-0-24"] {
+		t.Errorf("updates %v, want p-10-244-0-0-24 and the unset p-10-244-2-0-24 to natOutgoing false, nothing else", got)
+	}
+	if len(plan.Assign) != 1 || plan.Assign[0].Node != "e" || plan.Assign[0].NATOutgoing {
+		t.Errorf("assign %+v, want node e's new block with natOutgoing false", plan.Assign)
+	}
+	p.NATOutgoing = true
+	ranges[0].NATOutgoing, ranges[2].NATOutgoing = &on, &on
+	plan = Compute(Input{Pools: []Pool{p}, Nodes: nodes("a", "b", "c", "d"), Ranges: ranges, Now: t0, Held: nothingHeld, IPHeld: func(netip.Addr) string { return "" }})
+	if len(plan.Update) != 1 || plan.Update[0].Range != "p-10-244-1-0-24" || !plan.Update[0].NATOutgoing {
+		t.Errorf("updates %+v, want only p-10-244-1-0-24 back to natOutgoing true", plan.Update)
 	}
 }
 

@@ -12,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
@@ -167,6 +168,30 @@ func TestIPPoolJoinReleaseAndReturn(t *testing.T) {
 		return p.Status.BlocksTotal == 256 && p.Status.BlocksAssigned == 2 && p.Status.BlocksFree == 253 && p.Status.BlockSize == 24 &&
 			meta.IsStatusConditionFalse(p.Status.Conditions, jkev1.IPPoolExhausted), nil
 	})
+	// natOutgoing (issue 36): the CRD's default (true) is copied into every block; a pool edit
+	// reaches every block within 2 s; the hand-written range is never touched.
+	if p, _ := f.client.JkeV1().IPPools().Get(f.ctx, pool.Name, metav1.GetOptions{}); p == nil || p.Spec.NATOutgoing == nil || !*p.Spec.NATOutgoing {
+		t.Errorf("IPPool natOutgoing not defaulted to true: %+v", p)
+	}
+	for _, want := range []bool{true, false, true} {
+		if _, err := f.client.JkeV1().IPPools().Patch(f.ctx, pool.Name, types.MergePatchType, []byte(fmt.Sprintf(`{"spec":{"natOutgoing":%t}}`, want)), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		edited := time.Now()
+		f.eventually(2*time.Second, fmt.Sprintf("every block natOutgoing=%t", want), func() (bool, error) {
+			for _, name := range []string{ra.Name, rb.Name} {
+				r, err := f.client.JkeV1().IPRanges().Get(f.ctx, name, metav1.GetOptions{})
+				if err != nil || r.Spec.NATOutgoing == nil || *r.Spec.NATOutgoing != want {
+					return false, err
+				}
+			}
+			return true, nil
+		})
+		t.Logf("natOutgoing=%t on both blocks %v after the pool's edit", want, time.Since(edited).Round(time.Millisecond))
+	}
+	if r, err := f.client.JkeV1().IPRanges().Get(f.ctx, hand.Name, metav1.GetOptions{}); err != nil || r.Spec.NATOutgoing != nil {
+		t.Errorf("the hand-written range: %v, natOutgoing %v (want unset)", err, r.Spec.NATOutgoing)
+	}
 
 	// Node a is deleted while a pod object holds an IP of its block and a StaticIP names another.
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "holder", Namespace: f.ns},

@@ -54,6 +54,10 @@ type Image struct {
 	// Base are layers below the binary's, e.g. the iptables binaries and libraries
 	// kube-proxy shells out to (tools/kind/images); most images have none.
 	Base []v1.Layer
+	// HostFiles are executables of this machine, with the shared libraries and the loader they
+	// need (RootfsLayer of "/"), in a layer above Base and below the binary's; each is also
+	// linked from / so that the image's PATH=/ finds it: the agent's nft, which knftables execs.
+	HostFiles []string
 }
 
 // Sources are the host files an image is made of (empty for a Package image, which is
@@ -66,7 +70,7 @@ func (im Image) Sources() []string {
 	for _, src := range im.Extra {
 		out = append(out, src)
 	}
-	return out
+	return append(out, im.HostFiles...)
 }
 
 // Stale reports whether the tarball of im in outDir is missing or older than one of its
@@ -130,7 +134,19 @@ func Build(repoRoot, outDir string, im Image) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	img, err := mutate.AppendLayers(empty.Image, append(append([]v1.Layer{}, im.Base...), layer)...)
+	base := append([]v1.Layer{}, im.Base...)
+	if len(im.HostFiles) > 0 {
+		links := map[string]string{}
+		for _, f := range im.HostFiles {
+			links["/"+filepath.Base(f)] = strings.TrimPrefix(f, "/")
+		}
+		hostLayer, err := RootfsLayer("/", im.HostFiles, links)
+		if err != nil {
+			return "", fmt.Errorf("image %s: files of this machine: %w", im.Ref, err)
+		}
+		base = append(base, hostLayer)
+	}
+	img, err := mutate.AppendLayers(empty.Image, append(base, layer)...)
 	if err != nil {
 		return "", err
 	}
@@ -258,7 +274,9 @@ const (
 	TestServerV2Image = "localhost/staticip/testserver:v2"
 	CoreDNSImage      = "localhost/staticip/coredns:v1"
 	// staticip's own components, from the binaries `make build` puts in _output/bin.
-	AgentImage             = "localhost/staticip/staticip-agent:v1"
+	AgentImage = "localhost/staticip/staticip-agent:v1"
+	// AgentNFT is the nft binary the agent image carries (Debian's nftables, tools/deps/cni.list).
+	AgentNFT               = "/usr/sbin/nft"
 	ControllerManagerImage = "localhost/staticip/staticip-controller-manager:v1"
 	GridWrapperImage       = "localhost/staticip/application-grid-wrapper:v1"
 	// StatefulSetGridDaemonImage is statefulset-grid-daemon (manifests/edge).
@@ -274,9 +292,10 @@ func Defaults(binDir string) []Image {
 		{Ref: TestServerV2Image, Package: "./e2e/testserver", Path: "/testserver", Args: []string{"serve"},
 			Env: []string{"TESTSERVER_VERSION=v2"}, Tarball: "testserver-v2.tar"},
 		{Ref: CoreDNSImage, Binary: filepath.Join(binDir, "coredns"), Path: "/coredns"},
-		// The agent image carries the plugin binary it installs into the node's CNI bin dir.
+		// The agent image carries the plugin binary it installs into the node's CNI bin dir,
+		// and nft (Debian's, with its libraries) for its outgoing NAT table (cni/README.md).
 		{Ref: AgentImage, Binary: filepath.Join(binDir, "staticip-agent"), Path: "/staticip-agent",
-			Extra: map[string]string{"/staticip": filepath.Join(binDir, "staticip")}},
+			Extra: map[string]string{"/staticip": filepath.Join(binDir, "staticip")}, HostFiles: []string{AgentNFT}},
 		{Ref: ControllerManagerImage, Binary: filepath.Join(binDir, "staticip-controller-manager"), Path: "/staticip-controller-manager"},
 		{Ref: GridWrapperImage, Binary: filepath.Join(binDir, "application-grid-wrapper"), Path: "/application-grid-wrapper"},
 		{Ref: StatefulSetGridDaemonImage, Binary: filepath.Join(binDir, "statefulset-grid-daemon"), Path: "/statefulset-grid-daemon"},

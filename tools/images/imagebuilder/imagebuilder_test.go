@@ -4,8 +4,12 @@ import (
 	"archive/tar"
 	"bytes"
 	"io"
+	"maps"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -66,6 +70,9 @@ func TestBuildWritesLoadableImage(t *testing.T) {
 type layerFile struct {
 	mode    int64
 	content string
+	// typeflag and linkname: a directory, a symlink (to linkname) or a file.
+	typeflag byte
+	linkname string
 }
 
 // layerFiles reads the only layer of img: file name → mode and content.
@@ -330,6 +337,76 @@ func readTar(t *testing.T, r io.Reader) map[string]layerFile {
 			t.Fatal(err)
 		}
 		b, _ := io.ReadAll(tr)
-		files[h.Name] = layerFile{mode: h.Mode, content: string(b)}
+		files[h.Name] = layerFile{mode: h.Mode, content: string(b), typeflag: h.Typeflag, linkname: h.Linkname}
+	}
+}
+
+// TestAgentImageRunsNFT (issue 36): the agent image's nft — this machine's, with the libraries
+// and the loader it needs — runs inside the image's own filesystem (chroot), and applies a
+// table in a fresh network namespace: what knftables execs for the agent's outgoing NAT.
+func TestAgentImageRunsNFT(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for chroot and a network namespace")
+	}
+	if _, err := os.Stat(AgentNFT); err != nil {
+		t.Fatalf("%s: %v (Debian nftables, tools/deps/cni.list: make deps)", AgentNFT, err)
+	}
+	dir := t.TempDir()
+	binDir := filepath.Join(dir, "bin")
+	if err := os.MkdirAll(binDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	var agent Image
+	for _, im := range Defaults(binDir) {
+		if im.Ref == AgentImage {
+			agent = im
+		}
+	}
+	for _, f := range []string{"staticip-agent", "staticip"} {
+		if err := os.WriteFile(filepath.Join(binDir, f), []byte("#!stub\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	path, err := Build(dir, filepath.Join(dir, "out"), agent)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tag, _ := name.NewTag(agent.Ref)
+	img, err := tarball.ImageFromPath(path, &tag)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := filepath.Join(dir, "rootfs")
+	files := flattened(t, img)
+	for _, name := range slices.Sorted(maps.Keys(files)) { // parents first
+		f, p := files[name], filepath.Join(root, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		switch f.typeflag {
+		case tar.TypeDir:
+			err = os.MkdirAll(p, 0o755)
+		case tar.TypeSymlink:
+			err = os.Symlink(f.linkname, p)
+		case tar.TypeReg:
+			err = os.WriteFile(p, []byte(f.content), os.FileMode(f.mode)&0o777)
+		}
+		if err != nil && !os.IsExist(err) {
+			t.Fatal(err)
+		}
+	}
+	out, err := exec.Command("chroot", root, "/nft", "--version").CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft in the agent image: %v: %s", err, out)
+	}
+	t.Logf("in the image: %s", bytes.TrimSpace(out))
+	cmd := exec.Command("unshare", "--net", "chroot", root, "/nft", "-f", "-")
+	cmd.Stdin = strings.NewReader(`table inet staticip {
+	set s { type ipv4_addr; flags interval; elements = { 10.0.0.0/8 }; }
+	chain postrouting { type nat hook postrouting priority srcnat; ip saddr @s ip daddr != @s masquerade; }
+}
+`)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("nft -f in the agent image, in a new network namespace: %v: %s", err, out)
 	}
 }

@@ -66,7 +66,7 @@ func run(refsFile, binDir, rootfs, out string) error {
 			return err
 		}
 		if name(ref) == "kube-proxy" {
-			layer, err := iptablesLayer(rootfs)
+			layer, err := imagebuilder.RootfsLayer(rootfs, []string{"/usr/sbin/xtables-nft-multi", "/usr/lib/x86_64-linux-gnu/xtables"}, iptablesLinks())
 			if err != nil {
 				return fmt.Errorf("kube-proxy's iptables from %s: %w", rootfs, err)
 			}
@@ -79,6 +79,22 @@ func run(refsFile, binDir, rootfs, out string) error {
 		fmt.Printf("built %s -> %s\n", ref, p)
 	}
 	return nil
+}
+
+// iptablesCommands are the names kube-proxy runs; all are the nft-backed multi-call
+// binary, as Debian's alternatives point them by default.
+var iptablesCommands = []string{
+	"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore",
+	"iptables-nft", "iptables-nft-save", "iptables-nft-restore", "ip6tables-nft", "ip6tables-nft-save", "ip6tables-nft-restore",
+}
+
+// iptablesLinks link every iptables command in /usr/sbin to the multi-call binary.
+func iptablesLinks() map[string]string {
+	links := map[string]string{}
+	for _, cmd := range iptablesCommands {
+		links["/usr/sbin/"+cmd] = "xtables-nft-multi"
+	}
+	return links
 }
 
 // systemPath is the PATH of the control-plane images: kubeadm's manifests name the

@@ -147,13 +147,14 @@ patches:
       - --interval=10s
       - --metrics-bind-address=:9490
       - --health-bind-address=127.0.0.1:9489
+      - --service-cidrs=%[5]s
     - op: replace
       path: /spec/template/spec/containers/0/volumeMounts
       value: [{name: cni, mountPath: %[3]s}]
     - op: replace
       path: /spec/template/spec/volumes
       value: [{name: cni, hostPath: {path: %[3]s, type: Directory}}]
-`, name, tag, cniRoot, nodeDir)
+`, name, tag, cniRoot, nodeDir, l.serviceCIDR)
 	return l.applyOverlay("cni", "manifests/cni", overlay)
 }
 

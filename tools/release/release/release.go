@@ -111,6 +111,11 @@ type Image struct {
 	Module, Package string
 	// Tag is a fixed tag (CoreDNS's own version); empty: the release version.
 	Tag string
+	// HostFiles are executables of the build machine with their libraries
+	// (imagebuilder.RootfsLayer), each linked from /: the agent's nft. Only the images of the
+	// build machine's own platform get them (a Debian binary of another architecture is not
+	// on this machine): the release logs which images lack them.
+	HostFiles []string
 }
 
 // NonRoot is the USER of the images that need no root: distroless's nonroot, the uid the
@@ -127,7 +132,7 @@ const NonRoot = "65532:65532"
 // staticip-controller-manager, staticip-scheduler and application-grid-wrapper run as 65532.
 func Images(corednsVersion string) []Image {
 	return []Image{
-		{Name: "staticip-agent", Extra: map[string]string{"/staticip": "staticip"}},
+		{Name: "staticip-agent", Extra: map[string]string{"/staticip": "staticip"}, HostFiles: []string{"/usr/sbin/nft"}},
 		{Name: "staticip-controller-manager", User: NonRoot},
 		{Name: "staticip-scheduler", User: NonRoot},
 		{Name: "application-grid-wrapper", User: NonRoot},

@@ -54,6 +54,14 @@ type IPPoolSpecApplyConfiguration struct {
 	// after the node was seen gone, and only once no pod object holds an IP of it, no StaticIP's
 	// spec.ip lies in it and no node failover is moving it.
 	ReleaseAfter *apismetav1.Duration `json:"releaseAfter,omitempty"`
+	// NATOutgoing: traffic of the pool's pods to a destination outside the cluster — in no
+	// IPRange, not a node address, not in the agents' --service-cidrs or --non-masquerade-cidrs
+	// — leaves with its node's address (masqueraded by each node's staticip-agent), so pods
+	// reach the outside on any network. Traffic inside the cluster always keeps the pod's IP.
+	// false: the pod's own IP is its source outside too; then the network around the cluster
+	// must route the pool's CIDRs to the nodes, or no answer ever comes back. Default true.
+	// Copied into spec.natOutgoing of every block (IPRange) the pool gives; edits follow.
+	NATOutgoing *bool `json:"natOutgoing,omitempty"`
 }
 
 // IPPoolSpecApplyConfiguration constructs a declarative configuration of the IPPoolSpec type for use with
@@ -119,5 +127,13 @@ func (b *IPPoolSpecApplyConfiguration) WithGatewayPolicy(value jkev1.IPPoolGatew
 // If called multiple times, the ReleaseAfter field is set to the value of the last call.
 func (b *IPPoolSpecApplyConfiguration) WithReleaseAfter(value apismetav1.Duration) *IPPoolSpecApplyConfiguration {
 	b.ReleaseAfter = &value
+	return b
+}
+
+// WithNATOutgoing sets the NATOutgoing field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the NATOutgoing field is set to the value of the last call.
+func (b *IPPoolSpecApplyConfiguration) WithNATOutgoing(value bool) *IPPoolSpecApplyConfiguration {
+	b.NATOutgoing = &value
 	return b
 }

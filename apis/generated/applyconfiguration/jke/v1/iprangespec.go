@@ -46,6 +46,11 @@ type IPRangeSpecApplyConfiguration struct {
 	RangeEnd *string `json:"rangeEnd,omitempty"`
 	// ExcludeIPs are addresses inside cidr that are never given to a pod.
 	ExcludeIPs []string `json:"excludeIPs,omitempty"`
+	// NATOutgoing: traffic of this range's pods to a destination outside the cluster leaves
+	// with its node's address (IPPool spec.natOutgoing). The range allocator copies it from
+	// the block's IPPool and keeps it equal to the pool's; on a hand-written range, unset means
+	// the agents' --nat-outgoing-default (true unless changed).
+	NATOutgoing *bool `json:"natOutgoing,omitempty"`
 }
 
 // IPRangeSpecApplyConfiguration constructs a declarative configuration of the IPRangeSpec type for use with
@@ -109,5 +114,13 @@ func (b *IPRangeSpecApplyConfiguration) WithExcludeIPs(values ...string) *IPRang
 	for i := range values {
 		b.ExcludeIPs = append(b.ExcludeIPs, values[i])
 	}
+	return b
+}
+
+// WithNATOutgoing sets the NATOutgoing field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the NATOutgoing field is set to the value of the last call.
+func (b *IPRangeSpecApplyConfiguration) WithNATOutgoing(value bool) *IPRangeSpecApplyConfiguration {
+	b.NATOutgoing = &value
 	return b
 }

@@ -1,4 +1,4 @@
-package main
+package imagebuilder
 
 import (
 	"archive/tar"
@@ -17,28 +17,23 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-// iptablesCommands are the names kube-proxy runs; all are the nft-backed multi-call
-// binary, as Debian's alternatives point them by default.
-var iptablesCommands = []string{
-	"iptables", "iptables-save", "iptables-restore", "ip6tables", "ip6tables-save", "ip6tables-restore",
-	"iptables-nft", "iptables-nft-save", "iptables-nft-restore", "ip6tables-nft", "ip6tables-nft-save", "ip6tables-nft-restore",
-}
-
-// iptablesLayer is a layer with iptables from a Debian rootfs: the nft multi-call binary,
-// its extension modules, every shared library they need (DT_NEEDED, transitively) and the
-// dynamic loader, each with the symlinks on its way (usrmerge's /lib -> usr/lib).
-func iptablesLayer(rootfs string) (v1.Layer, error) {
+// RootfsLayer is a layer with files of a root filesystem (rootfs "/": this machine's): each of
+// paths — a file or a whole directory — with every shared library its ELF files need
+// (DT_NEEDED, transitively) and the dynamic loader, each with the symlinks on its way
+// (usrmerge's /lib -> usr/lib); links are more symlinks, name in the image → target. E.g.
+// kube-proxy's iptables on kind (tools/kind/images) and the agent's nft (Image.HostFiles).
+func RootfsLayer(rootfs string, paths []string, links map[string]string, opts ...tarball.LayerOption) (v1.Layer, error) {
 	c := &collector{rootfs: rootfs, entries: map[string]*tar.Header{}, contents: map[string][]byte{}}
-	if err := c.add("/usr/sbin/xtables-nft-multi"); err != nil {
-		return nil, err
+	for _, p := range paths {
+		if err := c.add(p); err != nil {
+			return nil, err
+		}
 	}
-	if err := c.add("/usr/lib/x86_64-linux-gnu/xtables"); err != nil {
-		return nil, err
+	for name, target := range links {
+		name = strings.TrimPrefix(path.Clean(name), "/")
+		c.entries[name] = &tar.Header{Typeflag: tar.TypeSymlink, Name: name, Linkname: target, Mode: 0o777}
 	}
-	for _, cmd := range iptablesCommands {
-		c.entries["usr/sbin/"+cmd] = &tar.Header{Typeflag: tar.TypeSymlink, Name: "usr/sbin/" + cmd, Linkname: "xtables-nft-multi", Mode: 0o777}
-	}
-	return c.layer()
+	return c.layer(opts...)
 }
 
 type collector struct {
@@ -157,7 +152,7 @@ func (c *collector) addELFDeps(content []byte) error {
 	return nil
 }
 
-func (c *collector) layer() (v1.Layer, error) {
+func (c *collector) layer(opts ...tarball.LayerOption) (v1.Layer, error) {
 	names := make([]string, 0, len(c.entries))
 	for n := range c.entries {
 		names = append(names, n)
@@ -181,5 +176,5 @@ func (c *collector) layer() (v1.Layer, error) {
 		return nil, err
 	}
 	data := buf.Bytes()
-	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
+	return tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil }, opts...)
 }

@@ -1,0 +1,356 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"os/exec"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/containernetworking/plugins/pkg/ns"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/knftables"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/cni/nstest"
+)
+
+func natRange(name, cidr string, nat *bool) *jkev1.IPRange {
+	return &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: jkev1.IPRangeSpec{CIDR: cidr, NATOutgoing: nat}}
+}
+
+func prefixes(ss ...string) []netip.Prefix {
+	out := []netip.Prefix{}
+	for _, s := range ss {
+		out = append(out, netip.MustParsePrefix(s))
+	}
+	return out
+}
+
+func addrs(ss ...string) []netip.Addr {
+	var out []netip.Addr
+	for _, s := range ss {
+		out = append(out, netip.MustParseAddr(s))
+	}
+	return out
+}
+
+// TestPlanNAT: which CIDRs go in which set.
+func TestPlanNAT(t *testing.T) {
+	on, off := true, false
+	pool := natRange("pool-a", "10.244.0.0/24", &on)
+	private := natRange("private", "10.244.1.0/24", &off)
+	hand := natRange("hand", "10.50.0.0/24", nil)
+	refused := natRange("refused", "10.244.0.0/25", &on) // overlaps pool-a (older): no node serves it
+	v6 := natRange("v6", "fd00:10:244::/120", nil)
+	bad := natRange("bad", "not-a-cidr", &on)
+	all := []*jkev1.IPRange{pool, private, hand, refused, v6, bad}
+	accepted := []*jkev1.IPRange{pool, private, hand, v6, bad}
+	nodes := addrs("172.30.0.11", "172.30.0.12", "fd00::11", "::ffff:172.30.0.13")
+	for _, tc := range []struct {
+		name                       string
+		cfg                        NATConfig
+		sources4, sources6, clust4 []netip.Prefix
+		clust6                     []netip.Prefix
+	}{
+		{
+			name:     "default on: a hand-written range is NATed; natOutgoing false is not; a refused range is no source",
+			cfg:      NATConfig{Enabled: true, Default: true},
+			sources4: prefixes("10.50.0.0/24", "10.244.0.0/24"),
+			sources6: prefixes("fd00:10:244::/120"),
+			clust4:   prefixes("10.50.0.0/24", "10.244.0.0/24", "10.244.1.0/24", "172.30.0.11/32", "172.30.0.12/32", "172.30.0.13/32"),
+			clust6:   prefixes("fd00::11/128", "fd00:10:244::/120"),
+		},
+		{
+			name:     "default off: only ranges that say natOutgoing true",
+			cfg:      NATConfig{Enabled: true},
+			sources4: prefixes("10.244.0.0/24"),
+			sources6: prefixes(),
+			clust4:   prefixes("10.50.0.0/24", "10.244.0.0/24", "10.244.1.0/24", "172.30.0.11/32", "172.30.0.12/32", "172.30.0.13/32"),
+			clust6:   prefixes("fd00::11/128", "fd00:10:244::/120"),
+		},
+		{
+			name: "Service and non-masquerade CIDRs are the cluster; CIDRs inside them are left out (nftables refuses overlapping intervals)",
+			cfg: NATConfig{Enabled: true, Default: true, ServiceCIDRs: prefixes("10.96.0.0/16", "fd00:96::/112"),
+				NonMasqueradeCIDRs: prefixes("10.0.0.0/8", "192.168.0.0/16", "10.96.0.0/16")},
+			sources4: prefixes("10.50.0.0/24", "10.244.0.0/24"),
+			sources6: prefixes("fd00:10:244::/120"),
+			clust4:   prefixes("10.0.0.0/8", "172.30.0.11/32", "172.30.0.12/32", "172.30.0.13/32", "192.168.0.0/16"),
+			clust6:   prefixes("fd00::11/128", "fd00:10:244::/120", "fd00:96::/112"),
+		},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := planNAT(tc.cfg, all, accepted, nodes)
+			got := []any{orNone(p.sources[0]), orNone(p.sources[1]), orNone(p.cluster[0]), orNone(p.cluster[1])}
+			want := []any{orNone(tc.sources4), orNone(tc.sources6), orNone(tc.clust4), orNone(tc.clust6)}
+			for i, what := range []string{"sources v4", "sources v6", "cluster v4", "cluster v6"} {
+				if fmt.Sprint(got[i]) != fmt.Sprint(want[i]) {
+					t.Errorf("%s: %v, want %v", what, got[i], want[i])
+				}
+			}
+		})
+	}
+}
+
+func orNone(p []netip.Prefix) []netip.Prefix {
+	if p == nil {
+		return []netip.Prefix{}
+	}
+	return p
+}
+
+func TestDisjoint(t *testing.T) {
+	got := disjoint(prefixes("10.1.0.0/24", "10.0.0.0/8", "10.1.0.0/24", "11.0.0.1/32", "11.0.0.0/31", "9.0.0.0/8"))
+	if want := prefixes("9.0.0.0/8", "10.0.0.0/8", "11.0.0.0/31"); !slices.Equal(got, want) {
+		t.Errorf("disjoint: %v, want %v", got, want)
+	}
+}
+
+// TestNATTableTransaction: the transaction makes the table exactly the plan, and a second one
+// replaces the first's content (knftables' fake: what `nft` is given, not whether the kernel
+// takes it — TestOutgoingNATByTraffic does that).
+func TestNATTableTransaction(t *testing.T) {
+	fake := knftables.NewFake(knftables.InetFamily, NATTable)
+	apply := func(p natPlan) string {
+		tx := fake.NewTransaction()
+		p.write(tx)
+		if err := fake.Run(context.Background(), tx); err != nil {
+			t.Fatal(err)
+		}
+		return fake.Dump()
+	}
+	on := true
+	first := []*jkev1.IPRange{natRange("a", "10.244.0.0/24", &on), natRange("b", "10.244.1.0/24", nil), natRange("v6", "fd00:10:244::/120", nil)}
+	dump := apply(planNAT(NATConfig{Default: true}, first, first, addrs("172.30.0.11")))
+	for _, want := range []string{
+		"add chain inet staticip postrouting { type nat hook postrouting priority 100 ; }",
+		"add rule inet staticip postrouting ip saddr @nat-sources-v4 ip daddr != @cluster-v4 masquerade",
+		"add rule inet staticip postrouting ip6 saddr @nat-sources-v6 ip6 daddr != @cluster-v6 masquerade",
+		"add element inet staticip nat-sources-v4 { 10.244.1.0/24 }",
+		"add element inet staticip cluster-v4 { 172.30.0.11/32 }",
+	} {
+		if !strings.Contains(dump, want) {
+			t.Errorf("table lacks %q:\n%s", want, dump)
+		}
+	}
+	dump = apply(planNAT(NATConfig{}, []*jkev1.IPRange{natRange("a", "10.244.0.0/24", &on)}, []*jkev1.IPRange{natRange("a", "10.244.0.0/24", &on)}, nil))
+	// No IPv6 source left: no IPv6 rule (a kernel without IPv6 NAT takes the table).
+	if strings.Contains(dump, "10.244.1.0/24") || strings.Contains(dump, "fd00:10:244::/120") || strings.Count(dump, " masquerade comment") != 1 ||
+		strings.Contains(dump, "ip6 saddr") {
+		t.Errorf("second pass left the first's content:\n%s", dump)
+	}
+}
+
+// natNet is the test's world, each part a network namespace: a node with a pod behind it and an
+// uplink to the outside, where UDP servers record the source address of what reaches them.
+//
+//	pod 10.80.1.5/24 (range "nat"), 10.81.1.5/24 (range "private")
+//	 └─ node: 10.80.1.1/24, 10.81.1.1/24; uplink 192.168.50.1/24; 10.90.0.0/24 (another node's
+//	    range) and 203.0.113.0/24 (non-masquerade) via 192.168.50.2
+//	     └─ outside: 192.168.50.2 (the world), 192.168.50.3 (another node's address),
+//	        10.90.0.1 (a pod of another range), 203.0.113.1 (a non-masquerade network);
+//	        routes back to the pod space via the node, so only the source seen tells NAT apart
+type natNet struct {
+	pod, node, outside *nstest.NetNS
+	// seen receives "destination source" for every datagram the outside servers get.
+	seen chan string
+}
+
+const natNodeAddr = "192.168.50.1"
+
+func newNATNet(t *testing.T) *natNet {
+	t.Helper()
+	n := &natNet{seen: make(chan string, 100)}
+	for _, p := range []**nstest.NetNS{&n.pod, &n.node, &n.outside} {
+		netns, err := nstest.New("nat")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { netns.Close() })
+		*p = netns
+	}
+	ip := func(netns *nstest.NetNS, args ...string) {
+		t.Helper()
+		if out, err := exec.Command("ip", append([]string{"-n", netns.Name}, args...)...).CombinedOutput(); err != nil {
+			t.Fatalf("ip -n %s %s: %v: %s", netns.Name, strings.Join(args, " "), err, out)
+		}
+	}
+	ip(n.node, "link", "add", "natpod0", "type", "veth", "peer", "name", "eth0", "netns", n.pod.Name)
+	ip(n.node, "link", "add", "natup0", "type", "veth", "peer", "name", "eth0", "netns", n.outside.Name)
+	for _, a := range []string{"10.80.1.5/24", "10.81.1.5/24"} {
+		ip(n.pod, "addr", "add", a, "dev", "eth0")
+	}
+	ip(n.pod, "link", "set", "eth0", "up")
+	ip(n.pod, "route", "add", "default", "via", "10.80.1.1")
+	for _, a := range []string{"10.80.1.1/24", "10.81.1.1/24"} {
+		ip(n.node, "addr", "add", a, "dev", "natpod0")
+	}
+	ip(n.node, "addr", "add", natNodeAddr+"/24", "dev", "natup0")
+	ip(n.node, "link", "set", "natpod0", "up")
+	ip(n.node, "link", "set", "natup0", "up")
+	for _, dst := range []string{"10.90.0.0/24", "203.0.113.0/24"} {
+		ip(n.node, "route", "add", dst, "via", "192.168.50.2")
+	}
+	for _, a := range []string{"192.168.50.2/24", "192.168.50.3/24", "10.90.0.1/32", "203.0.113.1/32"} {
+		ip(n.outside, "addr", "add", a, "dev", "eth0")
+	}
+	ip(n.outside, "link", "set", "eth0", "up")
+	for _, dst := range []string{"10.80.0.0/16", "10.81.0.0/16"} {
+		ip(n.outside, "route", "add", dst, "via", natNodeAddr)
+	}
+	if out, err := exec.Command("ip", "netns", "exec", n.node.Name, "sysctl", "-qw", "net.ipv4.ip_forward=1").CombinedOutput(); err != nil {
+		t.Fatalf("ip_forward: %v: %s", err, out)
+	}
+	for _, dst := range []string{"192.168.50.2", "192.168.50.3", "10.90.0.1", "203.0.113.1"} {
+		var conn net.PacketConn
+		if err := n.outside.Do(func(ns.NetNS) (err error) {
+			conn, err = net.ListenPacket("udp4", net.JoinHostPort(dst, "4789"))
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		go func() {
+			buf := make([]byte, 64)
+			for {
+				_, from, err := conn.ReadFrom(buf)
+				if err != nil {
+					return
+				}
+				n.seen <- dst + " " + from.(*net.UDPAddr).IP.String()
+				_, _ = conn.WriteTo(buf[:1], from)
+			}
+		}()
+	}
+	return n
+}
+
+// sourceSeen sends one datagram from the pod's address src to dst (a new socket: a new flow)
+// and returns the source address the outside saw, and whether the answer came back.
+func (n *natNet) sourceSeen(t *testing.T, src, dst string) (string, bool) {
+	t.Helper()
+	var answered bool
+	if err := n.pod.Do(func(ns.NetNS) error {
+		conn, err := net.DialUDP("udp4", &net.UDPAddr{IP: net.ParseIP(src)}, &net.UDPAddr{IP: net.ParseIP(dst), Port: 4789})
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		if _, err := conn.Write([]byte("x")); err != nil {
+			return err
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(time.Second))
+		_, err = conn.Read(make([]byte, 8))
+		answered = err == nil
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case s := <-n.seen:
+		d, from, _ := strings.Cut(s, " ")
+		if d != dst {
+			t.Fatalf("sent to %s, %s received it", dst, d)
+		}
+		return from, answered
+	case <-time.After(2 * time.Second):
+		t.Fatalf("nothing from %s reached %s", src, dst)
+		return "", false
+	}
+}
+
+// TestOutgoingNATByTraffic (issue 36): the agent's table, applied by the real nft in a node's
+// network namespace, proven by traffic: a NAT-enabled range's pod leaves with the node's address
+// for the outside and keeps its own for another range, a node address and a non-masquerade
+// CIDR; a natOutgoing false range is never NATed; flipping natOutgoing is followed; a deleted
+// range's pods are NATed no more; a rule deleted by hand is back after the next sync; cleanup
+// removes the table.
+func TestOutgoingNATByTraffic(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces and nftables")
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		t.Fatalf("nft not found (Debian nftables, tools/deps/cni.list: make deps): %v", err)
+	}
+	n := newNATNet(t)
+	on, off := true, false
+	cfg := NATConfig{Enabled: true, Default: true, NonMasqueradeCIDRs: prefixes("203.0.113.0/24")}
+	a := New(Config{NAT: cfg}, nil, nil, nil)
+	nodes := addrs(natNodeAddr, "192.168.50.3")
+	ranges := []*jkev1.IPRange{natRange("nat", "10.80.1.0/24", &on), natRange("private", "10.81.1.0/24", &off), natRange("other-node", "10.90.0.0/24", nil)}
+	sync := func(rs []*jkev1.IPRange) {
+		t.Helper()
+		if err := n.node.Do(func(ns.NetNS) error { return a.syncNAT(context.Background(), planNAT(cfg, rs, rs, nodes)) }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	expect := func(phase, src, dst, want string) {
+		t.Helper()
+		got, answered := n.sourceSeen(t, src, dst)
+		if got != want {
+			t.Errorf("%s: %s -> %s arrived from %s, want %s", phase, src, dst, got, want)
+		}
+		if !answered {
+			t.Errorf("%s: %s -> %s: no answer came back", phase, src, dst)
+		}
+	}
+	sync(ranges)
+	expect("natOutgoing true, outside", "10.80.1.5", "192.168.50.2", natNodeAddr)
+	expect("another range", "10.80.1.5", "10.90.0.1", "10.80.1.5")
+	expect("a node address", "10.80.1.5", "192.168.50.3", "10.80.1.5")
+	expect("a non-masquerade CIDR", "10.80.1.5", "203.0.113.1", "10.80.1.5")
+	expect("natOutgoing false, outside", "10.81.1.5", "192.168.50.2", "10.81.1.5")
+
+	ranges[1] = natRange("private", "10.81.1.0/24", &on)
+	sync(ranges)
+	expect("natOutgoing flipped to true", "10.81.1.5", "192.168.50.2", natNodeAddr)
+	ranges[1] = natRange("private", "10.81.1.0/24", &off)
+	sync(ranges)
+	expect("natOutgoing flipped back to false", "10.81.1.5", "192.168.50.2", "10.81.1.5")
+
+	sync(ranges[1:]) // range "nat" deleted
+	expect("range deleted", "10.80.1.5", "192.168.50.2", "10.80.1.5")
+
+	ranges[1] = natRange("private", "10.81.1.0/24", &on)
+	sync(ranges)
+	// Drift: the masquerade rule deleted by hand.
+	listing, err := exec.Command("ip", "netns", "exec", n.node.Name, "nft", "-a", "list", "chain", "inet", NATTable, natChain).CombinedOutput()
+	if err != nil {
+		t.Fatalf("nft list: %v: %s", err, listing)
+	}
+	m := regexp.MustCompile(`ip saddr @nat-sources-v4 .* masquerade .*# handle (\d+)`).FindSubmatch(listing)
+	if m == nil {
+		t.Fatalf("no IPv4 masquerade rule in:\n%s", listing)
+	}
+	if out, err := exec.Command("ip", "netns", "exec", n.node.Name, "nft", "delete", "rule", "inet", NATTable, natChain, "handle", string(m[1])).CombinedOutput(); err != nil {
+		t.Fatalf("nft delete rule: %v: %s", err, out)
+	}
+	expect("rule deleted by hand (drift)", "10.81.1.5", "192.168.50.2", "10.81.1.5")
+	sync(ranges)
+	expect("drift repaired by the next sync", "10.81.1.5", "192.168.50.2", natNodeAddr)
+	if got := a.natErrors.Load(); got != 0 {
+		t.Errorf("NAT sync errors %d", got)
+	}
+
+	// Cleanup mode removes the table (and says so); again, nothing to remove.
+	var removed []string
+	if err := n.node.Do(func(ns.NetNS) (err error) { removed, err = Cleanup(Config{NAT: cfg}); return err }); err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains(removed, "nftables table inet "+NATTable) {
+		t.Errorf("cleanup removed %v, want the NAT table", removed)
+	}
+	if out, _ := exec.Command("ip", "netns", "exec", n.node.Name, "nft", "list", "tables").CombinedOutput(); strings.Contains(string(out), NATTable) {
+		t.Errorf("after cleanup: %s", out)
+	}
+	expect("after cleanup", "10.81.1.5", "192.168.50.2", "10.81.1.5")
+	if err := n.node.Do(func(ns.NetNS) (err error) { removed, err = Cleanup(Config{NAT: cfg}); return err }); err != nil || len(removed) != 0 {
+		t.Errorf("cleanup again: removed %v, %v", removed, err)
+	}
+}
