@@ -16,7 +16,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/staticip/staticip/e2e/framework"
 )
@@ -250,7 +250,9 @@ func waitReleaseRunning(t *testing.T, ctx context.Context, repo string, images m
 }
 
 // releaseWorkloads are the DaemonSets and Deployments of kube-system and staticip-system with
-// their live pods.
+// their live pods: the pods they own (a Deployment through its ReplicaSets), not those their
+// selectors match — selectors overlap (the edge DNS's per-zone Deployments all select
+// k8s-app=kube-dns).
 func releaseWorkloads(ctx context.Context) ([]framework.ReleaseWorkload, error) {
 	var out []framework.ReleaseWorkload
 	for _, ns := range []string{"kube-system", managerNamespace} {
@@ -258,49 +260,49 @@ func releaseWorkloads(ctx context.Context) ([]framework.ReleaseWorkload, error) 
 		if err != nil {
 			return nil, err
 		}
-		podsOf := func(sel *metav1.LabelSelector) ([]framework.ReleasePod, error) {
-			s, err := metav1.LabelSelectorAsSelector(sel)
-			if err != nil {
-				return nil, err
+		rss, err := f.Client.AppsV1().ReplicaSets(ns).List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return nil, err
+		}
+		// The owner of every pod: its controller, or its ReplicaSet's controller.
+		rsOwner := map[types.UID]types.UID{}
+		for _, rs := range rss.Items {
+			if c := metav1.GetControllerOf(&rs); c != nil {
+				rsOwner[rs.UID] = c.UID
 			}
-			var rp []framework.ReleasePod
-			for i := range pods.Items {
-				p := &pods.Items[i]
-				if p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed ||
-					!s.Matches(labels.Set(p.Labels)) {
-					continue
-				}
-				rp = append(rp, releasePod(p))
+		}
+		owned := map[types.UID][]framework.ReleasePod{}
+		for i := range pods.Items {
+			p := &pods.Items[i]
+			c := metav1.GetControllerOf(p)
+			if c == nil || p.DeletionTimestamp != nil || p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed {
+				continue
 			}
-			return rp, nil
+			owner := c.UID
+			if o, ok := rsOwner[c.UID]; ok && c.Kind == "ReplicaSet" {
+				owner = o
+			}
+			owned[owner] = append(owned[owner], releasePod(p))
 		}
 		dss, err := f.Client.AppsV1().DaemonSets(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, err
 		}
 		for _, ds := range dss.Items {
-			rp, err := podsOf(ds.Spec.Selector)
-			if err != nil {
-				return nil, err
-			}
 			out = append(out, framework.ReleaseWorkload{Name: "DaemonSet/" + ns + "/" + ds.Name,
-				TemplateImages: templateImages(ds.Spec.Template.Spec), Desired: ds.Status.DesiredNumberScheduled, Pods: rp})
+				TemplateImages: templateImages(ds.Spec.Template.Spec), Desired: ds.Status.DesiredNumberScheduled, Pods: owned[ds.UID]})
 		}
 		deps, err := f.Client.AppsV1().Deployments(ns).List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return nil, err
 		}
 		for _, d := range deps.Items {
-			rp, err := podsOf(d.Spec.Selector)
-			if err != nil {
-				return nil, err
-			}
 			want := int32(1)
 			if d.Spec.Replicas != nil {
 				want = *d.Spec.Replicas
 			}
 			out = append(out, framework.ReleaseWorkload{Name: "Deployment/" + ns + "/" + d.Name,
-				TemplateImages: templateImages(d.Spec.Template.Spec), Desired: want, Pods: rp})
+				TemplateImages: templateImages(d.Spec.Template.Spec), Desired: want, Pods: owned[d.UID]})
 		}
 	}
 	return out, nil
