@@ -197,7 +197,14 @@ func runLogged(t *testing.T, dir, what, name string, args ...string) string {
 	if err != nil {
 		t.Fatalf("%s: %s %s: %v\n%s", what, name, strings.Join(args, " "), err, lastLines(string(out), 60))
 	}
-	t.Logf("%s (%.1fs): %s", what, time.Since(start).Seconds(), lastLines(string(out), 15))
+	// kind.sh's and the release tool's own lines say what took how long; the rest is rollout chatter.
+	var steps []string
+	for _, l := range strings.Split(string(out), "\n") {
+		if strings.HasPrefix(l, "kind: ") || strings.HasPrefix(l, "release: ") || strings.HasPrefix(l, "uninstall: ") {
+			steps = append(steps, l)
+		}
+	}
+	t.Logf("%s (%.1fs):\n%s", what, time.Since(start).Seconds(), strings.Join(steps, "\n"))
 	return string(out)
 }
 
