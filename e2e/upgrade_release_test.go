@@ -54,16 +54,7 @@ func TestUpgradeFromRelease(t *testing.T) {
 		t.Skip("-upgrade-from-release not set: make e2e-kind runs this test on its fresh kind cluster before the suite (UPGRADE_FROM_RELEASE); it installs staticip")
 	}
 	ctx := context.Background()
-	if typ, what, err := f.ClusterType(ctx); err != nil {
-		t.Fatal(err)
-	} else if typ != framework.KindCluster {
-		t.Fatalf("needs tools/kind's cluster and registry (make e2e-kind); this is %s", what)
-	}
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	helm := helmBinary(t, root)
+	root, helm := requireKindRelease(t, ctx)
 	if out, err := exec.Command(helm, "--kubeconfig", f.Kubeconfig, "status", upgradeRelease, "-n", upgradeReleaseNS).CombinedOutput(); err == nil {
 		t.Fatalf("staticip is installed on this cluster already: the upgrade starts from a cluster without it (make kind-down first):\n%s", lastLines(string(out), 8))
 	}
@@ -120,6 +111,51 @@ func TestUpgradeFromRelease(t *testing.T) {
 	} else {
 		t.Logf("helm history: %+v", history)
 	}
+	assertNothingMoved(t, ctx, e, rev, podsBefore, sipsBefore)
+	// The set goes with the test's namespace; the suite runs on the upgraded install.
+}
+
+// TestUninstallRelease is the end of a release's life on the cluster: every workload that
+// uses static IPs deleted, charts/staticip/README.md's "Uninstall" commands for a released
+// chart verbatim (helm pull of the chart from the registry, its scripts/uninstall.sh
+// --delete-crds: kind.sh uninstall), then the leftover check — no release, no staticip CRD
+// nor instance of one, and on every node none of the agent's routes or files. make e2e-kind
+// runs it after the suite (off unless -uninstall-release).
+func TestUninstallRelease(t *testing.T) {
+	if !*uninstallRelease {
+		t.Skip("-uninstall-release not set: make e2e-kind runs this test after the suite; it uninstalls staticip")
+	}
+	ctx := context.Background()
+	root, helm := requireKindRelease(t, ctx)
+	uninstallAndCheckLeftovers(t, ctx, filepath.Join(root, "charts", "staticip"), func() {
+		runLogged(t, root, "charts/staticip/README.md's uninstall", filepath.Join(root, "tools", "kind", "kind.sh"), "uninstall")
+	})
+	if out, err := exec.Command(helm, "--kubeconfig", f.Kubeconfig, "status", upgradeRelease, "-n", upgradeReleaseNS).CombinedOutput(); err == nil {
+		t.Errorf("the Helm release %s is left after the uninstall:\n%s", upgradeRelease, lastLines(string(out), 8))
+	}
+}
+
+// requireKindRelease fails unless the cluster is tools/kind's (its registry, kind.sh), and
+// returns the checkout and helm.
+func requireKindRelease(t *testing.T, ctx context.Context) (root, helm string) {
+	t.Helper()
+	if typ, what, err := f.ClusterType(ctx); err != nil {
+		t.Fatal(err)
+	} else if typ != framework.KindCluster {
+		t.Fatalf("needs tools/kind's cluster and registry (make e2e-kind); this is %s", what)
+	}
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return root, helmBinary(t, root)
+}
+
+// assertNothingMoved waits until the set's pods are Ready at revision rev again and fails
+// the test for any pod recreated, restarted or moved, any IP changed, any StaticIP of the
+// cluster dropped or changed since podsBefore and sipsBefore were recorded.
+func assertNothingMoved(t *testing.T, ctx context.Context, e *estsTest, rev string, podsBefore map[string]podRecord, sipsBefore map[string]string) {
+	t.Helper()
 	podsAfter := e.waitSettled(ctx, "6 pods Ready after the upgrade", allAt(rev))
 	e.assertIPsKept("after the upgrade", podsAfter)
 	recs := podRecords(podsAfter)
@@ -139,36 +175,6 @@ func TestUpgradeFromRelease(t *testing.T) {
 		} else {
 			t.Logf("StaticIP %s unchanged across the upgrade: %s", key, now)
 		}
-	}
-	// The set goes with the test's namespace; the suite runs on the upgraded install.
-}
-
-// TestUninstallRelease is the end of a release's life on the cluster: every workload that
-// uses static IPs deleted, charts/staticip/README.md's "Uninstall" commands for a released
-// chart verbatim (helm pull of the chart from the registry, its scripts/uninstall.sh
-// --delete-crds: kind.sh uninstall), then the leftover check — no release, no staticip CRD
-// nor instance of one, and on every node none of the agent's routes or files. make e2e-kind
-// runs it after the suite (off unless -uninstall-release).
-func TestUninstallRelease(t *testing.T) {
-	if !*uninstallRelease {
-		t.Skip("-uninstall-release not set: make e2e-kind runs this test after the suite; it uninstalls staticip")
-	}
-	ctx := context.Background()
-	if typ, what, err := f.ClusterType(ctx); err != nil {
-		t.Fatal(err)
-	} else if typ != framework.KindCluster {
-		t.Fatalf("needs tools/kind's cluster and registry (make e2e-kind); this is %s", what)
-	}
-	root, err := framework.RepoRoot()
-	if err != nil {
-		t.Fatal(err)
-	}
-	helm := helmBinary(t, root)
-	uninstallAndCheckLeftovers(t, ctx, filepath.Join(root, "charts", "staticip"), func() {
-		runLogged(t, root, "charts/staticip/README.md's uninstall", filepath.Join(root, "tools", "kind", "kind.sh"), "uninstall")
-	})
-	if out, err := exec.Command(helm, "--kubeconfig", f.Kubeconfig, "status", upgradeRelease, "-n", upgradeReleaseNS).CombinedOutput(); err == nil {
-		t.Errorf("the Helm release %s is left after the uninstall:\n%s", upgradeRelease, lastLines(string(out), 8))
 	}
 }
 

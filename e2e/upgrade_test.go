@@ -164,26 +164,7 @@ func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
 		}
 		t.Logf("after the upgrade: %s %s/%s runs %s: %v", c.Kind, ns, c.Name, image, waitRunningImage(t, ctx, c.Kind, ns, c.Name, image))
 	}
-	after := e.waitSettled(ctx, "6 pods Ready after the upgrade", allAt(rev))
-	e.assertIPsKept("after the upgrade", after)
-	for name, was := range before {
-		now := podRecords(after)[name]
-		if now != was {
-			t.Errorf("pod %s changed across the upgrade: before %+v, after %+v", name, was, now)
-		} else {
-			t.Logf("pod %s unchanged across the upgrade: %+v", name, now)
-		}
-	}
-	sipsAfter := staticIPRecords(t, ctx, e)
-	for key, was := range sipsBefore {
-		if now, ok := sipsAfter[key]; !ok {
-			t.Errorf("StaticIP %s (%s) was dropped by the upgrade", key, was)
-		} else if now != was {
-			t.Errorf("StaticIP %s changed across the upgrade: before %s, after %s", key, was, now)
-		} else {
-			t.Logf("StaticIP %s unchanged across the upgrade: %s", key, now)
-		}
-	}
+	assertNothingMoved(t, ctx, e, rev, before, sipsBefore)
 	notAdopted := run("objects of the release", "bash", "-c",
 		fmt.Sprintf(`%q get manifest %s -n %s | %q get -f - --no-headers -o 'custom-columns=KIND:.kind,NAME:.metadata.name,BY:.metadata.labels.app\.kubernetes\.io/managed-by' | awk '$3 != "Helm"'`,
 			helm, upgradeRelease, upgradeReleaseNS, f.Kubectl))
