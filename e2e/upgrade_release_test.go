@@ -74,15 +74,7 @@ func TestUpgradeFromRelease(t *testing.T) {
 	before := waitReleaseRunning(t, ctx, repo, oldImages, "the previous release "+oldVersion)
 
 	// 2. Static-IP workload.
-	e := newESTSTest(t, "e2e-upgrade-release", "up")
-	e.create(ctx, testServerImage, 0)
-	rev := e.observed(ctx).Status.UpdateRevision
-	pods := e.waitSettled(ctx, "6 pods Ready before the upgrade", allAt(rev))
-	e.rememberIPs(pods)
-	e.assertStaticIPs(ctx, "before the upgrade", pods)
-	podsBefore := podRecords(pods)
-	sipsBefore := staticIPRecords(t, ctx, e)
-	t.Logf("before the upgrade: %d pods, %d StaticIPs in the cluster", len(podsBefore), len(sipsBefore))
+	w := startUpgradeWorkload(t, ctx, "e2e-upgrade-release")
 
 	// 3. The working tree, released as the next version, and README's helm upgrade --install.
 	runLogged(t, root, "the working tree's release and README's install (the upgrade)", kindSh, "install")
@@ -111,7 +103,7 @@ func TestUpgradeFromRelease(t *testing.T) {
 	} else {
 		t.Logf("helm history: %+v", history)
 	}
-	assertNothingMoved(t, ctx, e, rev, podsBefore, sipsBefore)
+	w.assertNothingMoved(t, ctx)
 	// The set goes with the test's namespace; the suite runs on the upgraded install.
 }
 
@@ -151,23 +143,47 @@ func requireKindRelease(t *testing.T, ctx context.Context) (root, helm string) {
 	return root, helmBinary(t, root)
 }
 
-// assertNothingMoved waits until the set's pods are Ready at revision rev again and fails
-// the test for any pod recreated, restarted or moved, any IP changed, any StaticIP of the
-// cluster dropped or changed since podsBefore and sipsBefore were recorded.
-func assertNothingMoved(t *testing.T, ctx context.Context, e *estsTest, rev string, podsBefore map[string]podRecord, sipsBefore map[string]string) {
+// upgradeWorkload is the static-IP workload an upgrade must leave alone: a 6-pod
+// EnhancedStatefulSet, its pods and every StaticIP of the cluster as they were before.
+type upgradeWorkload struct {
+	e    *estsTest
+	rev  string
+	pods map[string]podRecord
+	sips map[string]string
+}
+
+// startUpgradeWorkload creates the set in a namespace of prefix, waits until its pods are
+// Ready with their StaticIPs, and records them.
+func startUpgradeWorkload(t *testing.T, ctx context.Context, prefix string) *upgradeWorkload {
 	t.Helper()
-	podsAfter := e.waitSettled(ctx, "6 pods Ready after the upgrade", allAt(rev))
-	e.assertIPsKept("after the upgrade", podsAfter)
+	e := newESTSTest(t, prefix, "up")
+	e.create(ctx, testServerImage, 0)
+	rev := e.observed(ctx).Status.UpdateRevision
+	pods := e.waitSettled(ctx, "6 pods Ready before the upgrade", allAt(rev))
+	e.rememberIPs(pods)
+	e.assertStaticIPs(ctx, "before the upgrade", pods)
+	w := &upgradeWorkload{e: e, rev: rev, pods: podRecords(pods), sips: staticIPRecords(t, ctx, e)}
+	t.Logf("before the upgrade: %d pods, %d StaticIPs in the cluster", len(w.pods), len(w.sips))
+	return w
+}
+
+// assertNothingMoved waits until the set's pods are Ready at their revision again and fails
+// the test for any pod recreated, restarted or moved, any IP changed, any StaticIP of the
+// cluster dropped or changed since startUpgradeWorkload.
+func (w *upgradeWorkload) assertNothingMoved(t *testing.T, ctx context.Context) {
+	t.Helper()
+	podsAfter := w.e.waitSettled(ctx, "6 pods Ready after the upgrade", allAt(w.rev))
+	w.e.assertIPsKept("after the upgrade", podsAfter)
 	recs := podRecords(podsAfter)
-	for name, was := range podsBefore {
+	for name, was := range w.pods {
 		if now := recs[name]; now != was {
 			t.Errorf("pod %s changed across the upgrade: before %+v, after %+v", name, was, now)
 		} else {
 			t.Logf("pod %s unchanged across the upgrade: %+v", name, now)
 		}
 	}
-	sipsAfter := staticIPRecords(t, ctx, e)
-	for key, was := range sipsBefore {
+	sipsAfter := staticIPRecords(t, ctx, w.e)
+	for key, was := range w.sips {
 		if now, ok := sipsAfter[key]; !ok {
 			t.Errorf("StaticIP %s (%s) was dropped by the upgrade", key, was)
 		} else if now != was {

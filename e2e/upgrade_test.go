@@ -110,15 +110,8 @@ func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
 	}
 
 	// 2. Static-IP workload.
-	e := newESTSTest(t, "e2e-upgrade", "up")
-	e.create(ctx, testServerImage, 0)
-	rev := e.observed(ctx).Status.UpdateRevision
-	pods := e.waitSettled(ctx, "6 pods Ready before the upgrade", allAt(rev))
-	e.rememberIPs(pods)
-	e.assertStaticIPs(ctx, "before the upgrade", pods)
-	before := podRecords(pods)
-	sipsBefore := staticIPRecords(t, ctx, e)
-	t.Logf("before the upgrade: %d pods, %d StaticIPs in the cluster", len(before), len(sipsBefore))
+	w := startUpgradeWorkload(t, ctx, "e2e-upgrade")
+	e := w.e
 
 	// 3. The upgrade.
 	valuesFile := filepath.Join(t.TempDir(), "values.yaml")
@@ -164,7 +157,7 @@ func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
 		}
 		t.Logf("after the upgrade: %s %s/%s runs %s: %v", c.Kind, ns, c.Name, image, waitRunningImage(t, ctx, c.Kind, ns, c.Name, image))
 	}
-	assertNothingMoved(t, ctx, e, rev, before, sipsBefore)
+	w.assertNothingMoved(t, ctx)
 	notAdopted := run("objects of the release", "bash", "-c",
 		fmt.Sprintf(`%q get manifest %s -n %s | %q get -f - --no-headers -o 'custom-columns=KIND:.kind,NAME:.metadata.name,BY:.metadata.labels.app\.kubernetes\.io/managed-by' | awk '$3 != "Helm"'`,
 			helm, upgradeRelease, upgradeReleaseNS, f.Kubectl))
