@@ -79,13 +79,7 @@ func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	helm := *helmFlag
-	if helm == "" {
-		helm = filepath.Join(root, "_output", "bin", "helm")
-	}
-	if _, err := os.Stat(helm); err != nil {
-		t.Fatalf("no helm at %s (make helm builds it): %v", helm, err)
-	}
+	helm := helmBinary(t, root)
 	chart := filepath.Join(root, "charts", "staticip")
 	agent, err := f.Client.AppsV1().DaemonSets("kube-system").Get(ctx, agentDaemonSet, metav1.GetOptions{})
 	if err != nil {
@@ -117,15 +111,8 @@ func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
 	}
 
 	// 2. Static-IP workload.
-	e := newESTSTest(t, "e2e-upgrade", "up")
-	e.create(ctx, testServerImage, 0)
-	rev := e.observed(ctx).Status.UpdateRevision
-	pods := e.waitSettled(ctx, "6 pods Ready before the upgrade", allAt(rev))
-	e.rememberIPs(pods)
-	e.assertStaticIPs(ctx, "before the upgrade", pods)
-	before := podRecords(pods)
-	sipsBefore := staticIPRecords(t, ctx, e)
-	t.Logf("before the upgrade: %d pods, %d StaticIPs in the cluster", len(before), len(sipsBefore))
+	w := startUpgradeWorkload(t, ctx, "e2e-upgrade")
+	e := w.e
 
 	// 3. The upgrade.
 	valuesFile := filepath.Join(t.TempDir(), "values.yaml")
@@ -171,26 +158,7 @@ func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
 		}
 		t.Logf("after the upgrade: %s %s/%s runs %s: %v", c.Kind, ns, c.Name, image, waitRunningImage(t, ctx, c.Kind, ns, c.Name, image))
 	}
-	after := e.waitSettled(ctx, "6 pods Ready after the upgrade", allAt(rev))
-	e.assertIPsKept("after the upgrade", after)
-	for name, was := range before {
-		now := podRecords(after)[name]
-		if now != was {
-			t.Errorf("pod %s changed across the upgrade: before %+v, after %+v", name, was, now)
-		} else {
-			t.Logf("pod %s unchanged across the upgrade: %+v", name, now)
-		}
-	}
-	sipsAfter := staticIPRecords(t, ctx, e)
-	for key, was := range sipsBefore {
-		if now, ok := sipsAfter[key]; !ok {
-			t.Errorf("StaticIP %s (%s) was dropped by the upgrade", key, was)
-		} else if now != was {
-			t.Errorf("StaticIP %s changed across the upgrade: before %s, after %s", key, was, now)
-		} else {
-			t.Logf("StaticIP %s unchanged across the upgrade: %s", key, now)
-		}
-	}
+	w.assertNothingMoved(t, ctx)
 	notAdopted := run("objects of the release", "bash", "-c",
 		fmt.Sprintf(`%q get manifest %s -n %s | %q get -f - --no-headers -o 'custom-columns=KIND:.kind,NAME:.metadata.name,BY:.metadata.labels.app\.kubernetes\.io/managed-by' | awk '$3 != "Helm"'`,
 			helm, upgradeRelease, upgradeReleaseNS, f.Kubectl))
@@ -201,16 +169,7 @@ func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
 		t.FailNow()
 	}
 
-	// 5. Uninstall and the leftover check. What the agent wrote, and where, as the nodes see it.
-	agent, err = f.Client.AppsV1().DaemonSets("kube-system").Get(ctx, agentDaemonSet, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	nodeFiles := agentNodeFiles(agent)
-	nodes, err := f.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	// 5. Uninstall and the leftover check.
 	if err := e.cs.JkeV1alpha1().EnhancedStatefulSets(e.ns).Delete(ctx, e.name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -220,44 +179,9 @@ func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	// uninstall.sh refuses while workloads use staticip: like a user, delete them all first
-	// (here also what the cluster's installer made, e.g. the edge DNS DeploymentGrid).
-	deleteStaticIPWorkloads(t, ctx)
-	run("uninstall", filepath.Join(chart, "scripts", "uninstall.sh"), upgradeRelease, upgradeReleaseNS, "--delete-crds")
-	assertNoStaticIPObjects(t, ctx, chart)
-	for _, n := range nodes.Items {
-		sh, why, err := f.NodeShell(ctx, n.Name)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if sh == nil {
-			t.Logf("node %s: files and routes not checked: %s", n.Name, why)
-			continue
-		}
-		for _, family := range []string{"-4", "-6"} {
-			out, err := sh.Exec("ip", family, "route", "show", "proto", agentRouteProtocol)
-			if err != nil {
-				t.Errorf("node %s: %v", n.Name, err)
-			} else if strings.TrimSpace(out) != "" {
-				t.Errorf("node %s (%s): the agent's routes are left:\n%s", n.Name, sh.Where(), out)
-			}
-		}
-		// The agent's outgoing NAT table (cni/README.md, "Outgoing NAT"), where the node has nft
-		// (the local cluster's nodes share this machine's; kind's node image has none).
-		if out, err := sh.Exec("nft", "list", "tables"); err != nil {
-			t.Logf("node %s: NAT table not checked (no nft on the node): %v", n.Name, err)
-		} else if strings.Contains(out, "inet staticip") {
-			t.Errorf("node %s (%s): the agent's NAT table inet staticip is left", n.Name, sh.Where())
-		}
-		for _, p := range nodeFiles {
-			p = strings.ReplaceAll(p, "$(NODE_NAME)", n.Name)
-			// A data directory that is a hostPath mount point stays, empty: nothing in it may.
-			out, _ := sh.Exec("sh", "-c", fmt.Sprintf("if [ -d %[1]q ]; then ls -A %[1]q; elif [ -e %[1]q ]; then echo %[1]q; fi", p))
-			if strings.TrimSpace(out) != "" {
-				t.Errorf("node %s (%s): %s is left: %s", n.Name, sh.Where(), p, strings.TrimSpace(out))
-			}
-		}
-	}
+	uninstallAndCheckLeftovers(t, ctx, chart, func() {
+		run("uninstall", filepath.Join(chart, "scripts", "uninstall.sh"), upgradeRelease, upgradeReleaseNS, "--delete-crds")
+	})
 }
 
 // applyPinnedInstall applies the pinned commit's install over the cluster's: its CRDs, and
@@ -573,7 +497,7 @@ func assertNoStaticIPObjects(t *testing.T, ctx context.Context, chart string) {
 }
 
 // deleteStaticIPWorkloads deletes every EnhancedStatefulSet and grid of the cluster and
-// waits until none is left (their pods and workloads go with them, by owner references).
+// waits until none is left, with their workloads and pods (foreground deletion).
 func deleteStaticIPWorkloads(t *testing.T, ctx context.Context) {
 	t.Helper()
 	dyn := dynamic.NewForConfigOrDie(f.Config)
@@ -592,7 +516,10 @@ func deleteStaticIPWorkloads(t *testing.T, ctx context.Context) {
 		}
 		for _, o := range list.Items {
 			t.Logf("deleting %s %s/%s before the uninstall", gvr.Resource, o.GetNamespace(), o.GetName())
-			if err := dyn.Resource(gvr).Namespace(o.GetNamespace()).Delete(ctx, o.GetName(), metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			// Foreground: the object goes once its workloads and their pods are gone (the
+			// uninstall then removes the CNI no pod of theirs still needs for its teardown).
+			fg := metav1.DeletePropagationForeground
+			if err := dyn.Resource(gvr).Namespace(o.GetNamespace()).Delete(ctx, o.GetName(), metav1.DeleteOptions{PropagationPolicy: &fg}); err != nil && !apierrors.IsNotFound(err) {
 				t.Fatal(err)
 			}
 		}

@@ -10,7 +10,11 @@
 #   kind.sh down        # delete the cluster, its network, the registry, and the engine if we started it
 #   kind.sh leftovers   # fail when anything of ours is left (containers, bridge, mounts,
 #                       # processes, iptables rules, host sysctls)
+#   kind.sh cluster     # engine, node image, registry, cluster: up without installing staticip
 #   kind.sh install     # release into the registry and (re)install from it (helm upgrade --install)
+#   kind.sh install-release-of DIR VERSION  # an earlier commit's own make release (checkout DIR), its README's install
+#   kind.sh installed   # exit 0 when staticip's Helm release is on the cluster
+#   kind.sh uninstall   # charts/staticip/README.md's uninstall of the released chart, verbatim
 #   kind.sh quickstart  # README's "A first static-IP workload in five minutes", verbatim
 #
 # Settings (environment): KIND_CLUSTER (staticip), KIND_STATE_DIR (/var/lib/staticip-kind),
@@ -177,8 +181,9 @@ cluster_running() {
   kubectl get --raw /readyz >/dev/null 2>&1
 }
 
-up() {
-  local start=$SECONDS t
+# up_cluster: engine, node image, registry and cluster, without staticip (each a no-op when done).
+up_cluster() {
+  local t
   mkdir -p "$state"
   use_engine
   t=$SECONDS
@@ -211,6 +216,11 @@ up() {
     kind create cluster --config "$state/cluster.yaml" --kubeconfig "$kubeconfig" --wait 0s >&2
     log "cluster created in $((SECONDS - t))s"
   fi
+}
+
+up() {
+  local start=$SECONDS t
+  up_cluster
   t=$SECONDS
   install
   log "installed in $((SECONDS - t))s; up in $((SECONDS - start))s"
@@ -273,22 +283,23 @@ load_fixtures() {
   echo "$stamp" >"$state/images.loaded"
 }
 
-# readme_install prints the kubectl and helm commands of the top README's "Installing into a
-# cluster" block, comments stripped: the install a user copies is the install we run.
+# readme_install prints the kubectl and helm commands of the top README's (or README $1's)
+# "Installing into a cluster" block, comments stripped: the install a user copies is the
+# install we run.
 readme_install() {
   awk '/^## Installing into a cluster/ {sec=1; next} sec && /^## / {exit}
        sec && /^```/ {if (blk) exit; blk=1; next}
-       blk && /^(kubectl|helm) / {sub(/[ \t]+#.*$/, ""); print}' README.md
+       blk && /^(kubectl|helm) / {sub(/[ \t]+#.*$/, ""); print}' "${1:-README.md}"
 }
 
-# readme_block prints the shell blocks (```sh) of the README section $1 whose first line is a
-# comment starting with $2, verbatim.
+# readme_block prints the shell blocks (```sh) of the README section $1 whose first line
+# starts with $2, verbatim; of README.md or the file $3.
 readme_block() {
   awk -v h="$1" -v mark="$2" '$0 == h {sec=1; next} sec && /^## / {exit}
        sec && /^```sh$/ {blk=1; first=1; next}
        blk && /^```$/ {blk=0; take=0; next}
        blk && first {first=0; take = index($0, mark) == 1}
-       blk && take {print}' README.md
+       blk && take {print}' "${3:-README.md}"
 }
 
 # kind_values writes the values of this kind cluster to $state/values.yaml, which replaces the
@@ -341,28 +352,18 @@ edge:
 YAML
 }
 
-install() {
-  local cmd addr version
-  mapfile -t cmds < <(readme_install)
-  [ ${#cmds[@]} -gt 0 ] || { log "README.md has no kubectl/helm commands under 'Installing into a cluster'"; exit 1; }
-  "$root/tools/helm.sh"
-  registry_up
+# readme_helm_install runs README $1's "Installing into a cluster" commands for release
+# $2 of the registry, with the values files $3 (the fixed ones) and $state/values.yaml (this
+# cluster's) in place of my-values.yaml.
+readme_helm_install() {
+  local readme=$1 version=$2 fixed=$3 cmd addr
+  mapfile -t cmds < <(readme_install "$readme")
+  [ ${#cmds[@]} -gt 0 ] || { log "$readme has no kubectl/helm commands under 'Installing into a cluster'"; exit 1; }
   addr=$(registry_addr)
-  # helm and the release tool trust the registry's CA (Go's TLS reads SSL_CERT_FILE), so the
-  # README's commands run with no insecure or CA flag, as against a public registry.
-  export SSL_CERT_FILE="$registry_dir/ca.crt"
-  version=$(release_version)
-  local t=$SECONDS
-  release "$version"
-  echo "$version" >"$state/release.version"
-  log "released $version to $addr/staticip in $((SECONDS - t))s"
-  kind_values
-  load_fixtures
-  local dns=manifests/edge/coredns
   for cmd in "${cmds[@]}"; do
     # The README names the project's registry, a chart version and my-values.yaml: here
     # they are this machine's registry, the version just released and this cluster's values.
-    cmd=${cmd//-f my-values.yaml/-f $root/tools/kind/values.yaml -f $state/values.yaml}
+    cmd=${cmd//-f my-values.yaml/-f $fixed -f $state/values.yaml}
     cmd=${cmd//$readme_registry\//$addr/staticip/}
     cmd=$(sed -E "s/--version [^ ]+/--version ${version#v}/" <<<"$cmd")
     log "README: $cmd"
@@ -378,6 +379,25 @@ install() {
       kubectl wait --for condition=Established --timeout=60s crd --all >/dev/null
     fi
   done
+}
+
+install() {
+  local addr version
+  "$root/tools/helm.sh"
+  registry_up
+  addr=$(registry_addr)
+  # helm and the release tool trust the registry's CA (Go's TLS reads SSL_CERT_FILE), so the
+  # README's commands run with no insecure or CA flag, as against a public registry.
+  export SSL_CERT_FILE="$registry_dir/ca.crt"
+  version=$(release_version)
+  local t=$SECONDS
+  release "$version"
+  echo "$version" >"$state/release.version"
+  log "released $version to $addr/staticip in $((SECONDS - t))s"
+  kind_values
+  load_fixtures
+  local dns=manifests/edge/coredns
+  readme_helm_install README.md "$version" "$root/tools/kind/values.yaml"
   kubectl -n kube-system rollout status daemonset/staticip-agent --timeout=300s >&2
   kubectl wait --for condition=Ready node --all --timeout=300s >/dev/null
   if [ "${KIND_KUBE_PROXY_DIRECT:-0}" != 1 ]; then
@@ -391,6 +411,69 @@ install() {
     kubectl -n "${d%/*}" rollout status "deployment/${d#*/}" --timeout=300s >&2
   done
   pulled_not_loaded
+}
+
+# install_release_of installs an earlier commit's release, the upgrade e2e's starting point
+# (e2e/upgrade_release_test.go, make e2e-kind): in that commit's checkout $1 (a git worktree),
+# its own `make release VERSION=$2` (its tools, its sources; linux/amd64 images and plugin) into
+# the registry, then that commit's README's "Installing into a cluster" commands with its
+# tools/kind/values.yaml and this cluster's values, as install does for the working tree. The
+# kubeadm scheduler, kube-proxy and DNS stay as they are: the working tree's install (the
+# upgrade) takes them over.
+install_release_of() {
+  local dir=$1 version=$2 addr t
+  [ -f "$dir/README.md" ] && [ -f "$dir/Makefile" ] || { log "$dir is not a checkout of staticip"; exit 1; }
+  [ -n "$version" ] || { log "usage: kind.sh install-release-of DIR VERSION"; exit 2; }
+  "$root/tools/helm.sh"
+  registry_up
+  addr=$(registry_addr)
+  export SSL_CERT_FILE="$registry_dir/ca.crt"
+  # Its helm is ours when it pins the same one (its tools/helm.sh finds the stamp and builds
+  # nothing; another pin builds its own).
+  mkdir -p "$dir/_output/bin"
+  cp -p "$bin/helm" "$bin/.helm.stamp" "$dir/_output/bin/"
+  t=$SECONDS
+  make -C "$dir" --no-print-directory release VERSION="$version" REGISTRY="$addr/staticip" \
+    RELEASE_PLATFORMS=linux/amd64 RELEASE_PLUGIN_PLATFORMS=linux/amd64 \
+    KREW_BASE_URL="file://$dir/_output/release/{VERSION}" >&2
+  log "released $(git -C "$dir" rev-parse --short=12 HEAD) as $version to $addr/staticip with its own make release in $((SECONDS - t))s"
+  kind_values
+  load_fixtures
+  t=$SECONDS
+  readme_helm_install "$dir/README.md" "$version" "$dir/tools/kind/values.yaml"
+  kubectl wait --for condition=Ready node --all --timeout=300s >/dev/null
+  local w
+  for w in $(kubectl get daemonsets,deployments -A -l app.kubernetes.io/managed-by=Helm \
+      -o jsonpath='{range .items[*]}{.metadata.namespace}/{.kind}/{.metadata.name}{"\n"}{end}'); do
+    kubectl -n "${w%%/*}" rollout status "$(tr '[:upper:]' '[:lower:]' <<<"${w#*/}")" --timeout=300s >&2
+  done
+  log "installed $version with its README's commands in $((SECONDS - t))s"
+}
+
+# installed: is staticip's Helm release on the cluster?
+installed() {
+  "$bin/helm" status staticip -n kube-system >/dev/null 2>&1
+}
+
+# uninstall runs charts/staticip/README.md's "Uninstall" commands for a released chart
+# verbatim (helm pull of the installed release's chart, its scripts/uninstall.sh
+# --delete-crds) with this machine's registry and the version kind.sh released. The workloads
+# that use static IPs must be gone (the script refuses otherwise).
+uninstall() {
+  local script version addr dir
+  version=$(cat "$state/release.version" 2>/dev/null) || { log "nothing released yet (kind.sh up)"; exit 1; }
+  script=$(readme_block "## Uninstall" "helm pull" charts/staticip/README.md |
+    sed -E 's/[ \t]+#.*$//; s/\[--delete-crds\]/--delete-crds/')
+  [ -n "$script" ] || { log "charts/staticip/README.md's Uninstall section has no 'helm pull' block"; exit 1; }
+  addr=$(registry_addr)
+  script=${script//oci:\/\/<registry>\//oci://$addr/staticip/}
+  script=${script//<VERSION>/${version#v}}
+  export SSL_CERT_FILE="$registry_dir/ca.crt"
+  dir="$state/uninstall"
+  rm -rf "$dir"; mkdir -p "$dir"
+  log "charts/staticip/README.md's uninstall, verbatim:"$'\n'"$script"
+  (cd "$dir" && PATH="$bin:$PATH" bash -euo pipefail -c "$script") >&2
+  rm -rf "$dir"
 }
 
 # pulled_not_loaded fails unless every staticip container in kube-system runs an image of the
@@ -571,10 +654,14 @@ leftovers() {
 
 case "${1:-}" in
   up) up ;;
+  cluster) up_cluster ;;
   down) down ;;
   install) use_engine; install ;;
+  install-release-of) use_engine; install_release_of "${2:-}" "${3:-}" ;;
+  installed) installed ;;
+  uninstall) use_engine; uninstall ;;
   quickstart) use_engine; quickstart ;;
   leftovers) leftovers ;;
   config) cluster_config "${2:-IMAGE}" ;;
-  *) echo "usage: $0 up|down|install|quickstart|leftovers|config" >&2; exit 2 ;;
+  *) echo "usage: $0 up|cluster|down|install|install-release-of DIR VERSION|installed|uninstall|quickstart|leftovers|config" >&2; exit 2 ;;
 esac

@@ -4,7 +4,9 @@
 # starts Debian's dockerd with its own config (no iptables, no docker0) and stops it again;
 # where no node image can be pulled, it builds one offline (tools/kind/nodeimage.sh).
 #   make kind-up        # no-op when the cluster is up
-#   make e2e-kind       # up, README's five-minute workload, suite, down (always), leftover check, lifecycle test
+#   make e2e-kind       # cluster, upgrade from the previous release (its own make release, its README's
+#                       # install) to the working tree's, README's five-minute workload, suite, uninstall,
+#                       # down (always), leftover check, lifecycle test
 #   make kind-down      # cluster, network and our engine gone; the node image stays cached
 # KIND_NODE_IMAGE=kindest/node:v1.36.x uses the stock image where Docker can pull it.
 
@@ -27,23 +29,71 @@ kind-leftovers: ## fail when kind-down left anything (containers, bridge, mounts
 kind-node-image: deps build ## build the offline kind node image (cached by content)
 	@$(ROOT)/tools/kind/dockerd.sh up && eval "export $$($(ROOT)/tools/kind/dockerd.sh env)" && $(ROOT)/tools/kind/nodeimage.sh
 
-# The suite against the kind cluster; prints how many tests ran, passed, skipped (and why).
+# The suite against the kind cluster (the two tests e2e-kind runs around it left out); prints how many tests ran, passed, skipped (and why).
 # E2E_KIND_CHAOS=1 also runs TestNoDuplicateIPUnderChaos there (skipped on kind otherwise).
 e2e-kind-suite:
 	@mkdir -p $(OUT)
 	@eval "export $$($(ROOT)/tools/kind/dockerd.sh env)"; rc=0; \
-	  $(GO) -C e2e test -tags e2e $(E2E_FLAGS) ./... -args -kubeconfig=$(KIND_KUBECONFIG) $(if $(filter 1,$(E2E_KIND_CHAOS)),-chaos-on-kind) 2>&1 | tee $(OUT)/e2e-kind.log || rc=$$?; \
+	  $(GO) -C e2e test -tags e2e $(E2E_FLAGS) -skip '^(TestUpgradeFromRelease|TestUninstallRelease)$$' ./... -args -kubeconfig=$(KIND_KUBECONFIG) $(if $(filter 1,$(E2E_KIND_CHAOS)),-chaos-on-kind) 2>&1 | tee $(OUT)/e2e-kind.log || rc=$$?; \
 	  $(ROOT)/tools/kind/summary.sh e2e-kind $(OUT)/e2e-kind.log; \
 	  exit $$rc
 
 e2e-kind-lifecycle: ## kind-up twice is a no-op, kind-down leaves nothing, kind-up after a killed dockerd recovers
 	$(GO) -C tools test -tags e2e -count=1 -v -timeout 60m ./kind/lifecycle/
 
-e2e-kind: deps build helm registry ## kind up, e2e suite, down (always), leftover check, lifecycle test
-	@start=$$SECONDS; rc=0; \
-	  $(KIND_SH) up || rc=$$?; \
-	  if [ $$rc -eq 0 ]; then $(KIND_SH) quickstart || rc=$$?; fi; \
+# The upgrade from the previous release (e2e/upgrade_release_test.go, RELEASING.md "Tested"),
+# the first thing on e2e-kind's fresh cluster: UPGRADE_FROM_RELEASE released by its own
+# `make release` (a git worktree of it, linux/amd64) as UPGRADE_FROM_RELEASE_VERSION into the
+# cluster's registry and installed with its README's commands, an EnhancedStatefulSet with
+# static IPs, then the working tree released and installed with this README's `helm upgrade
+# --install` (kind.sh install: the install the suite then runs on); no pod, IP or StaticIP
+# changed, every component on the new release's pulled digests. No release is tagged yet: the
+# previous release is the newest commit of main whose `make release` works; once v0.1.0 is
+# tagged, UPGRADE_FROM_RELEASE=v0.1.0 UPGRADE_FROM_RELEASE_VERSION=v0.1.0 (then the latest tag).
+# Its version sorts before the working tree's <appVersion>-dev.<commit>, as a previous
+# release's does. The clone must hold the commit (a shallow clone fails, saying so).
+# E2E_KIND_UPGRADE=0: the plain install instead.
+UPGRADE_FROM_RELEASE         ?= e2a675d
+UPGRADE_FROM_RELEASE_VERSION ?= v0.1.0-alpha.0
+E2E_KIND_UPGRADE             ?= 1
+
+.PHONY: e2e-kind-install e2e-kind-uninstall
+
+# e2e-kind-install installs the working tree on the cluster: through the upgrade from the
+# previous release (TestUpgradeFromRelease) where the cluster has no staticip yet, else
+# (make kind-up before, or E2E_KIND_UPGRADE=0) kind.sh install, saying why.
+e2e-kind-install:
+	@mkdir -p $(OUT)
+	@eval "export $$($(ROOT)/tools/kind/dockerd.sh env)"; \
+	  if [ "$(E2E_KIND_UPGRADE)" != 1 ]; then \
+	    echo "e2e-kind: E2E_KIND_UPGRADE=$(E2E_KIND_UPGRADE): no upgrade from $(UPGRADE_FROM_RELEASE), the plain install" >&2; $(KIND_SH) install; \
+	  elif $(KIND_SH) installed; then \
+	    echo "e2e-kind: staticip is installed on the cluster already (make kind-up before): the upgrade from $(UPGRADE_FROM_RELEASE) needs a cluster without it and is not run (make kind-down first); installing the working tree over it" >&2; \
+	    $(KIND_SH) install; \
+	  else \
+	    start=$$SECONDS; rc=0; \
+	    $(GO) -C e2e test -tags e2e $(E2E_FLAGS) -run '^TestUpgradeFromRelease$$' . -args -kubeconfig=$(KIND_KUBECONFIG) \
+	      -upgrade-from-release=$(UPGRADE_FROM_RELEASE) -upgrade-from-release-version=$(UPGRADE_FROM_RELEASE_VERSION) 2>&1 | tee $(OUT)/e2e-kind-upgrade.log || rc=$$?; \
+	    echo "e2e-kind: upgrade from $(UPGRADE_FROM_RELEASE) ($(UPGRADE_FROM_RELEASE_VERSION)) done in $$((SECONDS - start))s (exit $$rc)"; exit $$rc; \
+	  fi
+
+# e2e-kind-uninstall: charts/staticip/README.md's uninstall of the released chart and the
+# leftover check (TestUninstallRelease), after the suite.
+e2e-kind-uninstall:
+	@eval "export $$($(ROOT)/tools/kind/dockerd.sh env)"; start=$$SECONDS; rc=0; \
+	  $(GO) -C e2e test -tags e2e $(E2E_FLAGS) -run '^TestUninstallRelease$$' . -args -kubeconfig=$(KIND_KUBECONFIG) -uninstall-release 2>&1 | tee $(OUT)/e2e-kind-uninstall.log || rc=$$?; \
+	  echo "e2e-kind: uninstall and leftover check done in $$((SECONDS - start))s (exit $$rc)"; exit $$rc
+
+e2e-kind: deps build helm registry ## kind up, upgrade from the previous release, e2e suite, uninstall, down (always), leftover check, lifecycle test
+	@if [ "$(E2E_KIND_UPGRADE)" = 1 ] && ! git -C $(ROOT) cat-file -e '$(UPGRADE_FROM_RELEASE)^{commit}' 2>/dev/null; then \
+	  echo "e2e-kind: commit $(UPGRADE_FROM_RELEASE) (UPGRADE_FROM_RELEASE) is not in this clone (shallow: $$(git -C $(ROOT) rev-parse --is-shallow-repository)):" \
+	    "the upgrade e2e releases and installs that commit of main first; fetch the full history (git fetch --unshallow), set UPGRADE_FROM_RELEASE, or E2E_KIND_UPGRADE=0" >&2; exit 1; fi
+	@start=$$SECONDS; rc=0; installed=0; \
+	  $(KIND_SH) cluster || rc=$$?; \
+	  if [ $$rc -eq 0 ]; then $(MAKE) --no-print-directory e2e-kind-install || rc=$$?; fi; \
+	  if [ $$rc -eq 0 ]; then installed=1; $(KIND_SH) quickstart || rc=$$?; fi; \
 	  if [ $$rc -eq 0 ]; then $(MAKE) --no-print-directory e2e-kind-suite || rc=$$?; fi; \
+	  if [ $$installed -eq 1 ]; then $(MAKE) --no-print-directory e2e-kind-uninstall || rc=$$?; fi; \
 	  $(KIND_SH) down || rc=$$?; \
 	  $(KIND_SH) leftovers || rc=$$?; \
 	  if [ $$rc -eq 0 ] && [ "$${E2E_KIND_LIFECYCLE:-1}" = 1 ]; then $(MAKE) --no-print-directory e2e-kind-lifecycle || rc=$$?; fi; \
