@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
@@ -51,9 +50,6 @@ var errCacheNotSynced = errors.New("the staticIPNode cache has not synced yet")
 type PodFitsResources struct {
 	cache *staticipnode.Cache
 	args  config.PodFitsResourcesWithStaticIPArgs
-	// nodes holds, per node name, a *nodeSummary: what Filter needs of the node, computed
-	// once per NodeInfo generation and cache view instead of once per pod.
-	nodes sync.Map
 	// requeue brings back the pods this plugin rejected when a StaticIP or IPRange change
 	// may let them fit (nil in unit tests built without a framework handle).
 	requeue *staticipnode.Requeue
@@ -249,12 +245,12 @@ type nodeSummary struct {
 	reserved staticipnode.Resources
 }
 
+// The summary is kept on the cache's view of the node (Memo): a new view starts without one,
+// and a NodeInfo of another generation makes it stale.
 func (pl *PodFitsResources) summary(nodeName string, nodeInfo fwk.NodeInfo, view *staticipnode.NodeInfo) *nodeSummary {
 	gen := nodeInfo.GetGeneration()
-	if v, ok := pl.nodes.Load(nodeName); ok {
-		if sum := v.(*nodeSummary); sum.generation == gen && sum.view == view {
-			return sum
-		}
+	if sum, ok := view.Memo().(*nodeSummary); ok && sum.generation == gen {
+		return sum
 	}
 	sum := &nodeSummary{generation: gen, view: view}
 	pods := nodeInfo.GetPods()
@@ -274,7 +270,7 @@ func (pl *PodFitsResources) summary(nodeName string, nodeInfo fwk.NodeInfo, view
 	}
 	// Filter runs on many goroutines; concurrent computations of the same summary store the
 	// same value.
-	pl.nodes.Store(nodeName, sum)
+	view.SetMemo(sum)
 	return sum
 }
 

@@ -88,9 +88,15 @@ type RangeInfo struct {
 	Node string
 }
 
+// viewSlot holds one node's published view.
+type viewSlot struct{ view atomic.Pointer[NodeInfo] }
+
 // NodeInfo is a consistent, read-only picture of one node's state. A new one is built after
 // every change of the node, so its address identifies its contents.
 type NodeInfo struct {
+	// memo is a reader's derived value, kept with the view it was derived from (Memo).
+	memo atomic.Pointer[memoBox]
+
 	// HasRanges: the node owns at least one IPRange.
 	HasRanges bool
 	// IPCapacity is how many addresses its valid IPRanges can give to pods.
@@ -100,6 +106,24 @@ type NodeInfo struct {
 	// Held lists every active StaticIP naming the node, whether its pod is absent or not,
 	// so that a Filter can decide presence against the scheduler's own snapshot.
 	Held []Held
+}
+
+type memoBox struct{ v any }
+
+// Memo returns what SetMemo last stored on this view (nil when nothing). A plugin keeps here
+// what it derives from the view, so one lookup finds both, and a new view starts empty.
+func (n *NodeInfo) Memo() any {
+	if b := n.memo.Load(); b != nil {
+		return b.v
+	}
+	return nil
+}
+
+// SetMemo stores v with this view (ignored on the shared view of unknown nodes).
+func (n *NodeInfo) SetMemo(v any) {
+	if n != emptyNode {
+		n.memo.Store(&memoBox{v})
+	}
 }
 
 // Held is one active StaticIP on a node.
@@ -115,10 +139,12 @@ type Held struct {
 // Cache is the staticIPNode cache. All methods are safe for concurrent use.
 type Cache struct {
 	mu sync.RWMutex
-	// views holds, per node name, the node's published *NodeInfo: Filter reads it once per
+	// views maps a node name to the slot of its published *NodeInfo: Filter reads it once per
 	// pod and node without any lock (a cache-wide read lock per call was shared by every
-	// Filter goroutine); writers, under mu, replace a node's view after changing it.
-	views     sync.Map
+	// Filter goroutine). The map is replaced (copied) only when a node name is seen for the
+	// first time, and never shrinks (a gone node's slot holds no view); writers, under mu,
+	// replace a node's view in its slot after changing it.
+	views atomic.Pointer[map[string]*viewSlot]
 	staticIPs map[string]*reservation
 	byPod     map[string]sets.Set[string] // pod key -> StaticIP keys
 	ranges    map[string]*ipRange
@@ -576,10 +602,34 @@ var emptyNode = &NodeInfo{}
 // caller until the node changes (then a new one is published): read it, never modify it.
 // It takes no lock.
 func (c *Cache) Node(node string) *NodeInfo {
-	if v, ok := c.views.Load(node); ok {
-		return v.(*NodeInfo)
+	if m := c.views.Load(); m != nil {
+		if slot := (*m)[node]; slot != nil {
+			if v := slot.view.Load(); v != nil {
+				return v
+			}
+		}
 	}
 	return emptyNode
+}
+
+// slotLocked returns node's view slot, adding one (a copy of the map) for a new name (c.mu
+// held for writing).
+func (c *Cache) slotLocked(node string) *viewSlot {
+	var m map[string]*viewSlot
+	if p := c.views.Load(); p != nil {
+		m = *p
+	}
+	if slot := m[node]; slot != nil {
+		return slot
+	}
+	next := make(map[string]*viewSlot, len(m)+1)
+	for k, v := range m {
+		next[k] = v
+	}
+	slot := &viewSlot{}
+	next[node] = slot
+	c.views.Store(&next)
+	return slot
 }
 
 // publishLocked publishes a new view of every node changed since the last publication, and
@@ -589,11 +639,11 @@ func (c *Cache) publishLocked() {
 	for name := range c.changed {
 		if n := c.nodes[name]; n != nil {
 			if n.dirty {
-				c.views.Store(name, n.build())
+				c.slotLocked(name).view.Store(n.build())
 				n.dirty = false
 			}
-		} else {
-			c.views.Delete(name)
+		} else if m := c.views.Load(); m != nil && (*m)[name] != nil {
+			(*m)[name].view.Store(nil)
 		}
 	}
 	clear(c.changed)
