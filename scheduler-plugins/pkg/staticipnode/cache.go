@@ -144,7 +144,7 @@ type Cache struct {
 	// Filter goroutine). The map is replaced (copied) only when a node name is seen for the
 	// first time, and never shrinks (a gone node's slot holds no view); writers, under mu,
 	// replace a node's view in its slot after changing it.
-	views atomic.Pointer[map[string]*viewSlot]
+	views     atomic.Pointer[map[string]*viewSlot]
 	staticIPs map[string]*reservation
 	byPod     map[string]sets.Set[string] // pod key -> StaticIP keys
 	ranges    map[string]*ipRange
