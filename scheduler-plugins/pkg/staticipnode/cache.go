@@ -365,8 +365,7 @@ func (c *Cache) OnStaticIPUpdate(oldObj, newObj interface{}) {
 		return
 	}
 	old, _ := oldObj.(*jkev1.StaticIP)
-	if old != nil && sip.Generation != 0 && old.Generation == sip.Generation &&
-		(old.DeletionTimestamp == nil) == (sip.DeletionTimestamp == nil) && old.Status.Phase == sip.Status.Phase {
+	if old != nil && statusOnly(old, sip) && old.Status.Phase == sip.Status.Phase {
 		return
 	}
 	f := staticIPFieldsOf(sip)
@@ -456,7 +455,7 @@ func (c *Cache) OnIPRangeUpdate(oldObj, newObj interface{}) {
 		return
 	}
 	old, _ := oldObj.(*jkev1.IPRange)
-	if old != nil && r.Generation != 0 && old.Generation == r.Generation && (old.DeletionTimestamp == nil) == (r.DeletionTimestamp == nil) {
+	if old != nil && statusOnly(old, r) {
 		return
 	}
 	f := ipRangeFieldsOf(r)
