@@ -85,6 +85,9 @@ type SchedulerOptions struct {
 	// NoStaticIP: no StaticIP at all (no reservations, no static-IP pods): what staticip costs
 	// a cluster that installs it and does not use it. The nodes keep their IPRanges.
 	NoStaticIP bool
+	// Progress, when set, gets each pass's row as soon as it is measured (a long run that is
+	// stopped keeps what it measured).
+	Progress func(Row)
 }
 
 // CreateWorkers is how many objects the harness creates at once by default: enough to keep
@@ -169,6 +172,9 @@ func (c *Cluster) Scheduler(ctx context.Context, o SchedulerOptions) ([]Row, err
 				row.Note("no StaticIP objects")
 			}
 			rows = append(rows, row)
+			if o.Progress != nil {
+				o.Progress(row)
+			}
 		}
 	}
 	return append(rows, SummarizeScheduler(rows)...), nil
