@@ -11,6 +11,7 @@ package main
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"flag"
@@ -41,6 +42,9 @@ type plugin struct {
 	conf func(pod int) []byte
 	// cniPath is where the plugin finds its delegates (bridge needs host-local).
 	cniPath string
+	// podName is the K8S_POD_NAME of a call in pod namespace pod with container id (default:
+	// the id; the with-API plugin's calls are for pods that exist).
+	podName func(pod int, id string) string
 }
 
 type figures struct {
@@ -57,46 +61,50 @@ func main() {
 	parallel := flag.Int("parallel", 32, "parallel plugin processes (throughput)")
 	parallelCycles := flag.Int("parallel-cycles", 640, "ADD+DEL cycles per plugin in the throughput phase")
 	rounds := flag.Int("rounds", 2, "throughput rounds per plugin, alternating plugins")
+	withAPI := flag.Bool("api", true, "add staticip with a kubeconfig against a real kube-apiserver (etcd and kube-apiserver from _output/bin or $STATICIP_BIN_DIR) as a further plugin: the API reads a node's plugin makes on ADD and DEL are measured")
 	flag.Parse()
 	stopOnSignal()
-	if err := run(*staticipBin, *compareBin, *cniDir, *cycles, *parallel, *parallelCycles, *rounds); err != nil {
+	if _, err := run(*staticipBin, *compareBin, *cniDir, *cycles, *parallel, *parallelCycles, *rounds, *withAPI); err != nil {
 		fmt.Fprintln(os.Stderr, "cnibench:", err)
 		os.Exit(1)
 	}
 }
 
-func run(staticipBin, compareBin, cniDir string, cycles, parallel, parallelCycles, rounds int) error {
+// run runs the benchmark and prints its report; with withAPI it also returns the GETs the
+// with-API plugin made, by resource.
+func run(staticipBin, compareBin, cniDir string, cycles, parallel, parallelCycles, rounds int, withAPI bool) (apiReads map[string]int, err error) {
 	for _, p := range []string{"bridge", "host-local", "ptp", "static"} {
 		if _, err := os.Stat(filepath.Join(cniDir, p)); err != nil {
-			return fmt.Errorf("%s not found in %s (apt-get install containernetworking-plugins; tools/install-deps.sh)", p, cniDir)
+			return nil, fmt.Errorf("%s not found in %s (apt-get install containernetworking-plugins; tools/install-deps.sh)", p, cniDir)
 		}
 	}
 	work, err := os.MkdirTemp("/var/lib", "cni-bench-")
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer os.RemoveAll(work)
 	if staticipBin == "" {
-		staticipBin = filepath.Join(work, "staticip")
+		// Not work/staticip: that is the plugin's data directory.
+		staticipBin = filepath.Join(work, "bin", "staticip")
 		// Built as `make build` builds it (static, no cgo): the binary a node runs.
 		build := exec.Command("go", "build", "-trimpath", "-o", staticipBin, "github.com/staticip/staticip/cni/cmd/staticip")
 		build.Env = append(os.Environ(), "CGO_ENABLED=0")
 		out, err := build.CombinedOutput()
 		if err != nil {
-			return fmt.Errorf("building staticip: %v\n%s", err, out)
+			return nil, fmt.Errorf("building staticip: %v\n%s", err, out)
 		}
 	}
 
 	host, err := testutils.NewNS()
 	if err != nil {
-		return err
+		return nil, err
 	}
 	defer closeNS(host)
 	pods := make([]pod, parallel)
 	for i := range pods {
 		n, err := testutils.NewNS()
 		if err != nil {
-			return err
+			return nil, err
 		}
 		defer closeNS(n)
 		pods[i] = pod{n, i}
@@ -132,6 +140,28 @@ func run(staticipBin, compareBin, cniDir string, cycles, parallel, parallelCycle
 		}))})
 	}
 
+	// The with-API plugin comes last, so the rows and ratios of the earlier plugins keep their
+	// indices (0 staticip, 1 bridge, 2 floor, 3 compare).
+	apiIndex := -1
+	var api *apiServer
+	if withAPI {
+		api, err = startAPIServer(context.Background(), work, host, len(pods))
+		if err != nil {
+			return nil, err
+		}
+		defer api.stop()
+		dataDir := filepath.Join(work, "staticip-api")
+		if err := seedNodeStore(dataDir, "bench-staticip-api"); err != nil {
+			return nil, fmt.Errorf("with-API store: %w", err)
+		}
+		apiIndex = len(plugins)
+		plugins = append(plugins, plugin{name: "staticip (with API)", binary: staticipBin, conf: same(mustJSON(map[string]any{
+			"cniVersion": "1.1.0", "name": "bench-staticip-api", "type": "staticip",
+			"dataDir": dataDir, "mtu": 1500, "kubeconfig": api.kubeconfig,
+			"ranges": []map[string]any{{"subnet": apiSubnet}},
+		})), podName: func(pod int, _ string) string { return apiPodName(pod) }})
+	}
+
 	fmt.Printf("cnibench: %d sequential ADD+DEL cycles per plugin; %d parallel processes, %d cycles x %d rounds per plugin\n",
 		cycles, parallel, parallelCycles, rounds)
 	fmt.Printf("machine: %d CPUs, load %s\n", runtime.NumCPU(), loadavg())
@@ -140,7 +170,7 @@ func run(staticipBin, compareBin, cniDir string, cycles, parallel, parallelCycle
 	for _, p := range plugins {
 		for i := range 5 {
 			if _, err := cycle(host, p, pods[0], fmt.Sprintf("warm-%d", i)); err != nil {
-				return fmt.Errorf("%s warm-up: %w", p.name, err)
+				return nil, fmt.Errorf("%s warm-up: %w", p.name, err)
 			}
 		}
 	}
@@ -151,7 +181,7 @@ func run(staticipBin, compareBin, cniDir string, cycles, parallel, parallelCycle
 	errs := make([]int, len(plugins))
 	for i := range cycles {
 		if interrupted.Load() {
-			return errInterrupted
+			return nil, errInterrupted
 		}
 		for j, p := range plugins {
 			d, err := cycle(host, p, pods[0], fmt.Sprintf("lat-%d", i))
@@ -176,7 +206,7 @@ func run(staticipBin, compareBin, cniDir string, cycles, parallel, parallelCycle
 	done := make([]int, len(plugins))
 	for r := range rounds {
 		if interrupted.Load() {
-			return errInterrupted
+			return nil, errInterrupted
 		}
 		for k := range plugins {
 			j := (k + r) % len(plugins)
@@ -197,13 +227,22 @@ func run(staticipBin, compareBin, cniDir string, cycles, parallel, parallelCycle
 	}
 	s, b, f := res[0], res[1], res[2]
 	fmt.Println()
+	if apiIndex >= 0 {
+		a := res[apiIndex]
+		fmt.Printf("ratio staticip (with API) / bridge+host-local: p50 %.2fx, p99 %.2fx, parallel throughput %.2fx\n",
+			ratio(a.p50, b.p50), ratio(a.p99, b.p99), a.throughput/b.throughput)
+		fmt.Printf("ratio staticip (with API) / staticip (no API): p50 %.2fx, p99 %.2fx, parallel throughput %.2fx (what the API reads add)\n",
+			ratio(a.p50, s.p50), ratio(a.p99, s.p99), a.throughput/s.throughput)
+		fmt.Printf("  95%% interval of the latency ratios with API / bridge+host-local: p50 %s, p99 %s\n",
+			bootstrapRatio(lat[apiIndex], lat[1], 0.50), bootstrapRatio(lat[apiIndex], lat[1], 0.99))
+	}
 	fmt.Printf("ratio staticip / bridge+host-local: p50 %.2fx (target <= 1.0x), p99 %.2fx (target <= 1.2x), parallel throughput %.2fx (target >= 1.0x)\n",
 		ratio(s.p50, b.p50), ratio(s.p99, b.p99), s.throughput/b.throughput)
 	fmt.Printf("ratio staticip / ptp+static floor:  p50 %.2fx (target <= 1.1x), p99 %.2fx (target <= 1.1x), parallel throughput %.2fx\n",
 		ratio(s.p50, f.p50), ratio(s.p99, f.p99), s.throughput/f.throughput)
 	fmt.Printf("  95%% interval of the latency ratios (paired bootstrap over the interleaved cycles): p50 %s, p99 %s\n",
 		bootstrapRatio(lat[0], lat[2], 0.50), bootstrapRatio(lat[0], lat[2], 0.99))
-	if len(res) > 3 {
+	if compareBin != "" {
 		c := res[3]
 		fmt.Printf("ratio compare / ptp+static floor:   p50 %.2fx, p99 %.2fx, parallel throughput %.2fx\n",
 			ratio(c.p50, f.p50), ratio(c.p99, f.p99), c.throughput/f.throughput)
@@ -212,8 +251,15 @@ func run(staticipBin, compareBin, cniDir string, cycles, parallel, parallelCycle
 		fmt.Printf("  95%% interval of the latency ratios: p50 %s, p99 %s\n",
 			bootstrapRatio(lat[0], lat[3], 0.50), bootstrapRatio(lat[0], lat[3], 0.99))
 	}
+	if api != nil {
+		if apiReads, err = api.reads(context.Background()); err != nil {
+			return nil, fmt.Errorf("with-API run: reading kube-apiserver's request counts: %w", err)
+		}
+		fmt.Printf("GETs the with-API plugin made (kube-apiserver's apiserver_request_total): pods %d, ipranges %d, staticips %d\n",
+			apiReads["pods"], apiReads["ipranges"], apiReads["staticips"])
+	}
 	fmt.Printf("load at the end: %s\n", loadavg())
-	return nil
+	return apiReads, nil
 }
 
 // failed marks a cycle that returned an error (left out of every figure).
@@ -296,14 +342,19 @@ func summarize(ds []time.Duration) figures {
 func invoke(host ns.NetNS, p plugin, command, id string, pod pod) error {
 	return host.Do(func(ns.NetNS) error {
 		cmd := exec.Command(p.binary)
+		name := id
+		if p.podName != nil {
+			name = p.podName(pod.index, id)
+		}
 		cmd.Env = []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=" + id, "CNI_NETNS=" + pod.Path(),
-			"CNI_IFNAME=eth0", "CNI_PATH=" + cniPath(p), "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=bench;K8S_POD_NAME=" + id}
+			"CNI_IFNAME=eth0", "CNI_PATH=" + cniPath(p), "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=" + apiNamespace + ";K8S_POD_NAME=" + name}
 		cmd.Stdin = bytes.NewReader(p.conf(pod.index))
 		var out bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &out, &out
 		if err := cmd.Run(); err != nil {
 			return fmt.Errorf("%s %s: %v: %s", command, id, err, strings.TrimSpace(out.String()))
 		}
+
 		return nil
 	})
 }

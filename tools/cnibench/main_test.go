@@ -1,8 +1,13 @@
 package main
 
 import (
+	"errors"
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/staticip/staticip/internal/testenv"
 )
 
 func TestBootstrapRatio(t *testing.T) {
@@ -29,5 +34,47 @@ func TestBootstrapRatio(t *testing.T) {
 	}
 	if got := bootstrapRatio(a, b, 0.99); got != "1.00x-10.00x" {
 		t.Errorf("five outliers in 500 cycles: p99 interval %s, want 1.00x-10.00x", got)
+	}
+}
+
+// TestSmoke runs the whole benchmark at a tiny size, the with-API plugin included, and checks
+// that the with-API plugin really asked the API server what a node's plugin asks: the pod on
+// every ADD, the IPRange on every new allocation, the StaticIP on every DEL.
+func TestSmoke(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("cnibench creates network namespaces: needs root")
+	}
+	for _, p := range []string{"bridge", "host-local", "ptp", "static"} {
+		if _, err := os.Stat(filepath.Join("/usr/lib/cni", p)); err != nil {
+			t.Skipf("containernetworking-plugins not installed (%v; tools/install-deps.sh installs them)", err)
+		}
+	}
+	const cycles, parallel, parallelCycles = 4, 2, 4
+	reads, err := run("", "", "/usr/lib/cni", cycles, parallel, parallelCycles, 1, true)
+	if errors.Is(err, testenv.ErrBinariesUnavailable) {
+		t.Skipf("no etcd/kube-apiserver: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 5 warm-up cycles, the latency cycles, the throughput cycles: one ADD and one DEL each.
+	calls := 5 + cycles + parallelCycles
+	for _, resource := range []string{"pods", "ipranges", "staticips"} {
+		if reads[resource] < calls {
+			t.Errorf("the with-API plugin made %d GETs of %s in %d ADD+DEL cycles, want at least one per cycle (all: %v)", reads[resource], resource, calls, reads)
+		}
+	}
+}
+
+func TestGetsByResource(t *testing.T) {
+	metrics := `# HELP apiserver_request_total x
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="GET",version="v1"} 7
+apiserver_request_total{code="404",component="apiserver",dry_run="",group="jke.jdcloud.com",resource="staticips",scope="resource",subresource="",verb="GET",version="v1"} 3
+apiserver_request_total{code="201",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="",verb="POST",version="v1"} 2
+apiserver_request_total{code="200",component="apiserver",dry_run="",group="",resource="pods",scope="resource",subresource="status",verb="GET",version="v1"} 1
+`
+	got := getsByResource(metrics)
+	if got["pods"] != 8 || got["staticips"] != 3 || len(got) != 2 {
+		t.Errorf("getsByResource = %v, want pods 8 (POSTs not counted), staticips 3", got)
 	}
 }

@@ -44,15 +44,39 @@ func main() {
 	image := flag.String("image", imagebuilder.TestServerImage, "image of the pods (present on the nodes: imagePullPolicy Never)")
 	timeout := flag.Duration("timeout", 15*time.Minute, "give up when not every pod is Running by then")
 	cleanupTimeout := flag.Duration("cleanup-timeout", 5*time.Minute, "how long to wait for the namespace to go after the measurement (run.sh: short for a cluster's last measurement, which `down` follows)")
+	csvPath := flag.String("csv", "", "append every pod's raw timings of the burst to this CSV (round,label,kind,pod,seen_s,running_s,startup_s)")
+	round := flag.Int("round", 0, "the round this burst belongs to, for --csv")
+	summarize := flag.String("summarize", "", "print the per-round figures, their medians and min–max, and the ratios of a --csv file, then exit")
 	restarts := flag.Int("restarts", 0, "instead of a burst: one workload of --replicas pods that keeps its IPs (--kind=ests: static-IP EnhancedStatefulSet; --kind=statefulset: native StatefulSet, for Spiderpool), this many deletions, each timed delete -> successor Running with the same IP (another IP fails the run)")
 	flag.Parse()
-	if err := run(*kubeconfig, *workloads, *replicas, *kind, *label, *image, *timeout, *restarts, *cleanupTimeout); err != nil {
+	if *summarize != "" {
+		if err := summarizeFile(*summarize); err != nil {
+			fmt.Fprintln(os.Stderr, "podburst:", err)
+			os.Exit(1)
+		}
+		return
+	}
+	if err := run(*kubeconfig, *workloads, *replicas, *kind, *label, *image, *timeout, *restarts, *cleanupTimeout, *csvPath, *round); err != nil {
 		fmt.Fprintln(os.Stderr, "podburst:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig string, workloads, replicas int, kind, label, image string, timeout time.Duration, restarts int, cleanupTimeout time.Duration) error {
+func summarizeFile(path string) error {
+	f, err := os.Open(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	series, err := ReadSeries(f)
+	if err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	Summary(os.Stdout, series)
+	return nil
+}
+
+func run(kubeconfig string, workloads, replicas int, kind, label, image string, timeout time.Duration, restarts int, cleanupTimeout time.Duration, csvPath string, round int) error {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
 		return err
@@ -146,6 +170,11 @@ func run(kubeconfig string, workloads, replicas int, kind, label, image string, 
 		}
 	}
 	f := b.Measure()
+	if csvPath != "" {
+		if err := appendCSV(csvPath, CSVRows(b, round, label, kind)); err != nil {
+			return fmt.Errorf("--csv: %w", err)
+		}
+	}
 	extra := ""
 	if kind == "ests" {
 		n, err := boundStaticIPs(ctx, sip, ns.Name, want)

@@ -32,6 +32,7 @@ const stateKey = "PreFilter" + Name
 var (
 	_ fwk.PreFilterPlugin   = &CheckPodAnnotation{}
 	_ fwk.FilterPlugin      = &CheckPodAnnotation{}
+	_ fwk.ReservePlugin     = &CheckPodAnnotation{}
 	_ fwk.EnqueueExtensions = &CheckPodAnnotation{}
 	_ fwk.SignPlugin        = &CheckPodAnnotation{}
 )
@@ -44,6 +45,9 @@ type CheckPodAnnotation struct {
 	handle fwk.Handle
 	cache  *staticipnode.Cache
 	args   config.CheckPodAnnotationWithStaticIPArgs
+	// requeue brings back the pods this plugin pinned or rejected when their StaticIP or an
+	// IPRange holding their IP changes (nil in unit tests built without a framework handle).
+	requeue *staticipnode.Requeue
 }
 
 // New builds the plugin from its (internal, defaulted) args.
@@ -59,7 +63,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	return NewWithCache(h, c, *args), nil
+	pl := NewWithCache(h, c, *args)
+	pl.requeue = c.NewRequeue(klog.FromContext(ctx).WithName(Name), h, pl.hint)
+	return pl, nil
 }
 
 // NewWithCache builds the plugin on a given cache (unit tests).
@@ -157,11 +163,16 @@ func (pl *CheckPodAnnotation) PreFilter(ctx context.Context, state fwk.CycleStat
 		return nil, fwk.AsStatus(errCacheNotSynced)
 	}
 	t, status := pl.Target(pod)
+	if t == nil && status == nil {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	if pl.requeue != nil {
+		// Rejected, or pinned to one node: a change of its StaticIP or of the IPRange holding
+		// its IP may change where it can go.
+		pl.requeue.Wait(pod)
+	}
 	if status != nil {
 		return nil, status
-	}
-	if t == nil {
-		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	nodeInfo, err := pl.handle.SnapshotSharedLister().NodeInfos().Get(t.node)
 	if err != nil || nodeInfo.Node() == nil {
@@ -176,6 +187,17 @@ func (pl *CheckPodAnnotation) PreFilter(ctx context.Context, state fwk.CycleStat
 	state.Write(stateKey, t)
 	return &fwk.PreFilterResult{NodeNames: sets.New(t.node)}, nil
 }
+
+// Reserve: the pod has a node; it no longer waits for a change of StaticIPs or IPRanges.
+func (pl *CheckPodAnnotation) Reserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ string) *fwk.Status {
+	if pl.requeue != nil {
+		pl.requeue.Placed(pod)
+	}
+	return nil
+}
+
+// Unreserve: nothing was reserved.
+func (pl *CheckPodAnnotation) Unreserve(context.Context, fwk.CycleState, *v1.Pod, string) {}
 
 // PreFilterExtensions: the result does not depend on other pods.
 func (pl *CheckPodAnnotation) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
@@ -197,11 +219,12 @@ func (pl *CheckPodAnnotation) Filter(_ context.Context, state fwk.CycleState, _ 
 
 // EventsToRegister: a pinned or rejected pod can only change its verdict when its own
 // StaticIP changes, an IPRange containing its IP changes, its target node appears or
-// becomes schedulable, or its own annotation is corrected.
+// becomes schedulable, or its own annotation is corrected. The StaticIP and IPRange changes
+// come from the staticIPNode cache's informers (hint, through staticipnode.Requeue), not from
+// cluster events: registering the custom resources would make kube-scheduler hold every
+// StaticIP and IPRange a second time in dynamic informers.
 func (pl *CheckPodAnnotation) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: staticipnode.StaticIPResource, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterStaticIPChange},
-		{Event: fwk.ClusterEvent{Resource: staticipnode.IPRangeResource, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterIPRangeChange},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeTaint}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.UpdatePodToleration}, QueueingHintFn: pl.isSchedulableAfterPodTolerationChange},
 		// Annotation changes come as the generic Pod/Update: the hint looks at the pod's UID
@@ -210,16 +233,28 @@ func (pl *CheckPodAnnotation) EventsToRegister(_ context.Context) ([]fwk.Cluster
 	}, nil
 }
 
-// isSchedulableAfterStaticIPChange reads only the fields it needs; the event is decoded and
-// applied to the cache once, by the first hint that sees it (StaticIPEventOf), so a pod it
-// requeues is never retried against a cache that has not caught up yet.
+// hint decides, for a pod this plugin pinned or rejected, whether a change the cache applied
+// may change its verdict (staticipnode.Requeue asks it after applying the change).
+func (pl *CheckPodAnnotation) hint(logger klog.Logger, pod *v1.Pod, ch staticipnode.Change) bool {
+	if ch.StaticIP != nil {
+		return pl.staticIPHint(logger, pod, ch.StaticIP) == fwk.Queue
+	}
+	return ch.IPRange != nil && pl.ipRangeHint(logger, pod, ch.IPRange) == fwk.Queue
+}
+
+// isSchedulableAfterStaticIPChange is the StaticIP hint for a change given as objects (typed
+// or unstructured): it is decoded and applied to the cache once (StaticIPEventOf).
 func (pl *CheckPodAnnotation) isSchedulableAfterStaticIPChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
 	ev, err := pl.cache.StaticIPEventOf(oldObj, newObj)
 	if err != nil {
 		return fwk.Queue, err
 	}
+	return pl.staticIPHint(logger, pod, ev), nil
+}
+
+func (pl *CheckPodAnnotation) staticIPHint(logger klog.Logger, pod *v1.Pod, ev *staticipnode.StaticIPEvent) fwk.QueueingHint {
 	if ev.StatusOnly {
-		return fwk.QueueSkip, nil
+		return fwk.QueueSkip
 	}
 	oldSIP, newSIP := ev.Old, ev.New
 	for _, s := range [...]*staticipnode.StaticIPFields{oldSIP, newSIP} {
@@ -227,26 +262,31 @@ func (pl *CheckPodAnnotation) isSchedulableAfterStaticIPChange(logger klog.Logge
 			if oldSIP != nil && newSIP != nil && oldSIP.Node == newSIP.Node && oldSIP.IP == newSIP.IP &&
 				oldSIP.Active() == newSIP.Active() {
 				logger.V(5).Info("the pod's StaticIP changed, but not its node, IP or state", "pod", klog.KObj(pod))
-				return fwk.QueueSkip, nil
+				return fwk.QueueSkip
 			}
 			logger.V(5).Info("the pod's StaticIP changed, the pod may go elsewhere now", "pod", klog.KObj(pod))
-			return fwk.Queue, nil
+			return fwk.Queue
 		}
 	}
-	return fwk.QueueSkip, nil
+	return fwk.QueueSkip
 }
 
+// isSchedulableAfterIPRangeChange is the IPRange hint for a change given as objects.
 func (pl *CheckPodAnnotation) isSchedulableAfterIPRangeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
 	ev, err := pl.cache.IPRangeEventOf(oldObj, newObj)
 	if err != nil {
 		return fwk.Queue, err
 	}
+	return pl.ipRangeHint(logger, pod, ev), nil
+}
+
+func (pl *CheckPodAnnotation) ipRangeHint(logger klog.Logger, pod *v1.Pod, ev *staticipnode.IPRangeEvent) fwk.QueueingHint {
 	if ev.StatusOnly {
-		return fwk.QueueSkip, nil
+		return fwk.QueueSkip
 	}
 	ip, err := netip.ParseAddr(strings.TrimSpace(pod.Annotations[podip.AnnotationIPAddress]))
 	if err != nil {
-		return fwk.QueueSkip, nil // no (valid) annotated IP: ranges cannot change the verdict
+		return fwk.QueueSkip // no (valid) annotated IP: ranges cannot change the verdict
 	}
 	ip = ip.Unmap()
 	contains := func(cidr string) bool {
@@ -258,12 +298,12 @@ func (pl *CheckPodAnnotation) isSchedulableAfterIPRangeChange(logger klog.Logger
 	newHas := newR != nil && contains(newR.Spec.CIDR)
 	switch {
 	case !oldHas && !newHas:
-		return fwk.QueueSkip, nil
+		return fwk.QueueSkip
 	case oldHas && newHas && oldR.Spec.Node == newR.Spec.Node:
-		return fwk.QueueSkip, nil
+		return fwk.QueueSkip
 	}
 	logger.V(5).Info("an IPRange holding the pod's IP changed", "pod", klog.KObj(pod), "ip", ip)
-	return fwk.Queue, nil
+	return fwk.Queue
 }
 
 func (pl *CheckPodAnnotation) isSchedulableAfterNodeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {

@@ -7,8 +7,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
-	"sync"
+	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -32,6 +33,7 @@ const stateKey = "PreFilter" + Name
 var (
 	_ fwk.PreFilterPlugin   = &PodFitsResources{}
 	_ fwk.FilterPlugin      = &PodFitsResources{}
+	_ fwk.ReservePlugin     = &PodFitsResources{}
 	_ fwk.EnqueueExtensions = &PodFitsResources{}
 	_ fwk.SignPlugin        = &PodFitsResources{}
 )
@@ -48,9 +50,9 @@ var errCacheNotSynced = errors.New("the staticIPNode cache has not synced yet")
 type PodFitsResources struct {
 	cache *staticipnode.Cache
 	args  config.PodFitsResourcesWithStaticIPArgs
-	// nodes holds, per node name, a *nodeSummary: what Filter needs of the node, computed
-	// once per NodeInfo generation and cache view instead of once per pod.
-	nodes sync.Map
+	// requeue brings back the pods this plugin rejected when a StaticIP or IPRange change
+	// may let them fit (nil in unit tests built without a framework handle).
+	requeue *staticipnode.Requeue
 }
 
 // New builds the plugin from its (internal, defaulted) args.
@@ -66,7 +68,9 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", Name, err)
 	}
-	return NewWithCache(c, *args), nil
+	pl := NewWithCache(c, *args)
+	pl.requeue = c.NewRequeue(klog.FromContext(ctx).WithName(Name), h, pl.hint)
+	return pl, nil
 }
 
 // NewWithCache builds the plugin on a given cache (unit tests).
@@ -87,6 +91,11 @@ type preFilterState struct {
 	// own is the pod's StaticIP, when it holds the pod's place (and IP) on ownNode.
 	hasOwn  bool
 	ownNode string
+	// holdingNodes are the nodes where an active record names the pod: elsewhere no absent
+	// record can be the pod's own, and Filter skips looking for it.
+	holdingNodes []string
+	// rejected: Filter rejected the pod on some node this cycle (recorded for requeueing once).
+	rejected atomic.Bool
 }
 
 func (s *preFilterState) Clone() fwk.StateData { return s }
@@ -104,9 +113,21 @@ func (pl *PodFitsResources) PreFilter(_ context.Context, state fwk.CycleState, p
 	if sip, ok := pl.cache.StaticIPOfPod(pod); ok && sip.Active {
 		s.hasOwn, s.ownNode = true, sip.Node
 	}
+	s.holdingNodes = pl.cache.NodesHoldingPod(pod.Namespace, pod.Name)
 	state.Write(stateKey, s)
 	return nil, nil
 }
+
+// Reserve: the pod has a node; it no longer waits for a change of StaticIPs or IPRanges.
+func (pl *PodFitsResources) Reserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ string) *fwk.Status {
+	if pl.requeue != nil {
+		pl.requeue.Placed(pod)
+	}
+	return nil
+}
+
+// Unreserve: nothing was reserved.
+func (pl *PodFitsResources) Unreserve(context.Context, fwk.CycleState, *v1.Pod, string) {}
 
 // SignPod takes part in opportunistic batching (KEP-5598, on by default since 1.35; a plugin
 // that does not sign turns it off for the whole profile). Without a StaticIP of its own, a
@@ -144,22 +165,33 @@ func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod 
 	if checkIP && staticIPNetwork(nodeInfo.Node()) == networkUnavailable {
 		// A staticip node with no range to allocate from: every pod that needs an IP would
 		// hang in ContainerCreating there, including those that tolerate the
-		// network-unavailable taint (DaemonSet pods tolerating every taint).
+		// network-unavailable taint (DaemonSet pods tolerating every taint). The node's
+		// condition, not a StaticIP or IPRange, changes this: a Node event requeues the pod.
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, noUsableRangeReason)
 	}
 	if len(view.Held) == 0 && (!checkIP || !view.HasRanges) {
 		if checkIP && pl.args.NodesWithoutIPRange == config.NodesWithoutIPRangeReject {
+			if pl.requeue != nil && s.rejected.CompareAndSwap(false, true) {
+				pl.requeue.Wait(pod) // an IPRange for the node lets it fit
+			}
 			return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, noRangeReason)
 		}
 		return nil // nothing reserved here, no IP limit: nothing for this plugin to judge
 	}
 	sum := pl.summary(nodeName, nodeInfo, view)
-	others := sum.othersThan(pod)
+	others := reserving{held: sum.absent, reserved: sum.reserved}
+	if slices.Contains(s.holdingNodes, nodeName) {
+		others = sum.othersThan(pod)
+	}
 	v := Insufficient(s.names, s.request, nodeInfo, others)
 	if checkIP {
 		v.merge(pl.ipVerdict(s, nodeName, view, sum.podNetwork, others))
 	}
-	return v.status()
+	status := v.status()
+	if status != nil && pl.requeue != nil && s.rejected.CompareAndSwap(false, true) {
+		pl.requeue.Wait(pod)
+	}
+	return status
 }
 
 const noRangeReason = "node owns no IPRange to give the pod an IP from"
@@ -213,40 +245,44 @@ type nodeSummary struct {
 	reserved staticipnode.Resources
 }
 
+// The summary is kept on the cache's view of the node (Memo): a new view starts without one,
+// and a NodeInfo of another generation makes it stale.
 func (pl *PodFitsResources) summary(nodeName string, nodeInfo fwk.NodeInfo, view *staticipnode.NodeInfo) *nodeSummary {
 	gen := nodeInfo.GetGeneration()
-	if v, ok := pl.nodes.Load(nodeName); ok {
-		if sum := v.(*nodeSummary); sum.generation == gen && sum.view == view {
-			return sum
-		}
+	if sum, ok := view.Memo().(*nodeSummary); ok && sum.generation == gen {
+		return sum
 	}
 	sum := &nodeSummary{generation: gen, view: view}
 	pods := nodeInfo.GetPods()
-	var present map[podName]*v1.Pod
-	if len(view.Held) > 0 {
-		present = make(map[podName]*v1.Pod, len(pods))
-	}
 	for _, p := range pods {
-		pod := p.GetPod()
-		if !pod.Spec.HostNetwork {
+		if !p.GetPod().Spec.HostNetwork {
 			sum.podNetwork++
-		}
-		if present != nil {
-			present[podName{pod.Namespace, pod.Name}] = pod
 		}
 	}
 	for _, h := range view.Held {
 		// A pod of the record's name but of another workload does not make the record's pod
-		// present: the record still holds its place.
-		if pod, ok := present[podName{h.PodNamespace, h.PodName}]; !ok || !staticipnode.BelongsTo(h.Workload, pod) {
+		// present: the record still holds its place. A node holds a few records: a scan of
+		// its pods per record costs less than a map of them.
+		if !presentOn(pods, h) {
 			sum.absent = append(sum.absent, h)
 			sum.reserved.Add(h.Request)
 		}
 	}
 	// Filter runs on many goroutines; concurrent computations of the same summary store the
 	// same value.
-	pl.nodes.Store(nodeName, sum)
+	view.SetMemo(sum)
 	return sum
+}
+
+// presentOn reports whether the pod a held record is for is on the node (one of pods, of the
+// record's workload).
+func presentOn(pods []fwk.PodInfo, h staticipnode.Held) bool {
+	for _, p := range pods {
+		if pod := p.GetPod(); pod.Name == h.PodName && pod.Namespace == h.PodNamespace && staticipnode.BelongsTo(h.Workload, pod) {
+			return true
+		}
+	}
+	return false
 }
 
 // reserving is what the absent records other than the pod's own hold against a pod.
@@ -398,20 +434,29 @@ func (pl *PodFitsResources) ipVerdict(s *preFilterState, nodeName string, view *
 }
 
 // EventsToRegister: a rejected pod may fit once a pod leaves a node (bound or nominated
-// there) or is scaled down, a node grows, a reservation shrinks or disappears (StaticIP
-// released, deleted or moved), the pod's own StaticIP changes, or an IPRange is added,
-// changed or deleted (a node without ranges takes pods under nodesWithoutIPRange: Allow), or a
-// staticip node's agent reports that it has a usable range again (NetworkUnavailable no
-// longer True).
+// there) or is scaled down, a node grows, or a staticip node's agent reports that it has a
+// usable range again (NetworkUnavailable no longer True). The other changes that may let it
+// fit — a reservation shrinks or disappears (StaticIP released, deleted or moved), the pod's
+// own StaticIP changes, an IPRange is added, changed or deleted (a node without ranges takes
+// pods under nodesWithoutIPRange: Allow) — come from the staticIPNode cache's informers
+// (hint, through staticipnode.Requeue), not from cluster events.
 func (pl *PodFitsResources) EventsToRegister(_ context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterPodDelete},
 		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.UpdatePodScaleDown}, QueueingHintFn: pl.isSchedulableAfterPodScaleDown},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.Add | fwk.UpdateNodeAllocatable}, QueueingHintFn: pl.isSchedulableAfterNodeChange},
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.UpdateNodeCondition}, QueueingHintFn: pl.isSchedulableAfterNodeNetworkChange},
-		{Event: fwk.ClusterEvent{Resource: staticipnode.StaticIPResource, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterStaticIPChange},
-		{Event: fwk.ClusterEvent{Resource: staticipnode.IPRangeResource, ActionType: fwk.Add | fwk.Update | fwk.Delete}, QueueingHintFn: pl.isSchedulableAfterIPRangeChange},
 	}, nil
+}
+
+// hint decides, for a pod this plugin rejected, whether a change the cache applied may let
+// it fit (staticipnode.Requeue asks it; StaticIPs and IPRanges are not registered as cluster
+// events, see there).
+func (pl *PodFitsResources) hint(logger klog.Logger, pod *v1.Pod, ch staticipnode.Change) bool {
+	if ch.StaticIP != nil {
+		return pl.staticIPHint(logger, pod, ch.StaticIP) == fwk.Queue
+	}
+	return ch.IPRange != nil && pl.ipRangeHint(logger, pod, ch.IPRange) == fwk.Queue
 }
 
 func (pl *PodFitsResources) isSchedulableAfterPodDelete(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
@@ -472,61 +517,71 @@ func (pl *PodFitsResources) isSchedulableAfterNodeNetworkChange(logger klog.Logg
 	return fwk.Queue, nil
 }
 
-// isSchedulableAfterStaticIPChange reads only the fields it needs; the event is decoded and
-// applied to the cache once, by the first hint that sees it (StaticIPEventOf).
+// isSchedulableAfterStaticIPChange is the StaticIP hint for a change given as objects (typed
+// or unstructured): it is decoded and applied to the cache once (StaticIPEventOf).
 func (pl *PodFitsResources) isSchedulableAfterStaticIPChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
 	ev, err := pl.cache.StaticIPEventOf(oldObj, newObj)
 	if err != nil {
 		return fwk.Queue, err
 	}
+	return pl.staticIPHint(logger, pod, ev), nil
+}
+
+// staticIPHint reads only the fields the cache decoded.
+func (pl *PodFitsResources) staticIPHint(logger klog.Logger, pod *v1.Pod, ev *staticipnode.StaticIPEvent) fwk.QueueingHint {
 	if ev.StatusOnly {
-		return fwk.QueueSkip, nil
+		return fwk.QueueSkip
 	}
 	oldSIP, newSIP := ev.Old, ev.New
 	for _, s := range [...]*staticipnode.StaticIPFields{oldSIP, newSIP} {
 		if s != nil && s.Namespace == pod.Namespace && s.Pod == pod.Name {
-			return fwk.Queue, nil // the pod's own reservation changed
+			return fwk.Queue // the pod's own reservation changed
 		}
 	}
 	if !oldSIP.Active() {
-		return fwk.QueueSkip, nil // it held nothing before, so it frees nothing now
+		return fwk.QueueSkip // it held nothing before, so it frees nothing now
 	}
 	switch {
 	case !newSIP.Active():
 		logger.V(5).Info("a StaticIP was released or deleted; its reservation is freed", "pod", klog.KObj(pod), "staticIP", klog.KRef(oldSIP.Namespace, oldSIP.Name))
-		return fwk.Queue, nil
+		return fwk.Queue
 	case newSIP.Node != oldSIP.Node:
 		logger.V(5).Info("a StaticIP moved; its old node's reservation is freed", "pod", klog.KObj(pod), "staticIP", klog.KRef(oldSIP.Namespace, oldSIP.Name))
-		return fwk.Queue, nil
+		return fwk.Queue
 	}
 	for _, name := range oldSIP.Request.Names() {
 		if newSIP.Request.Get(name) < oldSIP.Request.Get(name) {
-			return fwk.Queue, nil
+			return fwk.Queue
 		}
 	}
-	return fwk.QueueSkip, nil
+	return fwk.QueueSkip
 }
 
+// isSchedulableAfterIPRangeChange is the IPRange hint for a change given as objects.
 func (pl *PodFitsResources) isSchedulableAfterIPRangeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
 	ev, err := pl.cache.IPRangeEventOf(oldObj, newObj)
 	if err != nil {
 		return fwk.Queue, err
 	}
+	return pl.ipRangeHint(logger, pod, ev), nil
+}
+
+func (pl *PodFitsResources) ipRangeHint(logger klog.Logger, pod *v1.Pod, ev *staticipnode.IPRangeEvent) fwk.QueueingHint {
 	oldR, newR := ev.Old, ev.New
 	if ev.StatusOnly || (oldR != nil && newR != nil && equalRangeSpec(oldR.Spec, newR.Spec)) {
-		return fwk.QueueSkip, nil // status-only update (the agent's counters)
+		return fwk.QueueSkip // status-only update (the agent's counters)
 	}
 	if newR != nil && newR.Spec.Node != "" {
-		return fwk.Queue, nil // a node gained a range, or its range changed
+		return fwk.Queue // a node gained a range, or its range changed
 	}
 	// Deleted or left unowned: its node lost it. Under Allow a node without any range takes
 	// pods on IPs staticip does not manage.
 	if oldR != nil && oldR.Spec.Node != "" && pl.args.NodesWithoutIPRange == config.NodesWithoutIPRangeAllow &&
 		!pl.cache.Node(oldR.Spec.Node).HasRanges {
 		logger.V(5).Info("a node lost its last IPRange", "pod", klog.KObj(pod), "node", oldR.Spec.Node)
-		return fwk.Queue, nil
+		return fwk.Queue
 	}
-	return fwk.QueueSkip, nil
+	return fwk.QueueSkip
 }
 
 func equalRangeSpec(a, b jkev1.IPRangeSpec) bool {

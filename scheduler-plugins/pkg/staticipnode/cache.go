@@ -61,15 +61,13 @@ type nodeState struct {
 	// active are all the reservations naming the node whose pod may be absent or present.
 	active map[string]*reservation
 	ranges map[string]*ipRange
-	// view is the NodeInfo readers get, built on first read after a change: Filter asks for
-	// it once per pod and node, events change a node rarely. Readers under the read lock may
-	// race to build it (each builds the same value); every change, under the write lock,
-	// drops it (touch).
-	view atomic.Pointer[NodeInfo]
+	// dirty: changed since its view was published (publishLocked rebuilds it).
+	dirty bool
 }
 
-// touch drops the node's view after a change (c.mu held for writing).
-func (n *nodeState) touch() { n.view.Store(nil) }
+// touch marks the node changed (c.mu held for writing); the change's writer publishes the
+// node's new view before it releases the lock (publishLocked).
+func (n *nodeState) touch() { n.dirty = true }
 
 // StaticIPInfo is the StaticIP of one pod.
 type StaticIPInfo struct {
@@ -90,9 +88,15 @@ type RangeInfo struct {
 	Node string
 }
 
+// viewSlot holds one node's published view.
+type viewSlot struct{ view atomic.Pointer[NodeInfo] }
+
 // NodeInfo is a consistent, read-only picture of one node's state. A new one is built after
 // every change of the node, so its address identifies its contents.
 type NodeInfo struct {
+	// memo is a reader's derived value, kept with the view it was derived from (Memo).
+	memo atomic.Pointer[memoBox]
+
 	// HasRanges: the node owns at least one IPRange.
 	HasRanges bool
 	// IPCapacity is how many addresses its valid IPRanges can give to pods.
@@ -102,6 +106,24 @@ type NodeInfo struct {
 	// Held lists every active StaticIP naming the node, whether its pod is absent or not,
 	// so that a Filter can decide presence against the scheduler's own snapshot.
 	Held []Held
+}
+
+type memoBox struct{ v any }
+
+// Memo returns what SetMemo last stored on this view (nil when nothing). A plugin keeps here
+// what it derives from the view, so one lookup finds both, and a new view starts empty.
+func (n *NodeInfo) Memo() any {
+	if b := n.memo.Load(); b != nil {
+		return b.v
+	}
+	return nil
+}
+
+// SetMemo stores v with this view (ignored on the shared view of unknown nodes).
+func (n *NodeInfo) SetMemo(v any) {
+	if n != emptyNode {
+		n.memo.Store(&memoBox{v})
+	}
 }
 
 // Held is one active StaticIP on a node.
@@ -116,11 +138,19 @@ type Held struct {
 
 // Cache is the staticIPNode cache. All methods are safe for concurrent use.
 type Cache struct {
-	mu        sync.RWMutex
+	mu sync.RWMutex
+	// views maps a node name to the slot of its published *NodeInfo: Filter reads it once per
+	// pod and node without any lock (a cache-wide read lock per call was shared by every
+	// Filter goroutine). The map is replaced (copied) only when a node name is seen for the
+	// first time, and never shrinks (a gone node's slot holds no view); writers, under mu,
+	// replace a node's view in its slot after changing it.
+	views     atomic.Pointer[map[string]*viewSlot]
 	staticIPs map[string]*reservation
 	byPod     map[string]sets.Set[string] // pod key -> StaticIP keys
 	ranges    map[string]*ipRange
 	nodes     map[string]*nodeState
+	// changed are the nodes a change under mu touched, to publish (publishLocked).
+	changed map[string]struct{}
 	// versions are the resourceVersions applied per StaticIP ("sip/ns/name") and IPRange
 	// ("range/name"), deleted ones included: the same change reaches the cache twice, from
 	// its own informers and from the scheduler's queueing hints (Observe*), and only the
@@ -140,6 +170,10 @@ type Cache struct {
 	// only the first call pays (see StaticIPEventOf).
 	staticIPEvents eventMemo[StaticIPEvent]
 	ipRangeEvents  eventMemo[IPRangeEvent]
+
+	// listeners are told of every change the informers apply (Listen), after it is applied.
+	listenersMu sync.RWMutex
+	listeners   []func(Change)
 }
 
 // NewEmpty returns a cache fed by nobody; tests and New fill it through the On* handlers.
@@ -149,6 +183,7 @@ func NewEmpty() *Cache {
 		byPod:     map[string]sets.Set[string]{},
 		ranges:    map[string]*ipRange{},
 		nodes:     map[string]*nodeState{},
+		changed:   map[string]struct{}{},
 		versions:  map[string]version{},
 		now:       time.Now,
 	}
@@ -263,7 +298,10 @@ func ForScheduler(ctx context.Context, schedulerInformers informers.SharedInform
 		return c, nil
 	}
 	c := NewEmpty()
-	factory := externalversions.NewSharedInformerFactory(client, 0)
+	// The transform keeps of each object only what the cache reads (TrimStaticIP,
+	// TrimIPRange): the informer's store holds the trimmed copies, not whole objects with
+	// managedFields, annotations and status counters.
+	factory := externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithTransform(Trim))
 	sipReg, err := factory.Jke().V1().StaticIPs().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(obj interface{}) { c.OnStaticIPUpdate(nil, obj) },
 		UpdateFunc: c.OnStaticIPUpdate,
@@ -318,17 +356,32 @@ func (c *Cache) MarkSynced() { c.ready.Store(true) }
 
 // ---- event handlers ----
 
-// OnStaticIPUpdate handles a StaticIP add (old nil) or update.
-func (c *Cache) OnStaticIPUpdate(_, newObj interface{}) {
+// OnStaticIPUpdate handles a StaticIP add (old nil) or update. An update that changed
+// nothing the cache reads — same generation, deletion state and phase: the status writes of
+// agents and controllers — is dropped before anything else is read.
+func (c *Cache) OnStaticIPUpdate(oldObj, newObj interface{}) {
 	sip, ok := newObj.(*jkev1.StaticIP)
 	if !ok {
 		return
 	}
-	c.applyStaticIP(staticIPFieldsOf(sip))
+	old, _ := oldObj.(*jkev1.StaticIP)
+	if old != nil && statusOnly(old, sip) && old.Status.Phase == sip.Status.Phase {
+		return
+	}
+	f := staticIPFieldsOf(sip)
+	if !c.applyStaticIP(f) {
+		return
+	}
+	ev := &StaticIPEvent{New: f}
+	if old != nil {
+		ev.Old = staticIPFieldsOf(old)
+	}
+	c.notify(Change{StaticIP: ev})
 }
 
-// applyStaticIP applies a StaticIP that exists now (newer version wins).
-func (c *Cache) applyStaticIP(f *StaticIPFields) {
+// applyStaticIP applies a StaticIP that exists now (newer version wins) and reports whether
+// it did.
+func (c *Cache) applyStaticIP(f *StaticIPFields) bool {
 	key := f.Namespace + "/" + f.Name
 	next := &reservation{
 		key:      key,
@@ -343,8 +396,9 @@ func (c *Cache) applyStaticIP(f *StaticIPFields) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.newerUIDLocked("sip/"+key, f.UID, f.ResourceVersion, false) {
-		return
+		return false
 	}
+	defer c.publishLocked()
 	c.removeStaticIPLocked(key)
 	c.staticIPs[key] = next
 	if next.active {
@@ -361,6 +415,7 @@ func (c *Cache) applyStaticIP(f *StaticIPFields) {
 		c.byPod[next.podKey] = set
 	}
 	set.Insert(key)
+	return true
 }
 
 // OnStaticIPDelete handles a StaticIP deletion, tombstones (cache.DeletedFinalStateUnknown)
@@ -374,35 +429,54 @@ func (c *Cache) OnStaticIPDelete(obj interface{}) {
 	if !ok {
 		return
 	}
-	c.deleteStaticIP(staticIPFieldsOf(sip), tombstone)
+	f := staticIPFieldsOf(sip)
+	if c.deleteStaticIP(f, tombstone) {
+		c.notify(Change{StaticIP: &StaticIPEvent{Old: f}})
+	}
 }
 
-func (c *Cache) deleteStaticIP(f *StaticIPFields, tombstone bool) {
+func (c *Cache) deleteStaticIP(f *StaticIPFields, tombstone bool) bool {
 	key := f.Namespace + "/" + f.Name
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.deleteLocked("sip/"+key, f.UID, f.ResourceVersion, tombstone) {
-		return
+		return false
 	}
+	defer c.publishLocked()
 	c.removeStaticIPLocked(key)
+	return true
 }
 
-// OnIPRangeUpdate handles an IPRange add (old nil) or update.
-func (c *Cache) OnIPRangeUpdate(_, newObj interface{}) {
+// OnIPRangeUpdate handles an IPRange add (old nil) or update. An update of the status alone
+// (same generation and deletion state: the agents' counters) is dropped at once.
+func (c *Cache) OnIPRangeUpdate(oldObj, newObj interface{}) {
 	r, ok := newObj.(*jkev1.IPRange)
 	if !ok {
 		return
 	}
-	c.applyIPRange(ipRangeFieldsOf(r))
+	old, _ := oldObj.(*jkev1.IPRange)
+	if old != nil && statusOnly(old, r) {
+		return
+	}
+	f := ipRangeFieldsOf(r)
+	if !c.applyIPRange(f) {
+		return
+	}
+	ev := &IPRangeEvent{New: f}
+	if old != nil {
+		ev.Old = ipRangeFieldsOf(old)
+	}
+	c.notify(Change{IPRange: ev})
 }
 
-func (c *Cache) applyIPRange(f *IPRangeFields) {
+func (c *Cache) applyIPRange(f *IPRangeFields) bool {
 	parsed := parseIPRange(&jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: f.Name}, Spec: f.Spec})
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.newerUIDLocked("range/"+f.Name, f.UID, f.ResourceVersion, false) {
-		return
+		return false
 	}
+	defer c.publishLocked()
 	c.removeRangeLocked(f.Name)
 	c.ranges[f.Name] = parsed
 	if parsed.node != "" {
@@ -413,6 +487,7 @@ func (c *Cache) applyIPRange(f *IPRangeFields) {
 		n.ranges[f.Name] = parsed
 		n.touch()
 	}
+	return true
 }
 
 // OnIPRangeDelete handles an IPRange deletion, tombstones included (always applied).
@@ -425,16 +500,21 @@ func (c *Cache) OnIPRangeDelete(obj interface{}) {
 	if !ok {
 		return
 	}
-	c.deleteIPRange(ipRangeFieldsOf(r), tombstone)
+	f := ipRangeFieldsOf(r)
+	if c.deleteIPRange(f, tombstone) {
+		c.notify(Change{IPRange: &IPRangeEvent{Old: f}})
+	}
 }
 
-func (c *Cache) deleteIPRange(f *IPRangeFields, tombstone bool) {
+func (c *Cache) deleteIPRange(f *IPRangeFields, tombstone bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.deleteLocked("range/"+f.Name, f.UID, f.ResourceVersion, tombstone) {
-		return
+		return false
 	}
+	defer c.publishLocked()
 	c.removeRangeLocked(f.Name)
+	return true
 }
 
 // ---- reads ----
@@ -468,6 +548,20 @@ func (c *Cache) StaticIPOfPod(pod *v1.Pod) (StaticIPInfo, bool) {
 		return StaticIPInfo{}, false
 	}
 	return info, true
+}
+
+// NodesHoldingPod lists the nodes where an active record names pod namespace/name (whatever
+// workload it belongs to): only there can the pod meet its own reservation.
+func (c *Cache) NodesHoldingPod(namespace, name string) []string {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	var out []string
+	for key := range c.byPod[PodKey(namespace, name)] {
+		if r := c.staticIPs[key]; r != nil && r.active {
+			out = append(out, r.node)
+		}
+	}
+	return out
 }
 
 // BelongsTo reports whether a record of workload w (spec.apiGroup, spec.kind, spec.ref) is
@@ -504,22 +598,54 @@ func (c *Cache) RangeForIP(ip netip.Addr) (RangeInfo, bool) {
 var emptyNode = &NodeInfo{}
 
 // Node returns a consistent picture of what node holds. It is shared with every other
-// caller until the node changes (then a new one is built): read it, never modify it.
+// caller until the node changes (then a new one is published): read it, never modify it.
+// It takes no lock.
 func (c *Cache) Node(node string) *NodeInfo {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	n := c.nodes[node]
-	if n == nil {
-		return emptyNode
+	if m := c.views.Load(); m != nil {
+		if slot := (*m)[node]; slot != nil {
+			if v := slot.view.Load(); v != nil {
+				return v
+			}
+		}
 	}
-	if v := n.view.Load(); v != nil {
-		return v
+	return emptyNode
+}
+
+// slotLocked returns node's view slot, adding one (a copy of the map) for a new name (c.mu
+// held for writing).
+func (c *Cache) slotLocked(node string) *viewSlot {
+	var m map[string]*viewSlot
+	if p := c.views.Load(); p != nil {
+		m = *p
 	}
-	info := n.build()
-	// Readers under the read lock may race here; each builds the same value and the last
-	// store wins, which only costs a rebuild of a per-node filter summary.
-	n.view.Store(info)
-	return info
+	if slot := m[node]; slot != nil {
+		return slot
+	}
+	next := make(map[string]*viewSlot, len(m)+1)
+	for k, v := range m {
+		next[k] = v
+	}
+	slot := &viewSlot{}
+	next[node] = slot
+	c.views.Store(&next)
+	return slot
+}
+
+// publishLocked publishes a new view of every node changed since the last publication, and
+// drops the views of nodes the cache no longer knows (c.mu held for writing). A change
+// touches one or two nodes.
+func (c *Cache) publishLocked() {
+	for name := range c.changed {
+		if n := c.nodes[name]; n != nil {
+			if n.dirty {
+				c.slotLocked(name).view.Store(n.build())
+				n.dirty = false
+			}
+		} else if m := c.views.Load(); m != nil && (*m)[name] != nil {
+			(*m)[name].view.Store(nil)
+		}
+	}
+	clear(c.changed)
 }
 
 // build computes the node's NodeInfo (c.mu held, for reading at least).
@@ -548,10 +674,12 @@ func (c *Cache) nodeLocked(name string) *nodeState {
 		n = &nodeState{}
 		c.nodes[name] = n
 	}
+	c.changed[name] = struct{}{}
 	return n
 }
 
 func (c *Cache) gcNodeLocked(name string) {
+	c.changed[name] = struct{}{}
 	if n := c.nodes[name]; n != nil && len(n.ranges) == 0 && len(n.active) == 0 {
 		delete(c.nodes, name)
 	}

@@ -7,6 +7,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/tools/cache"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -269,7 +270,7 @@ func (c *Cache) ipRangeEvent(oldObj, newObj interface{}, tombstone bool) (*IPRan
 
 // statusOnly: both come from the API server (generation set), the spec did not change
 // (same generation) and neither did the deletion state.
-func statusOnly(a, b *unstructured.Unstructured) bool {
+func statusOnly(a, b metav1.Object) bool {
 	return a.GetGeneration() != 0 && a.GetGeneration() == b.GetGeneration() &&
 		(a.GetDeletionTimestamp() == nil) == (b.GetDeletionTimestamp() == nil)
 }

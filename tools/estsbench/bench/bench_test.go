@@ -139,13 +139,36 @@ func TestPrintTable(t *testing.T) {
 	if len(sums) != 2 || sums[0].Workload != "ests" || sums[0].Median != 25*s || sums[0].MaxUnavailable != 10 || sums[1].Median != 140*s {
 		t.Fatalf("Summarize = %+v", sums)
 	}
-	var out bytes.Buffer
-	PrintTable(&out, results, "statefulset")
-	got := out.String()
-	for _, want := range []string{"round 1", "round 2", "25.0s", "140.0s", "ratio statefulset / ests (medians): 5.60x",
-		"created and Ready 10.0s, deleted and gone 6.0s; replacing every pod cannot take much less than 16.0s", "by more than about 8.8x"} {
-		if !strings.Contains(got, want) {
-			t.Errorf("table lacks %q:\n%s", want, got)
+	budget := func(w string) int { return Budget(w, 10) }
+	cases := []struct {
+		name          string
+		results       []Result
+		want, wantNot []string
+	}{
+		{"only the budget-1 StatefulSet: no ratio", results,
+			[]string{"round 1", "round 2", "25.0s", "140.0s", "no ratio statefulset / ests: budgets differ (1 and 10)",
+				"created and Ready 10.0s, deleted and gone 6.0s; replacing every pod cannot take much less than 16.0s", "by more than about 8.8x"},
+			[]string{"ratio statefulset / ests (medians"}},
+		{"equal budgets compared, the budget-1 set listed only", append(results,
+			Result{Round: 1, Workload: "statefulset-maxunavailable", Rollout: 40 * s, MaxUnavailable: 10},
+			Result{Round: 2, Workload: "statefulset-maxunavailable", Rollout: 60 * s, MaxUnavailable: 10}),
+			[]string{"ratio statefulset-maxunavailable / ests (medians, budget 10 both): 2.00x",
+				"no ratio statefulset-maxunavailable / statefulset: budgets differ (10 and 1)"},
+			[]string{"ratio statefulset / ests"}},
+	}
+	for _, c := range cases {
+		var out bytes.Buffer
+		PrintTable(&out, c.results, budget)
+		got := out.String()
+		for _, want := range c.want {
+			if !strings.Contains(got, want) {
+				t.Errorf("%s: table lacks %q:\n%s", c.name, want, got)
+			}
+		}
+		for _, not := range c.wantNot {
+			if strings.Contains(got, not) {
+				t.Errorf("%s: table has %q:\n%s", c.name, not, got)
+			}
 		}
 	}
 	if _, _, ok := ReplacementFloor(results[3:]); ok {

@@ -23,6 +23,30 @@ func Median(ds []time.Duration) time.Duration {
 	return (s[mid-1] + s[mid]) / 2
 }
 
+// baselineSummary is the native StatefulSet the others are compared with: the one with a
+// maxUnavailable budget when it ran (equal budgets), else the default one-at-a-time one.
+func baselineSummary(sums []Summary) *Summary {
+	var fallback *Summary
+	for i := range sums {
+		switch sums[i].Workload {
+		case WorkloadStatefulSetMaxUnavailable:
+			return &sums[i]
+		case WorkloadStatefulSet:
+			fallback = &sums[i]
+		}
+	}
+	return fallback
+}
+
+// Budget is a workload's maxUnavailable: the native StatefulSet without the gate's field
+// updates one pod at a time, every other workload runs at maxUnavailable.
+func Budget(workload string, maxUnavailable int) int {
+	if workload == WorkloadStatefulSet {
+		return 1
+	}
+	return maxUnavailable
+}
+
 // Ratio is slow/fast, 0 when fast is 0.
 func Ratio(slow, fast time.Duration) float64 {
 	if fast <= 0 {
@@ -77,10 +101,10 @@ func Summarize(results []Result) []Summary {
 	return out
 }
 
-// PrintTable writes one line per workload (each round's time, the median, the largest
-// unavailable count) and then, for each workload other than baseline, baseline's median
-// divided by its median.
-func PrintTable(w io.Writer, results []Result, baseline string) {
+// PrintTable writes one line per workload (each round's time, its budget, the median, the
+// largest unavailable count) and then the native StatefulSet's median divided by each other
+// workload's — only where both ran at the same budget (budget gives a workload's).
+func PrintTable(w io.Writer, results []Result, budget func(workload string) int) {
 	sums := Summarize(results)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	rounds := 0
@@ -91,13 +115,9 @@ func PrintTable(w io.Writer, results []Result, baseline string) {
 	for i := range rounds {
 		head = append(head, fmt.Sprintf("round %d", i+1))
 	}
-	head = append(head, "median", "max unavailable")
+	head = append(head, "budget", "median", "max unavailable")
 	fmt.Fprintln(tw, strings.Join(head, "\t"))
-	var base *Summary
-	for i, s := range sums {
-		if s.Workload == baseline {
-			base = &sums[i]
-		}
+	for _, s := range sums {
 		row := []string{s.Workload}
 		for i := range rounds {
 			cell := "-"
@@ -106,23 +126,29 @@ func PrintTable(w io.Writer, results []Result, baseline string) {
 			}
 			row = append(row, cell)
 		}
-		row = append(row, seconds(s.Median), fmt.Sprint(s.MaxUnavailable))
+		row = append(row, fmt.Sprint(budget(s.Workload)), seconds(s.Median), fmt.Sprint(s.MaxUnavailable))
 		fmt.Fprintln(tw, strings.Join(row, "\t"))
 	}
 	_ = tw.Flush()
+	base := baselineSummary(sums)
 	if base != nil {
 		for _, s := range sums {
-			if s.Workload == baseline {
+			if s.Workload == base.Workload {
 				continue
 			}
-			fmt.Fprintf(w, "ratio %s / %s (medians): %.2fx\n", baseline, s.Workload, Ratio(base.Median, s.Median))
+			if budget(s.Workload) != budget(base.Workload) {
+				// A rollout of budget 10 against one of budget 1 measures the budget, not the controller.
+				fmt.Fprintf(w, "no ratio %s / %s: budgets differ (%d and %d)\n", base.Workload, s.Workload, budget(base.Workload), budget(s.Workload))
+				continue
+			}
+			fmt.Fprintf(w, "ratio %s / %s (medians, budget %d both): %.2fx\n", base.Workload, s.Workload, budget(s.Workload), Ratio(base.Median, s.Median))
 		}
 	}
 	if create, del, ok := ReplacementFloor(results); ok {
 		fmt.Fprintf(w, "all pods at once (medians over every workload and round): created and Ready %s, deleted and gone %s; "+
 			"replacing every pod cannot take much less than %s here", seconds(create), seconds(del), seconds(create+del))
 		if base != nil {
-			fmt.Fprintf(w, ", so no recreating rollout beats %s by more than about %.1fx", baseline, Ratio(base.Median, create+del))
+			fmt.Fprintf(w, ", so no recreating rollout beats %s by more than about %.1fx", base.Workload, Ratio(base.Median, create+del))
 		}
 		fmt.Fprintln(w)
 	}

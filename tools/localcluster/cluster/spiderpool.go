@@ -111,7 +111,9 @@ func (spiderpoolCNI) installNode(l *layout, n nodeLayout) error {
 // spiderpoolConflist is the node's CNI configuration: what Spiderpool's controller generates
 // for a macvlan SpiderMultusConfig (pkg/multuscniconfig: macvlan in bridge mode on the master,
 // IPAM spiderpool, then coordinator with the SpiderCoordinator's settings, CNI 0.3.1), with
-// the node's own socket and log paths, plus the plugins' default log level (debug, kept).
+// the node's own socket and log paths. No log level is set: each plugin logs at its own
+// default, as staticip's plugin does (an earlier version forced the coordinator to debug, which
+// made every Spiderpool pod start write more than the peers').
 func spiderpoolConflist(network, master string, d spiderpoolNodeDirs) ([]byte, error) {
 	conf := map[string]any{
 		"cniVersion": "0.3.1",
@@ -129,7 +131,7 @@ func spiderpoolConflist(network, master string, d spiderpoolNodeDirs) ([]byte, e
 			},
 			map[string]any{
 				"type":       "coordinator",
-				"logOptions": map[string]any{"logLevel": "debug", "logFile": filepath.Join(d.logs, "coordinator.log")},
+				"logOptions": map[string]any{"logFile": filepath.Join(d.logs, "coordinator.log")},
 			},
 		},
 	}

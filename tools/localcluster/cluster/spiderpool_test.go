@@ -47,9 +47,11 @@ func TestSpiderpoolConflistIsMacvlanSpiderpoolCoordinatorWithTheNodesPaths(t *te
 				Type   string `json:"type"`
 				Socket string `json:"ipam_unix_socket_path"`
 				Log    string `json:"log_file_path"`
+				Level  string `json:"log_level"`
 			} `json:"ipam"`
 			LogOptions struct {
-				LogFile string `json:"logFile"`
+				LogFile  string `json:"logFile"`
+				LogLevel string `json:"logLevel"`
 			} `json:"logOptions"`
 		} `json:"plugins"`
 	}
@@ -68,6 +70,10 @@ func TestSpiderpoolConflistIsMacvlanSpiderpoolCoordinatorWithTheNodesPaths(t *te
 	}
 	if co.Type != "coordinator" || !strings.HasPrefix(co.LogOptions.LogFile, n.cniDir) || !strings.HasPrefix(mv.IPAM.Log, n.cniDir) {
 		t.Errorf("coordinator %+v, IPAM log %s: want logs under the node's CNI dir", co, mv.IPAM.Log)
+	}
+	// Every peer logs at its own default level (podburst compares them): none is forced.
+	if co.LogOptions.LogLevel != "" || mv.IPAM.Level != "" {
+		t.Errorf("log level forced (coordinator %q, IPAM %q): want each plugin's default", co.LogOptions.LogLevel, mv.IPAM.Level)
 	}
 }
 

@@ -58,7 +58,21 @@ type Options struct {
 	// KwokBin is kwok's binary (default $KWOK_BIN, else BinDir/kwok; make k8s-bins builds it
 	// from tools/kwok).
 	KwokBin string
+	// ControllerQPS and ControllerBurst are the client limits of both controller managers,
+	// kube-controller-manager and staticip-controller-manager (--kube-api-qps/-burst): one
+	// value for both, so a scenario that sets them side by side compares controllers, not
+	// rate limits. Default DefaultControllerQPS/Burst.
+	ControllerQPS   float32
+	ControllerBurst int
 }
+
+// DefaultControllerQPS and DefaultControllerBurst are what both controller managers ship
+// with: kube-controller-manager's defaults since v1.27 (component-base's client connection
+// defaults) and staticip-controller-manager's (controllers/README.md, "Flags").
+const (
+	DefaultControllerQPS   = 50
+	DefaultControllerBurst = 100
+)
 
 // Cluster is a running control plane with kwok.
 type Cluster struct {
@@ -75,12 +89,21 @@ type Cluster struct {
 	kwokStarts int
 	proxies    []*CountingProxy
 	tempDir    bool
+	// controllerQPS/Burst: Options.ControllerQPS/Burst, defaulted.
+	controllerQPS   float32
+	controllerBurst int
 }
 
 // Start brings up etcd + kube-apiserver (MaxUnavailableStatefulSet on, so the native
 // StatefulSet can be measured with the same budget) with the staticip CRDs, then kwok.
 func Start(opts Options) (*Cluster, error) {
-	c := &Cluster{BinDir: opts.BinDir, Dir: opts.Dir, KwokBin: opts.KwokBin}
+	c := &Cluster{BinDir: opts.BinDir, Dir: opts.Dir, KwokBin: opts.KwokBin, controllerQPS: opts.ControllerQPS, controllerBurst: opts.ControllerBurst}
+	if c.controllerQPS <= 0 {
+		c.controllerQPS = DefaultControllerQPS
+	}
+	if c.controllerBurst <= 0 {
+		c.controllerBurst = DefaultControllerBurst
+	}
 	if c.BinDir == "" {
 		d, err := testenv.BinDir()
 		if err != nil {
@@ -119,6 +142,9 @@ func Start(opts Options) (*Cluster, error) {
 		// Thousands of nodes, one client: the defaults (400/200) make the harness wait.
 		"max-requests-inflight":          "1000",
 		"max-mutating-requests-inflight": "500",
+		// The scheduler scenario deletes every pass's 30,000 pods and 10,000 StaticIPs with
+		// DeleteCollection: one worker (the default) deletes ~120 objects/s here.
+		"delete-collection-workers": "16",
 	}})
 	if err != nil {
 		return nil, err
@@ -315,4 +341,9 @@ func parallel(ctx context.Context, n, w int, f func(context.Context, int) error)
 		}
 	}
 	return first
+}
+
+// controllerLimits are the client-limit flags both controller managers run with.
+func (c *Cluster) controllerLimits() []string {
+	return []string{"--kube-api-qps=" + strconv.FormatFloat(float64(c.controllerQPS), 'f', -1, 32), "--kube-api-burst=" + strconv.Itoa(c.controllerBurst)}
 }

@@ -178,8 +178,9 @@ func (c *Cluster) Fence(ctx context.Context, node string) error {
 // KubeControllerManager runs kube-controller-manager with only the listed controllers.
 func (c *Cluster) KubeControllerManager(name, controllers string, extra ...string) (*Component, error) {
 	return c.StartComponent(name, "kube-controller-manager", func(kc string) []string {
-		return append([]string{"--kubeconfig=" + kc, "--controllers=" + controllers, "--leader-elect=false", "--secure-port=0",
-			"--feature-gates=MaxUnavailableStatefulSet=true", "--kube-api-qps=1000", "--kube-api-burst=2000", "--v=1"}, extra...)
+		args := append([]string{"--kubeconfig=" + kc, "--controllers=" + controllers, "--leader-elect=false", "--secure-port=0",
+			"--feature-gates=MaxUnavailableStatefulSet=true", "--v=1"}, c.controllerLimits()...)
+		return append(args, extra...)
 	})
 }
 

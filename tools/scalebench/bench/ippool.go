@@ -12,11 +12,13 @@ import (
 )
 
 // Manager starts staticip-controller-manager with the given controllers, no leader
-// election, no metrics or health listeners (nothing may collide with other runs).
+// election, no metrics or health listeners (nothing may collide with other runs), and the
+// client limits kube-controller-manager gets too (Options.ControllerQPS).
 func (c *Cluster) Manager(name string, controllers string, extra ...string) (*Component, error) {
 	return c.StartComponent(name, "staticip-controller-manager", func(kc string) []string {
-		return append([]string{"--kubeconfig=" + kc, "--controllers=" + controllers, "--leader-elect=false",
-			"--metrics-bind-address=0", "--health-bind-address=0"}, extra...)
+		args := append([]string{"--kubeconfig=" + kc, "--controllers=" + controllers, "--leader-elect=false",
+			"--metrics-bind-address=0", "--health-bind-address=0"}, c.controllerLimits()...)
+		return append(args, extra...)
 	})
 }
 

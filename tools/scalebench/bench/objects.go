@@ -105,6 +105,18 @@ func (c *Cluster) DeletePods(ctx context.Context, ns string) error {
 	})
 }
 
+// DeleteStaticIPs deletes every StaticIP of ns and waits until none is left.
+func (c *Cluster) DeleteStaticIPs(ctx context.Context, ns string) error {
+	return poll(ctx, 20*time.Minute, func(ctx context.Context) (bool, error) {
+		l, err := c.SIP.JkeV1().StaticIPs(ns).List(ctx, metav1.ListOptions{Limit: 1})
+		if err != nil || len(l.Items) > 0 {
+			_ = c.SIP.JkeV1().StaticIPs(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{Limit: 2000})
+			return false, nil
+		}
+		return true, nil
+	})
+}
+
 // Requests are every benchmark pod's requests: 60 fit a node next to its reservations.
 var Requests = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}
 

@@ -16,6 +16,9 @@ type Row struct {
 	CPU       time.Duration
 	PeakRSS   int64
 	Requests  int
+	// PodsPerSecond and FilterP99: the scheduler scenario's rate and Filter p99.
+	PodsPerSecond float64
+	FilterP99     time.Duration
 	// Notes are scenario-specific figures ("pods/s 312", "filter p99 1.2 ms").
 	Notes []string
 }

@@ -68,7 +68,9 @@ func Run(ctx context.Context, opts Options, n int, scenarios []string, o RunOpti
 		case "ippool":
 			continue
 		case "scheduler":
-			r, err = c.Scheduler(ctx, o.Scheduler)
+			so := o.Scheduler
+			so.Progress = func(row Row) { logf("scheduler pass done:"); WriteTable(log, []Row{row}) }
+			r, err = c.Scheduler(ctx, so)
 		case "staticip":
 			r, err = c.StaticIPController(ctx, o.StaticIPs, o.Idle)
 		case "ests":

@@ -3,8 +3,11 @@ package bench
 import (
 	"context"
 	"fmt"
+	"net/netip"
+	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -75,15 +78,46 @@ type SchedulerOptions struct {
 	// Workers bounds the harness's concurrent creates (default CreateWorkers); a create the
 	// API server turns away (busy, timed out) is repeated with backoff.
 	Workers int
+	// Rounds of both schedulers (default 3): kube-scheduler first in odd rounds,
+	// staticip-scheduler first in even ones, so the machine's drift and the second pass's
+	// warmer API server hit both alike.
+	Rounds int
+	// NoStaticIP: no StaticIP at all (no reservations, no static-IP pods): what staticip costs
+	// a cluster that installs it and does not use it. The nodes keep their IPRanges.
+	NoStaticIP bool
+	// Progress, when set, gets each pass's row as soon as it is measured (a long run that is
+	// stopped keeps what it measured).
+	Progress func(Row)
 }
 
 // CreateWorkers is how many objects the harness creates at once by default: enough to keep
 // the API server busy, few enough not to starve the component under test on two cores.
 const CreateWorkers = 16
 
+// schedulerModes are the two schedulers of scenario 1.
+var schedulerModes = []struct{ name, bin, config string }{
+	{"kube-scheduler", "kube-scheduler", StockSchedulerConfig},
+	{"staticip-scheduler", "staticip-scheduler", StaticIPSchedulerConfig},
+}
+
+// passOrder is the order of the two schedulers (indices into schedulerModes) in round r
+// (0-based): kube-scheduler first in even r, staticip-scheduler first in odd r.
+func passOrder(r int) []int {
+	if r%2 == 0 {
+		return []int{0, 1}
+	}
+	return []int{1, 0}
+}
+
+// passNamespace holds one pass's pods and StaticIPs; it is emptied after every pass, so each
+// pass starts from the same objects: the reservations and the nodes' IPRanges.
+const passNamespace = "sched-pass"
+
 // Scheduler: PodsPerNode pods per node, a third of them static-IP (annotation, StaticIP,
 // pinned to the node holding the IP), HeldPerNode reservations for absent pods per node;
-// the same pods scheduled by kube-scheduler and then by staticip-scheduler, each alone.
+// the same pods scheduled by kube-scheduler and by staticip-scheduler, each alone, Rounds
+// times in alternating order. Every pass creates its pods and StaticIPs, and deletes them
+// (pods and StaticIPs) before the next one: a pass never sees another pass's records.
 func (c *Cluster) Scheduler(ctx context.Context, o SchedulerOptions) ([]Row, error) {
 	ranges, err := c.EnsureRanges(ctx)
 	if err != nil {
@@ -97,103 +131,132 @@ func (c *Cluster) Scheduler(ctx context.Context, o SchedulerOptions) ([]Row, err
 	if workers <= 0 {
 		workers = CreateWorkers
 	}
+	rounds := o.Rounds
+	if rounds <= 0 {
+		rounds = 3
+	}
 	held := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1")}
-	if err := parallel(ctx, len(c.Nodes)*o.HeldPerNode, workers, func(ctx context.Context, k int) error {
-		node := c.Nodes[k/o.HeldPerNode]
-		name := fmt.Sprintf("held-%s-%d", node, k%o.HeldPerNode)
-		return create(func() error {
-			_, err := c.SIP.JkeV1().StaticIPs(heldNS).Create(ctx, StaticIP(heldNS, name, Host(ranges[node], 200+k%o.HeldPerNode), node, held), metav1.CreateOptions{})
-			return err
-		})
-	}); err != nil {
-		return nil, fmt.Errorf("reservations: %w", err)
+	heldPerNode := o.HeldPerNode
+	if o.NoStaticIP {
+		heldPerNode = 0
 	}
-	static := o.PodsPerNode / 3
-	modes := []struct{ name, bin, config string }{
-		{"kube-scheduler", "kube-scheduler", StockSchedulerConfig},
-		{"staticip-scheduler", "staticip-scheduler", StaticIPSchedulerConfig},
-	}
-	var rows []Row
-	for mi, m := range modes {
-		ns := "sched-" + m.name
-		if err := c.EnsureNamespace(ctx, ns); err != nil {
-			return nil, err
-		}
-		total := len(c.Nodes) * o.PodsPerNode
-		bound, err := c.WatchBound(ctx, ns)
-		if err != nil {
-			return nil, err
-		}
-		t0 := time.Now()
-		err = parallel(ctx, total, workers, func(ctx context.Context, k int) error {
-			i, j := k/o.PodsPerNode, k%o.PodsPerNode
-			node := c.Nodes[i]
-			if j >= static {
-				return create(func() error {
-					_, err := c.Kube.CoreV1().Pods(ns).Create(ctx, Pod(ns, fmt.Sprintf("p-%s-%d", node, j), "", ""), metav1.CreateOptions{})
-					return err
-				})
-			}
-			// The modes use different addresses of the node's range (1-10, 11-20, ...).
-			name, ip := fmt.Sprintf("s-%s-%d", node, j), Host(ranges[node], 1+mi*static+j)
-			if err := create(func() error {
-				_, err := c.SIP.JkeV1().StaticIPs(ns).Create(ctx, StaticIP(ns, name, ip, node, Requests), metav1.CreateOptions{})
-				return err
-			}); err != nil {
-				return err
-			}
+	if heldPerNode > 0 {
+		if err := parallel(ctx, len(c.Nodes)*heldPerNode, workers, func(ctx context.Context, k int) error {
+			node := c.Nodes[k/heldPerNode]
+			name := fmt.Sprintf("held-%s-%d", node, k%heldPerNode)
 			return create(func() error {
-				_, err := c.Kube.CoreV1().Pods(ns).Create(ctx, Pod(ns, name, ip, node), metav1.CreateOptions{})
+				_, err := c.SIP.JkeV1().StaticIPs(heldNS).Create(ctx, StaticIP(heldNS, name, Host(ranges[node], 200+k%heldPerNode), node, held), metav1.CreateOptions{})
 				return err
 			})
-		})
-		if err != nil {
-			bound.Stop()
-			return nil, fmt.Errorf("%s pods: %w", m.name, err)
+		}); err != nil {
+			return nil, fmt.Errorf("reservations: %w", err)
 		}
-		created := time.Since(t0)
-		comp, err := c.StartScheduler(m.name, m.bin, m.config)
-		if err != nil {
-			bound.Stop()
-			return nil, err
-		}
-		err = poll(ctx, 60*time.Minute, func(ctx context.Context) (bool, error) {
-			if done, perr := comp.Exited(); done {
-				return false, fmt.Errorf("%s exited: %v (log %s)", m.name, perr, filepath.Join(c.Dir, m.name+".log"))
+	}
+	static := o.PodsPerNode / 3
+	if o.NoStaticIP {
+		static = 0
+	}
+	if err := c.EnsureNamespace(ctx, passNamespace); err != nil {
+		return nil, err
+	}
+	var rows []Row
+	for r := range rounds {
+		for _, mi := range passOrder(r) {
+			m := schedulerModes[mi]
+			row, err := c.schedulerPass(ctx, m.name, m.bin, m.config, o.PodsPerNode, static, workers, ranges)
+			if err != nil {
+				return rows, fmt.Errorf("round %d: %w", r+1, err)
 			}
-			return bound.Bound() >= total, nil
-		})
-		wall := time.Since(comp.Started)
-		bound.Stop()
-		if err != nil {
-			comp.Stop()
-			return nil, fmt.Errorf("%s: pods not all bound: %w", m.name, err)
-		}
-		row, err := Measure("scheduler", len(c.Nodes), comp.Proc, comp.Proxy, wall)
-		if err == nil {
-			row.Note("%d pods, %.0f pods/s", total, float64(total)/wall.Seconds())
-			row.Note("pods created (%d workers) in %.0f s before the scheduler started", workers, created.Seconds())
-			if h, herr := ScrapeHistogram(ctx, comp.MetricsURL, "scheduler_framework_extension_point_duration_seconds", map[string]string{"extension_point": "Filter"}); herr == nil {
-				row.Note("Filter p99 %.2f ms", h.Quantile(0.99)*1e3)
-			} else {
-				row.Note("Filter p99 n/a (%v)", herr)
+			row.Note("round %d of %d, %s", r+1, rounds, map[bool]string{true: "first", false: "second"}[mi == passOrder(r)[0]])
+			if o.NoStaticIP {
+				row.Note("no StaticIP objects")
 			}
-			row.Note("%.1f requests/pod", float64(row.Requests)/float64(total))
+			rows = append(rows, row)
+			if o.Progress != nil {
+				o.Progress(row)
+			}
 		}
+	}
+	return append(rows, SummarizeScheduler(rows)...), nil
+}
+
+// schedulerPass creates one pass's pods (and the StaticIPs of its static-IP pods), runs one
+// scheduler until every pod is bound, measures it, and deletes the pass's pods and StaticIPs.
+func (c *Cluster) schedulerPass(ctx context.Context, name, bin, config string, perNode, static, workers int, ranges map[string]netip.Prefix) (Row, error) {
+	ns := passNamespace
+	total := len(c.Nodes) * perNode
+	bound, err := c.WatchBound(ctx, ns)
+	if err != nil {
+		return Row{}, err
+	}
+	defer bound.Stop()
+	t0 := time.Now()
+	err = parallel(ctx, total, workers, func(ctx context.Context, k int) error {
+		i, j := k/perNode, k%perNode
+		node := c.Nodes[i]
+		if j >= static {
+			return create(func() error {
+				_, err := c.Kube.CoreV1().Pods(ns).Create(ctx, Pod(ns, fmt.Sprintf("p-%s-%d", node, j), "", ""), metav1.CreateOptions{})
+				return err
+			})
+		}
+		// The same addresses in every pass: the previous pass's records are gone.
+		podName, ip := fmt.Sprintf("s-%s-%d", node, j), Host(ranges[node], 1+j)
+		if err := create(func() error {
+			_, err := c.SIP.JkeV1().StaticIPs(ns).Create(ctx, StaticIP(ns, podName, ip, node, Requests), metav1.CreateOptions{})
+			return err
+		}); err != nil {
+			return err
+		}
+		return create(func() error {
+			_, err := c.Kube.CoreV1().Pods(ns).Create(ctx, Pod(ns, podName, ip, node), metav1.CreateOptions{})
+			return err
+		})
+	})
+	if err != nil {
+		return Row{}, fmt.Errorf("%s pods: %w", name, err)
+	}
+	created := time.Since(t0)
+	comp, err := c.StartScheduler(name, bin, config)
+	if err != nil {
+		return Row{}, err
+	}
+	err = poll(ctx, 60*time.Minute, func(ctx context.Context) (bool, error) {
+		if done, perr := comp.Exited(); done {
+			return false, fmt.Errorf("%s exited: %v (log %s)", name, perr, filepath.Join(c.Dir, name+".log"))
+		}
+		return bound.Bound() >= total, nil
+	})
+	wall := time.Since(comp.Started)
+	if err != nil {
 		comp.Stop()
-		if err != nil {
-			return rows, err
-		}
-		rows = append(rows, row)
-		if err := c.DeletePods(ctx, ns); err != nil {
-			return rows, fmt.Errorf("%s: deleting its pods: %w", m.name, err)
-		}
+		return Row{}, fmt.Errorf("%s: pods not all bound: %w", name, err)
 	}
-	if len(rows) == 2 {
-		rows[1].Note("CPU ratio to kube-scheduler %.2f", rows[1].CPU.Seconds()/rows[0].CPU.Seconds())
-		rows[1].Note("RSS ratio %.2f", float64(rows[1].PeakRSS)/float64(rows[0].PeakRSS))
+	row, err := Measure("scheduler", len(c.Nodes), comp.Proc, comp.Proxy, wall)
+	if err == nil {
+		row.PodsPerSecond = float64(total) / wall.Seconds()
+		row.Note("%d pods, %.0f pods/s", total, row.PodsPerSecond)
+		row.Note("pods created (%d workers) in %.0f s before the scheduler started", workers, created.Seconds())
+		if h, herr := ScrapeHistogram(ctx, comp.MetricsURL, "scheduler_framework_extension_point_duration_seconds", map[string]string{"extension_point": "Filter"}); herr == nil {
+			row.FilterP99 = time.Duration(h.Quantile(0.99) * float64(time.Second))
+			row.Note("Filter p99 %.2f ms", h.Quantile(0.99)*1e3)
+		} else {
+			row.Note("Filter p99 n/a (%v)", herr)
+		}
+		row.Note("%.1f requests/pod", float64(row.Requests)/float64(total))
+		row.Note("load %s", loadAverage())
 	}
-	return rows, nil
+	comp.Stop()
+	if err != nil {
+		return Row{}, err
+	}
+	if err := c.DeletePods(ctx, ns); err != nil {
+		return row, fmt.Errorf("%s: deleting its pods: %w", name, err)
+	}
+	if err := c.DeleteStaticIPs(ctx, ns); err != nil {
+		return row, fmt.Errorf("%s: deleting its StaticIPs: %w", name, err)
+	}
+	return row, nil
 }
 
 func ignoreExists(err error) error {
@@ -201,4 +264,18 @@ func ignoreExists(err error) error {
 		return nil
 	}
 	return err
+}
+
+// loadAverage is the machine's 1-, 5- and 15-minute load average (the machine is shared:
+// every figure is quoted with it).
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) < 3 {
+		return "?"
+	}
+	return strings.Join(f[:3], " ")
 }

@@ -13,7 +13,7 @@ import (
 // rot: every scenario must produce its rows with real measurements. It skips (saying why)
 // only when a binary is missing.
 func TestSmoke(t *testing.T) {
-	o := RunOptions{Scheduler: SchedulerOptions{PodsPerNode: 3, HeldPerNode: 1}, StaticIPs: 500,
+	o := RunOptions{Scheduler: SchedulerOptions{PodsPerNode: 3, HeldPerNode: 1, Rounds: 2}, StaticIPs: 500,
 		Replicas: 50, MaxUnavailable: 10, FailoverPods: 10, Services: 50, Wrappers: 2, Idle: 5 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
