@@ -263,6 +263,9 @@ func RunConfig(ctx context.Context, c *Config) error {
 		electionHealth = leaderelection.NewLeaderHealthzAdaptor(20 * time.Second)
 	}
 	var ready atomic.Bool
+	// A standby is ready from the first probe on (below); set before the server starts, so
+	// that no probe sees a standby as not ready.
+	ready.Store(o.LeaderElect)
 	serveCtx, stopServing := context.WithCancel(ctx)
 	defer stopServing()
 	if _, err := o.Serving.Start(serveCtx, endpoints(electionHealth, &ready)); err != nil {
@@ -284,8 +287,7 @@ func RunConfig(ctx context.Context, c *Config) error {
 	// A standby is ready: it runs no controller and holds no cache (as a standby
 	// kube-controller-manager, whose informers also start only once it leads), so a rolling
 	// update of the Deployment proceeds through it. On taking the lease it is not ready until
-	// its caches have synced (startControllers).
-	ready.Store(true)
+	// its caches have synced (startControllers). (ready was set above, before serving.)
 	return runElected(ctx, c, kubeClient, recorder, identity, electionHealth, runControllers)
 }
 
