@@ -13,6 +13,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	sipclient "github.com/staticip/staticip/apis/generated/clientset/versioned"
 )
 
 // Component is a component process and the proxy counting its API requests.
@@ -159,11 +163,23 @@ func (c *Cluster) Scheduler(ctx context.Context, o SchedulerOptions) ([]Row, err
 	if err := c.EnsureNamespace(ctx, passNamespace); err != nil {
 		return nil, err
 	}
+	// The pass's creates go through clients whose requests time out: on an overloaded API
+	// server one create without a deadline hung a 1,000-node run for half an hour (2026-11-28);
+	// a timed-out create is transient and repeated (create).
+	cfg := rest.CopyConfig(c.Config)
+	cfg.Timeout = 30 * time.Second
+	creator := &Cluster{Config: cfg}
+	if creator.Kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	if creator.SIP, err = sipclient.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
 	var rows []Row
 	for r := range rounds {
 		for _, mi := range passOrder(r) {
 			m := schedulerModes[mi]
-			row, err := c.schedulerPass(ctx, m.name, m.bin, m.config, o.PodsPerNode, static, workers, ranges)
+			row, err := c.schedulerPass(ctx, creator, m.name, m.bin, m.config, o.PodsPerNode, static, workers, ranges)
 			if err != nil {
 				return rows, fmt.Errorf("round %d: %w", r+1, err)
 			}
@@ -182,7 +198,7 @@ func (c *Cluster) Scheduler(ctx context.Context, o SchedulerOptions) ([]Row, err
 
 // schedulerPass creates one pass's pods (and the StaticIPs of its static-IP pods), runs one
 // scheduler until every pod is bound, measures it, and deletes the pass's pods and StaticIPs.
-func (c *Cluster) schedulerPass(ctx context.Context, name, bin, config string, perNode, static, workers int, ranges map[string]netip.Prefix) (Row, error) {
+func (c *Cluster) schedulerPass(ctx context.Context, creator *Cluster, name, bin, config string, perNode, static, workers int, ranges map[string]netip.Prefix) (Row, error) {
 	ns := passNamespace
 	total := len(c.Nodes) * perNode
 	bound, err := c.WatchBound(ctx, ns)
@@ -196,20 +212,20 @@ func (c *Cluster) schedulerPass(ctx context.Context, name, bin, config string, p
 		node := c.Nodes[i]
 		if j >= static {
 			return create(func() error {
-				_, err := c.Kube.CoreV1().Pods(ns).Create(ctx, Pod(ns, fmt.Sprintf("p-%s-%d", node, j), "", ""), metav1.CreateOptions{})
+				_, err := creator.Kube.CoreV1().Pods(ns).Create(ctx, Pod(ns, fmt.Sprintf("p-%s-%d", node, j), "", ""), metav1.CreateOptions{})
 				return err
 			})
 		}
 		// The same addresses in every pass: the previous pass's records are gone.
 		podName, ip := fmt.Sprintf("s-%s-%d", node, j), Host(ranges[node], 1+j)
 		if err := create(func() error {
-			_, err := c.SIP.JkeV1().StaticIPs(ns).Create(ctx, StaticIP(ns, podName, ip, node, Requests), metav1.CreateOptions{})
+			_, err := creator.SIP.JkeV1().StaticIPs(ns).Create(ctx, StaticIP(ns, podName, ip, node, Requests), metav1.CreateOptions{})
 			return err
 		}); err != nil {
 			return err
 		}
 		return create(func() error {
-			_, err := c.Kube.CoreV1().Pods(ns).Create(ctx, Pod(ns, podName, ip, node), metav1.CreateOptions{})
+			_, err := creator.Kube.CoreV1().Pods(ns).Create(ctx, Pod(ns, podName, ip, node), metav1.CreateOptions{})
 			return err
 		})
 	})
