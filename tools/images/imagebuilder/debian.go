@@ -99,12 +99,14 @@ func DebianRoot(o DebianRootOptions) (string, []DebPackage, error) {
 
 	// The last resolution's package list: when every one of them is still the candidate
 	// version and its tree is complete, that tree is the answer.
-	resolvedFile := filepath.Join(cache, o.Arch+".packages")
+	// (Per set of files: another set may need other packages.)
+	filesSum := sha256.Sum256([]byte(strings.Join(o.Files, "\n")))
+	resolvedFile := filepath.Join(cache, o.Arch+"-"+hex.EncodeToString(filesSum[:4])+".packages")
 	if prev, err := os.ReadFile(resolvedFile); err == nil {
 		names := strings.Fields(string(prev))
 		if pkgs, err := a.candidates(names); err == nil {
 			root := filepath.Join(cache, o.Arch+"-"+treeKey(pkgs), "root")
-			if _, err := os.Stat(filepath.Join(filepath.Dir(root), "complete")); err == nil && sameNames(names, roots) {
+			if _, err := os.Stat(filepath.Join(filepath.Dir(root), "complete")); err == nil {
 				logf("%s: cached tree %s (%s)", o.Arch, root, joinPackages(pkgs))
 				return root, pkgs, nil
 			}
@@ -178,20 +180,6 @@ func DebianRoot(o DebianRootOptions) (string, []DebPackage, error) {
 	}
 	logf("%s: tree %s (%s)", o.Arch, filepath.Join(final, "root"), joinPackages(pkgs))
 	return filepath.Join(final, "root"), pkgs, nil
-}
-
-// sameNames: the cached resolution started from the same packages (its list holds each).
-func sameNames(names, roots []string) bool {
-	have := map[string]bool{}
-	for _, n := range names {
-		have[n] = true
-	}
-	for _, r := range roots {
-		if !have[r] {
-			return false
-		}
-	}
-	return true
 }
 
 func treeKey(pkgs []DebPackage) string {
