@@ -50,8 +50,8 @@ import (
 const versionPkg = "github.com/staticip/staticip/internal/version.Version"
 
 type options struct {
-	version, registry, out, helm, krewBase, source, licenses string
-	platforms, pluginPlatforms                               []release.Platform
+	version, registry, out, helm, krewBase, source, licenses, debianCache string
+	platforms, pluginPlatforms                                            []release.Platform
 }
 
 func main() {
@@ -62,6 +62,7 @@ func main() {
 	flag.StringVar(&platforms, "platforms", "linux/amd64,linux/arm64", "image platforms")
 	flag.StringVar(&pluginPlatforms, "plugin-platforms", "linux/amd64,linux/arm64,darwin/amd64,darwin/arm64,windows/amd64,windows/arm64", "kubectl-staticip archive platforms")
 	flag.StringVar(&o.out, "out", "_output/release", "output directory (VERSION/ is made in it)")
+	flag.StringVar(&o.debianCache, "debian-cache", "_output/debian", "where other architectures' Debian packages (the agent's nft) are fetched and kept")
 	flag.StringVar(&o.helm, "helm", "_output/bin/helm", "helm binary")
 	flag.StringVar(&o.krewBase, "krew-base-url", "https://github.com/staticip/staticip/releases/download/{VERSION}", "where the archives are downloaded from ({VERSION} is replaced)")
 	flag.StringVar(&o.source, "source", "https://github.com/staticip/staticip", "org.opencontainers.image.source")
@@ -136,7 +137,7 @@ func run(ctx context.Context, o options) error {
 	for _, im := range release.Images(corednsVersion) {
 		ref := release.ImageRef(o.registry, im, v)
 		t := time.Now()
-		idx, err := buildIndex(out, im, o.platforms, v, meta, license, notice, mains)
+		idx, err := buildIndex(out, o.debianCache, im, o.platforms, v, meta, license, notice, mains)
 		if err != nil {
 			return fmt.Errorf("image %s: %w", im.Name, err)
 		}
@@ -210,8 +211,24 @@ func run(ctx context.Context, o options) error {
 	return nil
 }
 
+// executablesRoot is where im's HostFiles for p come from: this machine's root for its own
+// platform; for another, a tree of Debian's packages of p's architecture (imagebuilder.
+// DebianRoot, cached in debianCache). A failure is the release's: no image ships without them.
+func executablesRoot(debianCache string, im release.Image, p release.Platform) (string, error) {
+	if p.OS == "linux" && p.Arch == runtime.GOARCH {
+		return "/", nil
+	}
+	arch := imagebuilder.DebianArch(p.Arch)
+	if p.OS != "linux" || arch == "" {
+		return "", fmt.Errorf("no Debian packages of %s for %s", p, strings.Join(im.HostFiles, ", "))
+	}
+	root, _, err := imagebuilder.DebianRoot(imagebuilder.DebianRootOptions{CacheDir: debianCache, Arch: arch, Files: im.HostFiles,
+		Logf: func(format string, args ...any) { log("debian "+format, args...) }})
+	return root, err
+}
+
 // buildIndex builds im for every platform and returns the OCI index of those images.
-func buildIndex(out string, im release.Image, platforms []release.Platform, v release.Version, meta release.Meta, license, notice []byte, mains map[string]string) (v1.ImageIndex, error) {
+func buildIndex(out, debianCache string, im release.Image, platforms []release.Platform, v release.Version, meta release.Meta, license, notice []byte, mains map[string]string) (v1.ImageIndex, error) {
 	labels := release.Labels(meta, im.Name)
 	if im.Tag != "" {
 		labels["org.opencontainers.image.version"] = im.Tag
@@ -250,19 +267,15 @@ func buildIndex(out string, im release.Image, platforms []release.Platform, v re
 		}
 		layers := []v1.Layer{layer}
 		if len(im.HostFiles) > 0 {
-			if p.OS != "linux" || p.Arch != runtime.GOARCH {
-				log("WARNING: %s for %s lacks %s (this machine is linux/%s): its outgoing NAT fails there; set agent.nat.enabled=false on such nodes", im.Name, p, strings.Join(im.HostFiles, ", "), runtime.GOARCH)
-			} else {
-				links := map[string]string{}
-				for _, f := range im.HostFiles {
-					links["/"+filepath.Base(f)] = strings.TrimPrefix(f, "/")
-				}
-				host, err := imagebuilder.RootfsLayer("/", im.HostFiles, links, tarball.WithMediaType(types.OCILayer))
-				if err != nil {
-					return nil, fmt.Errorf("%s: files of this machine: %w", im.Name, err)
-				}
-				layers = append([]v1.Layer{host}, layers...)
+			root, err := executablesRoot(debianCache, im, p)
+			if err != nil {
+				return nil, fmt.Errorf("%s for %s: %w", im.Name, p, err)
 			}
+			files, err := imagebuilder.ExecutablesLayer(root, im.HostFiles, tarball.WithMediaType(types.OCILayer))
+			if err != nil {
+				return nil, fmt.Errorf("%s for %s: %s of %s: %w", im.Name, p, strings.Join(im.HostFiles, ", "), root, err)
+			}
+			layers = append([]v1.Layer{files}, layers...)
 		}
 		img, err := mutate.AppendLayers(mutate.ConfigMediaType(mutate.MediaType(empty.Image, types.OCIManifestSchema1), types.OCIConfigJSON), layers...)
 		if err != nil {

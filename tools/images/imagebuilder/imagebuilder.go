@@ -136,11 +136,7 @@ func Build(repoRoot, outDir string, im Image) (string, error) {
 	}
 	base := append([]v1.Layer{}, im.Base...)
 	if len(im.HostFiles) > 0 {
-		links := map[string]string{}
-		for _, f := range im.HostFiles {
-			links["/"+filepath.Base(f)] = strings.TrimPrefix(f, "/")
-		}
-		hostLayer, err := RootfsLayer("/", im.HostFiles, links)
+		hostLayer, err := ExecutablesLayer("/", im.HostFiles)
 		if err != nil {
 			return "", fmt.Errorf("image %s: files of this machine: %w", im.Ref, err)
 		}

@@ -4,11 +4,9 @@ import (
 	"archive/tar"
 	"bytes"
 	"io"
-	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -377,24 +375,7 @@ func TestAgentImageRunsNFT(t *testing.T) {
 		t.Fatal(err)
 	}
 	root := filepath.Join(dir, "rootfs")
-	files := flattened(t, img)
-	for _, name := range slices.Sorted(maps.Keys(files)) { // parents first
-		f, p := files[name], filepath.Join(root, name)
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		switch f.typeflag {
-		case tar.TypeDir:
-			err = os.MkdirAll(p, 0o755)
-		case tar.TypeSymlink:
-			err = os.Symlink(f.linkname, p)
-		case tar.TypeReg:
-			err = os.WriteFile(p, []byte(f.content), os.FileMode(f.mode)&0o777)
-		}
-		if err != nil && !os.IsExist(err) {
-			t.Fatal(err)
-		}
-	}
+	extractLayer(t, flattened(t, img), root)
 	out, err := exec.Command("chroot", root, "/nft", "--version").CombinedOutput()
 	if err != nil {
 		t.Fatalf("nft in the agent image: %v: %s", err, out)

@@ -4,8 +4,10 @@ import (
 	"archive/tar"
 	"bytes"
 	"debug/elf"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path"
 	"path/filepath"
@@ -17,7 +19,18 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 )
 
-// RootfsLayer is a layer with files of a root filesystem (rootfs "/": this machine's): each of
+// ExecutablesLayer is RootfsLayer of files with each file also linked from / (an image's
+// PATH=/ finds it): the agent's nft, which knftables execs.
+func ExecutablesLayer(rootfs string, files []string, opts ...tarball.LayerOption) (v1.Layer, error) {
+	links := map[string]string{}
+	for _, f := range files {
+		links["/"+path.Base(f)] = strings.TrimPrefix(path.Clean(f), "/")
+	}
+	return RootfsLayer(rootfs, files, links, opts...)
+}
+
+// RootfsLayer is a layer with files of a root filesystem (rootfs "/": this machine's; or a
+// tree of another architecture's Debian packages, DebianRoot): each of
 // paths — a file or a whole directory — with every shared library its ELF files need
 // (DT_NEEDED, transitively) and the dynamic loader, each with the symlinks on its way
 // (usrmerge's /lib -> usr/lib); links are more symlinks, name in the image → target. E.g.
@@ -40,6 +53,9 @@ type collector struct {
 	rootfs   string
 	entries  map[string]*tar.Header // name in the layer (no leading slash) -> header
 	contents map[string][]byte
+	// missing, when set, collects the libraries not found instead of failing (DebianRoot
+	// fetches their packages).
+	missing *[]missingLib
 }
 
 // add puts p (absolute inside the rootfs) into the layer: the symlinks and directories on
@@ -77,7 +93,7 @@ func (c *collector) add(p string) error {
 	}
 	c.entries[name] = &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: int64(st.Mode().Perm()), Size: int64(len(content))}
 	c.contents[name] = content
-	return c.addELFDeps(content)
+	return c.addELFDeps(name, content)
 }
 
 // resolve walks p component by component inside the rootfs, recording every symlink it
@@ -117,39 +133,81 @@ func (c *collector) resolve(p string, depth int) (string, error) {
 	return cur, nil
 }
 
-var libDirs = []string{"/lib/x86_64-linux-gnu", "/usr/lib/x86_64-linux-gnu", "/lib64", "/lib", "/usr/lib"}
+// multiarchTriplets are Debian's library directories per machine (/lib/<triplet>): a root
+// of another architecture (DebianRoot) has its libraries there.
+var multiarchTriplets = map[elf.Machine]string{
+	elf.EM_X86_64: "x86_64-linux-gnu", elf.EM_AARCH64: "aarch64-linux-gnu", elf.EM_ARM: "arm-linux-gnueabihf",
+	elf.EM_386: "i386-linux-gnu", elf.EM_PPC64: "powerpc64le-linux-gnu", elf.EM_S390: "s390x-linux-gnu",
+	elf.EM_RISCV: "riscv64-linux-gnu",
+}
 
-func (c *collector) addELFDeps(content []byte) error {
+// libDirs are where the loader of an ELF file of machine m looks for its libraries.
+func libDirs(m elf.Machine) []string {
+	var dirs []string
+	if t, ok := multiarchTriplets[m]; ok {
+		dirs = append(dirs, "/lib/"+t, "/usr/lib/"+t)
+	}
+	return append(dirs, "/lib64", "/lib", "/usr/lib")
+}
+
+// missingLib is a DT_NEEDED entry (or the PT_INTERP path) of file that the rootfs lacks.
+type missingLib struct{ file, soname string }
+
+func (c *collector) addELFDeps(name string, content []byte) error {
 	f, err := elf.NewFile(bytes.NewReader(content))
 	if err != nil {
 		return nil // not an ELF file
 	}
 	defer f.Close()
-	libs, _ := f.ImportedLibraries()
+	libs, err := f.ImportedLibraries()
+	if err != nil {
+		return fmt.Errorf("%s: %w", name, err)
+	}
 	for _, prog := range f.Progs {
 		if prog.Type == elf.PT_INTERP {
-			interp, _ := io.ReadAll(prog.Open())
-			if err := c.add(strings.TrimRight(string(interp), "\x00")); err != nil {
-				return err
+			raw, _ := io.ReadAll(prog.Open())
+			interp := strings.TrimRight(string(raw), "\x00")
+			err := c.add(interp)
+			if errors.Is(err, fs.ErrNotExist) && c.missing != nil {
+				*c.missing = append(*c.missing, missingLib{file: "/" + name, soname: interp})
+				continue
+			}
+			if err != nil {
+				return fmt.Errorf("/%s: its interpreter: %w", name, err)
 			}
 		}
 	}
 	for _, lib := range libs {
-		found := false
-		for _, dir := range libDirs {
-			if _, err := os.Stat(filepath.Join(c.rootfs, dir, lib)); err == nil {
-				if err := c.add(path.Join(dir, lib)); err != nil {
-					return err
-				}
-				found = true
-				break
+		dir := c.findLib(f.Machine, lib)
+		if dir == "" {
+			if c.missing != nil {
+				*c.missing = append(*c.missing, missingLib{file: "/" + name, soname: lib})
+				continue
 			}
+			return fmt.Errorf("library %s (needed by /%s, %s) not found in %s", lib, name, f.Machine, c.rootfs)
 		}
-		if !found {
-			return fmt.Errorf("library %s not found in %s", lib, c.rootfs)
+		if err := c.add(path.Join(dir, lib)); err != nil {
+			return err
 		}
 	}
 	return nil
+}
+
+// findLib is the first library directory of the rootfs with soname for machine m (a
+// library of another machine, e.g. an i386 one in /lib, is passed over), "" if none.
+func (c *collector) findLib(m elf.Machine, soname string) string {
+	for _, dir := range libDirs(m) {
+		f, err := elf.Open(filepath.Join(c.rootfs, dir, soname))
+		if err != nil {
+			continue
+		}
+		same := f.Machine == m
+		f.Close()
+		if same {
+			return dir
+		}
+	}
+	return ""
 }
 
 func (c *collector) layer(opts ...tarball.LayerOption) (v1.Layer, error) {

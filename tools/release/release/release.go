@@ -111,10 +111,10 @@ type Image struct {
 	Module, Package string
 	// Tag is a fixed tag (CoreDNS's own version); empty: the release version.
 	Tag string
-	// HostFiles are executables of the build machine with their libraries
-	// (imagebuilder.RootfsLayer), each linked from /: the agent's nft. Only the images of the
-	// build machine's own platform get them (a Debian binary of another architecture is not
-	// on this machine): the release logs which images lack them.
+	// HostFiles are executables with their libraries (imagebuilder.ExecutablesLayer), each
+	// linked from /: the agent's nft. The image of the build machine's platform takes this
+	// machine's; every other platform's takes them from Debian's packages of its architecture
+	// (imagebuilder.DebianRoot), and the release fails when it cannot.
 	HostFiles []string
 }
 
