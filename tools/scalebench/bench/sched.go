@@ -113,9 +113,12 @@ func passOrder(r int) []int {
 	return []int{1, 0}
 }
 
-// passNamespace holds one pass's pods and StaticIPs; it is emptied after every pass, so each
-// pass starts from the same objects: the reservations and the nodes' IPRanges.
-const passNamespace = "sched-pass"
+// passNamespace holds one pass's pods and StaticIPs; it is emptied after the pass, so each
+// pass starts from the same objects: the reservations and the nodes' IPRanges. Every pass has
+// its own: kwok acts on a deleted pod by namespace and name after the API server has dropped
+// it, and deleted the next pass's pod of the same name (the second pass of every round lost
+// pods and never finished, 2026-11-28).
+func passNamespace(round, mode int) string { return fmt.Sprintf("sched-pass-%d-%d", round+1, mode) }
 
 // Scheduler: PodsPerNode pods per node, a third of them static-IP (annotation, StaticIP,
 // pinned to the node holding the IP), HeldPerNode reservations for absent pods per node;
@@ -160,9 +163,6 @@ func (c *Cluster) Scheduler(ctx context.Context, o SchedulerOptions) ([]Row, err
 	if o.NoStaticIP {
 		static = 0
 	}
-	if err := c.EnsureNamespace(ctx, passNamespace); err != nil {
-		return nil, err
-	}
 	// The pass's creates go through clients whose requests time out: on an overloaded API
 	// server one create without a deadline hung a 1,000-node run for half an hour (2026-11-28);
 	// a timed-out create is transient and repeated (create).
@@ -179,7 +179,11 @@ func (c *Cluster) Scheduler(ctx context.Context, o SchedulerOptions) ([]Row, err
 	for r := range rounds {
 		for _, mi := range passOrder(r) {
 			m := schedulerModes[mi]
-			row, err := c.schedulerPass(ctx, creator, m.name, m.bin, m.config, o.PodsPerNode, static, workers, ranges)
+			ns := passNamespace(r, mi)
+			if err := c.EnsureNamespace(ctx, ns); err != nil {
+				return rows, err
+			}
+			row, err := c.schedulerPass(ctx, creator, ns, m.name, m.bin, m.config, o.PodsPerNode, static, workers, ranges)
 			if err != nil {
 				return rows, fmt.Errorf("round %d: %w", r+1, err)
 			}
@@ -198,8 +202,7 @@ func (c *Cluster) Scheduler(ctx context.Context, o SchedulerOptions) ([]Row, err
 
 // schedulerPass creates one pass's pods (and the StaticIPs of its static-IP pods), runs one
 // scheduler until every pod is bound, measures it, and deletes the pass's pods and StaticIPs.
-func (c *Cluster) schedulerPass(ctx context.Context, creator *Cluster, name, bin, config string, perNode, static, workers int, ranges map[string]netip.Prefix) (Row, error) {
-	ns := passNamespace
+func (c *Cluster) schedulerPass(ctx context.Context, creator *Cluster, ns, name, bin, config string, perNode, static, workers int, ranges map[string]netip.Prefix) (Row, error) {
 	total := len(c.Nodes) * perNode
 	bound, err := c.WatchBound(ctx, ns)
 	if err != nil {
