@@ -17,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/apis/podip"
@@ -86,20 +85,9 @@ func TestStaticIPOpenKruiseStatefulSet(t *testing.T) {
 	defer func(d time.Duration) { staticip.KruiseDiscoveryInterval = d }(staticip.KruiseDiscoveryInterval)
 	staticip.KruiseDiscoveryInterval = 200 * time.Millisecond
 
-	cfg := rest.CopyConfig(f.cfg)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:staticip-system:staticip-controller-manager"}
-	o := manager.NewOptions()
-	o.LeaderElect = false
-	o.Controllers = []string{staticip.Name}
-	o.Serving.MetricsBindAddress, o.Serving.HealthBindAddress = "0", "0"
-	ctx, cancel := context.WithCancel(f.ctx)
-	done := make(chan error, 1)
-	go func() { done <- manager.Run(ctx, o, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !strings.Contains(err.Error(), "context canceled") {
-			t.Errorf("manager: %v", err)
-		}
+	f.startManagerAsServiceAccount(func(o *manager.Options) {
+		o.LeaderElect = false
+		o.Controllers = []string{staticip.Name}
 	})
 
 	// Kruise arrives after staticip: its CRD, then its controller.
@@ -147,14 +135,19 @@ func TestStaticIPOpenKruiseStatefulSet(t *testing.T) {
 		_ = f.client.JkeV1().IPRanges().Delete(context.Background(), nodeRange.Name, metav1.DeleteOptions{})
 	})
 	fresh := map[string]string{"kr-0": "10.89.0.10", "kr-1": "10.89.0.11", "kr-2": "10.89.0.12"}
-	// run binds a new pod, finishes deletions, and gives a bound pod without an IP the address
-	// its annotation names, or a fresh one if want says the pod is new.
+	// node finishes deletions, binds a pod that is new (fresh names its address) or has been
+	// told its address (a recreated pod stays unscheduled until then: the controller annotates
+	// only unscheduled pods, and the scheduler plugin would pin it by the record meanwhile), and
+	// gives a bound pod without an IP the address its annotation names, else its fresh one.
 	node := func(fresh map[string]string) {
 		for name, p := range f.pods() {
 			switch {
 			case p.DeletionTimestamp != nil:
 				_ = f.kube.CoreV1().Pods(f.ns).Delete(f.ctx, name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0)), Preconditions: &metav1.Preconditions{UID: &p.UID}})
 			case p.Spec.NodeName == "":
+				if fresh[name] == "" && p.Annotations[podip.AnnotationIPAddress] == "" {
+					continue
+				}
 				_ = f.kube.CoreV1().Pods(f.ns).Bind(f.ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: name, UID: p.UID},
 					Target: corev1.ObjectReference{Kind: "Node", Name: "node-k"}}, metav1.CreateOptions{})
 			case p.Status.PodIP == "":

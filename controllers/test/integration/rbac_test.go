@@ -38,25 +38,10 @@ func TestManagerRunsWithItsRBAC(t *testing.T) {
 	f.applyRBAC()
 	f.startKubelet("node-r", 100*time.Millisecond, nil)
 
-	cfg := rest.CopyConfig(f.cfg)
-	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:staticip-system:staticip-controller-manager"}
-	// The impersonated identity must not be able to do more than the manifests say.
-	if _, err := f.kubeFor(cfg).CoreV1().Secrets(f.ns).List(f.ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
-		t.Fatalf("impersonation is not restricted (listing secrets: %v)", err)
-	}
-	o := manager.NewOptions()
-	o.LeaderElectNamespace = "staticip-system"
-	o.LeaderElectLeaseName = "rbac-test-" + f.ns
-	o.LeaderElectLeaseDuration, o.LeaderElectRenewDeadline, o.LeaderElectRetryPeriod = 3*time.Second, 2*time.Second, 250*time.Millisecond
-	o.Serving.MetricsBindAddress, o.Serving.HealthBindAddress = "0", "0"
-	ctx, cancel := context.WithCancel(f.ctx)
-	done := make(chan error, 1)
-	go func() { done <- manager.Run(ctx, o, cfg) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil && !strings.Contains(err.Error(), "context canceled") {
-			t.Errorf("manager: %v", err)
-		}
+	f.startManagerAsServiceAccount(func(o *manager.Options) {
+		o.LeaderElectNamespace = "staticip-system"
+		o.LeaderElectLeaseName = "rbac-test-" + f.ns
+		o.LeaderElectLeaseDuration, o.LeaderElectRenewDeadline, o.LeaderElectRetryPeriod = 3*time.Second, 2*time.Second, 250*time.Millisecond
 	})
 
 	f.createSet(newSet("rbac", 3, enableStaticIP))
@@ -82,5 +67,30 @@ func TestManagerRunsWithItsRBAC(t *testing.T) {
 	f.eventually(30*time.Second, "Events written by the manager", func() (bool, error) {
 		evs, err := f.kube.CoreV1().Events(f.ns).List(f.ctx, metav1.ListOptions{})
 		return err == nil && len(evs.Items) > 0, err
+	})
+}
+
+// startManagerAsServiceAccount runs the manager, changed by mutate, as the controller-manager's
+// ServiceAccount (impersonated: only what manifests/controller-manager/rbac.yaml grants, which
+// applyRBAC installed) until the test ends.
+func (f *fixture) startManagerAsServiceAccount(mutate func(*manager.Options)) {
+	f.t.Helper()
+	cfg := rest.CopyConfig(f.cfg)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: "system:serviceaccount:staticip-system:staticip-controller-manager"}
+	// The impersonated identity must not be able to do more than the manifests say.
+	if _, err := f.kubeFor(cfg).CoreV1().Secrets(f.ns).List(f.ctx, metav1.ListOptions{}); !apierrors.IsForbidden(err) {
+		f.t.Fatalf("impersonation is not restricted (listing secrets: %v)", err)
+	}
+	o := manager.NewOptions()
+	o.Serving.MetricsBindAddress, o.Serving.HealthBindAddress = "0", "0"
+	mutate(o)
+	ctx, cancel := context.WithCancel(f.ctx)
+	done := make(chan error, 1)
+	go func() { done <- manager.Run(ctx, o, cfg) }()
+	f.t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil && !strings.Contains(err.Error(), "context canceled") {
+			f.t.Errorf("manager: %v", err)
+		}
 	})
 }
