@@ -127,14 +127,18 @@ func TestStaticIPOpenKruiseStatefulSet(t *testing.T) {
 	// The node side: pods are bound to node-k and get an address of its range — the one their
 	// ip-address annotation names once the controller has told them (as the CNI would); pods
 	// being deleted are removed (as a kubelet would after the grace period).
-	nodeRange := &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: f.ns + "-node-k"}, Spec: jkev1.IPRangeSpec{CIDR: "10.89.0.0/24", Node: "node-k"}}
+	// IPs are cluster-wide and records of earlier runs stay (no namespace controller): a subnet
+	// of its own per run.
+	subnet := subnets.Add(1)
+	nodeRange := &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: f.ns + "-node-k"}, Spec: jkev1.IPRangeSpec{CIDR: fmt.Sprintf("10.89.%d.0/24", subnet), Node: "node-k"}}
 	if _, err := f.client.JkeV1().IPRanges().Create(f.ctx, nodeRange, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		_ = f.client.JkeV1().IPRanges().Delete(context.Background(), nodeRange.Name, metav1.DeleteOptions{})
 	})
-	fresh := map[string]string{"kr-0": "10.89.0.10", "kr-1": "10.89.0.11", "kr-2": "10.89.0.12"}
+	ip := func(host int) string { return fmt.Sprintf("10.89.%d.%d", subnet, host) }
+	fresh := map[string]string{"kr-0": ip(10), "kr-1": ip(11), "kr-2": ip(12)}
 	// node finishes deletions, binds a pod that is new (fresh names its address) or has been
 	// told its address (a recreated pod stays unscheduled until then: the controller annotates
 	// only unscheduled pods, and the scheduler plugin would pin it by the record meanwhile), and
@@ -198,8 +202,8 @@ func TestStaticIPOpenKruiseStatefulSet(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	f.eventually(time.Minute, "kr-0 recorded with its IP (Kruise created the pod, staticip its record)", recorded("kr-0", "10.89.0.10"))
-	f.eventually(30*time.Second, "kr-1 recorded with its IP", recorded("kr-1", "10.89.0.11"))
+	f.eventually(time.Minute, "kr-0 recorded with its IP (Kruise created the pod, staticip its record)", recorded("kr-0", ip(10)))
+	f.eventually(30*time.Second, "kr-1 recorded with its IP", recorded("kr-1", ip(11)))
 	if rec, _ := f.staticIP("kr-0"); len(rec.OwnerReferences) != 1 || rec.OwnerReferences[0].UID != created.GetUID() ||
 		rec.OwnerReferences[0].APIVersion != "apps.kruise.io/v1beta1" {
 		t.Fatalf("kr-0's record: owner references %+v, want the Advanced StatefulSet %s", rec.OwnerReferences, created.GetUID())
@@ -216,9 +220,9 @@ func TestStaticIPOpenKruiseStatefulSet(t *testing.T) {
 	f.eventually(time.Minute, "kr-0 recreated by Kruise and told its IP", func() (bool, error) {
 		node(nil) // no fresh address: a recreated pod must be given its recorded one
 		p, err := f.kube.CoreV1().Pods(f.ns).Get(f.ctx, "kr-0", metav1.GetOptions{})
-		return err == nil && p.UID != old.UID && p.Annotations[podip.AnnotationIPAddress] == "10.89.0.10", nil
+		return err == nil && p.UID != old.UID && p.Annotations[podip.AnnotationIPAddress] == ip(10), nil
 	})
-	f.eventually(30*time.Second, "the new kr-0 recorded with the same IP", recorded("kr-0", "10.89.0.10"))
+	f.eventually(30*time.Second, "the new kr-0 recorded with the same IP", recorded("kr-0", ip(10)))
 
 	// Ordinal 1 reserved: Kruise deletes kr-1 and creates kr-2; kr-1's record is released,
 	// kr-2 gets its own.
@@ -226,7 +230,7 @@ func TestStaticIPOpenKruiseStatefulSet(t *testing.T) {
 		[]byte(`{"spec":{"reserveOrdinals":[1]}}`), metav1.PatchOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	f.eventually(time.Minute, "kr-2 recorded", recorded("kr-2", "10.89.0.12"))
+	f.eventually(time.Minute, "kr-2 recorded", recorded("kr-2", ip(12)))
 	f.eventually(30*time.Second, "kr-1's record released (its ordinal is reserved)", func() (bool, error) {
 		node(nil)
 		_, err := f.staticIP("kr-1")
@@ -243,7 +247,7 @@ func TestStaticIPOpenKruiseStatefulSet(t *testing.T) {
 		_, err := f.staticIP("kr-2")
 		return apierrors.IsNotFound(err), nil
 	})
-	if rec, err := f.staticIP("kr-0"); err != nil || rec.Spec.IP != "10.89.0.10" {
+	if rec, err := f.staticIP("kr-0"); err != nil || rec.Spec.IP != ip(10) {
 		t.Fatalf("kr-0's record after the scale-down: %+v, %v", rec, err)
 	}
 }
