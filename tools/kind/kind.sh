@@ -338,9 +338,6 @@ ipPools:
 controllerManager:
   failover:
     window: "$failover_window"
-agent:
-  nat:
-    serviceCIDRs: [$services]
 edge:
   enabled: $edge
   apiServer:
@@ -350,20 +347,28 @@ edge:
     podAnnotations:
       kind.staticip.io/apiserver: "$ip:6443"
 YAML
+  # Keys only this tree's chart knows go apart: an earlier release's chart (the upgrade e2e's
+  # starting point, install_release_of) refuses values its schema does not have.
+  cat >"$state/values-tree.yaml" <<YAML
+# Written by tools/kind/kind.sh for this kind cluster: values of this tree's chart only.
+agent:
+  nat:
+    serviceCIDRs: [$services]
+YAML
 }
 
 # readme_helm_install runs README $1's "Installing into a cluster" commands for release
-# $2 of the registry, with the values files $3 (the fixed ones) and $state/values.yaml (this
-# cluster's) in place of my-values.yaml.
+# $2 of the registry, with the values files $3 (the fixed ones), $state/values.yaml (this
+# cluster's) and $4 (more of this cluster's, optional) in place of my-values.yaml.
 readme_helm_install() {
-  local readme=$1 version=$2 fixed=$3 cmd addr
+  local readme=$1 version=$2 fixed=$3 more=${4:+ -f $4} cmd addr
   mapfile -t cmds < <(readme_install "$readme")
   [ ${#cmds[@]} -gt 0 ] || { log "$readme has no kubectl/helm commands under 'Installing into a cluster'"; exit 1; }
   addr=$(registry_addr)
   for cmd in "${cmds[@]}"; do
     # The README names the project's registry, a chart version and my-values.yaml: here
     # they are this machine's registry, the version just released and this cluster's values.
-    cmd=${cmd//-f my-values.yaml/-f $fixed -f $state/values.yaml}
+    cmd=${cmd//-f my-values.yaml/-f $fixed -f $state/values.yaml$more}
     cmd=${cmd//$readme_registry\//$addr/staticip/}
     cmd=$(sed -E "s/--version [^ ]+/--version ${version#v}/" <<<"$cmd")
     log "README: $cmd"
@@ -397,7 +402,7 @@ install() {
   kind_values
   load_fixtures
   local dns=manifests/edge/coredns
-  readme_helm_install README.md "$version" "$root/tools/kind/values.yaml"
+  readme_helm_install README.md "$version" "$root/tools/kind/values.yaml" "$state/values-tree.yaml"
   kubectl -n kube-system rollout status daemonset/staticip-agent --timeout=300s >&2
   kubectl wait --for condition=Ready node --all --timeout=300s >/dev/null
   if [ "${KIND_KUBE_PROXY_DIRECT:-0}" != 1 ]; then
