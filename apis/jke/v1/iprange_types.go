@@ -104,6 +104,17 @@ type IPRangeStatus struct {
 // small as the moves in flight.
 const AnnotationReportRoutes = "staticip.jke.jdcloud.com/report-routes"
 
+// The upgrade from the claims in the Node annotation staticip.jke.jdcloud.com/ipranges-observed
+// (agents before status.holders) to status.holders: a node whose agent writes its claims into
+// status.holders says so with AnnotationClaimsInStatus on its Node; staticip-controller-manager
+// labels every Node that carries an ipranges-observed report without it with LabelLegacyClaims,
+// and the agents read the claims of those Nodes alone (a label-selected watch) besides the
+// IPRanges' status.holders. Once every agent is upgraded no Node carries the label.
+const (
+	AnnotationClaimsInStatus = "staticip.jke.jdcloud.com/claims-in-status"
+	LabelLegacyClaims        = "staticip.jke.jdcloud.com/claims-in-annotation"
+)
+
 // IPRangeHolderState says whether a holder allocates from the range or only drains it.
 // +kubebuilder:validation:Enum=Serving;Draining
 type IPRangeHolderState string
