@@ -702,34 +702,32 @@ func TestInstallBinaryRereadsOnlyChangedFiles(t *testing.T) {
 // for it).
 func claimAs(ctx context.Context, t *testing.T, sip versioned.Interface, name, node, address string) {
 	t.Helper()
-	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		r, err := sip.JkeV1().IPRanges().Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return false, err
-		}
-		r.Status.Holders, _ = withHolder(r.Status.Holders, node, &jkev1.IPRangeHolder{Node: node, Address: address,
-			Generation: r.Spec.OwnerGeneration, State: jkev1.HolderServing})
-		_, err = sip.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{})
-		return err == nil, nil // a conflict with an agent's write: again
-	}); err != nil {
-		t.Fatalf("claiming IPRange %s for node %s: %v", name, node, err)
-	}
+	setClaim(ctx, t, sip, name, node, func(r *jkev1.IPRange) *jkev1.IPRangeHolder {
+		return &jkev1.IPRangeHolder{Node: node, Address: address, Generation: r.Spec.OwnerGeneration, State: jkev1.HolderServing}
+	})
 }
 
 // dropClaim removes node's entry from the IPRange's status.holders, as that node's agent does
 // once it holds no address of the range.
 func dropClaim(ctx context.Context, t *testing.T, sip versioned.Interface, name, node string) {
 	t.Helper()
+	setClaim(ctx, t, sip, name, node, func(*jkev1.IPRange) *jkev1.IPRangeHolder { return nil })
+}
+
+// setClaim sets node's entry of the IPRange's status.holders to want(range) (nil: removed),
+// again after a conflict with an agent's write.
+func setClaim(ctx context.Context, t *testing.T, sip versioned.Interface, name, node string, want func(*jkev1.IPRange) *jkev1.IPRangeHolder) {
+	t.Helper()
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		r, err := sip.JkeV1().IPRanges().Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			return false, err
 		}
-		r.Status.Holders, _ = withHolder(r.Status.Holders, node, nil)
+		r.Status.Holders, _ = withHolder(r.Status.Holders, node, want(r))
 		_, err = sip.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{})
 		return err == nil, nil
 	}); err != nil {
-		t.Fatalf("dropping node %s's claim on IPRange %s: %v", node, name, err)
+		t.Fatalf("setting node %s's claim on IPRange %s: %v", node, name, err)
 	}
 }
 

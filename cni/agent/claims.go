@@ -153,6 +153,12 @@ func ownHolders(self, address string, mine []*jkev1.IPRange, draining map[string
 	return out
 }
 
+// WithHolder is withHolder for the simulated agents of tools/scalebench.
+func WithHolder(holders []jkev1.IPRangeHolder, node string, want *jkev1.IPRangeHolder) []jkev1.IPRangeHolder {
+	out, _ := withHolder(holders, node, want)
+	return out
+}
+
 // withHolder returns holders with node's entry set to want (removed when want is nil), every
 // other entry as it was and in its place; changed says whether anything differs.
 func withHolder(holders []jkev1.IPRangeHolder, node string, want *jkev1.IPRangeHolder) (out []jkev1.IPRangeHolder, changed bool) {

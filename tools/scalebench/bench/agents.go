@@ -182,7 +182,7 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 		r := sync[i].DeepCopy() // never mutate the informer's object
 		r.Status.ObservedGeneration = r.Generation
 		meta.SetStatusCondition(&r.Status.Conditions, agent.ServingCondition(r.Spec.Node, r.Generation))
-		r.Status.Holders = withClaim(r.Status.Holders, jkev1.IPRangeHolder{Node: r.Spec.Node, Address: address[r.Spec.Node],
+		r.Status.Holders = agent.WithHolder(r.Status.Holders, r.Spec.Node, &jkev1.IPRangeHolder{Node: r.Spec.Node, Address: address[r.Spec.Node],
 			Generation: r.Spec.OwnerGeneration, State: jkev1.HolderServing})
 		_, _ = a.sip.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{}) // a conflict: the next pass
 		return nil
@@ -217,17 +217,6 @@ func claimed(r *jkev1.IPRange, address string) bool {
 		}
 	}
 	return false
-}
-
-// withClaim sets the entry of h.Node to h, every other entry as it was.
-func withClaim(holders []jkev1.IPRangeHolder, h jkev1.IPRangeHolder) []jkev1.IPRangeHolder {
-	out := []jkev1.IPRangeHolder{}
-	for _, o := range holders {
-		if o.Node != h.Node {
-			out = append(out, o)
-		}
-	}
-	return append(out, h)
 }
 
 // WaitConverged waits until a pass found nothing to write: every Ready node reports every
