@@ -333,7 +333,7 @@ func (f *credFixture) checkWriteBack(t *testing.T) {
 // staticip-agent-node-writes).
 func (f *credFixture) checkAgentNodeWrites(t *testing.T) {
 	ctx, agentKube, nodeA, nodeB := f.ctx, f.agentKube, f.nodeA, f.nodeB
-	observed := []byte(`{"metadata":{"annotations":{"` + ObservedAnnotation + `":"{}"}}}`)
+	observed := []byte(`{"metadata":{"annotations":{"` + ObservedAnnotation + `":"{}","` + jkev1.AnnotationClaimsInStatus + `":"true"}}}`)
 	// RBAC and the policy take effect a moment after they are created (dry runs until then).
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		_, err := agentKube.CoreV1().Nodes().Patch(ctx, nodeB, types.MergePatchType, observed, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})

@@ -133,10 +133,20 @@ func disjoint(in []netip.Prefix) []netip.Prefix {
 	return out
 }
 
-// nodeAddresses are the InternalIP and ExternalIP addresses of nodes.
-func nodeAddressesOf(nodes []*corev1.Node) []netip.Addr {
+// natNodeAddresses are the node addresses outgoing NAT leaves alone, from what the agent
+// watches anyway: the addresses the holders of every range wrote beside their claims
+// (status.holders) and the InternalIP and ExternalIP addresses of the given nodes (this one and
+// those whose agent predates status.holders).
+func natNodeAddresses(ranges []*jkev1.IPRange, nodes ...[]*corev1.Node) []netip.Addr {
 	var out []netip.Addr
-	for _, n := range nodes {
+	for _, r := range ranges {
+		for _, h := range r.Status.Holders {
+			if ip, err := netip.ParseAddr(h.Address); err == nil {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	for _, n := range slices.Concat(nodes...) {
 		for _, a := range n.Status.Addresses {
 			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
 				continue

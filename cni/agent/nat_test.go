@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/knftables"
 
@@ -109,6 +110,24 @@ func TestDisjoint(t *testing.T) {
 	got := disjoint(prefixes("10.1.0.0/24", "10.0.0.0/8", "10.1.0.0/24", "11.0.0.1/32", "11.0.0.0/31", "9.0.0.0/8"))
 	if want := prefixes("9.0.0.0/8", "10.0.0.0/8", "11.0.0.0/31"); !slices.Equal(got, want) {
 		t.Errorf("disjoint: %v, want %v", got, want)
+	}
+}
+
+// TestNATNodeAddresses: the node addresses NAT leaves alone come from the claims every agent
+// watches (status.holders) and the Nodes it still reads (its own, legacy agents'), InternalIP and
+// ExternalIP only — no cluster-wide Node watch (issue 37).
+func TestNATNodeAddresses(t *testing.T) {
+	held := natRange("held", "10.80.1.0/24", nil)
+	held.Status.Holders = []jkev1.IPRangeHolder{{Node: "a", Address: "172.30.0.11"}, {Node: "b", Address: "::ffff:172.30.0.12"}, {Node: "c", Address: "not-an-ip"}}
+	node := func(addrs ...corev1.NodeAddress) *corev1.Node {
+		return &corev1.Node{Status: corev1.NodeStatus{Addresses: addrs}}
+	}
+	self := node(corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "172.30.0.13"}, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.51.100.13"},
+		corev1.NodeAddress{Type: corev1.NodeHostName, Address: "10.0.0.1"})
+	legacy := node(corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "fd00::14"})
+	got := natNodeAddresses([]*jkev1.IPRange{held, natRange("unclaimed", "10.80.2.0/24", nil)}, []*corev1.Node{self}, []*corev1.Node{legacy})
+	if want := addrs("172.30.0.11", "172.30.0.12", "172.30.0.13", "198.51.100.13", "fd00::14"); !slices.Equal(got, want) {
+		t.Errorf("natNodeAddresses: %v, want %v", got, want)
 	}
 }
 

@@ -26,10 +26,11 @@ import (
 
 // Agents plays the staticip-agent of every Ready kwok node in one goroutine (kwok nodes run
 // no agent): what a real agent reports once it has served its ranges and programmed its
-// routes, with the agent's own functions (cni/agent: ObservedReport, ServingCondition):
-//   - on every Ready node, the ObservedAnnotation: every assigned range at its owner and
-//     ownership generation;
-//   - on every range whose node is Ready, status Synced=True at its generation.
+// routes, with the agent's own functions (cni/agent: ObservedReports, ServingCondition):
+//   - on every Ready node, the ObservedAnnotation: its own ranges' claims and its routes to the
+//     ranges node failover waits for (marked jkev1.AnnotationReportRoutes), nothing else;
+//   - on every range whose node is Ready, status Synced=True at its generation and the node's
+//     claim (its entry of status.holders, Serving, with its InternalIP).
 //
 // A NotReady node reports nothing (its agent is off with it). The reports are written as soon
 // as the harness's informers show a change (a real agent: its next pass). Its API requests go
@@ -138,11 +139,10 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 	for _, o := range a.ranges.List() {
 		ranges = append(ranges, o.(*jkev1.IPRange))
 	}
-	report, err := agent.ObservedReport(ranges)
-	if err != nil {
-		return false, err
-	}
+	reportOf := agent.ObservedReports(ranges)
 	ready := map[string]bool{}
+	address := map[string]string{}
+	reports := map[string]string{}
 	var annotate []string
 	for _, o := range a.nodes.List() {
 		n := o.(*corev1.Node)
@@ -150,6 +150,16 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 			continue
 		}
 		ready[n.Name] = true
+		for _, ad := range n.Status.Addresses {
+			if ad.Type == corev1.NodeInternalIP {
+				address[n.Name] = ad.Address
+			}
+		}
+		report, err := reportOf(n.Name)
+		if err != nil {
+			return false, err
+		}
+		reports[n.Name] = report
 		a.mu.Lock()
 		last := a.written[n.Name]
 		a.mu.Unlock()
@@ -159,23 +169,21 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 	}
 	var sync []*jkev1.IPRange
 	for _, r := range ranges {
-		if ready[r.Spec.Node] && !nodefailover.RangeSynced(r) {
+		if ready[r.Spec.Node] && (!nodefailover.RangeSynced(r) || !claimed(r, address[r.Spec.Node])) {
 			sync = append(sync, r)
 		}
 	}
 	if len(annotate) == 0 && len(sync) == 0 {
 		return true, nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{agent.ObservedAnnotation: report}}})
-	if err != nil {
-		return false, err
-	}
 	// The range owners' agents first: the failover controller waits for the target's Synced
 	// before it looks at the routes.
-	err = parallel(ctx, len(sync), 16, func(ctx context.Context, i int) error {
+	err := parallel(ctx, len(sync), 16, func(ctx context.Context, i int) error {
 		r := sync[i].DeepCopy() // never mutate the informer's object
 		r.Status.ObservedGeneration = r.Generation
 		meta.SetStatusCondition(&r.Status.Conditions, agent.ServingCondition(r.Spec.Node, r.Generation))
+		r.Status.Holders = agent.WithHolder(r.Status.Holders, r.Spec.Node, &jkev1.IPRangeHolder{Node: r.Spec.Node, Address: address[r.Spec.Node],
+			Generation: r.Spec.OwnerGeneration, State: jkev1.HolderServing})
 		_, _ = a.sip.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{}) // a conflict: the next pass
 		return nil
 	})
@@ -183,6 +191,12 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 		return false, err
 	}
 	err = parallel(ctx, len(annotate), 16, func(ctx context.Context, i int) error {
+		report := reports[annotate[i]]
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
+			agent.ObservedAnnotation: report, jkev1.AnnotationClaimsInStatus: "true"}}})
+		if err != nil {
+			return err
+		}
 		if _, err := a.kube.CoreV1().Nodes().Patch(ctx, annotate[i], types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
 			a.AnnotationBytes.Add(int64(len(report)))
 			a.mu.Lock()
@@ -192,6 +206,17 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 		return nil
 	})
 	return false, err
+}
+
+// claimed says whether the range's owner claims it as a converged agent does: Serving at the
+// current generation, with its address.
+func claimed(r *jkev1.IPRange, address string) bool {
+	for _, h := range r.Status.Holders {
+		if h.Node == r.Spec.Node {
+			return h.State == jkev1.HolderServing && h.Generation == r.Spec.OwnerGeneration && h.Address == address
+		}
+	}
+	return false
 }
 
 // WaitConverged waits until a pass found nothing to write: every Ready node reports every
