@@ -125,6 +125,8 @@ type Agent struct {
 	reported map[string]string
 	// lastObserved is the ObservedAnnotation value this agent last wrote (fence.go).
 	lastObserved string
+	// labelled: this agent has put jkev1.LabelClaimsInStatus on its Node (fence.go).
+	labelled bool
 	// lastNetwork is the NetworkUnavailable condition this agent last wrote (network.go).
 	lastNetwork string
 	// metrics is the agent's registry (metrics.go); allocations counts the allocations passes
@@ -283,6 +285,9 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 			a.apiErrors.Add(1)
 			errs = append(errs, err)
 		}
+		// Once this node's claims are in status.holders its Node may say so (the label takes
+		// its annotation's claims out of the other agents' view): never before.
+		claimsWritten := err == nil || claimsInStatusOf(a.view.ownReport(a.cfg.NodeName))
 		// Routes go to the address of the node that holds addresses of each range (claims.go);
 		// the report is written whatever else failed: a route that cannot be programmed leaves
 		// only its own entry out.
@@ -304,7 +309,7 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		}
 		apiCtx, cancel = context.WithTimeout(ctx, apiTimeout)
 		observed, claimsInStatus := a.view.ownReport(a.cfg.NodeName)
-		err = a.reportObserved(apiCtx, observedRanges(a.cfg.NodeName, plan.mine, reportedRoutes(routes), plan.draining, programmed), observed, claimsInStatus)
+		err = a.reportObserved(apiCtx, observedRanges(a.cfg.NodeName, plan.mine, reportedRoutes(routes), plan.draining, programmed), observed, claimsInStatus, claimsWritten)
 		cancel()
 		if err != nil {
 			a.apiErrors.Add(1)

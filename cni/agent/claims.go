@@ -24,8 +24,8 @@ import (
 // it watches anyway: nothing it reads or writes grows with the number of nodes.
 //
 // During an upgrade, nodes whose agent predates status.holders claim in their Node's
-// ObservedAnnotation ("<range>": "<itself>/<generation>"); the controller-manager labels those
-// Nodes (jkev1.LabelLegacyClaims) and the agents read their claims too (legacyClaims).
+// ObservedAnnotation ("<range>": "<itself>/<generation>"); their Nodes lack
+// jkev1.LabelClaimsInStatus, and the agents read the claims of such Nodes too (legacyClaims).
 
 // heldBy is one node's claim that it holds addresses of a range (it serves or drains it) at an
 // ownership generation.
@@ -60,7 +60,7 @@ func claimOf(node, val string) (int64, bool) {
 
 // claims reads who else holds each range: range name -> the other nodes' claims, sorted by
 // node. The IPRanges' status.holders first; legacy are the ObservedAnnotation values (node name
-// -> value) of the nodes whose agent still claims there (jkev1.LabelLegacyClaims), read for the
+// -> value) of the nodes whose agent still claims there (no jkev1.LabelClaimsInStatus), read for the
 // ranges where that node has no status entry. An annotation entry naming another node is a
 // route, not a claim, and is skipped; so is a report that does not parse.
 func claims(ranges []*jkev1.IPRange, legacy map[string]string, self string) map[string][]heldBy {

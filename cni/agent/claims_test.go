@@ -252,10 +252,11 @@ func waitRangeAt(ctx context.Context, t *testing.T, a *Agent, name, node string,
 }
 
 // During an upgrade, a node whose agent predates status.holders claims in its Node annotation.
-// The agents read those claims only from the Nodes the controller-manager labels
-// (jkev1.LabelLegacyClaims) — they watch no other Node — and then honour them as any claim: the
-// range stays routed via that node's InternalIP, and a node it is assigned to waits for it.
-func TestLegacyNodeClaimsAreReadFromLabelledNodes(t *testing.T) {
+// The agents read the claims of every Node that does not carry jkev1.LabelClaimsInStatus — from
+// the old agent's first report on, with no controller in between — and honour them as any claim:
+// the range stays routed via that node's InternalIP, and a node it is assigned to waits for it.
+// Once that node's agent claims in status.holders (the label), it leaves the other agents' view.
+func TestLegacyNodeClaimsAreReadFromUnlabelledNodes(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root for network namespaces")
 	}
@@ -272,31 +273,53 @@ func TestLegacyNodeClaimsAreReadFromLabelledNodes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
+	inLegacyView := func() bool {
+		for _, n := range m.b.view.legacyNodes() {
+			if n.Name == nodeL {
+				return true
+			}
+		}
+		return false
+	}
 	patch(`{"metadata":{"annotations":{"` + ObservedAnnotation + `":` + strconv.Quote(report) + `}}}`)
 	waitRangeCached(m.ctx, t, m.b, r2)
-	time.Sleep(500 * time.Millisecond) // a watch of every Node would have delivered L's report by now
-	m.syncB()
-	if r := agentRoute(m.hostB, "10.168.1.0/29"); r != nil {
-		t.Errorf("%s read the report of node %s, which is not labelled %s: it routes %s via %s", m.nodeB, nodeL, jkev1.LabelLegacyClaims, r2, r.Gw)
-	}
-	if n := len(m.b.view.legacyNodes()); n != 0 {
-		t.Errorf("%s's cache holds %d Nodes of legacy agents, want none before the label", m.nodeB, n)
-	}
-
-	patch(`{"metadata":{"labels":{"` + jkev1.LabelLegacyClaims + `":"true"}}}`)
-	testsupport.Eventually(m.ctx, t, 30*time.Second, "the labelled node in the agent's cache", testsupport.True(func() bool {
-		return len(m.b.view.legacyNodes()) == 1
+	testsupport.Eventually(m.ctx, t, 30*time.Second, "the unlabelled node's report in the agent's cache", testsupport.True(func() bool {
+		for _, n := range m.b.view.legacyNodes() {
+			if n.Name == nodeL && n.Annotations[ObservedAnnotation] == report {
+				return true
+			}
+		}
+		return false
 	}))
 	m.syncB()
 	if r := agentRoute(m.hostB, "10.168.1.0/29"); r == nil || r.Gw.String() != "192.168.91.3" {
-		t.Errorf("%s routes %s, which labelled node %s drains, via %v, want via %s's InternalIP 192.168.91.3", m.nodeB, r2, nodeL, r, nodeL)
+		t.Errorf("%s routes %s, which unlabelled node %s drains, via %v, want via %s's InternalIP 192.168.91.3", m.nodeB, r2, nodeL, r, nodeL)
 	}
 	moveRange(m.ctx, t, m.b, r2, m.nodeB, 0)
 	m.syncB()
 	if got := addsNeverReturn(t, m.b.DBPath(), 8, netip.Addr{}); got != 0 {
-		t.Errorf("%d ADDs on %s got an address of %s while labelled node %s still claims it", got, m.nodeB, r2, nodeL)
+		t.Errorf("%d ADDs on %s got an address of %s while unlabelled node %s still claims it", got, m.nodeB, r2, nodeL)
 	}
 	if got := holderOn(m.ctx, t, m.sip, r2, m.nodeB); got != "" {
 		t.Errorf("%s claims %s (%q) while it waits for %s", m.nodeB, r2, got, nodeL)
 	}
+	// The agents of the fixture claim in status.holders: they labelled their own Nodes, which
+	// left the view (nothing read of them but status.holders).
+	for _, node := range []string{m.nodeA, m.nodeB} {
+		if n, err := m.kube.CoreV1().Nodes().Get(m.ctx, node, metav1.GetOptions{}); err != nil || n.Labels[jkev1.LabelClaimsInStatus] != "true" {
+			t.Errorf("Node %s: labels %v (%v), want %s=true from its agent", node, n.GetLabels(), err, jkev1.LabelClaimsInStatus)
+		}
+	}
+	testsupport.Eventually(m.ctx, t, 30*time.Second, "the fixture's labelled Nodes gone from the agent's view", testsupport.True(func() bool {
+		for _, n := range m.b.view.legacyNodes() {
+			if n.Name == m.nodeA || n.Name == m.nodeB {
+				return false
+			}
+		}
+		return true
+	}))
+
+	// L's agent is upgraded: it labels its Node; the others stop reading it.
+	patch(`{"metadata":{"labels":{"` + jkev1.LabelClaimsInStatus + `":"true"}}}`)
+	testsupport.Eventually(m.ctx, t, 30*time.Second, "the labelled node gone from the agent's view", testsupport.True(func() bool { return !inLegacyView() }))
 }

@@ -35,8 +35,8 @@ import (
 // (marked jkev1.AnnotationReportRoutes: "<the node it routes to>/<ownerGeneration>"). Its size
 // is bounded by this node's own ranges and the moves in flight, not by the cluster. Written
 // after programming, only when it changes. Agents that predate status.holders wrote every range
-// of the cluster here, claims and routes alike; their Nodes are read for claims during an
-// upgrade (jkev1.LabelLegacyClaims).
+// of the cluster here, claims and routes alike; their Nodes (no jkev1.LabelClaimsInStatus) are
+// read for claims during an upgrade.
 const ObservedAnnotation = "staticip.jke.jdcloud.com/ipranges-observed"
 
 // ReasonRangeRevoked is the Event reason on an IPRange a returning node withdrew.
@@ -299,21 +299,27 @@ func ObservedReports(ranges []*jkev1.IPRange) func(self string) (string, error) 
 	}
 }
 
-// reportObserved patches the node's ObservedAnnotation, and AnnotationClaimsInStatus (this
-// agent claims in status.holders: the controller-manager takes the node's legacy label off),
-// when they differ from what the node carries (or what this agent last wrote, while its cache
+// reportObserved patches the node's ObservedAnnotation, and LabelClaimsInStatus (this agent
+// claims in status.holders: the other agents stop reading this Node), when they differ from what the node carries (or what this agent last wrote, while its cache
 // lags).
-func (a *Agent) reportObserved(ctx context.Context, observed map[string]string, current, currentClaimsInStatus string) error {
+//
+// The label goes out only with claimsWritten (this node's claims are in status.holders): an agent
+// upgraded from the annotation claims stays readable there until its claims are elsewhere.
+func (a *Agent) reportObserved(ctx context.Context, observed map[string]string, current, currentClaimsInStatus string, claimsWritten bool) error {
 	b, err := json.Marshal(observed) // keys sorted: equal content, equal string
 	if err != nil {
 		return err
 	}
 	value := string(b)
-	if (value == current && currentClaimsInStatus == "true") || value == a.lastObserved {
+	labelled := currentClaimsInStatus == "true" || a.labelled
+	if (value == current || value == a.lastObserved) && (labelled || !claimsWritten) {
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-		ObservedAnnotation: value, jkev1.AnnotationClaimsInStatus: "true"}}})
+	meta := map[string]any{"annotations": map[string]string{ObservedAnnotation: value}}
+	if claimsWritten {
+		meta["labels"] = map[string]string{jkev1.LabelClaimsInStatus: "true"}
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
 		return err
 	}
@@ -325,5 +331,9 @@ func (a *Agent) reportObserved(ctx context.Context, observed map[string]string, 
 		return fmt.Errorf("node %s annotation %s: %w", a.cfg.NodeName, ObservedAnnotation, err)
 	}
 	a.lastObserved = value
+	a.labelled = a.labelled || claimsWritten
 	return nil
 }
+
+// claimsInStatusOf says whether the node's LabelClaimsInStatus (ownReport's second value) is set.
+func claimsInStatusOf(_, label string) bool { return label == "true" }

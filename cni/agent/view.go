@@ -29,7 +29,8 @@ import (
 // cluster a LIST load proportional to nodes x pod churn.
 //
 // Of the Nodes it reads only its own (its address, its report, its condition) and those whose
-// agent predates status.holders (jkev1.LabelLegacyClaims: their claims, during an upgrade); the
+// agent does not claim in status.holders (no jkev1.LabelClaimsInStatus: their claims, during an
+// upgrade — an old agent is read from its first claim on, no controller has to label it); the
 // other nodes' claims and addresses come with the IPRanges (status.holders), so that nothing an
 // agent watches grows with the number of nodes beyond the ranges themselves.
 type view struct {
@@ -64,7 +65,7 @@ func (a *Agent) Start(ctx context.Context) error {
 		o.FieldSelector = "metadata.name=" + a.cfg.NodeName
 	}))
 	legacy := informers.NewSharedInformerFactoryWithOptions(a.kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-		o.LabelSelector = jkev1.LabelLegacyClaims + "=true"
+		o.LabelSelector = jkev1.LabelClaimsInStatus + "!=true"
 	}))
 	pods := informers.NewSharedInformerFactoryWithOptions(a.kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = "spec.nodeName=" + a.cfg.NodeName
@@ -274,13 +275,11 @@ func trimNode(obj any) (any, error) {
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, UID: n.UID, ResourceVersion: n.ResourceVersion},
 		Status:     corev1.NodeStatus{Addresses: n.Status.Addresses},
 	}
-	for _, k := range []string{ObservedAnnotation, jkev1.AnnotationClaimsInStatus} { // what the node reported (fence.go)
-		if v, ok := n.Annotations[k]; ok {
-			if t.Annotations == nil {
-				t.Annotations = map[string]string{}
-			}
-			t.Annotations[k] = v
-		}
+	if v, ok := n.Annotations[ObservedAnnotation]; ok { // what the node reported (fence.go)
+		t.Annotations = map[string]string{ObservedAnnotation: v}
+	}
+	if v, ok := n.Labels[jkev1.LabelClaimsInStatus]; ok {
+		t.Labels = map[string]string{jkev1.LabelClaimsInStatus: v}
 	}
 	if c := networkConditionOf(n); c != nil { // what the agent reported (network.go)
 		t.Status.Conditions = []corev1.NodeCondition{*c}
@@ -297,13 +296,13 @@ func (v *view) networkCondition(node string) *corev1.NodeCondition {
 	return networkConditionOf(n)
 }
 
-// ownReport is the node's ObservedAnnotation and AnnotationClaimsInStatus as the cache has them.
+// ownReport is the node's ObservedAnnotation and LabelClaimsInStatus as the cache has them.
 func (v *view) ownReport(node string) (observed, claimsInStatus string) {
 	n, err := v.self.Get(node)
 	if err != nil {
 		return "", ""
 	}
-	return n.Annotations[ObservedAnnotation], n.Annotations[jkev1.AnnotationClaimsInStatus]
+	return n.Annotations[ObservedAnnotation], n.Labels[jkev1.LabelClaimsInStatus]
 }
 
 func observedOf(obj any) string {
@@ -313,7 +312,8 @@ func observedOf(obj any) string {
 	return ""
 }
 
-// legacyNodes are the Nodes of agents that predate status.holders, as the cache has them.
+// legacyNodes are the Nodes whose agent does not claim in status.holders (agents of the previous
+// release, Nodes whose agent has not started yet or that run none), as the cache has them.
 func (v *view) legacyNodes() []*corev1.Node {
 	ns, _ := v.legacy.List(labels.Everything())
 	return ns

@@ -110,16 +110,16 @@ type IPRangeStatus struct {
 // small as the moves in flight.
 const AnnotationReportRoutes = "staticip.jke.jdcloud.com/report-routes"
 
-// The upgrade from the claims in the Node annotation staticip.jke.jdcloud.com/ipranges-observed
-// (agents before status.holders) to status.holders: a node whose agent writes its claims into
-// status.holders says so with AnnotationClaimsInStatus on its Node; staticip-controller-manager
-// labels every Node that carries an ipranges-observed report without it with LabelLegacyClaims,
-// and the agents read the claims of those Nodes alone (a label-selected watch) besides the
-// IPRanges' status.holders. Once every agent is upgraded no Node carries the label.
-const (
-	AnnotationClaimsInStatus = "staticip.jke.jdcloud.com/claims-in-status"
-	LabelLegacyClaims        = "staticip.jke.jdcloud.com/claims-in-annotation"
-)
+// LabelClaimsInStatus ("true") on a Node: its agent writes its claims into the IPRanges'
+// status.holders. The upgrade from the claims in the Node annotation
+// staticip.jke.jdcloud.com/ipranges-observed (agents before status.holders): every agent labels
+// its own Node, and reads the claims of the Nodes WITHOUT the label (selector
+// "claims-in-status!=true": agents of the previous release, and Nodes whose agent has not
+// started yet) besides status.holders. An agent that has not labelled its Node is never
+// overlooked — there is no window between an old agent's claim and anyone's label — and once
+// every agent is upgraded the selected set is only the Nodes that run no agent.
+const LabelClaimsInStatus = "staticip.jke.jdcloud.com/claims-in-status"
+
 
 // IPRangeHolderState says whether a holder allocates from the range or only drains it.
 // +kubebuilder:validation:Enum=Serving;Draining

@@ -23,7 +23,6 @@ import (
 	"github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
 	"github.com/staticip/staticip/controllers/pkg/grid"
 	"github.com/staticip/staticip/controllers/pkg/ippool"
-	"github.com/staticip/staticip/controllers/pkg/legacyclaims"
 	"github.com/staticip/staticip/controllers/pkg/metrics"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 	"github.com/staticip/staticip/controllers/pkg/staticip"
@@ -71,8 +70,6 @@ func controllerDescriptors() []controllerDescriptor {
 			informers: []runtime.Object{&superedgev1.ServiceGrid{}, &corev1.Service{}}},
 		{name: nodefailover.Name, constructor: newNodeFailoverController,
 			informers: []runtime.Object{&corev1.Node{}, &corev1.Pod{}, &jkev1.IPRange{}, &jkev1.StaticIP{}, &jkev1alpha1.NodeFailover{}}},
-		{name: legacyclaims.Name, constructor: newLegacyClaimsController,
-			informers: []runtime.Object{&corev1.Node{}}},
 		{name: ippool.Name, constructor: newIPPoolController,
 			informers: []runtime.Object{&jkev1.IPPool{}, &jkev1.IPRange{}, &corev1.Node{}, &corev1.Pod{}, &jkev1.StaticIP{}, &jkev1alpha1.NodeFailover{}}},
 	}
@@ -206,14 +203,6 @@ func newNodeFailoverController(cc controllerContext) (func(context.Context), err
 	c.MaxUnhealthyPercent, _ = nodefailover.ParsePercent(cc.opts.NodeFailoverMaxUnhealthy) // checked by Validate
 	// One worker: migrations are few, and one at a time keeps two of them from racing for the
 	// same spare inside this process (the claim's optimistic lock covers the rest).
-	return func(ctx context.Context) { c.Run(ctx, 1) }, nil
-}
-
-func newLegacyClaimsController(cc controllerContext) (func(context.Context), error) {
-	c, err := legacyclaims.NewController(cc.kube, cc.kubeInformers.Core().V1().Nodes())
-	if err != nil {
-		return nil, err
-	}
 	return func(ctx context.Context) { c.Run(ctx, 1) }, nil
 }
 

@@ -92,11 +92,11 @@ func TestEnabledControllers(t *testing.T) {
 		want    []string
 		wantErr string
 	}{
-		{flag: []string{"*"}, want: []string{"enhancedstatefulset", "staticip", "deploymentgrid", "statefulsetgrid", "servicegrid", "nodefailover", "legacyclaims", "ippool"}},
-		{flag: []string{"*", "-deploymentgrid", "-statefulsetgrid", "-servicegrid", "-nodefailover", "-legacyclaims", "-ippool"}, want: []string{"enhancedstatefulset", "staticip"}},
+		{flag: []string{"*"}, want: []string{"enhancedstatefulset", "staticip", "deploymentgrid", "statefulsetgrid", "servicegrid", "nodefailover", "ippool"}},
+		{flag: []string{"*", "-deploymentgrid", "-statefulsetgrid", "-servicegrid", "-nodefailover", "-ippool"}, want: []string{"enhancedstatefulset", "staticip"}},
 		{flag: []string{"servicegrid", "statefulsetgrid"}, want: []string{"statefulsetgrid", "servicegrid"}},
 		{flag: []string{"staticip"}, want: []string{"staticip"}},
-		{flag: []string{"*", "-staticip"}, want: []string{"enhancedstatefulset", "deploymentgrid", "statefulsetgrid", "servicegrid", "nodefailover", "legacyclaims", "ippool"}},
+		{flag: []string{"*", "-staticip"}, want: []string{"enhancedstatefulset", "deploymentgrid", "statefulsetgrid", "servicegrid", "nodefailover", "ippool"}},
 		{flag: []string{"ippool"}, want: []string{"ippool"}},
 		{flag: []string{"nodefailover"}, want: []string{"nodefailover"}},
 		{flag: []string{"enhancedstatefulset", "staticip"}, want: []string{"enhancedstatefulset", "staticip"}},

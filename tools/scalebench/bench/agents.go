@@ -192,8 +192,9 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 	}
 	err = parallel(ctx, len(annotate), 16, func(ctx context.Context, i int) error {
 		report := reports[annotate[i]]
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{
-			agent.ObservedAnnotation: report, jkev1.AnnotationClaimsInStatus: "true"}}})
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"annotations": map[string]string{agent.ObservedAnnotation: report},
+			"labels":      map[string]string{jkev1.LabelClaimsInStatus: "true"}}})
 		if err != nil {
 			return err
 		}
