@@ -144,6 +144,8 @@ type Agent struct {
 	natErrors  atomic.Int64
 	natSources atomic.Int64
 	lastNAT    string
+	// natFailure is the NAT error last reported as an Event ("" while the table is in place).
+	natFailure string
 }
 
 // ConditionSynced is the IPRange condition that says whether the owning node's IPAM serves it.
@@ -268,7 +270,9 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		// Every pass writes the whole table: a range moved, a natOutgoing flipped or a rule
 		// deleted by hand is followed within a pass.
 		nat := planNAT(a.cfg.NAT, snap.ranges, plan.accepted, snap.nodeAddrs)
-		if err := a.syncNAT(ctx, nat); err != nil {
+		err := a.syncNAT(ctx, nat)
+		a.reportNAT(err)
+		if err != nil {
 			errs = append(errs, err)
 		} else {
 			a.natSources.Store(int64(len(nat.sources[0]) + len(nat.sources[1])))

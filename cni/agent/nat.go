@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/knftables"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -231,6 +232,42 @@ func (a *Agent) syncNAT(ctx context.Context, p natPlan) error {
 		a.lastNAT = s
 	}
 	return nil
+}
+
+// Events on the agent's Node about outgoing NAT.
+const (
+	// ReasonNATSyncFailed (Warning): the nftables table could not be written; pods of
+	// NAT-enabled ranges may not reach the outside (or reach it with a stale rule set).
+	ReasonNATSyncFailed = "NATSyncFailed"
+	// ReasonNATSynced (Normal): the table is written again after a failure.
+	ReasonNATSynced = "NATSynced"
+)
+
+// reportNAT records a Warning Event on the node when a NAT sync fails with an error the last
+// report did not name (the same failure pass after pass is one Event; the metric
+// staticip_agent_nat_sync_errors_total counts them all), and a Normal one when it recovers.
+func (a *Agent) reportNAT(err error) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if msg == a.natFailure {
+		return
+	}
+	was := a.natFailure
+	a.natFailure = msg
+	node := &corev1.ObjectReference{Kind: "Node", Name: a.cfg.NodeName, UID: types.UID(a.cfg.NodeName)}
+	switch {
+	case err != nil:
+		a.logf("outgoing NAT not in place: %v", err)
+		if a.recorder != nil {
+			a.recorder.Event(node, corev1.EventTypeWarning, ReasonNATSyncFailed, "outgoing NAT rules could not be written; pods of natOutgoing ranges may not reach the outside: "+msg)
+		}
+	case was != "":
+		if a.recorder != nil {
+			a.recorder.Event(node, corev1.EventTypeNormal, ReasonNATSynced, "outgoing NAT rules written again")
+		}
+	}
 }
 
 // DeleteNATTable removes the agent's NAT table from the current network namespace (cleanup

@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/knftables"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -371,5 +372,44 @@ func TestOutgoingNATByTraffic(t *testing.T) {
 	expect("after cleanup", "10.81.1.5", "192.168.50.2", "10.81.1.5")
 	if err := n.node.Do(func(ns.NetNS) (err error) { removed, err = Cleanup(Config{NAT: cfg}); return err }); err != nil || len(removed) != 0 {
 		t.Errorf("cleanup again: removed %v, %v", removed, err)
+	}
+}
+
+// failingNFT is an nftables that refuses every transaction (as nft does without CAP_NET_ADMIN).
+type failingNFT struct{ knftables.Interface }
+
+func (failingNFT) NewTransaction() *knftables.Transaction {
+	return knftables.NewFake(knftables.InetFamily, NATTable).NewTransaction()
+}
+
+func (failingNFT) Run(context.Context, *knftables.Transaction) error {
+	return fmt.Errorf("netlink: Error: Could not process rule: Operation not permitted")
+}
+
+// TestNATSyncFailureIsAnEvent (issue 36 item 5): a table that cannot be written is a Warning
+// Event on the node — once per distinct failure, not once per pass — and its recovery a Normal one;
+// the metric counts every failed pass.
+func TestNATSyncFailureIsAnEvent(t *testing.T) {
+	rec := record.NewFakeRecorder(10)
+	a := New(Config{NodeName: "n1", NAT: NATConfig{Enabled: true, Default: true}}, nil, nil, nil)
+	a.recorder = rec
+	a.nft = failingNFT{}
+	plan := planNAT(a.cfg.NAT, nil, nil, nil)
+	for range 3 {
+		a.reportNAT(a.syncNAT(context.Background(), plan))
+	}
+	if got := a.natErrors.Load(); got != 3 {
+		t.Errorf("nat sync errors = %d, want 3", got)
+	}
+	a.nft = knftables.NewFake(knftables.InetFamily, NATTable)
+	a.reportNAT(a.syncNAT(context.Background(), plan))
+	close(rec.Events)
+	var events []string
+	for e := range rec.Events {
+		events = append(events, e)
+	}
+	if len(events) != 2 || !strings.HasPrefix(events[0], "Warning "+ReasonNATSyncFailed+" ") || !strings.Contains(events[0], "Operation not permitted") ||
+		events[1] != "Normal "+ReasonNATSynced+" outgoing NAT rules written again" {
+		t.Errorf("events = %q, want one %s naming the error, then one %s", events, ReasonNATSyncFailed, ReasonNATSynced)
 	}
 }
