@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -184,7 +185,7 @@ type natNet struct {
 
 const natNodeAddr = "192.168.50.1"
 
-func newNATNet(t *testing.T) *natNet {
+func newNATNet(t testing.TB) *natNet {
 	t.Helper()
 	n := &natNet{seen: make(chan string, 100)}
 	for _, p := range []**nstest.NetNS{&n.pod, &n.node, &n.outside} {
@@ -411,5 +412,100 @@ func TestNATSyncFailureIsAnEvent(t *testing.T) {
 	if len(events) != 2 || !strings.HasPrefix(events[0], "Warning "+ReasonNATSyncFailed+" ") || !strings.Contains(events[0], "Operation not permitted") ||
 		events[1] != "Normal "+ReasonNATSynced+" outgoing NAT rules written again" {
 		t.Errorf("events = %q, want one %s naming the error, then one %s", events, ReasonNATSyncFailed, ReasonNATSynced)
+	}
+}
+
+// BenchmarkOutgoingNAT (issue 36, "Measure"): the cost of outgoing NAT on the pod's path, in
+// one run: TCP connections (connect, one byte each way, close) from a pod of a natOutgoing range
+// to a server outside (masqueraded by the agent's nftables table in the node's namespace) against
+// the same from a range with natOutgoing false (routed, not translated; the kind of an exported
+// pool's traffic). ns/op is one connection's latency. -count repeats each sub-benchmark in a
+// row; for rounds that alternate (both sides see the same machine load), loop over -count 1:
+//
+//	go test -c -o /tmp/agent.test ./cni/agent/ && for i in 1 2 3 4 5; do
+//	  sudo /tmp/agent.test -test.run '^$' -test.bench BenchmarkOutgoingNAT -test.benchtime 2000x; done
+func BenchmarkOutgoingNAT(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root for network namespaces and nftables")
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		b.Skipf("nft not found (Debian nftables, tools/deps/cni.list: make deps): %v", err)
+	}
+	n := newNATNet(b)
+	on, off := true, false
+	cfg := NATConfig{Enabled: true, Default: true}
+	a := New(Config{NAT: cfg}, nil, nil, nil)
+	ranges := []*jkev1.IPRange{natRange("nat", "10.80.1.0/24", &on), natRange("private", "10.81.1.0/24", &off)}
+	if err := n.node.Do(func(ns.NetNS) error {
+		return a.syncNAT(context.Background(), planNAT(cfg, ranges, ranges, addrs(natNodeAddr)))
+	}); err != nil {
+		b.Fatal(err)
+	}
+	const server = "192.168.50.2:8080"
+	var ln net.Listener
+	if err := n.outside.Do(func(ns.NetNS) (err error) {
+		ln, err = net.Listen("tcp4", server)
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	seen := make(chan string, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				select {
+				case seen <- c.RemoteAddr().(*net.TCPAddr).IP.String():
+				default:
+				}
+				buf := make([]byte, 1)
+				if _, err := c.Read(buf); err == nil {
+					_, _ = c.Write(buf)
+				}
+			}()
+		}
+	}()
+	for _, tc := range []struct{ name, src, wantSeen string }{
+		{"natOutgoing=true", "10.80.1.5", natNodeAddr},
+		{"natOutgoing=false", "10.81.1.5", "10.81.1.5"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			dialer := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(tc.src)}, Timeout: 5 * time.Second}
+			connect := func() error {
+				return n.pod.Do(func(ns.NetNS) error {
+					c, err := dialer.Dial("tcp4", server)
+					if err != nil {
+						return err
+					}
+					defer c.Close()
+					buf := []byte{'x'}
+					if _, err := c.Write(buf); err != nil {
+						return err
+					}
+					_, err = io.ReadFull(c, buf)
+					return err
+				})
+			}
+			for len(seen) > 0 {
+				<-seen
+			}
+			if err := connect(); err != nil { // and the server saw the address the table says
+				b.Fatal(err)
+			}
+			if got := <-seen; got != tc.wantSeen {
+				b.Fatalf("the server saw %s from %s, want %s", got, tc.src, tc.wantSeen)
+			}
+			b.ResetTimer()
+			for range b.N {
+				if err := connect(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }
