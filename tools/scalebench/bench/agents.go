@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	sipclient "github.com/staticip/staticip/apis/generated/clientset/versioned"
@@ -62,7 +61,8 @@ func (c *Cluster) StartAgents(ctx context.Context) (*Agents, error) {
 		return nil, err
 	}
 	c.proxies = append(c.proxies, p)
-	cfg := &rest.Config{Host: p.URL, QPS: 500, Burst: 1000}
+	cfg := p.ClientConfig()
+	cfg.QPS, cfg.Burst = 500, 1000
 	a := &Agents{Proxy: p, dirty: make(chan struct{}, 1), written: map[string]string{}}
 	if a.kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		return nil, err
