@@ -38,6 +38,9 @@ type Agents struct {
 	Proxy *CountingProxy
 	// AnnotationBytes counts the bytes of annotation values written.
 	AnnotationBytes atomic.Int64
+	// traffic, while set (Record), accounts each agent's request bodies and what its watches
+	// would deliver to it (the harness sees every event; Recipients says whose it is).
+	traffic atomic.Pointer[Traffic]
 
 	kube   kubernetes.Interface
 	sip    sipclient.Interface
@@ -74,23 +77,20 @@ func (c *Cluster) StartAgents(ctx context.Context) (*Agents, error) {
 	kf := informers.NewSharedInformerFactory(a.kube, 0)
 	sf := sipinformers.NewSharedInformerFactory(a.sip, 0)
 	nodeInf, rangeInf := kf.Core().V1().Nodes().Informer(), sf.Jke().V1().IPRanges().Informer()
-	poke := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { a.poke() },
-		UpdateFunc: func(any, any) { a.poke() },
-		DeleteFunc: func(any) { a.poke() },
-	}
-	if _, err := nodeInf.AddEventHandler(poke); err != nil {
-		a.stop()
-		return nil, err
-	}
-	if _, err := rangeInf.AddEventHandler(poke); err != nil {
-		a.stop()
-		return nil, err
+	sipInf := sf.Jke().V1().StaticIPs().Informer() // only for the accounting: agents watch every StaticIP
+	for _, h := range []struct {
+		inf  cache.SharedIndexInformer
+		poke bool
+	}{{nodeInf, true}, {rangeInf, true}, {sipInf, false}} {
+		if _, err := h.inf.AddEventHandler(a.handler(h.poke)); err != nil {
+			a.stop()
+			return nil, err
+		}
 	}
 	a.nodes, a.ranges = nodeInf.GetIndexer(), rangeInf.GetIndexer()
 	kf.Start(ctx.Done())
 	sf.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), nodeInf.HasSynced, rangeInf.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), nodeInf.HasSynced, rangeInf.HasSynced, sipInf.HasSynced) {
 		a.stop()
 		return nil, fmt.Errorf("simulated agents: caches not synced")
 	}
@@ -98,6 +98,69 @@ func (c *Cluster) StartAgents(ctx context.Context) (*Agents, error) {
 	a.done.Add(1)
 	go a.run(ctx)
 	return a, nil
+}
+
+// handler pokes the loop (when poke) and accounts the event while recording.
+func (a *Agents) handler(poke bool) cache.ResourceEventHandlerFuncs {
+	seen := func(o any) {
+		if poke {
+			a.poke()
+		}
+		if t := a.traffic.Load(); t != nil {
+			if ev, ok := watchEventOf(o); ok {
+				t.Watched(ev)
+			}
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, o any) { seen(o) }, DeleteFunc: seen}
+}
+
+// watchEventOf is what a watcher receives for o: its kind and encoded size.
+func watchEventOf(o any) (WatchEvent, bool) {
+	var ev WatchEvent
+	switch o := o.(type) {
+	case *corev1.Node:
+		ev = WatchEvent{Kind: WatchNode, Node: o.Name, Legacy: o.Labels[jkev1.LabelClaimsInStatus] != "true"}
+	case *jkev1.IPRange:
+		ev = WatchEvent{Kind: WatchIPRange}
+	case *jkev1.StaticIP:
+		ev = WatchEvent{Kind: WatchStaticIP}
+	default: // a tombstone: its last state is unknown
+		return ev, false
+	}
+	b, err := json.Marshal(o)
+	if err != nil {
+		return ev, false
+	}
+	ev.Bytes = len(b)
+	return ev, true
+}
+
+// Record starts accounting into a new ledger (replacing any running one) and returns it.
+func (a *Agents) Record() *Traffic {
+	t := NewTraffic()
+	a.traffic.Store(t)
+	return t
+}
+
+// ReadyNodes names the nodes whose agents run (a NotReady node's agent is off with it).
+func (a *Agents) ReadyNodes() []string {
+	var out []string
+	for _, o := range a.nodes.List() {
+		if n := o.(*corev1.Node); nodefailover.NodeReady(n) {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+// StopRecording ends the accounting.
+func (a *Agents) StopRecording() { a.traffic.Store(nil) }
+
+func (a *Agents) wrote(node string, bytes int) {
+	if t := a.traffic.Load(); t != nil {
+		t.Wrote(node, bytes)
+	}
 }
 
 func (a *Agents) poke() {
@@ -184,7 +247,11 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 		meta.SetStatusCondition(&r.Status.Conditions, agent.ServingCondition(r.Spec.Node, r.Generation))
 		r.Status.Holders = agent.WithHolder(r.Status.Holders, r.Spec.Node, &jkev1.IPRangeHolder{Node: r.Spec.Node, Address: address[r.Spec.Node],
 			Generation: r.Spec.OwnerGeneration, State: jkev1.HolderServing})
-		_, _ = a.sip.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{}) // a conflict: the next pass
+		if _, err := a.sip.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{}); err == nil { // a conflict: the next pass
+			if b, err := json.Marshal(r); err == nil {
+				a.wrote(r.Spec.Node, len(b))
+			}
+		}
 		return nil
 	})
 	if err != nil {
@@ -200,6 +267,7 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 		}
 		if _, err := a.kube.CoreV1().Nodes().Patch(ctx, annotate[i], types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
 			a.AnnotationBytes.Add(int64(len(report)))
+			a.wrote(annotate[i], len(patch))
 			a.mu.Lock()
 			a.written[annotate[i]] = report
 			a.mu.Unlock()
