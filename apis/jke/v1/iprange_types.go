@@ -120,7 +120,6 @@ const AnnotationReportRoutes = "staticip.jke.jdcloud.com/report-routes"
 // every agent is upgraded the selected set is only the Nodes that run no agent.
 const LabelClaimsInStatus = "staticip.jke.jdcloud.com/claims-in-status"
 
-
 // IPRangeHolderState says whether a holder allocates from the range or only drains it.
 // +kubebuilder:validation:Enum=Serving;Draining
 type IPRangeHolderState string
