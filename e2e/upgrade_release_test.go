@@ -206,12 +206,11 @@ func assertClaimsInStatus(t *testing.T, ctx context.Context) {
 	t.Helper()
 	cs := versioned.NewForConfigOrDie(f.Config)
 	var missing []string
-	deadline := time.Now().Add(90 * time.Second)
-	for {
+	err := framework.WaitFor(ctx, 90*time.Second, "every claim in status.holders", func(ctx context.Context) (bool, error) {
 		missing = nil
 		ranges, err := cs.JkeV1().IPRanges().List(ctx, metav1.ListOptions{})
 		if err != nil {
-			t.Fatal(err)
+			return false, err
 		}
 		owners := map[string]bool{}
 		for _, r := range ranges.Items {
@@ -227,17 +226,17 @@ func assertClaimsInStatus(t *testing.T, ctx context.Context) {
 		}
 		nodes, err := f.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
 		if err != nil {
-			t.Fatal(err)
+			return false, err
 		}
 		for _, n := range nodes.Items {
 			if owners[n.Name] && n.Labels[jkev1.LabelClaimsInStatus] != "true" {
 				missing = append(missing, fmt.Sprintf("Node %s: not labelled %s=true", n.Name, jkev1.LabelClaimsInStatus))
 			}
 		}
-		if len(missing) == 0 || time.Now().After(deadline) {
-			break
-		}
-		time.Sleep(2 * time.Second)
+		return len(missing) == 0, nil
+	})
+	if err != nil && len(missing) == 0 {
+		t.Fatal(err)
 	}
 	for _, m := range missing {
 		t.Errorf("after the upgrade: %s", m)

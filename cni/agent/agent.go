@@ -283,15 +283,18 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		apiCtx, cancel := context.WithTimeout(ctx, apiTimeout)
 		// The claims (this node's entries of status.holders) go out with the counts, whatever
 		// else of the pass failed: a claim never waits for unrelated work.
-		err := a.writeStatus(apiCtx, plan, stats.Usage, snap.ranges, ownHolders(a.cfg.NodeName, snap.selfAddress, plan.mine, plan.draining))
+		own := ownHolders(a.cfg.NodeName, snap.selfAddress, plan.mine, plan.draining)
+		err := a.writeStatus(apiCtx, plan, stats.Usage, snap.ranges, own)
 		cancel()
 		if err != nil {
 			a.apiErrors.Add(1)
 			errs = append(errs, err)
 		}
 		// Once this node's claims are in status.holders its Node may say so (the label takes
-		// its annotation's claims out of the other agents' view): never before.
-		claimsWritten := err == nil || claimsInStatusOf(a.view.ownReport(a.cfg.NodeName))
+		// its annotation's claims out of the other agents' view): never before. Read from the
+		// IPRanges as this pass saw them, not from this pass's write (a conflict leaves a claim
+		// unwritten without an error): the label follows on the pass after the claims show.
+		claimsWritten := claimsInStatus(snap.ranges, a.cfg.NodeName, own)
 		// Routes go to the address of the node that holds addresses of each range (claims.go);
 		// the report is written whatever else failed: a route that cannot be programmed leaves
 		// only its own entry out.
@@ -416,11 +419,7 @@ func (a *Agent) writeStatus(ctx context.Context, plan rangePlan, usage []ipam.Ra
 		if st == nil {
 			st = r.Status.DeepCopy()
 		}
-		var want *jkev1.IPRangeHolder
-		if h, ok := own[r.Name]; ok {
-			want = &h
-		}
-		st.Holders, _ = withHolder(st.Holders, a.cfg.NodeName, want)
+		st.Holders, _ = withHolder(st.Holders, a.cfg.NodeName, ownEntry(own, r.Name))
 		if reflect.DeepEqual(*st, r.Status) {
 			continue
 		}

@@ -153,6 +153,25 @@ func ownHolders(self, address string, mine []*jkev1.IPRange, draining map[string
 	return out
 }
 
+// claimsInStatus says whether every range's status.holders already carries this node's
+// entry exactly as own has it (and none where own has none).
+func claimsInStatus(ranges []*jkev1.IPRange, self string, own map[string]jkev1.IPRangeHolder) bool {
+	for _, r := range ranges {
+		if _, changed := withHolder(r.Status.Holders, self, ownEntry(own, r.Name)); changed {
+			return false
+		}
+	}
+	return true
+}
+
+// ownEntry is own's entry for the range, nil when own has none.
+func ownEntry(own map[string]jkev1.IPRangeHolder, name string) *jkev1.IPRangeHolder {
+	if h, ok := own[name]; ok {
+		return &h
+	}
+	return nil
+}
+
 // WithHolder is withHolder for the simulated agents of tools/scalebench.
 func WithHolder(holders []jkev1.IPRangeHolder, node string, want *jkev1.IPRangeHolder) []jkev1.IPRangeHolder {
 	out, _ := withHolder(holders, node, want)

@@ -334,6 +334,3 @@ func (a *Agent) reportObserved(ctx context.Context, observed map[string]string, 
 	a.labelled = a.labelled || claimsWritten
 	return nil
 }
-
-// claimsInStatusOf says whether the node's LabelClaimsInStatus (ownReport's second value) is set.
-func claimsInStatusOf(_, label string) bool { return label == "true" }

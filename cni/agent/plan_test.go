@@ -369,6 +369,22 @@ func TestWithHolder(t *testing.T) {
 	if own["mine"].State != jkev1.HolderServing || own["old"].State != jkev1.HolderDraining || own["old"].Generation != 2 || len(own) != 2 {
 		t.Errorf("ownHolders = %+v, want mine Serving and old Draining at 2", own)
 	}
+	// The label (claims-in-status) waits until the IPRanges show every claim as own has it.
+	mine, old := ipr("mine", 1, "10.0.1.0/24", "n1"), ipr("old", 2, "10.0.2.0/24", "n2")
+	if claimsInStatus([]*jkev1.IPRange{mine, old}, "n1", own) {
+		t.Error("claimsInStatus: true before any claim is in status.holders")
+	}
+	mine.Status.Holders = []jkev1.IPRangeHolder{own["mine"]}
+	if claimsInStatus([]*jkev1.IPRange{mine, old}, "n1", own) {
+		t.Error("claimsInStatus: true with the Draining claim of old missing")
+	}
+	old.Status.Holders = []jkev1.IPRangeHolder{{Node: "n2", State: jkev1.HolderServing, Generation: 2}, own["old"]}
+	if !claimsInStatus([]*jkev1.IPRange{mine, old}, "n1", own) {
+		t.Error("claimsInStatus: false with every claim in place")
+	}
+	if claimsInStatus([]*jkev1.IPRange{mine, old}, "n1", map[string]jkev1.IPRangeHolder{"mine": own["mine"]}) {
+		t.Error("claimsInStatus: true while an entry own no longer has is still there")
+	}
 }
 
 // Routes go to the node that holds addresses of a range (issue 37, defect 1): the owner once it
