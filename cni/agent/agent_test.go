@@ -258,7 +258,9 @@ func (f *syncFixture) checkStatusAndRoutes(t *testing.T) {
 func (f *syncFixture) checkEndpoints(t *testing.T) {
 	allocateAt(t, f.a.DBPath(), time.Now(), "c4", ipam.PodRef{Namespace: f.ns, Name: "new", UID: "new-uid"})
 	// The plugin's call counters as it leaves them in the database: an ADD counted in its
-	// allocation's commit (2 ms), and a refused one counted on its own.
+	// allocation's commit (started 2 ms before; the commit adds its own time, which a loaded
+	// machine stretches — CI saw 3.08 ms — so only the lower bound and the count are asserted),
+	// and a refused one counted on its own.
 	db, err := ipam.Open(ipam.Options{Path: f.a.DBPath()})
 	if err != nil {
 		t.Fatal(err)
@@ -277,7 +279,7 @@ func (f *syncFixture) checkEndpoints(t *testing.T) {
 	rec := serving.Handler(f.a.Endpoints(time.Minute))
 	for _, c := range []struct{ path, want string }{{"/healthz", "ok"}, {"/readyz", "ok"},
 		{"/metrics", `staticip_ipam_addresses{iprange="cni-a-` + f.suffix + `",pool="pods",range="10.150.0.0/24",state="used"} 4`},
-		{"/metrics", `staticip_cni_operation_duration_seconds_bucket{operation="add",result="success",le="0.0025"} 1`},
+		{"/metrics", `staticip_cni_operation_duration_seconds_bucket{operation="add",result="success",le="30"} 1`},
 		{"/metrics", `staticip_cni_operation_duration_seconds_bucket{operation="add",result="success",le="0.001"} 0`},
 		{"/metrics", `staticip_cni_operation_duration_seconds_count{operation="add",result="failure"} 1`},
 		{"/metrics", `staticip_cni_failures_total{operation="add",reason="ip_in_use"} 1`},
