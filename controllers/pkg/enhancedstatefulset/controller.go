@@ -127,7 +127,10 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 				c.enqueueOwner(old)
 			}
 		},
-		DeleteFunc: c.enqueueOwner,
+		DeleteFunc: func(obj any) {
+			c.podDeleted(obj) // before the sync it starts
+			c.enqueueOwner(obj)
+		},
 	}); err != nil {
 		return nil, err
 	}
@@ -166,6 +169,20 @@ func (c *Controller) enqueue(obj any) {
 		return
 	}
 	c.queue.Add(key)
+}
+
+// podDeleted tells the own-writes overlay that a pod of a set is gone (own_writes.go, podDeleted).
+func (c *Controller) podDeleted(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	pod, ok := obj.(*corev1.Pod)
+	if !ok {
+		return
+	}
+	if ref := metav1.GetControllerOf(pod); ref != nil && ref.Kind == controllerKind.Kind && ref.APIVersion == controllerKind.GroupVersion().String() {
+		c.writes.podDeleted(pod.Namespace+"/"+ref.Name, pod)
+	}
 }
 
 func (c *Controller) enqueueOwner(obj any) {
@@ -272,6 +289,10 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 	if err := c.updateStatus(ctx, set, plan, revs, selector, done); err != nil && actErr == nil {
 		actErr = err
+	}
+	if open := c.writes.untilExpiry(key); open > 0 && (plan.RequeueAfter == 0 || open < plan.RequeueAfter) {
+		// Writes the cache has not shown yet: look again when their expectations expire.
+		plan.RequeueAfter = open
 	}
 	return plan.RequeueAfter, actErr
 }
