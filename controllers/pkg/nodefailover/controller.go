@@ -75,15 +75,15 @@ const (
 	ReasonWaitingForRoutes = "WaitingForRoutes"
 	// ReasonWaitingForRouteTurn: other migrations' ranges fill the report-routes cap.
 	ReasonWaitingForRouteTurn = "WaitingForRouteTurn"
-	ReasonWaitingForPods   = "WaitingForPods"
-	ReasonWaitingForFence  = "WaitingForFence"
-	ReasonCompleted        = "Completed"
-	ReasonPhase            = "FailoverStep"
-	ReasonSpareReleased    = "SpareReleased"
-	ReasonPodRecreate      = "FailoverRecreate"
-	ReasonPodMoved         = "MovedByFailover"
-	ReasonDeletionHeld     = "DeletionHeld"
-	ReasonDeleted          = "FailoverRecordDeleted"
+	ReasonWaitingForPods      = "WaitingForPods"
+	ReasonWaitingForFence     = "WaitingForFence"
+	ReasonCompleted           = "Completed"
+	ReasonPhase               = "FailoverStep"
+	ReasonSpareReleased       = "SpareReleased"
+	ReasonPodRecreate         = "FailoverRecreate"
+	ReasonPodMoved            = "MovedByFailover"
+	ReasonDeletionHeld        = "DeletionHeld"
+	ReasonDeleted             = "FailoverRecordDeleted"
 	// ReasonHandedToAllocator: the record of a deleted node that owns only pool blocks is
 	// deleted: the range allocator gives them back (LeftToAllocator).
 	ReasonHandedToAllocator = "HandedToAllocator"
@@ -166,7 +166,7 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, nodeIn
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name}),
 		Window: DefaultWindow, NodeGoneAfter: nodegone.DefaultLeaseGoneAfter, MaxUnhealthyPercent: DefaultMaxUnhealthyPercent, FencedPodDeletionGrace: DefaultFencedPodDeletionGrace, Now: time.Now,
 		MaxRangesReportingRoutes: DefaultMaxRangesReportingRoutes,
-		gone: &labelMemory{m: map[string]map[string]string{}},
+		gone:                     &labelMemory{m: map[string]map[string]string{}},
 	}
 	podIndex, err := podindex.New(podInformer.Informer(), podInformer.Lister())
 	if err != nil {
