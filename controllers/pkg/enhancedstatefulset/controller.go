@@ -127,7 +127,10 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 				c.enqueueOwner(old)
 			}
 		},
-		DeleteFunc: c.enqueueOwner,
+		DeleteFunc: func(obj any) {
+			c.podDeleted(obj) // before the sync it starts
+			c.enqueueOwner(obj)
+		},
 	}); err != nil {
 		return nil, err
 	}
@@ -168,16 +171,39 @@ func (c *Controller) enqueue(obj any) {
 	c.queue.Add(key)
 }
 
-func (c *Controller) enqueueOwner(obj any) {
+// podOf returns the pod of an informer event (also a deletion's last known state).
+func podOf(obj any) (*corev1.Pod, bool) {
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
 	}
 	pod, ok := obj.(*corev1.Pod)
+	return pod, ok
+}
+
+// ownerKey is the key of the EnhancedStatefulSet that controls pod, if one does.
+func ownerKey(pod *corev1.Pod) (string, bool) {
+	ref := metav1.GetControllerOf(pod)
+	if ref == nil || ref.Kind != controllerKind.Kind || ref.APIVersion != controllerKind.GroupVersion().String() {
+		return "", false
+	}
+	return pod.Namespace + "/" + ref.Name, true
+}
+
+// podDeleted tells the own-writes overlay that a pod of a set is gone (own_writes.go, podDeleted).
+func (c *Controller) podDeleted(obj any) {
+	if pod, ok := podOf(obj); ok {
+		if key, ok := ownerKey(pod); ok {
+			c.writes.podDeleted(key, pod)
+		}
+	}
+}
+
+func (c *Controller) enqueueOwner(obj any) {
+	pod, ok := podOf(obj)
 	if !ok {
 		return
 	}
-	ref := metav1.GetControllerOf(pod)
-	if ref == nil {
+	if metav1.GetControllerOf(pod) == nil {
 		// An orphan: every set whose selector matches it may adopt it.
 		if pod.DeletionTimestamp != nil {
 			return
@@ -190,10 +216,9 @@ func (c *Controller) enqueueOwner(obj any) {
 		}
 		return
 	}
-	if ref.Kind != controllerKind.Kind || ref.APIVersion != controllerKind.GroupVersion().String() {
-		return
+	if key, ok := ownerKey(pod); ok {
+		c.queue.Add(key)
 	}
-	c.queue.Add(pod.Namespace + "/" + ref.Name)
 }
 
 // Run starts workers and blocks until ctx is done.
@@ -272,6 +297,10 @@ func (c *Controller) sync(ctx context.Context, key string) (time.Duration, error
 	}
 	if err := c.updateStatus(ctx, set, plan, revs, selector, done); err != nil && actErr == nil {
 		actErr = err
+	}
+	if open := c.writes.untilExpiry(key); open > 0 && (plan.RequeueAfter == 0 || open < plan.RequeueAfter) {
+		// Writes the cache has not shown yet: look again when their expectations expire.
+		plan.RequeueAfter = open
 	}
 	return plan.RequeueAfter, actErr
 }

@@ -60,11 +60,16 @@ type ownWrites struct {
 	// statusWrites: per set, the object the last status write returned, until the set cache
 	// shows it.
 	statusWrites map[string]statusWrite
+	// gone: per set, pod name → UID of a pod the informer saw deleted while this controller's
+	// write of that name was in flight (its UID not known yet); expect drops the expectation
+	// of the written pod if it is the one already gone.
+	gone map[string]map[string]types.UID
 }
 
 func newOwnWrites(podLister corelisters.PodLister, now func() time.Time) *ownWrites {
 	return &ownWrites{podLister: podLister, now: now,
-		expectations: map[string]map[string]expectation{}, statusWrites: map[string]statusWrite{}}
+		expectations: map[string]map[string]expectation{}, statusWrites: map[string]statusWrite{},
+		gone: map[string]map[string]types.UID{}}
 }
 
 // withStatus returns set (a copy of the cached object) with the status and
@@ -105,11 +110,23 @@ func (w *ownWrites) rememberStatus(key, from string, written *jkev1alpha1.Enhanc
 	w.statusWrites[key] = statusWrite{written: written, staleRVs: append(slices.Clone(stale), from)}
 }
 
-// expect registers a pod write of the set at key before it is sent.
+// expect registers a pod write of the set at key before it is sent, and what it wrote once
+// the API server answered.
 func (w *ownWrites) expect(key, pod string, e expectation) {
 	e.deadline = w.now().Add(expectationTTL)
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	goneUID, gone := w.gone[key][pod]
+	delete(w.gone[key], pod)
+	if len(w.gone[key]) == 0 {
+		delete(w.gone, key)
+	}
+	if gone && e.written != nil && e.written.UID == goneUID {
+		// Deleted by someone else before this write's answer came back: the cache will
+		// never show it, and the deletion's own sync has to see it gone.
+		delete(w.expectations[key], pod)
+		return
+	}
 	if w.expectations[key] == nil {
 		w.expectations[key] = map[string]expectation{}
 	}
@@ -129,6 +146,32 @@ func (w *ownWrites) clear(key string) {
 	defer w.mu.Unlock()
 	delete(w.expectations, key)
 	delete(w.statusWrites, key)
+	delete(w.gone, key)
+}
+
+// podDeleted is the pod informer's word that pod (of the set at key) is gone. An expectation
+// that this controller's created or patched copy of it exists can no longer be met by the
+// cache — the pod may be deleted (node failover deletes pending pods pinned to a failed node)
+// before the cache ever showed it — so it ends here, before the deletion's sync runs: that
+// sync sees the pod gone and creates it again, instead of waiting on a copy of a pod that no
+// longer exists. A write still in flight is matched when its answer arrives (expect).
+func (w *ownWrites) podDeleted(key string, pod *corev1.Pod) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	e, ok := w.expectations[key][pod.Name]
+	if !ok || e.deletedUID != "" {
+		return // a deletion expectation is met by the cache itself
+	}
+	if e.written == nil {
+		if w.gone[key] == nil {
+			w.gone[key] = map[string]types.UID{}
+		}
+		w.gone[key][pod.Name] = pod.UID
+		return
+	}
+	if e.written.UID == pod.UID {
+		delete(w.expectations[key], pod.Name)
+	}
 }
 
 // withPods returns pods (the set's pods in the cache) with the writes of this
@@ -166,7 +209,7 @@ func (w *ownWrites) withPods(key string, pods []*corev1.Pod) (out []*corev1.Pod,
 		default:
 			met = err == nil
 		}
-		if met || w.now().After(e.deadline) {
+		if met || !w.now().Before(e.deadline) {
 			delete(w.expectations[key], name)
 			continue
 		}
@@ -185,4 +228,21 @@ func (w *ownWrites) withPods(key string, pods []*corev1.Pod) (out []*corev1.Pod,
 		}
 	}
 	return out, wait
+}
+
+// untilExpiry is how long until the earliest open expectation of the set at key expires (0:
+// none open). A sync must look again by then: an expectation the cache never meets (a pod
+// deleted before the informer showed it, its deletion event lost to a relist) holds the set's
+// view — a pod that is gone counted as present — and no event is left to sync the set again.
+func (w *ownWrites) untilExpiry(key string) time.Duration {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var first time.Duration
+	for _, e := range w.expectations[key] {
+		left := max(e.deadline.Sub(w.now()), time.Millisecond)
+		if first == 0 || left < first {
+			first = left
+		}
+	}
+	return first
 }

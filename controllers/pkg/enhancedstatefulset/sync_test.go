@@ -3,7 +3,9 @@ package enhancedstatefulset
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -12,7 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	corelisters "k8s.io/client-go/listers/core/v1"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 
@@ -166,5 +170,114 @@ func TestSyncKeepsTheBudgetWhileThePodCacheLags(t *testing.T) {
 	f.sync(t)
 	if got := fmt.Sprint(f.podWrites()); got != "[delete web-2]" {
 		t.Errorf("syncs on a cache that still shows web-2 Ready: pod writes %s, want only [delete web-2] (maxUnavailable 1)", got)
+	}
+}
+
+// TestSyncLooksAgainAtAPodThatVanishedBeforeTheCacheShowedIt: a pod the controller created is
+// deleted by someone else (node failover deletes pending pods pinned to the failed node) before
+// the pod cache ever showed it. Its expectation ("the pod must exist") can then never be met:
+// the overlay keeps showing the created pod, the planner waits for it to become ready, and —
+// with nothing asking to look again — the set was never synced again (scalebench at 1,000
+// nodes: 26 of 110 pods never recreated). A sync that leaves an expectation open must ask to
+// be run again by its deadline, and the sync after the deadline creates the pod again.
+func TestSyncLooksAgainAtAPodThatVanishedBeforeTheCacheShowedIt(t *testing.T) {
+	f := newStaleCacheFixture(t, 0, 1)
+	now := time.Date(2026, 11, 28, 8, 0, 0, 0, time.UTC)
+	f.c.now = func() time.Time { return now }
+	f.sync(t)
+	if got := fmt.Sprint(f.podWrites()); got != "[create web-2]" {
+		t.Fatalf("first sync: pod writes %s, want [create web-2]", got)
+	}
+	// Deleted from the API server before the cache ever showed it.
+	if err := f.kube.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), "ns", "web-2"); err != nil {
+		t.Fatal(err)
+	}
+	requeue, err := f.c.sync(context.Background(), "ns/web")
+	if err != nil {
+		t.Fatalf("second sync: %v", err)
+	}
+	if requeue <= 0 || requeue > expectationTTL {
+		t.Fatalf("second sync: requeueAfter %v with web-2 expected but not in the cache; want (0, %v]: otherwise nothing syncs the set again and web-2, gone, is never recreated", requeue, expectationTTL)
+	}
+	now = now.Add(requeue)
+	f.sync(t)
+	if got := fmt.Sprint(f.podWrites()); got != "[create web-2 create web-2]" {
+		t.Errorf("sync %v later: pod writes %s, want [create web-2 create web-2]", requeue, got)
+	}
+}
+
+// TestSyncRecreatesAtOnceAPodDeletedBeforeTheCacheShowedIt: the same, with the deletion event
+// the pod informer delivers (it calls the delete handlers even for an object its cache never
+// held): the sync that event starts creates web-2 again at once, not after expectationTTL.
+func TestSyncRecreatesAtOnceAPodDeletedBeforeTheCacheShowedIt(t *testing.T) {
+	f := newStaleCacheFixture(t, 0, 1)
+	f.sync(t)
+	created, err := f.kube.CoreV1().Pods("ns").Get(context.Background(), "web-2", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := f.kube.Tracker().Delete(corev1.SchemeGroupVersion.WithResource("pods"), "ns", "web-2"); err != nil {
+		t.Fatal(err)
+	}
+	f.c.podDeleted(created)
+	f.sync(t)
+	if got := fmt.Sprint(f.podWrites()); got != "[create web-2 create web-2]" {
+		t.Errorf("sync after web-2's deletion event: pod writes %s, want [create web-2 create web-2]", got)
+	}
+}
+
+// TestOwnWritesPodDeleted: which deletion events end an expectation that a pod exists.
+func TestOwnWritesPodDeleted(t *testing.T) {
+	pod := func(uid string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-2", Namespace: "ns", UID: types.UID(uid)}}
+	}
+	for _, tc := range []struct {
+		name string
+		// steps, in order: "inflight" (expect before the create is sent), "created uN" (the
+		// API server's answer), "deleted uN" (the informer's deletion event), "deleting uN"
+		// (this controller deletes the pod uN).
+		steps []string
+		shown bool // the overlay still shows web-2
+	}{
+		{name: "created, not yet in the cache", steps: []string{"inflight", "created u1"}, shown: true},
+		{name: "created, then deleted", steps: []string{"inflight", "created u1", "deleted u1"}},
+		{name: "created, the predecessor's deletion arrives late", steps: []string{"inflight", "created u1", "deleted u0"}, shown: true},
+		{name: "deleted before the create's answer", steps: []string{"inflight", "deleted u1", "created u1"}},
+		{name: "the predecessor's deletion while the create is in flight", steps: []string{"inflight", "deleted u0", "created u1"}, shown: true},
+		{name: "our own deletion, the cache still shows the pod", steps: []string{"deleting u1", "deleted u1"}, shown: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cached := []*corev1.Pod{}
+			indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+			w := newOwnWrites(corelisters.NewPodLister(indexer), time.Now)
+			for _, step := range tc.steps {
+				verb, uid, _ := strings.Cut(step, " ")
+				switch verb {
+				case "inflight":
+					w.expect("ns/web", "web-2", expectation{})
+				case "created":
+					w.expect("ns/web", "web-2", expectation{written: pod(uid)})
+				case "deleted":
+					w.podDeleted("ns/web", pod(uid))
+				case "deleting":
+					cached = []*corev1.Pod{pod(uid)} // the cache still has it, not terminating
+					if err := indexer.Add(pod(uid)); err != nil {
+						t.Fatal(err)
+					}
+					w.expect("ns/web", "web-2", expectation{deletedUID: types.UID(uid)})
+				}
+			}
+			out, wait := w.withPods("ns/web", cached)
+			if wait {
+				t.Fatalf("withPods: wait, want a view")
+			}
+			shown := len(out) == 1
+			if shown != tc.shown {
+				t.Errorf("web-2 in the view: %v, want %v", shown, tc.shown)
+			}
+			if tc.steps[0] == "deleting" && shown && out[0].DeletionTimestamp == nil {
+				t.Errorf("a pod this controller deleted is shown without a deletionTimestamp")
+			}
+		})
 	}
 }

@@ -196,6 +196,7 @@ func newNodeFailoverController(cc controllerContext) (func(context.Context), err
 	}
 	c.Window = cc.opts.NodeFailoverWindow
 	c.FencedPodDeletionGrace = cc.opts.FencedPodDeletionGrace
+	c.MaxRangesReportingRoutes = cc.opts.NodeFailoverMaxMarkedRanges
 	c.NodeDeletionIsFence = cc.opts.NodeDeletionIsFence
 	c.NodeGoneAfter = cc.opts.NodeGoneAfter
 	enabled, _ := cc.opts.EnabledControllers() // checked by Validate

@@ -74,6 +74,9 @@ type Options struct {
 	// FencedPodDeletionGrace: how long after a node is fenced the pod objects still bound to
 	// it that may hold an IP of its ranges are force-deleted.
 	FencedPodDeletionGrace time.Duration
+	// NodeFailoverMaxMarkedRanges: at most this many moved ranges carry the report-routes mark
+	// at once, over all migrations (0: no cap).
+	NodeFailoverMaxMarkedRanges int
 	// NodeDeletionIsFence: a deleted Node counts as fenced (its machine is known to be off).
 	NodeDeletionIsFence bool
 	// NodeGoneAfter: a deleted node that shows no sign of life (Lease renewal) this long, and
@@ -108,20 +111,21 @@ const (
 // NewOptions returns the defaults.
 func NewOptions() *Options {
 	return &Options{
-		Common:                     app.NewCommon(50, 100, DefaultMetricsBindAddress, DefaultHealthBindAddress),
-		Controllers:                []string{"*"},
-		Workers:                    4,
-		LeaderElect:                true,
-		LeaderElectLeaseName:       ComponentName,
-		LeaderElectLeaseDuration:   15 * time.Second,
-		LeaderElectRenewDeadline:   10 * time.Second,
-		LeaderElectRetryPeriod:     2 * time.Second,
-		LeaderElectReleaseOnCancel: true,
-		InPlaceUpdateTimeout:       enhancedstatefulset.DefaultInPlaceUpdateTimeout,
-		NodeFailoverWindow:         nodefailover.DefaultWindow,
-		NodeFailoverMaxUnhealthy:   fmt.Sprintf("%d%%", nodefailover.DefaultMaxUnhealthyPercent),
-		FencedPodDeletionGrace:     nodefailover.DefaultFencedPodDeletionGrace,
-		NodeGoneAfter:              nodegone.DefaultLeaseGoneAfter,
+		Common:                      app.NewCommon(50, 100, DefaultMetricsBindAddress, DefaultHealthBindAddress),
+		Controllers:                 []string{"*"},
+		Workers:                     4,
+		LeaderElect:                 true,
+		LeaderElectLeaseName:        ComponentName,
+		LeaderElectLeaseDuration:    15 * time.Second,
+		LeaderElectRenewDeadline:    10 * time.Second,
+		LeaderElectRetryPeriod:      2 * time.Second,
+		LeaderElectReleaseOnCancel:  true,
+		InPlaceUpdateTimeout:        enhancedstatefulset.DefaultInPlaceUpdateTimeout,
+		NodeFailoverWindow:          nodefailover.DefaultWindow,
+		NodeFailoverMaxUnhealthy:    fmt.Sprintf("%d%%", nodefailover.DefaultMaxUnhealthyPercent),
+		FencedPodDeletionGrace:      nodefailover.DefaultFencedPodDeletionGrace,
+		NodeFailoverMaxMarkedRanges: nodefailover.DefaultMaxRangesReportingRoutes,
+		NodeGoneAfter:               nodegone.DefaultLeaseGoneAfter,
 	}
 }
 
@@ -139,6 +143,7 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&o.LeaderElectReleaseOnCancel, "leader-elect-release-on-cancel", o.LeaderElectReleaseOnCancel, "Release the lease on a clean shutdown so a standby takes over at once.")
 	fs.DurationVar(&o.NodeFailoverWindow, "node-failover-window", o.NodeFailoverWindow, "nodefailover: how long a node fenced with the node.kubernetes.io/out-of-service taint (or deleted) must have been NotReady before its IP ranges and static IPs move.")
 	fs.DurationVar(&o.FencedPodDeletionGrace, "fenced-pod-deletion-grace", o.FencedPodDeletionGrace, "nodefailover: once a node is fenced (out-of-service and NotReady for the window), the pod objects still bound to it that may hold an IP of its ranges (pods that tolerate every taint, e.g. DaemonSet pods not on the host network) are force-deleted after this grace, so its ranges can move. Pods on the host network are never deleted.")
+	fs.IntVar(&o.NodeFailoverMaxMarkedRanges, "node-failover-max-marked-ranges", o.NodeFailoverMaxMarkedRanges, "nodefailover: at most this many moved IP ranges are marked staticip.jke.jdcloud.com/report-routes at once, over all migrations; every Ready node's agent reports its route to each marked range in its Node's ipranges-observed annotation, so this bounds that annotation when many nodes fail at once. Migrations whose ranges do not fit wait their turn (WaitingForRouteTurn), in the order they moved their ranges; one migration with more ranges runs alone. 0: no cap.")
 	fs.BoolVar(&o.NodeDeletionIsFence, "node-deletion-is-fence", o.NodeDeletionIsFence, "nodefailover: a deleted Node object counts as fenced (its machine is known to be off). Off by default: a deleted node may be partitioned and still run its pods, so its ranges move only once the operator annotates its NodeFailover staticip.jke.jdcloud.com/node-off=true.")
 	fs.DurationVar(&o.NodeGoneAfter, "node-gone-after", o.NodeGoneAfter, "nodefailover, ippool: a node whose Node object was deleted counts as gone once its Lease (kube-node-lease/<node>) has not been renewed for this long (counted from the deletion at the earliest) and no pod object holds one of its IPs; only then do its IP ranges leave it (released by the range allocator at ownerGeneration+1, or moved by failover). A node whose Lease is renewed is alive, deleted or not.")
 	fs.StringVar(&o.NodeFailoverMaxUnhealthy, "node-failover-max-unhealthy", o.NodeFailoverMaxUnhealthy, "nodefailover: when more than this share of the nodes is NotReady at once, failover stops (condition + Event, nothing moved).")
@@ -156,6 +161,9 @@ func (o *Options) Validate() error {
 	}
 	if o.FencedPodDeletionGrace < 0 {
 		errs = append(errs, fmt.Errorf("--fenced-pod-deletion-grace must not be negative, got %v", o.FencedPodDeletionGrace))
+	}
+	if o.NodeFailoverMaxMarkedRanges < 0 {
+		errs = append(errs, fmt.Errorf("--node-failover-max-marked-ranges must not be negative, got %d", o.NodeFailoverMaxMarkedRanges))
 	}
 	if o.NodeGoneAfter <= 0 {
 		errs = append(errs, fmt.Errorf("--node-gone-after must be positive, got %v", o.NodeGoneAfter))

@@ -169,9 +169,18 @@ func (m *migration) existingMoves() []jkev1alpha1.MovedRange {
 // waitForRoutes waits until the agents of every Ready node route the moved ranges to the target.
 // While it waits, the moved ranges carry jkev1.AnnotationReportRoutes (this record's name): the
 // agents report their routes to marked ranges only, so that their reports stay as small as the
-// moves in flight; the mark goes once every route is in place.
+// moves in flight; the mark goes once every route is in place. At most
+// MaxRangesReportingRoutes ranges are marked at once over all migrations: a migration whose
+// ranges do not fit waits for its turn (RouteReportTurns).
 func (m *migration) waitForRoutes(ctx context.Context) (bool, time.Duration, error) {
 	moved := m.existingMoves()
+	if ok, holders := m.routeReportTurn(moved); !ok {
+		m.waiting(ReasonWaitingForRouteTurn, fmt.Sprintf("waiting for its turn to mark its %d ranges %s: other migrations mark %d (at most %d at once): %s",
+			len(moved), jkev1.AnnotationReportRoutes, holders.ranges, m.c.MaxRangesReportingRoutes, shortList(holders.records)))
+		// Woken by the IPRange update that removes another migration's marks; recheck in
+		// case that migration goes away without one.
+		return false, recheck, nil
+	}
 	if err := m.markReportRoutes(ctx, moved, m.rec.Name); err != nil {
 		return false, 0, err
 	}
@@ -188,6 +197,60 @@ func (m *migration) waitForRoutes(ctx context.Context) (bool, time.Duration, err
 		return false, 0, err
 	}
 	return true, 0, nil
+}
+
+// routeReportTurn says whether this migration may mark its moved ranges now (RouteReportTurns
+// over every running migration waiting for routes), and, if not, which migrations have the turn.
+func (m *migration) routeReportTurn(moved []jkev1alpha1.MovedRange) (bool, routeTurnHolders) {
+	self := RouteWait{Record: m.rec.Name, Ranges: len(moved), Marked: m.marked(moved, m.rec.Name)}
+	if st := m.st(); st.PhaseTime != nil {
+		self.Since = st.PhaseTime.Time
+	}
+	waiting := []RouteWait{self}
+	objs, _ := m.c.activeRecords.ByIndex(activeIndex, "true")
+	for _, o := range objs {
+		rec, ok := o.(*jkev1alpha1.NodeFailover)
+		if !ok || rec.Name == m.rec.Name || !Reached(&rec.Status, jkev1alpha1.FailoverRangesMoved) || Reached(&rec.Status, jkev1alpha1.FailoverRoutesConverged) {
+			continue
+		}
+		w := RouteWait{Record: rec.Name}
+		if rec.Status.PhaseTime != nil {
+			w.Since = rec.Status.PhaseTime.Time
+		}
+		var theirs []jkev1alpha1.MovedRange
+		for _, mv := range rec.Status.MovedRanges {
+			if _, err := m.c.ranges.Get(mv.Name); err == nil {
+				theirs = append(theirs, mv)
+			}
+		}
+		w.Ranges, w.Marked = len(theirs), m.marked(theirs, rec.Name)
+		waiting = append(waiting, w)
+	}
+	turns := RouteReportTurns(waiting, m.c.MaxRangesReportingRoutes)
+	var holders routeTurnHolders
+	for _, w := range waiting[1:] {
+		if turns[w.Record] {
+			holders.ranges += w.Ranges
+			holders.records = append(holders.records, w.Record)
+		}
+	}
+	slices.Sort(holders.records)
+	return turns[m.rec.Name], holders
+}
+
+// routeTurnHolders: the other migrations whose ranges are (or are about to be) marked, and
+// how many ranges they mark.
+type routeTurnHolders struct {
+	ranges  int
+	records []string
+}
+
+// marked says whether any of moved carries the report-routes mark of record.
+func (m *migration) marked(moved []jkev1alpha1.MovedRange, record string) bool {
+	return slices.ContainsFunc(moved, func(mv jkev1alpha1.MovedRange) bool {
+		r, err := m.c.ranges.Get(mv.Name)
+		return err == nil && r.Annotations[jkev1.AnnotationReportRoutes] == record
+	})
 }
 
 // markReportRoutes sets (value: the record's name) or removes (value "") the mark

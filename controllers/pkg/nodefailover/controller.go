@@ -50,6 +50,13 @@ const (
 	// past the window) already says the node is off; the grace only lets the taint manager and pod
 	// GC delete what they delete first, so the static pods are back within seconds.
 	DefaultFencedPodDeletionGrace = 5 * time.Second
+	// DefaultMaxRangesReportingRoutes: how many moved ranges carry the report-routes mark at
+	// once, over all migrations (RouteReportTurns). Every Ready node's agent reports a route
+	// to each marked range in its ipranges-observed annotation: the cap bounds that annotation
+	// (64 entries of at most 532 bytes: 34 KiB with maximum-length names, ~8 KiB with
+	// 60-character ones, besides the node's own claims) and the bytes every failover makes
+	// each agent write, however many nodes fail at once.
+	DefaultMaxRangesReportingRoutes = 64
 )
 
 // Reasons of conditions and Events (besides the fencing reasons in decide.go).
@@ -66,15 +73,17 @@ const (
 	ReasonRangeChanged     = "RangeChanged"
 	ReasonWaitingForAgent  = "WaitingForTargetAgent"
 	ReasonWaitingForRoutes = "WaitingForRoutes"
-	ReasonWaitingForPods   = "WaitingForPods"
-	ReasonWaitingForFence  = "WaitingForFence"
-	ReasonCompleted        = "Completed"
-	ReasonPhase            = "FailoverStep"
-	ReasonSpareReleased    = "SpareReleased"
-	ReasonPodRecreate      = "FailoverRecreate"
-	ReasonPodMoved         = "MovedByFailover"
-	ReasonDeletionHeld     = "DeletionHeld"
-	ReasonDeleted          = "FailoverRecordDeleted"
+	// ReasonWaitingForRouteTurn: other migrations' ranges fill the report-routes cap.
+	ReasonWaitingForRouteTurn = "WaitingForRouteTurn"
+	ReasonWaitingForPods      = "WaitingForPods"
+	ReasonWaitingForFence     = "WaitingForFence"
+	ReasonCompleted           = "Completed"
+	ReasonPhase               = "FailoverStep"
+	ReasonSpareReleased       = "SpareReleased"
+	ReasonPodRecreate         = "FailoverRecreate"
+	ReasonPodMoved            = "MovedByFailover"
+	ReasonDeletionHeld        = "DeletionHeld"
+	ReasonDeleted             = "FailoverRecordDeleted"
 	// ReasonHandedToAllocator: the record of a deleted node that owns only pool blocks is
 	// deleted: the range allocator gives them back (LeftToAllocator).
 	ReasonHandedToAllocator = "HandedToAllocator"
@@ -115,6 +124,9 @@ type Controller struct {
 	// FencedPodDeletionGrace: once a node has been fenced this long, the pod objects still
 	// bound to it that may hold an IP of its ranges are force-deleted.
 	FencedPodDeletionGrace time.Duration
+	// MaxRangesReportingRoutes: at most this many moved ranges carry the report-routes mark
+	// at once, over all migrations (RouteReportTurns); <= 0: no cap.
+	MaxRangesReportingRoutes int
 	// NodeDeletionIsFence: a deleted Node counts as fenced (off by default).
 	NodeDeletionIsFence bool
 	// NodeGoneAfter: how long a deleted node must show no sign of life (Lease renewal) before
@@ -153,7 +165,8 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, nodeIn
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name}),
 		Window: DefaultWindow, NodeGoneAfter: nodegone.DefaultLeaseGoneAfter, MaxUnhealthyPercent: DefaultMaxUnhealthyPercent, FencedPodDeletionGrace: DefaultFencedPodDeletionGrace, Now: time.Now,
-		gone: &labelMemory{m: map[string]map[string]string{}},
+		MaxRangesReportingRoutes: DefaultMaxRangesReportingRoutes,
+		gone:                     &labelMemory{m: map[string]map[string]string{}},
 	}
 	podIndex, err := podindex.New(podInformer.Informer(), podInformer.Lister())
 	if err != nil {

@@ -496,6 +496,59 @@ func RoutesLagging(nodes []*corev1.Node, failed string, moved []jkev1alpha1.Move
 	return lagging
 }
 
+// RouteWait is a migration waiting for the agents' routes to its moved ranges (reached
+// RangesMoved, not RoutesConverged).
+type RouteWait struct {
+	Record string
+	// Since: when it reached RangesMoved (status.phaseTime).
+	Since time.Time
+	// Ranges: how many ranges it marks (its recorded moves whose IPRange exists).
+	Ranges int
+	// Marked: its ranges carry the report-routes mark already.
+	Marked bool
+}
+
+// RouteReportTurns says which waiting migrations may have their moved ranges marked
+// report-routes now, so that at most max ranges are marked at once over all migrations
+// (max <= 0: no cap). Every Ready node's agent reports a route to every marked range in its
+// annotation, so the cap is what keeps that annotation, and the bytes a failover makes each
+// agent write, bounded when many nodes fail at once (a zone): O(max), not O(failed nodes).
+//   - A marked migration keeps its turn: its agents are at work on the report, taking the
+//     marks back would waste it.
+//   - The others take turns in the order they reached RangesMoved (then by name): each is
+//     admitted while its ranges fit in what is left; the first that does not fit stops the
+//     walk, so a migration of many ranges is not overtaken forever by smaller ones behind it.
+//   - A migration with more than max ranges is admitted alone, when nothing is marked: it
+//     never waits forever. The bound is then its ranges: those of one node, which that
+//     node's agent carried as its own claims before the failure.
+func RouteReportTurns(waiting []RouteWait, max int) map[string]bool {
+	turns := map[string]bool{}
+	used := 0
+	var queue []RouteWait
+	for _, w := range waiting {
+		if w.Marked || max <= 0 {
+			turns[w.Record] = true
+			used += w.Ranges
+		} else {
+			queue = append(queue, w)
+		}
+	}
+	slices.SortFunc(queue, func(a, b RouteWait) int {
+		if c := a.Since.Compare(b.Since); c != 0 {
+			return c
+		}
+		return strings.Compare(a.Record, b.Record)
+	})
+	for _, w := range queue {
+		if used+w.Ranges > max && used > 0 {
+			break
+		}
+		turns[w.Record] = true
+		used += w.Ranges
+	}
+	return turns
+}
+
 // PhaseIndex is the position of p in the step order (-1 for none).
 func PhaseIndex(p jkev1alpha1.NodeFailoverPhase) int {
 	return slices.Index(jkev1alpha1.NodeFailoverPhases, p)

@@ -385,6 +385,62 @@ func TestRoutesLagging(t *testing.T) {
 	}
 }
 
+func TestRouteReportTurns(t *testing.T) {
+	at := func(s int) time.Time { return t0.Add(time.Duration(s) * time.Second) }
+	for _, tc := range []struct {
+		name    string
+		waiting []RouteWait
+		max     int
+		want    []string // the records that may mark, sorted
+	}{
+		{name: "alone, fits", max: 4, waiting: []RouteWait{{Record: "a", Since: at(0), Ranges: 2}}, want: []string{"a"}},
+		{name: "a zone fails: the first that fit, in the order they reached RangesMoved", max: 4, waiting: []RouteWait{
+			{Record: "c", Since: at(2), Ranges: 2}, {Record: "a", Since: at(0), Ranges: 1}, {Record: "b", Since: at(1), Ranges: 1},
+			{Record: "d", Since: at(3), Ranges: 1}}, want: []string{"a", "b", "c"}},
+		{name: "same time: by name", max: 2, waiting: []RouteWait{
+			{Record: "b", Since: at(0), Ranges: 1}, {Record: "a", Since: at(0), Ranges: 1}, {Record: "c", Since: at(0), Ranges: 1}},
+			want: []string{"a", "b"}},
+		{name: "marked ones keep their turn and fill the cap", max: 2, waiting: []RouteWait{
+			{Record: "old", Since: at(0), Ranges: 1}, {Record: "m1", Since: at(5), Ranges: 1, Marked: true},
+			{Record: "m2", Since: at(6), Ranges: 1, Marked: true}}, want: []string{"m1", "m2"}},
+		{name: "no overtaking: a large one first in line stops smaller ones behind it", max: 4, waiting: []RouteWait{
+			{Record: "m", Since: at(0), Ranges: 2, Marked: true}, {Record: "big", Since: at(1), Ranges: 3}, {Record: "small", Since: at(2), Ranges: 1}},
+			want: []string{"m"}},
+		{name: "more ranges than the cap: alone once nothing is marked", max: 2, waiting: []RouteWait{
+			{Record: "huge", Since: at(0), Ranges: 5}, {Record: "next", Since: at(1), Ranges: 1}}, want: []string{"huge"}},
+		{name: "more ranges than the cap: waits while others mark", max: 2, waiting: []RouteWait{
+			{Record: "m", Since: at(3), Ranges: 1, Marked: true}, {Record: "huge", Since: at(0), Ranges: 5}}, want: []string{"m"}},
+		{name: "a migration whose ranges are all gone takes no slot", max: 1, waiting: []RouteWait{
+			{Record: "m", Since: at(0), Ranges: 1, Marked: true}, {Record: "empty", Since: at(1), Ranges: 0}}, want: []string{"empty", "m"}},
+		{name: "no cap", max: 0, waiting: []RouteWait{
+			{Record: "a", Since: at(0), Ranges: 100}, {Record: "b", Since: at(1), Ranges: 100}}, want: []string{"a", "b"}},
+		{name: "nobody waits", max: 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			turns := RouteReportTurns(tc.waiting, tc.max)
+			var got []string
+			marked := 0
+			for _, w := range tc.waiting {
+				if turns[w.Record] {
+					got = append(got, w.Record)
+					marked += w.Ranges
+				}
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("turns %v, want %v", got, tc.want)
+			}
+			if len(turns) != len(got) {
+				t.Errorf("turns name records that do not wait: %v", turns)
+			}
+			// The bound: at most max ranges marked, or one migration's alone.
+			if tc.max > 0 && marked > tc.max && len(got) > 1 {
+				t.Errorf("%d ranges marked by %v, over the cap %d", marked, got, tc.max)
+			}
+		})
+	}
+}
+
 func TestRangeSynced(t *testing.T) {
 	r := &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Generation: 3}}
 	r.Status.ObservedGeneration = 2

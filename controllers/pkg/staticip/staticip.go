@@ -133,7 +133,9 @@ func (e *ReleasingError) Error() string {
 // Ensure makes sure StaticIP podName exists for w before the pod is created and returns it:
 // it creates a Pending record, or claims an existing one of the same workload (one write that
 // also refreshes the owner reference and retention policy). A record of another workload is a
-// *ConflictError and is never taken over; a record being released is a *ReleasingError.
+// *ConflictError and is never taken over; a record being released is a *ReleasingError. A
+// claim that conflicts with a write the cache did not show yet is decided again on the record
+// as the API server has it (claimAttempts in all).
 func Ensure(ctx context.Context, client versioned.Interface, lister jkev1listers.StaticIPLister, w Workload, podName string, now time.Time) (*jkev1.StaticIP, error) {
 	ns := w.Object.GetNamespace()
 	sip, err := lister.StaticIPs(ns).Get(podName)
@@ -158,6 +160,30 @@ func Ensure(ctx context.Context, client versioned.Interface, lister jkev1listers
 	if err != nil {
 		return nil, err
 	}
+	for attempt := 1; ; attempt++ {
+		claimed, err := claim(ctx, client, sip, w, podName, now)
+		if !apierrors.IsConflict(err) || attempt == claimAttempts {
+			return claimed, err
+		}
+		// The cache was behind someone else's write (node failover re-pointing the record,
+		// the StaticIP controller's status): decide again on the record as it is now, rather
+		// than fail the caller's sync and wait out its retry backoff.
+		if sip, err = client.JkeV1().StaticIPs(ns).Get(ctx, podName, metav1.GetOptions{}); err != nil {
+			return nil, fmt.Errorf("claiming StaticIP %s/%s: re-read after a conflict: %w", ns, podName, err)
+		}
+	}
+}
+
+// claimAttempts bounds Ensure's claims of one record: a record that changes under every
+// attempt is left to the caller's retry.
+const claimAttempts = 3
+
+// claim re-uses the existing record sip for podName of w: refused if it belongs to another
+// workload or is being released, else an optimistic-lock update of that version (the
+// workload, the retention policy and the claim annotation): if the StaticIP controller marked
+// it Released in the meantime, the update conflicts.
+func claim(ctx context.Context, client versioned.Interface, sip *jkev1.StaticIP, w Workload, podName string, now time.Time) (*jkev1.StaticIP, error) {
+	ns := w.Object.GetNamespace()
 	if !SameWorkload(sip, w) {
 		return sip, &ConflictError{Name: podName, Owner: RecordRef(sip)}
 	}
@@ -176,8 +202,6 @@ func Ensure(ctx context.Context, client versioned.Interface, lister jkev1listers
 		upd.Annotations = map[string]string{}
 	}
 	upd.Annotations[AnnotationClaimed] = now.UTC().Format(time.RFC3339Nano)
-	// An optimistic-lock update of the version read above: if the StaticIP controller marked it
-	// Released in the meantime, this conflicts and the caller retries.
 	claimed, err := client.JkeV1().StaticIPs(ns).Update(ctx, upd, metav1.UpdateOptions{})
 	if err != nil {
 		return nil, fmt.Errorf("claiming StaticIP %s/%s: %w", ns, podName, err)

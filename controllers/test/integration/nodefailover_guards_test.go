@@ -3,13 +3,16 @@ package integration
 import (
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/watch"
 
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/controllers/pkg/manager"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
@@ -220,5 +223,94 @@ func TestNodeFailoverNodeDeleted(t *testing.T) {
 	}
 	if r := e.getRange(never); r.Spec.Node != e.name("not-joined-yet") {
 		t.Errorf("range of a node that never joined moved to %s", r.Spec.Node)
+	}
+}
+
+// TestNodeFailoverMarksAtMostTheCap: two nodes fail at once with
+// --node-failover-max-marked-ranges=1: only one migration's range carries report-routes (the
+// agents report routes to marked ranges only, so the cap bounds every node's annotation), the
+// other waits for its turn (WaitingForRouteTurn) and marks its range once the first's routes
+// converged. A watch on the ranges checks the cap at every event, not by sampling.
+func TestNodeFailoverMarksAtMostTheCap(t *testing.T) {
+	e := newFailoverEnv(t)
+	e.options = func(o *manager.Options) { o.NodeFailoverMaxMarkedRanges = 1 }
+	for _, n := range []string{"n1", "n2", "n3", "n4", "n5", "n6"} {
+		e.addNode(n)
+	}
+	e.addNode("spare1", spare)
+	e.addNode("spare2", spare)
+	r3 := e.addRange("r3", 1, "n3", 0)
+	r4 := e.addRange("r4", 2, "n4", 0)
+	e.addStaticIP("web-0", "n3", e.ip(1, 10))
+	e.addStaticIP("web-1", "n4", e.ip(2, 10))
+
+	w, err := e.client.JkeV1().IPRanges().Watch(e.ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Stop()
+	var mu sync.Mutex
+	marked, maxMarked, everMarked := map[string]string{}, 0, map[string]bool{}
+	go func() {
+		for ev := range w.ResultChan() {
+			r, ok := ev.Object.(*jkev1.IPRange)
+			if !ok || (r.Name != r3 && r.Name != r4) {
+				continue
+			}
+			mu.Lock()
+			if v := r.Annotations[jkev1.AnnotationReportRoutes]; v != "" && ev.Type != watch.Deleted {
+				marked[r.Name], everMarked[r.Name] = v, true
+			} else {
+				delete(marked, r.Name)
+			}
+			maxMarked = max(maxMarked, len(marked))
+			mu.Unlock()
+		}
+	}()
+
+	e.setHoldRoutes(true)
+	e.startFailover(time.Second)
+	for _, n := range []string{"n3", "n4"} {
+		e.setReady(n, false)
+		e.fence(n)
+		e.podGC(n)
+	}
+	var first, second string
+	e.eventually(60*time.Second, "one migration waits for routes, the other for its turn", func() (bool, error) {
+		a, errA := e.record("n3")
+		b, errB := e.record("n4")
+		if errA != nil || errB != nil {
+			return false, nil
+		}
+		switch {
+		case waitingOn(nodefailover.ReasonWaitingForRoutes)(a) && waitingOn(nodefailover.ReasonWaitingForRouteTurn)(b):
+			first, second = "n3", "n4"
+		case waitingOn(nodefailover.ReasonWaitingForRoutes)(b) && waitingOn(nodefailover.ReasonWaitingForRouteTurn)(a):
+			first, second = "n4", "n3"
+		default:
+			return false, nil
+		}
+		return true, nil
+	})
+	secondRange := map[string]string{"n3": r3, "n4": r4}[second]
+	e.stays(2*time.Second, "the waiting migration's range is not marked", func() error {
+		if v := e.getRange(secondRange).Annotations[jkev1.AnnotationReportRoutes]; v != "" {
+			return fmt.Errorf("%s marked %s=%s while %s's migration holds the only slot", secondRange, jkev1.AnnotationReportRoutes, v, e.name(first))
+		}
+		return nil
+	})
+
+	e.setHoldRoutes(false)
+	e.waitRecord("n3", "n3's pods awaited", waitingOn(nodefailover.ReasonWaitingForPods))
+	e.waitRecord("n4", "n4's pods awaited", waitingOn(nodefailover.ReasonWaitingForPods))
+	for _, r := range []string{r3, r4} {
+		if v := e.getRange(r).Annotations[jkev1.AnnotationReportRoutes]; v != "" {
+			t.Errorf("%s still marked %s=%s after its routes converged", r, jkev1.AnnotationReportRoutes, v)
+		}
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if maxMarked != 1 || !everMarked[r3] || !everMarked[r4] {
+		t.Errorf("ranges marked at once: at most %d (want 1: the cap); marked at some point: %v (want both)", maxMarked, everMarked)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -13,8 +14,11 @@ import (
 // rot: every scenario must produce its rows with real measurements. It skips (saying why)
 // only when a binary is missing.
 func TestSmoke(t *testing.T) {
+	// The failover scenario runs in the order -failover-native-first asks for (the native
+	// StatefulSet's failover, its node unfenced, then the EnhancedStatefulSet's): a benchmark
+	// run's default order exercises the other, and alternating rounds need both.
 	o := RunOptions{Scheduler: SchedulerOptions{PodsPerNode: 3, HeldPerNode: 1, Rounds: 2}, StaticIPs: 500,
-		Replicas: 50, MaxUnavailable: 10, FailoverPods: 10, Services: 50, Wrappers: 2, Idle: 5 * time.Second}
+		Replicas: 50, MaxUnavailable: 10, FailoverPods: 10, FailoverNativeFirst: true, Services: 50, Wrappers: 2, Idle: 5 * time.Second}
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Minute)
 	defer cancel()
 	var log strings.Builder
@@ -43,6 +47,14 @@ func TestSmoke(t *testing.T) {
 		}
 		if r.Requests <= 0 {
 			t.Errorf("%s/%s: no API request counted: %+v", r.Scenario, r.Component, r)
+		}
+	}
+	if slices.Contains(scenarios, "failover") {
+		// Both failovers completed (else Run failed above), in the order asked for.
+		if !slices.ContainsFunc(rows, func(r Row) bool {
+			return r.Scenario == "failover" && slices.ContainsFunc(r.Notes, func(n string) bool { return strings.Contains(n, "(StatefulSet first)") })
+		}) {
+			t.Errorf("failover with FailoverNativeFirst: no row notes the ratio with \"(StatefulSet first)\"")
 		}
 	}
 	want := map[string][]string{"ippool": {"range allocator"}, "scheduler": {"scheduler"}, "staticip": {"staticip controller", "reservation cache"},
