@@ -63,7 +63,6 @@ const (
 	ReasonBGPNotificationReceived = "NotificationReceived"
 	ReasonBGPNotificationSent     = "NotificationSent"
 	ReasonBGPHoldTimerExpired     = "HoldTimerExpired"
-	ReasonBGPSessionDown          = "SessionDown"
 	ReasonHoldTimeSafe            = "HoldTimeShorterThanFailoverWindow"
 	ReasonHoldTimeUnsafe          = "HoldTimeNotShorterThanFailoverWindow"
 )
@@ -117,12 +116,10 @@ func establishedCondition(s bgp.Session, down time.Duration) metav1.Condition {
 		c.Reason, c.Message = ReasonBGPNotificationReceived, fmt.Sprintf("peer %s closed the session: %s", s.Peer.Address, s.LastError)
 	case strings.HasPrefix(e, "notification-sent"):
 		c.Reason, c.Message = ReasonBGPNotificationSent, fmt.Sprintf("this node closed the session to %s: %s", s.Peer.Address, s.LastError)
-	case strings.Contains(e, "hold-timer-expired"):
+	case strings.Contains(e, "hold-timer-expired") && down >= notAnsweringAfter:
 		c.Reason, c.Message = ReasonBGPHoldTimerExpired, fmt.Sprintf("peer %s stopped answering (hold timer expired); reconnecting", s.Peer.Address)
 	case down < notAnsweringAfter:
 		c.Reason, c.Message = ReasonBGPConnecting, fmt.Sprintf("connecting to %s port %d (%s)", s.Peer.Address, s.Peer.Port, s.State)
-	case s.LastError != "":
-		c.Reason, c.Message = ReasonBGPSessionDown, fmt.Sprintf("session to %s is %s: %s", s.Peer.Address, s.State, s.LastError)
 	default:
 		c.Reason = ReasonBGPPeerNotAnswering
 		c.Message = fmt.Sprintf("no BGP session to %s port %d for %s (%s): the peer is unreachable, not listening, not configured for this node's address, or its TCP MD5 password differs (a peer's kernel silently drops segments whose signature does not match)",
@@ -217,6 +214,8 @@ type bgpState struct {
 	// reported: the Events last recorded per BGPPeer and condition, so that a standing
 	// problem is one Event.
 	reported map[string]string
+	// described is the plan last logged (describeBGP).
+	described string
 }
 
 // bgpReport is the last pass's BGP picture, for the metrics.
@@ -253,6 +252,10 @@ func (a *Agent) syncBGP(ctx context.Context, snap *snapshot, held []bgp.Range) e
 	sort.Slice(peers, func(i, j int) bool { return peers[i].Name < peers[j].Name })
 	d, problems := bgp.Plan(cfg, peers, snap.selfLabels, snap.selfAddrs, held, a.bgpPassword)
 	var errs []error
+	if msg := describeBGP(d, problems); msg != st.described {
+		a.logf("BGP: %s", msg)
+		st.described = msg
+	}
 	if err := st.speaker.Apply(ctx, d); err != nil {
 		errs = append(errs, fmt.Errorf("BGP: %w", err))
 	}
@@ -309,6 +312,24 @@ func (a *Agent) syncBGP(ctx context.Context, snap *snapshot, held []bgp.Range) e
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
+}
+
+// describeBGP says in one line what the speaker does (logged when it changes).
+func describeBGP(d bgp.Desired, problems []bgp.Problem) string {
+	if !d.Enabled {
+		if len(problems) == 0 {
+			return "off (no BGPConfiguration \"default\" or no BGPPeer selects this node)"
+		}
+	}
+	var peers []string
+	for name, p := range d.Peers {
+		peers = append(peers, fmt.Sprintf("%s (%s AS %d)", name, p.Address, p.ASN))
+	}
+	for _, p := range problems {
+		peers = append(peers, fmt.Sprintf("%s (no session: %s)", p.Peer, p.Reason))
+	}
+	sort.Strings(peers)
+	return fmt.Sprintf("AS %d, router ID %s, announcing %v to %s", d.Global.ASN, d.Global.RouterID, d.Prefixes, strings.Join(peers, ", "))
 }
 
 // bgpPassword reads a session password from the one Secret the agents may read.

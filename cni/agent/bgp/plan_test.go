@@ -93,7 +93,9 @@ func TestPlan(t *testing.T) {
 			peers: []*jkev1.BGPPeer{bgpPeer("r", "192.168.1.1", 65000, rack)}, labels: map[string]string{"rack": "r2"}},
 		{name: "a selected peer with defaults; the IPv4 ranges with the node's address, IPv6 without an IPv6 address not",
 			cfg: cfg, addrs: node4, labels: map[string]string{"rack": "r1"},
-			peers:       []*jkev1.BGPPeer{bgpPeer("r", "192.168.1.1", 65000, rack), bgpPeer("other-rack", "192.168.2.1", 65000, func(s *jkev1.BGPPeerSpec) { s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"rack": "r2"}} })},
+			peers: []*jkev1.BGPPeer{bgpPeer("r", "192.168.1.1", 65000, rack), bgpPeer("other-rack", "192.168.2.1", 65000, func(s *jkev1.BGPPeerSpec) {
+				s.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"rack": "r2"}}
+			})},
 			wantEnabled: true,
 			wantPeers: map[string]Peer{"r": {Name: "r", Address: netip.MustParseAddr("192.168.1.1"), Port: 179, ASN: 65000,
 				HoldTime: 9 * time.Second, Keepalive: 3 * time.Second, RestartTime: 120 * time.Second}},

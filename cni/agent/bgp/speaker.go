@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/netip"
+	"slices"
 	"sync"
 	"time"
 
@@ -146,7 +147,7 @@ func (sp *Speaker) stopLocked() {
 // only, and no route a peer sends may reach the node's tables (GoBGP installs none anyway:
 // no zebra).
 func (sp *Speaker) startLocked(ctx context.Context, g Global) error {
-	srv := server.NewBgpServer(server.LoggerOption(sp.log, nil))
+	srv := server.NewBgpServer(server.LoggerOption(slog.New(&notificationHandler{next: sp.log.Handler(), note: sp.noteFailure}), nil))
 	go srv.Serve()
 	if err := srv.StartBgp(ctx, &api.StartBgpRequest{Global: &api.Global{
 		Asn: g.ASN, RouterId: g.RouterID.String(), ListenPort: g.ListenPort,
@@ -154,10 +155,19 @@ func (sp *Speaker) startLocked(ctx context.Context, g Global) error {
 		srv.Stop()
 		return fmt.Errorf("start BGP speaker (AS %d, router ID %s): %w", g.ASN, g.RouterID, err)
 	}
-	if err := srv.SetPolicyAssignment(ctx, &api.SetPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
-		Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_IMPORT,
-		DefaultAction: api.RouteAction_ROUTE_ACTION_REJECT,
-	}}); err != nil {
+	// GoBGP passes the paths the speaker originates itself (AddPath) through the global
+	// import policy too: accept those (route type local), reject everything else.
+	own := &api.Policy{Name: "staticip-own-paths-only", Statements: []*api.Statement{{Name: "accept-local",
+		Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_LOCAL},
+		Actions:    &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_ACCEPT}}}}
+	err := srv.AddPolicy(ctx, &api.AddPolicyRequest{Policy: own})
+	if err == nil {
+		err = srv.SetPolicyAssignment(ctx, &api.SetPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+			Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_IMPORT,
+			Policies: []*api.Policy{{Name: own.Name}}, DefaultAction: api.RouteAction_ROUTE_ACTION_REJECT,
+		}})
+	}
+	if err != nil {
 		_ = srv.StopBgp(ctx, &api.StopBgpRequest{})
 		srv.Stop()
 		return fmt.Errorf("BGP import policy (reject every received route): %w", err)
@@ -179,10 +189,10 @@ func (sp *Speaker) onPeerUpdate(ev *apiutil.WatchEventMessage_PeerEvent, t time.
 		return
 	}
 	addr := ev.Peer.State.NeighborAddress
-	reason := ""
-	if ev.Peer.State.DisconnectMessage != "" {
-		reason = ev.Peer.State.DisconnectMessage
-	}
+	// Only a failure is a reason worth keeping: the FSM's own steps (a new connection, an
+	// OPEN received, the idle hold timer that starts the next attempt) would overwrite why
+	// the last attempt failed.
+	reason := failure(ev.Peer.State.DisconnectMessage)
 	sp.mu.Lock()
 	old := sp.states[addr]
 	st := sessionState(ev.Peer.State.SessionState)
@@ -195,6 +205,17 @@ func (sp *Speaker) onPeerUpdate(ev *apiutil.WatchEventMessage_PeerEvent, t time.
 	if notify != nil {
 		notify()
 	}
+}
+
+// failure is a session's disconnect message when it says why an attempt failed; the FSM's
+// own steps (a new connection, an OPEN received, the idle hold timer that starts the next
+// attempt) are no failure and would hide the last one.
+func failure(msg string) string {
+	switch msg {
+	case "idle-hold-timer-expired", "new-connection", "open-msg-received", "open-msg-negotiated", "unknown":
+		return ""
+	}
+	return msg
 }
 
 // Session is one session's state as the status and metrics report it.
@@ -238,6 +259,13 @@ func (sp *Speaker) Sessions(ctx context.Context) map[string]Session {
 			s.Since, s.LastError = e.since, e.reason
 			if s.State == jkev1.BGPSessionUnknown {
 				s.State = e.state
+			}
+		}
+		// GoBGP does not report every step of a failing attempt as an event (an OPEN refused
+		// for a bad peer AS goes back to Idle unseen): its peer state keeps the last reason.
+		if lp, ok := live[p.Address.String()]; ok && lp.State != nil {
+			if r := failure(lp.State.DisconnectMessage); r != "" && s.LastError == "" {
+				s.LastError = r
 			}
 		}
 		if s.State == jkev1.BGPSessionEstablished {
@@ -397,4 +425,82 @@ func (sp *Speaker) RIB() (received, accepted []netip.Prefix, err error) {
 		}
 	}
 	return received, accepted, err
+}
+
+// noteFailure records why an attempt of the session to addr failed (a NOTIFICATION sent or
+// received), as a session event's reason would.
+func (sp *Speaker) noteFailure(addr netip.Addr, reason string) {
+	sp.mu.Lock()
+	e := sp.states[addr]
+	e.reason = reason
+	if e.state == "" {
+		e.state, e.since = jkev1.BGPSessionIdle, time.Now()
+	}
+	sp.states[addr] = e
+	notify := sp.onChange
+	sp.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
+}
+
+// notificationHandler passes GoBGP's log records on to next and tells note about every
+// NOTIFICATION a session sends or receives. GoBGP reports the reason of a failed attempt on an
+// outgoing connection (a bad peer AS in the peer's OPEN, the peer refusing ours) only in its
+// log, not in its peer state or events: this is where the agent learns why a session fails.
+type notificationHandler struct {
+	next  slog.Handler
+	note  func(netip.Addr, string)
+	attrs []slog.Attr
+}
+
+func (h *notificationHandler) Enabled(ctx context.Context, l slog.Level) bool {
+	return l >= slog.LevelInfo || h.next.Enabled(ctx, l)
+}
+
+func (h *notificationHandler) Handle(ctx context.Context, r slog.Record) error {
+	if r.Message == "sent notification" || r.Message == "received notification" {
+		var peer netip.Addr
+		var code, sub int64 = -1, -1
+		visit := func(a slog.Attr) bool {
+			switch a.Key {
+			case "Key":
+				if ad, err := netip.ParseAddr(a.Value.String()); err == nil {
+					peer = ad.Unmap()
+				}
+			case "Code":
+				code = a.Value.Int64()
+			case "Subcode":
+				sub = a.Value.Int64()
+			}
+			return true
+		}
+		for _, a := range h.attrs {
+			visit(a)
+		}
+		r.Attrs(visit)
+		// A Cease this speaker sends for an administrative reason (the peer deconfigured,
+		// shut down or reset: the agent changed or removed it) is no failure of the session.
+		admin := r.Message == "sent notification" && code == int64(bgp.BGP_ERROR_CEASE) &&
+			(sub == int64(bgp.BGP_ERROR_SUB_ADMINISTRATIVE_SHUTDOWN) || sub == int64(bgp.BGP_ERROR_SUB_PEER_DECONFIGURED) || sub == int64(bgp.BGP_ERROR_SUB_ADMINISTRATIVE_RESET))
+		if peer.IsValid() && code >= 0 && sub >= 0 && !admin {
+			dir := "notification-sent "
+			if r.Message == "received notification" {
+				dir = "notification-received "
+			}
+			h.note(peer, dir+bgp.NewNotificationErrorCode(uint8(code), uint8(sub)).String())
+		}
+	}
+	if h.next.Enabled(ctx, r.Level) {
+		return h.next.Handle(ctx, r)
+	}
+	return nil
+}
+
+func (h *notificationHandler) WithAttrs(attrs []slog.Attr) slog.Handler {
+	return &notificationHandler{next: h.next.WithAttrs(attrs), note: h.note, attrs: append(slices.Clone(h.attrs), attrs...)}
+}
+
+func (h *notificationHandler) WithGroup(name string) slog.Handler {
+	return &notificationHandler{next: h.next.WithGroup(name), note: h.note, attrs: h.attrs}
 }
