@@ -122,8 +122,9 @@ func establishedCondition(s bgp.Session, down time.Duration) metav1.Condition {
 		c.Reason, c.Message = ReasonBGPConnecting, fmt.Sprintf("connecting to %s port %d (%s)", s.Peer.Address, s.Peer.Port, s.State)
 	default:
 		c.Reason = ReasonBGPPeerNotAnswering
-		c.Message = fmt.Sprintf("no BGP session to %s port %d for %s (%s): the peer is unreachable, not listening, not configured for this node's address, or its TCP MD5 password differs (a peer's kernel silently drops segments whose signature does not match)",
-			s.Peer.Address, s.Peer.Port, down.Round(time.Second), s.State)
+		// No duration in the message: the status is written only when it changes.
+		c.Message = fmt.Sprintf("no BGP session to %s port %d for more than %s (%s): the peer is unreachable, not listening, not configured for this node's address, or its TCP MD5 password differs (a peer's kernel silently drops segments whose signature does not match)",
+			s.Peer.Address, s.Peer.Port, notAnsweringAfter, s.State)
 	}
 	return c
 }
