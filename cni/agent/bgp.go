@@ -11,6 +11,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -206,6 +207,8 @@ func sameBGPStatus(a, b jkev1.BGPNodeStatusStatus) bool {
 // bgpState is what the agent remembers of its speaker between passes.
 type bgpState struct {
 	speaker *bgp.Speaker
+	// published is speaker for readers outside the sync loop (the tests' RIB dump).
+	published atomic.Pointer[bgp.Speaker]
 	// status is the node's BGPNodeStatus as last read or written (nil: none exists);
 	// statusKnown says whether status reflects the API.
 	status      *jkev1.BGPNodeStatus
@@ -243,6 +246,7 @@ func (a *Agent) syncBGP(ctx context.Context, snap *snapshot, held []bgp.Range) e
 		}
 		st.speaker = bgp.NewSpeaker(logger)
 		st.speaker.OnSessionChange(a.trigger)
+		st.published.Store(st.speaker)
 		st.upSince, st.reported = map[string]time.Time{}, map[string]string{}
 	}
 	cfg, err := a.view.bgpConfigs.Get(jkev1.BGPConfigurationName)

@@ -72,10 +72,11 @@ func runChildAgent(spec string) int {
 	go func() {
 		for ctx.Err() == nil {
 			time.Sleep(300 * time.Millisecond)
-			if a.bgp.speaker == nil {
+			sp := a.bgp.published.Load()
+			if sp == nil {
 				continue
 			}
-			rec, acc, _ := a.bgp.speaker.RIB()
+			rec, acc, _ := sp.RIB()
 			d := ribDump{}
 			for _, p := range rec {
 				d.Received = append(d.Received, p.String())
