@@ -20,7 +20,6 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
-	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -324,25 +323,11 @@ router bgp %d
 
 	// The agent's identity as the DaemonSet gives it: service account staticip-agent, token
 	// bound to its pod on node A.
-	agentPod, err := kube.CoreV1().Pods("kube-system").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "staticip-agent-bgp-" + suffix},
-		Spec: corev1.PodSpec{NodeName: f.nodeA, ServiceAccountName: "staticip-agent", Containers: []corev1.Container{{Name: "c", Image: "pause:1"}}}},
-		metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		_ = kube.CoreV1().Pods("kube-system").Delete(context.Background(), agentPod.Name, metav1.DeleteOptions{})
-	})
-	tr, err := kube.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "staticip-agent", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: &authenticationv1.BoundObjectReference{
-			Kind: "Pod", APIVersion: "v1", Name: agentPod.Name, UID: agentPod.UID}}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	token := agentPodToken(ctx, t, kube, "staticip-agent-bgp-"+suffix, f.nodeA)
 	kubeconfig := filepath.Join(f.dir, "kubeconfig")
 	kc := clientcmdapi.NewConfig()
 	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: env.Config.Host, CertificateAuthorityData: env.Config.CAData}
-	kc.AuthInfos["agent"] = &clientcmdapi.AuthInfo{Token: tr.Status.Token}
+	kc.AuthInfos["agent"] = &clientcmdapi.AuthInfo{Token: token}
 	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "agent"}
 	kc.CurrentContext = "c"
 	if err := clientcmd.WriteToFile(*kc, kubeconfig); err != nil {
