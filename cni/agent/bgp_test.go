@@ -1,6 +1,8 @@
 package agent
 
 import (
+	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
@@ -12,6 +14,7 @@ import (
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/cni/agent/bgp"
+	"github.com/staticip/staticip/internal/serving"
 )
 
 // TestBGPHeld: what the node holds for the speaker — the ranges it serves and those it drains,
@@ -188,5 +191,33 @@ func TestAgentWritesOnlyItsOwnBGPNodeStatus(t *testing.T) {
 	}
 	if _, err := secrets.List(ctx, metav1.ListOptions{FieldSelector: "metadata.name=staticip-bgp-password"}); err != nil {
 		t.Errorf("the agent cannot list (watch) the password Secret by name: %v", err)
+	}
+}
+
+// TestBGPMetrics: the session and advertisement series from the last pass's picture; none while
+// the node speaks no BGP.
+func TestBGPMetrics(t *testing.T) {
+	a := New(Config{NodeName: "n"}, nil, nil, nil)
+	scrape := func() string {
+		w := httptest.NewRecorder()
+		serving.Handler(a.Endpoints(time.Minute)).ServeHTTP(w, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+		return w.Body.String()
+	}
+	if m := scrape(); strings.Contains(m, "staticip_agent_bgp_") {
+		t.Errorf("BGP series without BGP:\n%s", m)
+	}
+	a.bgpReport.Store(&bgpReport{enabled: true, advertised: 2, peers: []jkev1.BGPNodePeerStatus{
+		{Name: "tor-a", PeerIP: "192.0.2.1", State: jkev1.BGPSessionEstablished},
+		{Name: "tor-b", PeerIP: "192.0.2.2", State: jkev1.BGPSessionActive}}})
+	m := scrape()
+	for _, want := range []string{
+		`staticip_agent_bgp_advertised_prefixes 2`,
+		`staticip_agent_bgp_session_established{peer="tor-a",peer_ip="192.0.2.1"} 1`,
+		`staticip_agent_bgp_session_established{peer="tor-b",peer_ip="192.0.2.2"} 0`,
+		`staticip_agent_bgp_session_state{peer="tor-b",state="Active"} 1`,
+	} {
+		if !strings.Contains(m, want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
 	}
 }
