@@ -486,11 +486,20 @@ func syncBlackholes(want []netip.Prefix) error {
 	return errors.Join(errs...)
 }
 
-// stopBGP stops the speaker (the agent is shutting down): every session closes, and the
-// peers withdraw the node's routes (or keep them as stale for the restart time with graceful
-// restart on).
+// stopBGP is the speaker's end when the agent shuts down. Without graceful restart it stops
+// the speaker: every session closes with a Cease and the peers withdraw the node's routes at
+// once. With graceful restart on for a session it leaves the sessions to the process's exit: a
+// Cease would end the peer's graceful restart too, while a connection that just closes is a
+// restarting speaker, whose routes the peer keeps (stale) for the restart time — a rolling
+// update of the agents then costs no route.
 func (a *Agent) stopBGP() {
-	if a.bgp.speaker != nil {
-		a.bgp.speaker.Stop()
+	sp := a.bgp.speaker
+	if sp == nil {
+		return
 	}
+	if sp.GracefulRestart() {
+		a.logf("BGP: exiting without closing the sessions: graceful restart is on, the peers keep this node's routes until the agent is back")
+		return
+	}
+	sp.Stop()
 }

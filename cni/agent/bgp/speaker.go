@@ -125,6 +125,18 @@ func (sp *Speaker) Apply(ctx context.Context, d Desired) error {
 	return errors.Join(errs...)
 }
 
+// GracefulRestart reports whether any running session offers graceful restart.
+func (sp *Speaker) GracefulRestart() bool {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	for _, p := range sp.peers {
+		if p.GracefulRestart {
+			return true
+		}
+	}
+	return false
+}
+
 // Stop closes every session (the peers withdraw the node's routes, or keep them as stale for
 // the restart time when graceful restart is on) and stops the server.
 func (sp *Speaker) Stop() {
