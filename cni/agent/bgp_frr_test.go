@@ -677,6 +677,20 @@ func TestBGPAdvertisementToFRR(t *testing.T) {
 		found, stale := f.frr.via("10.180.0.0/24", bgpNodeAddr)
 		return found && !stale
 	})
+	// A rolling update (SIGTERM) with graceful restart on: the agent leaves without a Cease,
+	// and FRR keeps the route (stale) as for a kill.
+	_ = f.child.Process.Signal(syscall.SIGTERM)
+	_ = f.child.Wait()
+	f.child = nil
+	time.Sleep(3 * time.Second)
+	if found, stale := f.frr.via("10.180.0.0/24", bgpNodeAddr); !found || !stale {
+		t.Errorf("graceful restart on, agent terminated: FRR's route via A found %v, stale %v (want kept, stale)", found, stale)
+	}
+	f.startAgent()
+	f.eventually("A's route is fresh again after the agent's restart", 90*time.Second, func() bool {
+		found, stale := f.frr.via("10.180.0.0/24", bgpNodeAddr)
+		return found && !stale
+	})
 	f.checkDatapath(false)
 }
 
