@@ -193,6 +193,8 @@ const (
 	estsTmpl   = "apiVersion: jke.jdcloud.com/v1alpha1\nkind: EnhancedStatefulSet\nmetadata: {name: %s, namespace: default}\nspec: {selector: {matchLabels: {a: b}}, template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c, image: i}]}}, %s}\n"
 	gridTmpl   = "apiVersion: superedge.io/v1\nkind: %s\nmetadata: {name: %s, namespace: default}\nspec: {gridUniqKey: %s, template: %s}\n"
 	sgKeysTmpl = "apiVersion: superedge.io/v1\nkind: ServiceGrid\nmetadata: {name: %s, namespace: default}\nspec: {gridUniqKey: zone, template: {ports: [{port: 80}]}, topologyKeys: %s}\n"
+	bgpcTmpl   = "apiVersion: jke.jdcloud.com/v1\nkind: BGPConfiguration\nmetadata: {name: %s}\nspec: %s\n"
+	bgppTmpl   = "apiVersion: jke.jdcloud.com/v1\nkind: BGPPeer\nmetadata: {name: %s}\nspec: %s\n"
 	podTmplOK  = "{selector: {matchLabels: {a: b}}, template: {metadata: {labels: {a: b}}, spec: {containers: [{name: c, image: i}]}}}"
 )
 
@@ -260,6 +262,26 @@ func badCases() []badCase {
 			update: func(u *unstructured.Unstructured) {
 				_ = unstructured.SetNestedField(u.Object, int64(24), "spec", "blockSize")
 			}, wantField: "spec.blockSize"},
+		// BGP (issue 36): bad addresses, AS numbers and timers never reach an agent.
+		// A rule on the object itself (it sees metadata.name) names no field: the API server says "<nil>".
+		{name: "bgpconfiguration-not-default", obj: fmt.Sprintf(bgpcTmpl, "other", "{asNumber: 64512}"), wantField: "<nil>"},
+		{name: "bgpconfiguration-asn-zero", obj: fmt.Sprintf(bgpcTmpl, "default", "{asNumber: 0}"), wantField: "spec.asNumber"},
+		{name: "bgpconfiguration-asn-beyond-4-bytes", obj: fmt.Sprintf(bgpcTmpl, "default", "{asNumber: 4294967296}"), wantField: "spec.asNumber"},
+		{name: "bgpconfiguration-holdtime-too-short", obj: fmt.Sprintf(bgpcTmpl, "default", "{asNumber: 64512, holdTime: 2s}"), wantField: "spec.holdTime"},
+		{name: "bgpconfiguration-keepalive-over-third", obj: fmt.Sprintf(bgpcTmpl, "default", "{asNumber: 64512, holdTime: 9s, keepaliveTime: 4s}"), wantField: "spec"},
+		{name: "bgpconfiguration-restart-time-too-long", obj: fmt.Sprintf(bgpcTmpl, "default", "{asNumber: 64512, gracefulRestart: {enabled: true, restartTime: 2h}}"), wantField: "spec.gracefulRestart.restartTime"},
+		{name: "bgpconfiguration-listen-port-negative", obj: fmt.Sprintf(bgpcTmpl, "default", "{asNumber: 64512, listenPort: -1}"), wantField: "spec.listenPort"},
+		{name: "bgppeer-ip-not-an-ip", obj: fmt.Sprintf(bgppTmpl, "bad-bgpp-1", "{peerIP: router, asNumber: 64513}"), wantField: "spec.peerIP"},
+		{name: "bgppeer-ip-with-prefix", obj: fmt.Sprintf(bgppTmpl, "bad-bgpp-2", "{peerIP: 192.0.2.1/24, asNumber: 64513}"), wantField: "spec.peerIP"},
+		{name: "bgppeer-ip-loopback", obj: fmt.Sprintf(bgppTmpl, "bad-bgpp-3", "{peerIP: 127.0.0.1, asNumber: 64513}"), wantField: "spec.peerIP"},
+		{name: "bgppeer-ip-multicast", obj: fmt.Sprintf(bgppTmpl, "bad-bgpp-4", "{peerIP: 224.0.0.5, asNumber: 64513}"), wantField: "spec.peerIP"},
+		{name: "bgppeer-ip-unspecified", obj: fmt.Sprintf(bgppTmpl, "bad-bgpp-5", "{peerIP: '::', asNumber: 64513}"), wantField: "spec.peerIP"},
+		{name: "bgppeer-asn-missing", obj: fmt.Sprintf(bgppTmpl, "bad-bgpp-6", "{peerIP: 192.0.2.1}"), wantField: "spec.asNumber"},
+		{name: "bgppeer-asn-negative", obj: fmt.Sprintf(bgppTmpl, "bad-bgpp-7", "{peerIP: 192.0.2.1, asNumber: -5}"), wantField: "spec.asNumber"},
+		{name: "bgppeer-multihop-zero", obj: fmt.Sprintf(bgppTmpl, "bad-bgpp-8", "{peerIP: 192.0.2.1, asNumber: 64513, ebgpMultihop: 0}"), wantField: "spec.ebgpMultihop"},
+		{name: "bgppeer-multihop-over-255", obj: fmt.Sprintf(bgppTmpl, "bad-bgpp-9", "{peerIP: 192.0.2.1, asNumber: 64513, ebgpMultihop: 256}"), wantField: "spec.ebgpMultihop"},
+		{name: "bgppeer-password-key-missing", obj: fmt.Sprintf(bgppTmpl, "bad-bgpp-10", "{peerIP: 192.0.2.1, asNumber: 64513, password: {secretKeyRef: {name: s}}}"), wantField: "spec.password.secretKeyRef.key"},
+		{name: "bgppeer-port-zero", obj: fmt.Sprintf(bgppTmpl, "bad-bgpp-11", "{peerIP: 192.0.2.1, asNumber: 64513, port: 0}"), wantField: "spec.port"},
 		{name: "nodefailover-name-not-node", obj: fmt.Sprintf(nfoTmpl, "bad-nfo-1", "{node: other}"), wantField: "spec.node"},
 		{name: "nodefailover-node-changes", obj: fmt.Sprintf(nfoTmpl, "bad-nfo-2", "{node: bad-nfo-2}"),
 			update: func(u *unstructured.Unstructured) {
@@ -492,6 +514,9 @@ func TestCRDsServed(t *testing.T) {
 		{Group: "jke.jdcloud.com", Version: "v1", Kind: "StaticIP"}:                  "sip",
 		{Group: "jke.jdcloud.com", Version: "v1", Kind: "IPRange"}:                   "ipr",
 		{Group: "jke.jdcloud.com", Version: "v1", Kind: "IPPool"}:                    "ipp",
+		{Group: "jke.jdcloud.com", Version: "v1", Kind: "BGPConfiguration"}:          "bgpconfig",
+		{Group: "jke.jdcloud.com", Version: "v1", Kind: "BGPPeer"}:                   "bgpp",
+		{Group: "jke.jdcloud.com", Version: "v1", Kind: "BGPNodeStatus"}:             "bgpns",
 		{Group: "jke.jdcloud.com", Version: "v1alpha1", Kind: "EnhancedStatefulSet"}: "ests",
 		{Group: "jke.jdcloud.com", Version: "v1alpha1", Kind: "NodeFailover"}:        "nfo",
 		{Group: "superedge.io", Version: "v1", Kind: "DeploymentGrid"}:               "dg",

@@ -13,8 +13,9 @@ for f in "$root"/tools/deps/*.list; do
   done <"$f"
 done
 # Packages whose service the project never runs as the machine's daemon: the tests start their
-# own process (prometheus: e2e/prometheus_test.go, state in a temporary directory).
-no_service=(prometheus nftables)
+# own process (prometheus: e2e/prometheus_test.go, state in a temporary directory; frr: bgpd
+# per test in its own netns).
+no_service=(prometheus nftables frr)
 installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q 'install ok installed'; }
 if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
 # keep_stopped stops and disables the packaged services of no_service (with systemd or the

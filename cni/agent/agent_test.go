@@ -37,7 +37,12 @@ import (
 	"github.com/staticip/staticip/ipam"
 )
 
-func TestMain(m *testing.M) { testenv.Main(m) }
+func TestMain(m *testing.M) {
+	if spec := os.Getenv(childAgentEnv); spec != "" {
+		os.Exit(runChildAgent(spec)) // bgp_frr_test.go: this binary as node A's agent process
+	}
+	testenv.Main(m)
+}
 
 // One sync against a real API server: conflist and binary installed once, ranges and
 // StaticIP reservations in bbolt, GC of gone pods (keeping the StaticIP-held IP), IPRange

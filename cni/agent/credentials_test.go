@@ -85,17 +85,8 @@ func newCredFixture(t *testing.T) *credFixture {
 	mine, other, theirs := pod(nsName, "mine", nodeA, ""), pod(nsName, "other", nodeA, ""), pod(nsName, "theirs", nodeB, "")
 	// The agent as the DaemonSet runs it: its kubelet-projected token is bound to its pod on
 	// node A (and so names node A).
-	agentPod := pod("kube-system", "staticip-agent-"+suffix, nodeA, "staticip-agent")
-	t.Cleanup(func() {
-		_ = kube.CoreV1().Pods("kube-system").Delete(context.Background(), agentPod.Name, metav1.DeleteOptions{})
-	})
-	tr, err := kube.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "staticip-agent", &authenticationv1.TokenRequest{
-		Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: &authenticationv1.BoundObjectReference{
-			Kind: "Pod", APIVersion: "v1", Name: agentPod.Name, UID: agentPod.UID}}}, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	agentCfg := &rest.Config{Host: env.Config.Host, BearerToken: tr.Status.Token, TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}}
+	agentCfg := &rest.Config{Host: env.Config.Host, BearerToken: agentPodToken(ctx, t, kube, "staticip-agent-"+suffix, nodeA),
+		TLSClientConfig: rest.TLSClientConfig{CAData: env.Config.CAData}}
 	agentKube := kubernetes.NewForConfigOrDie(agentCfg)
 
 	dir := t.TempDir()
@@ -131,6 +122,29 @@ func newCredFixture(t *testing.T) *credFixture {
 		time.Sleep(200 * time.Millisecond)
 	}
 	return f
+}
+
+// agentPodToken is the token of the agent as the DaemonSet runs it on node: service account
+// kube-system/staticip-agent, bound to its pod (name) there, so that it names the node. The pod
+// is deleted when the test ends.
+func agentPodToken(ctx context.Context, t *testing.T, kube kubernetes.Interface, name, node string) string {
+	t.Helper()
+	agentPod, err := kube.CoreV1().Pods("kube-system").Create(ctx, &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name},
+		Spec: corev1.PodSpec{NodeName: node, ServiceAccountName: "staticip-agent", Containers: []corev1.Container{{Name: "c", Image: "pause:1"}}}},
+		metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = kube.CoreV1().Pods("kube-system").Delete(context.Background(), agentPod.Name, metav1.DeleteOptions{})
+	})
+	tr, err := kube.CoreV1().ServiceAccounts("kube-system").CreateToken(ctx, "staticip-agent", &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{BoundObjectRef: &authenticationv1.BoundObjectReference{
+			Kind: "Pod", APIVersion: "v1", Name: agentPod.Name, UID: agentPod.UID}}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
 }
 
 var labelPatch = []byte(`{"metadata":{"labels":{"app":"evil"}}}`)

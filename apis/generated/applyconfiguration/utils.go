@@ -36,6 +36,28 @@ import (
 func ForKind(kind schema.GroupVersionKind) interface{} {
 	switch kind {
 	// Group=jke.jdcloud.com, Version=v1
+	case v1.SchemeGroupVersion.WithKind("BGPConfiguration"):
+		return &jkev1.BGPConfigurationApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("BGPConfigurationSpec"):
+		return &jkev1.BGPConfigurationSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("BGPGracefulRestart"):
+		return &jkev1.BGPGracefulRestartApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("BGPNodePeerStatus"):
+		return &jkev1.BGPNodePeerStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("BGPNodeStatus"):
+		return &jkev1.BGPNodeStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("BGPNodeStatusStatus"):
+		return &jkev1.BGPNodeStatusStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("BGPPassword"):
+		return &jkev1.BGPPasswordApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("BGPPeer"):
+		return &jkev1.BGPPeerApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("BGPPeerSpec"):
+		return &jkev1.BGPPeerSpecApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("BGPPeerStatus"):
+		return &jkev1.BGPPeerStatusApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("BGPSecretKeyRef"):
+		return &jkev1.BGPSecretKeyRefApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("IPPool"):
 		return &jkev1.IPPoolApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("IPPoolSpec"):

@@ -49,6 +49,11 @@ const (
 	IPPoolReady = "Ready"
 	// IPPoolExhausted: True while a matching node waits for a block and none is free.
 	IPPoolExhausted = "Exhausted"
+	// IPPoolExportedWithNAT: True (a warning) when the pool is announced over BGP
+	// (disableBGPExport unset or false, and a BGPPeer exists) and natOutgoing is on: the
+	// outside can reach its pods, but sees the node's address as their source, not the
+	// static IP.
+	IPPoolExportedWithNAT = "ExportedWithNAT"
 )
 
 // IPPoolSpec is the address space of a set of nodes.
@@ -115,6 +120,14 @@ type IPPoolSpec struct {
 	// +optional
 	// +kubebuilder:default=true
 	NATOutgoing *bool `json:"natOutgoing,omitempty"`
+	// DisableBGPExport keeps the pool private: no node announces its blocks to the BGPPeers
+	// (Calico's name). Default false: every block is announced by the node that serves it,
+	// when BGP is configured (a BGPConfiguration and BGPPeers). An exported pool usually sets
+	// natOutgoing: false, so that its pods' static IPs are their source outside; exported and
+	// NATed, the pool gets the warning condition ExportedWithNAT. Copied into
+	// spec.disableBGPExport of every block; edits follow.
+	// +optional
+	DisableBGPExport *bool `json:"disableBGPExport,omitempty"`
 }
 
 // IPPoolStatus counts the pool's blocks.
@@ -158,6 +171,7 @@ type IPPoolStatus struct {
 // +kubebuilder:printcolumn:name="Assigned",type=integer,JSONPath=`.status.blocksAssigned`
 // +kubebuilder:printcolumn:name="Free",type=integer,JSONPath=`.status.blocksFree`
 // +kubebuilder:printcolumn:name="NAT",type=boolean,JSONPath=`.spec.natOutgoing`,priority=1
+// +kubebuilder:printcolumn:name="No-Export",type=boolean,JSONPath=`.spec.disableBGPExport`,priority=1
 // +kubebuilder:printcolumn:name="Exhausted",type=string,JSONPath=`.status.conditions[?(@.type=="Exhausted")].status`,priority=1
 // +kubebuilder:printcolumn:name="Age",type=date,JSONPath=`.metadata.creationTimestamp`
 type IPPool struct {

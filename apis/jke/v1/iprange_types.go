@@ -62,6 +62,12 @@ type IPRangeSpec struct {
 	// the agents' --nat-outgoing-default (true unless changed).
 	// +optional
 	NATOutgoing *bool `json:"natOutgoing,omitempty"`
+	// DisableBGPExport: the node serving this range does not announce it over BGP (IPPool
+	// spec.disableBGPExport). The range allocator copies it from the block's IPPool and keeps
+	// it equal to the pool's; on a hand-written range, unset means announced (when BGP is
+	// configured).
+	// +optional
+	DisableBGPExport *bool `json:"disableBGPExport,omitempty"`
 }
 
 // IPRangeStatus counts the addresses of the range, as the owning node's agent sees them.
@@ -165,6 +171,7 @@ type IPRangeHolder struct {
 // +kubebuilder:printcolumn:name="Owner-Gen",type=integer,JSONPath=`.spec.ownerGeneration`,priority=1
 // +kubebuilder:printcolumn:name="Gateway",type=string,JSONPath=`.spec.gateway`,priority=1
 // +kubebuilder:printcolumn:name="NAT",type=boolean,JSONPath=`.spec.natOutgoing`,priority=1
+// +kubebuilder:printcolumn:name="No-Export",type=boolean,JSONPath=`.spec.disableBGPExport`,priority=1
 // +kubebuilder:printcolumn:name="Total",type=integer,JSONPath=`.status.total`
 // +kubebuilder:printcolumn:name="Used",type=integer,JSONPath=`.status.used`
 // +kubebuilder:printcolumn:name="Reserved",type=integer,JSONPath=`.status.reserved`

@@ -29,6 +29,9 @@ func addKnownTypes(scheme *runtime.Scheme) error {
 		&StaticIP{}, &StaticIPList{},
 		&IPRange{}, &IPRangeList{},
 		&IPPool{}, &IPPoolList{},
+		&BGPConfiguration{}, &BGPConfigurationList{},
+		&BGPPeer{}, &BGPPeerList{},
+		&BGPNodeStatus{}, &BGPNodeStatusList{},
 	)
 	metav1.AddToGroupVersion(scheme, SchemeGroupVersion)
 	return nil

@@ -170,8 +170,9 @@ func (c *Controller) Run(ctx context.Context) {
 func poolOf(p *jkev1.IPPool) Pool {
 	out := Pool{Name: p.Name, Created: p.CreationTimestamp.Time, Mode: p.Spec.Mode,
 		FirstHostGateway: p.Spec.GatewayPolicy == jkev1.GatewayFirstHost, ReleaseAfter: 5 * time.Minute,
-		NATOutgoing: p.Spec.NATOutgoing == nil || *p.Spec.NATOutgoing,
-		Deleting:    p.DeletionTimestamp != nil}
+		NATOutgoing:      p.Spec.NATOutgoing == nil || *p.Spec.NATOutgoing,
+		DisableBGPExport: p.Spec.DisableBGPExport != nil && *p.Spec.DisableBGPExport,
+		Deleting:         p.DeletionTimestamp != nil}
 	if out.Mode == "" {
 		out.Mode = jkev1.IPPoolBlocks
 	}
@@ -213,7 +214,7 @@ func rangeOf(r *jkev1.IPRange) (Range, bool) {
 	}
 	out := Range{Name: r.Name, CIDR: c.Masked(), Node: r.Spec.Node, Pool: r.Labels[jkev1.LabelIPPool],
 		OwnerGeneration: r.Spec.OwnerGeneration, Deleting: r.DeletionTimestamp != nil,
-		Gateway: r.Spec.Gateway, Excludes: r.Spec.ExcludeIPs, NATOutgoing: r.Spec.NATOutgoing}
+		Gateway: r.Spec.Gateway, Excludes: r.Spec.ExcludeIPs, NATOutgoing: r.Spec.NATOutgoing, DisableBGPExport: r.Spec.DisableBGPExport}
 	if s := r.Annotations[jkev1.AnnotationNodeGoneSince]; s != "" {
 		if t, err := time.Parse(time.RFC3339, s); err == nil {
 			out.GoneSince = t
@@ -532,6 +533,7 @@ func (c *Controller) assign(ctx context.Context, a Assign) error {
 		}
 		r := cur.DeepCopy()
 		r.Spec.Node, r.Spec.Gateway, r.Spec.ExcludeIPs, r.Spec.NATOutgoing = a.Node, a.Gateway, a.Excludes, ptr.To(a.NATOutgoing)
+		r.Spec.DisableBGPExport = ptr.To(a.DisableBGPExport)
 		delete(r.Annotations, jkev1.AnnotationNodeGoneSince)
 		if written, err = c.client.JkeV1().IPRanges().Update(ctx, r, metav1.UpdateOptions{}); err != nil {
 			return err
@@ -540,7 +542,7 @@ func (c *Controller) assign(ctx context.Context, a Assign) error {
 		r := &jkev1.IPRange{
 			ObjectMeta: metav1.ObjectMeta{Name: a.Name, Labels: map[string]string{jkev1.LabelIPPool: a.Pool}},
 			Spec: jkev1.IPRangeSpec{CIDR: a.CIDR.String(), Node: a.Node, Gateway: a.Gateway, ExcludeIPs: a.Excludes,
-				NATOutgoing: ptr.To(a.NATOutgoing)},
+				NATOutgoing: ptr.To(a.NATOutgoing), DisableBGPExport: ptr.To(a.DisableBGPExport)},
 		}
 		if written, err = c.client.JkeV1().IPRanges().Create(ctx, r, metav1.CreateOptions{}); err != nil {
 			return err
@@ -565,6 +567,7 @@ func (c *Controller) update(ctx context.Context, u Update) error {
 	}
 	r := cur.DeepCopy()
 	r.Spec.Gateway, r.Spec.ExcludeIPs, r.Spec.NATOutgoing = u.Gateway, u.Excludes, ptr.To(u.NATOutgoing)
+	r.Spec.DisableBGPExport = ptr.To(u.DisableBGPExport)
 	if len(u.Excludes) == 0 {
 		r.Spec.ExcludeIPs = nil
 	}

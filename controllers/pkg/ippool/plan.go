@@ -46,6 +46,9 @@ type Pool struct {
 	ReleaseAfter     time.Duration
 	// NATOutgoing: spec.natOutgoing in effect (unset is true), copied into every block.
 	NATOutgoing bool
+	// DisableBGPExport: spec.disableBGPExport (unset is false), copied into every block: the
+	// agents announce a block over BGP unless it says so.
+	DisableBGPExport bool
 	// Deleting pools hand out nothing (their blocks stay: see controllers/README.md).
 	Deleting bool
 }
@@ -85,6 +88,8 @@ type Range struct {
 	Excludes []string
 	// NATOutgoing is the range's spec.natOutgoing (nil: unset).
 	NATOutgoing *bool
+	// DisableBGPExport is the range's spec.disableBGPExport (nil: unset).
+	DisableBGPExport *bool
 }
 
 // free: a block the allocator released and nobody took since: no node, the generation of the
@@ -119,11 +124,13 @@ type Input struct {
 	IPHeld func(ip netip.Addr) string
 }
 
-// Update is a pool block whose gateway, excludes or natOutgoing follow an edit of its pool.
+// Update is a pool block whose gateway, excludes, natOutgoing or disableBGPExport follow an
+// edit of its pool.
 type Update struct {
 	Range, Pool, Gateway string
 	Excludes             []string
 	NATOutgoing          bool
+	DisableBGPExport     bool
 }
 
 // Assign is an IPRange to create, or (Reuse) a released one of the pool to give to Node.
@@ -133,6 +140,7 @@ type Assign struct {
 	Gateway          string
 	Excludes         []string
 	NATOutgoing      bool
+	DisableBGPExport bool
 	// Reuse: Name is a free block of the pool (released earlier) at OwnerGeneration: it is
 	// assigned to Node as it is, generation kept, instead of being created.
 	Reuse           bool
@@ -279,9 +287,13 @@ func (pl *planner) updateBlocks() {
 			}
 			// natOutgoing follows at once: it changes no address a pod holds, only how its
 			// traffic leaves the cluster.
+			// So does disableBGPExport: the agents announce or withdraw the block.
 			natDiffers := r.NATOutgoing == nil || *r.NATOutgoing != want.NATOutgoing
-			if gw != r.Gateway || !slices.Equal(ex, orEmpty(r.Excludes)) || natDiffers {
-				pl.plan.Update = append(pl.plan.Update, Update{Range: r.Name, Pool: p.Name, Gateway: gw, Excludes: ex, NATOutgoing: want.NATOutgoing})
+			// (unset is false: a block from before the field is not rewritten for it).
+			exportDiffers := (r.DisableBGPExport != nil && *r.DisableBGPExport) != want.DisableBGPExport
+			if gw != r.Gateway || !slices.Equal(ex, orEmpty(r.Excludes)) || natDiffers || exportDiffers {
+				pl.plan.Update = append(pl.plan.Update, Update{Range: r.Name, Pool: p.Name, Gateway: gw, Excludes: ex,
+					NATOutgoing: want.NATOutgoing, DisableBGPExport: want.DisableBGPExport})
 			}
 		}
 	}
@@ -648,7 +660,7 @@ func (p *Plan) requeue(d time.Duration) {
 
 // blockSpec is the gateway, excludes and natOutgoing pool p gives block b.
 func (pl *planner) blockSpec(p *Pool, b netip.Prefix) Assign {
-	a := Assign{NATOutgoing: p.NATOutgoing}
+	a := Assign{NATOutgoing: p.NATOutgoing, DisableBGPExport: p.DisableBGPExport}
 	if p.FirstHostGateway {
 		a.Gateway = b.Addr().Next().String()
 	}
@@ -664,7 +676,8 @@ func (pl *planner) blockSpec(p *Pool, b netip.Prefix) Assign {
 // one, else a new one.
 func (pl *planner) newAssign(p *Pool, node string, b netip.Prefix) Assign {
 	spec := pl.blockSpec(p, b)
-	a := Assign{Pool: p.Name, Node: node, Name: RangeName(p.Name, b), CIDR: b, Gateway: spec.Gateway, Excludes: spec.Excludes, NATOutgoing: spec.NATOutgoing}
+	a := Assign{Pool: p.Name, Node: node, Name: RangeName(p.Name, b), CIDR: b, Gateway: spec.Gateway, Excludes: spec.Excludes, NATOutgoing: spec.NATOutgoing,
+		DisableBGPExport: spec.DisableBGPExport}
 	if fr, ok := pl.free[b]; ok && fr.Pool == p.Name {
 		a.Name, a.Reuse, a.OwnerGeneration = fr.Name, true, fr.OwnerGeneration
 		delete(pl.free, b)

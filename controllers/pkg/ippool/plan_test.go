@@ -502,6 +502,31 @@ func TestComputeCarriesNATOutgoing(t *testing.T) {
 	}
 }
 
+// TestComputeCarriesDisableBGPExport: a pool's disableBGPExport is copied into every block and
+// into new ones, and follows an edit; a block from before the field (unset) counts as exported,
+// so an exported pool rewrites nothing.
+func TestComputeCarriesDisableBGPExport(t *testing.T) {
+	yes := true
+	p := pool("p", 1, "10.244.0.0/16")
+	ranges := []Range{rng("p-10-244-0-0-24", "10.244.0.0/24", "a", "p"), rng("p-10-244-1-0-24", "10.244.1.0/24", "b", "p"),
+		rng("hand", "10.244.3.0/24", "d", "")}
+	in := func(nodeNames ...string) Input {
+		return Input{Pools: []Pool{p}, Nodes: nodes(nodeNames...), Ranges: ranges, Now: t0, Held: nothingHeld, IPHeld: func(netip.Addr) string { return "" }}
+	}
+	if plan := Compute(in("a", "b", "d")); len(plan.Update) != 0 {
+		t.Errorf("an exported pool rewrites its unset blocks: %+v", plan.Update)
+	}
+	p.DisableBGPExport = true
+	ranges[1].DisableBGPExport = &yes
+	plan := Compute(in("a", "b", "d", "e"))
+	if len(plan.Update) != 1 || plan.Update[0].Range != "p-10-244-0-0-24" || !plan.Update[0].DisableBGPExport {
+		t.Errorf("updates %+v, want only p-10-244-0-0-24 to disableBGPExport true (the hand-written range is never touched)", plan.Update)
+	}
+	if len(plan.Assign) != 1 || plan.Assign[0].Node != "e" || !plan.Assign[0].DisableBGPExport {
+		t.Errorf("assign %+v, want node e's new block with disableBGPExport true", plan.Assign)
+	}
+}
+
 // TestExcludedBlocksFollowTheRangeRule: a block is skipped exactly when the IPRange written for
 // it would give pods no address by iprangeaddr's rule (the rule the node-local IPAM allocates
 // by), not by a host count of its own.

@@ -140,7 +140,7 @@ func NewCommandWithOptions(o *Options) *cobra.Command {
 	cmd.SetOut(o.Out)
 	cmd.SetErr(o.ErrOut)
 	o.ConfigFlags.AddFlags(cmd.PersistentFlags())
-	cmd.AddCommand(newIPsCommand(o), newCheckCommand(o), newReleaseCommand(o), newRolloutCommand(o), newFailoverCommand(o), newVersionCommand(o))
+	cmd.AddCommand(newIPsCommand(o), newCheckCommand(o), newReleaseCommand(o), newRolloutCommand(o), newFailoverCommand(o), newBGPCommand(o), newVersionCommand(o))
 	return cmd
 }
 

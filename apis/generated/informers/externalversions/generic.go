@@ -55,6 +55,12 @@ func (f *genericInformer) Lister() cache.GenericLister {
 func (f *sharedInformerFactory) ForResource(resource schema.GroupVersionResource) (GenericInformer, error) {
 	switch resource {
 	// Group=jke.jdcloud.com, Version=v1
+	case v1.SchemeGroupVersion.WithResource("bgpconfigurations"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Jke().V1().BGPConfigurations().Informer()}, nil
+	case v1.SchemeGroupVersion.WithResource("bgpnodestatuses"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Jke().V1().BGPNodeStatuses().Informer()}, nil
+	case v1.SchemeGroupVersion.WithResource("bgppeers"):
+		return &genericInformer{resource: resource.GroupResource(), informer: f.Jke().V1().BGPPeers().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("ippools"):
 		return &genericInformer{resource: resource.GroupResource(), informer: f.Jke().V1().IPPools().Informer()}, nil
 	case v1.SchemeGroupVersion.WithResource("ipranges"):

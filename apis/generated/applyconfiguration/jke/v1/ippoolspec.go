@@ -62,6 +62,13 @@ type IPPoolSpecApplyConfiguration struct {
 	// must route the pool's CIDRs to the nodes, or no answer ever comes back. Default true.
 	// Copied into spec.natOutgoing of every block (IPRange) the pool gives; edits follow.
 	NATOutgoing *bool `json:"natOutgoing,omitempty"`
+	// DisableBGPExport keeps the pool private: no node announces its blocks to the BGPPeers
+	// (Calico's name). Default false: every block is announced by the node that serves it,
+	// when BGP is configured (a BGPConfiguration and BGPPeers). An exported pool usually sets
+	// natOutgoing: false, so that its pods' static IPs are their source outside; exported and
+	// NATed, the pool gets the warning condition ExportedWithNAT. Copied into
+	// spec.disableBGPExport of every block; edits follow.
+	DisableBGPExport *bool `json:"disableBGPExport,omitempty"`
 }
 
 // IPPoolSpecApplyConfiguration constructs a declarative configuration of the IPPoolSpec type for use with
@@ -135,5 +142,13 @@ func (b *IPPoolSpecApplyConfiguration) WithReleaseAfter(value apismetav1.Duratio
 // If called multiple times, the NATOutgoing field is set to the value of the last call.
 func (b *IPPoolSpecApplyConfiguration) WithNATOutgoing(value bool) *IPPoolSpecApplyConfiguration {
 	b.NATOutgoing = &value
+	return b
+}
+
+// WithDisableBGPExport sets the DisableBGPExport field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the DisableBGPExport field is set to the value of the last call.
+func (b *IPPoolSpecApplyConfiguration) WithDisableBGPExport(value bool) *IPPoolSpecApplyConfiguration {
+	b.DisableBGPExport = &value
 	return b
 }

@@ -50,6 +50,11 @@ type IPRangeSpecApplyConfiguration struct {
 	// the block's IPPool and keeps it equal to the pool's; on a hand-written range, unset means
 	// the agents' --nat-outgoing-default (true unless changed).
 	NATOutgoing *bool `json:"natOutgoing,omitempty"`
+	// DisableBGPExport: the node serving this range does not announce it over BGP (IPPool
+	// spec.disableBGPExport). The range allocator copies it from the block's IPPool and keeps
+	// it equal to the pool's; on a hand-written range, unset means announced (when BGP is
+	// configured).
+	DisableBGPExport *bool `json:"disableBGPExport,omitempty"`
 }
 
 // IPRangeSpecApplyConfiguration constructs a declarative configuration of the IPRangeSpec type for use with
@@ -121,5 +126,13 @@ func (b *IPRangeSpecApplyConfiguration) WithExcludeIPs(values ...string) *IPRang
 // If called multiple times, the NATOutgoing field is set to the value of the last call.
 func (b *IPRangeSpecApplyConfiguration) WithNATOutgoing(value bool) *IPRangeSpecApplyConfiguration {
 	b.NATOutgoing = &value
+	return b
+}
+
+// WithDisableBGPExport sets the DisableBGPExport field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the DisableBGPExport field is set to the value of the last call.
+func (b *IPRangeSpecApplyConfiguration) WithDisableBGPExport(value bool) *IPRangeSpecApplyConfiguration {
+	b.DisableBGPExport = &value
 	return b
 }

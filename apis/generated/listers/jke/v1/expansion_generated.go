@@ -18,6 +18,18 @@ limitations under the License.
 
 package v1
 
+// BGPConfigurationListerExpansion allows custom methods to be added to
+// BGPConfigurationLister.
+type BGPConfigurationListerExpansion interface{}
+
+// BGPNodeStatusListerExpansion allows custom methods to be added to
+// BGPNodeStatusLister.
+type BGPNodeStatusListerExpansion interface{}
+
+// BGPPeerListerExpansion allows custom methods to be added to
+// BGPPeerLister.
+type BGPPeerListerExpansion interface{}
+
 // IPPoolListerExpansion allows custom methods to be added to
 // IPPoolLister.
 type IPPoolListerExpansion interface{}

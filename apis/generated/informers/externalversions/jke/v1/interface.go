@@ -24,6 +24,12 @@ import (
 
 // Interface provides access to all the informers in this group version.
 type Interface interface {
+	// BGPConfigurations returns a BGPConfigurationInformer.
+	BGPConfigurations() BGPConfigurationInformer
+	// BGPNodeStatuses returns a BGPNodeStatusInformer.
+	BGPNodeStatuses() BGPNodeStatusInformer
+	// BGPPeers returns a BGPPeerInformer.
+	BGPPeers() BGPPeerInformer
 	// IPPools returns a IPPoolInformer.
 	IPPools() IPPoolInformer
 	// IPRanges returns a IPRangeInformer.
@@ -41,6 +47,21 @@ type version struct {
 // New returns a new Interface.
 func New(f internalinterfaces.SharedInformerFactory, namespace string, tweakListOptions internalinterfaces.TweakListOptionsFunc) Interface {
 	return &version{factory: f, namespace: namespace, tweakListOptions: tweakListOptions}
+}
+
+// BGPConfigurations returns a BGPConfigurationInformer.
+func (v *version) BGPConfigurations() BGPConfigurationInformer {
+	return &bGPConfigurationInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
+}
+
+// BGPNodeStatuses returns a BGPNodeStatusInformer.
+func (v *version) BGPNodeStatuses() BGPNodeStatusInformer {
+	return &bGPNodeStatusInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
+}
+
+// BGPPeers returns a BGPPeerInformer.
+func (v *version) BGPPeers() BGPPeerInformer {
+	return &bGPPeerInformer{factory: v.factory, tweakListOptions: v.tweakListOptions}
 }
 
 // IPPools returns a IPPoolInformer.

@@ -18,6 +18,12 @@ limitations under the License.
 
 package v1
 
+type BGPConfigurationExpansion interface{}
+
+type BGPNodeStatusExpansion interface{}
+
+type BGPPeerExpansion interface{}
+
 type IPPoolExpansion interface{}
 
 type IPRangeExpansion interface{}

@@ -28,6 +28,9 @@ import (
 
 type JkeV1Interface interface {
 	RESTClient() rest.Interface
+	BGPConfigurationsGetter
+	BGPNodeStatusesGetter
+	BGPPeersGetter
 	IPPoolsGetter
 	IPRangesGetter
 	StaticIPsGetter
@@ -36,6 +39,18 @@ type JkeV1Interface interface {
 // JkeV1Client is used to interact with features provided by the jke.jdcloud.com group.
 type JkeV1Client struct {
 	restClient rest.Interface
+}
+
+func (c *JkeV1Client) BGPConfigurations() BGPConfigurationInterface {
+	return newBGPConfigurations(c)
+}
+
+func (c *JkeV1Client) BGPNodeStatuses() BGPNodeStatusInterface {
+	return newBGPNodeStatuses(c)
+}
+
+func (c *JkeV1Client) BGPPeers() BGPPeerInterface {
+	return newBGPPeers(c)
 }
 
 func (c *JkeV1Client) IPPools() IPPoolInterface {

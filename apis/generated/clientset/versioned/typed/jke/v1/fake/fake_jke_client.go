@@ -28,6 +28,18 @@ type FakeJkeV1 struct {
 	*testing.Fake
 }
 
+func (c *FakeJkeV1) BGPConfigurations() v1.BGPConfigurationInterface {
+	return newFakeBGPConfigurations(c)
+}
+
+func (c *FakeJkeV1) BGPNodeStatuses() v1.BGPNodeStatusInterface {
+	return newFakeBGPNodeStatuses(c)
+}
+
+func (c *FakeJkeV1) BGPPeers() v1.BGPPeerInterface {
+	return newFakeBGPPeers(c)
+}
+
 func (c *FakeJkeV1) IPPools() v1.IPPoolInterface {
 	return newFakeIPPools(c)
 }
