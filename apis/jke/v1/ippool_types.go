@@ -41,6 +41,11 @@ const (
 	// of deleting it, so a node that comes back revokes it (cni/README.md), and hands the same
 	// IPRange to the next node that needs a block, at that generation.
 	AnnotationReleasedGeneration = "jke.jdcloud.com/released-generation"
+	// AnnotationIPPools on a pod (its template) or a namespace names the pools the pod's
+	// address comes from: a JSON list of IPPool names, e.g. ["db-pool"] (like Calico's
+	// cni.projectcalico.org/ipv4pools). The pod's annotation wins over its namespace's.
+	// Each named pool must exist and select the pod's namespace (spec.namespaceSelector).
+	AnnotationIPPools = "staticip.jke.jdcloud.com/ippools"
 )
 
 // IPPool conditions.
@@ -49,6 +54,9 @@ const (
 	IPPoolReady = "Ready"
 	// IPPoolExhausted: True while a matching node waits for a block and none is free.
 	IPPoolExhausted = "Exhausted"
+	// IPPoolNamespaceSelectorOverlaps: True while the pool's namespaceSelector selects an
+	// existing namespace an older pool's selects too (set on the younger pool only).
+	IPPoolNamespaceSelectorOverlaps = "NamespaceSelectorOverlaps"
 )
 
 // IPPoolSpec is the address space of a set of nodes.
@@ -86,6 +94,14 @@ type IPPoolSpec struct {
 	// several pools takes its block from the oldest of them (then the first by name).
 	// +optional
 	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+	// NamespaceSelector chooses the namespaces whose pods may take addresses from the pool
+	// (Calico's IPPool.namespaceSelector); empty or absent: every namespace. A pod names its
+	// pools in the annotation staticip.jke.jdcloud.com/ippools (on the pod, or its namespace:
+	// the pod's wins); a pod naming no pool takes the node's pool as before. A pool whose
+	// selector selects a namespace an older pool's selects too is Ready=True still but carries
+	// NamespaceSelectorOverlaps naming the older pool and the namespaces.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 	// ExcludeIPs are never given to a pod: each is copied into the excludeIPs of the block that
 	// holds it.
 	// +optional

@@ -44,6 +44,13 @@ type IPPoolSpecApplyConfiguration struct {
 	// NodeSelector chooses the pool's nodes; empty or absent: every node. A node matched by
 	// several pools takes its block from the oldest of them (then the first by name).
 	NodeSelector *metav1.LabelSelectorApplyConfiguration `json:"nodeSelector,omitempty"`
+	// NamespaceSelector chooses the namespaces whose pods may take addresses from the pool
+	// (Calico's IPPool.namespaceSelector); empty or absent: every namespace. A pod names its
+	// pools in the annotation staticip.jke.jdcloud.com/ippools (on the pod, or its namespace:
+	// the pod's wins); a pod naming no pool takes the node's pool as before. A pool whose
+	// selector selects a namespace an older pool's selects too is Ready=True still but carries
+	// NamespaceSelectorOverlaps naming the older pool and the namespaces.
+	NamespaceSelector *metav1.LabelSelectorApplyConfiguration `json:"namespaceSelector,omitempty"`
 	// ExcludeIPs are never given to a pod: each is copied into the excludeIPs of the block that
 	// holds it.
 	ExcludeIPs []string `json:"excludeIPs,omitempty"`
@@ -101,6 +108,14 @@ func (b *IPPoolSpecApplyConfiguration) WithMode(value jkev1.IPPoolMode) *IPPoolS
 // If called multiple times, the NodeSelector field is set to the value of the last call.
 func (b *IPPoolSpecApplyConfiguration) WithNodeSelector(value *metav1.LabelSelectorApplyConfiguration) *IPPoolSpecApplyConfiguration {
 	b.NodeSelector = value
+	return b
+}
+
+// WithNamespaceSelector sets the NamespaceSelector field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the NamespaceSelector field is set to the value of the last call.
+func (b *IPPoolSpecApplyConfiguration) WithNamespaceSelector(value *metav1.LabelSelectorApplyConfiguration) *IPPoolSpecApplyConfiguration {
+	b.NamespaceSelector = value
 	return b
 }
 
