@@ -71,14 +71,22 @@ func FromIPPool(p *jkev1.IPPool) (Pool, error) {
 			out.V4 = c.Addr().Is4()
 		}
 	}
-	if s := p.Spec.NamespaceSelector; s != nil && (len(s.MatchLabels) > 0 || len(s.MatchExpressions) > 0) {
-		sel, err := metav1.LabelSelectorAsSelector(s)
+	if ForNamespaces(p) {
+		sel, err := metav1.LabelSelectorAsSelector(p.Spec.NamespaceSelector)
 		if err != nil {
 			return out, fmt.Errorf("IPPool %q: namespaceSelector: %w", p.Name, err)
 		}
 		out.Selector = sel
 	}
 	return out, nil
+}
+
+// ForNamespaces: the pool's namespaceSelector is non-empty, so it is address space of the
+// namespaces it selects and never a node's pool (the range allocator gives no node a block of it
+// by default); absent or empty, it selects every namespace and may be a node's pool.
+func ForNamespaces(p *jkev1.IPPool) bool {
+	s := p.Spec.NamespaceSelector
+	return s != nil && (len(s.MatchLabels) > 0 || len(s.MatchExpressions) > 0)
 }
 
 // SelectsNamespace: the pool's namespaceSelector matches the namespace's labels (absent or

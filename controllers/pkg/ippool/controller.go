@@ -35,6 +35,7 @@ import (
 	jkev1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1"
 	jkev1alpha1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1alpha1"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/poolchoice"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/controllers/pkg/nodegone"
 	"github.com/staticip/staticip/controllers/pkg/podindex"
@@ -195,6 +196,7 @@ func poolOf(p *jkev1.IPPool) Pool {
 			out.Excludes = append(out.Excludes, a)
 		}
 	}
+	out.ForNamespaces = poolchoice.ForNamespaces(p)
 	if p.Spec.NodeSelector == nil {
 		out.Selector = labels.Everything()
 	} else if sel, err := metav1.LabelSelectorAsSelector(p.Spec.NodeSelector); err != nil {

@@ -48,6 +48,9 @@ type Pool struct {
 	NATOutgoing bool
 	// Deleting pools hand out nothing (their blocks stay: see controllers/README.md).
 	Deleting bool
+	// ForNamespaces: spec.namespaceSelector is non-empty, so the pool is address space of the
+	// namespaces it selects (apis/poolchoice), never a node's pool: poolFor skips it.
+	ForNamespaces bool
 }
 
 func (p *Pool) is4() bool { return len(p.CIDRs) > 0 && p.CIDRs[0].Addr().Is4() }
@@ -429,11 +432,12 @@ func (pl *planner) validPool(name string) *Pool {
 	return nil
 }
 
-// poolFor is the first valid pool of the family that selects n (nil: none).
+// poolFor is the first valid node pool (no namespaceSelector) of the family that selects n
+// (nil: none).
 func (pl *planner) poolFor(n Node, v4 bool) *Pool {
 	set := labels.Set(n.Labels)
 	for _, p := range pl.valid {
-		if p.is4() == v4 && p.Selector.Matches(set) {
+		if p.is4() == v4 && !p.ForNamespaces && p.Selector.Matches(set) {
 			return p
 		}
 	}

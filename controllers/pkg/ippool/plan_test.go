@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -538,6 +539,41 @@ func TestExcludedBlocksFollowTheRangeRule(t *testing.T) {
 			slices.Sort(idx)
 			if !slices.Equal(idx, tc.want) {
 				t.Fatalf("fully excluded blocks %v, want %v", idx, tc.want)
+			}
+		})
+	}
+}
+
+// A pool with a namespaceSelector is address space for the namespaces it selects, not a node's
+// default pool: however old, it must never become the pool of the node's first block (pods of
+// every other namespace would take its addresses). Converted from the IPPool as the controller
+// does, so the field's reading is tested too.
+func TestComputeNamespacePoolIsNoNodePool(t *testing.T) {
+	ipp := func(name string, age int, cidr string, ns *metav1.LabelSelector) Pool {
+		return poolOf(&jkev1.IPPool{
+			ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(t0.Add(-time.Duration(age) * time.Hour))},
+			Spec:       jkev1.IPPoolSpec{CIDRs: []string{cidr}, NamespaceSelector: ns},
+		})
+	}
+	tenant := &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "blue"}}
+	for _, tc := range []struct {
+		name  string
+		pools []Pool
+		want  []string
+	}{
+		{name: "older tenant pool, younger node pool: the node pool serves",
+			pools: []Pool{ipp("blue", 9, "10.1.0.0/16", tenant), ipp("default", 1, "10.244.0.0/16", nil)},
+			want:  []string{"a=10.244.0.0/24"}},
+		{name: "an empty namespaceSelector selects every namespace: a node pool",
+			pools: []Pool{ipp("all", 9, "10.1.0.0/16", &metav1.LabelSelector{}), ipp("default", 1, "10.244.0.0/16", nil)},
+			want:  []string{"a=10.1.0.0/24"}},
+		{name: "only a tenant pool: no node block",
+			pools: []Pool{ipp("blue", 9, "10.1.0.0/16", tenant)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := assigned(Compute(Input{Pools: tc.pools, Nodes: nodes("a"), Now: t0, Held: nothingHeld}))
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("assigned %v, want %v", got, tc.want)
 			}
 		})
 	}
