@@ -47,9 +47,10 @@ type IPPoolSpecApplyConfiguration struct {
 	// NamespaceSelector chooses the namespaces whose pods may take addresses from the pool
 	// (Calico's IPPool.namespaceSelector); empty or absent: every namespace. A pod names its
 	// pools in the annotation staticip.jke.jdcloud.com/ippools (on the pod, or its namespace:
-	// the pod's wins); a pod naming no pool takes the node's pool as before. A pool whose
-	// selector selects a namespace an older pool's selects too is Ready=True still but carries
-	// NamespaceSelectorOverlaps naming the older pool and the namespaces.
+	// the pod's wins); a pod naming no pool takes the oldest pool whose non-empty selector
+	// selects its namespace, else the node's pool as before. A pool with a non-empty selector
+	// is never a node's pool. Admission (manifests/admission/ippools-policy.yaml) refuses a pod
+	// naming a pool that does not select its namespace.
 	NamespaceSelector *metav1.LabelSelectorApplyConfiguration `json:"namespaceSelector,omitempty"`
 	// ExcludeIPs are never given to a pod: each is copied into the excludeIPs of the block that
 	// holds it.
