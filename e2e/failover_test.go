@@ -4,7 +4,6 @@ package e2e
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
@@ -27,31 +26,36 @@ import (
 // cluster's (`localcluster node stop|start|partition|heal`) or kind's (docker kill/start,
 // network disconnect/connect); elsewhere — a real cluster — these tests skip with the reason.
 
-// observed is a node's ipranges-observed report (agent.ObservedAnnotation).
-func observed(ctx context.Context, node string) (map[string]string, error) {
-	n, err := f.Client.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
-	if err != nil {
-		return nil, err
-	}
-	m := map[string]string{}
-	if v := n.Annotations[agent.ObservedAnnotation]; v != "" {
-		if err := json.Unmarshal([]byte(v), &m); err != nil {
-			return nil, fmt.Errorf("node %s %s=%q: %w", node, agent.ObservedAnnotation, v, err)
-		}
-	}
-	return m, nil
-}
-
-// waitObserved waits until node reports rangeName at want ("<node>/<ownerGeneration>").
+// waitObserved waits until node routes rangeName the way want ("<node>/<ownerGeneration>")
+// says: the range's holder claims it at that generation (its entry of status.holders) and node
+// routes the range's CIDR via that holder's InternalIP. (The agents' ipranges-observed report
+// lists another node's range only while node failover waits for it, so the route itself is
+// what is checked.)
 func waitObserved(t *testing.T, ctx context.Context, node, rangeName, want string, timeout time.Duration) {
 	t.Helper()
-	var last map[string]string
-	if err := framework.WaitFor(ctx, timeout, fmt.Sprintf("node %s to report IPRange %s as %s", node, rangeName, want), func(ctx context.Context) (bool, error) {
-		m, err := observed(ctx, node)
-		last = m
-		return err == nil && m[rangeName] == want, nil
+	i := strings.LastIndexByte(want, '/')
+	holder, gen := want[:i], want[i+1:]
+	shell, why, err := f.NodeShell(ctx, node)
+	if err != nil || shell == nil {
+		t.Fatalf("into %s's network namespace: %v %s", node, err, why)
+	}
+	via := internalIP(t, ctx, holder)
+	cs := versioned.NewForConfigOrDie(f.Config)
+	var last string
+	if err := framework.WaitFor(ctx, timeout, fmt.Sprintf("node %s to route IPRange %s via %s (%s)", node, rangeName, holder, want), func(ctx context.Context) (bool, error) {
+		r, err := cs.JkeV1().IPRanges().Get(ctx, rangeName, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		claimed := false
+		for _, h := range r.Status.Holders {
+			claimed = claimed || (h.Node == holder && fmt.Sprint(h.Generation) == gen)
+		}
+		out, err := shell.Exec("ip", "-4", "route", "show", "root", r.Spec.CIDR)
+		last = fmt.Sprintf("holders %+v, routes %q", r.Status.Holders, out)
+		return claimed && err == nil && (node == holder || strings.Contains(out, " via "+via+" ")), nil
 	}); err != nil {
-		t.Fatalf("%v (last report: %v)", err, last)
+		t.Fatalf("%v (last: %s)", err, last)
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -18,6 +19,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/e2e/framework"
 )
 
@@ -191,6 +194,55 @@ func (w *upgradeWorkload) assertNothingMoved(t *testing.T, ctx context.Context) 
 		} else {
 			t.Logf("StaticIP %s unchanged across the upgrade: %s", key, now)
 		}
+	}
+	assertClaimsInStatus(t, ctx)
+}
+
+// assertClaimsInStatus (issue 37's upgrade): once the agents are upgraded, every assigned
+// IPRange carries its owner's claim in status.holders (Serving, at its ownerGeneration), and every
+// Node whose agent runs says so with the label staticip.jke.jdcloud.com/claims-in-status=true — the
+// previous release's claims in the ipranges-observed annotation are no longer what anyone reads.
+func assertClaimsInStatus(t *testing.T, ctx context.Context) {
+	t.Helper()
+	cs := versioned.NewForConfigOrDie(f.Config)
+	var missing []string
+	err := framework.WaitFor(ctx, 90*time.Second, "every claim in status.holders", func(ctx context.Context) (bool, error) {
+		missing = nil
+		ranges, err := cs.JkeV1().IPRanges().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		owners := map[string]bool{}
+		for _, r := range ranges.Items {
+			if r.Spec.Node == "" {
+				continue
+			}
+			owners[r.Spec.Node] = true
+			if !slices.ContainsFunc(r.Status.Holders, func(h jkev1.IPRangeHolder) bool {
+				return h.Node == r.Spec.Node && h.Generation == r.Spec.OwnerGeneration && h.State == jkev1.HolderServing
+			}) {
+				missing = append(missing, fmt.Sprintf("IPRange %s: no Serving claim of %s at generation %d (holders %+v)", r.Name, r.Spec.Node, r.Spec.OwnerGeneration, r.Status.Holders))
+			}
+		}
+		nodes, err := f.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return false, err
+		}
+		for _, n := range nodes.Items {
+			if owners[n.Name] && n.Labels[jkev1.LabelClaimsInStatus] != "true" {
+				missing = append(missing, fmt.Sprintf("Node %s: not labelled %s=true", n.Name, jkev1.LabelClaimsInStatus))
+			}
+		}
+		return len(missing) == 0, nil
+	})
+	if err != nil && len(missing) == 0 {
+		t.Fatal(err)
+	}
+	for _, m := range missing {
+		t.Errorf("after the upgrade: %s", m)
+	}
+	if len(missing) == 0 {
+		t.Logf("after the upgrade: every assigned IPRange claimed by its owner in status.holders, every owner labelled %s", jkev1.LabelClaimsInStatus)
 	}
 }
 

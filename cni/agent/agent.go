@@ -11,6 +11,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -124,6 +125,8 @@ type Agent struct {
 	reported map[string]string
 	// lastObserved is the ObservedAnnotation value this agent last wrote (fence.go).
 	lastObserved string
+	// labelled: this agent has put jkev1.LabelClaimsInStatus on its Node (fence.go).
+	labelled bool
 	// lastNetwork is the NetworkUnavailable condition this agent last wrote (network.go).
 	lastNetwork string
 	// metrics is the agent's registry (metrics.go); allocations counts the allocations passes
@@ -141,6 +144,8 @@ type Agent struct {
 	natErrors  atomic.Int64
 	natSources atomic.Int64
 	lastNAT    string
+	// natFailure is the NAT error last reported as an Event ("" while the table is in place).
+	natFailure string
 }
 
 // ConditionSynced is the IPRange condition that says whether the owning node's IPAM serves it.
@@ -222,7 +227,7 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		a.syncsNotSynced.Add(1)
 		return errors.Join(append(errs, errNotSynced)...)
 	}
-	snap, err := a.view.snapshot()
+	snap, err := a.view.snapshot(a.cfg.NodeName)
 	if err != nil {
 		a.syncsFailed.Add(1)
 		return errors.Join(append(errs, err)...)
@@ -231,8 +236,8 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		a.afterSnapshot()
 	}
 	plan := planRanges(snap.ranges, a.cfg.NodeName)
-	held := holders(snap.observed, a.cfg.NodeName)
-	plan.ownReport = ownClaims(snap.observed[a.cfg.NodeName], a.cfg.NodeName)
+	held := claims(snap.ranges, snap.legacy, a.cfg.NodeName)
+	plan.ownReport = ownClaims(snap.ranges, snap.ownReport, a.cfg.NodeName)
 	stats, rp, err := a.syncDB(&plan, held, snap.staticIPs, snap.pods)
 	if err != nil {
 		errs = append(errs, err)
@@ -265,7 +270,9 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		// Every pass writes the whole table: a range moved, a natOutgoing flipped or a rule
 		// deleted by hand is followed within a pass.
 		nat := planNAT(a.cfg.NAT, snap.ranges, plan.accepted, snap.nodeAddrs)
-		if err := a.syncNAT(ctx, nat); err != nil {
+		err := a.syncNAT(ctx, nat)
+		a.reportNAT(err)
+		if err != nil {
 			errs = append(errs, err)
 		} else {
 			a.natSources.Store(int64(len(nat.sources[0]) + len(nat.sources[1])))
@@ -274,23 +281,32 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 
 	if stats != nil {
 		apiCtx, cancel := context.WithTimeout(ctx, apiTimeout)
-		err := a.writeStatus(apiCtx, plan, stats.Usage)
+		// The claims (this node's entries of status.holders) go out with the counts, whatever
+		// else of the pass failed: a claim never waits for unrelated work.
+		own := ownHolders(a.cfg.NodeName, snap.selfAddress, plan.mine, plan.draining)
+		err := a.writeStatus(apiCtx, plan, stats.Usage, snap.ranges, own)
 		cancel()
 		if err != nil {
 			a.apiErrors.Add(1)
 			errs = append(errs, err)
 		}
-		// Routes go to the node that holds addresses of each range (claims.go); the claims and
-		// the routes are reported whatever else failed: a claim must never wait for unrelated
-		// work, and a route that cannot be programmed leaves only its own entry out.
+		// Once this node's claims are in status.holders its Node may say so (the label takes
+		// its annotation's claims out of the other agents' view): never before. Read from the
+		// IPRanges as this pass saw them, not from this pass's write (a conflict leaves a claim
+		// unwritten without an error): the label follows on the pass after the claims show.
+		claimsWritten := claimsInStatus(snap.ranges, a.cfg.NodeName, own)
+		// Routes go to the address of the node that holds addresses of each range (claims.go);
+		// the report is written whatever else failed: a route that cannot be programmed leaves
+		// only its own entry out.
 		routes := planRoutes(plan.accepted, a.cfg.NodeName, plan.holdsItself, held)
+		addresses := holderAddresses(snap.ranges, snap.legacyAddresses)
 		var programmed map[string]bool
 		if a.cfg.Routes {
-			n, unroutable, done, err := a.syncRoutes(routes, snap.nodeIP)
+			n, unroutable, done, err := a.syncRoutes(routes, func(node string) net.IP { return net.ParseIP(addresses[node]) })
 			stats.Routes, programmed = n, done
 			if msg := strings.Join(unroutable, ", "); msg != a.unroutable {
 				if msg != "" {
-					a.logf("no route to IPRanges whose node has no InternalIP yet: %s", msg)
+					a.logf("no new route to IPRanges whose holder's address is not known yet (a route they have stays): %s", msg)
 				}
 				a.unroutable = msg
 			}
@@ -299,7 +315,8 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 			}
 		}
 		apiCtx, cancel = context.WithTimeout(ctx, apiTimeout)
-		err = a.reportObserved(apiCtx, observedRanges(a.cfg.NodeName, plan.mine, routes, plan.draining, programmed), a.view.observedAnnotation(a.cfg.NodeName))
+		observed, claimsInStatus := a.view.ownReport(a.cfg.NodeName)
+		err = a.reportObserved(apiCtx, observedRanges(a.cfg.NodeName, plan.mine, reportedRoutes(routes), plan.draining, programmed), observed, claimsInStatus, claimsWritten)
 		cancel()
 		if err != nil {
 			a.apiErrors.Add(1)
@@ -361,28 +378,14 @@ func (a *Agent) report(plan rangePlan, rp reservationPlan) {
 	a.reported = now
 }
 
-// writeStatus writes the counts and the Synced condition of this node's IPRanges, each only
-// when it changed: True for the ranges the node serves, False with the reason for those it
-// leaves out.
-func (a *Agent) writeStatus(ctx context.Context, plan rangePlan, usage []ipam.RangeUsage) error {
+// writeStatus writes, each only when it changed, this node's claims — its entry of
+// status.holders in every IPRange (own: the entries it should have, by range name; an entry it
+// has where it holds nothing any more is removed) — and the counts and the Synced condition of
+// the IPRanges it owns: True for the ranges it serves, False with the reason for those it
+// leaves out. One status write per range, and none for a range where nothing changed.
+func (a *Agent) writeStatus(ctx context.Context, plan rangePlan, usage []ipam.RangeUsage, ranges []*jkev1.IPRange, own map[string]jkev1.IPRangeHolder) error {
 	var errs []error
-	update := func(r *jkev1.IPRange, st *jkev1.IPRangeStatus) {
-		if reflect.DeepEqual(*st, r.Status) {
-			return
-		}
-		upd := r.DeepCopy() // never mutate the informer's object
-		upd.Status = *st
-		_, err := a.sip.JkeV1().IPRanges().UpdateStatus(ctx, upd, metav1.UpdateOptions{})
-		switch {
-		case apierrors.IsConflict(err):
-			// Our cache lags a newer version (often our own last write): no API failure. The
-			// next pass, triggered now, writes from the newer version once the watch delivers it.
-			a.logf("IPRange %s status: a newer version exists than the one cached; writing it again on the next pass", r.Name)
-			a.trigger()
-		case err != nil:
-			errs = append(errs, fmt.Errorf("IPRange %s status: %w", r.Name, err))
-		}
-	}
+	statuses := map[string]*jkev1.IPRangeStatus{}
 	for _, r := range plan.mine {
 		pfx, err := netip.ParsePrefix(r.Spec.CIDR)
 		if err != nil {
@@ -401,7 +404,7 @@ func (a *Agent) writeStatus(ctx context.Context, plan rangePlan, usage []ipam.Ra
 			cond.Message = fmt.Sprintf("node %s could not reserve the StaticIPs' addresses in this range yet; it retries", a.cfg.NodeName)
 		}
 		meta.SetStatusCondition(&st.Conditions, cond)
-		update(r, st)
+		statuses[r.Name] = st
 	}
 	for _, r := range plan.refusedMine {
 		why := plan.refused[r.Name]
@@ -409,7 +412,31 @@ func (a *Agent) writeStatus(ctx context.Context, plan rangePlan, usage []ipam.Ra
 		st.ObservedGeneration = r.Generation
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionSynced, Status: metav1.ConditionFalse,
 			Reason: why.Reason, Message: why.Message, ObservedGeneration: r.Generation})
-		update(r, st)
+		statuses[r.Name] = st
+	}
+	for _, r := range ranges {
+		st := statuses[r.Name]
+		if st == nil {
+			st = r.Status.DeepCopy()
+		}
+		st.Holders, _ = withHolder(st.Holders, a.cfg.NodeName, ownEntry(own, r.Name))
+		if reflect.DeepEqual(*st, r.Status) {
+			continue
+		}
+		upd := r.DeepCopy() // never mutate the informer's object
+		upd.Status = *st
+		_, err := a.sip.JkeV1().IPRanges().UpdateStatus(ctx, upd, metav1.UpdateOptions{})
+		switch {
+		case apierrors.IsConflict(err):
+			// Our cache lags a newer version (often our own last write, or another holder's
+			// claim): no API failure. The next pass, triggered now, writes from the newer
+			// version once the watch delivers it.
+			a.logf("IPRange %s status: a newer version exists than the one cached; writing it again on the next pass", r.Name)
+			a.trigger()
+		case apierrors.IsNotFound(err):
+		case err != nil:
+			errs = append(errs, fmt.Errorf("IPRange %s status: %w", r.Name, err))
+		}
 	}
 	return errors.Join(errs...)
 }

@@ -23,6 +23,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -66,6 +67,9 @@ func TestSyncOnce(t *testing.T) {
 	if _, err := f.sip.JkeV1().IPRanges().Update(f.ctx, rb, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// B's agent, which holds no address of it, drops its claim; until then the range stays
+	// routed via B (TestDrainingRangeStaysRoutedViaItsHolder).
+	dropClaim(f.ctx, t, f.sip, "cni-b-"+f.suffix, "cni-node-b-"+f.suffix)
 	// The sync reads the informer cache, which follows the API within moments.
 	testsupport.Eventually(context.Background(), t, 10*time.Second, "the route to the range node B lost is removed", testsupport.True(func() bool {
 		f.sync(t)
@@ -106,6 +110,9 @@ func newSyncFixture(t *testing.T) *syncFixture {
 	for name, spec := range ranges {
 		createIPRange(ctx, t, sip, name, spec)
 	}
+	// Node B's agent serves its range and claims it (status.holders), with its address: the
+	// next hop of A's route to it.
+	claimAs(ctx, t, sip, "cni-b-"+suffix, nodeB, "192.168.77.2")
 	// Node A's range as the range allocator makes them, cut from IPPool "pods" (the pool
 	// label of the address metrics).
 	if _, err := sip.JkeV1().IPRanges().Patch(ctx, "cni-a-"+suffix, types.MergePatchType,
@@ -251,7 +258,9 @@ func (f *syncFixture) checkStatusAndRoutes(t *testing.T) {
 func (f *syncFixture) checkEndpoints(t *testing.T) {
 	allocateAt(t, f.a.DBPath(), time.Now(), "c4", ipam.PodRef{Namespace: f.ns, Name: "new", UID: "new-uid"})
 	// The plugin's call counters as it leaves them in the database: an ADD counted in its
-	// allocation's commit (2 ms), and a refused one counted on its own.
+	// allocation's commit (started 2 ms before; the commit adds its own time, which a loaded
+	// machine stretches — CI saw 3.08 ms — so only the lower bound and the count are asserted),
+	// and a refused one counted on its own.
 	db, err := ipam.Open(ipam.Options{Path: f.a.DBPath()})
 	if err != nil {
 		t.Fatal(err)
@@ -270,7 +279,7 @@ func (f *syncFixture) checkEndpoints(t *testing.T) {
 	rec := serving.Handler(f.a.Endpoints(time.Minute))
 	for _, c := range []struct{ path, want string }{{"/healthz", "ok"}, {"/readyz", "ok"},
 		{"/metrics", `staticip_ipam_addresses{iprange="cni-a-` + f.suffix + `",pool="pods",range="10.150.0.0/24",state="used"} 4`},
-		{"/metrics", `staticip_cni_operation_duration_seconds_bucket{operation="add",result="success",le="0.0025"} 1`},
+		{"/metrics", `staticip_cni_operation_duration_seconds_bucket{operation="add",result="success",le="30"} 1`},
 		{"/metrics", `staticip_cni_operation_duration_seconds_bucket{operation="add",result="success",le="0.001"} 0`},
 		{"/metrics", `staticip_cni_operation_duration_seconds_count{operation="add",result="failure"} 1`},
 		{"/metrics", `staticip_cni_failures_total{operation="add",reason="ip_in_use"} 1`},
@@ -463,7 +472,9 @@ func TestRunFollowsIPRangeAndStaticIPChanges(t *testing.T) {
 		return ""
 	}
 	createIPRange(ctx, t, sip, "cni-y-"+suffix, jkev1.IPRangeSpec{CIDR: "10.154.0.0/24", Node: nodeY})
-	testsupport.Eventually(context.Background(), t, 10*time.Second, "a route to node Y's new range via its InternalIP", testsupport.True(func() bool { return routeVia("10.154.0.0/24") == "192.168.78.2" }))
+	// Node Y's agent serves it and claims it with its address: the claim alone triggers a pass.
+	claimAs(ctx, t, sip, "cni-y-"+suffix, nodeY, "192.168.78.2")
+	testsupport.Eventually(context.Background(), t, 10*time.Second, "a route to node Y's new range via the address of its claim", testsupport.True(func() bool { return routeVia("10.154.0.0/24") == "192.168.78.2" }))
 
 	if _, err := sip.JkeV1().StaticIPs(nsName).Create(ctx, &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Name: "db-0"},
 		Spec: jkev1.StaticIPSpec{Pod: "db-0", Node: nodeX, IP: "10.153.0.20"}}, metav1.CreateOptions{}); err != nil {
@@ -509,7 +520,7 @@ func TestRunFollowsIPRangeAndStaticIPChanges(t *testing.T) {
 	if n := a.syncsFailed.Load(); n != 0 {
 		t.Fatalf("%d syncs failed\nlog: %s", n, log.String())
 	}
-	if want := "no route to IPRanges whose node has no InternalIP yet: cni-z-" + suffix; !strings.Contains(log.String(), want) {
+	if want := "no new route to IPRanges whose holder's address is not known yet (a route they have stays): cni-z-" + suffix; !strings.Contains(log.String(), want) {
 		t.Fatalf("the log does not say %q", want)
 	}
 }
@@ -696,4 +707,54 @@ func TestInstallBinaryRereadsOnlyChangedFiles(t *testing.T) {
 	}
 	install(false, "plugin v2!", 5)
 	install(false, "plugin v2!", 5)
+}
+
+// claimAs writes node's claim on the IPRange — its entry of status.holders, Serving at the
+// range's generation, with its address — as that node's agent would (the tests run no agent
+// for it).
+func claimAs(ctx context.Context, t *testing.T, sip versioned.Interface, name, node, address string) {
+	t.Helper()
+	setClaim(ctx, t, sip, name, node, func(r *jkev1.IPRange) *jkev1.IPRangeHolder {
+		return &jkev1.IPRangeHolder{Node: node, Address: address, Generation: r.Spec.OwnerGeneration, State: jkev1.HolderServing}
+	})
+}
+
+// dropClaim removes node's entry from the IPRange's status.holders, as that node's agent does
+// once it holds no address of the range.
+func dropClaim(ctx context.Context, t *testing.T, sip versioned.Interface, name, node string) {
+	t.Helper()
+	setClaim(ctx, t, sip, name, node, func(*jkev1.IPRange) *jkev1.IPRangeHolder { return nil })
+}
+
+// setClaim sets node's entry of the IPRange's status.holders to want(range) (nil: removed),
+// again after a conflict with an agent's write.
+func setClaim(ctx context.Context, t *testing.T, sip versioned.Interface, name, node string, want func(*jkev1.IPRange) *jkev1.IPRangeHolder) {
+	t.Helper()
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		r, err := sip.JkeV1().IPRanges().Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return false, err
+		}
+		r.Status.Holders, _ = withHolder(r.Status.Holders, node, want(r))
+		_, err = sip.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{})
+		return err == nil, nil
+	}); err != nil {
+		t.Fatalf("setting node %s's claim on IPRange %s: %v", node, name, err)
+	}
+}
+
+// holderOn is node's entry of the IPRange's status.holders as "<node>/<generation>" ("" when
+// it has none).
+func holderOn(ctx context.Context, t *testing.T, sip versioned.Interface, name, node string) string {
+	t.Helper()
+	r, err := sip.JkeV1().IPRanges().Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, h := range r.Status.Holders {
+		if h.Node == node {
+			return fmt.Sprintf("%s/%d", h.Node, h.Generation)
+		}
+	}
+	return ""
 }

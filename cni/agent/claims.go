@@ -13,16 +13,22 @@ import (
 
 // Who holds a range, and where its traffic goes (cni/README.md, "Moving a range by hand").
 //
-// A node claims a range by reporting it as held by itself ("<range>": "<itself>/<generation>")
-// in its ObservedAnnotation: the ranges it serves and the ranges it drains (moved away while
-// its pods hold addresses of them). A claim is a node's word about itself only — admission lets
-// an agent write the annotation of its own Node only — and it never takes a range away from the
-// node that serves it (waitForPreviousOwners). Traffic to a range goes to the node that holds
-// addresses of it, for as long as it holds any: a range that moved away stays routed via the
-// node that drains it until it is drained, whoever it is assigned to meanwhile.
+// A node claims a range with its own entry of the IPRange's status.holders — {node, address,
+// generation, Serving|Draining} — for the ranges it serves and the ranges it drains (moved away
+// while its pods hold addresses of it). A claim is a node's word about itself only — admission
+// (staticip-agent-range-status) lets an agent write the entry naming its own node and no other —
+// and it never takes a range away from the node that serves it (waitForPreviousOwners).
+// Traffic to a range goes to the address of the node that holds addresses of it, for as long as
+// it holds any: a range that moved away stays routed via the node that drains it until it is
+// drained, whoever it is assigned to meanwhile. Every agent reads the claims from the IPRanges
+// it watches anyway: nothing it reads or writes grows with the number of nodes.
+//
+// During an upgrade, nodes whose agent predates status.holders claim in their Node's
+// ObservedAnnotation ("<range>": "<itself>/<generation>"); their Nodes lack
+// jkev1.LabelClaimsInStatus, and the agents read the claims of such Nodes too (legacyClaims).
 
-// heldBy is one node's report that it holds addresses of a range (it serves or drains it) at an
-// ownership generation: its ObservedAnnotation entry "<itself>/<generation>".
+// heldBy is one node's claim that it holds addresses of a range (it serves or drains it) at an
+// ownership generation.
 type heldBy struct {
 	node       string
 	generation int64
@@ -52,17 +58,32 @@ func claimOf(node, val string) (int64, bool) {
 	return gen, err == nil
 }
 
-// holders reads the other nodes' reports: range name -> the nodes that report holding it
-// themselves. An entry naming another node is a route, not a claim, and is skipped; so is a
-// report that does not parse (no agent writes one).
-func holders(observed map[string]string, self string) map[string][]heldBy {
+// claims reads who else holds each range: range name -> the other nodes' claims, sorted by
+// node. The IPRanges' status.holders first; legacy are the ObservedAnnotation values (node name
+// -> value) of the nodes whose agent still claims there (no jkev1.LabelClaimsInStatus), read for the
+// ranges where that node has no status entry. An annotation entry naming another node is a
+// route, not a claim, and is skipped; so is a report that does not parse.
+func claims(ranges []*jkev1.IPRange, legacy map[string]string, self string) map[string][]heldBy {
 	out := map[string][]heldBy{}
-	for node, v := range observed {
+	inStatus := map[string]map[string]bool{}
+	for _, r := range ranges {
+		for _, h := range r.Status.Holders {
+			if h.Node == self || h.Node == "" {
+				continue
+			}
+			out[r.Name] = append(out[r.Name], heldBy{node: h.Node, generation: h.Generation})
+			if inStatus[r.Name] == nil {
+				inStatus[r.Name] = map[string]bool{}
+			}
+			inStatus[r.Name][h.Node] = true
+		}
+	}
+	for node, v := range legacy {
 		if node == self {
 			continue
 		}
 		for name, val := range parseReport(v) {
-			if gen, ok := claimOf(node, val); ok {
+			if gen, ok := claimOf(node, val); ok && !inStatus[name][node] {
 				out[name] = append(out[name], heldBy{node: node, generation: gen})
 			}
 		}
@@ -73,15 +94,114 @@ func holders(observed map[string]string, self string) map[string][]heldBy {
 	return out
 }
 
-// ownClaims are the ranges a node's own report claims for itself, by name, at their generation.
-func ownClaims(report, self string) map[string]int64 {
+// ownClaims are the ranges this node claims for itself, by name, at their generation: its
+// entries of status.holders, and for a range without one the claims of its own report (an
+// agent that predates status.holders wrote them there).
+func ownClaims(ranges []*jkev1.IPRange, report, self string) map[string]int64 {
 	out := map[string]int64{}
+	for _, r := range ranges {
+		for _, h := range r.Status.Holders {
+			if h.Node == self {
+				out[r.Name] = h.Generation
+			}
+		}
+	}
 	for name, val := range parseReport(report) {
+		if _, ok := out[name]; ok {
+			continue
+		}
 		if gen, ok := claimOf(self, val); ok {
 			out[name] = gen
 		}
 	}
 	return out
+}
+
+// holderAddresses are the nodes' addresses, the next hops of the routes: from every entry of
+// the IPRanges' status.holders (a node's address is the node's, whatever range or generation
+// the entry is of), and legacy (the InternalIPs of the nodes whose agent predates
+// status.holders) for nodes without one.
+func holderAddresses(ranges []*jkev1.IPRange, legacy map[string]string) map[string]string {
+	out := map[string]string{}
+	for _, r := range ranges {
+		for _, h := range r.Status.Holders {
+			if h.Address != "" {
+				out[h.Node] = h.Address
+			}
+		}
+	}
+	for node, addr := range legacy {
+		if _, ok := out[node]; !ok && addr != "" {
+			out[node] = addr
+		}
+	}
+	return out
+}
+
+// ownHolders are the entries this node's claims should have in status.holders after this pass,
+// by range name: Serving for each range it serves (at the range's generation), Draining for each
+// range it drains (at the generation it served it at); address is its InternalIP ("" when not
+// known yet: the claim never waits for it).
+func ownHolders(self, address string, mine []*jkev1.IPRange, draining map[string]int64) map[string]jkev1.IPRangeHolder {
+	out := map[string]jkev1.IPRangeHolder{}
+	for name, gen := range draining {
+		out[name] = jkev1.IPRangeHolder{Node: self, Address: address, Generation: gen, State: jkev1.HolderDraining}
+	}
+	for _, r := range mine {
+		out[r.Name] = jkev1.IPRangeHolder{Node: self, Address: address, Generation: r.Spec.OwnerGeneration, State: jkev1.HolderServing}
+	}
+	return out
+}
+
+// claimsInStatus says whether every range's status.holders already carries this node's
+// entry exactly as own has it (and none where own has none).
+func claimsInStatus(ranges []*jkev1.IPRange, self string, own map[string]jkev1.IPRangeHolder) bool {
+	for _, r := range ranges {
+		if _, changed := withHolder(r.Status.Holders, self, ownEntry(own, r.Name)); changed {
+			return false
+		}
+	}
+	return true
+}
+
+// ownEntry is own's entry for the range, nil when own has none.
+func ownEntry(own map[string]jkev1.IPRangeHolder, name string) *jkev1.IPRangeHolder {
+	if h, ok := own[name]; ok {
+		return &h
+	}
+	return nil
+}
+
+// WithHolder is withHolder for the simulated agents of tools/scalebench.
+func WithHolder(holders []jkev1.IPRangeHolder, node string, want *jkev1.IPRangeHolder) []jkev1.IPRangeHolder {
+	out, _ := withHolder(holders, node, want)
+	return out
+}
+
+// withHolder returns holders with node's entry set to want (removed when want is nil), every
+// other entry as it was and in its place; changed says whether anything differs.
+func withHolder(holders []jkev1.IPRangeHolder, node string, want *jkev1.IPRangeHolder) (out []jkev1.IPRangeHolder, changed bool) {
+	found := false
+	for _, h := range holders {
+		if h.Node != node {
+			out = append(out, h)
+			continue
+		}
+		found = true
+		if want == nil {
+			changed = true
+			continue
+		}
+		if h != *want {
+			changed = true
+		}
+		out = append(out, *want)
+	}
+	if !found && want != nil {
+		out = append(out, *want)
+		changed = true
+	}
+	return out, changed
 }
 
 // rangeRoute is one range the node routes to another node.
@@ -130,12 +250,13 @@ func planRoutes(accepted []*jkev1.IPRange, self string, holdsItself func(name st
 }
 
 // RouteTargets is where traffic to each IPRange goes for a host that holds no range (a control
-// plane outside the nodes): CIDR -> node, by the agents' own rule, from the IPRanges and the
-// nodes' ObservedAnnotation values (node name -> value).
-func RouteTargets(ranges []*jkev1.IPRange, reports map[string]string) map[string]string {
+// plane outside the nodes): CIDR -> node, by the agents' own rule, from the IPRanges (their
+// status.holders) and, for nodes whose agent predates status.holders, their ObservedAnnotation
+// values (node name -> value; a new agent's report holds only claims its status entries repeat).
+func RouteTargets(ranges []*jkev1.IPRange, legacyReports map[string]string) map[string]string {
 	p := planRanges(ranges, "")
 	out := map[string]string{}
-	for _, rt := range planRoutes(p.accepted, "", nil, holders(reports, "")) {
+	for _, rt := range planRoutes(p.accepted, "", nil, claims(p.accepted, legacyReports, "")) {
 		out[rt.r.Spec.CIDR] = rt.via
 	}
 	return out
@@ -144,7 +265,8 @@ func RouteTargets(ranges []*jkev1.IPRange, reports map[string]string) map[string
 // heldAtRebuild says which ranges a node held, for a database rebuilt after corruption, which
 // has lost its records of them: every accepted range it does not serve now that holds an address
 // found on the host (imported), at the generation the node's own last report claimed it at
-// (ownReport). A range the report does not name (the report is gone too) is taken at the
+// (ownReport: its claims in status.holders, which outlive the database). A range the report
+// does not name is taken at the
 // generation before the current one when another node owns it now — it is then revoked, its
 // sandboxes withdrawn, which is safe whether failover moved it or an operator did — and at the
 // current one otherwise (unassigned: it drains). A range the node's own report claims at an

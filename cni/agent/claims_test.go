@@ -2,9 +2,9 @@ package agent
 
 import (
 	"context"
-	"encoding/json"
 	"net/netip"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -15,6 +15,7 @@ import (
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/cni/plugin"
+	"github.com/staticip/staticip/internal/testsupport"
 	"github.com/staticip/staticip/ipam"
 )
 
@@ -53,7 +54,7 @@ func TestDrainingRangeStaysRoutedViaItsHolder(t *testing.T) {
 
 	moveRange(m.ctx, t, m.a, m.rangeName, "", 0)
 	m.syncA()
-	waitObservedSynced(m.ctx, t, m.b, m.nodeA)
+	waitClaimsSynced(m.ctx, t, m.b)
 	m.syncB()
 	if got := routeOnB(); got != ipA {
 		t.Errorf("unassigned while %s still holds %s of it: %s routes %s via %s, want via the holder %s", m.nodeA, m.x, m.nodeB, m.rangeName, got, ipA)
@@ -61,7 +62,7 @@ func TestDrainingRangeStaysRoutedViaItsHolder(t *testing.T) {
 
 	moveRange(m.ctx, t, m.b, m.rangeName, m.nodeB, 0)
 	m.syncA()
-	waitObservedSynced(m.ctx, t, m.b, m.nodeA)
+	waitClaimsSynced(m.ctx, t, m.b)
 	m.syncB()
 	if got := routeOnB(); got != ipA {
 		t.Errorf("assigned to %s, which waits for %s to drain it: %s routes %s via %s, want via the holder %s", m.nodeB, m.nodeA, m.nodeB, m.rangeName, got, ipA)
@@ -75,9 +76,9 @@ func TestDrainingRangeStaysRoutedViaItsHolder(t *testing.T) {
 	deleteLink(t, m.hostA, plugin.HostVethName("c-holder", "eth0"))
 	releaseOn(t, m.a.DBPath(), "c-holder")
 	m.syncA()
-	waitObservedSynced(m.ctx, t, m.b, m.nodeA)
+	waitClaimsSynced(m.ctx, t, m.b)
 	m.syncB()
-	waitObservedSynced(m.ctx, t, m.a, m.nodeB)
+	waitClaimsSynced(m.ctx, t, m.a)
 	m.syncA()
 	if got := routeOnB(); got != "none" {
 		t.Errorf("%s serves %s now, yet routes it via %s", m.nodeB, m.rangeName, got)
@@ -101,6 +102,7 @@ func TestClaimIsWrittenDespiteARouteError(t *testing.T) {
 	nodeC := "cni-move-c-" + strings.TrimPrefix(m.rangeName, "cni-move-")
 	createNode(m.ctx, t, m.kube, nodeC, "10.250.0.1")
 	createIPRange(m.ctx, t, m.sip, m.rangeName+"-c", jkev1.IPRangeSpec{CIDR: "10.164.1.0/29", Node: nodeC})
+	claimAs(m.ctx, t, m.sip, m.rangeName+"-c", nodeC, "10.250.0.1")
 	// R2: a new range of A, first served while that route fails.
 	r2 := m.rangeName + "-2"
 	createIPRange(m.ctx, t, m.sip, r2, jkev1.IPRangeSpec{CIDR: "10.164.2.0/29", Node: m.nodeA})
@@ -112,14 +114,14 @@ func TestClaimIsWrittenDespiteARouteError(t *testing.T) {
 	y := allocateIP(t, m.a.DBPath(), "c-y", "10.164.2.3")
 	sandboxVeth(t, m.hostA, "c-y", "cni-mpeer1", y.String())
 	_ = syncIgnoringErrors(m.ctx, m.a, m, true)
-	if got := observedOn(m.ctx, t, m.a, m.nodeA, r2); got != m.nodeA+"/0" {
+	if got := holderOn(m.ctx, t, m.sip, r2, m.nodeA); got != m.nodeA+"/0" {
 		t.Fatalf("%s serves %s and holds %s of it, but its claim is %q (want %q): a route error elsewhere kept the claim from being written", m.nodeA, r2, y, got, m.nodeA+"/0")
 	}
 	// The operator's move of R2 to B must wait for A.
 	moveRange(m.ctx, t, m.a, r2, "", 0)
 	_ = syncIgnoringErrors(m.ctx, m.a, m, true)
 	moveRange(m.ctx, t, m.b, r2, m.nodeB, 0)
-	waitObservedSynced(m.ctx, t, m.b, m.nodeA)
+	waitClaimsSynced(m.ctx, t, m.b)
 	_ = syncIgnoringErrors(m.ctx, m.b, m, false)
 	if got := addsNeverReturn(t, m.b.DBPath(), 100, y); got != 0 {
 		t.Errorf("%d ADDs on %s got an address of %s while %s's pod holds %s", got, m.nodeB, r2, m.nodeA, y)
@@ -136,12 +138,10 @@ func TestAnotherNodesClaimDoesNotTakeAServedRange(t *testing.T) {
 	m := newMoveFixture(t, "10.165.0.0/29", 88)
 	nodeZ := "cni-move-z-" + strings.TrimPrefix(m.rangeName, "cni-move-")
 	createNode(m.ctx, t, m.kube, nodeZ, "192.168.88.9")
-	forged, _ := json.Marshal(map[string]string{m.rangeName: nodeZ + "/0"})
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{ObservedAnnotation: string(forged)}}})
-	if _, err := m.kube.CoreV1().Nodes().Patch(m.ctx, nodeZ, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitObservedSynced(m.ctx, t, m.a, nodeZ)
+	// Z's agent claims the range A serves: its own entry of status.holders, which admission
+	// lets it write.
+	claimAs(m.ctx, t, m.sip, m.rangeName, nodeZ, "192.168.88.9")
+	waitClaimsSynced(m.ctx, t, m.a)
 	m.syncA()
 	if got := addsNeverReturn(t, m.a.DBPath(), 1, m.x); got != 1 {
 		t.Errorf("after node %s claimed %s, an ADD on %s, which serves it, got no address", nodeZ, m.rangeName, m.nodeA)
@@ -155,8 +155,14 @@ func TestAnotherNodesClaimDoesNotTakeAServedRange(t *testing.T) {
 			t.Errorf("after node %s claimed %s, its Synced condition is %s/%s: %s", nodeZ, m.rangeName, c.Status, c.Reason, c.Message)
 		}
 	}
-	if got := observedOn(m.ctx, t, m.a, m.nodeA, m.rangeName); got != m.nodeA+"/0" {
-		t.Errorf("%s reports %q for the range it serves, want %q", m.nodeA, got, m.nodeA+"/0")
+	if got := holderOn(m.ctx, t, m.sip, m.rangeName, m.nodeA); got != m.nodeA+"/0" {
+		t.Errorf("%s claims %q for the range it serves, want %q", m.nodeA, got, m.nodeA+"/0")
+	}
+	if r := agentRoute(m.hostB, "10.165.0.0/29"); r == nil || r.Gw.String() != "192.168.88.1" {
+		m.syncB()
+		if r := agentRoute(m.hostB, "10.165.0.0/29"); r == nil || r.Gw.String() != "192.168.88.1" {
+			t.Errorf("after node %s claimed %s, %s routes it via %v, want via its owner %s, which serves it", nodeZ, m.rangeName, m.nodeB, r, "192.168.88.1")
+		}
 	}
 }
 
@@ -179,11 +185,11 @@ func TestRebuiltDatabaseRemembersWhatTheNodeHeld(t *testing.T) {
 		m.syncA()
 		corrupt(t, m.a.DBPath())
 		m.syncA()
-		if got := observedOn(m.ctx, t, m.a, m.nodeA, m.rangeName); got != m.nodeA+"/0" {
-			t.Errorf("after the rebuild %s reports %q for the range its pod still holds %s of, want %q", m.nodeA, got, m.x, m.nodeA+"/0")
+		if got := holderOn(m.ctx, t, m.sip, m.rangeName, m.nodeA); got != m.nodeA+"/0" {
+			t.Errorf("after the rebuild %s claims %q for the range its pod still holds %s of, want %q", m.nodeA, got, m.x, m.nodeA+"/0")
 		}
 		moveRange(m.ctx, t, m.b, m.rangeName, m.nodeB, 0)
-		waitObservedSynced(m.ctx, t, m.b, m.nodeA)
+		waitClaimsSynced(m.ctx, t, m.b)
 		m.syncB()
 		if got := addsNeverReturn(t, m.b.DBPath(), 100, m.x); got != 0 {
 			t.Errorf("%d ADDs on %s got an address of %s while %s's pod, rebuilt into a fresh database, holds %s", got, m.nodeB, m.rangeName, m.nodeA, m.x)
@@ -243,4 +249,77 @@ func waitRangeAt(ctx context.Context, t *testing.T, a *Agent, name, node string,
 		time.Sleep(50 * time.Millisecond)
 	}
 	t.Fatalf("%s's cache never saw IPRange %s on %q at generation %d", a.cfg.NodeName, name, node, gen)
+}
+
+// During an upgrade, a node whose agent predates status.holders claims in its Node annotation.
+// The agents read the claims of every Node that does not carry jkev1.LabelClaimsInStatus — from
+// the old agent's first report on, with no controller in between — and honour them as any claim:
+// the range stays routed via that node's InternalIP, and a node it is assigned to waits for it.
+// Once that node's agent claims in status.holders (the label), it leaves the other agents' view.
+func TestLegacyNodeClaimsAreReadFromUnlabelledNodes(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
+	}
+	m := newMoveFixture(t, "10.168.0.0/29", 91)
+	nodeL := "cni-move-l-" + strings.TrimPrefix(m.rangeName, "cni-move-")
+	createNode(m.ctx, t, m.kube, nodeL, "192.168.91.3")
+	r2 := m.rangeName + "-2"
+	createIPRange(m.ctx, t, m.sip, r2, jkev1.IPRangeSpec{CIDR: "10.168.1.0/29"})
+	// L's old agent drains R2: its report, in the format of agents before status.holders.
+	report := `{"` + r2 + `":"` + nodeL + `/0","` + m.rangeName + `":"` + m.nodeA + `/0"}`
+	patch := func(p string) {
+		t.Helper()
+		if _, err := m.kube.CoreV1().Nodes().Patch(m.ctx, nodeL, types.MergePatchType, []byte(p), metav1.PatchOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inLegacyView := func() bool {
+		for _, n := range m.b.view.legacyNodes() {
+			if n.Name == nodeL {
+				return true
+			}
+		}
+		return false
+	}
+	patch(`{"metadata":{"annotations":{"` + ObservedAnnotation + `":` + strconv.Quote(report) + `}}}`)
+	waitRangeCached(m.ctx, t, m.b, r2)
+	testsupport.Eventually(m.ctx, t, 30*time.Second, "the unlabelled node's report in the agent's cache", testsupport.True(func() bool {
+		for _, n := range m.b.view.legacyNodes() {
+			if n.Name == nodeL && n.Annotations[ObservedAnnotation] == report {
+				return true
+			}
+		}
+		return false
+	}))
+	m.syncB()
+	if r := agentRoute(m.hostB, "10.168.1.0/29"); r == nil || r.Gw.String() != "192.168.91.3" {
+		t.Errorf("%s routes %s, which unlabelled node %s drains, via %v, want via %s's InternalIP 192.168.91.3", m.nodeB, r2, nodeL, r, nodeL)
+	}
+	moveRange(m.ctx, t, m.b, r2, m.nodeB, 0)
+	m.syncB()
+	if got := addsNeverReturn(t, m.b.DBPath(), 8, netip.Addr{}); got != 0 {
+		t.Errorf("%d ADDs on %s got an address of %s while unlabelled node %s still claims it", got, m.nodeB, r2, nodeL)
+	}
+	if got := holderOn(m.ctx, t, m.sip, r2, m.nodeB); got != "" {
+		t.Errorf("%s claims %s (%q) while it waits for %s", m.nodeB, r2, got, nodeL)
+	}
+	// The agents of the fixture claim in status.holders: they labelled their own Nodes, which
+	// left the view (nothing read of them but status.holders).
+	for _, node := range []string{m.nodeA, m.nodeB} {
+		if n, err := m.kube.CoreV1().Nodes().Get(m.ctx, node, metav1.GetOptions{}); err != nil || n.Labels[jkev1.LabelClaimsInStatus] != "true" {
+			t.Errorf("Node %s: labels %v (%v), want %s=true from its agent", node, n.GetLabels(), err, jkev1.LabelClaimsInStatus)
+		}
+	}
+	testsupport.Eventually(m.ctx, t, 30*time.Second, "the fixture's labelled Nodes gone from the agent's view", testsupport.True(func() bool {
+		for _, n := range m.b.view.legacyNodes() {
+			if n.Name == m.nodeA || n.Name == m.nodeB {
+				return false
+			}
+		}
+		return true
+	}))
+
+	// L's agent is upgraded: it labels its Node; the others stop reading it.
+	patch(`{"metadata":{"labels":{"` + jkev1.LabelClaimsInStatus + `":"true"}}}`)
+	testsupport.Eventually(m.ctx, t, 30*time.Second, "the labelled node gone from the agent's view", testsupport.True(func() bool { return !inLegacyView() }))
 }

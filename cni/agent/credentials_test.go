@@ -333,7 +333,7 @@ func (f *credFixture) checkWriteBack(t *testing.T) {
 // staticip-agent-node-writes).
 func (f *credFixture) checkAgentNodeWrites(t *testing.T) {
 	ctx, agentKube, nodeA, nodeB := f.ctx, f.agentKube, f.nodeA, f.nodeB
-	observed := []byte(`{"metadata":{"annotations":{"` + ObservedAnnotation + `":"{}"}}}`)
+	observed := []byte(`{"metadata":{"annotations":{"` + ObservedAnnotation + `":"{}"},"labels":{"` + jkev1.LabelClaimsInStatus + `":"true"}}}`)
 	// RBAC and the policy take effect a moment after they are created (dry runs until then).
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
 		_, err := agentKube.CoreV1().Nodes().Patch(ctx, nodeB, types.MergePatchType, observed, metav1.PatchOptions{DryRun: []string{metav1.DryRunAll}})
@@ -348,10 +348,13 @@ func (f *credFixture) checkAgentNodeWrites(t *testing.T) {
 		t.Errorf("the agent cannot report on its own node: %v", err)
 	}
 	for what, patch := range map[string]string{
-		"label its own node":              `{"metadata":{"labels":{"evil":"x"}}}`,
-		"annotate its own node otherwise": `{"metadata":{"annotations":{"evil":"x"}}}`,
-		"make its own node unschedulable": `{"spec":{"unschedulable":true}}`,
-		"report and label in one patch":   `{"metadata":{"labels":{"evil":"x"},"annotations":{"` + ObservedAnnotation + `":"{\"a\":\"b/1\"}"}}}`,
+		"label its own node":                    `{"metadata":{"labels":{"evil":"x"}}}`,
+		"annotate its own node otherwise":       `{"metadata":{"annotations":{"evil":"x"}}}`,
+		"make its own node unschedulable":       `{"spec":{"unschedulable":true}}`,
+		"report and label in one patch":         `{"metadata":{"labels":{"evil":"x"},"annotations":{"` + ObservedAnnotation + `":"{\"a\":\"b/1\"}"}}}`,
+		"set claims-in-status to another value": `{"metadata":{"labels":{"` + jkev1.LabelClaimsInStatus + `":"false"}}}`,
+		"remove claims-in-status":               `{"metadata":{"labels":{"` + jkev1.LabelClaimsInStatus + `":null}}}`,
+		"claims-in-status as an annotation":     `{"metadata":{"annotations":{"` + jkev1.LabelClaimsInStatus + `":"true"}}}`,
 	} {
 		_, err := agentKube.CoreV1().Nodes().Patch(ctx, nodeA, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		if err == nil || !apierrors.IsForbidden(err) {

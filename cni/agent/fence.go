@@ -25,13 +25,18 @@ import (
 //     revokes it: the addresses were handed out elsewhere, so it drops the range from its IPAM
 //     without draining, withdraws the host side of every sandbox it had in the range, and never
 //     serves those allocations again (a plain move, same generation, still drains).
-//   - Every node reports in its Node's annotation ObservedAnnotation which ranges it has
-//     programmed, at which owner and generation, so that the failover controller knows when
-//     every route has converged.
+//   - Every node reports in its Node's annotation ObservedAnnotation the routes it has
+//     programmed to the ranges node failover is moving (marked jkev1.AnnotationReportRoutes),
+//     so that the failover controller knows when every route has converged, and its own claims.
 
-// ObservedAnnotation on a Node: a JSON object {"<IPRange name>": "<spec.node>/<spec.ownerGeneration>"}
-// of the ranges whose routes (the other nodes' ranges) and IPAM (its own) the node's agent has
-// programmed. Written after programming, only when it changes.
+// ObservedAnnotation on a Node: a JSON object {"<IPRange name>": "<node>/<generation>"} of this
+// node's claims (the ranges it serves and drains, "<itself>/<generation>", as in its entries of
+// status.holders) and of the routes it has programmed to the ranges node failover waits for
+// (marked jkev1.AnnotationReportRoutes: "<the node it routes to>/<ownerGeneration>"). Its size
+// is bounded by this node's own ranges and the moves in flight, not by the cluster. Written
+// after programming, only when it changes. Agents that predate status.holders wrote every range
+// of the cluster here, claims and routes alike; their Nodes (no jkev1.LabelClaimsInStatus) are
+// read for claims during an upgrade.
 const ObservedAnnotation = "staticip.jke.jdcloud.com/ipranges-observed"
 
 // ReasonRangeRevoked is the Event reason on an IPRange a returning node withdrew.
@@ -251,28 +256,70 @@ func observedRanges(self string, mine []*jkev1.IPRange, routes []rangeRoute, dra
 	return out
 }
 
-// ObservedReport is the ObservedAnnotation value an agent writes once its IPAM serves its own
-// ranges and its routes to every other node's ranges are in place, with nothing left to drain:
-// the same for every node of a converged cluster. Simulated agents (tools/scalebench, on kwok
-// nodes that run no agent) write it, so the failover controller sees what real agents report.
-func ObservedReport(ranges []*jkev1.IPRange) (string, error) {
-	p := planRanges(ranges, "")
-	b, err := json.Marshal(observedRanges("", nil, planRoutes(p.accepted, "", nil, nil), nil, nil))
-	return string(b), err
+// reportedRoutes are the routes whose range node failover waits for (jkev1.AnnotationReportRoutes).
+func reportedRoutes(routes []rangeRoute) []rangeRoute {
+	var out []rangeRoute
+	for _, rt := range routes {
+		if rt.r.Annotations[jkev1.AnnotationReportRoutes] != "" {
+			out = append(out, rt)
+		}
+	}
+	return out
 }
 
-// reportObserved patches the node's ObservedAnnotation when it differs from what the node
-// carries (or what this agent last wrote, while its cache lags).
-func (a *Agent) reportObserved(ctx context.Context, observed map[string]string, current string) error {
+// ObservedReport is the ObservedAnnotation value the agent of node self writes once its IPAM
+// serves its own ranges and its routes are in place, with nothing left to drain: its claims
+// and its routes to the ranges node failover waits for (jkev1.AnnotationReportRoutes).
+// Simulated agents (tools/scalebench, on kwok nodes that run no agent) write it, so the failover
+// controller sees what real agents report.
+func ObservedReport(ranges []*jkev1.IPRange, self string) (string, error) {
+	return ObservedReports(ranges)(self)
+}
+
+// ObservedReports is ObservedReport for any node, the cluster's ranges planned once: a node's
+// report is its own ranges' claims and the routes to the marked ranges it does not hold.
+func ObservedReports(ranges []*jkev1.IPRange) func(self string) (string, error) {
+	p := planRanges(ranges, "")
+	marked := reportedRoutes(planRoutes(p.accepted, "", nil, claims(p.accepted, nil, "")))
+	own := map[string][]*jkev1.IPRange{}
+	for _, r := range p.accepted {
+		if r.Spec.Node != "" {
+			own[r.Spec.Node] = append(own[r.Spec.Node], r)
+		}
+	}
+	return func(self string) (string, error) {
+		var routes []rangeRoute
+		for _, rt := range marked {
+			if rt.r.Spec.Node != self && rt.via != self {
+				routes = append(routes, rt)
+			}
+		}
+		b, err := json.Marshal(observedRanges(self, own[self], routes, nil, nil))
+		return string(b), err
+	}
+}
+
+// reportObserved patches the node's ObservedAnnotation, and LabelClaimsInStatus (this agent
+// claims in status.holders: the other agents stop reading this Node), when they differ from what the node carries (or what this agent last wrote, while its cache
+// lags).
+//
+// The label goes out only with claimsWritten (this node's claims are in status.holders): an agent
+// upgraded from the annotation claims stays readable there until its claims are elsewhere.
+func (a *Agent) reportObserved(ctx context.Context, observed map[string]string, current, currentClaimsInStatus string, claimsWritten bool) error {
 	b, err := json.Marshal(observed) // keys sorted: equal content, equal string
 	if err != nil {
 		return err
 	}
 	value := string(b)
-	if value == current || value == a.lastObserved {
+	labelled := currentClaimsInStatus == "true" || a.labelled
+	if (value == current || value == a.lastObserved) && (labelled || !claimsWritten) {
 		return nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{ObservedAnnotation: value}}})
+	meta := map[string]any{"annotations": map[string]string{ObservedAnnotation: value}}
+	if claimsWritten {
+		meta["labels"] = map[string]string{jkev1.LabelClaimsInStatus: "true"}
+	}
+	patch, err := json.Marshal(map[string]any{"metadata": meta})
 	if err != nil {
 		return err
 	}
@@ -284,5 +331,6 @@ func (a *Agent) reportObserved(ctx context.Context, observed map[string]string, 
 		return fmt.Errorf("node %s annotation %s: %w", a.cfg.NodeName, ObservedAnnotation, err)
 	}
 	a.lastObserved = value
+	a.labelled = a.labelled || claimsWritten
 	return nil
 }

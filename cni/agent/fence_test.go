@@ -16,6 +16,7 @@ import (
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
@@ -85,6 +86,22 @@ func moveRange(ctx context.Context, t *testing.T, a *Agent, name, node string, g
 	}
 }
 
+// markReportRoutes marks the IPRange as node failover does while it waits for the routes to it
+// (jkev1.AnnotationReportRoutes), and waits until the agent's cache shows the mark.
+func markReportRoutes(ctx context.Context, t *testing.T, a *Agent, name string) {
+	t.Helper()
+	patch := []byte(`{"metadata":{"annotations":{"` + jkev1.AnnotationReportRoutes + `":"failover-test"}}}`)
+	if _, err := a.sip.JkeV1().IPRanges().Patch(ctx, name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		c, err := a.view.ranges.Get(name)
+		return err == nil && c.Annotations[jkev1.AnnotationReportRoutes] != "", nil
+	}); err != nil {
+		t.Fatalf("the agent's cache never saw %s marked: %v", name, err)
+	}
+}
+
 // observedOn is the node's ObservedAnnotation entry for the range ("" when none).
 func observedOn(ctx context.Context, t *testing.T, a *Agent, node, rangeName string) string {
 	t.Helper()
@@ -145,8 +162,12 @@ func TestReturningNodeRevokesRangeMovedWhileFenced(t *testing.T) {
 	allocateAt(t, a.DBPath(), time.Now().Add(-time.Hour), "c-web0", ipam.PodRef{Namespace: "ns", Name: "web-0", UID: "u0"})
 	sandboxVeth(t, host, "c-web0", "cni-fpeer0", "10.158.0.1")
 
-	// Fenced and moved: the range names the spare at generation 1.
+	// Fenced and moved: the range names the spare at generation 1, marked for the route report
+	// (node failover waits for it); the spare's agent serves and claims it.
 	moveRange(ctx, t, a, rangeName, spare, 1)
+	markReportRoutes(ctx, t, a, rangeName)
+	claimAs(ctx, t, a.sip, rangeName, spare, "192.168.81.2")
+	waitClaimsSynced(ctx, t, a)
 	sync()
 	allocs, _ := dbState(t, a.DBPath())
 	if len(allocs) != 0 {

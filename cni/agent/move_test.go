@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -90,7 +91,7 @@ func TestMovedRangeWaitsForThePreviousOwner(t *testing.T) {
 		moveRange(m.ctx, t, m.a, m.rangeName, "", 0)
 		m.syncA()
 		moveRange(m.ctx, t, m.b, m.rangeName, m.nodeB, 0)
-		waitObservedSynced(m.ctx, t, m.b, m.nodeA)
+		waitClaimsSynced(m.ctx, t, m.b)
 		m.syncB()
 		if got := addsNeverReturn(t, m.b.DBPath(), 100, m.x); got != 0 {
 			t.Errorf("%d ADDs on %s got an address from %s while %s still holds addresses of it", got, m.nodeB, m.rangeName, m.nodeA)
@@ -116,10 +117,13 @@ func TestMovedRangeWaitsForThePreviousOwner(t *testing.T) {
 		deleteLink(t, m.hostA, plugin.HostVethName("c-holder", "eth0"))
 		releaseOn(t, m.a.DBPath(), "c-holder")
 		m.syncA()
-		if got := observedOn(m.ctx, t, m.a, m.nodeA, m.rangeName); got != m.nodeB+"/0" {
-			t.Errorf("%s reports the drained range as %q, want the route to its owner %q", m.nodeA, got, m.nodeB+"/0")
+		if got := holderOn(m.ctx, t, m.sip, m.rangeName, m.nodeA); got != "" {
+			t.Errorf("%s drained the range but still claims it (%q)", m.nodeA, got)
 		}
-		waitObservedSynced(m.ctx, t, m.b, m.nodeA)
+		if got := observedOn(m.ctx, t, m.a, m.nodeA, m.rangeName); got == m.nodeA+"/0" {
+			t.Errorf("%s drained the range but its report still claims it (%q)", m.nodeA, got)
+		}
+		waitClaimsSynced(m.ctx, t, m.b)
 		m.syncB()
 		waitCondition(m.ctx, t, m.b, m.rangeName, func(c *metav1.Condition) bool {
 			return c != nil && c.Status == metav1.ConditionTrue && c.Reason == ReasonServing
@@ -201,17 +205,24 @@ func releaseOn(t *testing.T, path, containerID string) {
 	}
 }
 
-// waitObservedSynced waits until ag's cache holds node's ObservedAnnotation as the API has it.
-func waitObservedSynced(ctx context.Context, t *testing.T, ag *Agent, node string) {
+// waitClaimsSynced waits until ag's cache holds every IPRange's claims (status.holders) as the
+// API has them.
+func waitClaimsSynced(ctx context.Context, t *testing.T, ag *Agent) {
 	t.Helper()
 	if err := wait.PollUntilContextTimeout(ctx, 50*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
-		n, err := ag.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		list, err := ag.sip.JkeV1().IPRanges().List(ctx, metav1.ListOptions{})
 		if err != nil {
 			return false, nil
 		}
-		return ag.view.observedAnnotation(node) == n.Annotations[ObservedAnnotation], nil
+		for _, r := range list.Items {
+			c, err := ag.view.ranges.Get(r.Name)
+			if err != nil || !reflect.DeepEqual(c.Status.Holders, r.Status.Holders) {
+				return false, nil
+			}
+		}
+		return true, nil
 	}); err != nil {
-		t.Fatalf("%s's cache never caught up with node %s's %s", ag.cfg.NodeName, node, ObservedAnnotation)
+		t.Fatalf("%s's cache never caught up with the IPRanges' status.holders", ag.cfg.NodeName)
 	}
 }
 

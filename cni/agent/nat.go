@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"sigs.k8s.io/knftables"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -133,10 +134,20 @@ func disjoint(in []netip.Prefix) []netip.Prefix {
 	return out
 }
 
-// nodeAddresses are the InternalIP and ExternalIP addresses of nodes.
-func nodeAddressesOf(nodes []*corev1.Node) []netip.Addr {
+// natNodeAddresses are the node addresses outgoing NAT leaves alone, from what the agent
+// watches anyway: the addresses the holders of every range wrote beside their claims
+// (status.holders) and the InternalIP and ExternalIP addresses of the given nodes (this one and
+// those whose agent predates status.holders).
+func natNodeAddresses(ranges []*jkev1.IPRange, nodes ...[]*corev1.Node) []netip.Addr {
 	var out []netip.Addr
-	for _, n := range nodes {
+	for _, r := range ranges {
+		for _, h := range r.Status.Holders {
+			if ip, err := netip.ParseAddr(h.Address); err == nil {
+				out = append(out, ip.Unmap())
+			}
+		}
+	}
+	for _, n := range slices.Concat(nodes...) {
 		for _, a := range n.Status.Addresses {
 			if a.Type != corev1.NodeInternalIP && a.Type != corev1.NodeExternalIP {
 				continue
@@ -221,6 +232,42 @@ func (a *Agent) syncNAT(ctx context.Context, p natPlan) error {
 		a.lastNAT = s
 	}
 	return nil
+}
+
+// Events on the agent's Node about outgoing NAT.
+const (
+	// ReasonNATSyncFailed (Warning): the nftables table could not be written; pods of
+	// NAT-enabled ranges may not reach the outside (or reach it with a stale rule set).
+	ReasonNATSyncFailed = "NATSyncFailed"
+	// ReasonNATSynced (Normal): the table is written again after a failure.
+	ReasonNATSynced = "NATSynced"
+)
+
+// reportNAT records a Warning Event on the node when a NAT sync fails with an error the last
+// report did not name (the same failure pass after pass is one Event; the metric
+// staticip_agent_nat_sync_errors_total counts them all), and a Normal one when it recovers.
+func (a *Agent) reportNAT(err error) {
+	msg := ""
+	if err != nil {
+		msg = err.Error()
+	}
+	if msg == a.natFailure {
+		return
+	}
+	was := a.natFailure
+	a.natFailure = msg
+	node := &corev1.ObjectReference{Kind: "Node", Name: a.cfg.NodeName, UID: types.UID(a.cfg.NodeName)}
+	switch {
+	case err != nil:
+		a.logf("outgoing NAT not in place: %v", err)
+		if a.recorder != nil {
+			a.recorder.Event(node, corev1.EventTypeWarning, ReasonNATSyncFailed, "outgoing NAT rules could not be written; pods of natOutgoing ranges may not reach the outside: "+msg)
+		}
+	case was != "":
+		if a.recorder != nil {
+			a.recorder.Event(node, corev1.EventTypeNormal, ReasonNATSynced, "outgoing NAT rules written again")
+		}
+	}
 }
 
 // DeleteNATTable removes the agent's NAT table from the current network namespace (cleanup

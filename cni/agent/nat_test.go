@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"os"
@@ -14,7 +15,9 @@ import (
 	"time"
 
 	"github.com/containernetworking/plugins/pkg/ns"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/record"
 	"sigs.k8s.io/knftables"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -112,6 +115,24 @@ func TestDisjoint(t *testing.T) {
 	}
 }
 
+// TestNATNodeAddresses: the node addresses NAT leaves alone come from the claims every agent
+// watches (status.holders) and the Nodes it still reads (its own, legacy agents'), InternalIP and
+// ExternalIP only — no cluster-wide Node watch (issue 37).
+func TestNATNodeAddresses(t *testing.T) {
+	held := natRange("held", "10.80.1.0/24", nil)
+	held.Status.Holders = []jkev1.IPRangeHolder{{Node: "a", Address: "172.30.0.11"}, {Node: "b", Address: "::ffff:172.30.0.12"}, {Node: "c", Address: "not-an-ip"}}
+	node := func(addrs ...corev1.NodeAddress) *corev1.Node {
+		return &corev1.Node{Status: corev1.NodeStatus{Addresses: addrs}}
+	}
+	self := node(corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "172.30.0.13"}, corev1.NodeAddress{Type: corev1.NodeExternalIP, Address: "198.51.100.13"},
+		corev1.NodeAddress{Type: corev1.NodeHostName, Address: "10.0.0.1"})
+	legacy := node(corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: "fd00::14"})
+	got := natNodeAddresses([]*jkev1.IPRange{held, natRange("unclaimed", "10.80.2.0/24", nil)}, []*corev1.Node{self}, []*corev1.Node{legacy})
+	if want := addrs("172.30.0.11", "172.30.0.12", "172.30.0.13", "198.51.100.13", "fd00::14"); !slices.Equal(got, want) {
+		t.Errorf("natNodeAddresses: %v, want %v", got, want)
+	}
+}
+
 // TestNATTableTransaction: the transaction makes the table exactly the plan, and a second one
 // replaces the first's content (knftables' fake: what `nft` is given, not whether the kernel
 // takes it — TestOutgoingNATByTraffic does that).
@@ -164,7 +185,7 @@ type natNet struct {
 
 const natNodeAddr = "192.168.50.1"
 
-func newNATNet(t *testing.T) *natNet {
+func newNATNet(t testing.TB) *natNet {
 	t.Helper()
 	n := &natNet{seen: make(chan string, 100)}
 	for _, p := range []**nstest.NetNS{&n.pod, &n.node, &n.outside} {
@@ -352,5 +373,139 @@ func TestOutgoingNATByTraffic(t *testing.T) {
 	expect("after cleanup", "10.81.1.5", "192.168.50.2", "10.81.1.5")
 	if err := n.node.Do(func(ns.NetNS) (err error) { removed, err = Cleanup(Config{NAT: cfg}); return err }); err != nil || len(removed) != 0 {
 		t.Errorf("cleanup again: removed %v, %v", removed, err)
+	}
+}
+
+// failingNFT is an nftables that refuses every transaction (as nft does without CAP_NET_ADMIN).
+type failingNFT struct{ knftables.Interface }
+
+func (failingNFT) NewTransaction() *knftables.Transaction {
+	return knftables.NewFake(knftables.InetFamily, NATTable).NewTransaction()
+}
+
+func (failingNFT) Run(context.Context, *knftables.Transaction) error {
+	return fmt.Errorf("netlink: Error: Could not process rule: Operation not permitted")
+}
+
+// TestNATSyncFailureIsAnEvent (issue 36 item 5): a table that cannot be written is a Warning
+// Event on the node — once per distinct failure, not once per pass — and its recovery a Normal one;
+// the metric counts every failed pass.
+func TestNATSyncFailureIsAnEvent(t *testing.T) {
+	rec := record.NewFakeRecorder(10)
+	a := New(Config{NodeName: "n1", NAT: NATConfig{Enabled: true, Default: true}}, nil, nil, nil)
+	a.recorder = rec
+	a.nft = failingNFT{}
+	plan := planNAT(a.cfg.NAT, nil, nil, nil)
+	for range 3 {
+		a.reportNAT(a.syncNAT(context.Background(), plan))
+	}
+	if got := a.natErrors.Load(); got != 3 {
+		t.Errorf("nat sync errors = %d, want 3", got)
+	}
+	a.nft = knftables.NewFake(knftables.InetFamily, NATTable)
+	a.reportNAT(a.syncNAT(context.Background(), plan))
+	close(rec.Events)
+	var events []string
+	for e := range rec.Events {
+		events = append(events, e)
+	}
+	if len(events) != 2 || !strings.HasPrefix(events[0], "Warning "+ReasonNATSyncFailed+" ") || !strings.Contains(events[0], "Operation not permitted") ||
+		events[1] != "Normal "+ReasonNATSynced+" outgoing NAT rules written again" {
+		t.Errorf("events = %q, want one %s naming the error, then one %s", events, ReasonNATSyncFailed, ReasonNATSynced)
+	}
+}
+
+// BenchmarkOutgoingNAT (issue 36, "Measure"): the cost of outgoing NAT on the pod's path, in
+// one run: TCP connections (connect, one byte each way, close) from a pod of a natOutgoing range
+// to a server outside (masqueraded by the agent's nftables table in the node's namespace) against
+// the same from a range with natOutgoing false (routed, not translated; the kind of an exported
+// pool's traffic). ns/op is one connection's latency. -count repeats each sub-benchmark in a
+// row; for rounds that alternate (both sides see the same machine load), loop over -count 1:
+//
+//	go test -c -o /tmp/agent.test ./cni/agent/ && for i in 1 2 3 4 5; do
+//	  sudo /tmp/agent.test -test.run '^$' -test.bench BenchmarkOutgoingNAT -test.benchtime 2000x; done
+func BenchmarkOutgoingNAT(b *testing.B) {
+	if os.Geteuid() != 0 {
+		b.Skip("needs root for network namespaces and nftables")
+	}
+	if _, err := exec.LookPath("nft"); err != nil {
+		b.Skipf("nft not found (Debian nftables, tools/deps/cni.list: make deps): %v", err)
+	}
+	n := newNATNet(b)
+	on, off := true, false
+	cfg := NATConfig{Enabled: true, Default: true}
+	a := New(Config{NAT: cfg}, nil, nil, nil)
+	ranges := []*jkev1.IPRange{natRange("nat", "10.80.1.0/24", &on), natRange("private", "10.81.1.0/24", &off)}
+	if err := n.node.Do(func(ns.NetNS) error {
+		return a.syncNAT(context.Background(), planNAT(cfg, ranges, ranges, addrs(natNodeAddr)))
+	}); err != nil {
+		b.Fatal(err)
+	}
+	const server = "192.168.50.2:8080"
+	var ln net.Listener
+	if err := n.outside.Do(func(ns.NetNS) (err error) {
+		ln, err = net.Listen("tcp4", server)
+		return err
+	}); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { ln.Close() })
+	seen := make(chan string, 1)
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				select {
+				case seen <- c.RemoteAddr().(*net.TCPAddr).IP.String():
+				default:
+				}
+				buf := make([]byte, 1)
+				if _, err := c.Read(buf); err == nil {
+					_, _ = c.Write(buf)
+				}
+			}()
+		}
+	}()
+	for _, tc := range []struct{ name, src, wantSeen string }{
+		{"natOutgoing=true", "10.80.1.5", natNodeAddr},
+		{"natOutgoing=false", "10.81.1.5", "10.81.1.5"},
+	} {
+		b.Run(tc.name, func(b *testing.B) {
+			dialer := net.Dialer{LocalAddr: &net.TCPAddr{IP: net.ParseIP(tc.src)}, Timeout: 5 * time.Second}
+			connect := func() error {
+				return n.pod.Do(func(ns.NetNS) error {
+					c, err := dialer.Dial("tcp4", server)
+					if err != nil {
+						return err
+					}
+					defer c.Close()
+					buf := []byte{'x'}
+					if _, err := c.Write(buf); err != nil {
+						return err
+					}
+					_, err = io.ReadFull(c, buf)
+					return err
+				})
+			}
+			for len(seen) > 0 {
+				<-seen
+			}
+			if err := connect(); err != nil { // and the server saw the address the table says
+				b.Fatal(err)
+			}
+			if got := <-seen; got != tc.wantSeen {
+				b.Fatalf("the server saw %s from %s, want %s", got, tc.src, tc.wantSeen)
+			}
+			b.ResetTimer()
+			for range b.N {
+				if err := connect(); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
 	}
 }

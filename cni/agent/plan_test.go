@@ -1,7 +1,7 @@
 package agent
 
 import (
-	"encoding/json"
+	"fmt"
 	"net/netip"
 	"slices"
 	"sort"
@@ -205,7 +205,7 @@ func TestWaitForPreviousOwners(t *testing.T) {
 			if c.served > 0 {
 				served = map[string]ipam.ServedRange{"r": {Subnet: netip.MustParsePrefix("10.0.0.0/24"), OwnerGeneration: c.served}}
 			}
-			p.waitForPreviousOwners(holders(c.observed, "n1"), served)
+			p.waitForPreviousOwners(claims(nil, c.observed, "n1"), served)
 			if got := strings.Join(p.contested["r"], ", "); got != c.contested {
 				t.Errorf("contested by %q, want %q", got, c.contested)
 			}
@@ -272,36 +272,118 @@ func TestPendingRevocationIsRetried(t *testing.T) {
 	}
 }
 
-// ObservedReport is what every agent of a converged cluster writes: each range that has a
-// node, at its owner and generation; unassigned and overlapping (refused) ranges are left out.
+// ObservedReport is what a converged agent writes: its own claims, and its routes to the ranges
+// node failover waits for (marked) and to no other range — the report does not grow with the
+// cluster; unassigned and overlapping (refused) ranges are left out.
 func TestObservedReport(t *testing.T) {
 	moved := ipr("moved", 1, "10.0.1.0/24", "spare")
 	moved.Spec.OwnerGeneration = 2
+	moved.Annotations = map[string]string{jkev1.AnnotationReportRoutes: "n9"}
 	for _, tc := range []struct {
 		name   string
 		ranges []*jkev1.IPRange
+		self   string
 		want   string
 	}{
-		{"none", nil, `{}`},
-		{"two nodes and a moved range", []*jkev1.IPRange{ipr("a", 1, "10.0.0.0/24", "n1"), moved},
+		{"none", nil, "n1", `{}`},
+		{"its own range and a marked moved range", []*jkev1.IPRange{ipr("a", 1, "10.0.0.0/24", "n1"), moved}, "n1",
 			`{"a":"n1/0","moved":"spare/2"}`},
+		{"the target of the move", []*jkev1.IPRange{ipr("a", 1, "10.0.0.0/24", "n1"), moved}, "spare", `{"moved":"spare/2"}`},
+		{"another node's unmarked range is no entry", []*jkev1.IPRange{ipr("a", 1, "10.0.0.0/24", "n1"), ipr("b", 4, "10.0.4.0/24", "n2")}, "n1",
+			`{"a":"n1/0"}`},
 		{"unassigned and overlapping left out", []*jkev1.IPRange{ipr("a", 1, "10.0.0.0/24", "n1"),
-			ipr("free", 2, "10.0.2.0/24", ""), ipr("newer", 3, "10.0.0.0/25", "n2")}, `{"a":"n1/0"}`},
+			ipr("free", 2, "10.0.2.0/24", ""), ipr("newer", 3, "10.0.0.0/25", "n2")}, "n1", `{"a":"n1/0"}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ObservedReport(tc.ranges)
+			got, err := ObservedReport(tc.ranges, tc.self)
 			if err != nil || got != tc.want {
 				t.Fatalf("ObservedReport = %s, %v; want %s", got, err, tc.want)
 			}
-			// A real agent on a node owning one of them reports the same.
-			for _, self := range []string{"n1", "spare"} {
-				p := planRanges(tc.ranges, self)
-				b, _ := json.Marshal(observedRanges(self, p.mine, planRoutes(p.accepted, self, p.holdsItself, nil), nil, nil))
-				if string(b) != got {
-					t.Errorf("agent on %s reports %s, ObservedReport %s", self, b, got)
+		})
+	}
+}
+
+// Claims are read from the IPRanges' status.holders, and from the reports of nodes whose agent
+// predates them (legacy) for the ranges their status entry does not cover; a node's own entries
+// are its own claims, and the next hops come from the entries' addresses.
+func TestClaimsFromStatusAndLegacyReports(t *testing.T) {
+	r := ipr("r", 1, "10.0.0.0/24", "n1")
+	r.Status.Holders = []jkev1.IPRangeHolder{
+		{Node: "n1", Address: "192.0.2.1", Generation: 0, State: jkev1.HolderServing},
+		{Node: "n2", Address: "192.0.2.2", Generation: 0, State: jkev1.HolderDraining},
+	}
+	s := ipr("s", 2, "10.0.1.0/24", "n3")
+	legacy := map[string]string{
+		"n2": `{"r":"n2/7","s":"n2/1"}`, // r: its status entry wins; s: a claim in its report
+		"n3": `{"r":"n2/0","s":"n3/0"}`, // r: a route, no claim
+		"n1": `{"s":"n1/4"}`,            // this node's own report
+	}
+	got := claims([]*jkev1.IPRange{r, s}, legacy, "n1")
+	if fmt.Sprint(got["r"]) != "[{n2 0}]" || fmt.Sprint(got["s"]) != "[{n2 1} {n3 0}]" {
+		t.Errorf("claims = %v, want r held by n2 at 0 (status), s by n2 at 1 and n3 at 0 (reports)", got)
+	}
+	if own := ownClaims([]*jkev1.IPRange{r, s}, legacy["n1"], "n1"); len(own) != 2 || own["r"] != 0 || own["s"] != 4 {
+		t.Errorf("ownClaims = %v, want r at 0 (its status entry) and s at 4 (its report)", own)
+	}
+	addrs := holderAddresses([]*jkev1.IPRange{r, s}, map[string]string{"n2": "198.51.100.2", "n3": "198.51.100.3"})
+	if addrs["n1"] != "192.0.2.1" || addrs["n2"] != "192.0.2.2" || addrs["n3"] != "198.51.100.3" {
+		t.Errorf("addresses = %v, want the status entries' first, a legacy node's InternalIP otherwise", addrs)
+	}
+}
+
+// A node writes exactly its own entry: set, changed in place, removed; the others stay as they
+// are, in their place (admission refuses any other change).
+func TestWithHolder(t *testing.T) {
+	a := jkev1.IPRangeHolder{Node: "a", Address: "192.0.2.1", State: jkev1.HolderServing}
+	b := jkev1.IPRangeHolder{Node: "b", Address: "192.0.2.2", State: jkev1.HolderDraining}
+	b2 := b
+	b2.Generation = 3
+	for _, c := range []struct {
+		name    string
+		in      []jkev1.IPRangeHolder
+		want    *jkev1.IPRangeHolder
+		out     string
+		changed bool
+	}{
+		{"added", []jkev1.IPRangeHolder{a}, &b, "[a b]", true},
+		{"unchanged", []jkev1.IPRangeHolder{b, a}, &b, "[b a]", false},
+		{"changed in place", []jkev1.IPRangeHolder{b, a}, &b2, "[b a]", true},
+		{"removed", []jkev1.IPRangeHolder{a, b}, nil, "[a]", true},
+		{"nothing to remove", []jkev1.IPRangeHolder{a}, nil, "[a]", false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			out, changed := withHolder(c.in, "b", c.want)
+			var nodes []string
+			for _, h := range out {
+				nodes = append(nodes, h.Node)
+				if h.Node == "b" && *c.want != h {
+					t.Errorf("b's entry %+v, want %+v", h, *c.want)
 				}
 			}
+			if fmt.Sprint(nodes) != c.out || changed != c.changed {
+				t.Errorf("holders %v changed %v, want %s changed %v", nodes, changed, c.out, c.changed)
+			}
 		})
+	}
+	own := ownHolders("n1", "192.0.2.1", []*jkev1.IPRange{ipr("mine", 1, "10.0.1.0/24", "n1")}, map[string]int64{"old": 2})
+	if own["mine"].State != jkev1.HolderServing || own["old"].State != jkev1.HolderDraining || own["old"].Generation != 2 || len(own) != 2 {
+		t.Errorf("ownHolders = %+v, want mine Serving and old Draining at 2", own)
+	}
+	// The label (claims-in-status) waits until the IPRanges show every claim as own has it.
+	mine, old := ipr("mine", 1, "10.0.1.0/24", "n1"), ipr("old", 2, "10.0.2.0/24", "n2")
+	if claimsInStatus([]*jkev1.IPRange{mine, old}, "n1", own) {
+		t.Error("claimsInStatus: true before any claim is in status.holders")
+	}
+	mine.Status.Holders = []jkev1.IPRangeHolder{own["mine"]}
+	if claimsInStatus([]*jkev1.IPRange{mine, old}, "n1", own) {
+		t.Error("claimsInStatus: true with the Draining claim of old missing")
+	}
+	old.Status.Holders = []jkev1.IPRangeHolder{{Node: "n2", State: jkev1.HolderServing, Generation: 2}, own["old"]}
+	if !claimsInStatus([]*jkev1.IPRange{mine, old}, "n1", own) {
+		t.Error("claimsInStatus: false with every claim in place")
+	}
+	if claimsInStatus([]*jkev1.IPRange{mine, old}, "n1", map[string]jkev1.IPRangeHolder{"mine": own["mine"]}) {
+		t.Error("claimsInStatus: true while an entry own no longer has is still there")
 	}
 }
 
@@ -328,17 +410,17 @@ func TestRouteVia(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			if got := routeVia(c.r, holders(c.observed, "")[c.r.Name]); got != c.want {
+			if got := routeVia(c.r, claims(nil, c.observed, "")[c.r.Name]); got != c.want {
 				t.Fatalf("routeVia = %q, want %q", got, c.want)
 			}
 			// The node it goes to routes it nowhere (it holds the range), nor does the owner
 			// waiting for it route it anywhere but there.
 			holds := func(string) bool { return true }
-			if routes := planRoutes([]*jkev1.IPRange{c.r}, c.want, holds, holders(c.observed, c.want)); len(routes) != 0 {
+			if routes := planRoutes([]*jkev1.IPRange{c.r}, c.want, holds, claims(nil, c.observed, c.want)); len(routes) != 0 {
 				t.Fatalf("node %s routes %s away via %s", c.want, c.r.Name, routes[0].via)
 			}
 			if owner := c.r.Spec.Node; owner != "" && owner != c.want {
-				routes := planRoutes([]*jkev1.IPRange{c.r}, owner, func(string) bool { return false }, holders(c.observed, owner))
+				routes := planRoutes([]*jkev1.IPRange{c.r}, owner, func(string) bool { return false }, claims(nil, c.observed, owner))
 				if len(routes) != 1 || routes[0].via != c.want {
 					t.Fatalf("the owner %s routes %s as %+v, want via %s", owner, c.r.Name, routes, c.want)
 				}

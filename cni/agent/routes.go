@@ -8,21 +8,27 @@ import (
 	"github.com/vishvananda/netlink"
 )
 
-// syncRoutes makes the routes with RouteProtocol exactly "range CIDR via the InternalIP of the
-// node it is routed to" (planRoutes: the node that holds addresses of it), in the agent's network
-// namespace, and says which ranges are routed now (programmed, by IPRange name). A range whose
-// node has no known InternalIP (created before its node joined, say) gets no route and is listed
-// in unroutable: that is no failure of this agent, whose health must not depend on it. A route
-// that cannot be programmed is an error of this pass and leaves only its own range unrouted.
+// syncRoutes makes the routes with RouteProtocol exactly "range CIDR via the address of the
+// node it is routed to" (planRoutes: the node that holds addresses of it; nodeIP: its address
+// from status.holders), in the agent's network namespace, and says which ranges are routed now
+// (programmed, by IPRange name). A range whose node's address is not known (assigned to a node
+// that has not claimed it, or to a node whose agent predates status.holders before the
+// controller-manager labelled it) is listed in unroutable and keeps the route it has, if any:
+// that is no failure of this agent, whose health must not depend on it. A route that cannot be
+// programmed is an error of this pass and leaves only its own range unrouted.
 func (a *Agent) syncRoutes(routes []rangeRoute, nodeIP func(string) net.IP) (n int, unroutable []string, programmed map[string]bool, err error) {
 	want := map[string]*netlink.Route{}
 	names := map[string][]string{} // dst -> IPRange names
 	programmed = map[string]bool{}
+	keep := map[string]bool{} // dst of unroutable ranges: an existing route stays
 	var errs []error
 	for _, rt := range routes {
 		gw := nodeIP(rt.via)
 		if gw == nil {
 			unroutable = append(unroutable, fmt.Sprintf("%s (node %s)", rt.r.Name, rt.via))
+			if _, dst, err := net.ParseCIDR(rt.r.Spec.CIDR); err == nil {
+				keep[dst.String()] = true
+			}
 			continue
 		}
 		_, dst, err := net.ParseCIDR(rt.r.Spec.CIDR)
@@ -48,6 +54,9 @@ func (a *Agent) syncRoutes(routes []rangeRoute, nodeIP func(string) net.IP) (n i
 		if w, ok := want[r.Dst.String()]; ok && w.Gw.Equal(r.Gw) {
 			delete(want, r.Dst.String())
 			done(r.Dst.String())
+			continue
+		}
+		if _, ok := want[r.Dst.String()]; !ok && keep[r.Dst.String()] {
 			continue
 		}
 		if err := netlink.RouteDel(&r); err != nil {

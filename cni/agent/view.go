@@ -27,11 +27,18 @@ import (
 // server nothing. Listing IPRanges, every StaticIP of the cluster, this node's pods and the
 // other nodes on each sync (the agent syncs on every pod deletion) made the agents of a
 // cluster a LIST load proportional to nodes x pod churn.
+//
+// Of the Nodes it reads only its own (its address, its report, its condition) and those whose
+// agent does not claim in status.holders (no jkev1.LabelClaimsInStatus: their claims, during an
+// upgrade — an old agent is read from its first claim on, no controller has to label it); the
+// other nodes' claims and addresses come with the IPRanges (status.holders), so that nothing an
+// agent watches grows with the number of nodes beyond the ranges themselves.
 type view struct {
 	ranges    jkelisters.IPRangeLister
 	staticIPs jkelisters.StaticIPLister
 	pods      corelisters.PodLister
-	nodes     corelisters.NodeLister
+	self      corelisters.NodeLister
+	legacy    corelisters.NodeLister
 	synced    []cache.InformerSynced
 }
 
@@ -54,23 +61,30 @@ func (a *Agent) Start(ctx context.Context) error {
 			b.Shutdown()
 		}()
 	}
-	nodes := informers.NewSharedInformerFactory(a.kube, 0)
+	self := informers.NewSharedInformerFactoryWithOptions(a.kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.FieldSelector = "metadata.name=" + a.cfg.NodeName
+	}))
+	legacy := informers.NewSharedInformerFactoryWithOptions(a.kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+		o.LabelSelector = jkev1.LabelClaimsInStatus + "!=true"
+	}))
 	pods := informers.NewSharedInformerFactoryWithOptions(a.kube, 0, informers.WithTweakListOptions(func(o *metav1.ListOptions) {
 		o.FieldSelector = "spec.nodeName=" + a.cfg.NodeName
 	}))
 	sips := sipinformers.NewSharedInformerFactory(a.sip, 0)
 
 	podInf := pods.Core().V1().Pods().Informer()
-	nodeInf := nodes.Core().V1().Nodes().Informer()
+	selfInf := self.Core().V1().Nodes().Informer()
+	legacyInf := legacy.Core().V1().Nodes().Informer()
 	rangeInf := sips.Jke().V1().IPRanges().Informer()
 	sipInf := sips.Jke().V1().StaticIPs().Informer()
-	// The agent reads a pod's identity and a node's addresses only: keep nothing else, so a
-	// node's cache of every Node of a large cluster stays small.
+	// The agent reads a pod's identity and a node's addresses and report only: keep nothing else.
 	if err := podInf.SetTransform(trimPod); err != nil {
 		return err
 	}
-	if err := nodeInf.SetTransform(trimNode); err != nil {
-		return err
+	for _, inf := range []cache.SharedIndexInformer{selfInf, legacyInf} {
+		if err := inf.SetTransform(trimNode); err != nil {
+			return err
+		}
 	}
 	register := []struct {
 		inf     cache.SharedIndexInformer
@@ -78,12 +92,20 @@ func (a *Agent) Start(ctx context.Context) error {
 		onAdd   bool
 	}{
 		{podInf, func(any, any) bool { return false }, false}, // GC cares about pods that are gone
-		// A node's addresses (routes) or its report of the ranges it holds (a range assigned
-		// here waits until the node it left has drained it).
-		{nodeInf, func(o, n any) bool {
+		// This node's address (its claims carry it); a legacy node's address (routes) or its
+		// report of the ranges it holds (a range assigned here waits until the node it left
+		// has drained it).
+		{selfInf, func(o, n any) bool { return !reflect.DeepEqual(nodeAddresses(o), nodeAddresses(n)) }, true},
+		{legacyInf, func(o, n any) bool {
 			return !reflect.DeepEqual(nodeAddresses(o), nodeAddresses(n)) || observedOf(o) != observedOf(n)
 		}, true},
-		{rangeInf, func(o, n any) bool { return !reflect.DeepEqual(o.(*jkev1.IPRange).Spec, n.(*jkev1.IPRange).Spec) }, true},
+		// A range's spec, its claims (status.holders) and whether node failover waits for the
+		// routes to it; not its counts, which its owner rewrites as pods come and go.
+		{rangeInf, func(o, n any) bool {
+			or, nr := o.(*jkev1.IPRange), n.(*jkev1.IPRange)
+			return !reflect.DeepEqual(or.Spec, nr.Spec) || !reflect.DeepEqual(or.Status.Holders, nr.Status.Holders) ||
+				or.Annotations[jkev1.AnnotationReportRoutes] != nr.Annotations[jkev1.AnnotationReportRoutes]
+		}, true},
 		{sipInf, func(o, n any) bool { return !reflect.DeepEqual(o.(*jkev1.StaticIP).Spec, n.(*jkev1.StaticIP).Spec) }, true},
 	}
 	for _, r := range register {
@@ -108,10 +130,12 @@ func (a *Agent) Start(ctx context.Context) error {
 		ranges:    sips.Jke().V1().IPRanges().Lister(),
 		staticIPs: sips.Jke().V1().StaticIPs().Lister(),
 		pods:      pods.Core().V1().Pods().Lister(),
-		nodes:     nodes.Core().V1().Nodes().Lister(),
-		synced:    []cache.InformerSynced{podInf.HasSynced, nodeInf.HasSynced, rangeInf.HasSynced, sipInf.HasSynced},
+		self:      self.Core().V1().Nodes().Lister(),
+		legacy:    legacy.Core().V1().Nodes().Lister(),
+		synced:    []cache.InformerSynced{podInf.HasSynced, selfInf.HasSynced, legacyInf.HasSynced, rangeInf.HasSynced, sipInf.HasSynced},
 	}
-	nodes.Start(ctx.Done())
+	self.Start(ctx.Done())
+	legacy.Start(ctx.Done())
 	pods.Start(ctx.Done())
 	sips.Start(ctx.Done())
 	a.view = v
@@ -148,14 +172,20 @@ type snapshot struct {
 	ranges    []*jkev1.IPRange
 	staticIPs []*jkev1.StaticIP
 	pods      []*corev1.Pod
-	nodeIP    func(name string) net.IP
-	// observed are the nodes' ObservedAnnotation values, by node name.
-	observed map[string]string
-	// nodeAddrs are every node's InternalIP and ExternalIP addresses (outgoing NAT).
+	// legacy are the ObservedAnnotation values of the nodes whose agent predates
+	// status.holders, by node name; legacyAddresses their InternalIPs.
+	legacy, legacyAddresses map[string]string
+	// selfAddress is this node's InternalIP ("" while unknown); ownReport its ObservedAnnotation.
+	selfAddress, ownReport string
+	// nodeAddrs are the node addresses outgoing NAT leaves alone: this node's InternalIPs and
+	// ExternalIPs, the holders' addresses of every range and the legacy nodes' addresses. The
+	// agent does not watch every Node (issue 37: that grows with the square of the cluster), so
+	// a node that holds no range and runs no legacy agent is not in it: nonMasqueradeCIDRs covers
+	// such nodes (cni/README "Outgoing NAT").
 	nodeAddrs []netip.Addr
 }
 
-func (v *view) snapshot() (*snapshot, error) {
+func (v *view) snapshot(self string) (*snapshot, error) {
 	ranges, err := v.ranges.List(labels.Everything())
 	if err != nil {
 		return nil, err
@@ -169,23 +199,29 @@ func (v *view) snapshot() (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	nodes, err := v.nodes.List(labels.Everything())
+	legacyNodes, err := v.legacy.List(labels.Everything())
 	if err != nil {
 		return nil, err
 	}
-	observed := map[string]string{}
-	for _, n := range nodes {
+	snap := &snapshot{ranges: ranges, staticIPs: sips, pods: pods, legacy: map[string]string{}, legacyAddresses: map[string]string{}}
+	for _, n := range legacyNodes {
 		if a := n.Annotations[ObservedAnnotation]; a != "" {
-			observed[n.Name] = a
+			snap.legacy[n.Name] = a
+		}
+		if ip := internalIP(n); ip != nil {
+			snap.legacyAddresses[n.Name] = ip.String()
 		}
 	}
-	return &snapshot{ranges: ranges, staticIPs: sips, pods: pods, observed: observed, nodeAddrs: nodeAddressesOf(nodes), nodeIP: func(name string) net.IP {
-		n, err := v.nodes.Get(name)
-		if err != nil {
-			return nil
+	var selfNode []*corev1.Node
+	if n, err := v.self.Get(self); err == nil {
+		if ip := internalIP(n); ip != nil {
+			snap.selfAddress = ip.String()
 		}
-		return internalIP(n)
-	}}, nil
+		snap.ownReport = n.Annotations[ObservedAnnotation]
+		selfNode = []*corev1.Node{n}
+	}
+	snap.nodeAddrs = natNodeAddresses(ranges, selfNode, legacyNodes)
+	return snap, nil
 }
 
 // internalIP is the node's InternalIP, IPv4 preferred.
@@ -228,8 +264,8 @@ func trimPod(obj any) (any, error) {
 	return t, nil
 }
 
-// trimNode keeps the node's name and addresses (routes go via the InternalIP) and the
-// agent's own ObservedAnnotation.
+// trimNode keeps the node's name and addresses (routes go via the InternalIP), the agent's
+// report (ObservedAnnotation, and whether it claims in status.holders) and its condition.
 func trimNode(obj any) (any, error) {
 	n, ok := obj.(*corev1.Node)
 	if !ok {
@@ -242,6 +278,9 @@ func trimNode(obj any) (any, error) {
 	if v, ok := n.Annotations[ObservedAnnotation]; ok { // what the node reported (fence.go)
 		t.Annotations = map[string]string{ObservedAnnotation: v}
 	}
+	if v, ok := n.Labels[jkev1.LabelClaimsInStatus]; ok {
+		t.Labels = map[string]string{jkev1.LabelClaimsInStatus: v}
+	}
 	if c := networkConditionOf(n); c != nil { // what the agent reported (network.go)
 		t.Status.Conditions = []corev1.NodeCondition{*c}
 	}
@@ -250,20 +289,20 @@ func trimNode(obj any) (any, error) {
 
 // networkCondition is the node's NetworkUnavailable condition as the cache has it, or nil.
 func (v *view) networkCondition(node string) *corev1.NodeCondition {
-	n, err := v.nodes.Get(node)
+	n, err := v.self.Get(node)
 	if err != nil {
 		return nil
 	}
 	return networkConditionOf(n)
 }
 
-// observedAnnotation is the node's ObservedAnnotation as the cache has it.
-func (v *view) observedAnnotation(node string) string {
-	n, err := v.nodes.Get(node)
+// ownReport is the node's ObservedAnnotation and LabelClaimsInStatus as the cache has them.
+func (v *view) ownReport(node string) (observed, claimsInStatus string) {
+	n, err := v.self.Get(node)
 	if err != nil {
-		return ""
+		return "", ""
 	}
-	return n.Annotations[ObservedAnnotation]
+	return n.Annotations[ObservedAnnotation], n.Labels[jkev1.LabelClaimsInStatus]
 }
 
 func observedOf(obj any) string {
@@ -271,4 +310,11 @@ func observedOf(obj any) string {
 		return n.Annotations[ObservedAnnotation]
 	}
 	return ""
+}
+
+// legacyNodes are the Nodes whose agent does not claim in status.holders (agents of the previous
+// release, Nodes whose agent has not started yet or that run none), as the cache has them.
+func (v *view) legacyNodes() []*corev1.Node {
+	ns, _ := v.legacy.List(labels.Everything())
+	return ns
 }

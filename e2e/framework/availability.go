@@ -122,16 +122,28 @@ func (m *AvailabilityMonitor) unavailableLocked() []string {
 	return down
 }
 
-// Arm starts counting against the limit; it fails the test if the pods are not all
-// available right now (the phase before Arm must have waited for that).
+// armLag bounds how long Arm waits for the monitor's watch to deliver what the phase before
+// it saw through a LIST: the watch may be a moment behind (a pod Ready in the LIST, not yet in
+// the watch), and that lag is not unavailability.
+const armLag = 10 * time.Second
+
+// Arm starts counting against the limit; it fails the test if the pods are not all available
+// in the monitor's own view within armLag (the phase before Arm must have waited for that).
 func (m *AvailabilityMonitor) Arm(t *testing.T) {
 	t.Helper()
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	m.armed = true
-	m.peak = 0
-	if down := m.unavailableLocked(); len(down) > 0 {
-		t.Fatalf("availability monitor armed with pods unavailable: %s", strings.Join(down, ", "))
+	var down []string
+	for deadline := time.Now().Add(armLag); ; time.Sleep(100 * time.Millisecond) {
+		m.mu.Lock()
+		if down = m.unavailableLocked(); len(down) == 0 || time.Now().After(deadline) {
+			m.armed = true
+			m.peak = 0
+			m.mu.Unlock()
+			break
+		}
+		m.mu.Unlock()
+	}
+	if len(down) > 0 {
+		t.Fatalf("availability monitor armed with pods unavailable (after %s for its watch to catch up): %s", armLag, strings.Join(down, ", "))
 	}
 }
 

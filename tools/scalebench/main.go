@@ -37,6 +37,7 @@ func main() {
 	flag.IntVar(&o.Replicas, "replicas", o.Replicas, "ests: replicas of the EnhancedStatefulSet and of the native StatefulSet")
 	flag.IntVar(&o.MaxUnavailable, "max-unavailable", o.MaxUnavailable, "ests: rollout budget of both")
 	flag.IntVar(&o.FailoverPods, "failover-pods", o.FailoverPods, "failover: static-IP pods on the failed node")
+	flag.BoolVar(&o.FailoverNativeFirst, "failover-native-first", false, "failover: the native StatefulSet's failover first (alternate it between rounds)")
 	flag.IntVar(&o.Services, "services", o.Services, "wrapper: Services (10 endpoints each)")
 	flag.IntVar(&o.Wrappers, "wrappers", o.Wrappers, "wrapper: wrapper processes, one per node, for the label-change list count")
 	dir := flag.String("dir", "", "logs and configs (default: a temp dir, removed unless SCALEBENCH_KEEP is set)")

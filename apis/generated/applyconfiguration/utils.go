@@ -44,6 +44,8 @@ func ForKind(kind schema.GroupVersionKind) interface{} {
 		return &jkev1.IPPoolStatusApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("IPRange"):
 		return &jkev1.IPRangeApplyConfiguration{}
+	case v1.SchemeGroupVersion.WithKind("IPRangeHolder"):
+		return &jkev1.IPRangeHolderApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("IPRangeSpec"):
 		return &jkev1.IPRangeSpecApplyConfiguration{}
 	case v1.SchemeGroupVersion.WithKind("IPRangeStatus"):

@@ -22,8 +22,7 @@ type IPRangeSpec struct {
 	// Node is the node that currently owns the range. Empty: not assigned. It changes from one
 	// node straight to another only together with ownerGeneration+1 (node failover); an
 	// operator unassigns a range, then assigns it, and the new node allocates from it only once
-	// no other node reports holding addresses of it (the Node annotation
-	// staticip.jke.jdcloud.com/ipranges-observed).
+	// no other node holds addresses of it (status.holders).
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
 	Node string `json:"node,omitempty"`
@@ -87,6 +86,70 @@ type IPRangeStatus struct {
 	// +listType=map
 	// +listMapKey=type
 	Conditions []metav1.Condition `json:"conditions,omitempty"`
+	// Holders are the nodes that hold addresses of the range, each entry written by the node it
+	// names and by no other (the ValidatingAdmissionPolicy staticip-agent-range-status checks
+	// the writer's node-bound token): the owner once it serves the range, and a node the range
+	// moved away from while its pods still hold addresses of it (it drains). The range's
+	// traffic goes to the address of the owner once it holds the range at the current
+	// ownerGeneration, else to a node that drains it at that generation; an entry at a lower
+	// generation holds nothing (node failover moved the range away from that node). A node
+	// assigned a range that another node holds at its generation waits until that entry is
+	// gone. Few entries: one per node that held the range at its generation, and none grows
+	// with the cluster.
+	// +optional
+	// +listType=map
+	// +listMapKey=node
+	// +kubebuilder:validation:MaxItems=32
+	Holders []IPRangeHolder `json:"holders,omitempty"`
+}
+
+// AnnotationReportRoutes on an IPRange, set by node failover while it waits for every node's
+// route to a range it moved (RoutesConverged), names that move (its NodeFailover record). Every
+// agent reports its route to a range so marked on its Node (annotation
+// staticip.jke.jdcloud.com/ipranges-observed), and only to ranges so marked: the report stays as
+// small as the moves in flight.
+const AnnotationReportRoutes = "staticip.jke.jdcloud.com/report-routes"
+
+// LabelClaimsInStatus ("true") on a Node: its agent writes its claims into the IPRanges'
+// status.holders. The upgrade from the claims in the Node annotation
+// staticip.jke.jdcloud.com/ipranges-observed (agents before status.holders): every agent labels
+// its own Node, and reads the claims of the Nodes WITHOUT the label (selector
+// "claims-in-status!=true": agents of the previous release, and Nodes whose agent has not
+// started yet) besides status.holders. An agent that has not labelled its Node is never
+// overlooked — there is no window between an old agent's claim and anyone's label — and once
+// every agent is upgraded the selected set is only the Nodes that run no agent.
+const LabelClaimsInStatus = "staticip.jke.jdcloud.com/claims-in-status"
+
+// IPRangeHolderState says whether a holder allocates from the range or only drains it.
+// +kubebuilder:validation:Enum=Serving;Draining
+type IPRangeHolderState string
+
+const (
+	// HolderServing: the node owns the range and allocates from it.
+	HolderServing IPRangeHolderState = "Serving"
+	// HolderDraining: the range moved away (or waits to be assigned) while pods of the node
+	// still hold addresses of it; nothing new is allocated from it there.
+	HolderDraining IPRangeHolderState = "Draining"
+)
+
+// IPRangeHolder is one node's claim that it holds addresses of the range.
+type IPRangeHolder struct {
+	// Node is the node that holds addresses of the range; only that node's agent writes
+	// this entry.
+	// +kubebuilder:validation:MinLength=1
+	// +kubebuilder:validation:MaxLength=253
+	Node string `json:"node"`
+	// Address is the node's InternalIP: the next hop of every other node's route to the range.
+	// +optional
+	// +kubebuilder:validation:MaxLength=64
+	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || isIP(self)",message="must be a valid IP address"
+	Address string `json:"address,omitempty"`
+	// Generation is the ownerGeneration the node holds the range at.
+	// +kubebuilder:validation:Minimum=0
+	Generation int64 `json:"generation"`
+	// State: Serving (it allocates from the range) or Draining (it only keeps the addresses
+	// its pods hold).
+	State IPRangeHolderState `json:"state"`
 }
 
 // IPRange is a CIDR owned by one node; that node's CNI allocates pod IPs from it.

@@ -626,6 +626,30 @@ func (c *Controller) release(ctx context.Context, rel Release) error {
 		return fmt.Errorf("release IPRange %s: %w", rel.Range, err)
 	}
 	c.remember(written)
+	if rel.NodeGone {
+		return c.pruneHolders(ctx, written, rel.Node)
+	}
+	return nil
+}
+
+// pruneHolders removes the claims of a node proven gone from a range's status.holders: no agent
+// will ever remove them (its node is gone), and they would count toward the entries' limit of a
+// block that cycles through deleted nodes. Only entries naming that node go; a conflict is
+// retried on the range's next sync (entries at an older generation hold nothing meanwhile).
+func (c *Controller) pruneHolders(ctx context.Context, r *jkev1.IPRange, node string) error {
+	if node == "" || !slices.ContainsFunc(r.Status.Holders, func(h jkev1.IPRangeHolder) bool { return h.Node == node }) {
+		return nil
+	}
+	r = r.DeepCopy()
+	r.Status.Holders = slices.DeleteFunc(r.Status.Holders, func(h jkev1.IPRangeHolder) bool { return h.Node == node })
+	written, err := c.client.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("IPRange %s: remove the claims of gone node %s: %w", r.Name, node, err)
+	}
+	c.remember(written)
 	return nil
 }
 

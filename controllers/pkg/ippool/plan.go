@@ -147,6 +147,9 @@ type Assign struct {
 type Release struct {
 	Range, Pool, Node, Why string
 	Generation             int64
+	// NodeGone: the node is proven gone (controllers/pkg/nodegone): its claims in the range's
+	// status.holders go with the block.
+	NodeGone bool
 }
 
 // Wait is a pool range of a deleted node that is not released yet, and why (the rule's
@@ -589,7 +592,7 @@ func (pl *planner) releaseGone() {
 				pl.plan.requeue(heldRecheck)
 				continue
 			}
-			pl.plan.Release = append(pl.plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node, Generation: r.OwnerGeneration + 1,
+			pl.plan.Release = append(pl.plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node, Generation: r.OwnerGeneration + 1, NodeGone: gone != "",
 				Why: fmt.Sprintf("node %s is gone since %s (%s), the quarantine of %s has passed and nothing holds an IP of %s",
 					orNone(r.Node), r.GoneSince.UTC().Format(time.RFC3339), gone, p.ReleaseAfter, r.CIDR)})
 		}

@@ -2,6 +2,7 @@ package nodefailover
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
@@ -12,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
@@ -165,17 +167,50 @@ func (m *migration) existingMoves() []jkev1alpha1.MovedRange {
 }
 
 // waitForRoutes waits until the agents of every Ready node route the moved ranges to the target.
-func (m *migration) waitForRoutes(context.Context) (bool, time.Duration, error) {
+// While it waits, the moved ranges carry jkev1.AnnotationReportRoutes (this record's name): the
+// agents report their routes to marked ranges only, so that their reports stay as small as the
+// moves in flight; the mark goes once every route is in place.
+func (m *migration) waitForRoutes(ctx context.Context) (bool, time.Duration, error) {
+	moved := m.existingMoves()
+	if err := m.markReportRoutes(ctx, moved, m.rec.Name); err != nil {
+		return false, 0, err
+	}
 	nodes, err := m.c.nodes.List(labels.Everything())
 	if err != nil {
 		return false, 0, err
 	}
-	if lagging := RoutesLagging(nodes, m.failedName(), m.existingMoves()); len(lagging) > 0 {
+	if lagging := RoutesLagging(nodes, m.failedName(), moved); len(lagging) > 0 {
 		m.waiting(ReasonWaitingForRoutes, fmt.Sprintf("waiting for the agents of %d Ready nodes to route the moved ranges to %s (annotation %s): %s",
 			len(lagging), m.st().Target, jkev1alpha1.AnnotationIPRangesObserved, shortList(lagging)))
 		return false, 0, nil
 	}
+	if err := m.markReportRoutes(ctx, moved, ""); err != nil {
+		return false, 0, err
+	}
 	return true, 0, nil
+}
+
+// markReportRoutes sets (value: the record's name) or removes (value "") the mark
+// jkev1.AnnotationReportRoutes on the moved ranges, patching only those that differ.
+func (m *migration) markReportRoutes(ctx context.Context, moved []jkev1alpha1.MovedRange, value string) error {
+	for _, mv := range moved {
+		r, err := m.c.ranges.Get(mv.Name)
+		if err != nil || r.Annotations[jkev1.AnnotationReportRoutes] == value {
+			continue
+		}
+		var v any = value
+		if value == "" {
+			v = nil // a merge patch removes the key
+		}
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{jkev1.AnnotationReportRoutes: v}}})
+		if err != nil {
+			return err
+		}
+		if _, err := m.c.client.JkeV1().IPRanges().Patch(ctx, mv.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("IPRange %s: mark %s: %w", mv.Name, jkev1.AnnotationReportRoutes, err)
+		}
+	}
+	return nil
 }
 
 // rebind re-points the StaticIPs at the target (after re-checking the fence) and records it.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -98,8 +100,10 @@ type Controller struct {
 	pods      corelisters.PodLister
 	ranges    jkev1listers.IPRangeLister
 	staticIPs jkev1listers.StaticIPLister
-	records   jkev1alpha1listers.NodeFailoverLister
-	podIndex  *podindex.Pods
+	// activeRecords: the records' indexer (activeIndex: not Completed).
+	activeRecords cache.Indexer
+	records       jkev1alpha1listers.NodeFailoverLister
+	podIndex      *podindex.Pods
 
 	synced []cache.InformerSynced
 	queue  workqueue.TypedRateLimitingInterface[string]
@@ -156,9 +160,17 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, nodeIn
 		return nil, err
 	}
 	c.podIndex = podIndex
-	// A node's own changes concern its record; any node's health, annotations and labels
-	// concern every running migration (unhealthy share, routes, spares).
-	nodeHandler := func(obj any) {
+	// Running migrations are found through an index, not by listing every record: records stay
+	// as history, and this runs on Node events.
+	if err := recordInformer.Informer().AddIndexers(cache.Indexers{activeIndex: activeRecordIndex}); err != nil {
+		return nil, err
+	}
+	c.activeRecords = recordInformer.Informer().GetIndexer()
+	// A node's own changes concern its record; any node's health, annotations, labels, taints
+	// and capacity concern every running migration (unhealthy share, routes, spares) — its
+	// heartbeats do not (NodeConcernsMigrations), so that a large cluster's Node updates do not
+	// re-run every migration.
+	nodeHandler := func(old, obj any) {
 		n, ok := obj.(*corev1.Node)
 		if !ok {
 			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
@@ -170,11 +182,13 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, nodeIn
 		}
 		c.gone.put(n.Name, n.Labels)
 		c.queue.Add(n.Name)
-		c.enqueueActive()
+		if o, ok := old.(*corev1.Node); !ok || NodeConcernsMigrations(o, n) {
+			c.enqueueActive()
+		}
 	}
 	nodeHandlerReg, err := nodeInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: nodeHandler, UpdateFunc: func(_, cur any) { nodeHandler(cur) },
-		DeleteFunc: nodeHandler,
+		AddFunc: func(obj any) { nodeHandler(nil, obj) }, UpdateFunc: nodeHandler,
+		DeleteFunc: func(obj any) { nodeHandler(nil, obj) },
 	})
 	if err != nil {
 		return nil, err
@@ -267,15 +281,43 @@ func (c *Controller) enqueueOwner(obj any) {
 
 // enqueueActive queues every migration that is not Completed.
 func (c *Controller) enqueueActive() {
-	recs, err := c.records.List(labels.Everything())
+	keys, err := c.activeRecords.IndexKeys(activeIndex, "true")
 	if err != nil {
 		return
 	}
-	for _, r := range recs {
-		if r.Status.Phase != jkev1alpha1.FailoverCompleted {
-			c.queue.Add(r.Name)
+	for _, k := range keys {
+		c.queue.Add(k) // records are cluster-scoped: the key is the name
+	}
+}
+
+// activeIndex indexes the NodeFailover records that are not Completed under "true".
+const activeIndex = "active"
+
+func activeRecordIndex(obj any) ([]string, error) {
+	if r, ok := obj.(*jkev1alpha1.NodeFailover); ok && r.Status.Phase != jkev1alpha1.FailoverCompleted {
+		return []string{"true"}, nil
+	}
+	return nil, nil
+}
+
+// NodeConcernsMigrations says whether a Node update can change what a running migration
+// decides: its labels, annotations (the agents' route reports), taints, schedulability,
+// addresses, allocatable, deletion, or the status of a condition. A kubelet's status refresh
+// (heartbeat times only) does not.
+func NodeConcernsMigrations(old, cur *corev1.Node) bool {
+	if !maps.Equal(old.Labels, cur.Labels) || !maps.Equal(old.Annotations, cur.Annotations) ||
+		!equality.Semantic.DeepEqual(old.Spec.Taints, cur.Spec.Taints) || old.Spec.Unschedulable != cur.Spec.Unschedulable ||
+		!equality.Semantic.DeepEqual(old.Status.Addresses, cur.Status.Addresses) ||
+		!equality.Semantic.DeepEqual(old.Status.Allocatable, cur.Status.Allocatable) ||
+		(old.DeletionTimestamp == nil) != (cur.DeletionTimestamp == nil) || len(old.Status.Conditions) != len(cur.Status.Conditions) {
+		return true
+	}
+	for i, c := range cur.Status.Conditions {
+		if o := old.Status.Conditions[i]; o.Type != c.Type || o.Status != c.Status || o.Reason != c.Reason {
+			return true
 		}
 	}
+	return false
 }
 
 // Run runs the controller until ctx is done.

@@ -460,3 +460,41 @@ func TestLeftToAllocator(t *testing.T) {
 		})
 	}
 }
+
+// TestNodeConcernsMigrations: a kubelet's heartbeat (condition times only) does not re-run the
+// running migrations; every change a migration reads does.
+func TestNodeConcernsMigrations(t *testing.T) {
+	base := func() *corev1.Node {
+		n := node("n").ready(corev1.ConditionTrue, t0).n
+		n.Annotations = map[string]string{jkev1alpha1.AnnotationIPRangesObserved: `{"r":"a/1"}`}
+		n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(t0)
+		return n
+	}
+	for _, tc := range []struct {
+		name   string
+		change func(n *corev1.Node)
+		want   bool
+	}{
+		{"nothing", func(*corev1.Node) {}, false},
+		{"heartbeat only", func(n *corev1.Node) { n.Status.Conditions[0].LastHeartbeatTime = metav1.NewTime(t0.Add(time.Minute)) }, false},
+		{"resourceVersion only", func(n *corev1.Node) { n.ResourceVersion = "42" }, false},
+		{"route report", func(n *corev1.Node) { n.Annotations[jkev1alpha1.AnnotationIPRangesObserved] = `{"r":"b/2"}` }, true},
+		{"Ready to Unknown", func(n *corev1.Node) { n.Status.Conditions[0].Status = corev1.ConditionUnknown }, true},
+		{"a new condition", func(n *corev1.Node) {
+			n.Status.Conditions = append(n.Status.Conditions, corev1.NodeCondition{Type: corev1.NodeNetworkUnavailable, Status: corev1.ConditionTrue})
+		}, true},
+		{"spare label", func(n *corev1.Node) { n.Labels[jkev1alpha1.LabelSpare] = "true" }, true},
+		{"a taint", func(n *corev1.Node) { n.Spec.Taints = []corev1.Taint{{Key: "k", Effect: corev1.TaintEffectNoExecute}} }, true},
+		{"cordoned", func(n *corev1.Node) { n.Spec.Unschedulable = true }, true},
+		{"allocatable", func(n *corev1.Node) { n.Status.Allocatable[corev1.ResourcePods] = resource.MustParse("10") }, true},
+		{"deleting", func(n *corev1.Node) { now := metav1.NewTime(t0); n.DeletionTimestamp = &now }, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			old, cur := base(), base()
+			tc.change(cur)
+			if got := NodeConcernsMigrations(old, cur); got != tc.want {
+				t.Errorf("NodeConcernsMigrations = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}

@@ -89,6 +89,13 @@ func TestIPPoolDeletedNodeLeaseAndRelease(t *testing.T) {
 	f.startAllocatorAsServiceAccount()
 	a := f.poolNode("a")
 	ra := f.waitBlock(a)
+	// a's agent claims the block; another node's claim (it drains the block) is not a's to lose.
+	claimed := ra.DeepCopy()
+	claimed.Status.Holders = []jkev1.IPRangeHolder{{Node: a, Address: "192.0.2.1", Generation: ra.Spec.OwnerGeneration, State: jkev1.HolderServing},
+		{Node: "other", Address: "192.0.2.2", Generation: ra.Spec.OwnerGeneration, State: jkev1.HolderDraining}}
+	if _, err := f.client.JkeV1().IPRanges().UpdateStatus(f.ctx, claimed, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	stopLease := f.renewLease(a)
 	if err := f.kube.CoreV1().Nodes().Delete(f.ctx, a, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
@@ -111,6 +118,12 @@ func TestIPPoolDeletedNodeLeaseAndRelease(t *testing.T) {
 			return false, err
 		}
 		return r.Spec.Node == "" && r.Spec.OwnerGeneration == ra.Spec.OwnerGeneration+1, nil
+	})
+	// The node is proven gone: its claims go with its block (issue 37: a block that cycles
+	// through deleted nodes would otherwise fill status.holders' 32 entries with dead claims).
+	f.eventually(10*time.Second, "the gone node's claim pruned, the other kept", func() (bool, error) {
+		r, err := f.client.JkeV1().IPRanges().Get(f.ctx, ra.Name, metav1.GetOptions{})
+		return err == nil && len(r.Status.Holders) == 1 && r.Status.Holders[0].Node == "other", err
 	})
 	b := f.poolNode("b")
 	rb := f.waitBlock(b)

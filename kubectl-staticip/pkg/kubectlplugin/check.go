@@ -268,8 +268,9 @@ func PrintAudit(out io.Writer, res AuditResult) error {
 }
 
 // auditUnassignedRanges warns about every unassigned IPRange that live pods or StaticIPs still
-// hold addresses of: a block awaiting release, which the node that held it drains and no node
-// allocates from. A released block (nothing holds it) is free and no problem.
+// hold addresses of, or that a node still claims (status.holders: it drains it): a block
+// awaiting release, which the node that held it drains and no node allocates from. A released
+// block (nothing holds it) is free and no problem.
 func auditUnassignedRanges(ranges []parsedRange, holders map[netip.Addr][]*corev1.Pod, sips []jkev1.StaticIP, add func(sev, kind string, ip netip.Addr, format string, args ...any)) {
 	for _, r := range ranges {
 		if r.r.Spec.Node != "" {
@@ -291,9 +292,14 @@ func auditUnassignedRanges(ranges []parsedRange, holders map[netip.Addr][]*corev
 				records = append(records, nsName(sip.Namespace, sip.Name))
 			}
 		}
-		if len(pods)+len(records) == 0 {
+		var claims []string
+		for _, h := range r.r.Status.Holders {
+			claims = append(claims, fmt.Sprintf("%s (%s at generation %d)", h.Node, h.State, h.Generation))
+		}
+		if len(pods)+len(records)+len(claims) == 0 {
 			continue
 		}
+		sort.Strings(claims)
 		sort.Strings(pods)
 		sort.Strings(records)
 		var on []string
@@ -302,9 +308,9 @@ func auditUnassignedRanges(ranges []parsedRange, holders map[netip.Addr][]*corev
 		}
 		sort.Strings(on)
 		add(SeverityWarning, ProblemUnassignedRangeHeld, netip.Addr{},
-			"IPRange %s (%s) is unassigned and awaits release: %d live pod(s) (%s; on %s) and %d StaticIP(s) (%s) hold addresses of it; "+
+			"IPRange %s (%s) is unassigned and awaits release: %d live pod(s) (%s; on %s) and %d StaticIP(s) (%s) hold addresses of it, claimed by %s; "+
 				"the node that held it drains it and routes it, no node allocates from it until they are gone or it is assigned again",
-			r.r.Name, r.r.Spec.CIDR, len(pods), orNoneList(pods), orNoneList(on), len(records), orNoneList(records))
+			r.r.Name, r.r.Spec.CIDR, len(pods), orNoneList(pods), orNoneList(on), len(records), orNoneList(records), orNoneList(claims))
 	}
 }
 

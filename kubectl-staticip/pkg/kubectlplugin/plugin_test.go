@@ -149,6 +149,8 @@ func TestAudit(t *testing.T) {
 			Pods: []corev1.Pod{pod("a", "p", "node-1", "10.1.0.2")}}, []string{"Warning PodIPInUnassignedRange", "Warning UnassignedRangeAwaitingRelease"}},
 		{"unassigned range a StaticIP keeps an address of awaits release", Snapshot{Ranges: []jkev1.IPRange{ipRange("r1", "10.1.0.0/24", "")},
 			StaticIPs: []jkev1.StaticIP{staticIP("a", "p", "node-1", "10.1.0.7")}}, []string{"Warning UnassignedRangeAwaitingRelease"}},
+		{"unassigned range a node still claims (draining) awaits release", Snapshot{Ranges: []jkev1.IPRange{drainedBy(ipRange("r1", "10.1.0.0/24", ""), "node-1")}},
+			[]string{"Warning UnassignedRangeAwaitingRelease"}},
 		{"a released block nothing holds is free", Snapshot{Ranges: []jkev1.IPRange{ipRange("r1", "10.1.0.0/24", "")},
 			Pods: []corev1.Pod{pod("a", "p", "node-1", "10.9.0.2")}}, []string{"Error PodIPOutsideRanges"}},
 		{"duplicate StaticIP", Snapshot{Ranges: ranges,
@@ -421,4 +423,10 @@ func TestHandleError(t *testing.T) {
 	if HandleError(&b, errors.New("boom")) != 1 || b.String() != "error: boom\n" {
 		t.Errorf("error printed %q", b.String())
 	}
+}
+
+// drainedBy gives r node's claim in status.holders: it drains r.
+func drainedBy(r jkev1.IPRange, node string) jkev1.IPRange {
+	r.Status.Holders = []jkev1.IPRangeHolder{{Node: node, State: jkev1.HolderDraining}}
+	return r
 }

@@ -10,7 +10,10 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	fwk "k8s.io/kube-scheduler/framework"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/feature"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/noderesources"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/scheduler-plugins/apis/config"
@@ -52,24 +55,41 @@ func filterCluster(b *testing.B, nodes, podsPerNode, held int) (*PodFitsResource
 
 // BenchmarkFilter1000Nodes is one scheduling cycle's PreFilter and Filter of an ordinary pod
 // over 1,000 nodes (30 pods, 5 reservations each), Filter on parallel goroutines as the
-// scheduler runs it. One op is one pod over all nodes.
+// scheduler runs it. One op is one pod over all nodes. "upstream NodeResourcesFit" runs the
+// stock plugin every profile also runs (kube-scheduler's own resource Filter) over the same
+// nodes, the plain path's cost to compare with.
 //
 //	go test -run '^$' -bench Filter1000Nodes -cpuprofile /tmp/filter.prof ./scheduler-plugins/pkg/podfitsresources/
 func BenchmarkFilter1000Nodes(b *testing.B) {
+	fitArgs := &schedconfig.NodeResourcesFitArgs{ScoringStrategy: &schedconfig.ScoringStrategy{Type: schedconfig.LeastAllocated,
+		Resources: []schedconfig.ResourceSpec{{Name: "cpu", Weight: 1}, {Name: "memory", Weight: 1}}}}
+	fitPlugin, err := noderesources.NewFit(context.Background(), fitArgs, nil, feature.Features{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	fit := fitPlugin.(*noderesources.Fit)
+	ours := func(pl *PodFitsResources) (fwk.PreFilterPlugin, fwk.FilterPlugin) { return pl, pl }
+	upstream := func(*PodFitsResources) (fwk.PreFilterPlugin, fwk.FilterPlugin) { return fit, fit }
 	for _, tc := range []struct {
 		name string
 		// bump: between pods, one node's pods change (the pod just bound there), as in a run.
-		bump bool
-	}{{"steady", false}, {"a node changes per pod", true}} {
+		bump    bool
+		plugins func(*PodFitsResources) (fwk.PreFilterPlugin, fwk.FilterPlugin)
+	}{
+		{"steady", false, ours},
+		{"a node changes per pod", true, ours},
+		{"upstream NodeResourcesFit, a node changes per pod", true, upstream},
+	} {
 		b.Run(tc.name, func(b *testing.B) {
 			pl, infos := filterCluster(b, 1000, 30, 5)
+			pre, filter := tc.plugins(pl)
 			ctx := context.Background()
 			b.ResetTimer()
 			for n := range b.N {
 				pod := mkPod("sched", fmt.Sprintf("new-%d", n), "", rl("cpu", "100m", "memory", "128Mi"))
 				pod.UID = types.UID(pod.Name)
 				state := framework.NewCycleState()
-				if _, st := pl.PreFilter(ctx, state, pod, nil); st != nil {
+				if _, st := pre.PreFilter(ctx, state, pod, nil); st != nil {
 					b.Fatal(st)
 				}
 				if tc.bump {
@@ -87,7 +107,7 @@ func BenchmarkFilter1000Nodes(b *testing.B) {
 								done <- struct{}{}
 								return
 							}
-							if st := pl.Filter(ctx, state, pod, infos[i]); st != nil {
+							if st := filter.Filter(ctx, state, pod, infos[i]); st != nil {
 								b.Error(st)
 							}
 						}

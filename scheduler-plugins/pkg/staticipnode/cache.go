@@ -20,6 +20,7 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"slices"
 	"sort"
 	"sync"
 	"sync/atomic"
@@ -28,7 +29,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/resourceversion"
-	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
@@ -88,9 +88,6 @@ type RangeInfo struct {
 	Node string
 }
 
-// viewSlot holds one node's published view.
-type viewSlot struct{ view atomic.Pointer[NodeInfo] }
-
 // NodeInfo is a consistent, read-only picture of one node's state. A new one is built after
 // every change of the node, so its address identifies its contents.
 type NodeInfo struct {
@@ -139,16 +136,20 @@ type Held struct {
 // Cache is the staticIPNode cache. All methods are safe for concurrent use.
 type Cache struct {
 	mu sync.RWMutex
-	// views maps a node name to the slot of its published *NodeInfo: Filter reads it once per
-	// pod and node without any lock (a cache-wide read lock per call was shared by every
-	// Filter goroutine). The map is replaced (copied) only when a node name is seen for the
-	// first time, and never shrinks (a gone node's slot holds no view); writers, under mu,
-	// replace a node's view in its slot after changing it.
-	views     atomic.Pointer[map[string]*viewSlot]
+	// views maps a node name to its published *NodeInfo: Filter reads it once per pod and
+	// node without any lock (a cache-wide read lock per call was shared by every Filter
+	// goroutine). A sync.Map: its reads of known names take no lock, and a new name costs
+	// O(1) amortized — a map copied on every new name (the previous form) cost O(nodes) per
+	// node, 1.7–3.2 s for the initial list of 5,000 IPRanges (BenchmarkInitialList).
+	// Writers, under mu, store a node's new view after changing it.
+	views     sync.Map
 	staticIPs map[string]*reservation
-	byPod     map[string]sets.Set[string] // pod key -> StaticIP keys
-	ranges    map[string]*ipRange
-	nodes     map[string]*nodeState
+	// byPod maps a pod key to the keys of the StaticIPs naming the pod, sorted: nearly
+	// always one (several are a conflict the StaticIP controller reports). A slice, not a
+	// set: a Go map per pod cost ~500 bytes per record (BenchmarkCacheBytesPerStaticIP).
+	byPod  map[string][]string
+	ranges map[string]*ipRange
+	nodes  map[string]*nodeState
 	// changed are the nodes a change under mu touched, to publish (publishLocked).
 	changed map[string]struct{}
 	// versions are the resourceVersions applied per StaticIP ("sip/ns/name") and IPRange
@@ -180,7 +181,7 @@ type Cache struct {
 func NewEmpty() *Cache {
 	return &Cache{
 		staticIPs: map[string]*reservation{},
-		byPod:     map[string]sets.Set[string]{},
+		byPod:     map[string][]string{},
 		ranges:    map[string]*ipRange{},
 		nodes:     map[string]*nodeState{},
 		changed:   map[string]struct{}{},
@@ -409,12 +410,7 @@ func (c *Cache) applyStaticIP(f *StaticIPFields) bool {
 		n.active[key] = next
 		n.touch()
 	}
-	set := c.byPod[next.podKey]
-	if set == nil {
-		set = sets.New[string]()
-		c.byPod[next.podKey] = set
-	}
-	set.Insert(key)
+	c.byPod[next.podKey] = insertSorted(c.byPod[next.podKey], key)
 	return true
 }
 
@@ -531,8 +527,8 @@ func (c *Cache) StaticIPForPod(namespace, name string) (StaticIPInfo, bool) {
 		return StaticIPInfo{}, false
 	}
 	key := podKey
-	if !keys.Has(key) {
-		key = sets.List(keys)[0]
+	if !slices.Contains(keys, key) {
+		key = keys[0]
 	}
 	r := c.staticIPs[key]
 	_, recName, _ := cutKey(key)
@@ -556,7 +552,7 @@ func (c *Cache) NodesHoldingPod(namespace, name string) []string {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
 	var out []string
-	for key := range c.byPod[PodKey(namespace, name)] {
+	for _, key := range c.byPod[PodKey(namespace, name)] {
 		if r := c.staticIPs[key]; r != nil && r.active {
 			out = append(out, r.node)
 		}
@@ -601,34 +597,10 @@ var emptyNode = &NodeInfo{}
 // caller until the node changes (then a new one is published): read it, never modify it.
 // It takes no lock.
 func (c *Cache) Node(node string) *NodeInfo {
-	if m := c.views.Load(); m != nil {
-		if slot := (*m)[node]; slot != nil {
-			if v := slot.view.Load(); v != nil {
-				return v
-			}
-		}
+	if v, ok := c.views.Load(node); ok {
+		return v.(*NodeInfo)
 	}
 	return emptyNode
-}
-
-// slotLocked returns node's view slot, adding one (a copy of the map) for a new name (c.mu
-// held for writing).
-func (c *Cache) slotLocked(node string) *viewSlot {
-	var m map[string]*viewSlot
-	if p := c.views.Load(); p != nil {
-		m = *p
-	}
-	if slot := m[node]; slot != nil {
-		return slot
-	}
-	next := make(map[string]*viewSlot, len(m)+1)
-	for k, v := range m {
-		next[k] = v
-	}
-	slot := &viewSlot{}
-	next[node] = slot
-	c.views.Store(&next)
-	return slot
 }
 
 // publishLocked publishes a new view of every node changed since the last publication, and
@@ -638,11 +610,11 @@ func (c *Cache) publishLocked() {
 	for name := range c.changed {
 		if n := c.nodes[name]; n != nil {
 			if n.dirty {
-				c.slotLocked(name).view.Store(n.build())
+				c.views.Store(name, n.build())
 				n.dirty = false
 			}
-		} else if m := c.views.Load(); m != nil && (*m)[name] != nil {
-			(*m)[name].view.Store(nil)
+		} else {
+			c.views.Delete(name)
 		}
 	}
 	clear(c.changed)
@@ -698,11 +670,10 @@ func (c *Cache) removeStaticIPLocked(key string) {
 	}
 	c.gcNodeLocked(old.node)
 	delete(c.staticIPs, key)
-	if set := c.byPod[old.podKey]; set != nil {
-		set.Delete(key)
-		if set.Len() == 0 {
-			delete(c.byPod, old.podKey)
-		}
+	if keys := slices.DeleteFunc(c.byPod[old.podKey], func(k string) bool { return k == key }); len(keys) > 0 {
+		c.byPod[old.podKey] = keys
+	} else {
+		delete(c.byPod, old.podKey)
 	}
 }
 
@@ -717,6 +688,15 @@ func (c *Cache) removeRangeLocked(name string) {
 		n.touch()
 		c.gcNodeLocked(old.node)
 	}
+}
+
+// insertSorted adds key to the sorted keys (once).
+func insertSorted(keys []string, key string) []string {
+	i, found := slices.BinarySearch(keys, key)
+	if found {
+		return keys
+	}
+	return slices.Insert(keys, i, key)
 }
 
 func cutKey(key string) (string, string, bool) {

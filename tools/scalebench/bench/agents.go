@@ -14,7 +14,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 
 	sipclient "github.com/staticip/staticip/apis/generated/clientset/versioned"
@@ -26,10 +25,11 @@ import (
 
 // Agents plays the staticip-agent of every Ready kwok node in one goroutine (kwok nodes run
 // no agent): what a real agent reports once it has served its ranges and programmed its
-// routes, with the agent's own functions (cni/agent: ObservedReport, ServingCondition):
-//   - on every Ready node, the ObservedAnnotation: every assigned range at its owner and
-//     ownership generation;
-//   - on every range whose node is Ready, status Synced=True at its generation.
+// routes, with the agent's own functions (cni/agent: ObservedReports, ServingCondition):
+//   - on every Ready node, the ObservedAnnotation: its own ranges' claims and its routes to the
+//     ranges node failover waits for (marked jkev1.AnnotationReportRoutes), nothing else;
+//   - on every range whose node is Ready, status Synced=True at its generation and the node's
+//     claim (its entry of status.holders, Serving, with its InternalIP).
 //
 // A NotReady node reports nothing (its agent is off with it). The reports are written as soon
 // as the harness's informers show a change (a real agent: its next pass). Its API requests go
@@ -38,6 +38,9 @@ type Agents struct {
 	Proxy *CountingProxy
 	// AnnotationBytes counts the bytes of annotation values written.
 	AnnotationBytes atomic.Int64
+	// traffic, while set (Record), accounts each agent's request bodies and what its watches
+	// would deliver to it (the harness sees every event; Recipients says whose it is).
+	traffic atomic.Pointer[Traffic]
 
 	kube   kubernetes.Interface
 	sip    sipclient.Interface
@@ -61,7 +64,8 @@ func (c *Cluster) StartAgents(ctx context.Context) (*Agents, error) {
 		return nil, err
 	}
 	c.proxies = append(c.proxies, p)
-	cfg := &rest.Config{Host: p.URL, QPS: 500, Burst: 1000}
+	cfg := p.ClientConfig()
+	cfg.QPS, cfg.Burst = 500, 1000
 	a := &Agents{Proxy: p, dirty: make(chan struct{}, 1), written: map[string]string{}}
 	if a.kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		return nil, err
@@ -73,23 +77,20 @@ func (c *Cluster) StartAgents(ctx context.Context) (*Agents, error) {
 	kf := informers.NewSharedInformerFactory(a.kube, 0)
 	sf := sipinformers.NewSharedInformerFactory(a.sip, 0)
 	nodeInf, rangeInf := kf.Core().V1().Nodes().Informer(), sf.Jke().V1().IPRanges().Informer()
-	poke := cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { a.poke() },
-		UpdateFunc: func(any, any) { a.poke() },
-		DeleteFunc: func(any) { a.poke() },
-	}
-	if _, err := nodeInf.AddEventHandler(poke); err != nil {
-		a.stop()
-		return nil, err
-	}
-	if _, err := rangeInf.AddEventHandler(poke); err != nil {
-		a.stop()
-		return nil, err
+	sipInf := sf.Jke().V1().StaticIPs().Informer() // only for the accounting: agents watch every StaticIP
+	for _, h := range []struct {
+		inf  cache.SharedIndexInformer
+		poke bool
+	}{{nodeInf, true}, {rangeInf, true}, {sipInf, false}} {
+		if _, err := h.inf.AddEventHandler(a.handler(h.poke)); err != nil {
+			a.stop()
+			return nil, err
+		}
 	}
 	a.nodes, a.ranges = nodeInf.GetIndexer(), rangeInf.GetIndexer()
 	kf.Start(ctx.Done())
 	sf.Start(ctx.Done())
-	if !cache.WaitForCacheSync(ctx.Done(), nodeInf.HasSynced, rangeInf.HasSynced) {
+	if !cache.WaitForCacheSync(ctx.Done(), nodeInf.HasSynced, rangeInf.HasSynced, sipInf.HasSynced) {
 		a.stop()
 		return nil, fmt.Errorf("simulated agents: caches not synced")
 	}
@@ -97,6 +98,69 @@ func (c *Cluster) StartAgents(ctx context.Context) (*Agents, error) {
 	a.done.Add(1)
 	go a.run(ctx)
 	return a, nil
+}
+
+// handler pokes the loop (when poke) and accounts the event while recording.
+func (a *Agents) handler(poke bool) cache.ResourceEventHandlerFuncs {
+	seen := func(o any) {
+		if poke {
+			a.poke()
+		}
+		if t := a.traffic.Load(); t != nil {
+			if ev, ok := watchEventOf(o); ok {
+				t.Watched(ev)
+			}
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, o any) { seen(o) }, DeleteFunc: seen}
+}
+
+// watchEventOf is what a watcher receives for o: its kind and encoded size.
+func watchEventOf(o any) (WatchEvent, bool) {
+	var ev WatchEvent
+	switch o := o.(type) {
+	case *corev1.Node:
+		ev = WatchEvent{Kind: WatchNode, Node: o.Name, Legacy: o.Labels[jkev1.LabelClaimsInStatus] != "true"}
+	case *jkev1.IPRange:
+		ev = WatchEvent{Kind: WatchIPRange}
+	case *jkev1.StaticIP:
+		ev = WatchEvent{Kind: WatchStaticIP}
+	default: // a tombstone: its last state is unknown
+		return ev, false
+	}
+	b, err := json.Marshal(o)
+	if err != nil {
+		return ev, false
+	}
+	ev.Bytes = len(b)
+	return ev, true
+}
+
+// Record starts accounting into a new ledger (replacing any running one) and returns it.
+func (a *Agents) Record() *Traffic {
+	t := NewTraffic()
+	a.traffic.Store(t)
+	return t
+}
+
+// ReadyNodes names the nodes whose agents run (a NotReady node's agent is off with it).
+func (a *Agents) ReadyNodes() []string {
+	var out []string
+	for _, o := range a.nodes.List() {
+		if n := o.(*corev1.Node); nodefailover.NodeReady(n) {
+			out = append(out, n.Name)
+		}
+	}
+	return out
+}
+
+// StopRecording ends the accounting.
+func (a *Agents) StopRecording() { a.traffic.Store(nil) }
+
+func (a *Agents) wrote(node string, bytes int) {
+	if t := a.traffic.Load(); t != nil {
+		t.Wrote(node, bytes)
+	}
 }
 
 func (a *Agents) poke() {
@@ -138,11 +202,10 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 	for _, o := range a.ranges.List() {
 		ranges = append(ranges, o.(*jkev1.IPRange))
 	}
-	report, err := agent.ObservedReport(ranges)
-	if err != nil {
-		return false, err
-	}
+	reportOf := agent.ObservedReports(ranges)
 	ready := map[string]bool{}
+	address := map[string]string{}
+	reports := map[string]string{}
 	var annotate []string
 	for _, o := range a.nodes.List() {
 		n := o.(*corev1.Node)
@@ -150,6 +213,16 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 			continue
 		}
 		ready[n.Name] = true
+		for _, ad := range n.Status.Addresses {
+			if ad.Type == corev1.NodeInternalIP {
+				address[n.Name] = ad.Address
+			}
+		}
+		report, err := reportOf(n.Name)
+		if err != nil {
+			return false, err
+		}
+		reports[n.Name] = report
 		a.mu.Lock()
 		last := a.written[n.Name]
 		a.mu.Unlock()
@@ -159,32 +232,42 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 	}
 	var sync []*jkev1.IPRange
 	for _, r := range ranges {
-		if ready[r.Spec.Node] && !nodefailover.RangeSynced(r) {
+		if ready[r.Spec.Node] && (!nodefailover.RangeSynced(r) || !claimed(r, address[r.Spec.Node])) {
 			sync = append(sync, r)
 		}
 	}
 	if len(annotate) == 0 && len(sync) == 0 {
 		return true, nil
 	}
-	patch, err := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{agent.ObservedAnnotation: report}}})
-	if err != nil {
-		return false, err
-	}
 	// The range owners' agents first: the failover controller waits for the target's Synced
 	// before it looks at the routes.
-	err = parallel(ctx, len(sync), 16, func(ctx context.Context, i int) error {
+	err := parallel(ctx, len(sync), 16, func(ctx context.Context, i int) error {
 		r := sync[i].DeepCopy() // never mutate the informer's object
 		r.Status.ObservedGeneration = r.Generation
 		meta.SetStatusCondition(&r.Status.Conditions, agent.ServingCondition(r.Spec.Node, r.Generation))
-		_, _ = a.sip.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{}) // a conflict: the next pass
+		r.Status.Holders = agent.WithHolder(r.Status.Holders, r.Spec.Node, &jkev1.IPRangeHolder{Node: r.Spec.Node, Address: address[r.Spec.Node],
+			Generation: r.Spec.OwnerGeneration, State: jkev1.HolderServing})
+		if _, err := a.sip.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{}); err == nil { // a conflict: the next pass
+			if b, err := json.Marshal(r); err == nil {
+				a.wrote(r.Spec.Node, len(b))
+			}
+		}
 		return nil
 	})
 	if err != nil {
 		return false, err
 	}
 	err = parallel(ctx, len(annotate), 16, func(ctx context.Context, i int) error {
+		report := reports[annotate[i]]
+		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+			"annotations": map[string]string{agent.ObservedAnnotation: report},
+			"labels":      map[string]string{jkev1.LabelClaimsInStatus: "true"}}})
+		if err != nil {
+			return err
+		}
 		if _, err := a.kube.CoreV1().Nodes().Patch(ctx, annotate[i], types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
 			a.AnnotationBytes.Add(int64(len(report)))
+			a.wrote(annotate[i], len(patch))
 			a.mu.Lock()
 			a.written[annotate[i]] = report
 			a.mu.Unlock()
@@ -192,6 +275,17 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 		return nil
 	})
 	return false, err
+}
+
+// claimed says whether the range's owner claims it as a converged agent does: Serving at the
+// current generation, with its address.
+func claimed(r *jkev1.IPRange, address string) bool {
+	for _, h := range r.Status.Holders {
+		if h.Node == r.Spec.Node {
+			return h.State == jkev1.HolderServing && h.Generation == r.Spec.OwnerGeneration && h.Address == address
+		}
+	}
+	return false
 }
 
 // WaitConverged waits until a pass found nothing to write: every Ready node reports every

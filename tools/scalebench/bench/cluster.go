@@ -226,7 +226,7 @@ func (c *Cluster) Kubeconfig(name string) (string, *CountingProxy, error) {
 	}
 	c.proxies = append(c.proxies, p)
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: p.URL}
+	kc.Clusters["c"] = &clientcmdapi.Cluster{Server: p.URL, CertificateAuthorityData: p.CAData}
 	kc.AuthInfos["u"] = &clientcmdapi.AuthInfo{}
 	kc.Contexts["c"] = &clientcmdapi.Context{Cluster: "c", AuthInfo: "u"}
 	kc.CurrentContext = "c"

@@ -47,7 +47,7 @@ func failoverRoom(i int) string { return fmt.Sprintf("kwok-fo-room-%d", i) }
 // run. Then the upstream path, alone: a native StatefulSet of as many pods on a node fenced the
 // same way (kube-controller-manager: taint eviction, pod GC, statefulset; kube-scheduler):
 // fence → all Running elsewhere.
-func (c *Cluster) Failover(ctx context.Context, pods int) ([]Row, error) {
+func (c *Cluster) Failover(ctx context.Context, pods int, nativeFirst bool) ([]Row, error) {
 	if pods < 1 || pods > int(NodeCapacity.Pods().Value()) {
 		return nil, fmt.Errorf("failover: %d pods do not fit one node (1-%d)", pods, NodeCapacity.Pods().Value())
 	}
@@ -72,20 +72,39 @@ func (c *Cluster) Failover(ctx context.Context, pods int) ([]Row, error) {
 	}
 	setup := agents.Proxy.Counts()
 	note := fmt.Sprintf("simulated agents reported %d nodes × %d ranges in %.1f s (%s)", len(c.Nodes)+5, len(c.Nodes)+1, time.Since(t0).Seconds(), setup)
+	var native []Row
+	var wallNative time.Duration
+	if nativeFirst {
+		// The other order (rounds alternate it, so that both sides see the same load on
+		// average). The native node is unfenced afterwards: it holds no range, and the
+		// failover controller must not take the spare for it.
+		if native, wallNative, err = c.failoverNative(ctx, pods); err != nil {
+			return native, fmt.Errorf("StatefulSet: %w", err)
+		}
+		if err := c.Unfence(ctx, FailoverNative); err != nil {
+			return native, err
+		}
+	}
 	rows, wallESTS, err := c.failoverESTS(ctx, pods, agents)
 	if err != nil {
-		return rows, fmt.Errorf("EnhancedStatefulSet: %w", err)
+		return append(native, rows...), fmt.Errorf("EnhancedStatefulSet: %w", err)
 	}
 	if len(rows) > 1 {
 		rows[1].Note("%s", note)
 	}
-	native, wallNative, err := c.failoverNative(ctx, pods)
+	if !nativeFirst {
+		native, wallNative, err = c.failoverNative(ctx, pods)
+	}
+	order := "EnhancedStatefulSet first"
+	if nativeFirst {
+		order = "StatefulSet first"
+	}
+	if len(rows) > 1 && wallNative > 0 {
+		rows[1].Note("fence → all Running: %.2f × the StatefulSet's (%s)", wallESTS.Seconds()/wallNative.Seconds(), order)
+	}
 	rows = append(rows, native...)
 	if err != nil {
 		return rows, fmt.Errorf("StatefulSet: %w", err)
-	}
-	if len(rows) > 1 && wallNative > 0 {
-		rows[1].Note("fence → all Running: %.2f × the StatefulSet's", wallESTS.Seconds()/wallNative.Seconds())
 	}
 	return rows, nil
 }
@@ -170,6 +189,20 @@ func (c *Cluster) Fence(ctx context.Context, node string) error {
 		}
 		n = n.DeepCopy()
 		n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: jkev1alpha1.TaintOutOfService, Value: "nodeshutdown", Effect: corev1.TaintEffectNoExecute})
+		_, err = c.Kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// Unfence removes node's out-of-service taint.
+func (c *Cluster) Unfence(ctx context.Context, node string) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		n, err := c.Kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		n = n.DeepCopy()
+		n.Spec.Taints = slices.DeleteFunc(n.Spec.Taints, func(t corev1.Taint) bool { return t.Key == jkev1alpha1.TaintOutOfService })
 		_, err = c.Kube.CoreV1().Nodes().Update(ctx, n, metav1.UpdateOptions{})
 		return err
 	})
@@ -335,6 +368,8 @@ func (c *Cluster) failoverESTS(ctx context.Context, pods int, agents *Agents) ([
 		return nil, 0, fmt.Errorf("simulated agents: %w", err)
 	}
 	a0, bytes0 := agents.Proxy.Counts(), agents.AnnotationBytes.Load()
+	traffic := agents.Record() // from the power-off until the agents have converged after the move
+	defer agents.StopRecording()
 	// Every phase of the record as it happens (a watch: a poll misses the short ones).
 	var mu sync.Mutex
 	seen := map[jkev1alpha1.NodeFailoverPhase]time.Time{}
@@ -380,6 +415,11 @@ func (c *Cluster) failoverESTS(ctx context.Context, pods int, agents *Agents) ([
 	}); err != nil {
 		return nil, 0, fmt.Errorf("%w (record phases so far: %s)", err, phaseString(phases()))
 	}
+	if err := agents.WaitConverged(ctx, 10*time.Minute); err != nil {
+		return nil, 0, fmt.Errorf("simulated agents after the failover: %w", err)
+	}
+	agents.StopRecording()
+	moveTraffic := traffic.Summary(agents.ReadyNodes())
 	rows, err := run.rows(len(c.Nodes), wall, func(comp *Component) string {
 		switch comp {
 		case kcm:
@@ -397,6 +437,7 @@ func (c *Cluster) failoverESTS(ctx context.Context, pods int, agents *Agents) ([
 	rows[1].Note("record phases after the fence: %s", phaseString(phases()))
 	rows[1].Note("simulated agents after the fence: %d requests (%s), %.1f MiB of annotations",
 		agentReqs.Total(), agentReqs, float64(agents.AnnotationBytes.Load()-bytes0)/(1<<20))
+	rows[1].Note("the range move (power-off → agents converged), %s", moveTraffic)
 	// Leave the scenario's objects out of the next scenarios.
 	for _, comp := range comps {
 		comp.Stop()

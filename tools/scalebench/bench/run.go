@@ -17,8 +17,11 @@ type RunOptions struct {
 	Replicas       int
 	MaxUnavailable int
 	FailoverPods   int
-	Services       int
-	Wrappers       int
+	// FailoverNativeFirst runs the native StatefulSet's failover before the
+	// EnhancedStatefulSet's (rounds alternate the order).
+	FailoverNativeFirst bool
+	Services            int
+	Wrappers            int
 	// Idle is how long the StaticIP controller's idle cost is measured.
 	Idle time.Duration
 }
@@ -76,7 +79,7 @@ func Run(ctx context.Context, opts Options, n int, scenarios []string, o RunOpti
 		case "ests":
 			r, err = c.Rollout(ctx, o.Replicas, o.MaxUnavailable)
 		case "failover":
-			r, err = c.Failover(ctx, o.FailoverPods)
+			r, err = c.Failover(ctx, o.FailoverPods, o.FailoverNativeFirst)
 		case "wrapper":
 			r, err = c.Wrapper(ctx, o.Services, o.Wrappers)
 		default:

@@ -43,7 +43,9 @@ func (c *Cluster) StartComponent(name, bin string, args func(kubeconfig string) 
 }
 
 // StartScheduler runs kube-scheduler or staticip-scheduler with a profile from manifests/,
-// serving /metrics to anyone on a free loopback port.
+// serving /metrics and /debug/pprof (kube-scheduler's --profiling, on by default) to anyone
+// on a free loopback port: `go tool pprof https+insecure://127.0.0.1:PORT/debug/pprof/profile`
+// during a pass (the port is in the process's --secure-port).
 func (c *Cluster) StartScheduler(name, bin, manifest string) (*Component, error) {
 	port, err := freePort()
 	if err != nil {
@@ -55,7 +57,7 @@ func (c *Cluster) StartScheduler(name, bin, manifest string) (*Component, error)
 			err = cerr
 		}
 		return []string{"--config=" + cfg, "--bind-address=127.0.0.1", "--secure-port=" + strconv.Itoa(port),
-			"--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics", "--v=1"}
+			"--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics,/debug/pprof,/debug/pprof/*", "--v=1"}
 	})
 	if err != nil {
 		if comp != nil {

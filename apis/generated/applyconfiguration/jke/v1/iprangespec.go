@@ -29,8 +29,7 @@ type IPRangeSpecApplyConfiguration struct {
 	// Node is the node that currently owns the range. Empty: not assigned. It changes from one
 	// node straight to another only together with ownerGeneration+1 (node failover); an
 	// operator unassigns a range, then assigns it, and the new node allocates from it only once
-	// no other node reports holding addresses of it (the Node annotation
-	// staticip.jke.jdcloud.com/ipranges-observed).
+	// no other node holds addresses of it (status.holders).
 	Node *string `json:"node,omitempty"`
 	// OwnerGeneration counts forced moves of the range between nodes (node failover). It only
 	// goes up. A node's agent remembers the generation it served the range at; when the range

@@ -39,6 +39,17 @@ type IPRangeStatusApplyConfiguration struct {
 	ObservedGeneration *int64 `json:"observedGeneration,omitempty"`
 	// Conditions, e.g. Synced when the owning node's IPAM holds this range.
 	Conditions []metav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
+	// Holders are the nodes that hold addresses of the range, each entry written by the node it
+	// names and by no other (the ValidatingAdmissionPolicy staticip-agent-range-status checks
+	// the writer's node-bound token): the owner once it serves the range, and a node the range
+	// moved away from while its pods still hold addresses of it (it drains). The range's
+	// traffic goes to the address of the owner once it holds the range at the current
+	// ownerGeneration, else to a node that drains it at that generation; an entry at a lower
+	// generation holds nothing (node failover moved the range away from that node). A node
+	// assigned a range that another node holds at its generation waits until that entry is
+	// gone. Few entries: one per node that held the range at its generation, and none grows
+	// with the cluster.
+	Holders []IPRangeHolderApplyConfiguration `json:"holders,omitempty"`
 }
 
 // IPRangeStatusApplyConfiguration constructs a declarative configuration of the IPRangeStatus type for use with
@@ -96,6 +107,19 @@ func (b *IPRangeStatusApplyConfiguration) WithConditions(values ...*metav1.Condi
 			panic("nil value passed to WithConditions")
 		}
 		b.Conditions = append(b.Conditions, *values[i])
+	}
+	return b
+}
+
+// WithHolders adds the given value to the Holders field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Holders field.
+func (b *IPRangeStatusApplyConfiguration) WithHolders(values ...*IPRangeHolderApplyConfiguration) *IPRangeStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithHolders")
+		}
+		b.Holders = append(b.Holders, *values[i])
 	}
 	return b
 }

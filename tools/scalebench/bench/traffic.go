@@ -1,0 +1,134 @@
+package bench
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// What an agent's watches deliver, by the kind of object (cni/agent/view.go's informers):
+// its own Node (a field selector), the Nodes not labelled claims-in-status=true (agents of the
+// previous release), every IPRange, every StaticIP. Its own pods are not a range move's cost
+// and are not counted.
+const (
+	WatchNode     = "Node"
+	WatchIPRange  = "IPRange"
+	WatchStaticIP = "StaticIP"
+)
+
+// WatchEvent is one object change as the API server sends it to its watchers.
+type WatchEvent struct {
+	Kind string
+	// Node names the Node (Kind WatchNode).
+	Node string
+	// Legacy: the Node is not labelled claims-in-status=true, so every agent watches it.
+	Legacy bool
+	// Bytes is the object's encoded size (what one watcher receives).
+	Bytes int
+}
+
+// Recipients says which agents receive ev: the agent of node own ("" for none) and, when
+// everyone is true, every agent.
+func Recipients(ev WatchEvent) (own string, everyone bool) {
+	switch ev.Kind {
+	case WatchNode:
+		return ev.Node, ev.Legacy
+	case WatchIPRange, WatchStaticIP:
+		return "", true
+	}
+	return "", false
+}
+
+// Traffic accounts what each agent writes and receives by its watches over a period (a
+// failover: one range move). Safe for concurrent use.
+type Traffic struct {
+	mu sync.Mutex
+	// written and own are per agent (node name): bytes it wrote, bytes only it received.
+	written, own map[string]int64
+	writes       map[string]int
+	// everyone: bytes every agent received, per kind.
+	everyone map[string]int64
+}
+
+// NewTraffic returns an empty ledger.
+func NewTraffic() *Traffic {
+	return &Traffic{written: map[string]int64{}, own: map[string]int64{}, writes: map[string]int{}, everyone: map[string]int64{}}
+}
+
+// Wrote records a request body node's agent sent.
+func (t *Traffic) Wrote(node string, bytes int) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.written[node] += int64(bytes)
+	t.writes[node]++
+}
+
+// Watched records one watch event.
+func (t *Traffic) Watched(ev WatchEvent) {
+	own, everyone := Recipients(ev)
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if everyone {
+		t.everyone[ev.Kind] += int64(ev.Bytes)
+	} else if own != "" {
+		t.own[own] += int64(ev.Bytes)
+	}
+}
+
+// TrafficSummary is the per-agent distribution over the agents that ran.
+type TrafficSummary struct {
+	Agents int
+	// Written and Watched per agent: median and max, bytes.
+	WrittenMedian, WrittenMax, WatchedMedian, WatchedMax int64
+	// WritesMax is the most requests one agent sent.
+	WritesMax int
+	// WrittenTotal is every agent's writes together; DeliveredTotal every agent's watches.
+	WrittenTotal, DeliveredTotal int64
+	// Everyone is what every agent received, by kind.
+	Everyone map[string]int64
+}
+
+// Summary is the distribution over agents (the Ready nodes' agents: one that is off neither
+// writes nor watches).
+func (t *Traffic) Summary(agents []string) TrafficSummary {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	s := TrafficSummary{Agents: len(agents), Everyone: map[string]int64{}}
+	var all int64
+	for k, b := range t.everyone {
+		s.Everyone[k] = b
+		all += b
+	}
+	written := make([]int64, 0, len(agents))
+	watched := make([]int64, 0, len(agents))
+	for _, a := range agents {
+		written = append(written, t.written[a])
+		watched = append(watched, all+t.own[a])
+		s.WrittenTotal += t.written[a]
+		s.DeliveredTotal += all + t.own[a]
+		s.WritesMax = max(s.WritesMax, t.writes[a])
+	}
+	s.WrittenMedian, s.WrittenMax = medianMax(written)
+	s.WatchedMedian, s.WatchedMax = medianMax(watched)
+	return s
+}
+
+func medianMax(v []int64) (median, maximum int64) {
+	if len(v) == 0 {
+		return 0, 0
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[len(v)/2], v[len(v)-1]
+}
+
+// String is the summary for a report's notes.
+func (s TrafficSummary) String() string {
+	return fmt.Sprintf("per agent (%d): written median %s max %s (max %d requests), watched median %s max %s "+
+		"(to every agent: Node %s, IPRange %s, StaticIP %s); all agents: written %s, delivered %s",
+		s.Agents, kib(s.WrittenMedian), kib(s.WrittenMax), s.WritesMax, kib(s.WatchedMedian), kib(s.WatchedMax),
+		kib(s.Everyone[WatchNode]), kib(s.Everyone[WatchIPRange]), kib(s.Everyone[WatchStaticIP]),
+		kib(s.WrittenTotal), kib(s.DeliveredTotal))
+}
+
+func kib(b int64) string { return fmt.Sprintf("%.1f KiB", float64(b)/1024) }
