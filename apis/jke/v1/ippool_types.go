@@ -41,6 +41,10 @@ const (
 	// of deleting it, so a node that comes back revokes it (cni/README.md), and hands the same
 	// IPRange to the next node that needs a block, at that generation.
 	AnnotationReleasedGeneration = "jke.jdcloud.com/released-generation"
+	// AnnotationEmptySince is when the allocator first saw a block of a namespace pool unused
+	// on its live node (RFC 3339); the block returns to the pool releaseAfter later if it
+	// stays unused.
+	AnnotationEmptySince = "jke.jdcloud.com/empty-since"
 	// AnnotationIPPools on a pod (its template) or a namespace names the pools the pod's
 	// address comes from: a JSON list of IPPool names, e.g. ["db-pool"] (like Calico's
 	// cni.projectcalico.org/ipv4pools). The pod's annotation wins over its namespace's.
