@@ -682,8 +682,8 @@ func TestComputeReleasesEmptyNamespaceBlocks(t *testing.T) {
 	}{
 		{name: "an empty block is marked", pools: []Pool{blue}, ranges: []Range{block}, wantMark: "set"},
 		{name: "marked within releaseAfter: kept", pools: []Pool{blue}, ranges: []Range{marked(block, t0.Add(-time.Minute))}},
-		{name: "marked past releaseAfter: released", pools: []Pool{blue}, ranges: []Range{marked(block, t0.Add(-6 * time.Minute))}, wantRelease: true},
-		{name: "held again: unmarked, kept", pools: []Pool{blue}, ranges: []Range{marked(block, t0.Add(-6 * time.Minute))}, held: "pod ns/p holds 10.1.0.1", wantMark: "clear"},
+		{name: "marked past releaseAfter: released", pools: []Pool{blue}, ranges: []Range{marked(block, t0.Add(-6*time.Minute))}, wantRelease: true},
+		{name: "held again: unmarked, kept", pools: []Pool{blue}, ranges: []Range{marked(block, t0.Add(-6*time.Minute))}, held: "pod ns/p holds 10.1.0.1", wantMark: "clear"},
 		{name: "held: never marked", pools: []Pool{blue}, ranges: []Range{block}, held: "pod ns/p on node a has no IP yet"},
 		{name: "a node pool's only block stays, however empty", pools: []Pool{pool("blue", 5, "10.1.0.0/29")}, ranges: []Range{marked(rng("blue-1", "10.1.0.0/24", "a", "blue"), t0.Add(-time.Hour))}},
 	} {
