@@ -31,11 +31,11 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
-	"github.com/staticip/staticip/apis/iprangeaddr"
 	jkev1informers "github.com/staticip/staticip/apis/generated/informers/externalversions/jke/v1"
 	jkev1alpha1informers "github.com/staticip/staticip/apis/generated/informers/externalversions/jke/v1alpha1"
 	jkev1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1"
 	jkev1alpha1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/iprangeaddr"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/apis/poolchoice"
