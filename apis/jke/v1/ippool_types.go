@@ -33,6 +33,10 @@ const (
 	// LabelIPPool names the pool an IPRange was cut from. The allocator only ever touches
 	// ranges with this label and a controller reference to that pool.
 	LabelIPPool = "jke.jdcloud.com/ippool"
+	// LabelIPPoolRestricted ("true") marks a block of a pool with a non-empty namespaceSelector:
+	// only pods whose pools (apis/poolchoice) name the block's pool get its addresses; the node's
+	// CNI never gives one to a pod naming no pool. The allocator keeps it equal to the pool's.
+	LabelIPPoolRestricted = "jke.jdcloud.com/ippool-restricted"
 	// AnnotationNodeGoneSince is when the allocator first saw the range's node gone (RFC 3339);
 	// the block returns to the pool releaseAfter later, once nothing holds an IP of it.
 	AnnotationNodeGoneSince = "jke.jdcloud.com/node-gone-since"

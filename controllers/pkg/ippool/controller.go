@@ -261,7 +261,8 @@ func rangeOf(r *jkev1.IPRange) (Range, bool) {
 	}
 	out := Range{Name: r.Name, CIDR: c.Masked(), Node: r.Spec.Node, Pool: r.Labels[jkev1.LabelIPPool],
 		OwnerGeneration: r.Spec.OwnerGeneration, Deleting: r.DeletionTimestamp != nil,
-		Gateway: r.Spec.Gateway, Excludes: r.Spec.ExcludeIPs, NATOutgoing: r.Spec.NATOutgoing}
+		Gateway: r.Spec.Gateway, Excludes: r.Spec.ExcludeIPs, NATOutgoing: r.Spec.NATOutgoing,
+		Restricted: r.Labels[jkev1.LabelIPPoolRestricted] == "true"}
 	if s := r.Annotations[jkev1.AnnotationNodeGoneSince]; s != "" {
 		if t, err := time.Parse(time.RFC3339, s); err == nil {
 			out.GoneSince = t
@@ -661,6 +662,7 @@ func (c *Controller) assign(ctx context.Context, a Assign) error {
 		}
 		r := cur.DeepCopy()
 		r.Spec.Node, r.Spec.Gateway, r.Spec.ExcludeIPs, r.Spec.NATOutgoing = a.Node, a.Gateway, a.Excludes, ptr.To(a.NATOutgoing)
+		setRestricted(r, a.Restricted)
 		delete(r.Annotations, jkev1.AnnotationNodeGoneSince)
 		delete(r.Annotations, jkev1.AnnotationEmptySince)
 		if written, err = c.client.JkeV1().IPRanges().Update(ctx, r, metav1.UpdateOptions{}); err != nil {
@@ -672,6 +674,7 @@ func (c *Controller) assign(ctx context.Context, a Assign) error {
 			Spec: jkev1.IPRangeSpec{CIDR: a.CIDR.String(), Node: a.Node, Gateway: a.Gateway, ExcludeIPs: a.Excludes,
 				NATOutgoing: ptr.To(a.NATOutgoing)},
 		}
+		setRestricted(r, a.Restricted)
 		if written, err = c.client.JkeV1().IPRanges().Create(ctx, r, metav1.CreateOptions{}); err != nil {
 			return err
 		}
@@ -695,6 +698,7 @@ func (c *Controller) update(ctx context.Context, u Update) error {
 	}
 	r := cur.DeepCopy()
 	r.Spec.Gateway, r.Spec.ExcludeIPs, r.Spec.NATOutgoing = u.Gateway, u.Excludes, ptr.To(u.NATOutgoing)
+	setRestricted(r, u.Restricted)
 	if len(u.Excludes) == 0 {
 		r.Spec.ExcludeIPs = nil
 	}
@@ -708,6 +712,19 @@ func (c *Controller) update(ctx context.Context, u Update) error {
 	}
 	c.remember(written)
 	return nil
+}
+
+// setRestricted labels a block of a namespace pool jke.jdcloud.com/ippool-restricted=true (and
+// removes the label from any other): the node's CNI reads it from the range.
+func setRestricted(r *jkev1.IPRange, restricted bool) {
+	if !restricted {
+		delete(r.Labels, jkev1.LabelIPPoolRestricted)
+		return
+	}
+	if r.Labels == nil {
+		r.Labels = map[string]string{}
+	}
+	r.Labels[jkev1.LabelIPPoolRestricted] = "true"
 }
 
 // remember lays a range this process wrote over the cache until the informer shows it.

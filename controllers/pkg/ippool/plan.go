@@ -88,6 +88,8 @@ type Range struct {
 	Excludes []string
 	// NATOutgoing is the range's spec.natOutgoing (nil: unset).
 	NATOutgoing *bool
+	// Restricted: the range carries the label jke.jdcloud.com/ippool-restricted=true.
+	Restricted bool
 	// Free is how many more pods the range can give an address: the agent's status.free when
 	// it describes the current spec (status.observedGeneration), else every usable address
 	// (a block just given has no status yet).
@@ -148,6 +150,8 @@ type Update struct {
 	Range, Pool, Gateway string
 	Excludes             []string
 	NATOutgoing          bool
+	// Restricted: the block's pool has a namespaceSelector (label jke.jdcloud.com/ippool-restricted).
+	Restricted bool
 }
 
 // Assign is an IPRange to create, or (Reuse) a released one of the pool to give to Node.
@@ -157,6 +161,10 @@ type Assign struct {
 	Gateway          string
 	Excludes         []string
 	NATOutgoing      bool
+	// Restricted: the pool has a namespaceSelector; the IPRange is labelled
+	// jke.jdcloud.com/ippool-restricted=true so that the node's CNI gives its addresses only to
+	// pods choosing the pool.
+	Restricted bool
 	// Reuse: Name is a free block of the pool (released earlier) at OwnerGeneration: it is
 	// assigned to Node as it is, generation kept, instead of being created.
 	Reuse           bool
@@ -323,8 +331,9 @@ func (pl *planner) updateBlocks() {
 			// natOutgoing follows at once: it changes no address a pod holds, only how its
 			// traffic leaves the cluster.
 			natDiffers := r.NATOutgoing == nil || *r.NATOutgoing != want.NATOutgoing
-			if gw != r.Gateway || !slices.Equal(ex, orEmpty(r.Excludes)) || natDiffers {
-				pl.plan.Update = append(pl.plan.Update, Update{Range: r.Name, Pool: p.Name, Gateway: gw, Excludes: ex, NATOutgoing: want.NATOutgoing})
+			if gw != r.Gateway || !slices.Equal(ex, orEmpty(r.Excludes)) || natDiffers || r.Restricted != p.ForNamespaces {
+				pl.plan.Update = append(pl.plan.Update, Update{Range: r.Name, Pool: p.Name, Gateway: gw, Excludes: ex, NATOutgoing: want.NATOutgoing,
+					Restricted: p.ForNamespaces})
 			}
 		}
 	}
@@ -852,7 +861,7 @@ func (p *Plan) requeue(d time.Duration) {
 
 // blockSpec is the gateway, excludes and natOutgoing pool p gives block b.
 func (pl *planner) blockSpec(p *Pool, b netip.Prefix) Assign {
-	a := Assign{NATOutgoing: p.NATOutgoing}
+	a := Assign{NATOutgoing: p.NATOutgoing, Restricted: p.ForNamespaces}
 	if p.FirstHostGateway {
 		a.Gateway = b.Addr().Next().String()
 	}
@@ -868,7 +877,8 @@ func (pl *planner) blockSpec(p *Pool, b netip.Prefix) Assign {
 // one, else a new one.
 func (pl *planner) newAssign(p *Pool, node string, b netip.Prefix) Assign {
 	spec := pl.blockSpec(p, b)
-	a := Assign{Pool: p.Name, Node: node, Name: RangeName(p.Name, b), CIDR: b, Gateway: spec.Gateway, Excludes: spec.Excludes, NATOutgoing: spec.NATOutgoing}
+	a := Assign{Pool: p.Name, Node: node, Name: RangeName(p.Name, b), CIDR: b, Gateway: spec.Gateway, Excludes: spec.Excludes, NATOutgoing: spec.NATOutgoing,
+		Restricted: spec.Restricted}
 	if fr, ok := pl.free[b]; ok && fr.Pool == p.Name {
 		a.Name, a.Reuse, a.OwnerGeneration = fr.Name, true, fr.OwnerGeneration
 		delete(pl.free, b)

@@ -651,6 +651,11 @@ func TestComputeBlocksForPendingPods(t *testing.T) {
 			if got := assigned(plan); !slices.Equal(got, tc.want) {
 				t.Errorf("assigned %v, want %v", got, tc.want)
 			}
+			for _, a := range plan.Assign {
+				if a.Restricted != (a.Pool != "default") {
+					t.Errorf("block %s of %s: Restricted %v; want it only on namespace pools' blocks", a.CIDR, a.Pool, a.Restricted)
+				}
+			}
 			var waits []string
 			for _, w := range plan.PodWaits {
 				waits = append(waits, w.Namespace+"/"+w.Name+" "+w.Pool+" "+w.Reason)

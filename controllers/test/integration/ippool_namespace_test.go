@@ -98,6 +98,9 @@ func TestIPPoolBlocksForNamespacePods(t *testing.T) {
 	if b1.Spec.CIDR != "100.71.0.0/30" {
 		t.Errorf("first blue block %s, want 100.71.0.0/30", b1.Spec.CIDR)
 	}
+	if b1.Labels[jkev1.LabelIPPoolRestricted] != "true" || nodeBlock.Labels[jkev1.LabelIPPoolRestricted] != "" {
+		t.Errorf("labels: blue block %v, node block %v; want %s=true on the blue block only", b1.Labels, nodeBlock.Labels, jkev1.LabelIPPoolRestricted)
+	}
 	setIP(p1, "100.71.0.1")
 	report(b1, 1)
 	// Two more pods, one free address: a second block.
