@@ -156,6 +156,14 @@ func (d *DB) choose(t *txn, ranges []Range, req AllocateRequest, now time.Time) 
 				OwnerHint: fmt.Sprintf("it is reserved for pod %s", req.Pod)}
 		}
 	}
+	if req.Pools == nil && req.Pod.Namespace != "" {
+		// The pod names no pool: its namespace's, when the agent recorded some.
+		pools, err := t.namespacePools(req.Pod.Namespace)
+		if err != nil {
+			return netip.Addr{}, Range{}, err
+		}
+		req.Pools = pools
+	}
 	if req.Pools != nil {
 		active = ofPools(active, req.Pools)
 		if len(active) == 0 {

@@ -85,3 +85,35 @@ func TestSetNodeRangesFollowsPool(t *testing.T) {
 		t.Errorf("a pod naming no pool got an address of a restricted range: %v", err)
 	}
 }
+
+// A pod naming no pool takes its namespace's pools, as the agent recorded them; the table is
+// rewritten only when it changes.
+func TestAllocateByNamespacePools(t *testing.T) {
+	d := openTest(t, "", nil)
+	mustRange(t, d, Range{Subnet: pfx("10.1.0.0/29"), Pool: "default"})
+	mustRange(t, d, Range{Subnet: pfx("10.2.0.0/30"), Pool: "blue", Restricted: true})
+	if changed, err := d.SetNamespacePools(map[string][]string{"tenant": {"blue"}, "empty": nil}); err != nil || !changed {
+		t.Fatalf("SetNamespacePools: %v, %v", changed, err)
+	}
+	if changed, err := d.SetNamespacePools(map[string][]string{"tenant": {"blue"}}); err != nil || changed {
+		t.Fatalf("the same table again: changed %v, %v; want no write", changed, err)
+	}
+	if got, _ := d.NamespacePools(); len(got) != 1 || got["tenant"][0] != "blue" {
+		t.Fatalf("NamespacePools %v", got)
+	}
+	if a := allocate(t, d, AllocateRequest{Attachment: att("t"), Pod: pod("tenant", "p")}); !pfx("10.2.0.0/30").Contains(a.IP) {
+		t.Errorf("tenant pod got %s, want an address of blue's 10.2.0.0/30", a.IP)
+	}
+	if a := allocate(t, d, AllocateRequest{Attachment: att("o"), Pod: pod("other", "p")}); !pfx("10.1.0.0/29").Contains(a.IP) {
+		t.Errorf("other namespace's pod got %s, want an address of 10.1.0.0/29", a.IP)
+	}
+	if a := allocate(t, d, AllocateRequest{Attachment: att("x"), Pod: pod("tenant", "x"), Pools: []string{"default"}}); !pfx("10.1.0.0/29").Contains(a.IP) {
+		t.Errorf("tenant pod naming default got %s: its own annotation wins over its namespace's pools", a.IP)
+	}
+	if _, err := d.SetNamespacePools(nil); err != nil {
+		t.Fatal(err)
+	}
+	if a := allocate(t, d, AllocateRequest{Attachment: att("t2"), Pod: pod("tenant", "p2")}); !pfx("10.1.0.0/29").Contains(a.IP) {
+		t.Errorf("after the table emptied the tenant pod got %s, want the node pool", a.IP)
+	}
+}

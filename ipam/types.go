@@ -126,7 +126,8 @@ type AllocateRequest struct {
 	SkipPodReservation bool
 	// Pools, when set, are the pools the pod's address must come from (apis/poolchoice), in
 	// order of preference: "next free" takes an address of the first of them that has one on
-	// this node, and of no other range. Unset: any range that is not Restricted. A requested IP
+	// this node, and of no other range. Unset: the pools SetNamespacePools recorded for the
+	// pod's namespace, else any range that is not Restricted. A requested IP
 	// (IP) or the pod's reservation is not held to it: a static IP keeps its pool.
 	Pools []string
 	// Alive, when set, is asked (inside the transaction: keep it cheap) whether another
