@@ -604,13 +604,17 @@ func (c *Controller) sync(ctx context.Context, _ string) (time.Duration, error) 
 	for _, w := range plan.Waits {
 		c.rangeEvent(w)
 	}
+	waitingPods := map[string]bool{}
 	for _, w := range plan.PodWaits {
 		c.podEvent(w.Namespace, w.Name, w.Reason, w.Message)
+		waitingPods[podKey(w.Namespace, w.Name)] = true
 	}
 	for pod, err := range c.refused {
 		ns, name, _ := strings.Cut(pod, "/")
 		c.podEvent(ns, name, ReasonPoolChoiceInvalid, err.Error())
+		waitingPods[podKey(ns, name)] = true
 	}
+	c.forgetPodsExcept(waitingPods)
 	pending := int32(len(plan.Waits))
 	for _, m := range plan.Mark {
 		if !m.Since.IsZero() {
@@ -802,11 +806,7 @@ func (c *Controller) pruneHolders(ctx context.Context, r *jkev1.IPRange, node st
 // rangeEvent tells, on the IPRange, why a deleted node's block is not released yet (once per
 // reason and range).
 func (c *Controller) rangeEvent(w Wait) {
-	c.mu.Lock()
-	same := c.told["iprange/"+w.Range] == w.Reason
-	c.told["iprange/"+w.Range] = w.Reason
-	c.mu.Unlock()
-	if same {
+	if !c.tellOnce("iprange/"+w.Range, w.Reason) {
 		return
 	}
 	r, err := c.ranges.Get(w.Range)
@@ -887,14 +887,8 @@ func (c *Controller) writeStatus(ctx context.Context, name string, st *PoolStatu
 // nodeEvent records an Event on a Node; a warning is given once until it changes.
 func (c *Controller) nodeEvent(node, typ, reason, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	if typ == corev1.EventTypeWarning {
-		c.mu.Lock()
-		same := c.told[node] == reason+msg
-		c.told[node] = reason + msg
-		c.mu.Unlock()
-		if same {
-			return
-		}
+	if typ == corev1.EventTypeWarning && !c.tellOnce(node, reason+msg) {
+		return
 	}
 	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node, UID: types.UID(node)}
 	if n, err := c.nodes.Get(node); err == nil {
@@ -907,12 +901,7 @@ func (c *Controller) nodeEvent(node, typ, reason, format string, args ...any) {
 // of its pool cannot come (the pool is exhausted, no pool of it serves the node, the choice is
 // refused).
 func (c *Controller) podEvent(namespace, name, reason, msg string) {
-	k := "pod/" + namespace + "/" + name
-	c.mu.Lock()
-	same := c.told[k] == reason+msg
-	c.told[k] = reason + msg
-	c.mu.Unlock()
-	if same {
+	if !c.tellOnce(podKey(namespace, name), reason+msg) {
 		return
 	}
 	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: name}
@@ -920,6 +909,31 @@ func (c *Controller) podEvent(namespace, name, reason, msg string) {
 		ref.UID, ref.ResourceVersion = p.UID, p.ResourceVersion
 	}
 	c.recorder.Event(ref, corev1.EventTypeWarning, reason, msg)
+}
+
+// tellOnce: what was not the last thing told about key; it is remembered as such.
+func (c *Controller) tellOnce(key, what string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.told[key] == what {
+		return false
+	}
+	c.told[key] = what
+	return true
+}
+
+func podKey(namespace, name string) string { return "pod/" + namespace + "/" + name }
+
+// forgetPodsExcept drops what was told to pods that no longer wait (they got an address, or are
+// gone), so the memory follows the pods waiting now.
+func (c *Controller) forgetPodsExcept(waiting map[string]bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.told {
+		if strings.HasPrefix(k, "pod/") && !waiting[k] {
+			delete(c.told, k)
+		}
+	}
 }
 
 func (c *Controller) forget(node string) {

@@ -734,13 +734,7 @@ func (pl *planner) releaseGone() {
 				}
 				continue
 			}
-			if r.GoneSince.IsZero() {
-				pl.plan.Mark = append(pl.plan.Mark, Mark{Range: r.Name, Annotation: jkev1.AnnotationNodeGoneSince, Since: pl.in.Now})
-				pl.plan.requeue(p.ReleaseAfter)
-				continue
-			}
-			if wait := r.GoneSince.Add(p.ReleaseAfter).Sub(pl.in.Now); wait > 0 {
-				pl.plan.requeue(wait)
+			if pl.inQuarantine(r, jkev1.AnnotationNodeGoneSince, r.GoneSince, p.ReleaseAfter) {
 				continue
 			}
 			gone := "its range was unassigned"
@@ -834,13 +828,7 @@ func (pl *planner) releaseEmpty() {
 				}
 				continue
 			}
-			if r.EmptySince.IsZero() {
-				pl.plan.Mark = append(pl.plan.Mark, Mark{Range: r.Name, Annotation: jkev1.AnnotationEmptySince, Since: pl.in.Now})
-				pl.plan.requeue(p.ReleaseAfter)
-				continue
-			}
-			if wait := r.EmptySince.Add(p.ReleaseAfter).Sub(pl.in.Now); wait > 0 {
-				pl.plan.requeue(wait)
+			if pl.inQuarantine(r, jkev1.AnnotationEmptySince, r.EmptySince, p.ReleaseAfter) {
 				continue
 			}
 			pl.plan.Release = append(pl.plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node, Generation: r.OwnerGeneration + 1,
@@ -848,6 +836,21 @@ func (pl *planner) releaseEmpty() {
 					p.Name, r.Node, r.CIDR, r.EmptySince.UTC().Format(time.RFC3339), p.ReleaseAfter)})
 		}
 	}
+}
+
+// inQuarantine: the release of r waits for its pool's releaseAfter from since. A range not marked
+// yet (since zero) is marked with annotation now; the pass is requeued for the quarantine's end.
+func (pl *planner) inQuarantine(r Range, annotation string, since time.Time, after time.Duration) bool {
+	if since.IsZero() {
+		pl.plan.Mark = append(pl.plan.Mark, Mark{Range: r.Name, Annotation: annotation, Since: pl.in.Now})
+		pl.plan.requeue(after)
+		return true
+	}
+	if wait := since.Add(after).Sub(pl.in.Now); wait > 0 {
+		pl.plan.requeue(wait)
+		return true
+	}
+	return false
 }
 
 func (p *Plan) requeue(d time.Duration) {
