@@ -171,12 +171,6 @@ type Cache struct {
 	// ready latches once every informer has delivered its initial list.
 	ready atomic.Bool
 
-	// staticIPEvents and ipRangeEvents remember the last event a queueing hint decoded and
-	// applied: the scheduler calls the hints once per waiting pod with the same objects, and
-	// only the first call pays (see StaticIPEventOf).
-	staticIPEvents eventMemo[StaticIPEvent]
-	ipRangeEvents  eventMemo[IPRangeEvent]
-
 	// listeners are told of every change the informers apply (Listen), after it is applied.
 	listenersMu sync.RWMutex
 	listeners   []func(Change)
