@@ -242,20 +242,7 @@ func (pl *CheckPodAnnotation) hint(logger klog.Logger, pod *v1.Pod, ch staticipn
 	return ch.IPRange != nil && pl.ipRangeHint(logger, pod, ch.IPRange) == fwk.Queue
 }
 
-// isSchedulableAfterStaticIPChange is the StaticIP hint for a change given as objects (typed
-// or unstructured): it is decoded and applied to the cache once (StaticIPEventOf).
-func (pl *CheckPodAnnotation) isSchedulableAfterStaticIPChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
-	ev, err := pl.cache.StaticIPEventOf(oldObj, newObj)
-	if err != nil {
-		return fwk.Queue, err
-	}
-	return pl.staticIPHint(logger, pod, ev), nil
-}
-
 func (pl *CheckPodAnnotation) staticIPHint(logger klog.Logger, pod *v1.Pod, ev *staticipnode.StaticIPEvent) fwk.QueueingHint {
-	if ev.StatusOnly {
-		return fwk.QueueSkip
-	}
 	oldSIP, newSIP := ev.Old, ev.New
 	for _, s := range [...]*staticipnode.StaticIPFields{oldSIP, newSIP} {
 		if s != nil && s.Namespace == pod.Namespace && s.Pod == pod.Name {
@@ -271,19 +258,7 @@ func (pl *CheckPodAnnotation) staticIPHint(logger klog.Logger, pod *v1.Pod, ev *
 	return fwk.QueueSkip
 }
 
-// isSchedulableAfterIPRangeChange is the IPRange hint for a change given as objects.
-func (pl *CheckPodAnnotation) isSchedulableAfterIPRangeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
-	ev, err := pl.cache.IPRangeEventOf(oldObj, newObj)
-	if err != nil {
-		return fwk.Queue, err
-	}
-	return pl.ipRangeHint(logger, pod, ev), nil
-}
-
 func (pl *CheckPodAnnotation) ipRangeHint(logger klog.Logger, pod *v1.Pod, ev *staticipnode.IPRangeEvent) fwk.QueueingHint {
-	if ev.StatusOnly {
-		return fwk.QueueSkip
-	}
 	ip, err := netip.ParseAddr(strings.TrimSpace(pod.Annotations[podip.AnnotationIPAddress]))
 	if err != nil {
 		return fwk.QueueSkip // no (valid) annotated IP: ranges cannot change the verdict

@@ -7,8 +7,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -123,12 +121,37 @@ func TestPreFilterAndFilter(t *testing.T) {
 	}
 }
 
-func toUnstructured(t *testing.T, obj interface{}) *unstructured.Unstructured {
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		t.Fatal(err)
+// hintAfter delivers a StaticIP or IPRange change (old nil: an add; new nil: a deletion) to
+// the cache's informer handlers, as its informers do, and returns what the plugin's hint says
+// for pod about the change the cache notified (QueueSkip when it notified none).
+func hintAfter(t *testing.T, c *staticipnode.Cache, pl *CheckPodAnnotation, pod *v1.Pod, oldObj, newObj interface{}) fwk.QueueingHint {
+	t.Helper()
+	var notified []staticipnode.Change
+	listening := true
+	c.Listen(func(ch staticipnode.Change) {
+		if listening {
+			notified = append(notified, ch)
+		}
+	})
+	defer func() { listening = false }()
+	switch obj := newObj; {
+	case newObj == nil:
+		if _, ok := oldObj.(*jkev1.StaticIP); ok {
+			c.OnStaticIPDelete(oldObj)
+		} else {
+			c.OnIPRangeDelete(oldObj)
+		}
+	default:
+		if _, ok := obj.(*jkev1.StaticIP); ok {
+			c.OnStaticIPUpdate(oldObj, newObj)
+		} else {
+			c.OnIPRangeUpdate(oldObj, newObj)
+		}
 	}
-	return &unstructured.Unstructured{Object: m}
+	if len(notified) == 0 || !pl.hint(klog.Background(), pod, notified[0]) {
+		return fwk.QueueSkip
+	}
+	return fwk.Queue
 }
 
 func TestQueueingHints(t *testing.T) {
@@ -136,7 +159,6 @@ func TestQueueingHints(t *testing.T) {
 	c.MarkSynced()
 	pl := NewWithCache(snapshotHandle{}, c, defaultArgs())
 	pod := annotated("web-0", "10.1.2.7")
-	logger := klog.Background()
 
 	mine := &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-0"}, Spec: jkev1.StaticIPSpec{Node: "n1"}}
 	mineMoved := mine.DeepCopy()
@@ -149,14 +171,13 @@ func TestQueueingHints(t *testing.T) {
 		old, new interface{}
 		want     fwk.QueueingHint
 	}{
-		{"own StaticIP moved", toUnstructured(t, mine), toUnstructured(t, mineMoved), fwk.Queue},
-		{"own StaticIP created", nil, toUnstructured(t, mine), fwk.Queue},
-		{"own StaticIP relabeled", toUnstructured(t, mine), toUnstructured(t, mineRelabeled), fwk.QueueSkip},
-		{"other StaticIP", nil, toUnstructured(t, other), fwk.QueueSkip},
+		{"own StaticIP moved", mine, mineMoved, fwk.Queue},
+		{"own StaticIP created", nil, mine, fwk.Queue},
+		{"own StaticIP relabeled", mine, mineRelabeled, fwk.QueueSkip},
+		{"other StaticIP", nil, other, fwk.QueueSkip},
 	} {
-		got, err := pl.isSchedulableAfterStaticIPChange(logger, pod, tc.old, tc.new)
-		if err != nil || got != tc.want {
-			t.Errorf("StaticIP %s: %v %v, want %v", tc.name, got, err, tc.want)
+		if got := hintAfter(t, c, pl, pod, tc.old, tc.new); got != tc.want {
+			t.Errorf("StaticIP %s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
 
@@ -171,14 +192,13 @@ func TestQueueingHints(t *testing.T) {
 		old, new interface{}
 		want     fwk.QueueingHint
 	}{
-		{"range with the IP appears", nil, toUnstructured(t, r), fwk.Queue},
-		{"range with the IP moves", toUnstructured(t, r), toUnstructured(t, rMoved), fwk.Queue},
-		{"status-only update", toUnstructured(t, r), toUnstructured(t, rStatus), fwk.QueueSkip},
-		{"unrelated range", nil, toUnstructured(t, unrelated), fwk.QueueSkip},
+		{"range with the IP appears", nil, r, fwk.Queue},
+		{"range with the IP moves", r, rMoved, fwk.Queue},
+		{"status-only update", r, rStatus, fwk.QueueSkip},
+		{"unrelated range", nil, unrelated, fwk.QueueSkip},
 	} {
-		got, err := pl.isSchedulableAfterIPRangeChange(logger, pod, tc.old, tc.new)
-		if err != nil || got != tc.want {
-			t.Errorf("IPRange %s: %v %v, want %v", tc.name, got, err, tc.want)
+		if got := hintAfter(t, c, pl, pod, tc.old, tc.new); got != tc.want {
+			t.Errorf("IPRange %s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }

@@ -517,21 +517,8 @@ func (pl *PodFitsResources) isSchedulableAfterNodeNetworkChange(logger klog.Logg
 	return fwk.Queue, nil
 }
 
-// isSchedulableAfterStaticIPChange is the StaticIP hint for a change given as objects (typed
-// or unstructured): it is decoded and applied to the cache once (StaticIPEventOf).
-func (pl *PodFitsResources) isSchedulableAfterStaticIPChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
-	ev, err := pl.cache.StaticIPEventOf(oldObj, newObj)
-	if err != nil {
-		return fwk.Queue, err
-	}
-	return pl.staticIPHint(logger, pod, ev), nil
-}
-
 // staticIPHint reads only the fields the cache decoded.
 func (pl *PodFitsResources) staticIPHint(logger klog.Logger, pod *v1.Pod, ev *staticipnode.StaticIPEvent) fwk.QueueingHint {
-	if ev.StatusOnly {
-		return fwk.QueueSkip
-	}
 	oldSIP, newSIP := ev.Old, ev.New
 	for _, s := range [...]*staticipnode.StaticIPFields{oldSIP, newSIP} {
 		if s != nil && s.Namespace == pod.Namespace && s.Pod == pod.Name {
@@ -557,19 +544,10 @@ func (pl *PodFitsResources) staticIPHint(logger klog.Logger, pod *v1.Pod, ev *st
 	return fwk.QueueSkip
 }
 
-// isSchedulableAfterIPRangeChange is the IPRange hint for a change given as objects.
-func (pl *PodFitsResources) isSchedulableAfterIPRangeChange(logger klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
-	ev, err := pl.cache.IPRangeEventOf(oldObj, newObj)
-	if err != nil {
-		return fwk.Queue, err
-	}
-	return pl.ipRangeHint(logger, pod, ev), nil
-}
-
 func (pl *PodFitsResources) ipRangeHint(logger klog.Logger, pod *v1.Pod, ev *staticipnode.IPRangeEvent) fwk.QueueingHint {
 	oldR, newR := ev.Old, ev.New
-	if ev.StatusOnly || (oldR != nil && newR != nil && equalRangeSpec(oldR.Spec, newR.Spec)) {
-		return fwk.QueueSkip // status-only update (the agent's counters)
+	if oldR != nil && newR != nil && equalRangeSpec(oldR.Spec, newR.Spec) {
+		return fwk.QueueSkip // nothing the plugin reads changed (labels, annotations)
 	}
 	if newR != nil && newR.Spec.Node != "" {
 		return fwk.Queue // a node gained a range, or its range changed

@@ -367,9 +367,8 @@ func TestQueueingHints(t *testing.T) {
 		{"record without node deleted", unplaced, nil, fwk.QueueSkip},
 		{"the pod's own record created", nil, own, fwk.Queue},
 	} {
-		got, err := pl.isSchedulableAfterStaticIPChange(logger, pod, tc.old, tc.new)
-		if err != nil || got != tc.want {
-			t.Errorf("StaticIP %s: %v %v, want %v", tc.name, got, err, tc.want)
+		if got := hintAfter(t, c, pl.hint, pod, tc.old, tc.new); got != tc.want {
+			t.Errorf("StaticIP %s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
 
@@ -406,9 +405,8 @@ func TestQueueingHints(t *testing.T) {
 		{"status only", r, statusOnly, fwk.QueueSkip},
 		{"range left unowned: n1 lost its last range", r, unowned, fwk.Queue},
 	} {
-		got, err := pl.isSchedulableAfterIPRangeChange(logger, pod, tc.old, tc.new)
-		if err != nil || got != tc.want {
-			t.Errorf("IPRange %s: %v %v, want %v", tc.name, got, err, tc.want)
+		if got := hintAfter(t, c, pl.hint, pod, tc.old, tc.new); got != tc.want {
+			t.Errorf("IPRange %s: %v, want %v", tc.name, got, tc.want)
 		}
 	}
 }
@@ -481,48 +479,25 @@ func TestFilterSummaryFollowsNodeAndCache(t *testing.T) {
 	}
 }
 
-// The hints decode an event once and apply it to the cache once, whatever the number of
-// waiting pods; a status-only update (same generation, same phase) is skipped undecoded.
-func TestHintsApplyEachEventOnce(t *testing.T) {
+// A status-only update (same generation, same phase: the agents' and controllers' status
+// writes) is dropped by the cache before anything else is read: not applied, no hint asked.
+func TestStatusOnlyUpdatesRequeueNobody(t *testing.T) {
 	c := staticipnode.NewEmpty()
 	c.MarkSynced()
 	pl := NewWithCache(c, config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow})
-	logger := klog.Background()
 	held := mkSIP("ns", "web-0", "n1", rl("cpu", "2"))
 	held.Generation, held.ResourceVersion = 1, "10"
 	status := held.DeepCopy()
 	status.ResourceVersion = "11"
 	status.Status.Conditions = []metav1.Condition{{Type: "Bound", Status: metav1.ConditionTrue}}
-	oldU, newU := unstructuredOf(t, held), unstructuredOf(t, status)
-	for i := range 3 {
-		got, err := pl.isSchedulableAfterStaticIPChange(logger, mkPod("ns", fmt.Sprintf("w%d", i), "", rl("cpu", "1")), oldU, newU)
-		if err != nil || got != fwk.QueueSkip {
-			t.Fatalf("status-only update: %v %v, want QueueSkip", got, err)
-		}
+	status.Spec.Node = "n2" // not what the API server does; shows the update was not read
+	asked := 0
+	hint := func(l klog.Logger, p *v1.Pod, ch staticipnode.Change) bool { asked++; return pl.hint(l, p, ch) }
+	if got := hintAfter(t, c, hint, mkPod("ns", "w", "", rl("cpu", "1")), held, status); got != fwk.QueueSkip || asked != 0 {
+		t.Fatalf("status-only update: %v, hint asked %d times; want QueueSkip without asking", got, asked)
 	}
-	if len(c.Node("n1").Held) != 0 {
+	if len(c.Node("n1").Held)+len(c.Node("n2").Held) != 0 {
 		t.Fatal("a status-only update was applied to the cache")
-	}
-	// No resourceVersion: only the memo, not the version check, can keep a second call from
-	// applying it again.
-	unversioned := held.DeepCopy()
-	unversioned.ResourceVersion = ""
-	created := unstructuredOf(t, unversioned)
-	if _, err := pl.isSchedulableAfterStaticIPChange(logger, mkPod("ns", "w0", "", nil), nil, created); err != nil {
-		t.Fatal(err)
-	}
-	before := c.Node("n1")
-	c.OnStaticIPDelete(unversioned) // gone again, through the informer
-	for i := 1; i < 3; i++ {
-		if _, err := pl.isSchedulableAfterStaticIPChange(logger, mkPod("ns", fmt.Sprintf("w%d", i), "", nil), nil, created); err != nil {
-			t.Fatal(err)
-		}
-		if len(c.Node("n1").Held) != 0 {
-			t.Fatalf("hint call %d applied the same event again", i)
-		}
-	}
-	if len(before.Held) != 1 {
-		t.Fatalf("the created StaticIP was not applied: %+v", before)
 	}
 }
 

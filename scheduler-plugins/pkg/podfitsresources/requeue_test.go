@@ -8,12 +8,60 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/scheduler-plugins/apis/config"
 	"github.com/staticip/staticip/scheduler-plugins/pkg/staticipnode"
 )
+
+// hintAfter delivers a StaticIP or IPRange change (old nil: an add; new nil: a deletion, old
+// possibly a tombstone) to the cache's informer handlers, as its informers do, and returns
+// what hint says for pod about the change the cache then notified — QueueSkip when it
+// notified none (a status-only update, an older version): such a change requeues nobody.
+func hintAfter(t *testing.T, c *staticipnode.Cache, hint func(klog.Logger, *v1.Pod, staticipnode.Change) bool, pod *v1.Pod, oldObj, newObj interface{}) fwk.QueueingHint {
+	t.Helper()
+	var notified []staticipnode.Change
+	listening := true
+	c.Listen(func(ch staticipnode.Change) {
+		if listening {
+			notified = append(notified, ch)
+		}
+	})
+	defer func() { listening = false }()
+	obj := newObj
+	if obj == nil {
+		obj = oldObj
+		if tomb, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = tomb.Obj
+		}
+	}
+	switch obj.(type) {
+	case *jkev1.StaticIP:
+		if newObj != nil {
+			c.OnStaticIPUpdate(oldObj, newObj)
+		} else {
+			c.OnStaticIPDelete(oldObj)
+		}
+	case *jkev1.IPRange:
+		if newObj != nil {
+			c.OnIPRangeUpdate(oldObj, newObj)
+		} else {
+			c.OnIPRangeDelete(oldObj)
+		}
+	default:
+		t.Fatalf("hintAfter: %T is neither a StaticIP nor an IPRange", obj)
+	}
+	if len(notified) > 1 {
+		t.Fatalf("one change notified %d times", len(notified))
+	}
+	if len(notified) == 0 || !hint(klog.Background(), pod, notified[0]) {
+		return fwk.QueueSkip
+	}
+	return fwk.Queue
+}
 
 // activations records what a Requeue activates.
 type activations struct{ pods []string }

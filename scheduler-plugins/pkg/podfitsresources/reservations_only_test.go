@@ -7,8 +7,6 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
@@ -72,38 +70,27 @@ func TestFilterUnresolvableNamesTheReservingStaticIPs(t *testing.T) {
 	}
 }
 
-func unstructuredOf(t *testing.T, obj interface{}) *unstructured.Unstructured {
-	t.Helper()
-	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return &unstructured.Unstructured{Object: m}
-}
-
-// The scheduler hands CRD deletions to the hints as they came from its informer, tombstones
-// included: the hint must unwrap them, apply the deletion and requeue.
-func TestHintsUnwrapTombstones(t *testing.T) {
+// A deletion the informer missed comes as a tombstone after its relist: the cache applies
+// it and the hint requeues.
+func TestTombstonesRequeue(t *testing.T) {
 	c := staticipnode.NewEmpty()
 	c.MarkSynced()
 	pl := NewWithCache(c, config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow})
 	held := mkSIP("ns", "web-0", "n1", rl("cpu", "2"))
 	held.ResourceVersion = "10"
 	c.OnStaticIPUpdate(nil, held)
-	tomb := cache.DeletedFinalStateUnknown{Key: "ns/web-0", Obj: unstructuredOf(t, held)}
-	got, err := pl.isSchedulableAfterStaticIPChange(klog.Background(), mkPod("ns", "waiting", "", rl("cpu", "1")), tomb, nil)
-	if err != nil || got != fwk.Queue {
-		t.Fatalf("StaticIP tombstone: %v %v, want Queue", got, err)
+	tomb := cache.DeletedFinalStateUnknown{Key: "ns/web-0", Obj: held}
+	if got := hintAfter(t, c, pl.hint, mkPod("ns", "waiting", "", rl("cpu", "1")), tomb, nil); got != fwk.Queue {
+		t.Fatalf("StaticIP tombstone: %v, want Queue", got)
 	}
 	if len(c.Node("n1").Held) != 0 {
 		t.Fatalf("the tombstone was not applied: n1 holds %+v", c.Node("n1").Held)
 	}
 	r := &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: "r", ResourceVersion: "11"}, Spec: jkev1.IPRangeSpec{CIDR: "10.1.2.0/29", Node: "n1"}}
 	c.OnIPRangeUpdate(nil, r)
-	rtomb := cache.DeletedFinalStateUnknown{Key: "r", Obj: unstructuredOf(t, r)}
-	got, err = pl.isSchedulableAfterIPRangeChange(klog.Background(), mkPod("ns", "waiting", "", nil), rtomb, nil)
-	if err != nil || got != fwk.Queue {
-		t.Fatalf("IPRange tombstone: %v %v, want Queue (n1 lost its last range)", got, err)
+	rtomb := cache.DeletedFinalStateUnknown{Key: "r", Obj: r}
+	if got := hintAfter(t, c, pl.hint, mkPod("ns", "waiting", "", nil), rtomb, nil); got != fwk.Queue {
+		t.Fatalf("IPRange tombstone: %v, want Queue (n1 lost its last range)", got)
 	}
 	if c.Node("n1").HasRanges {
 		t.Fatal("the IPRange tombstone was not applied")
@@ -155,7 +142,7 @@ func TestHintGaps(t *testing.T) {
 	c.OnIPRangeUpdate(nil, r)
 	unowned := r.DeepCopy()
 	unowned.Spec.Node = ""
-	if got, err := pl.isSchedulableAfterIPRangeChange(logger, waiting, r, unowned); err != nil || got != fwk.Queue {
-		t.Errorf("node lost its last range: %v %v, want Queue", got, err)
+	if got := hintAfter(t, c, pl.hint, waiting, r, unowned); got != fwk.Queue {
+		t.Errorf("node lost its last range: %v, want Queue", got)
 	}
 }

@@ -91,8 +91,9 @@ type RangeInfo struct {
 // NodeInfo is a consistent, read-only picture of one node's state. A new one is built after
 // every change of the node, so its address identifies its contents.
 type NodeInfo struct {
-	// memo is a reader's derived value, kept with the view it was derived from (Memo).
-	memo atomic.Pointer[memoBox]
+	// memo is a reader's derived value, kept with the view it was derived from (Memo): an
+	// atomic.Value holds it without a box of its own, one pointer less to follow per Filter.
+	memo atomic.Value
 
 	// HasRanges: the node owns at least one IPRange.
 	HasRanges bool
@@ -105,21 +106,15 @@ type NodeInfo struct {
 	Held []Held
 }
 
-type memoBox struct{ v any }
-
 // Memo returns what SetMemo last stored on this view (nil when nothing). A plugin keeps here
 // what it derives from the view, so one lookup finds both, and a new view starts empty.
-func (n *NodeInfo) Memo() any {
-	if b := n.memo.Load(); b != nil {
-		return b.v
-	}
-	return nil
-}
+func (n *NodeInfo) Memo() any { return n.memo.Load() }
 
-// SetMemo stores v with this view (ignored on the shared view of unknown nodes).
+// SetMemo stores v with this view (ignored on the shared view of unknown nodes). Every value
+// stored on one view must be of the same concrete type (atomic.Value).
 func (n *NodeInfo) SetMemo(v any) {
 	if n != emptyNode {
-		n.memo.Store(&memoBox{v})
+		n.memo.Store(v)
 	}
 }
 
@@ -136,14 +131,24 @@ type Held struct {
 // Cache is the staticIPNode cache. All methods are safe for concurrent use.
 type Cache struct {
 	mu sync.RWMutex
-	// views maps a node name to its published *NodeInfo: Filter reads it once per pod and
-	// node without any lock (a cache-wide read lock per call was shared by every Filter
-	// goroutine). A sync.Map: its reads of known names take no lock, and a new name costs
-	// O(1) amortized — a map copied on every new name (the previous form) cost O(nodes) per
-	// node, 1.7–3.2 s for the initial list of 5,000 IPRanges (BenchmarkInitialList).
-	// Writers, under mu, store a node's new view after changing it.
-	views     sync.Map
-	staticIPs map[string]*reservation
+	// Node views: Filter finds one per pod and node, without any lock (a cache-wide read
+	// lock per call was shared by every Filter goroutine). Each node name the cache knows
+	// has a slot holding its current view; writers (under mu) store a node's new view in its
+	// slot after changing it. Readers find the slot in published, an immutable map from node
+	// name to slot: a plain map read (a sync.Map's lookup — hashing an interface, walking a
+	// trie — was 5 % of staticip-scheduler's CPU at 300 nodes, 2026-11-28). published only
+	// changes when a name comes or goes, so a new node view costs nothing more. slots is
+	// the writers' map; until every informer has synced (Synced) new names are published
+	// in batches, a copy whenever they have doubled — an O(nodes) copy per name cost
+	// 1.7–3.2 s for the initial list of 5,000 IPRanges (BenchmarkInitialList) — and a reader
+	// that misses while some are unpublished (unpublished > 0) looks in slots under the read
+	// lock. From the sync on every change of the names is published at once.
+	slots       map[string]*nodeSlot
+	published   atomic.Pointer[map[string]*nodeSlot]
+	unpublished atomic.Int64
+	// namesChanged: slots differs from published (names added or removed).
+	namesChanged bool
+	staticIPs    map[string]*reservation
 	// byPod maps a pod key to the keys of the StaticIPs naming the pod, sorted: nearly
 	// always one (several are a conflict the StaticIP controller reports). A slice, not a
 	// set: a Go map per pod cost ~500 bytes per record (BenchmarkCacheBytesPerStaticIP).
@@ -166,12 +171,6 @@ type Cache struct {
 	// ready latches once every informer has delivered its initial list.
 	ready atomic.Bool
 
-	// staticIPEvents and ipRangeEvents remember the last event a queueing hint decoded and
-	// applied: the scheduler calls the hints once per waiting pod with the same objects, and
-	// only the first call pays (see StaticIPEventOf).
-	staticIPEvents eventMemo[StaticIPEvent]
-	ipRangeEvents  eventMemo[IPRangeEvent]
-
 	// listeners are told of every change the informers apply (Listen), after it is applied.
 	listenersMu sync.RWMutex
 	listeners   []func(Change)
@@ -179,7 +178,8 @@ type Cache struct {
 
 // NewEmpty returns a cache fed by nobody; tests and New fill it through the On* handlers.
 func NewEmpty() *Cache {
-	return &Cache{
+	c := &Cache{
+		slots:     map[string]*nodeSlot{},
 		staticIPs: map[string]*reservation{},
 		byPod:     map[string][]string{},
 		ranges:    map[string]*ipRange{},
@@ -188,6 +188,8 @@ func NewEmpty() *Cache {
 		versions:  map[string]version{},
 		now:       time.Now,
 	}
+	c.published.Store(&map[string]*nodeSlot{})
+	return c
 }
 
 // deletedVersionTTL is how long the version of a deleted object is remembered: far longer
@@ -348,12 +350,21 @@ func (c *Cache) Synced() bool {
 			return false
 		}
 	}
-	c.ready.Store(true)
+	c.markReady()
 	return true
 }
 
 // MarkSynced is for caches filled by hand (unit tests).
-func (c *Cache) MarkSynced() { c.ready.Store(true) }
+func (c *Cache) MarkSynced() { c.markReady() }
+
+// markReady latches the sync and publishes the node names batched until then: from here on
+// Node finds every known node without a lock.
+func (c *Cache) markReady() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.ready.Store(true)
+	c.publishNamesLocked()
+}
 
 // ---- event handlers ----
 
@@ -593,12 +604,31 @@ func (c *Cache) RangeForIP(ip netip.Addr) (RangeInfo, bool) {
 // emptyNode is what Node returns for a node the cache knows nothing about.
 var emptyNode = &NodeInfo{}
 
+// nodeSlot holds the current view of one node name.
+type nodeSlot struct{ view atomic.Pointer[NodeInfo] }
+
+func (s *nodeSlot) load() *NodeInfo {
+	if v := s.view.Load(); v != nil {
+		return v
+	}
+	return emptyNode
+}
+
 // Node returns a consistent picture of what node holds. It is shared with every other
 // caller until the node changes (then a new one is published): read it, never modify it.
-// It takes no lock.
+// Once the cache has synced it takes no lock.
 func (c *Cache) Node(node string) *NodeInfo {
-	if v, ok := c.views.Load(node); ok {
-		return v.(*NodeInfo)
+	if s := (*c.published.Load())[node]; s != nil {
+		return s.load()
+	}
+	if c.unpublished.Load() == 0 {
+		return emptyNode
+	}
+	c.mu.RLock()
+	s := c.slots[node]
+	c.mu.RUnlock()
+	if s != nil {
+		return s.load()
 	}
 	return emptyNode
 }
@@ -610,14 +640,51 @@ func (c *Cache) publishLocked() {
 	for name := range c.changed {
 		if n := c.nodes[name]; n != nil {
 			if n.dirty {
-				c.views.Store(name, n.build())
+				c.slotLocked(name).view.Store(n.build())
 				n.dirty = false
 			}
-		} else {
-			c.views.Delete(name)
+		} else if s := c.slots[name]; s != nil {
+			// Readers of the published names see an empty node until they are republished.
+			s.view.Store(emptyNode)
+			delete(c.slots, name)
+			c.namesChanged = true
 		}
 	}
 	clear(c.changed)
+	if c.namesChanged && (c.ready.Load() || c.unpublished.Load() >= int64(max(len(*c.published.Load()), 64))) {
+		c.publishNamesLocked()
+	}
+}
+
+// slotLocked returns node name's slot, adding one for a new name (c.mu held for writing). A
+// name removed and added again before the names were republished gets its published slot
+// back, so the published map never holds a stale slot of a known node.
+func (c *Cache) slotLocked(name string) *nodeSlot {
+	if s := c.slots[name]; s != nil {
+		return s
+	}
+	s := (*c.published.Load())[name]
+	if s == nil {
+		s = &nodeSlot{}
+		c.unpublished.Add(1)
+	}
+	c.slots[name] = s
+	c.namesChanged = true
+	return s
+}
+
+// publishNamesLocked publishes the current node names (c.mu held for writing).
+func (c *Cache) publishNamesLocked() {
+	if !c.namesChanged {
+		return
+	}
+	m := make(map[string]*nodeSlot, len(c.slots))
+	for name, s := range c.slots {
+		m[name] = s
+	}
+	c.published.Store(&m)
+	c.unpublished.Store(0)
+	c.namesChanged = false
 }
 
 // build computes the node's NodeInfo (c.mu held, for reading at least).

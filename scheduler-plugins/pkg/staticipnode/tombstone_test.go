@@ -19,9 +19,7 @@ func TestTombstoneAlwaysApplied(t *testing.T) {
 	c.OnStaticIPUpdate(nil, old)
 	newer := old.DeepCopy()
 	newer.ResourceVersion = "10"
-	if _, err := c.StaticIPEventOf(old, newer); err != nil {
-		t.Fatal(err)
-	}
+	c.OnStaticIPUpdate(old, newer)
 	c.OnStaticIPDelete(cache.DeletedFinalStateUnknown{Key: "ns/web-0", Obj: old})
 	if held := c.Node("n1").Held; len(held) != 0 {
 		t.Fatalf("a lost delete keeps a reservation forever: n1 holds %+v", held)

@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strings"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 )
@@ -25,40 +26,12 @@ type Histogram struct {
 // self-signed serving certificate) and sums family over the series with the labels match.
 func ScrapeHistogram(ctx context.Context, url, family string, match map[string]string) (Histogram, error) {
 	var h Histogram
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	series, err := scrape(ctx, url, family, match)
 	if err != nil {
 		return h, err
-	}
-	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback
-	resp, err := client.Do(req)
-	if err != nil {
-		return h, err
-	}
-	defer resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		return h, fmt.Errorf("%s: %s", url, resp.Status)
-	}
-	parser := expfmt.NewTextParser(model.UTF8Validation)
-	families, err := parser.TextToMetricFamilies(resp.Body)
-	if err != nil {
-		return h, err
-	}
-	f := families[family]
-	if f == nil {
-		return h, nil
 	}
 	buckets := map[float64]float64{}
-series:
-	for _, m := range f.GetMetric() {
-		labels := map[string]string{}
-		for _, l := range m.GetLabel() {
-			labels[l.GetName()] = l.GetValue()
-		}
-		for k, v := range match {
-			if labels[k] != v {
-				continue series
-			}
-		}
+	for _, m := range series {
 		hist := m.GetHistogram()
 		for _, b := range hist.GetBucket() {
 			buckets[b.GetUpperBound()] += float64(b.GetCumulativeCount())
@@ -104,3 +77,58 @@ func mib(b int64) string { return fmt.Sprintf("%.0f", float64(b)/(1<<20)) }
 
 // kv formats extra columns.
 func kv(pairs ...string) string { return strings.Join(pairs, ", ") }
+
+// ScrapeCounter reads url as ScrapeHistogram does and sums counter family over the series
+// with the labels match (0 when there are none).
+func ScrapeCounter(ctx context.Context, url, family string, match map[string]string) (float64, error) {
+	series, err := scrape(ctx, url, family, match)
+	if err != nil {
+		return 0, err
+	}
+	total := 0.0
+	for _, m := range series {
+		total += m.GetCounter().GetValue()
+	}
+	return total, nil
+}
+
+// scrape returns the series of family at url whose labels include match.
+func scrape(ctx context.Context, url, family string, match map[string]string) ([]*dto.Metric, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback
+	resp, err := client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	families, err := parser.TextToMetricFamilies(resp.Body)
+	if err != nil {
+		return nil, err
+	}
+	f := families[family]
+	if f == nil {
+		return nil, nil
+	}
+	var out []*dto.Metric
+series:
+	for _, m := range f.GetMetric() {
+		labels := map[string]string{}
+		for _, l := range m.GetLabel() {
+			labels[l.GetName()] = l.GetValue()
+		}
+		for k, v := range match {
+			if labels[k] != v {
+				continue series
+			}
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}

@@ -21,6 +21,7 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/net/http2"
 	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/apiserver/pkg/endpoints/request"
 	"k8s.io/client-go/rest"
@@ -48,13 +49,43 @@ type CountingProxy struct {
 	counts map[string]int // "list endpointslices"
 }
 
+// MaxAPIServerConns bounds the connections one proxy opens to the API server
+// (TestProxyBoundsItsConnectionsToTheAPIServer): one proxy needs one or two.
+const MaxAPIServerConns = 4
+
+// upstreamTransport reaches the API server over HTTP/2 with one dial at a time: a new
+// connection only when every open one is at its stream limit, and after a lost connection one
+// redial. client-go's transport (net/http with HTTP/2 attached) dials once per request while
+// no connection is up — after every connection the loaded API server dropped (its 15 s ping
+// deadline) the proxy of a scheduler with thousands of binds in flight dialed thousands of
+// times, filled the API server's accept queue and failed the binds (2026-11-28, 300 nodes:
+// 942 connections, 5,265 more in SYN-SENT). A real kube-scheduler holds one connection to a
+// real kube-apiserver; the proxy now does as well. Plain-HTTP targets (tests) keep client-go's
+// transport.
+func upstreamTransport(cfg *rest.Config, target *url.URL) (http.RoundTripper, error) {
+	if target.Scheme != "https" {
+		return rest.TransportFor(cfg)
+	}
+	tlsConfig, err := rest.TLSConfigFor(cfg)
+	if err != nil {
+		return nil, err
+	}
+	if tlsConfig == nil {
+		tlsConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	}
+	tlsConfig = tlsConfig.Clone()
+	tlsConfig.NextProtos = []string{"h2"}
+	h2 := &http2.Transport{TLSClientConfig: tlsConfig, ReadIdleTimeout: 30 * time.Second, PingTimeout: 15 * time.Second}
+	return rest.HTTPWrappersForConfig(cfg, h2)
+}
+
 // NewCountingProxy listens on a free loopback port and forwards to cfg's API server.
 func NewCountingProxy(cfg *rest.Config) (*CountingProxy, error) {
 	target, err := url.Parse(cfg.Host)
 	if err != nil {
 		return nil, err
 	}
-	rt, err := rest.TransportFor(cfg)
+	rt, err := upstreamTransport(cfg, target)
 	if err != nil {
 		return nil, err
 	}

@@ -264,6 +264,11 @@ func (c *Cluster) schedulerPass(ctx context.Context, creator *Cluster, ns, name,
 		} else {
 			row.Note("Filter p99 n/a (%v)", herr)
 		}
+		// A bind the loaded API server times out sends the pod back to the queue: the retry is
+		// scheduler CPU and wall time the figures include, so say how many there were.
+		if errs, cerr := ScrapeCounter(ctx, comp.MetricsURL, "scheduler_schedule_attempts_total", map[string]string{"result": "error"}); cerr == nil {
+			row.Note("%.0f scheduling attempts ended in an error (binds the API server timed out), retried", errs)
+		}
 		row.Note("%.1f requests/pod", float64(row.Requests)/float64(total))
 		row.Note("load %s", loadAverage())
 	}
