@@ -81,6 +81,8 @@ type Config struct {
 	PluginCredentials *Credentials
 	// NAT is the outgoing NAT of pod traffic leaving the cluster (nat.go).
 	NAT NATConfig
+	// BGP is the advertisement of the node's ranges to the BGPPeers (bgp.go).
+	BGP BGPConfig
 }
 
 // Agent runs the sync.
@@ -146,6 +148,10 @@ type Agent struct {
 	lastNAT    string
 	// natFailure is the NAT error last reported as an Event ("" while the table is in place).
 	natFailure string
+	// bgp is the BGP speaker and what the agent remembers of it between passes (bgp.go);
+	// bgpReport its last pass's picture, read by the metrics at scrape time.
+	bgp       bgpState
+	bgpReport atomic.Pointer[bgpReport]
 }
 
 // ConditionSynced is the IPRange condition that says whether the owning node's IPAM serves it.
@@ -245,6 +251,15 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 	if !plan.waited {
 		// The database could not say what this node holds: wait for every other claim.
 		plan.waitForPreviousOwners(held, nil)
+	}
+	if stats != nil {
+		// BGP first, before anything else of the pass: a range this node no longer holds (it
+		// moved away; the node comes back from a fence) is withdrawn from the peers at once;
+		// one it now holds is announced as soon as it serves it. Only from a pass whose
+		// database said what the node drains: without it the announcements stay as they are.
+		if err := a.syncBGP(ctx, snap, bgpHeld(plan.mine, plan.draining, plan.byName)); err != nil {
+			errs = append(errs, err)
+		}
 	}
 
 	conf, err := a.Conflist(plan.mine)
@@ -466,6 +481,7 @@ func (a *Agent) Run(ctx context.Context, interval, minGap time.Duration) {
 			a.trigger()
 		}
 	}()
+	defer a.stopBGP()
 	waiting := false
 	for {
 		err := a.SyncOnce(ctx)

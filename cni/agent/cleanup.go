@@ -37,7 +37,7 @@ func CleanupPaths(cfg Config) []string {
 }
 
 // Cleanup removes from this node everything CleanupPaths lists, every route the agent owns
-// (RouteProtocol) and its NAT table (nftables inet staticip) in the current network namespace.
+// (RouteProtocol, BlackholeProtocol) and its NAT table (nftables inet staticip) in the current network namespace.
 // Without nft on PATH the table is left alone unless cfg.NAT is enabled (then it is an error:
 // the agent that made the table ran this image). The data directory is emptied
 // and then removed when it can be (a hostPath mount point cannot: it stays, empty). It
@@ -74,6 +74,11 @@ func Cleanup(cfg Config) (removed []string, err error) {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("list routes: %w", err))
 	}
+	blackholes, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: BlackholeProtocol}, netlink.RT_FILTER_PROTOCOL)
+	if err != nil {
+		errs = append(errs, fmt.Errorf("list blackhole routes: %w", err))
+	}
+	routes = append(routes, blackholes...)
 	for _, r := range routes {
 		if err := netlink.RouteDel(&r); err != nil {
 			errs = append(errs, fmt.Errorf("delete route %s: %w", r.Dst, err))

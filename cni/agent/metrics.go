@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/internal/serving"
 	"github.com/staticip/staticip/ipam"
 )
@@ -64,18 +65,24 @@ func (a *Agent) countAllocations(allocs []ipam.Allocation) {
 // The series of the agent's passes: names and labels as before client_golang (dashboards and
 // alerts read them).
 var (
-	descLastSync      = prometheus.NewDesc("staticip_agent_last_sync_timestamp_seconds", "Unix time of the last successful sync.", nil, nil)
-	descSyncs         = prometheus.NewDesc("staticip_agent_syncs_total", "Sync passes by result.", []string{"result"}, nil)
-	descLastPass      = prometheus.NewDesc("staticip_agent_last_pass_timestamp_seconds", "Unix time at which the loop last finished a pass, whatever its result.", nil, nil)
-	descAPIErrors     = prometheus.NewDesc("staticip_agent_api_errors_total", "Passes whose API writes (IPRange status) failed.", nil, nil)
-	descRebuilds      = prometheus.NewDesc("staticip_agent_ipam_rebuilds_total", "IPAM databases found corrupt and rebuilt from the API and the host.", nil, nil)
-	descCachesSynced  = prometheus.NewDesc("staticip_agent_caches_synced", "1 once the informer caches have synced.", nil, nil)
-	descRoutes        = prometheus.NewDesc("staticip_agent_routes", "Host routes to other nodes' IP ranges.", nil, nil)
-	descGCReleased    = prometheus.NewDesc("staticip_agent_gc_released_total", "IPs released by GC since the agent started.", nil, nil)
-	descGCSpared      = prometheus.NewDesc("staticip_agent_gc_spared", "Allocations of pods absent from the cache that the last GC left alone, by reason.", []string{"reason"}, nil)
-	descRefused       = prometheus.NewDesc("staticip_agent_refused_ipranges", "IPRanges no node serves (overlapping, invalid, resized while in use).", nil, nil)
-	descNATErrors     = prometheus.NewDesc("staticip_agent_nat_sync_errors_total", "Passes whose outgoing NAT table (nftables inet staticip) could not be written, nft not found included.", nil, nil)
-	descNATSources    = prometheus.NewDesc("staticip_agent_nat_source_cidrs", "CIDRs whose pods' traffic leaving the cluster the last written NAT table masquerades (IPRanges with natOutgoing).", nil, nil)
+	descLastSync     = prometheus.NewDesc("staticip_agent_last_sync_timestamp_seconds", "Unix time of the last successful sync.", nil, nil)
+	descSyncs        = prometheus.NewDesc("staticip_agent_syncs_total", "Sync passes by result.", []string{"result"}, nil)
+	descLastPass     = prometheus.NewDesc("staticip_agent_last_pass_timestamp_seconds", "Unix time at which the loop last finished a pass, whatever its result.", nil, nil)
+	descAPIErrors    = prometheus.NewDesc("staticip_agent_api_errors_total", "Passes whose API writes (IPRange status) failed.", nil, nil)
+	descRebuilds     = prometheus.NewDesc("staticip_agent_ipam_rebuilds_total", "IPAM databases found corrupt and rebuilt from the API and the host.", nil, nil)
+	descCachesSynced = prometheus.NewDesc("staticip_agent_caches_synced", "1 once the informer caches have synced.", nil, nil)
+	descRoutes       = prometheus.NewDesc("staticip_agent_routes", "Host routes to other nodes' IP ranges.", nil, nil)
+	descGCReleased   = prometheus.NewDesc("staticip_agent_gc_released_total", "IPs released by GC since the agent started.", nil, nil)
+	descGCSpared     = prometheus.NewDesc("staticip_agent_gc_spared", "Allocations of pods absent from the cache that the last GC left alone, by reason.", []string{"reason"}, nil)
+	descRefused      = prometheus.NewDesc("staticip_agent_refused_ipranges", "IPRanges no node serves (overlapping, invalid, resized while in use).", nil, nil)
+	descNATErrors    = prometheus.NewDesc("staticip_agent_nat_sync_errors_total", "Passes whose outgoing NAT table (nftables inet staticip) could not be written, nft not found included.", nil, nil)
+	descNATSources   = prometheus.NewDesc("staticip_agent_nat_source_cidrs", "CIDRs whose pods' traffic leaving the cluster the last written NAT table masquerades (IPRanges with natOutgoing).", nil, nil)
+	descBGPSession   = prometheus.NewDesc("staticip_agent_bgp_session_established",
+		"1 while this node's BGP session to the peer is Established, 0 otherwise (one series per BGPPeer that selects the node).", []string{"peer", "peer_ip"}, nil)
+	descBGPState = prometheus.NewDesc("staticip_agent_bgp_session_state",
+		"This node's BGP session state per peer: 1 for the current state (Idle, Connect, Active, OpenSent, OpenConfirm, Established), one series per peer.", []string{"peer", "state"}, nil)
+	descBGPAdvertised = prometheus.NewDesc("staticip_agent_bgp_advertised_prefixes",
+		"Prefixes (IPRanges served or drained, minus disableBGPExport) this node's BGP speaker announces; absent when the node speaks no BGP.", nil, nil)
 	descDuplicates    = prometheus.NewDesc("staticip_agent_duplicate_staticips", "StaticIPs of this node's ranges that contest an IP or a pod.", nil, nil)
 	descIPAMAddresses = prometheus.NewDesc("staticip_ipam_addresses",
 		"Addresses of each range of this node's IPAM database by state; iprange and pool name the IPRange and the IPPool it was cut from (empty for a hand-written IPRange). The node label comes from the scrape (the agent pod's node).",
@@ -95,7 +102,7 @@ type agentCollector struct{ a *Agent }
 
 func (agentCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{descLastSync, descSyncs, descLastPass, descAPIErrors, descRebuilds, descCachesSynced,
-		descRoutes, descGCReleased, descGCSpared, descRefused, descDuplicates, descNATErrors, descNATSources, descIPAMAddresses, descCNIDuration, descCNIFailures} {
+		descRoutes, descGCReleased, descGCSpared, descRefused, descDuplicates, descNATErrors, descNATSources, descBGPSession, descBGPState, descBGPAdvertised, descIPAMAddresses, descCNIDuration, descCNIFailures} {
 		ch <- d
 	}
 }
@@ -120,6 +127,19 @@ func (c agentCollector) Collect(ch chan<- prometheus.Metric) {
 		synced = 1
 	}
 	metric(descCachesSynced, prometheus.GaugeValue, synced)
+	if r := a.bgpReport.Load(); r != nil && (r.enabled || len(r.peers) > 0) {
+		if r.enabled {
+			metric(descBGPAdvertised, prometheus.GaugeValue, float64(r.advertised))
+		}
+		for _, p := range r.peers {
+			up := 0.0
+			if p.State == jkev1.BGPSessionEstablished {
+				up = 1
+			}
+			metric(descBGPSession, prometheus.GaugeValue, up, p.Name, p.PeerIP)
+			metric(descBGPState, prometheus.GaugeValue, 1, p.Name, string(p.State))
+		}
+	}
 	s := a.stats.Load()
 	if s == nil {
 		return

@@ -49,6 +49,8 @@ type Options struct {
 	// NonMasqueradeCIDRs and ServiceCIDRs: the flags of the same names, parsed into
 	// Agent.NAT by Validate.
 	NonMasqueradeCIDRs, ServiceCIDRs []string
+	// BGPPasswordSecret is --bgp-password-secret (namespace/name), parsed into Agent.BGP.
+	BGPPasswordSecret string
 }
 
 // NewOptions returns the defaults.
@@ -58,7 +60,7 @@ func NewOptions() *Options {
 		Agent: Config{NodeName: os.Getenv("NODE_NAME"), PluginBinary: "/staticip", CNIBinDir: "/opt/cni/bin",
 			CNIConfDir: "/etc/cni/net.d", ConfName: "10-staticip.conflist", DataDir: "/var/lib/staticip",
 			CNIVersion: DefaultCNIVersion, MTU: 1500, Routes: true, PortMap: true, GCGrace: DefaultGCGrace,
-			NAT: NATConfig{Enabled: true, Default: true}},
+			NAT: NATConfig{Enabled: true, Default: true}, BGP: BGPConfig{Enabled: true, NodeFailoverWindow: 2 * time.Minute}},
 		WritePluginKubeconfig: true,
 		PluginServiceAccount:  "kube-system/staticip-cni",
 		PluginTokenLifetime:   DefaultPluginTokenLifetime,
@@ -93,6 +95,9 @@ func (o *Options) AddFlags(fs *pflag.FlagSet) {
 	fs.BoolVar(&c.NAT.Default, "nat-outgoing-default", c.NAT.Default, "natOutgoing of an IPRange that does not set spec.natOutgoing (hand-written ranges; the range allocator sets it on every IPPool block)")
 	fs.StringSliceVar(&o.NonMasqueradeCIDRs, "non-masquerade-cidrs", o.NonMasqueradeCIDRs, "destinations outside the IPRanges that pods reach with their own IP, never masqueraded (ip-masq-agent's nonMasqueradeCIDRs): networks that route the pod space")
 	fs.StringSliceVar(&o.ServiceCIDRs, "service-cidrs", o.ServiceCIDRs, "the cluster's Service CIDRs (kube-apiserver --service-cluster-ip-range): never masqueraded to (a ClusterIP kube-proxy did not translate stays inside)")
+	fs.BoolVar(&c.BGP.Enabled, "bgp", c.BGP.Enabled, "watch BGPConfiguration and BGPPeers and announce this node's IPRanges to the peers that select it (nothing runs until a BGPConfiguration \"default\" and a BGPPeer exist); false: no BGP informers and never a speaker")
+	fs.StringVar(&o.BGPPasswordSecret, "bgp-password-secret", o.BGPPasswordSecret, "namespace/name of the one Secret BGP session passwords are read from (a BGPPeer's password.secretKeyRef must name it; the agent's RBAC grants that Secret alone); empty: no passwords")
+	fs.DurationVar(&c.BGP.NodeFailoverWindow, "node-failover-window", c.BGP.NodeFailoverWindow, "the controller-manager's --node-failover-window: a BGP peer whose hold time (plus graceful restart time) is not shorter gets the warning condition HoldTimeSafe=False; 0: not checked")
 	fs.BoolVar(&o.Cleanup, "cleanup", o.Cleanup, "uninstall: remove the plugin binary, the conflist, the plugin's kubeconfig, the plugin's database and the agent's routes from this node (the paths the flags above name), then only answer /healthz and /readyz until terminated, so that a DaemonSet rollout tells when every node is clean (charts/staticip/README.md, \"Uninstall\")")
 }
 
@@ -125,6 +130,14 @@ func (o *Options) Validate() error {
 			}
 			*list.out = append(*list.out, p.Masked())
 		}
+	}
+	o.Agent.BGP.PasswordSecretNamespace, o.Agent.BGP.PasswordSecretName = "", ""
+	if o.BGPPasswordSecret != "" {
+		ns, name, ok := strings.Cut(o.BGPPasswordSecret, "/")
+		if !ok || ns == "" || name == "" {
+			errs = append(errs, fmt.Errorf("--bgp-password-secret=%q must be namespace/name", o.BGPPasswordSecret))
+		}
+		o.Agent.BGP.PasswordSecretNamespace, o.Agent.BGP.PasswordSecretName = ns, name
 	}
 	errs = append(errs, o.Common.Validate())
 	return errors.Join(errs...)

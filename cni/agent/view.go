@@ -40,6 +40,11 @@ type view struct {
 	self      corelisters.NodeLister
 	legacy    corelisters.NodeLister
 	synced    []cache.InformerSynced
+	// bgpConfigs, bgpPeers and secrets (the one password Secret) are nil unless BGP is on
+	// (Config.BGP.Enabled).
+	bgpConfigs jkelisters.BGPConfigurationLister
+	bgpPeers   jkelisters.BGPPeerLister
+	secrets    corelisters.SecretLister
 }
 
 // Start starts the informers the sync reads from; Synced (or WaitForCaches) tells when they
@@ -81,10 +86,11 @@ func (a *Agent) Start(ctx context.Context) error {
 	if err := podInf.SetTransform(trimPod); err != nil {
 		return err
 	}
-	for _, inf := range []cache.SharedIndexInformer{selfInf, legacyInf} {
-		if err := inf.SetTransform(trimNode); err != nil {
-			return err
-		}
+	if err := legacyInf.SetTransform(trimNode); err != nil {
+		return err
+	}
+	if err := selfInf.SetTransform(trimSelfNode); err != nil {
+		return err
 	}
 	register := []struct {
 		inf     cache.SharedIndexInformer
@@ -95,7 +101,10 @@ func (a *Agent) Start(ctx context.Context) error {
 		// This node's address (its claims carry it); a legacy node's address (routes) or its
 		// report of the ranges it holds (a range assigned here waits until the node it left
 		// has drained it).
-		{selfInf, func(o, n any) bool { return !reflect.DeepEqual(nodeAddresses(o), nodeAddresses(n)) }, true},
+		// Its labels: the BGPPeers' node selectors.
+		{selfInf, func(o, n any) bool {
+			return !reflect.DeepEqual(nodeAddresses(o), nodeAddresses(n)) || !reflect.DeepEqual(nodeLabels(o), nodeLabels(n))
+		}, true},
 		{legacyInf, func(o, n any) bool {
 			return !reflect.DeepEqual(nodeAddresses(o), nodeAddresses(n)) || observedOf(o) != observedOf(n)
 		}, true},
@@ -133,6 +142,32 @@ func (a *Agent) Start(ctx context.Context) error {
 		self:      self.Core().V1().Nodes().Lister(),
 		legacy:    legacy.Core().V1().Nodes().Lister(),
 		synced:    []cache.InformerSynced{podInf.HasSynced, selfInf.HasSynced, legacyInf.HasSynced, rangeInf.HasSynced, sipInf.HasSynced},
+	}
+	if a.cfg.BGP.Enabled {
+		// BGP: the one BGPConfiguration and the BGPPeers (cluster-scoped, few), and the one
+		// Secret the passwords come from (a field selector on its name: RBAC grants that
+		// name alone). Any change of them triggers a pass.
+		cfgInf := sips.Jke().V1().BGPConfigurations().Informer()
+		peerInf := sips.Jke().V1().BGPPeers().Informer()
+		infs := []cache.SharedIndexInformer{cfgInf, peerInf}
+		v.bgpConfigs = sips.Jke().V1().BGPConfigurations().Lister()
+		v.bgpPeers = sips.Jke().V1().BGPPeers().Lister()
+		if c := a.cfg.BGP; c.PasswordSecretName != "" {
+			secrets := informers.NewSharedInformerFactoryWithOptions(a.kube, 0, informers.WithNamespace(c.PasswordSecretNamespace),
+				informers.WithTweakListOptions(func(o *metav1.ListOptions) { o.FieldSelector = "metadata.name=" + c.PasswordSecretName }))
+			secInf := secrets.Core().V1().Secrets().Informer()
+			v.secrets = secrets.Core().V1().Secrets().Lister()
+			infs = append(infs, secInf)
+			defer secrets.Start(ctx.Done())
+		}
+		for _, inf := range infs {
+			if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+				AddFunc: func(any) { a.trigger() }, UpdateFunc: func(any, any) { a.trigger() }, DeleteFunc: func(any) { a.trigger() },
+			}); err != nil {
+				return err
+			}
+			v.synced = append(v.synced, inf.HasSynced)
+		}
 	}
 	self.Start(ctx.Done())
 	legacy.Start(ctx.Done())
@@ -177,6 +212,10 @@ type snapshot struct {
 	legacy, legacyAddresses map[string]string
 	// selfAddress is this node's InternalIP ("" while unknown); ownReport its ObservedAnnotation.
 	selfAddress, ownReport string
+	// selfAddrs are every InternalIP of this node (the BGP next hops, one per family) and
+	// selfLabels its labels (the BGPPeers' node selectors).
+	selfAddrs  []netip.Addr
+	selfLabels map[string]string
 	// nodeAddrs are the node addresses outgoing NAT leaves alone: this node's InternalIPs and
 	// ExternalIPs, the holders' addresses of every range and the legacy nodes' addresses. The
 	// agent does not watch every Node (issue 37: that grows with the square of the cluster), so
@@ -218,6 +257,12 @@ func (v *view) snapshot(self string) (*snapshot, error) {
 			snap.selfAddress = ip.String()
 		}
 		snap.ownReport = n.Annotations[ObservedAnnotation]
+		snap.selfLabels = n.Labels
+		for _, addr := range n.Status.Addresses {
+			if a, err := netip.ParseAddr(addr.Address); err == nil && addr.Type == corev1.NodeInternalIP {
+				snap.selfAddrs = append(snap.selfAddrs, a.Unmap())
+			}
+		}
 		selfNode = []*corev1.Node{n}
 	}
 	snap.nodeAddrs = natNodeAddresses(ranges, selfNode, legacyNodes)
@@ -235,6 +280,24 @@ func internalIP(n *corev1.Node) net.IP {
 		}
 	}
 	return gw
+}
+
+func nodeLabels(obj any) map[string]string {
+	if n, ok := obj.(*corev1.Node); ok {
+		return n.Labels
+	}
+	return nil
+}
+
+// trimSelfNode is trimNode for the agent's own Node, keeping every label: the BGPPeers'
+// node selectors choose nodes by them.
+func trimSelfNode(obj any) (any, error) {
+	t, err := trimNode(obj)
+	if n, ok := obj.(*corev1.Node); ok && err == nil && len(n.Labels) > 0 {
+		tn := t.(*corev1.Node)
+		tn.Labels = n.Labels
+	}
+	return t, err
 }
 
 func nodeAddresses(obj any) []corev1.NodeAddress {

@@ -253,7 +253,23 @@ type BGPNodePeerStatus struct {
 	// Advertised is how many prefixes the session announces now.
 	// +optional
 	Advertised int32 `json:"advertised,omitempty"`
+	// Conditions of this node's session: Established (False with why: PeerNotAnswering,
+	// BadPeerAS, NotificationReceived, PasswordUnavailable, InvalidPeer, NoLocalAddress, ...)
+	// and HoldTimeSafe (False: a warning, the peer keeps a dead node's routes past the
+	// node-failover window).
+	// +optional
+	// +listType=map
+	// +listMapKey=type
+	// +kubebuilder:validation:MaxItems=8
+	Conditions []metav1.Condition `json:"conditions,omitempty"`
 }
+
+// Conditions of a node's session (BGPNodePeerStatus.conditions; HoldTimeSafe is
+// BGPPeerHoldTimeSafe).
+const (
+	// BGPNodePeerEstablished: True while the session is Established; False with the reason.
+	BGPNodePeerEstablished = "Established"
+)
 
 // BGPNodeStatusStatus is what one node's speaker announces and to whom.
 type BGPNodeStatusStatus struct {

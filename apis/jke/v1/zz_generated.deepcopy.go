@@ -151,6 +151,13 @@ func (in *BGPNodePeerStatus) DeepCopyInto(out *BGPNodePeerStatus) {
 		in, out := &in.Since, &out.Since
 		*out = (*in).DeepCopy()
 	}
+	if in.Conditions != nil {
+		in, out := &in.Conditions, &out.Conditions
+		*out = make([]metav1.Condition, len(*in))
+		for i := range *in {
+			(*in)[i].DeepCopyInto(&(*out)[i])
+		}
+	}
 	return
 }
 

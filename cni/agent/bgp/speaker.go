@@ -32,6 +32,16 @@ type Speaker struct {
 	// states are the sessions' last state change, by peer address (OnPeerUpdate).
 	states map[netip.Addr]sessionEvent
 	cancel context.CancelFunc
+	// onChange is called (without the lock) after every session state change.
+	onChange func()
+}
+
+// OnSessionChange sets a function called after every session state change (the agent
+// triggers a pass, so that its status and metrics follow the session at once).
+func (sp *Speaker) OnSessionChange(f func()) {
+	sp.mu.Lock()
+	defer sp.mu.Unlock()
+	sp.onChange = f
 }
 
 type sessionEvent struct {
@@ -68,6 +78,21 @@ func (sp *Speaker) Apply(ctx context.Context, d Desired) error {
 		}
 	}
 	var errs []error
+	// Withdrawals first, before any session changes: a range the node no longer holds (a
+	// fenced node that came back, a range that moved away) leaves every peer before anything
+	// else the pass does.
+	announce, withdraw := DiffPrefixes(d.Prefixes, sp.announced, d.NextHop)
+	for _, p := range withdraw {
+		path, err := localPath(p, sp.announced[p])
+		if err == nil {
+			err = sp.srv.DeletePath(apiutil.DeletePathRequest{Paths: []*apiutil.Path{path}})
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("withdraw %s: %w", p, err))
+			continue
+		}
+		delete(sp.announced, p)
+	}
 	add, remove := DiffPeers(d.Peers, sp.peers)
 	for _, name := range remove {
 		p := sp.peers[name]
@@ -84,18 +109,6 @@ func (sp *Speaker) Apply(ctx context.Context, d Desired) error {
 			continue
 		}
 		sp.peers[p.Name] = p
-	}
-	announce, withdraw := DiffPrefixes(d.Prefixes, sp.announced, d.NextHop)
-	for _, p := range withdraw {
-		path, err := localPath(p, sp.announced[p])
-		if err == nil {
-			err = sp.srv.DeletePath(apiutil.DeletePathRequest{Paths: []*apiutil.Path{path}})
-		}
-		if err != nil {
-			errs = append(errs, fmt.Errorf("withdraw %s: %w", p, err))
-			continue
-		}
-		delete(sp.announced, p)
 	}
 	for _, p := range announce {
 		path, err := localPath(p, d.NextHop(p))
@@ -171,13 +184,17 @@ func (sp *Speaker) onPeerUpdate(ev *apiutil.WatchEventMessage_PeerEvent, t time.
 		reason = ev.Peer.State.DisconnectMessage
 	}
 	sp.mu.Lock()
-	defer sp.mu.Unlock()
 	old := sp.states[addr]
 	st := sessionState(ev.Peer.State.SessionState)
 	if reason == "" && st != jkev1.BGPSessionEstablished {
 		reason = old.reason // keep why it last failed while it retries
 	}
 	sp.states[addr] = sessionEvent{state: st, since: t, reason: reason}
+	notify := sp.onChange
+	sp.mu.Unlock()
+	if notify != nil {
+		notify()
+	}
 }
 
 // Session is one session's state as the status and metrics report it.
@@ -338,4 +355,46 @@ func localPath(p netip.Prefix, nextHop netip.Addr) (*apiutil.Path, error) {
 		return nil, err
 	}
 	return &apiutil.Path{Family: bgp.RF_IPv6_UC, Nlri: nlri, Attrs: []bgp.PathAttributeInterface{origin, mp}}, nil
+}
+
+// RIB is what the speaker's tables hold of the routes its peers sent, IPv4 and IPv6 unicast:
+// received are the prefixes in the peers' adj-RIB-in (before the import policy), accepted
+// those of the global RIB that came from a peer. With the import policy that rejects every
+// route, accepted stays empty whatever the peers send (the node installs nothing either: the
+// speaker has no route to install anything through).
+func (sp *Speaker) RIB() (received, accepted []netip.Prefix, err error) {
+	sp.mu.Lock()
+	srv := sp.srv
+	var peers []netip.Addr
+	for _, p := range sp.peers {
+		peers = append(peers, p.Address)
+	}
+	sp.mu.Unlock()
+	if srv == nil {
+		return nil, nil, nil
+	}
+	collect := func(out *[]netip.Prefix, fromPeer bool) func(bgp.NLRI, []*apiutil.Path) {
+		return func(n bgp.NLRI, paths []*apiutil.Path) {
+			for _, p := range paths {
+				if !fromPeer || p.PeerAddress.IsValid() && !p.PeerAddress.IsUnspecified() {
+					if pfx, err := netip.ParsePrefix(n.String()); err == nil {
+						*out = append(*out, pfx)
+					}
+					return
+				}
+			}
+		}
+	}
+	for _, fam := range []bgp.Family{bgp.RF_IPv4_UC, bgp.RF_IPv6_UC} {
+		for _, peer := range peers {
+			if e := srv.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_ADJ_IN, Name: peer.String(), Family: fam, EnableFiltered: true},
+				collect(&received, false)); e != nil {
+				err = errors.Join(err, e)
+			}
+		}
+		if e := srv.ListPath(apiutil.ListPathRequest{TableType: api.TableType_TABLE_TYPE_GLOBAL, Family: fam}, collect(&accepted, true)); e != nil {
+			err = errors.Join(err, e)
+		}
+	}
+	return received, accepted, err
 }

@@ -21,6 +21,7 @@ package v1
 import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	applyconfigurationsmetav1 "k8s.io/client-go/applyconfigurations/meta/v1"
 )
 
 // BGPNodePeerStatusApplyConfiguration represents a declarative configuration of the BGPNodePeerStatus type for use
@@ -41,6 +42,11 @@ type BGPNodePeerStatusApplyConfiguration struct {
 	LastError *string `json:"lastError,omitempty"`
 	// Advertised is how many prefixes the session announces now.
 	Advertised *int32 `json:"advertised,omitempty"`
+	// Conditions of this node's session: Established (False with why: PeerNotAnswering,
+	// BadPeerAS, NotificationReceived, PasswordUnavailable, InvalidPeer, NoLocalAddress, ...)
+	// and HoldTimeSafe (False: a warning, the peer keeps a dead node's routes past the
+	// node-failover window).
+	Conditions []applyconfigurationsmetav1.ConditionApplyConfiguration `json:"conditions,omitempty"`
 }
 
 // BGPNodePeerStatusApplyConfiguration constructs a declarative configuration of the BGPNodePeerStatus type for use with
@@ -94,5 +100,18 @@ func (b *BGPNodePeerStatusApplyConfiguration) WithLastError(value string) *BGPNo
 // If called multiple times, the Advertised field is set to the value of the last call.
 func (b *BGPNodePeerStatusApplyConfiguration) WithAdvertised(value int32) *BGPNodePeerStatusApplyConfiguration {
 	b.Advertised = &value
+	return b
+}
+
+// WithConditions adds the given value to the Conditions field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the Conditions field.
+func (b *BGPNodePeerStatusApplyConfiguration) WithConditions(values ...*applyconfigurationsmetav1.ConditionApplyConfiguration) *BGPNodePeerStatusApplyConfiguration {
+	for i := range values {
+		if values[i] == nil {
+			panic("nil value passed to WithConditions")
+		}
+		b.Conditions = append(b.Conditions, *values[i])
+	}
 	return b
 }
