@@ -164,7 +164,17 @@ func (l *layout) setupRouter() error {
 	if err := os.MkdirAll(r.dir, 0o750); err != nil {
 		return err
 	}
-	files := map[string]string{"bgpd.conf": bgpdConfig(l.frrConfig()), "zebra.conf": "! written by tools/localcluster (router.go)\nhostname router\n"}
+	// FRR's daemons run as the user frr (below), which must reach its directory: the state dir
+	// becomes traversable (0711: no listing; pki/ stays 0700, keys and kubeconfigs 0600).
+	if err := os.Chmod(l.StateDir, 0o711); err != nil {
+		return err
+	}
+	files := map[string]string{
+		"bgpd.conf":  bgpdConfig(l.frrConfig()),
+		"zebra.conf": "! written by tools/localcluster (router.go)\nhostname router\n",
+		// vtysh reads its own file from --config_dir (here, never /etc/frr).
+		"vtysh.conf": "! written by tools/localcluster (router.go)\n",
+	}
 	for name, content := range files {
 		if err := os.WriteFile(filepath.Join(r.dir, name), []byte(content), 0o640); err != nil {
 			return err
@@ -226,10 +236,15 @@ func (l *layout) vtysh(command string) (string, error) {
 	return vtysh(l.router.dir, command)
 }
 
+// vtysh's answer is its standard output; its notes ("% Can't open configuration file") go to
+// standard error and only into the error.
 func vtysh(dir, command string) (string, error) {
-	out, err := exec.Command("vtysh", "--vty_socket", dir, "--config_dir", dir, "-c", command).CombinedOutput()
+	var stderr strings.Builder
+	cmd := exec.Command("vtysh", "--vty_socket", dir, "--config_dir", dir, "-c", command)
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
 	if err != nil {
-		return string(out), fmt.Errorf("vtysh -c %q: %w: %s", command, err, strings.TrimSpace(string(out)))
+		return string(out), fmt.Errorf("vtysh -c %q: %w: %s %s", command, err, strings.TrimSpace(string(out)), strings.TrimSpace(stderr.String()))
 	}
 	return string(out), nil
 }
