@@ -154,10 +154,19 @@ func (sp *Speaker) startLocked(ctx context.Context, g Global) error {
 		srv.Stop()
 		return fmt.Errorf("start BGP speaker (AS %d, router ID %s): %w", g.ASN, g.RouterID, err)
 	}
-	if err := srv.SetPolicyAssignment(ctx, &api.SetPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
-		Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_IMPORT,
-		DefaultAction: api.RouteAction_ROUTE_ACTION_REJECT,
-	}}); err != nil {
+	// GoBGP passes the paths the speaker originates itself (AddPath) through the global
+	// import policy too: accept those (route type local), reject everything else.
+	own := &api.Policy{Name: "staticip-own-paths-only", Statements: []*api.Statement{{Name: "accept-local",
+		Conditions: &api.Conditions{RouteType: api.Conditions_ROUTE_TYPE_LOCAL},
+		Actions:    &api.Actions{RouteAction: api.RouteAction_ROUTE_ACTION_ACCEPT}}}}
+	err := srv.AddPolicy(ctx, &api.AddPolicyRequest{Policy: own})
+	if err == nil {
+		err = srv.SetPolicyAssignment(ctx, &api.SetPolicyAssignmentRequest{Assignment: &api.PolicyAssignment{
+			Name: "global", Direction: api.PolicyDirection_POLICY_DIRECTION_IMPORT,
+			Policies: []*api.Policy{{Name: own.Name}}, DefaultAction: api.RouteAction_ROUTE_ACTION_REJECT,
+		}})
+	}
+	if err != nil {
 		_ = srv.StopBgp(ctx, &api.StopBgpRequest{})
 		srv.Stop()
 		return fmt.Errorf("BGP import policy (reject every received route): %w", err)
