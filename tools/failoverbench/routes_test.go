@@ -135,7 +135,7 @@ func TestOutsideDialer(t *testing.T) {
 	}
 	defer l.Close()
 	go func() {
-		_ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"node":"inside"}`)) }))
+		_ = http.Serve(l, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte(`{"hostname":"inside"}`)) }))
 	}()
 	d, err := newOutsideDialer(ctx, ns)
 	if err != nil {
