@@ -270,7 +270,11 @@ func (r *Runner) round(ctx context.Context, cfg Config, ro roles, i int) (Round,
 		}
 		return res.ESTS > 0 && res.Native > 0 && res.PodsGone > 0 && (routes == nil || routes.result().Complete()), nil
 	}); err != nil {
-		return res, err
+		// Say what was still missing (0: not seen).
+		if routes != nil {
+			res.Routes = routes.result()
+		}
+		return res, fmt.Errorf("%w; seen after the fence: ests %s, native %s, old pods gone %s, routes %+v", err, res.ESTS, res.Native, res.PodsGone, res.Routes)
 	}
 	if routes != nil {
 		res.Routes = routes.result()
