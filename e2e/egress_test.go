@@ -112,9 +112,17 @@ func newOutside(t *testing.T, nodeIP string) *outside {
 		t.Fatalf("the outside namespace has more than the node subnet's route:\n%s", routes)
 	}
 	t.Logf("outside: network namespace %s, %s on %s (%s), routed only to %s", o.netns, o.addr, bridge, hostEnd, pfx.Masked())
+	o.serve(t)
+	return o
+}
+
+// serve runs the outside's HTTP server and resolver until the test ends, and counts the SYNs
+// that reach the HTTP port by source address (an nftables table of the test's, deleted at the
+// end: the namespace may outlive the test — the local cluster's <prefix>-outside does).
+func (o *outside) serve(t *testing.T) {
+	t.Helper()
 	o.start(t, "serve", fmt.Sprintf("--listen=%s", net.JoinHostPort(o.addr, strconv.Itoa(o.httpPort))))
 	o.dnsLog = o.start(t, "dns", "--listen="+net.JoinHostPort(o.addr, "53"), egressName+"="+egressNameIP)
-	// Counters of the SYNs that reach the HTTP port, by source address.
 	rules := fmt.Sprintf(`table inet e2e_outside {
 	set seen { type ipv4_addr; flags dynamic; size 1024; }
 	chain input {
@@ -128,13 +136,15 @@ func newOutside(t *testing.T, nodeIP string) *outside {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("nft in %s: %v: %s", o.netns, err, out)
 	}
+	t.Cleanup(func() {
+		_ = exec.Command("ip", "netns", "exec", o.netns, "nft", "delete", "table", "inet", "e2e_outside").Run()
+	})
 	if err := framework.WaitFor(context.Background(), 10*time.Second, "the outside server answers", func(context.Context) (bool, error) {
 		_, err := exec.Command("ip", "netns", "exec", o.netns, f.NodeTool, "get", "--timeout=1s", o.url()).CombinedOutput()
 		return err == nil, err
 	}); err != nil {
 		t.Fatal(err)
 	}
-	return o
 }
 
 // start runs the testserver in the outside namespace until the test ends.

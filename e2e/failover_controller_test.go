@@ -221,7 +221,10 @@ func TestNodeFailoverMovesStaticPodsWithTheirIPs(t *testing.T) {
 	deployPod := plainDeployment(t, ctx, ns, "plain", failed)
 	t.Logf("%s runs %v, DaemonSet pod %s, Deployment pod %s; spare %s; ranges %d", failed, ips, dsPod.Name, deployPod.Name, spare, len(moved))
 
-	// Power-off, then the operator's (or a remediator's) fence.
+	// Power-off, then the operator's (or a remediator's) fence. The router (local cluster) times
+	// how long the node's routes outlive it.
+	rv := optionalRouter(t)
+	routesGone := rv.routerOnPowerOff(t, internalIP(t, ctx, failed), cidrsOf(moved))
 	ctl.stop(t, failed)
 	started := false
 	t.Cleanup(func() {
@@ -246,6 +249,7 @@ func TestNodeFailoverMovesStaticPodsWithTheirIPs(t *testing.T) {
 		nf, _ := cs.JkeV1alpha1().NodeFailovers().Get(ctx, failed, metav1.GetOptions{})
 		t.Fatalf("%v\nNodeFailover: %+v", err, nf)
 	}
+	routesGone()
 	after := waitSetOn(t, ctx, ns, "db", len(ips), spare, 2*time.Minute)
 	t.Logf("fence -> every static pod Running and Ready on the spare %s with its IP: %s (no pod deleted by hand)", spare, time.Since(fencedAt).Round(100*time.Millisecond))
 	if !reflect.DeepEqual(after, ips) {
@@ -273,6 +277,7 @@ func TestNodeFailoverMovesStaticPodsWithTheirIPs(t *testing.T) {
 			}
 		}
 	}
+	rv.afterFailover(t, ctx, failed, spare, moved, ips)
 
 	// The failed node boots on its old state: it withdraws the ranges it lost.
 	ctl.start(t, failed)
@@ -299,6 +304,7 @@ func TestNodeFailoverMovesStaticPodsWithTheirIPs(t *testing.T) {
 		t.Fatal(err)
 	}
 	if returnedNodeServesANewBlock(t, ctx, cs, ns, failed, moved, clients[0]) {
+		rv.returnedBlock(t, ctx, failed, moved)
 		back := waitOnePodOn(t, ctx, ns, "logship", failed)
 		t.Logf("the DaemonSet's pod %s runs on %s again with %s", back.Name, failed, back.Status.PodIP)
 	}
@@ -549,6 +555,9 @@ func TestPartitionedNodeMovesNothing(t *testing.T) {
 		t.Fatal(err)
 	}
 	time.Sleep(2 * window)
+	rv := optionalRouter(t)
+	cutRanges := rangesOf(t, ctx, cs, cut)
+	rv.duringPartition(t, ctx, cut, cutRanges)
 	if nf, err := cs.JkeV1alpha1().NodeFailovers().Get(ctx, cut, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("a NodeFailover exists for the partitioned, unfenced node %s: %+v (%v)", cut, nf.Status, err)
 	}
@@ -587,6 +596,7 @@ func TestPartitionedNodeMovesNothing(t *testing.T) {
 	if !reflect.DeepEqual(after, ips) {
 		t.Errorf("after the heal: %v, want %v", after, ips)
 	}
+	rv.afterHeal(t, ctx, cut, cutRanges, ips)
 	if errs := w.errors(); len(errs) > 0 {
 		t.Errorf("%d pod events checked; an IP was held twice:\n%s", w.checked(), strings.Join(errs, "\n"))
 	} else {

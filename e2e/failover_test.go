@@ -327,9 +327,10 @@ func reachable(t *testing.T, ns, from, ip string) reply {
 
 // answersThroughAPIServer asks pod's testserver through the API server's pod proxy
 // (pods/proxy: the API server connects to the pod's IP itself, as it does for webhooks and
-// aggregated APIs, and as a pod's replies to the API server travel back): the control plane's
-// route into the pod's range must follow the range wherever it is now. Retried for 30 s (a
-// moved or new range is routed within a pass of the control plane's route sync).
+// aggregated APIs): the control plane's route into the pod's range must follow the range
+// wherever it is now — on the local cluster through the datacenter router, by the BGP
+// announcement of the node that serves it. Retried for 30 s (a moved or new range is announced
+// within an agent pass).
 func answersThroughAPIServer(t *testing.T, ctx context.Context, ns, pod string) reply {
 	t.Helper()
 	var out []byte

@@ -41,6 +41,7 @@ func main() {
 	node := flag.String("node", "", "node to fail (default: the last worker in the spare's zone)")
 	image := flag.String("image", imagebuilder.TestServerImage, "image of the pods (present on the nodes: imagePullPolicy Never)")
 	timeout := flag.Duration("timeout", 6*time.Minute, "limit of each wait (pods up, failover, restore)")
+	routes := flag.Bool("routes", true, "also time route convergence on the local cluster's datacenter router (FRR): range served on the spare -> FRR's best path via it -> the outside's first answer")
 	daemonSet := flag.Bool("tolerating-daemonset", true, "also run a DaemonSet pod on the failed node that tolerates every taint (not on the host network): the failover must not stall on it")
 	flag.Parse()
 
@@ -72,8 +73,22 @@ func main() {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	if *routes {
+		router, err := cluster.RouterOf(nodes)
+		if err != nil {
+			fail(fmt.Errorf("%w (--routes=false to time the failover alone)", err))
+		}
+		if r.Dialer, err = newOutsideDialer(ctx, router.OutsideNetns); err != nil {
+			fail(err)
+		}
+		r.Router = &router
+	}
 	results, err := r.Run(ctx, Config{Rounds: *rounds, Replicas: *replicas, Node: *node, Image: *image, Timeout: *timeout, DaemonSet: *daemonSet})
 	PrintTable(os.Stdout, results)
+	if r.Router != nil {
+		fmt.Println()
+		PrintRouteTable(os.Stdout, results)
+	}
 	if err != nil {
 		fail(err)
 	}

@@ -57,6 +57,10 @@ type Runner struct {
 	Staticip versioned.Interface
 	Nodes    cluster.Options
 	Log      io.Writer
+	// Router is the local cluster's datacenter router (nil: none, no route figures), Dialer
+	// dials from its outside namespace.
+	Router *cluster.Router
+	Dialer *outsideDialer
 }
 
 func (r *Runner) logf(format string, args ...any) {
@@ -197,6 +201,20 @@ func (r *Runner) round(ctx context.Context, cfg Config, ro roles, i int) (Round,
 		}
 	}
 
+	// The failed node's ranges, for the router's side (routes.go).
+	var moved []jkev1.IPRange
+	if r.Router != nil {
+		list, err := r.Staticip.JkeV1().IPRanges().List(ctx, metav1.ListOptions{})
+		if err != nil {
+			return Round{}, err
+		}
+		for _, rg := range list.Items {
+			if rg.Spec.Node == ro.failed {
+				moved = append(moved, rg)
+			}
+		}
+	}
+
 	// Power-off, then the operator's fence once the node is NotReady.
 	stopped := time.Now()
 	if err := cluster.NodeStop(r.Nodes, ro.failed); err != nil {
@@ -220,6 +238,16 @@ func (r *Runner) round(ctx context.Context, cfg Config, ro roles, i int) (Round,
 	}
 	fenced := time.Now()
 	defer func() { _ = r.setOutOfService(context.Background(), ro.failed, false) }()
+	var routes *routeTracker
+	if r.Router != nil {
+		spareIP, err := r.nodeIP(ctx, ro.spare)
+		if err != nil {
+			return res, err
+		}
+		trackCtx, stopTracking := context.WithCancel(ctx)
+		defer stopTracking()
+		routes = r.trackRoutes(trackCtx, *r.Router, r.Dialer, fenced, moved, ips, ro.spare, spareIP)
+	}
 	if err := r.poll(ctx, cfg.Timeout, "both workloads back", func(ctx context.Context) (bool, error) {
 		now := time.Since(fenced)
 		if rec, err := r.Staticip.JkeV1alpha1().NodeFailovers().Get(ctx, ro.failed, metav1.GetOptions{}); err == nil {
@@ -240,9 +268,18 @@ func (r *Runner) round(ctx context.Context, cfg Config, ro roles, i int) (Round,
 		if res.Native == 0 && NativeBack(pods, before, nameNative, ro.failed, cfg.Replicas) {
 			res.Native = now
 		}
-		return res.ESTS > 0 && res.Native > 0 && res.PodsGone > 0, nil
+		return res.ESTS > 0 && res.Native > 0 && res.PodsGone > 0 && (routes == nil || routes.result().Complete()), nil
 	}); err != nil {
-		return res, err
+		// Say what was still missing (0: not seen).
+		if routes != nil {
+			res.Routes = routes.result()
+		}
+		return res, fmt.Errorf("%w; seen after the fence: ests %s, native %s, old pods gone %s, routes %+v", err, res.ESTS, res.Native, res.PodsGone, res.Routes)
+	}
+	if routes != nil {
+		res.Routes = routes.result()
+		r.logf("round %d: range served on %s %s after the fence; FRR's best path via it %s later, the outside's first answer %s later (%s after the pod ran)", i, ro.spare,
+			res.Routes.Served.Round(time.Millisecond), res.Routes.FRRAfterServed().Round(time.Millisecond), res.Routes.OutsideAfterServed().Round(time.Millisecond), res.Routes.OutsideAfterPod().Round(time.Millisecond))
 	}
 	booted = true
 	err = r.restore(ctx, cfg, ro, ns.Name)

@@ -30,6 +30,8 @@ type Round struct {
 	// the end of the restore); Duplicates: IPs seen held by two pods at one of them.
 	Events     int
 	Duplicates []string
+	// Routes: route convergence on the datacenter router (routes.go), when the cluster has one.
+	Routes RouteTimes
 }
 
 // phaseColumns are the record's phases the table shows (the rest pass within a sync).

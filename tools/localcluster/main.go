@@ -54,6 +54,7 @@ func main() {
 	fs.StringVar(&o.PodCIDR, "pod-cidr", o.PodCIDR, "IPv4 /16 of pod addresses (node i gets its .i.0/24)")
 	fs.StringVar(&o.ServiceCIDR, "service-cidr", o.ServiceCIDR, "IPv4 /16 of Service addresses (.0.10 is DNS)")
 	fs.StringVar(&o.NodeSubnet, "node-subnet", o.NodeSubnet, "IPv4 /24 for the host bridge, control plane and node IPs")
+	fs.StringVar(&o.OutsideSubnet, "outside-subnet", o.OutsideSubnet, "IPv4 network behind the datacenter router (FRR): the router has its first address, the outside namespace the second")
 	sample := fs.Duration("sample", 30*time.Second, "top: CPU sampling interval")
 	timeout := fs.Duration("timeout", 10*time.Minute, "give up after this long")
 	_ = fs.Parse(args)
@@ -100,10 +101,6 @@ func main() {
 		default:
 			usage()
 		}
-	case "routes":
-		// Route the IPRanges as they are now from the host and the control plane, once (the
-		// daemon range-routes that `up` starts keeps them routed).
-		err = cluster.SyncRoutes(ctx, o)
 	case "kubeconfig":
 		var path string
 		if path, err = cluster.Kubeconfig(o); err == nil {
@@ -119,7 +116,7 @@ func main() {
 }
 
 func usage() {
-	fmt.Fprintln(os.Stderr, "usage: localcluster up|down|status|top|kubeconfig|routes|leftovers [flags]   (-h for flags)")
+	fmt.Fprintln(os.Stderr, "usage: localcluster up|down|status|top|kubeconfig|leftovers [flags]   (-h for flags)")
 	fmt.Fprintln(os.Stderr, "       localcluster node stop|start|partition|heal NAME [--state-dir=...]")
 	os.Exit(2)
 }

@@ -42,12 +42,19 @@ demo: up ## local 3-node cluster + a demo workload and an EnhancedStatefulSet ro
 	  for i in 1 2 3; do curl -s -m 5 http://$$ip/; done; \
 	  echo; echo "== the Service by name, from a pod (CoreDNS + kube-proxy) =="; \
 	  $(KUBECTL) exec $$pod -- /testserver get http://hello.default.svc.cluster.local/; \
+	  podip=$$($(KUBECTL) get pod $$pod -o jsonpath='{.status.podIP}'); \
+	  echo; echo "== the datacenter router (FRR): every node announces its IPRange over BGP =="; \
+	  vtysh --vty_socket $(CLUSTER_STATE_DIR)/router --config_dir $(CLUSTER_STATE_DIR)/router -c 'show bgp ipv4 unicast' 2>/dev/null; \
+	  $(KUBECTL) get bgppeers,bgpnodestatuses; \
+	  echo; echo "== pod $$pod by its IP $$podip from the outside namespace (routed only by what FRR learned) =="; \
+	  ip netns exec cluster-outside curl -s -m 5 http://$$podip:8080/; \
 	  KUBECTL="$(KUBECTL)" tools/localcluster/demo-ests.sh || exit 1; \
 	  KUBECTL="$(KUBECTL)" tools/localcluster/demo-grids.sh || exit 1; \
 	  echo; echo "The cluster keeps running. Use it with:"; \
 	  echo "  export KUBECONFIG=$(CLUSTER_KUBECONFIG)"; \
 	  echo "  $(BIN)/kubectl get pods -o wide"; \
 	  echo "  curl http://$$ip/        # Service hello; pod IPs answer on :8080 too"; \
+	  echo "  vtysh --vty_socket $(CLUSTER_STATE_DIR)/router -c 'show bgp ipv4 unicast'   # the router's view"; \
 	  echo "  $(BIN)/kubectl exec $$pod -- /testserver get http://hello/"; \
 	  echo "  $(BIN)/kubectl get ests,sip,pods -o wide   # EnhancedStatefulSet web and its StaticIPs"; \
 	  echo "  $(BIN)/kubectl get ssg,dg,sg,sts,deploy -o wide   # grids and their unit workloads"; \

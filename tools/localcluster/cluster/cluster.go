@@ -39,6 +39,8 @@ type record struct {
 	NodeSubnet     string `json:"nodeSubnet"`
 	PodCIDR        string `json:"podCIDR,omitempty"`
 	ServiceCIDR    string `json:"serviceCIDR,omitempty"`
+	// OutsideSubnet: the network behind the datacenter router (router.go).
+	OutsideSubnet string `json:"outsideSubnet,omitempty"`
 	// KubeProxyDirect: kube-proxy without application-grid-wrapper.
 	KubeProxyDirect bool `json:"kubeProxyDirect,omitempty"`
 	// CentralDNS: one CoreDNS Deployment instead of the edge DNS (edge_dns.go).
@@ -48,7 +50,7 @@ type record struct {
 
 // shape is what must match for `up` on a running cluster to be a no-op.
 func (l layout) shape() string {
-	return fmt.Sprint(len(l.nodes), l.SpareNodes, l.FailoverWindow, l.CNI, l.Scheduler, l.Prefix, l.NodeSubnet, l.clusterCIDR, l.serviceCIDR, l.KubeProxyDirect, l.CentralDNS)
+	return fmt.Sprint(len(l.nodes), l.SpareNodes, l.FailoverWindow, l.CNI, l.Scheduler, l.Prefix, l.NodeSubnet, l.clusterCIDR, l.serviceCIDR, l.OutsideSubnet, l.KubeProxyDirect, l.CentralDNS)
 }
 
 // options are the Options of the recorded cluster: o's local settings (state and binary
@@ -56,7 +58,7 @@ func (l layout) shape() string {
 func (r *record) options(o Options) Options {
 	o.Nodes, o.CNI, o.Scheduler, o.Prefix, o.NodeSubnet = r.Nodes, r.CNI, r.Scheduler, r.Prefix, r.NodeSubnet
 	o.SpareNodes, o.FailoverWindow = r.SpareNodes, r.FailoverWindow
-	o.PodCIDR, o.ServiceCIDR = r.PodCIDR, r.ServiceCIDR
+	o.PodCIDR, o.ServiceCIDR, o.OutsideSubnet = r.PodCIDR, r.ServiceCIDR, r.OutsideSubnet
 	o.KubeProxyDirect, o.CentralDNS = r.KubeProxyDirect, r.CentralDNS
 	return o
 }
@@ -74,10 +76,7 @@ func (l *layout) readRecord() (*record, error) {
 
 // controlPlane and nodeDaemons name every daemon in start order.
 func (l *layout) daemons() []daemon {
-	ds := []daemon{l.etcd(), l.apiserver(), l.controllerManager(), l.scheduler()}
-	if cniProviders[l.CNI].ownsAddressSpace() {
-		ds = append(ds, l.rangeRoutesDaemon())
-	}
+	ds := append(l.routerDaemons(), l.etcd(), l.apiserver(), l.controllerManager(), l.scheduler())
 	for _, n := range l.nodes {
 		ds = append(ds, l.containerd(n), l.kubelet(n), l.kubeProxy(n))
 	}
@@ -138,6 +137,10 @@ func Up(ctx context.Context, o Options) error {
 	if err := l.setupNetwork(); err != nil {
 		return err
 	}
+	o.Logf("network: datacenter router %s (FRR bgpd+zebra, netns %s) and the outside %s (netns %s) behind it", l.router.ip, l.router.netns, l.router.outsideIP, l.router.outsideNetns)
+	if err := l.startRouter(ctx); err != nil {
+		return err
+	}
 
 	o.Logf("control plane: etcd, kube-apiserver on https://%s:%d", l.apiserverIP, apiserverPort)
 	for _, d := range []daemon{l.etcd(), l.apiserver()} {
@@ -169,6 +172,12 @@ func Up(ctx context.Context, o Options) error {
 		if err := l.installAdmission(); err != nil {
 			return err
 		}
+		if cniProviders[l.CNI].ownsAddressSpace() {
+			o.Logf("control plane: BGPConfiguration default (AS %d, hold %s) and BGPPeer %s (the router, %s, AS %d)", ClusterASN, RouterHoldTime, BGPPeerName, l.router.ip, RouterASN)
+			if _, err := l.kubectl(l.bgpObjects(), "apply", "--server-side", "-f", "-"); err != nil {
+				return err
+			}
+		}
 	}
 	if l.Scheduler == "staticip-scheduler" {
 		if o.CRDDir == "" {
@@ -188,15 +197,6 @@ func Up(ctx context.Context, o Options) error {
 		}
 	}
 	cni := cniProviders[l.CNI]
-	if cni.ownsAddressSpace() {
-		o.Logf("control plane: %s (the host's and the control plane's routes to the IPRanges, for the cluster's life)", rangeRoutesDaemonName)
-		if err := l.copySelf(); err != nil {
-			return err
-		}
-		if _, err := l.start(l.rangeRoutesDaemon()); err != nil {
-			return l.componentError(rangeRoutesDaemonName, err)
-		}
-	}
 
 	o.Logf("nodes: containerd x%d", len(l.nodes))
 	for _, n := range l.nodes {
@@ -287,10 +287,11 @@ func Up(ctx context.Context, o Options) error {
 	}); err != nil {
 		return err
 	}
-	if cni.ownsAddressSpace() {
-		if err := l.routeAssignedRanges(ctx); err != nil {
+	if cni.ownsAddressSpace() && o.CRDDir != "" {
+		if err := l.waitRangesRouted(ctx); err != nil {
 			return err
 		}
+		o.Logf("network: the router has a BGP route to every node's IPRange, via that node")
 	}
 	if err := l.waitFor(ctx, 120*time.Second, all, "CoreDNS available and default ServiceAccount created", func() (bool, error) {
 		if ok, err := l.dnsReady(ctx, client); !ok || err != nil {
@@ -302,7 +303,7 @@ func Up(ctx context.Context, o Options) error {
 		return err
 	}
 	rec := record{Nodes: o.Nodes, SpareNodes: o.SpareNodes, FailoverWindow: o.FailoverWindow, CNI: o.CNI, Scheduler: o.Scheduler, Prefix: o.Prefix, NodeSubnet: o.NodeSubnet,
-		PodCIDR: o.PodCIDR, ServiceCIDR: o.ServiceCIDR, KubeProxyDirect: o.KubeProxyDirect, CentralDNS: o.CentralDNS, Started: time.Now()}
+		PodCIDR: o.PodCIDR, ServiceCIDR: o.ServiceCIDR, OutsideSubnet: o.OutsideSubnet, KubeProxyDirect: o.KubeProxyDirect, CentralDNS: o.CentralDNS, Started: time.Now()}
 	b, _ := json.MarshalIndent(rec, "", "  ")
 	if err := os.WriteFile(l.recordFile(), b, 0o644); err != nil {
 		return err
@@ -324,7 +325,7 @@ func (l *layout) checkPrerequisites() error {
 			missing = append(missing, l.bin(b)+" (make build)")
 		}
 	}
-	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter", "ip", "iptables", "conntrack", "sysctl", "go"} {
+	for _, b := range []string{"containerd", "containerd-shim-runc-v2", "runc", "ctr", "nsenter", "ip", "iptables", "conntrack", "sysctl", "go", "vtysh", "/usr/lib/frr/bgpd", "/usr/lib/frr/zebra"} {
 		if _, err := exec.LookPath(b); err != nil {
 			missing = append(missing, b+" (tools/install-deps.sh)")
 		}

@@ -36,14 +36,49 @@ func (l *layout) setupNetwork() error {
 			}
 		}
 	}
-	// Routes to every node's pod CIDR: from the host (so `curl <pod IP>` works there),
-	// from the control plane (the API server answers pods) and, unless the CNI does it
-	// (staticip's agent routes other nodes' IPRanges), from every other node.
+	if err := l.setupRouter(); err != nil {
+		return fmt.Errorf("datacenter router: %w", err)
+	}
+	// Every node's default gateway is the datacenter router (router.go), as on a real network:
+	// a pod's traffic to the outside leaves its node NATed (or not: IPPool natOutgoing) and goes
+	// there; the router knows the outside, and the pod space from what the nodes announce.
+	for _, n := range l.nodes {
+		if err := run("ip", "-n", n.netns, "route", "add", "default", "via", l.router.ip); err != nil {
+			return err
+		}
+	}
+	if cniProviders[l.CNI].ownsAddressSpace() {
+		// The staticip CNI's ranges move (failover, new blocks): the host and the control
+		// plane — which run no agent — send the whole pod address space to the router, which
+		// routes it by what the nodes announce over BGP, as any machine of a datacenter would.
+		if err := run("ip", "route", "add", l.clusterCIDR, "via", l.router.ip, "dev", l.bridge); err != nil {
+			return fmt.Errorf("route to the pod address space %s (is it used elsewhere on this machine?): %w", l.clusterCIDR, err)
+		}
+		if err := run("ip", "-n", l.cpNetns, "route", "add", l.clusterCIDR, "via", l.router.ip); err != nil {
+			return err
+		}
+	} else {
+		if err := l.routeFixedNodeCIDRs(); err != nil {
+			return err
+		}
+	}
+	// Service IPs: a node's own processes need a route before kube-proxy's DNAT applies;
+	// the host sends Service traffic to node 1, whose kube-proxy masquerades it.
+	for _, n := range l.nodes {
+		if err := run("ip", "-n", n.netns, "route", "add", l.serviceCIDR, "dev", "eth0"); err != nil {
+			return err
+		}
+	}
+	return run("ip", "route", "add", l.serviceCIDR, "via", l.nodes[0].ip, "dev", l.bridge)
+}
+
+// routeFixedNodeCIDRs routes every node's fixed pod CIDR (the bridge and spiderpool CNIs: one
+// /24 per node for the cluster's life, announced by nobody) from the host (so `curl <pod IP>`
+// works there), from the control plane (the API server answers pods) and, unless the CNI does
+// it, from every other node: static routes, as a network without BGP would configure them.
+func (l *layout) routeFixedNodeCIDRs() error {
 	betweenNodes := cniProviders[l.CNI].routesBetweenNodes()
 	for _, n := range l.nodes {
-		if cniProviders[l.CNI].ownsAddressSpace() {
-			break // routeAssignedRanges, once the nodes have their ranges
-		}
 		if err := run("ip", "route", "add", n.podCIDR, "via", n.ip, "dev", l.bridge); err != nil {
 			return fmt.Errorf("route to %s's pod CIDR (is %s used elsewhere on this machine?): %w", n.name, n.podCIDR, err)
 		}
@@ -58,21 +93,12 @@ func (l *layout) setupNetwork() error {
 			}
 		}
 	}
-	// The whole pod address space onto the bridge, below the per-range routes: an address no
-	// node serves (a draining range, a range given out before the daemon routed it) is asked
-	// for on the bridge and fails there, instead of following the host's default route off the
-	// machine. It goes with the bridge.
+	// The whole pod address space onto the bridge, below the per-node routes: an address no
+	// node has fails there instead of following the host's default route off the machine.
 	if err := run("ip", "route", "add", l.clusterCIDR, "dev", l.bridge); err != nil {
 		return fmt.Errorf("route to the pod address space %s (is it used elsewhere on this machine?): %w", l.clusterCIDR, err)
 	}
-	// Service IPs: a node's own processes need a route before kube-proxy's DNAT applies;
-	// the host sends Service traffic to node 1, whose kube-proxy masquerades it.
-	for _, n := range l.nodes {
-		if err := run("ip", "-n", n.netns, "route", "add", l.serviceCIDR, "dev", "eth0"); err != nil {
-			return err
-		}
-	}
-	return run("ip", "route", "add", l.serviceCIDR, "via", l.nodes[0].ip, "dev", l.bridge)
+	return nil
 }
 
 func (l *layout) addNetns(ns, hostVeth, ip string) error {
@@ -102,7 +128,7 @@ func (l *layout) ourNetns() []string {
 		if len(f) == 0 {
 			continue
 		}
-		if f[0] == l.cpNetns || strings.HasPrefix(f[0], l.Prefix+"-node-") {
+		if f[0] == l.cpNetns || f[0] == l.router.netns || f[0] == l.router.outsideNetns || strings.HasPrefix(f[0], l.Prefix+"-node-") {
 			names = append(names, f[0])
 		}
 	}

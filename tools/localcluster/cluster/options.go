@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"maps"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -60,6 +61,10 @@ type Options struct {
 	// need different ones: the host routes both into its nodes.
 	PodCIDR     string
 	ServiceCIDR string
+	// OutsideSubnet is the network behind the datacenter router (router.go): the router has
+	// its first address, the outside namespace the second. It must not be used elsewhere on
+	// this machine; a second cluster needs its own.
+	OutsideSubnet string
 	// Logf prints progress.
 	Logf func(format string, args ...any)
 }
@@ -80,7 +85,9 @@ func DefaultOptions() Options {
 		NodeSubnet:  "172.30.0.0/24",
 		PodCIDR:     "10.244.0.0/16",
 		ServiceCIDR: "10.96.0.0/16",
-		Logf:        func(string, ...any) {},
+		// RFC 2544's benchmarking range: never routed on the internet.
+		OutsideSubnet: "198.18.0.0/24",
+		Logf:          func(string, ...any) {},
 	}
 }
 
@@ -108,6 +115,9 @@ func (o *Options) validate() error {
 		if _, err := slash16(cidr); err != nil {
 			return fmt.Errorf("%s: %w", flag, err)
 		}
+	}
+	if p, err := netip.ParsePrefix(o.OutsideSubnet); o.OutsideSubnet != "" && (err != nil || !p.Addr().Is4() || p.Bits() > 29) {
+		return fmt.Errorf("--outside-subnet must be an IPv4 prefix of at most /29, got %q", o.OutsideSubnet)
 	}
 	if o.PodCIDR == o.ServiceCIDR {
 		return fmt.Errorf("--pod-cidr and --service-cidr must differ, both are %s", o.PodCIDR)
@@ -141,6 +151,7 @@ type layout struct {
 	cpIP        string
 	cpHostVeth  string
 	nodes       []nodeLayout
+	router      routerLayout
 	pkiDir      string
 	logDir      string
 	pidDir      string
@@ -215,6 +226,10 @@ func newLayout(o Options) layout {
 		d := DefaultOptions()
 		l.PodCIDR, l.ServiceCIDR = d.PodCIDR, d.ServiceCIDR
 	}
+	if l.OutsideSubnet == "" {
+		l.OutsideSubnet = DefaultOptions().OutsideSubnet
+	}
+	l.router = newRouterLayout(l.Options, ip)
 	pod, _ := slash16(l.PodCIDR)
 	svc, _ := slash16(l.ServiceCIDR)
 	l.clusterCIDR, l.serviceCIDR = l.PodCIDR, l.ServiceCIDR
