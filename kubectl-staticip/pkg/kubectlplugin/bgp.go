@@ -45,18 +45,9 @@ func newBGPCommand(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			items := list.Items
-			if len(args) > 0 {
-				want := map[string]bool{}
-				for _, a := range args {
-					want[a] = true
-				}
-				items = nil
-				for _, s := range list.Items {
-					if want[s.Name] {
-						items = append(items, s)
-					}
-				}
+			items, err := named(list.Items, args, func(s jkev1.BGPNodeStatus) string { return s.Name }, "bgpnodestatuses.jke.jdcloud.com")
+			if err != nil {
+				return err
 			}
 			if output != "" {
 				out := &jkev1.BGPNodeStatusList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}, Items: items}

@@ -368,22 +368,9 @@ func newFailoverCommand(o *Options) *cobra.Command {
 			if err != nil {
 				return err
 			}
-			items := list.Items
-			if len(args) > 0 {
-				want := map[string]bool{}
-				for _, a := range args {
-					want[a] = true
-				}
-				items = nil
-				for _, fo := range list.Items {
-					if want[fo.Name] {
-						items = append(items, fo)
-						delete(want, fo.Name)
-					}
-				}
-				for name := range want {
-					return fmt.Errorf("nodefailovers.jke.jdcloud.com %q not found", name)
-				}
+			items, err := named(list.Items, args, func(fo jkev1alpha1.NodeFailover) string { return fo.Name }, "nodefailovers.jke.jdcloud.com")
+			if err != nil {
+				return err
 			}
 			if output == "json" || output == "yaml" {
 				out := &jkev1alpha1.NodeFailoverList{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "List"}, Items: items}
@@ -710,4 +697,29 @@ func newRolloutRestart(o *Options) *cobra.Command {
 			return o.patchSet(ctx, c, set, types.MergePatchType, patch, "restarted")
 		}),
 	}
+}
+
+// named keeps the items whose names args lists (all of them when args is empty), in the
+// list's order; a name no item has is an error, as kubectl get's NotFound for resource.
+func named[T any](items []T, args []string, name func(T) string, resource string) ([]T, error) {
+	if len(args) == 0 {
+		return items, nil
+	}
+	want := map[string]bool{}
+	for _, a := range args {
+		want[a] = true
+	}
+	var out []T
+	for _, it := range items {
+		if want[name(it)] {
+			out = append(out, it)
+			delete(want, name(it))
+		}
+	}
+	for _, a := range args {
+		if want[a] {
+			return nil, fmt.Errorf("%s %q not found", resource, a)
+		}
+	}
+	return out, nil
 }
