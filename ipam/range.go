@@ -36,9 +36,7 @@ func (r Range) Canonical() (Range, error) {
 	if err != nil {
 		return r, invalidf("%v", err)
 	}
-	out := rangeOf(c)
-	out.Pool, out.Restricted = r.Pool, r.Restricted
-	return out, nil
+	return rangeOf(c), nil
 }
 
 // Contains reports whether ip is inside the allocatable bounds (not checking gateway/exclude).
@@ -55,8 +53,7 @@ func (r Range) Size() int {
 
 func (r Range) equal(o Range) bool {
 	return r.Subnet == o.Subnet && r.RangeStart == o.RangeStart && r.RangeEnd == o.RangeEnd &&
-		r.Gateway == o.Gateway && slices.Equal(r.Exclude, o.Exclude) && r.Draining == o.Draining &&
-		r.Pool == o.Pool && r.Restricted == o.Restricted
+		r.Gateway == o.Gateway && slices.Equal(r.Exclude, o.Exclude) && r.Draining == o.Draining
 }
 
 func netipHost(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen()) }
