@@ -4,6 +4,7 @@ package e2e
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
+	"k8s.io/client-go/util/retry"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -271,12 +273,18 @@ func TestEditUserManagesStaticIPWorkloads(t *testing.T) {
 		t.Fatalf("%v: %v", werr, err)
 	}
 	t.Logf("the edit user reads StaticIP %s/web-0: %s on %s", ns, sip.Spec.IP, sip.Spec.Node)
-	scale, err := dev.JkeV1alpha1().EnhancedStatefulSets(ns).GetScale(ctx, "web", metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("the edit user reading the scale subresource: %v", err)
-	}
-	scale.Spec.Replicas = 2
-	if _, err := dev.JkeV1alpha1().EnhancedStatefulSets(ns).UpdateScale(ctx, "web", scale, metav1.UpdateOptions{}); err != nil {
+	// Read-modify-write of the scale subresource, retried on a conflict as kubectl scale's
+	// users do: the controller writes the set's status between the read and the write (kind:
+	// "the object has been modified" once), which says nothing about the edit user's rights.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		scale, err := dev.JkeV1alpha1().EnhancedStatefulSets(ns).GetScale(ctx, "web", metav1.GetOptions{})
+		if err != nil {
+			return fmt.Errorf("reading the scale subresource: %w", err)
+		}
+		scale.Spec.Replicas = 2
+		_, err = dev.JkeV1alpha1().EnhancedStatefulSets(ns).UpdateScale(ctx, "web", scale, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatalf("the edit user scaling the EnhancedStatefulSet: %v", err)
 	}
 	if got, err := dev.JkeV1alpha1().EnhancedStatefulSets(ns).Get(ctx, "web", metav1.GetOptions{}); err != nil || *got.Spec.Replicas != 2 {
