@@ -85,6 +85,8 @@ type Controller struct {
 	// namespaces: the pool choice of a pod (apis/poolchoice) reads its namespace's labels and
 	// annotation; NamespaceSelectorOverlaps is decided over the namespaces that exist.
 	namespaces corelisters.NamespaceLister
+	// bgpPeers: whether any exists decides every pool's ExportedWithNAT condition.
+	bgpPeers jkev1listers.BGPPeerLister
 
 	synced []cache.InformerSynced
 	queue  workqueue.TypedRateLimitingInterface[string]
@@ -125,7 +127,8 @@ type writtenRange struct {
 func NewController(kube kubernetes.Interface, client versioned.Interface, poolInformer jkev1informers.IPPoolInformer,
 	rangeInformer jkev1informers.IPRangeInformer, nodeInformer coreinformers.NodeInformer, podInformer coreinformers.PodInformer,
 	sipInformer jkev1informers.StaticIPInformer, failoverInformer jkev1alpha1informers.NodeFailoverInformer,
-	namespaceInformer coreinformers.NamespaceInformer, recorder record.EventRecorder) (*Controller, error) {
+	namespaceInformer coreinformers.NamespaceInformer, bgpPeerInformer jkev1informers.BGPPeerInformer,
+	recorder record.EventRecorder) (*Controller, error) {
 	pods, err := podindex.New(podInformer.Informer(), podInformer.Lister())
 	if err != nil {
 		return nil, err
@@ -134,9 +137,10 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, poolIn
 		kube: kube, client: client, recorder: recorder,
 		pools: poolInformer.Lister(), ranges: rangeInformer.Lister(), nodes: nodeInformer.Lister(),
 		staticIPs: sipInformer.Lister(), failovers: failoverInformer.Lister(), pods: pods, namespaces: namespaceInformer.Lister(),
+		bgpPeers: bgpPeerInformer.Lister(),
 		synced: []cache.InformerSynced{poolInformer.Informer().HasSynced, rangeInformer.Informer().HasSynced,
 			nodeInformer.Informer().HasSynced, podInformer.Informer().HasSynced, sipInformer.Informer().HasSynced,
-			failoverInformer.Informer().HasSynced, namespaceInformer.Informer().HasSynced},
+			failoverInformer.Informer().HasSynced, namespaceInformer.Informer().HasSynced, bgpPeerInformer.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name}),
 		Now: time.Now, NodeGoneAfter: nodegone.DefaultLeaseGoneAfter,
@@ -144,7 +148,7 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, poolIn
 	}
 	all := func(any) { c.queue.Add(key) }
 	always := cache.ResourceEventHandlerFuncs{AddFunc: all, UpdateFunc: func(_, _ any) { c.queue.Add(key) }, DeleteFunc: all}
-	for _, inf := range []cache.SharedIndexInformer{poolInformer.Informer(), rangeInformer.Informer(), failoverInformer.Informer()} {
+	for _, inf := range []cache.SharedIndexInformer{poolInformer.Informer(), rangeInformer.Informer(), failoverInformer.Informer(), bgpPeerInformer.Informer()} {
 		if _, err := inf.AddEventHandler(always); err != nil {
 			return nil, err
 		}
@@ -859,6 +863,13 @@ func (c *Controller) writeStatus(ctx context.Context, name string, st *PoolStatu
 		ex.Message = fmt.Sprintf("no free block for %d pod(s) of the pool on their nodes: %s", len(st.WaitingPods), shortList(st.WaitingPods))
 	}
 	meta.SetStatusCondition(&p.Status.Conditions, ex)
+	peers, err := c.bgpPeers.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	exportNAT := ExportedWithNAT(&p.Spec, len(peers))
+	exportNAT.ObservedGeneration = p.Generation
+	meta.SetStatusCondition(&p.Status.Conditions, exportNAT)
 	if poolchoice.ForNamespaces(cur) {
 		ov := metav1.Condition{Type: jkev1.IPPoolNamespaceSelectorOverlaps, Status: metav1.ConditionFalse, Reason: "NoOverlap",
 			Message: "no older pool of the family selects a namespace this one selects", ObservedGeneration: p.Generation}
@@ -874,6 +885,9 @@ func (c *Controller) writeStatus(ctx context.Context, name string, st *PoolStatu
 	}
 	if ex.Status == metav1.ConditionTrue && !meta.IsStatusConditionTrue(cur.Status.Conditions, jkev1.IPPoolExhausted) {
 		c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonPoolExhausted, "%s", ex.Message)
+	}
+	if exportNAT.Status == metav1.ConditionTrue && !meta.IsStatusConditionTrue(cur.Status.Conditions, jkev1.IPPoolExportedWithNAT) {
+		c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonExportedWithNAT, "%s", exportNAT.Message)
 	}
 	if meta.IsStatusConditionTrue(p.Status.Conditions, jkev1.IPPoolNamespaceSelectorOverlaps) &&
 		!meta.IsStatusConditionTrue(cur.Status.Conditions, jkev1.IPPoolNamespaceSelectorOverlaps) {
