@@ -8,6 +8,7 @@ import (
 
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/controllers/pkg/bgppeer"
@@ -92,12 +93,16 @@ func TestBGPPeerStatusAndPoolExportedWithNAT(t *testing.T) {
 	t.Cleanup(func() {
 		_ = f.client.JkeV1().BGPConfigurations().Delete(context.Background(), jkev1.BGPConfigurationName, metav1.DeleteOptions{})
 	})
-	peer, err = f.client.JkeV1().BGPPeers().Get(f.ctx, peerName, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	peer.Spec.HoldTime = &metav1.Duration{Duration: 9 * time.Second}
-	if _, err := f.client.JkeV1().BGPPeers().Update(f.ctx, peer, metav1.UpdateOptions{}); err != nil {
+	// The controller writes the peer's status meanwhile: retry the spec update on a conflict.
+	if err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		peer, err = f.client.JkeV1().BGPPeers().Get(f.ctx, peerName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		peer.Spec.HoldTime = &metav1.Duration{Duration: 9 * time.Second}
+		_, err = f.client.JkeV1().BGPPeers().Update(f.ctx, peer, metav1.UpdateOptions{})
+		return err
+	}); err != nil {
 		t.Fatal(err)
 	}
 
