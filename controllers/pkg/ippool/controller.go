@@ -74,6 +74,8 @@ type Controller struct {
 	staticIPs jkev1listers.StaticIPLister
 	failovers jkev1alpha1listers.NodeFailoverLister
 	pods      *podindex.Pods
+	// bgpPeers: whether any exists decides every pool's ExportedWithNAT condition.
+	bgpPeers jkev1listers.BGPPeerLister
 
 	synced []cache.InformerSynced
 	queue  workqueue.TypedRateLimitingInterface[string]
@@ -108,6 +110,7 @@ type writtenRange struct {
 func NewController(kube kubernetes.Interface, client versioned.Interface, poolInformer jkev1informers.IPPoolInformer,
 	rangeInformer jkev1informers.IPRangeInformer, nodeInformer coreinformers.NodeInformer, podInformer coreinformers.PodInformer,
 	sipInformer jkev1informers.StaticIPInformer, failoverInformer jkev1alpha1informers.NodeFailoverInformer,
+	bgpPeerInformer jkev1informers.BGPPeerInformer,
 	recorder record.EventRecorder) (*Controller, error) {
 	pods, err := podindex.New(podInformer.Informer(), podInformer.Lister())
 	if err != nil {
@@ -117,9 +120,10 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, poolIn
 		kube: kube, client: client, recorder: recorder,
 		pools: poolInformer.Lister(), ranges: rangeInformer.Lister(), nodes: nodeInformer.Lister(),
 		staticIPs: sipInformer.Lister(), failovers: failoverInformer.Lister(), pods: pods,
+		bgpPeers: bgpPeerInformer.Lister(),
 		synced: []cache.InformerSynced{poolInformer.Informer().HasSynced, rangeInformer.Informer().HasSynced,
 			nodeInformer.Informer().HasSynced, podInformer.Informer().HasSynced, sipInformer.Informer().HasSynced,
-			failoverInformer.Informer().HasSynced},
+			failoverInformer.Informer().HasSynced, bgpPeerInformer.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name}),
 		Now: time.Now, NodeGoneAfter: nodegone.DefaultLeaseGoneAfter,
@@ -127,7 +131,7 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, poolIn
 	}
 	all := func(any) { c.queue.Add(key) }
 	always := cache.ResourceEventHandlerFuncs{AddFunc: all, UpdateFunc: func(_, _ any) { c.queue.Add(key) }, DeleteFunc: all}
-	for _, inf := range []cache.SharedIndexInformer{poolInformer.Informer(), rangeInformer.Informer(), failoverInformer.Informer()} {
+	for _, inf := range []cache.SharedIndexInformer{poolInformer.Informer(), rangeInformer.Informer(), failoverInformer.Informer(), bgpPeerInformer.Informer()} {
 		if _, err := inf.AddEventHandler(always); err != nil {
 			return nil, err
 		}
@@ -703,11 +707,21 @@ func (c *Controller) writeStatus(ctx context.Context, name string, st *PoolStatu
 		ex.Message = fmt.Sprintf("no free block for %d node(s): %s", len(st.Waiting), shortList(st.Waiting))
 	}
 	meta.SetStatusCondition(&p.Status.Conditions, ex)
+	peers, err := c.bgpPeers.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	exportNAT := ExportedWithNAT(&p.Spec, len(peers))
+	exportNAT.ObservedGeneration = p.Generation
+	meta.SetStatusCondition(&p.Status.Conditions, exportNAT)
 	if apiequality.Semantic.DeepEqual(p.Status, cur.Status) {
 		return nil
 	}
 	if len(st.Waiting) > 0 && !meta.IsStatusConditionTrue(cur.Status.Conditions, jkev1.IPPoolExhausted) {
 		c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonPoolExhausted, "%s", ex.Message)
+	}
+	if exportNAT.Status == metav1.ConditionTrue && !meta.IsStatusConditionTrue(cur.Status.Conditions, jkev1.IPPoolExportedWithNAT) {
+		c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonExportedWithNAT, "%s", exportNAT.Message)
 	}
 	_, err = c.client.JkeV1().IPPools().UpdateStatus(ctx, p, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {

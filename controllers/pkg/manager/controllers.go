@@ -20,6 +20,7 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	superedgev1 "github.com/staticip/staticip/apis/superedge/v1"
+	"github.com/staticip/staticip/controllers/pkg/bgppeer"
 	"github.com/staticip/staticip/controllers/pkg/enhancedstatefulset"
 	"github.com/staticip/staticip/controllers/pkg/grid"
 	"github.com/staticip/staticip/controllers/pkg/ippool"
@@ -71,7 +72,9 @@ func controllerDescriptors() []controllerDescriptor {
 		{name: nodefailover.Name, constructor: newNodeFailoverController,
 			informers: []runtime.Object{&corev1.Node{}, &corev1.Pod{}, &jkev1.IPRange{}, &jkev1.StaticIP{}, &jkev1alpha1.NodeFailover{}}},
 		{name: ippool.Name, constructor: newIPPoolController,
-			informers: []runtime.Object{&jkev1.IPPool{}, &jkev1.IPRange{}, &corev1.Node{}, &corev1.Pod{}, &jkev1.StaticIP{}, &jkev1alpha1.NodeFailover{}}},
+			informers: []runtime.Object{&jkev1.IPPool{}, &jkev1.IPRange{}, &corev1.Node{}, &corev1.Pod{}, &jkev1.StaticIP{}, &jkev1alpha1.NodeFailover{}, &jkev1.BGPPeer{}}},
+		{name: bgppeer.Name, constructor: newBGPPeerController,
+			informers: []runtime.Object{&jkev1.BGPPeer{}, &jkev1.BGPConfiguration{}, &jkev1.BGPNodeStatus{}}},
 	}
 }
 
@@ -210,12 +213,22 @@ func newNodeFailoverController(cc controllerContext) (func(context.Context), err
 func newIPPoolController(cc controllerContext) (func(context.Context), error) {
 	c, err := ippool.NewController(cc.kube, cc.client, cc.jkeInformers.Jke().V1().IPPools(),
 		cc.jkeInformers.Jke().V1().IPRanges(), cc.kubeInformers.Core().V1().Nodes(), cc.kubeInformers.Core().V1().Pods(),
-		cc.jkeInformers.Jke().V1().StaticIPs(), cc.jkeInformers.Jke().V1alpha1().NodeFailovers(), cc.recorder)
+		cc.jkeInformers.Jke().V1().StaticIPs(), cc.jkeInformers.Jke().V1alpha1().NodeFailovers(),
+		cc.jkeInformers.Jke().V1().BGPPeers(), cc.recorder)
 	if err != nil {
 		return nil, err
 	}
 	c.NodeGoneAfter, c.NodeDeletionIsFence = cc.opts.NodeGoneAfter, cc.opts.NodeDeletionIsFence
 	// One worker whatever --workers says: one key plans every pool.
+	return c.Run, nil
+}
+
+func newBGPPeerController(cc controllerContext) (func(context.Context), error) {
+	c, err := bgppeer.NewController(cc.client, cc.jkeInformers.Jke().V1().BGPPeers(),
+		cc.jkeInformers.Jke().V1().BGPConfigurations(), cc.jkeInformers.Jke().V1().BGPNodeStatuses(), cc.opts.NodeFailoverWindow)
+	if err != nil {
+		return nil, err
+	}
 	return c.Run, nil
 }
 

@@ -92,12 +92,13 @@ func TestEnabledControllers(t *testing.T) {
 		want    []string
 		wantErr string
 	}{
-		{flag: []string{"*"}, want: []string{"enhancedstatefulset", "staticip", "deploymentgrid", "statefulsetgrid", "servicegrid", "nodefailover", "ippool"}},
-		{flag: []string{"*", "-deploymentgrid", "-statefulsetgrid", "-servicegrid", "-nodefailover", "-ippool"}, want: []string{"enhancedstatefulset", "staticip"}},
+		{flag: []string{"*"}, want: []string{"enhancedstatefulset", "staticip", "deploymentgrid", "statefulsetgrid", "servicegrid", "nodefailover", "ippool", "bgppeer"}},
+		{flag: []string{"*", "-deploymentgrid", "-statefulsetgrid", "-servicegrid", "-nodefailover", "-ippool", "-bgppeer"}, want: []string{"enhancedstatefulset", "staticip"}},
 		{flag: []string{"servicegrid", "statefulsetgrid"}, want: []string{"statefulsetgrid", "servicegrid"}},
 		{flag: []string{"staticip"}, want: []string{"staticip"}},
-		{flag: []string{"*", "-staticip"}, want: []string{"enhancedstatefulset", "deploymentgrid", "statefulsetgrid", "servicegrid", "nodefailover", "ippool"}},
+		{flag: []string{"*", "-staticip"}, want: []string{"enhancedstatefulset", "deploymentgrid", "statefulsetgrid", "servicegrid", "nodefailover", "ippool", "bgppeer"}},
 		{flag: []string{"ippool"}, want: []string{"ippool"}},
+		{flag: []string{"bgppeer"}, want: []string{"bgppeer"}},
 		{flag: []string{"nodefailover"}, want: []string{"nodefailover"}},
 		{flag: []string{"enhancedstatefulset", "staticip"}, want: []string{"enhancedstatefulset", "staticip"}},
 		{flag: []string{"nodefailovers"}, wantErr: `unknown controller "nodefailovers"`},
