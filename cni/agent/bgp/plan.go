@@ -19,16 +19,12 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
+	"github.com/staticip/staticip/apis/bgptimers"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 )
 
-// Defaults of the BGPConfiguration's optional fields (apis/jke/v1/bgp_types.go says why).
-const (
-	DefaultHoldTime    = 9 * time.Second
-	DefaultKeepalive   = 3 * time.Second
-	DefaultRestartTime = 120 * time.Second
-	DefaultPeerPort    = 179
-)
+// DefaultPeerPort is a BGPPeer's port unless it sets one (the timers' defaults: apis/bgptimers).
+const DefaultPeerPort = 179
 
 // Range is one IPRange the node holds, as the agent decided it this pass: it serves it, or it
 // drains it (still holds addresses of it at the range's current generation). Export is false
@@ -205,7 +201,7 @@ func resolvePeer(cfg *jkev1.BGPConfigurationSpec, bp *jkev1.BGPPeer, password fu
 			Message: fmt.Sprintf("peerIP %q / asNumber %d is not a usable peer", bp.Spec.PeerIP, bp.Spec.ASNumber)}
 	}
 	p := Peer{Name: bp.Name, Address: addr.Unmap(), Port: DefaultPeerPort, ASN: uint32(bp.Spec.ASNumber),
-		HoldTime: HoldTime(cfg, &bp.Spec), Keepalive: DefaultKeepalive, RestartTime: DefaultRestartTime}
+		HoldTime: bgptimers.HoldTime(cfg, &bp.Spec), Keepalive: bgptimers.DefaultKeepalive}
 	if bp.Spec.Port != nil {
 		p.Port = uint16(*bp.Spec.Port)
 	}
@@ -221,16 +217,7 @@ func resolvePeer(cfg *jkev1.BGPConfigurationSpec, bp *jkev1.BGPPeer, password fu
 	if bp.Spec.EBGPMultihop != nil {
 		p.Multihop = uint8(*bp.Spec.EBGPMultihop)
 	}
-	gr := cfg.GracefulRestart
-	if bp.Spec.GracefulRestart != nil {
-		gr = bp.Spec.GracefulRestart
-	}
-	if gr != nil {
-		p.GracefulRestart = gr.Enabled != nil && *gr.Enabled
-		if gr.RestartTime != nil {
-			p.RestartTime = gr.RestartTime.Duration
-		}
-	}
+	p.GracefulRestart, p.RestartTime = bgptimers.GracefulRestart(cfg, &bp.Spec)
 	if bp.Spec.Password != nil {
 		ref := SecretKey{Name: bp.Spec.Password.SecretKeyRef.Name, Key: bp.Spec.Password.SecretKeyRef.Key}
 		pw, err := password(ref)
@@ -241,36 +228,6 @@ func resolvePeer(cfg *jkev1.BGPConfigurationSpec, bp *jkev1.BGPPeer, password fu
 		p.Password = pw
 	}
 	return p, nil
-}
-
-// HoldTime is a peer's hold time in effect: its own, else the configuration's, else 9s.
-func HoldTime(cfg *jkev1.BGPConfigurationSpec, peer *jkev1.BGPPeerSpec) time.Duration {
-	switch {
-	case peer != nil && peer.HoldTime != nil:
-		return peer.HoldTime.Duration
-	case cfg != nil && cfg.HoldTime != nil:
-		return cfg.HoldTime.Duration
-	}
-	return DefaultHoldTime
-}
-
-// HoldTimeSafe says whether a dead node's routes leave the peer (its hold timer expires)
-// before node failover moves the node's ranges (the failover window): otherwise, between the
-// move and the expiry, the peer still sends traffic for the moved ranges to the dead node.
-// With graceful restart on, the routes stay restartTime longer.
-func HoldTimeSafe(hold time.Duration, gracefulRestart bool, restartTime, failoverWindow time.Duration) (bool, string) {
-	stay := hold
-	if gracefulRestart {
-		stay += restartTime
-	}
-	if stay < failoverWindow {
-		return true, fmt.Sprintf("a dead node's routes leave the peer within %s, before node failover moves its ranges (window %s)", stay, failoverWindow)
-	}
-	how := "hold time " + hold.String()
-	if gracefulRestart {
-		how += " plus graceful restart time " + restartTime.String()
-	}
-	return false, fmt.Sprintf("%s is not shorter than the node-failover window %s: a dead node's routes stay at the peer after failover moved its ranges to a spare, and traffic to them is lost until they expire; shorten the hold time (or the restart time), or lengthen --node-failover-window", how, failoverWindow)
 }
 
 // DiffPrefixes is what to change so that announced becomes desired: prefixes to announce

@@ -171,27 +171,6 @@ func TestPlan(t *testing.T) {
 	}
 }
 
-func TestHoldTimeSafe(t *testing.T) {
-	for _, tc := range []struct {
-		hold, restart time.Duration
-		gr            bool
-		window        time.Duration
-		want          bool
-	}{
-		{hold: 9 * time.Second, window: 2 * time.Minute, want: true},
-		{hold: 90 * time.Second, window: 2 * time.Minute, want: true},
-		{hold: 180 * time.Second, window: 2 * time.Minute, want: false},
-		{hold: 120 * time.Second, window: 2 * time.Minute, want: false}, // not shorter
-		{hold: 9 * time.Second, gr: true, restart: 120 * time.Second, window: 2 * time.Minute, want: false},
-		{hold: 9 * time.Second, gr: true, restart: 60 * time.Second, window: 2 * time.Minute, want: true},
-	} {
-		ok, msg := HoldTimeSafe(tc.hold, tc.gr, tc.restart, tc.window)
-		if ok != tc.want || msg == "" {
-			t.Errorf("HoldTimeSafe(%s, gr %v %s, window %s) = %v %q, want %v", tc.hold, tc.gr, tc.restart, tc.window, ok, msg, tc.want)
-		}
-	}
-}
-
 func TestDiffPrefixes(t *testing.T) {
 	nh := netip.MustParseAddr("192.168.1.11")
 	nextHop := func(netip.Prefix) netip.Addr { return nh }

@@ -16,8 +16,8 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/staticip/staticip/apis/bgptimers"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
-	"github.com/staticip/staticip/cni/agent/bgp"
 )
 
 // Reasons of the conditions.
@@ -61,21 +61,8 @@ func accepted(peer *jkev1.BGPPeer, cfg *jkev1.BGPConfiguration) metav1.Condition
 }
 
 func holdTimeSafe(peer *jkev1.BGPPeer, cfg *jkev1.BGPConfigurationSpec, window time.Duration) metav1.Condition {
-	gr := (*jkev1.BGPGracefulRestart)(nil)
-	if cfg != nil {
-		gr = cfg.GracefulRestart
-	}
-	if peer.Spec.GracefulRestart != nil {
-		gr = peer.Spec.GracefulRestart
-	}
-	on, restart := false, bgp.DefaultRestartTime
-	if gr != nil {
-		on = gr.Enabled != nil && *gr.Enabled
-		if gr.RestartTime != nil {
-			restart = gr.RestartTime.Duration
-		}
-	}
-	safe, msg := bgp.HoldTimeSafe(bgp.HoldTime(cfg, &peer.Spec), on, restart, window)
+	on, restart := bgptimers.GracefulRestart(cfg, &peer.Spec)
+	safe, msg := bgptimers.HoldTimeSafe(bgptimers.HoldTime(cfg, &peer.Spec), on, restart, window)
 	if safe {
 		return metav1.Condition{Type: jkev1.BGPPeerHoldTimeSafe, Status: metav1.ConditionTrue, Reason: ReasonHoldTimeSafe, Message: msg}
 	}
