@@ -2,11 +2,13 @@ package plugin
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
+	"slices"
 	"strings"
 	"time"
 
@@ -112,6 +114,29 @@ type request struct {
 	// annotation is the pod's ip-address annotation (trimmed; "" when absent or unknown). It
 	// decides IP only together with the pod's reservation (podip.Choose, in Add).
 	annotation string
+	// pools are the IPPools the pod names in AnnotationIPPools: its address comes from a range
+	// of the first of them this node has one of (ipam.AllocateRequest.Pools).
+	pools []string
+}
+
+// AnnotationIPPools is apis/jke/v1.AnnotationIPPools (the plugin does not import the API
+// types: a smaller, faster binary; TestAnnotationKeysAgree keeps the two equal).
+const AnnotationIPPools = "staticip.jke.jdcloud.com/ippools"
+
+// podPools reads the pod's AnnotationIPPools: a JSON list of pool names, which admission
+// (manifests/admission/ippools-policy.yaml, apis/poolchoice) has checked against the pools that
+// select the pod's namespace. An unreadable value is the pod's error (code 100), never a reason
+// to give it an address of another pool.
+func podPools(pod ipam.PodRef, annotations map[string]string) ([]string, error) {
+	v := strings.TrimSpace(annotations[AnnotationIPPools])
+	if v == "" {
+		return nil, nil
+	}
+	var names []string
+	if err := json.Unmarshal([]byte(v), &names); err != nil || len(names) == 0 || slices.Contains(names, "") {
+		return nil, types.NewError(ErrCodeBadAnnotation, fmt.Sprintf("staticip: pod %s: annotation %s=%s is not a JSON list of IPPool names such as [\"db-pool\"]", pod, AnnotationIPPools, v), "")
+	}
+	return names, nil
 }
 
 // requestedIP reads what the pod asks for: its ip-address annotation, from the runtime's
@@ -140,6 +165,9 @@ func (p *Plugin) requestedIP(ctx context.Context, conf *NetConf, args *K8sArgs, 
 		}
 	}
 	if known {
+		if req.pools, err = podPools(pod, annotations); err != nil {
+			return req, err
+		}
 		if v := strings.TrimSpace(annotations[podip.AnnotationIPAddress]); v != "" {
 			if a, err := netip.ParseAddr(v); err == nil && len(explicit) == 1 && explicit[0] != a.Unmap() {
 				return req, types.NewError(ErrCodeBadRequestedIP,
@@ -307,26 +335,12 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return err
 	}
 
-	db, err := openDB(conf)
-	if err != nil {
-		return err
+	alloc, created, counted, ranges, served, err := p.allocate(conf, start, ipam.AllocateRequest{Attachment: att, Pod: pod, IP: req.IP,
+		SkipPodReservation: skipReservation, Alive: hostLinkAlive, Pools: req.pools})
+	var oe *openError
+	if errors.As(err, &oe) {
+		return oe.err
 	}
-	// A hand-written conflist sets the ranges; on a node whose store staticip-agent manages,
-	// only the agent does (a stale conflist never brings back a range that moved away).
-	if draining, _, err := db.SyncRanges(conf.ranges); err != nil {
-		db.Close()
-		return ipamError(err)
-	} else if len(draining) > 0 {
-		p.logf("ranges %v are no longer configured but still have allocations; they drain (nothing new is allocated from them)", draining)
-	}
-	// Counted in the allocation's own commit; taken back below if the call fails after it.
-	db.RecordCallOnCommit(opAdd, start)
-	alloc, created, err := db.Allocate(ipam.AllocateRequest{Attachment: att, Pod: pod, IP: req.IP,
-		SkipPodReservation: skipReservation, Alive: hostLinkAlive})
-	counted := countedCall(db)
-	ranges, _ := db.Ranges()
-	served, _ := db.Served()
-	db.Close()
 	if err == nil && created {
 		if why := movedWhileFenced(ctx, kc, served, alloc.IP); why != "" {
 			if rerr := p.unallocate(conf, alloc, counted); rerr != nil {
@@ -374,6 +388,48 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}
 	}
 	return types.PrintResult(result, conf.CNIVersion)
+}
+
+// openError is a failure to open or sync the store, returned by Add as it is.
+type openError struct{ err error }
+
+func (e *openError) Error() string { return e.err.Error() }
+
+// allocate runs one allocation in the store. A pod naming pools whose ranges have no free
+// address here waits, up to the conflist's poolWait, for one to arrive (the range allocator
+// gives the node a block of the pod's pool once the pod is bound here; the agent puts it in the
+// store), trying again every 200 ms with the store closed in between (other ADDs and the agent
+// go on); then it fails with the store's message, which names the pools.
+func (p *Plugin) allocate(conf *NetConf, start time.Time, req ipam.AllocateRequest) (ipam.Allocation, bool, *time.Duration, []ipam.Range, map[string]ipam.ServedRange, error) {
+	deadline := time.Now().Add(conf.poolWait())
+	for {
+		db, err := openDB(conf)
+		if err != nil {
+			return ipam.Allocation{}, false, nil, nil, nil, &openError{err}
+		}
+		// A hand-written conflist sets the ranges; on a node whose store staticip-agent manages,
+		// only the agent does (a stale conflist never brings back a range that moved away).
+		if draining, _, err := db.SyncRanges(conf.ranges); err != nil {
+			db.Close()
+			return ipam.Allocation{}, false, nil, nil, nil, &openError{ipamError(err)}
+		} else if len(draining) > 0 {
+			p.logf("ranges %v are no longer configured but still have allocations; they drain (nothing new is allocated from them)", draining)
+		}
+		// Counted in the allocation's own commit; taken back by the caller if the call fails after it.
+		db.RecordCallOnCommit(opAdd, start)
+		alloc, created, err := db.Allocate(req)
+		counted := countedCall(db)
+		ranges, _ := db.Ranges()
+		served, _ := db.Served()
+		db.Close()
+		if err == nil || len(req.Pools) == 0 || !errors.Is(err, ipam.ErrExhausted) || time.Now().After(deadline) {
+			if err != nil && len(req.Pools) > 0 && errors.Is(err, ipam.ErrExhausted) {
+				err = fmt.Errorf("%w (waited %s)", err, conf.poolWait())
+			}
+			return alloc, created, counted, ranges, served, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // unallocate undoes an ADD's allocation, and in the same commit takes back the success that
