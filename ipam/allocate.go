@@ -156,8 +156,8 @@ func (d *DB) choose(t *txn, ranges []Range, req AllocateRequest, now time.Time) 
 				OwnerHint: fmt.Sprintf("it is reserved for pod %s", req.Pod)}
 		}
 	}
-	if req.Pools == nil && req.Pod.Namespace != "" {
-		// The pod names no pool: its namespace's, when the agent recorded some.
+	if req.Pools == nil && req.NamespacePoolsFromStore && req.Pod.Namespace != "" {
+		// Offline: its namespace's, as the agent last recorded them.
 		pools, err := t.namespacePools(req.Pod.Namespace)
 		if err != nil {
 			return netip.Addr{}, Range{}, err

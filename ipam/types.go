@@ -126,10 +126,14 @@ type AllocateRequest struct {
 	SkipPodReservation bool
 	// Pools, when set, are the pools the pod's address must come from (apis/poolchoice), in
 	// order of preference: "next free" takes an address of the first of them that has one on
-	// this node, and of no other range. Unset: the pools SetNamespacePools recorded for the
-	// pod's namespace, else any range that is not Restricted. A requested IP
-	// (IP) or the pod's reservation is not held to it: a static IP keeps its pool.
+	// this node, and of no other range. Unset: any range that is not Restricted (or, with
+	// NamespacePoolsFromStore, the pools SetNamespacePools recorded for the pod's namespace). A
+	// requested IP (IP) or the pod's reservation is not held to it: a static IP keeps its pool.
 	Pools []string
+	// NamespacePoolsFromStore: the caller could not learn the pod's pools (the CNI plugin cut off
+	// from the API server), so a request naming none takes the store's copy of its namespace's
+	// pools, as the agent last wrote them. Otherwise that copy is never read: it lags the API.
+	NamespacePoolsFromStore bool
 	// Alive, when set, is asked (inside the transaction: keep it cheap) whether another
 	// attachment of the same pod still exists before its IP is taken over. A recreated pod
 	// whose earlier sandbox still runs (a force-deleted pod) is refused with a TakeoverError

@@ -14,6 +14,7 @@ import (
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/apis/poolchoice"
+	"github.com/staticip/staticip/apis/poolchoice/poolchoiceapi"
 	"github.com/staticip/staticip/internal/testenv"
 )
 
@@ -60,7 +61,7 @@ func TestIPPoolsAnnotationPolicy(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { _ = jke.JkeV1().IPPools().Delete(context.Background(), got.Name, metav1.DeleteOptions{}) })
-		if pools[got.Name], err = poolchoice.FromIPPool(got); err != nil {
+		if pools[got.Name], err = poolchoiceapi.FromIPPool(got); err != nil {
 			t.Fatal(err)
 		}
 	}

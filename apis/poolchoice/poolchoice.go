@@ -24,17 +24,22 @@ package poolchoice
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 	"time"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/selection"
 	"k8s.io/apimachinery/pkg/util/validation"
-
-	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 )
+
+// AnnotationIPPools is apis/jke/v1.AnnotationIPPools. The package does not import the API types
+// (nor metav1): the CNI plugin decides with it at ADD, and its binary stays small and starts
+// fast (TestAnnotationKeysAgree keeps the two keys equal). poolchoiceapi converts IPPools.
+const AnnotationIPPools = "staticip.jke.jdcloud.com/ippools"
 
 // MaxPools bounds the list in one annotation: a pod needs one pool per IP family, a few for
 // fallbacks; a longer list is a mistake, and every consumer walks it per pod.
@@ -62,31 +67,78 @@ type Pool struct {
 	Deleting bool
 }
 
-// FromIPPool converts an IPPool; a namespaceSelector that does not parse is an error (the CRD
-// admits only well-formed LabelSelectors, so this is a corrupt object).
-func FromIPPool(p *jkev1.IPPool) (Pool, error) {
-	out := Pool{Name: p.Name, Created: p.CreationTimestamp.Time, Deleting: p.DeletionTimestamp != nil, V4: true}
-	if len(p.Spec.CIDRs) > 0 {
-		if c, err := netip.ParsePrefix(p.Spec.CIDRs[0]); err == nil {
+// LabelSelector is a metav1.LabelSelector as JSON carries it (the same field names), so the
+// CNI plugin decodes an IPPool's namespaceSelector into it without the API machinery's types.
+type LabelSelector struct {
+	MatchLabels      map[string]string          `json:"matchLabels,omitempty"`
+	MatchExpressions []LabelSelectorRequirement `json:"matchExpressions,omitempty"`
+}
+
+// LabelSelectorRequirement is a metav1.LabelSelectorRequirement.
+type LabelSelectorRequirement struct {
+	Key      string   `json:"key"`
+	Operator string   `json:"operator"`
+	Values   []string `json:"values,omitempty"`
+}
+
+// Empty: nil or without terms — it selects every namespace.
+func (s *LabelSelector) Empty() bool {
+	return s == nil || (len(s.MatchLabels) == 0 && len(s.MatchExpressions) == 0)
+}
+
+// selector is metav1.LabelSelectorAsSelector for a non-empty selector: the same requirements
+// (labels.NewRequirement validates keys and values), the same operators.
+func (s *LabelSelector) selector() (labels.Selector, error) {
+	sel := labels.NewSelector()
+	for _, k := range slices.Sorted(maps.Keys(s.MatchLabels)) {
+		r, err := labels.NewRequirement(k, selection.Equals, []string{s.MatchLabels[k]})
+		if err != nil {
+			return nil, err
+		}
+		sel = sel.Add(*r)
+	}
+	for _, e := range s.MatchExpressions {
+		var op selection.Operator
+		switch e.Operator {
+		case "In":
+			op = selection.In
+		case "NotIn":
+			op = selection.NotIn
+		case "Exists":
+			op = selection.Exists
+		case "DoesNotExist":
+			op = selection.DoesNotExist
+		default:
+			return nil, fmt.Errorf("%q is not a valid label selector operator", e.Operator)
+		}
+		r, err := labels.NewRequirement(e.Key, op, append([]string(nil), e.Values...))
+		if err != nil {
+			return nil, err
+		}
+		sel = sel.Add(*r)
+	}
+	return sel, nil
+}
+
+// NewPool is what the choice needs of an IPPool named name: created and deleting from its
+// metadata, its spec.cidrs (the first names the family) and spec.namespaceSelector. A selector
+// that does not parse is an error (the CRD admits only well-formed LabelSelectors, so this is a
+// corrupt object).
+func NewPool(name string, created time.Time, deleting bool, cidrs []string, namespaceSelector *LabelSelector) (Pool, error) {
+	out := Pool{Name: name, Created: created, Deleting: deleting, V4: true}
+	if len(cidrs) > 0 {
+		if c, err := netip.ParsePrefix(cidrs[0]); err == nil {
 			out.V4 = c.Addr().Is4()
 		}
 	}
-	if ForNamespaces(p) {
-		sel, err := metav1.LabelSelectorAsSelector(p.Spec.NamespaceSelector)
+	if !namespaceSelector.Empty() {
+		sel, err := namespaceSelector.selector()
 		if err != nil {
-			return out, fmt.Errorf("IPPool %q: namespaceSelector: %w", p.Name, err)
+			return out, fmt.Errorf("IPPool %q: namespaceSelector: %w", name, err)
 		}
 		out.Selector = sel
 	}
 	return out, nil
-}
-
-// ForNamespaces: the pool's namespaceSelector is non-empty, so it is address space of the
-// namespaces it selects and never a node's pool (the range allocator gives no node a block of it
-// by default); absent or empty, it selects every namespace and may be a node's pool.
-func ForNamespaces(p *jkev1.IPPool) bool {
-	s := p.Spec.NamespaceSelector
-	return s != nil && (len(s.MatchLabels) > 0 || len(s.MatchExpressions) > 0)
 }
 
 // SelectsNamespace: the pool's namespaceSelector matches the namespace's labels (absent or
@@ -103,18 +155,18 @@ func (p Pool) NodePool() bool { return p.Selector == nil }
 func Parse(value string) ([]string, error) {
 	var names []string
 	if err := json.Unmarshal([]byte(value), &names); err != nil {
-		return nil, fmt.Errorf("%s must be a JSON list of IPPool names such as [\"db-pool\"]: %v", jkev1.AnnotationIPPools, err)
+		return nil, fmt.Errorf("%s must be a JSON list of IPPool names such as [\"db-pool\"]: %v", AnnotationIPPools, err)
 	}
 	if len(names) == 0 || len(names) > MaxPools {
-		return nil, fmt.Errorf("%s must name 1 to %d IPPools, not %d", jkev1.AnnotationIPPools, MaxPools, len(names))
+		return nil, fmt.Errorf("%s must name 1 to %d IPPools, not %d", AnnotationIPPools, MaxPools, len(names))
 	}
 	seen := make(map[string]bool, len(names))
 	for _, n := range names {
 		if errs := validation.IsDNS1123Subdomain(n); len(errs) > 0 {
-			return nil, fmt.Errorf("%s: %q is not an IPPool name: %s", jkev1.AnnotationIPPools, n, strings.Join(errs, "; "))
+			return nil, fmt.Errorf("%s: %q is not an IPPool name: %s", AnnotationIPPools, n, strings.Join(errs, "; "))
 		}
 		if seen[n] {
-			return nil, fmt.Errorf("%s names IPPool %q twice", jkev1.AnnotationIPPools, n)
+			return nil, fmt.Errorf("%s names IPPool %q twice", AnnotationIPPools, n)
 		}
 		seen[n] = true
 	}
@@ -144,9 +196,9 @@ func (c Choice) Explicit() bool { return c.Source == SourcePod || c.Source == So
 // nsPools are the pools with a non-empty namespaceSelector, oldest first (SortOldestFirst):
 // callers keep that list, so a cluster without such pools pays nothing per pod.
 func Choose(podAnnotations map[string]string, ns Namespace, pools map[string]Pool, nsPools []Pool) (Choice, error) {
-	value, src := podAnnotations[jkev1.AnnotationIPPools], SourcePod
+	value, src := podAnnotations[AnnotationIPPools], SourcePod
 	if value == "" {
-		value, src = ns.Annotations[jkev1.AnnotationIPPools], SourceNamespace
+		value, src = ns.Annotations[AnnotationIPPools], SourceNamespace
 	}
 	if value != "" {
 		names, err := Parse(value)
@@ -173,7 +225,7 @@ func Choose(podAnnotations map[string]string, ns Namespace, pools map[string]Poo
 			if src == SourceNamespace {
 				where = fmt.Sprintf("namespace %q's", ns.Name)
 			}
-			return Choice{}, fmt.Errorf("%s %s %s: %s", where, jkev1.AnnotationIPPools, value, strings.Join(problems, "; "))
+			return Choice{}, fmt.Errorf("%s %s %s: %s", where, AnnotationIPPools, value, strings.Join(problems, "; "))
 		}
 		return Choice{Pools: names, Source: src}, nil
 	}
@@ -232,7 +284,7 @@ const maxListed = 10
 // Message is the condition's message.
 func (o Overlap) Message(pool string) string {
 	return fmt.Sprintf("namespaceSelector selects namespaces IPPool %q (older) selects too: %s; pods there without the %s annotation take addresses of %q",
-		o.Older, strings.Join(o.Namespaces, ", "), jkev1.AnnotationIPPools, o.Older)
+		o.Older, strings.Join(o.Namespaces, ", "), AnnotationIPPools, o.Older)
 }
 
 // Overlaps finds, for each pool with a non-empty namespaceSelector, the oldest older pool of its

@@ -1,4 +1,4 @@
-package poolchoice
+package poolchoice_test
 
 import (
 	"strings"
@@ -7,7 +7,11 @@ import (
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"k8s.io/apimachinery/pkg/labels"
+
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	. "github.com/staticip/staticip/apis/poolchoice"
+	"github.com/staticip/staticip/apis/poolchoice/poolchoiceapi"
 )
 
 var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
@@ -27,7 +31,7 @@ func poolsOf(t *testing.T, ps ...*jkev1.IPPool) map[string]Pool {
 	t.Helper()
 	out := map[string]Pool{}
 	for _, p := range ps {
-		v, err := FromIPPool(p)
+		v, err := poolchoiceapi.FromIPPool(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -168,6 +172,52 @@ func BenchmarkChooseNoAnnotation(b *testing.B) {
 	for i := 0; i < b.N; i++ {
 		if c, _ := Choose(nil, ns, pools, nsPools); len(c.Pools) != 0 {
 			b.Fatal(c)
+		}
+	}
+}
+
+func TestAnnotationKeysAgree(t *testing.T) {
+	if AnnotationIPPools != jkev1.AnnotationIPPools {
+		t.Errorf("poolchoice reads %q, the API defines %q", AnnotationIPPools, jkev1.AnnotationIPPools)
+	}
+}
+
+// NewPool's selector (built without metav1, for the CNI plugin) selects exactly what the API
+// machinery's LabelSelectorAsSelector selects, and refuses what it refuses (but for nil: a pool
+// without namespaceSelector selects every namespace).
+func TestSelectorAgreesWithTheAPIMachinery(t *testing.T) {
+	req := func(k string, op metav1.LabelSelectorOperator, vs ...string) metav1.LabelSelectorRequirement {
+		return metav1.LabelSelectorRequirement{Key: k, Operator: op, Values: vs}
+	}
+	sets := []map[string]string{nil, {"tenant": "blue"}, {"tenant": "red"}, {"tenant": "blue", "tier": "db"}, {"tier": "db"}, {"x/y": "z"}}
+	for _, sel := range []*metav1.LabelSelector{
+		nil, {},
+		{MatchLabels: map[string]string{"tenant": "blue"}},
+		{MatchLabels: map[string]string{"tenant": "blue", "tier": "db"}},
+		{MatchExpressions: []metav1.LabelSelectorRequirement{req("tenant", metav1.LabelSelectorOpIn, "blue", "red")}},
+		{MatchExpressions: []metav1.LabelSelectorRequirement{req("tenant", metav1.LabelSelectorOpNotIn, "blue")}},
+		{MatchExpressions: []metav1.LabelSelectorRequirement{req("tier", metav1.LabelSelectorOpExists)}},
+		{MatchLabels: map[string]string{"x/y": "z"}, MatchExpressions: []metav1.LabelSelectorRequirement{req("tier", metav1.LabelSelectorOpDoesNotExist)}},
+		{MatchExpressions: []metav1.LabelSelectorRequirement{req("tenant", "Near", "blue")}},
+		{MatchExpressions: []metav1.LabelSelectorRequirement{req("tenant", metav1.LabelSelectorOpIn)}},
+		{MatchLabels: map[string]string{"bad key!": "v"}},
+	} {
+		want, wantErr := metav1.LabelSelectorAsSelector(sel)
+		if sel == nil {
+			want = labels.Everything() // an absent namespaceSelector selects every namespace (metav1: nothing)
+		}
+		p, err := NewPool("p", t0, false, []string{"10.0.0.0/8"}, poolchoiceapi.Selector(sel))
+		if (err != nil) != (wantErr != nil) {
+			t.Errorf("selector %v: NewPool error %v, API machinery error %v", sel, err, wantErr)
+			continue
+		}
+		if err != nil {
+			continue
+		}
+		for _, set := range sets {
+			if got, w := p.SelectsNamespace(set), want.Matches(labels.Set(set)); got != w {
+				t.Errorf("selector %v on labels %v: selects %v, the API machinery says %v", sel, set, got, w)
+			}
 		}
 	}
 }

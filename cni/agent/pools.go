@@ -6,6 +6,7 @@ import (
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/apis/poolchoice"
+	"github.com/staticip/staticip/apis/poolchoice/poolchoiceapi"
 )
 
 // namespacePools is, per namespace, the pools its pods take addresses of when they name none
@@ -18,7 +19,7 @@ import (
 func namespacePools(pools []*jkev1.IPPool, namespaces []*corev1.Namespace) map[string][]string {
 	byName := make(map[string]poolchoice.Pool, len(pools))
 	for _, p := range pools {
-		if cp, err := poolchoice.FromIPPool(p); err == nil {
+		if cp, err := poolchoiceapi.FromIPPool(p); err == nil {
 			byName[p.Name] = cp
 		}
 	}

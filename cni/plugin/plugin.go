@@ -2,13 +2,11 @@ package plugin
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/netip"
 	"os"
-	"slices"
 	"strings"
 	"time"
 
@@ -114,29 +112,11 @@ type request struct {
 	// annotation is the pod's ip-address annotation (trimmed; "" when absent or unknown). It
 	// decides IP only together with the pod's reservation (podip.Choose, in Add).
 	annotation string
-	// pools are the IPPools the pod names in AnnotationIPPools: its address comes from a range
-	// of the first of them this node has one of (ipam.AllocateRequest.Pools).
+	// pools are the IPPools the pod's next free address must come from (poolsOf): its address
+	// comes from a range of the first of them this node has one of (ipam.AllocateRequest.Pools).
 	pools []string
-}
-
-// AnnotationIPPools is apis/jke/v1.AnnotationIPPools (the plugin does not import the API
-// types: a smaller, faster binary; TestAnnotationKeysAgree keeps the two equal).
-const AnnotationIPPools = "staticip.jke.jdcloud.com/ippools"
-
-// podPools reads the pod's AnnotationIPPools: a JSON list of pool names, which admission
-// (manifests/admission/ippools-policy.yaml, apis/poolchoice) has checked against the pools that
-// select the pod's namespace. An unreadable value is the pod's error (code 100), never a reason
-// to give it an address of another pool.
-func podPools(pod ipam.PodRef, annotations map[string]string) ([]string, error) {
-	v := strings.TrimSpace(annotations[AnnotationIPPools])
-	if v == "" {
-		return nil, nil
-	}
-	var names []string
-	if err := json.Unmarshal([]byte(v), &names); err != nil || len(names) == 0 || slices.Contains(names, "") {
-		return nil, types.NewError(ErrCodeBadAnnotation, fmt.Sprintf("staticip: pod %s: annotation %s=%s is not a JSON list of IPPool names such as [\"db-pool\"]", pod, AnnotationIPPools, v), "")
-	}
-	return names, nil
+	// poolsFromStore: the API server could not be asked; the store's copy decides.
+	poolsFromStore bool
 }
 
 // requestedIP reads what the pod asks for: its ip-address annotation, from the runtime's
@@ -154,6 +134,13 @@ func (p *Plugin) requestedIP(ctx context.Context, conf *NetConf, args *K8sArgs, 
 	}
 	annotations := conf.RuntimeConfig.PodAnnotations
 	known := annotations != nil
+	// The namespace and the IPPools are read while the pod is (poolsOf needs both).
+	views := make(chan poolView, 1)
+	if kc != nil && pod.Name != "" {
+		go func() { views <- kc.readPoolView(ctx, pod.Namespace) }()
+	} else {
+		views <- poolView{err: fmt.Errorf("no API server configured")}
+	}
 	if !known && kc != nil && pod.Name != "" {
 		obj, err := kc.getPod(ctx, pod.Namespace, pod.Name)
 		if err != nil {
@@ -164,10 +151,12 @@ func (p *Plugin) requestedIP(ctx context.Context, conf *NetConf, args *K8sArgs, 
 			annotations, known = obj.Metadata.Annotations, true
 		}
 	}
-	if known {
-		if req.pools, err = podPools(pod, annotations); err != nil {
+	if pod.Name != "" {
+		if req.pools, req.poolsFromStore, err = p.poolsOf(pod, annotations, <-views); err != nil {
 			return req, err
 		}
+	}
+	if known {
 		if v := strings.TrimSpace(annotations[podip.AnnotationIPAddress]); v != "" {
 			if a, err := netip.ParseAddr(v); err == nil && len(explicit) == 1 && explicit[0] != a.Unmap() {
 				return req, types.NewError(ErrCodeBadRequestedIP,
@@ -336,7 +325,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 
 	alloc, created, counted, ranges, served, err := p.allocate(conf, start, ipam.AllocateRequest{Attachment: att, Pod: pod, IP: req.IP,
-		SkipPodReservation: skipReservation, Alive: hostLinkAlive, Pools: req.pools})
+		SkipPodReservation: skipReservation, Alive: hostLinkAlive, Pools: req.pools, NamespacePoolsFromStore: req.poolsFromStore})
 	var oe *openError
 	if errors.As(err, &oe) {
 		return oe.err

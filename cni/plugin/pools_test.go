@@ -12,7 +12,7 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 )
 
-func TestAnnotationKeysAgree(t *testing.T) {
+func TestAnnotationKeysAgreeInPlugin(t *testing.T) {
 	if AnnotationIPPools != jkev1.AnnotationIPPools {
 		t.Errorf("plugin reads %q, the API defines %q", AnnotationIPPools, jkev1.AnnotationIPPools)
 	}

@@ -39,6 +39,7 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/apis/poolchoice"
+	"github.com/staticip/staticip/apis/poolchoice/poolchoiceapi"
 	"github.com/staticip/staticip/controllers/pkg/nodegone"
 	"github.com/staticip/staticip/controllers/pkg/podindex"
 	"github.com/staticip/staticip/controllers/pkg/worker"
@@ -247,7 +248,7 @@ func poolOf(p *jkev1.IPPool) Pool {
 			out.Excludes = append(out.Excludes, a)
 		}
 	}
-	out.ForNamespaces = poolchoice.ForNamespaces(p)
+	out.ForNamespaces = poolchoiceapi.ForNamespaces(p)
 	if p.Spec.NodeSelector == nil {
 		out.Selector = labels.Everything()
 	} else if sel, err := metav1.LabelSelectorAsSelector(p.Spec.NodeSelector); err != nil {
@@ -371,7 +372,7 @@ func (c *Controller) input(ctx context.Context, now time.Time) (Input, error) {
 func (c *Controller) choices(pools []*jkev1.IPPool) ([]PendingPod, map[string]error, map[string]poolchoice.Overlap, error) {
 	byName := map[string]poolchoice.Pool{}
 	for _, p := range pools {
-		if cp, err := poolchoice.FromIPPool(p); err == nil {
+		if cp, err := poolchoiceapi.FromIPPool(p); err == nil {
 			byName[p.Name] = cp
 		}
 	}
@@ -870,7 +871,7 @@ func (c *Controller) writeStatus(ctx context.Context, name string, st *PoolStatu
 	exportNAT := ExportedWithNAT(&p.Spec, len(peers))
 	exportNAT.ObservedGeneration = p.Generation
 	meta.SetStatusCondition(&p.Status.Conditions, exportNAT)
-	if poolchoice.ForNamespaces(cur) {
+	if poolchoiceapi.ForNamespaces(cur) {
 		ov := metav1.Condition{Type: jkev1.IPPoolNamespaceSelectorOverlaps, Status: metav1.ConditionFalse, Reason: "NoOverlap",
 			Message: "no older pool of the family selects a namespace this one selects", ObservedGeneration: p.Generation}
 		if o, ok := c.overlaps[name]; ok {
