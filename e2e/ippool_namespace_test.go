@@ -7,6 +7,7 @@ import (
 	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,7 +27,8 @@ import (
 // the pod's node a block of it once the pod is bound there, the agent stores it restricted, the
 // CNI picks from it — while a pod of another namespace on the same node never gets one; with the
 // pool's one block full, the next pod of the namespace stays Pending with a Warning Event naming
-// the pool (IPPoolExhausted).
+// the pool (the scheduler's FailedScheduling, or the allocator's IPPoolExhausted when the pod was
+// bound before the block was counted full).
 func TestNamespacePoolGivesItsPodsAddresses(t *testing.T) {
 	ctx := context.Background()
 	byNode := requireStaticIPCNI(t, ctx)
@@ -113,19 +115,22 @@ func TestNamespacePoolGivesItsPodsAddresses(t *testing.T) {
 		t.Fatalf("%s/p2 got %s, want the other address of %s", tenant, p2.Status.PodIP, block)
 	}
 
-	// The pool is full: p3 waits, with a Warning Event naming the pool.
+	// The pool is full: p3 waits, with a Warning Event naming the pool — staticip-scheduler's
+	// FailedScheduling (no node has a free address of the pool and the pool has no block left),
+	// or, when p3 was bound before the agent counted the block full, the allocator's
+	// IPPoolExhausted. Either way Pending, never ContainerCreating with an address of another pool.
 	if _, err := f.Client.CoreV1().Pods(tenant).Create(ctx, testServerPod("p3", node, nil), metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	var event string
-	if err := framework.WaitFor(ctx, 2*time.Minute, "a Warning Event on p3 naming "+pool.Name, func(ctx context.Context) (bool, error) {
+	if err := framework.WaitFor(ctx, 2*time.Minute, "a Warning Event (FailedScheduling or IPPoolExhausted) on p3 naming "+pool.Name, func(ctx context.Context) (bool, error) {
 		evs, err := f.Client.CoreV1().Events(tenant).List(ctx, metav1.ListOptions{FieldSelector: "involvedObject.name=p3"})
 		if err != nil {
 			return false, err
 		}
 		for _, e := range evs.Items {
-			if e.Type == corev1.EventTypeWarning && e.Reason == "IPPoolExhausted" && strings.Contains(e.Message, pool.Name) {
-				event = e.Message
+			if e.Type == corev1.EventTypeWarning && (e.Reason == "IPPoolExhausted" || e.Reason == "FailedScheduling") && strings.Contains(e.Message, pool.Name) {
+				event = e.Reason + " " + strconv.Quote(e.Message)
 				return true, nil
 			}
 		}
@@ -133,7 +138,7 @@ func TestNamespacePoolGivesItsPodsAddresses(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("p3: Warning IPPoolExhausted %q", event)
+	t.Logf("p3: Warning %s", event)
 	if p3, err := f.Client.CoreV1().Pods(tenant).Get(ctx, "p3", metav1.GetOptions{}); err != nil || p3.Status.Phase != corev1.PodPending || p3.Status.PodIP != "" {
 		t.Errorf("p3: %v %s %q; want Pending without an address", err, p3.Status.Phase, p3.Status.PodIP)
 	}
