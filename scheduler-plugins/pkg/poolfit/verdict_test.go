@@ -1,0 +1,54 @@
+package poolfit
+
+import (
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+func TestVerdict(t *testing.T) {
+	zoneA := labels.SelectorFromSet(labels.Set{"zone": "a"})
+	known := map[string]Pool{
+		"blue":      {Name: "blue", FreeBlocks: 3},
+		"full":      {Name: "full"},
+		"going":     {Name: "going", Deleting: true, FreeBlocks: 5},
+		"mirror":    {Name: "mirror", NodePodCIDR: true, FreeBlocks: 5},
+		"zone-a":    {Name: "zone-a", NodeSelector: zoneA, FreeBlocks: 5},
+		"zone-full": {Name: "zone-full", NodeSelector: zoneA},
+	}
+	nodeB := func(free map[string]int64) Node {
+		return Node{Name: "n1", Labels: map[string]string{"zone": "b"}, Free: free}
+	}
+	for _, tc := range []struct {
+		name  string
+		pools []string
+		node  Node
+		ok    bool
+		why   string
+	}{
+		{name: "a free address of the pool on the node", pools: []string{"full"}, node: nodeB(map[string]int64{"full": 1}), ok: true},
+		{name: "no address here, the pool has a block to give", pools: []string{"blue"}, node: nodeB(nil), ok: true},
+		{name: "exhausted pool, nothing on the node", pools: []string{"full"}, node: nodeB(map[string]int64{"full": 0}),
+			why: `IPPool "full" is exhausted: no free address on the node and no free block to give it`},
+		{name: "second choice serves", pools: []string{"full", "blue"}, node: nodeB(nil), ok: true},
+		{name: "every pool named", pools: []string{"full", "zone-a", "nope"}, node: nodeB(nil),
+			why: `IPPool "full" is exhausted: no free address on the node and no free block to give it; IPPool "zone-a" has no free address on the node and its nodeSelector does not select it; IPPool "nope" does not exist`},
+		{name: "nodeSelector selects the node", pools: []string{"zone-a"}, node: Node{Name: "n2", Labels: map[string]string{"zone": "a"}}, ok: true},
+		{name: "selected but exhausted", pools: []string{"zone-full"}, node: Node{Name: "n2", Labels: map[string]string{"zone": "a"}},
+			why: `IPPool "zone-full" is exhausted`},
+		{name: "a pool being deleted gives no block", pools: []string{"going"}, node: nodeB(nil), why: `IPPool "going" is being deleted`},
+		{name: "but its free address here is still given", pools: []string{"going"}, node: nodeB(map[string]int64{"going": 2}), ok: true},
+		{name: "NodePodCIDR pools give no block on demand", pools: []string{"mirror"}, node: nodeB(nil), why: `IPPool "mirror" (mode NodePodCIDR)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, why := Verdict(tc.pools, tc.node, known)
+			if ok != tc.ok {
+				t.Fatalf("Verdict = %v, %q; want %v", ok, why, tc.ok)
+			}
+			if !tc.ok && (why == "" || !strings.Contains(why, tc.why)) {
+				t.Fatalf("reason %q; want it to contain %q", why, tc.why)
+			}
+		})
+	}
+}
