@@ -86,8 +86,9 @@ func TestSetNodeRangesFollowsPool(t *testing.T) {
 	}
 }
 
-// A pod naming no pool takes its namespace's pools, as the agent recorded them; the table is
-// rewritten only when it changes.
+// A pod naming no pool takes its namespace's pools as the agent recorded them only when the
+// caller asks (NamespacePoolsFromStore: the plugin could not read the API server); otherwise the
+// table, which lags the API, is not read. The table is rewritten only when it changes.
 func TestAllocateByNamespacePools(t *testing.T) {
 	d := openTest(t, "", nil)
 	mustRange(t, d, Range{Subnet: pfx("10.1.0.0/29"), Pool: "default"})
@@ -101,19 +102,22 @@ func TestAllocateByNamespacePools(t *testing.T) {
 	if got, _ := d.NamespacePools(); len(got) != 1 || got["tenant"][0] != "blue" {
 		t.Fatalf("NamespacePools %v", got)
 	}
-	if a := allocate(t, d, AllocateRequest{Attachment: att("t"), Pod: pod("tenant", "p")}); !pfx("10.2.0.0/30").Contains(a.IP) {
+	if a := allocate(t, d, AllocateRequest{Attachment: att("t0"), Pod: pod("tenant", "p0")}); !pfx("10.1.0.0/29").Contains(a.IP) {
+		t.Errorf("tenant pod, its pools decided by the caller (none): got %s, want the node pool's 10.1.0.0/29 (the table is not read)", a.IP)
+	}
+	if a := allocate(t, d, AllocateRequest{Attachment: att("t"), Pod: pod("tenant", "p"), NamespacePoolsFromStore: true}); !pfx("10.2.0.0/30").Contains(a.IP) {
 		t.Errorf("tenant pod got %s, want an address of blue's 10.2.0.0/30", a.IP)
 	}
-	if a := allocate(t, d, AllocateRequest{Attachment: att("o"), Pod: pod("other", "p")}); !pfx("10.1.0.0/29").Contains(a.IP) {
+	if a := allocate(t, d, AllocateRequest{Attachment: att("o"), Pod: pod("other", "p"), NamespacePoolsFromStore: true}); !pfx("10.1.0.0/29").Contains(a.IP) {
 		t.Errorf("other namespace's pod got %s, want an address of 10.1.0.0/29", a.IP)
 	}
-	if a := allocate(t, d, AllocateRequest{Attachment: att("x"), Pod: pod("tenant", "x"), Pools: []string{"default"}}); !pfx("10.1.0.0/29").Contains(a.IP) {
+	if a := allocate(t, d, AllocateRequest{Attachment: att("x"), Pod: pod("tenant", "x"), Pools: []string{"default"}, NamespacePoolsFromStore: true}); !pfx("10.1.0.0/29").Contains(a.IP) {
 		t.Errorf("tenant pod naming default got %s: its own annotation wins over its namespace's pools", a.IP)
 	}
 	if _, err := d.SetNamespacePools(nil); err != nil {
 		t.Fatal(err)
 	}
-	if a := allocate(t, d, AllocateRequest{Attachment: att("t2"), Pod: pod("tenant", "p2")}); !pfx("10.1.0.0/29").Contains(a.IP) {
+	if a := allocate(t, d, AllocateRequest{Attachment: att("t2"), Pod: pod("tenant", "p2"), NamespacePoolsFromStore: true}); !pfx("10.1.0.0/29").Contains(a.IP) {
 		t.Errorf("after the table emptied the tenant pod got %s, want the node pool", a.IP)
 	}
 }

@@ -1,12 +1,15 @@
 package plugin
 
 import (
+	"errors"
+	"io"
 	"net/netip"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/staticip/staticip/apis/podip"
+	"github.com/staticip/staticip/apis/poolchoice"
 	"github.com/staticip/staticip/ipam"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -95,5 +98,51 @@ func TestAddPicksFromThePodsPool(t *testing.T) {
 		if a.Pod.Name == "red" || a.Pod.Name == "bad" {
 			t.Errorf("a refused pod holds %s", a.IP)
 		}
+	}
+}
+
+// poolsOf: the API server's view decides; only when it cannot be read does the store's copy
+// (fromStore), and a pod naming its pools itself needs neither.
+func TestPoolsOf(t *testing.T) {
+	blue, err := poolchoice.NewPool("blue", time.Unix(1, 0), false, []string{"10.2.0.0/24"},
+		&poolchoice.LabelSelector{MatchLabels: map[string]string{"tenant": "blue"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	online := func(labels map[string]string) poolView {
+		return poolView{ns: poolchoice.Namespace{Name: "ns", Labels: labels}, pools: map[string]poolchoice.Pool{"blue": blue}}
+	}
+	offline := poolView{err: errors.New("connection refused")}
+	pod := ipam.PodRef{Namespace: "ns", Name: "p"}
+	names := func(v string) map[string]string { return map[string]string{AnnotationIPPools: v} }
+	for _, tc := range []struct {
+		name      string
+		ann       map[string]string
+		view      poolView
+		want      string
+		fromStore bool
+		errCode   uint
+	}{
+		{name: "selected by the pool's namespaceSelector", view: online(map[string]string{"tenant": "blue"}), want: "blue"},
+		{name: "not selected: the node pool", view: online(nil), want: ""},
+		{name: "the pod names a pool that does not select its namespace", ann: names(`["blue"]`), view: online(nil), errCode: ErrCodeBadAnnotation},
+		{name: "the pod names a pool that does not exist", ann: names(`["red"]`), view: online(nil), errCode: ErrCodeBadAnnotation},
+		{name: "offline, the pod names its pool", ann: names(`["red"]`), view: offline, want: "red"},
+		{name: "offline, the pod names none: the store's copy", view: offline, fromStore: true},
+		{name: "malformed, offline or not", ann: names(`red`), view: offline, errCode: ErrCodeBadAnnotation},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := &Plugin{Log: io.Discard}
+			got, fromStore, err := p.poolsOf(pod, tc.ann, tc.view)
+			if tc.errCode != 0 {
+				if code, msg := cniCode(err); code != tc.errCode {
+					t.Fatalf("poolsOf = %v, %v; want code %d (%s)", got, err, tc.errCode, msg)
+				}
+				return
+			}
+			if err != nil || strings.Join(got, ",") != tc.want || fromStore != tc.fromStore {
+				t.Fatalf("poolsOf = %v, %v, %v; want %q, fromStore %v", got, fromStore, err, tc.want, tc.fromStore)
+			}
+		})
 	}
 }
