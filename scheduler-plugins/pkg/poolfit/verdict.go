@@ -8,6 +8,7 @@ package poolfit
 
 import (
 	"fmt"
+	"net/netip"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -60,4 +61,33 @@ func Verdict(pools []string, node Node, known map[string]Pool) (bool, string) {
 		}
 	}
 	return false, strings.Join(why, "; ")
+}
+
+// Block is one block of a pool that a node holds: its prefix, how many addresses pods may get
+// from it (apis/iprangeaddr, the rule the node's IPAM allocates by) and how many its agent last
+// counted reserved for absent static-IP pods.
+type Block struct {
+	Prefix             netip.Prefix
+	Capacity, Reserved int64
+}
+
+// Free is how many addresses of blocks are left for a new pod: their capacity, less the
+// reservations, the pods of the node holding an address in them (podIPs: the addresses of the
+// node's pods), and the pods bound to the node that wait for an address of the pool (waiting).
+// Counted from the scheduler's own pods, not the agent's status counts, which lag a pass behind
+// the pods just started.
+func Free(blocks []Block, podIPs []netip.Addr, waiting int64) int64 {
+	var free int64
+	for _, b := range blocks {
+		free += b.Capacity - b.Reserved
+	}
+	for _, ip := range podIPs {
+		for _, b := range blocks {
+			if b.Prefix.Contains(ip) {
+				free--
+				break
+			}
+		}
+	}
+	return free - waiting
 }

@@ -1,6 +1,7 @@
 package poolfit
 
 import (
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -50,5 +51,31 @@ func TestVerdict(t *testing.T) {
 				t.Fatalf("reason %q; want it to contain %q", why, tc.why)
 			}
 		})
+	}
+}
+
+func TestFree(t *testing.T) {
+	blocks := []Block{{Prefix: netip.MustParsePrefix("10.1.0.0/30"), Capacity: 2}, {Prefix: netip.MustParsePrefix("10.1.0.8/29"), Capacity: 6, Reserved: 1}}
+	ips := func(s ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, v := range s {
+			out = append(out, netip.MustParseAddr(v))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		ips     []netip.Addr
+		waiting int64
+		want    int64
+	}{
+		{name: "empty blocks, one reserved", want: 7},
+		{name: "pods of the blocks and of other ranges", ips: ips("10.1.0.1", "10.1.0.2", "10.1.0.9", "10.244.0.5"), want: 4},
+		{name: "pods bound without an address yet", ips: ips("10.1.0.1"), waiting: 2, want: 4},
+		{name: "full", ips: ips("10.1.0.1", "10.1.0.2", "10.1.0.9", "10.1.0.10", "10.1.0.11", "10.1.0.12", "10.1.0.13"), want: 0},
+	} {
+		if got := Free(blocks, tc.ips, tc.waiting); got != tc.want {
+			t.Errorf("%s: Free = %d, want %d", tc.name, got, tc.want)
+		}
 	}
 }

@@ -3,6 +3,7 @@ package poolfit
 import (
 	"context"
 	"fmt"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 
@@ -13,9 +14,11 @@ import (
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	"github.com/staticip/staticip/apis/generated/informers/externalversions"
+	"github.com/staticip/staticip/apis/iprangeaddr"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/apis/poolchoice"
 	"github.com/staticip/staticip/apis/poolchoice/poolchoiceapi"
@@ -55,8 +58,8 @@ type Snapshot struct {
 	choice  map[string]poolchoice.Pool
 	nsPools []poolchoice.Pool
 	fit     map[string]Pool
-	// free: node -> pool -> free addresses of the pool's blocks on the node.
-	free map[string]map[string]int64
+	// blocks: node -> pool -> the pool's blocks the node holds.
+	blocks map[string]map[string][]Block
 }
 
 var (
@@ -137,8 +140,9 @@ func trim(obj interface{}) (interface{}, error) {
 	case *jkev1.IPRange:
 		return &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: o.Name, UID: o.UID, ResourceVersion: o.ResourceVersion,
 			Labels: map[string]string{jkev1.LabelIPPool: o.Labels[jkev1.LabelIPPool]}},
-			Spec:   jkev1.IPRangeSpec{CIDR: o.Spec.CIDR, Node: o.Spec.Node},
-			Status: jkev1.IPRangeStatus{Total: o.Status.Total, Free: o.Status.Free}}, nil
+			Spec: jkev1.IPRangeSpec{CIDR: o.Spec.CIDR, Node: o.Spec.Node, RangeStart: o.Spec.RangeStart, RangeEnd: o.Spec.RangeEnd,
+				Gateway: o.Spec.Gateway, ExcludeIPs: o.Spec.ExcludeIPs},
+			Status: jkev1.IPRangeStatus{Reserved: o.Status.Reserved}}, nil
 	}
 	return obj, nil
 }
@@ -243,7 +247,7 @@ func (v *View) Snapshot() *Snapshot {
 	if v.snap != nil {
 		return v.snap
 	}
-	s := &Snapshot{choice: map[string]poolchoice.Pool{}, fit: map[string]Pool{}, free: map[string]map[string]int64{}}
+	s := &Snapshot{choice: map[string]poolchoice.Pool{}, fit: map[string]Pool{}, blocks: map[string]map[string][]Block{}}
 	released := map[string]int64{}
 	for _, r := range v.blocks {
 		pool := r.Labels[jkev1.LabelIPPool]
@@ -254,14 +258,16 @@ func (v *View) Snapshot() *Snapshot {
 			released[pool]++
 			continue
 		}
-		free := int64(r.Status.Free)
-		if r.Status.Total == 0 {
-			free = 1 // not counted by its agent yet: a block that just arrived
+		parsed, err := iprangeaddr.Parse(iprangeaddr.Fields{CIDR: r.Spec.CIDR, RangeStart: r.Spec.RangeStart, RangeEnd: r.Spec.RangeEnd,
+			Gateway: r.Spec.Gateway, Exclude: r.Spec.ExcludeIPs})
+		if err != nil {
+			continue // every agent refuses it: it gives no address
 		}
-		if s.free[r.Spec.Node] == nil {
-			s.free[r.Spec.Node] = map[string]int64{}
+		if s.blocks[r.Spec.Node] == nil {
+			s.blocks[r.Spec.Node] = map[string][]Block{}
 		}
-		s.free[r.Spec.Node][pool] += free
+		s.blocks[r.Spec.Node][pool] = append(s.blocks[r.Spec.Node][pool],
+			Block{Prefix: parsed.Subnet, Capacity: parsed.Size(), Reserved: int64(r.Status.Reserved)})
 	}
 	for name, p := range v.pools {
 		if cp, err := poolchoiceapi.FromIPPool(p); err == nil {
@@ -291,7 +297,42 @@ func (v *View) Choose(s *Snapshot, pod *v1.Pod) (poolchoice.Choice, error) {
 	return poolchoice.Choose(pod.Annotations, ns, s.choice, s.nsPools)
 }
 
-// Verdict is Verdict for node on this snapshot.
-func (s *Snapshot) Verdict(pools []string, node *v1.Node) (bool, string) {
-	return Verdict(pools, Node{Name: node.Name, Labels: node.Labels, Free: s.free[node.Name]}, s.fit)
+// Verdict is Verdict for node on this snapshot, pod's pools being pools. The free addresses of
+// each pool's blocks on the node are counted from the node's pods (Free): those holding an address
+// of a block, and those bound there without an address yet whose first pool with a block on the
+// node is that pool (their choice is looked up only then: a pod naming no pool costs nothing here).
+func (v *View) Verdict(s *Snapshot, pod *v1.Pod, pools []string, node *v1.Node, nodePods []fwk.PodInfo) (bool, string) {
+	held := s.blocks[node.Name]
+	free := map[string]int64{}
+	if len(held) > 0 {
+		var ips []netip.Addr
+		waiting := map[string]int64{}
+		for _, pi := range nodePods {
+			p := pi.GetPod()
+			if p.Spec.HostNetwork || p.UID == pod.UID {
+				continue
+			}
+			if a, err := netip.ParseAddr(p.Status.PodIP); err == nil {
+				ips = append(ips, a)
+				continue
+			}
+			if p.Status.Phase != v1.PodPending || !v.Relevant(p) {
+				continue
+			}
+			if ch, err := v.Choose(s, p); err == nil {
+				for _, name := range ch.Pools {
+					if len(held[name]) > 0 {
+						waiting[name]++
+						break
+					}
+				}
+			}
+		}
+		for _, name := range pools {
+			if bs := held[name]; len(bs) > 0 {
+				free[name] = Free(bs, ips, waiting[name])
+			}
+		}
+	}
+	return Verdict(pools, Node{Name: node.Name, Labels: node.Labels, Free: free}, s.fit)
 }
