@@ -45,6 +45,8 @@ type View struct {
 
 	// active: some pool has a namespaceSelector or some namespace the annotation.
 	active atomic.Bool
+	// ready latches once every informer has delivered its initial list.
+	ready atomic.Bool
 
 	// waiting are the pods rejected for their pools, activated on the next pool or block change.
 	waitMu    sync.Mutex
@@ -209,21 +211,27 @@ func (v *View) changedLocked() {
 	}
 }
 
-// Synced: every informer delivered its initial list.
+// Synced: every informer delivered its initial list (latched).
 func (v *View) Synced() bool {
+	if v.ready.Load() {
+		return true
+	}
 	for _, s := range v.synced {
 		if !s() {
 			return false
 		}
 	}
+	v.ready.Store(true)
 	return true
 }
 
 // Relevant: the pod's address may have to come from chosen pools — it names pools itself, or
-// some pool selects namespaces, or some namespace names pools. Otherwise the pod is decided
+// some pool selects namespaces, or some namespace names pools, or the view has not synced yet
+// (it cannot tell: the plugin then refuses to decide, as for the staticIPNode cache, and the pod
+// is retried — never placed on a view that missed its pool). Otherwise the pod is decided
 // exactly as before pools had a namespaceSelector, at the cost of this check.
 func (v *View) Relevant(pod *v1.Pod) bool {
-	return v.active.Load() || pod.Annotations[jkev1.AnnotationIPPools] != ""
+	return v.active.Load() || !v.ready.Load() || pod.Annotations[jkev1.AnnotationIPPools] != ""
 }
 
 // Wait records a pod rejected for its pools (activated on the next pool or block change).
