@@ -3,6 +3,10 @@
 // It is a measurement tool, not a test: nothing here asserts a duration.
 //
 //	tools/run.sh podstartup --kubeconfig=/var/lib/staticip-localcluster/kubeconfig --count=20
+//
+// With --compare-pool=CIDR it compares pods naming a per-workload IPPool (created from CIDR,
+// selecting a namespace of its own) with pods of the default pool, on --node, in --rounds
+// alternating rounds (pools.go).
 package main
 
 import (
@@ -18,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	"github.com/staticip/staticip/tools/podwatch"
 )
 
@@ -25,11 +30,36 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster")
 	count := flag.Int("count", 20, "pods to create, one after the other")
 	image := flag.String("image", "localhost/staticip/testserver:v1", "image of the pods (must be present on the nodes)")
+	comparePool := flag.String("compare-pool", "", "CIDR of an IPPool to create: compare pods naming it with pods of the default pool (pools.go)")
+	node := flag.String("node", "", "with --compare-pool: the node every pod runs on")
+	rounds := flag.Int("rounds", 3, "with --compare-pool: rounds, alternating which kind goes first")
 	flag.Parse()
-	if err := run(*kubeconfig, *count, *image); err != nil {
+	var err error
+	if *comparePool != "" {
+		err = runComparePools(*kubeconfig, *node, *comparePool, *image, *count, *rounds)
+	} else {
+		err = run(*kubeconfig, *count, *image)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "podstartup:", err)
 		os.Exit(1)
 	}
+}
+
+func runComparePools(kubeconfig, node, cidr, image string, count, rounds int) error {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	sip, err := versioned.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	return comparePools(context.Background(), kube, sip, node, cidr, image, count, rounds)
 }
 
 func run(kubeconfig string, count int, image string) error {
