@@ -101,6 +101,24 @@ func (o *Overlay[T]) View(key string, cached T) T {
 	return w.written
 }
 
+// Unseen returns the remembered writes whose keys the cache does not hold (inCache says which
+// it does): objects this controller created that the watch has not shown yet. Expired ones are
+// dropped. The results are shared, like View's.
+func (o *Overlay[T]) Unseen(inCache func(key string) bool) []T {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	var out []T
+	for k, w := range o.writes {
+		switch {
+		case !o.now().Before(w.deadline):
+			delete(o.writes, k)
+		case !inCache(k):
+			out = append(out, w.written)
+		}
+	}
+	return out
+}
+
 // Len is how many writes are remembered (metrics, tests).
 func (o *Overlay[T]) Len() int {
 	o.mu.Lock()

@@ -70,3 +70,25 @@ func TestRememberKeepsTheLatestWrite(t *testing.T) {
 		t.Errorf("%d entries after Forget, want 0", o.Len())
 	}
 }
+
+// TestUnseen: created objects the cache does not hold yet are listed until they expire;
+// those the cache holds are left to View.
+func TestUnseen(t *testing.T) {
+	now := time.Unix(1000, 0)
+	o := New[*corev1.ConfigMap](time.Minute, func() time.Time { return now })
+	created := cm("7", "u", "created")
+	created.Name = "new"
+	o.Remember("new", created)
+	o.Remember("a", cm("8", "u", "written"))
+	inCache := func(k string) bool { return k == "a" }
+	if got := o.Unseen(inCache); len(got) != 1 || got[0].Name != "new" {
+		t.Errorf("Unseen = %v, want the created object only", got)
+	}
+	now = now.Add(2 * time.Minute)
+	if got := o.Unseen(inCache); len(got) != 0 {
+		t.Errorf("Unseen after the TTL = %v, want none", got)
+	}
+	if o.Len() != 0 { // every expired entry goes, "a" too
+		t.Errorf("%d remembered after the TTL, want 0", o.Len())
+	}
+}
