@@ -22,7 +22,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/staticip/staticip/apis/bgptimers"
+	"github.com/staticip/staticip/apis/bgppeerspec"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/cni/agent/bgp"
 )
@@ -132,12 +132,12 @@ func establishedCondition(s bgp.Session, down time.Duration) metav1.Condition {
 }
 
 // holdTimeCondition is the HoldTimeSafe condition of a peer's settings against the node-failover
-// window (bgptimers.HoldTimeSafe); no condition when the window is not known (0).
+// window (bgppeerspec.HoldTimeSafe); no condition when the window is not known (0).
 func holdTimeCondition(p bgp.Peer, window time.Duration) *metav1.Condition {
 	if window <= 0 {
 		return nil
 	}
-	ok, msg := bgptimers.HoldTimeSafe(p.HoldTime, p.GracefulRestart, p.RestartTime, window)
+	ok, msg := bgppeerspec.HoldTimeSafe(p.HoldTime, p.GracefulRestart, p.RestartTime, window)
 	c := metav1.Condition{Type: jkev1.BGPPeerHoldTimeSafe, Status: metav1.ConditionTrue, Reason: ReasonHoldTimeSafe, Message: msg}
 	if !ok {
 		c.Status, c.Reason = metav1.ConditionFalse, ReasonHoldTimeUnsafe

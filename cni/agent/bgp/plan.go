@@ -19,11 +19,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
-	"github.com/staticip/staticip/apis/bgptimers"
+	"github.com/staticip/staticip/apis/bgppeerspec"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 )
 
-// DefaultPeerPort is a BGPPeer's port unless it sets one (the timers' defaults: apis/bgptimers).
+// DefaultPeerPort is a BGPPeer's port unless it sets one (the timers' defaults: apis/bgppeerspec).
 const DefaultPeerPort = 179
 
 // Range is one IPRange the node holds, as the agent decided it this pass: it serves it, or it
@@ -195,13 +195,12 @@ func selects(sel *metav1.LabelSelector, nodeLabels map[string]string) bool {
 
 // resolvePeer turns a BGPPeer into a session's settings.
 func resolvePeer(cfg *jkev1.BGPConfigurationSpec, bp *jkev1.BGPPeer, password func(SecretKey) (string, error)) (Peer, *Problem) {
-	addr, err := netip.ParseAddr(bp.Spec.PeerIP)
-	if err != nil || bp.Spec.ASNumber < 1 || bp.Spec.ASNumber > 1<<32-1 {
-		return Peer{}, &Problem{Peer: bp.Name, Reason: ReasonInvalidPeer,
-			Message: fmt.Sprintf("peerIP %q / asNumber %d is not a usable peer", bp.Spec.PeerIP, bp.Spec.ASNumber)}
+	addr, err := bgppeerspec.Usable(&bp.Spec)
+	if err != nil {
+		return Peer{}, &Problem{Peer: bp.Name, Reason: ReasonInvalidPeer, Message: err.Error() + ": no session"}
 	}
-	p := Peer{Name: bp.Name, Address: addr.Unmap(), Port: DefaultPeerPort, ASN: uint32(bp.Spec.ASNumber),
-		HoldTime: bgptimers.HoldTime(cfg, &bp.Spec), Keepalive: bgptimers.DefaultKeepalive}
+	p := Peer{Name: bp.Name, Address: addr, Port: DefaultPeerPort, ASN: uint32(bp.Spec.ASNumber),
+		HoldTime: bgppeerspec.HoldTime(cfg, &bp.Spec), Keepalive: bgppeerspec.DefaultKeepalive}
 	if bp.Spec.Port != nil {
 		p.Port = uint16(*bp.Spec.Port)
 	}
@@ -217,7 +216,7 @@ func resolvePeer(cfg *jkev1.BGPConfigurationSpec, bp *jkev1.BGPPeer, password fu
 	if bp.Spec.EBGPMultihop != nil {
 		p.Multihop = uint8(*bp.Spec.EBGPMultihop)
 	}
-	p.GracefulRestart, p.RestartTime = bgptimers.GracefulRestart(cfg, &bp.Spec)
+	p.GracefulRestart, p.RestartTime = bgppeerspec.GracefulRestart(cfg, &bp.Spec)
 	if bp.Spec.Password != nil {
 		ref := SecretKey{Name: bp.Spec.Password.SecretKeyRef.Name, Key: bp.Spec.Password.SecretKeyRef.Key}
 		pw, err := password(ref)

@@ -128,6 +128,17 @@ func TestPlan(t *testing.T) {
 				HoldTime: 9 * time.Second, Keepalive: 3 * time.Second, RestartTime: 120 * time.Second}},
 			wantPrefixes: pfx("10.244.1.0/24"),
 			wantProblems: []string{"bad PasswordUnavailable"}},
+		{name: "peers the controller-manager does not accept (bgppeerspec.Usable): no session, a problem each",
+			cfg: cfg, addrs: node4,
+			peers: []*jkev1.BGPPeer{bgpPeer("unspecified", "0.0.0.0", 65000), bgpPeer("no-ip", "router1", 65000),
+				bgpPeer("asn0", "192.168.1.3", 0), bgpPeer("no-key", "192.168.1.4", 65000, func(s *jkev1.BGPPeerSpec) {
+					s.Password = &jkev1.BGPPassword{SecretKeyRef: jkev1.BGPSecretKeyRef{Name: "bgp"}}
+				}), bgpPeer("good", "192.168.1.2", 65000)},
+			wantEnabled: true,
+			wantPeers: map[string]Peer{"good": {Name: "good", Address: netip.MustParseAddr("192.168.1.2"), Port: 179, ASN: 65000,
+				HoldTime: 9 * time.Second, Keepalive: 3 * time.Second, RestartTime: 120 * time.Second}},
+			wantPrefixes: pfx("10.244.1.0/24"),
+			wantProblems: []string{"unspecified InvalidPeer", "no-ip InvalidPeer", "asn0 InvalidPeer", "no-key InvalidPeer"}},
 		{name: "an IPv6 peer on a node without an IPv6 address: a problem",
 			cfg: cfg, addrs: node4, peers: []*jkev1.BGPPeer{bgpPeer("v6", "fd00:1::1", 65000)},
 			wantEnabled: true, wantPeers: map[string]Peer{}, wantPrefixes: pfx("10.244.1.0/24"),

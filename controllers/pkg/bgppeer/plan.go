@@ -9,14 +9,13 @@ package bgppeer
 
 import (
 	"fmt"
-	"net/netip"
 	"sort"
 	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
-	"github.com/staticip/staticip/apis/bgptimers"
+	"github.com/staticip/staticip/apis/bgppeerspec"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 )
 
@@ -44,14 +43,10 @@ func Conditions(peer *jkev1.BGPPeer, cfg *jkev1.BGPConfiguration, nodes []*jkev1
 
 func accepted(peer *jkev1.BGPPeer, cfg *jkev1.BGPConfiguration) metav1.Condition {
 	c := metav1.Condition{Type: jkev1.BGPPeerAccepted, Status: metav1.ConditionFalse}
-	addr, err := netip.ParseAddr(peer.Spec.PeerIP)
+	_, err := bgppeerspec.Usable(&peer.Spec)
 	switch {
-	case err != nil || !addr.IsValid() || addr.IsUnspecified():
-		c.Reason, c.Message = ReasonInvalidPeer, fmt.Sprintf("peerIP %q is not an IP address", peer.Spec.PeerIP)
-	case peer.Spec.ASNumber < 1 || peer.Spec.ASNumber > 1<<32-1:
-		c.Reason, c.Message = ReasonInvalidPeer, fmt.Sprintf("asNumber %d is outside 1-4294967295", peer.Spec.ASNumber)
-	case peer.Spec.Password != nil && (peer.Spec.Password.SecretKeyRef.Name == "" || peer.Spec.Password.SecretKeyRef.Key == ""):
-		c.Reason, c.Message = ReasonInvalidPeer, "password.secretKeyRef needs a name and a key"
+	case err != nil:
+		c.Reason, c.Message = ReasonInvalidPeer, err.Error()
 	case cfg == nil:
 		c.Reason, c.Message = ReasonNoBGPConfiguration, fmt.Sprintf("no BGPConfiguration %q: the agents run no BGP speaker until it exists", jkev1.BGPConfigurationName)
 	default:
@@ -61,8 +56,8 @@ func accepted(peer *jkev1.BGPPeer, cfg *jkev1.BGPConfiguration) metav1.Condition
 }
 
 func holdTimeSafe(peer *jkev1.BGPPeer, cfg *jkev1.BGPConfigurationSpec, window time.Duration) metav1.Condition {
-	on, restart := bgptimers.GracefulRestart(cfg, &peer.Spec)
-	safe, msg := bgptimers.HoldTimeSafe(bgptimers.HoldTime(cfg, &peer.Spec), on, restart, window)
+	on, restart := bgppeerspec.GracefulRestart(cfg, &peer.Spec)
+	safe, msg := bgppeerspec.HoldTimeSafe(bgppeerspec.HoldTime(cfg, &peer.Spec), on, restart, window)
 	if safe {
 		return metav1.Condition{Type: jkev1.BGPPeerHoldTimeSafe, Status: metav1.ConditionTrue, Reason: ReasonHoldTimeSafe, Message: msg}
 	}

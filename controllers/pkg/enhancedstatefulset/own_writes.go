@@ -19,22 +19,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/controllers/pkg/ownwrites"
 )
 
 // expectationTTL bounds how long a sync waits for the informer to see its own writes.
 const expectationTTL = time.Minute
-
-// statusWrite is a status write the set cache may not show yet: written is what the API
-// server returned, staleRVs the resourceVersions that writes (this one and the earlier ones
-// it followed) replaced.
-type statusWrite struct {
-	written  *jkev1alpha1.EnhancedStatefulSet
-	staleRVs []string
-}
-
-// maxStaleRVs bounds a statusWrite's history: a cache that lags behind more writes than this
-// is not waited for (the next write may then conflict and is retried).
-const maxStaleRVs = 8
 
 type expectation struct {
 	// deleted: the pod with this UID must be gone or terminating; otherwise the pod must exist
@@ -58,8 +47,8 @@ type ownWrites struct {
 	// expectations: per set, the pod writes of the last sync the pod cache has not shown yet.
 	expectations map[string]map[string]expectation
 	// statusWrites: per set, the object the last status write returned, until the set cache
-	// shows it.
-	statusWrites map[string]statusWrite
+	// shows it (controllers/pkg/ownwrites).
+	statusWrites *ownwrites.Overlay[*jkev1alpha1.EnhancedStatefulSet]
 	// gone: per set, pod name → UID of a pod the informer saw deleted while this controller's
 	// write of that name was in flight (its UID not known yet); expect drops the expectation
 	// of the written pod if it is the one already gone.
@@ -68,46 +57,30 @@ type ownWrites struct {
 
 func newOwnWrites(podLister corelisters.PodLister, now func() time.Time) *ownWrites {
 	return &ownWrites{podLister: podLister, now: now,
-		expectations: map[string]map[string]expectation{}, statusWrites: map[string]statusWrite{},
+		expectations: map[string]map[string]expectation{}, statusWrites: ownwrites.New[*jkev1alpha1.EnhancedStatefulSet](expectationTTL, now),
 		gone: map[string]map[string]types.UID{}}
 }
 
 // withStatus returns set (a copy of the cached object) with the status and
-// resourceVersion of this controller's last status write while the cache still shows a
-// version that write replaced. Pod events start the next sync before the set's own watch
-// event for a write arrives; from the older copy that sync would find the status changed,
-// write it again and fail with a conflict (30 of 198 writes in a 50-pod rollout). Any other
-// resourceVersion means the cache has caught up or someone else wrote the set: the cache wins.
+// resourceVersion of this controller's last status write while the cache still shows an
+// older version. Pod events start the next sync before the set's own watch event for a write
+// arrives; from the older copy that sync would find the status changed, write it again and
+// fail with a conflict (30 of 198 writes in a 50-pod rollout). A newer version in the cache,
+// or another generation, means the cache has caught up or someone else wrote the set: the
+// cache wins.
 func (w *ownWrites) withStatus(key string, set *jkev1alpha1.EnhancedStatefulSet) *jkev1alpha1.EnhancedStatefulSet {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	last, ok := w.statusWrites[key]
-	if !ok {
+	last := w.statusWrites.View(key, set)
+	if last == set || last.Generation != set.Generation {
 		return set
 	}
-	if !slices.Contains(last.staleRVs, set.ResourceVersion) || last.written.Generation != set.Generation {
-		delete(w.statusWrites, key)
-		return set
-	}
-	set.ResourceVersion = last.written.ResourceVersion
-	set.Status = *last.written.Status.DeepCopy()
+	set.ResourceVersion = last.ResourceVersion
+	set.Status = *last.Status.DeepCopy()
 	return set
 }
 
-// rememberStatus records a successful status write made from a set at resourceVersion
-// from (the cached one, or the previous write's).
-func (w *ownWrites) rememberStatus(key, from string, written *jkev1alpha1.EnhancedStatefulSet) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var stale []string
-	if last, ok := w.statusWrites[key]; ok && last.written.ResourceVersion == from {
-		stale = last.staleRVs
-	}
-	if len(stale) >= maxStaleRVs {
-		delete(w.statusWrites, key)
-		return
-	}
-	w.statusWrites[key] = statusWrite{written: written, staleRVs: append(slices.Clone(stale), from)}
+// rememberStatus records a successful status write.
+func (w *ownWrites) rememberStatus(key string, written *jkev1alpha1.EnhancedStatefulSet) {
+	w.statusWrites.Remember(key, written)
 }
 
 // expect registers a pod write of the set at key before it is sent, and what it wrote once
@@ -145,7 +118,7 @@ func (w *ownWrites) clear(key string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	delete(w.expectations, key)
-	delete(w.statusWrites, key)
+	w.statusWrites.Forget(key)
 	delete(w.gone, key)
 }
 

@@ -37,7 +37,7 @@ func (c *Controller) updateStatus(ctx context.Context, set *jkev1alpha1.Enhanced
 	metrics.ObserveStatusWrite(Name, err)
 	key := setKey(set)
 	if err == nil {
-		c.writes.rememberStatus(key, set.ResourceVersion, written)
+		c.writes.rememberStatus(key, written)
 	}
 	if apierrors.IsConflict(err) {
 		c.queue.Add(key)

@@ -41,6 +41,7 @@ import (
 	"github.com/staticip/staticip/apis/poolchoice"
 	"github.com/staticip/staticip/apis/poolchoice/poolchoiceapi"
 	"github.com/staticip/staticip/controllers/pkg/nodegone"
+	"github.com/staticip/staticip/controllers/pkg/ownwrites"
 	"github.com/staticip/staticip/controllers/pkg/podindex"
 	"github.com/staticip/staticip/controllers/pkg/worker"
 )
@@ -67,8 +68,8 @@ const (
 // see BenchmarkCompute), so assignments are serialized inside the process.
 const key = "ippools"
 
-// assumeFor is how long a range this process created or deleted is laid over the informer's
-// view while the watch has not shown it yet.
+// assumeFor is how long a range this process created or changed is laid over the informer's
+// view while the watch has not shown it yet (controllers/pkg/ownwrites).
 const assumeFor = time.Minute
 
 // Controller is the range allocator.
@@ -103,7 +104,7 @@ type Controller struct {
 	mu sync.Mutex
 	// written are this process's own writes (creates, re-assignments, releases) the informer
 	// may not show yet, by range name.
-	written map[string]writtenRange
+	written *ownwrites.Overlay[*jkev1.IPRange]
 	// told remembers the last warning given to a node, so an unchanged one is not repeated.
 	told map[string]string
 	// releasePending > 0 while some pool block waits for its node's pods or StaticIPs: only
@@ -115,13 +116,6 @@ type Controller struct {
 	// namespacePools: some IPPool has a non-empty namespaceSelector (set each pass), so a pod
 	// that waits for its IP may need a block of one.
 	namespacePools atomic.Bool
-}
-
-type writtenRange struct {
-	r Range
-	// rv: the resourceVersion the write returned; a cached object at it or later shows it.
-	rv string
-	at time.Time
 }
 
 // NewController wires the allocator to its informers.
@@ -145,8 +139,9 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, poolIn
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name}),
 		Now: time.Now, NodeGoneAfter: nodegone.DefaultLeaseGoneAfter,
-		written: map[string]writtenRange{}, told: map[string]string{},
+		told: map[string]string{},
 	}
+	c.written = ownwrites.New[*jkev1.IPRange](assumeFor, func() time.Time { return c.Now() })
 	all := func(any) { c.queue.Add(key) }
 	always := cache.ResourceEventHandlerFuncs{AddFunc: all, UpdateFunc: func(_, _ any) { c.queue.Add(key) }, DeleteFunc: all}
 	for _, inf := range []cache.SharedIndexInformer{poolInformer.Informer(), rangeInformer.Informer(), failoverInformer.Informer(), bgpPeerInformer.Informer()} {
@@ -333,32 +328,18 @@ func (c *Controller) input(ctx context.Context, now time.Time) (Input, error) {
 		return in, err
 	}
 	// Lay this process's own writes over the cache while it does not show them yet.
-	c.mu.Lock()
-	seen := map[string]bool{}
+	seen := make(map[string]bool, len(ranges))
 	for _, r := range ranges {
 		seen[r.Name] = true
-		rr, ok := rangeOf(r)
-		if w, mine := c.written[r.Name]; mine {
-			if !olderThan(r.ResourceVersion, w.rv) || now.Sub(w.at) > assumeFor {
-				delete(c.written, r.Name)
-			} else {
-				rr, ok = w.r, true
-			}
-		}
-		if ok {
+		if rr, ok := rangeOf(c.written.View(r.Name, r)); ok {
 			in.Ranges = append(in.Ranges, rr)
 		}
 	}
-	for name, w := range c.written {
-		if seen[name] || now.Sub(w.at) > assumeFor {
-			if !seen[name] {
-				delete(c.written, name)
-			}
-			continue
+	for _, r := range c.written.Unseen(func(name string) bool { return seen[name] }) {
+		if rr, ok := rangeOf(r); ok {
+			in.Ranges = append(in.Ranges, rr)
 		}
-		in.Ranges = append(in.Ranges, w.r)
 	}
-	c.mu.Unlock()
 	in.Held = c.heldFunc()
 	in.NodeGone = c.nodeGoneFunc(ctx, ranges, now)
 	in.IPHeld = c.ipHeldFunc()
@@ -413,14 +394,6 @@ func (c *Controller) choices(pools []*jkev1.IPPool) ([]PendingPod, map[string]er
 		}
 	}
 	return out, refused, overlaps, nil
-}
-
-// olderThan: resourceVersion a is older than b (both are etcd revisions; one that does not
-// parse is taken as not older, so the cache wins).
-func olderThan(a, b string) bool {
-	x, err1 := strconv.ParseUint(a, 10, 64)
-	y, err2 := strconv.ParseUint(b, 10, 64)
-	return err1 == nil && err2 == nil && x < y
 }
 
 // nodeGoneFunc gathers, per deleted node, the evidence of controllers/pkg/nodegone — read live:
@@ -740,15 +713,7 @@ func setRestricted(r *jkev1.IPRange, restricted bool) {
 }
 
 // remember lays a range this process wrote over the cache until the informer shows it.
-func (c *Controller) remember(r *jkev1.IPRange) {
-	rr, ok := rangeOf(r)
-	if !ok {
-		return
-	}
-	c.mu.Lock()
-	c.written[r.Name] = writtenRange{r: rr, rv: r.ResourceVersion, at: c.Now()}
-	c.mu.Unlock()
-}
+func (c *Controller) remember(r *jkev1.IPRange) { c.written.Remember(r.Name, r) }
 
 // release gives a pool range back to the pool: it unassigns it (spec.node "") and raises its
 // ownerGeneration by one, marked with the generation of the release, instead of deleting it —

@@ -12,6 +12,8 @@ import (
 	kubefake "k8s.io/client-go/kubernetes/fake"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned/fake"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/controllers/pkg/ownwrites"
 )
 
 // TestAssignReadsTheNodeLive: the Node cache can lag the IPRange cache (e2e flake of cae6342:
@@ -20,7 +22,7 @@ import (
 func TestAssignReadsTheNodeLive(t *testing.T) {
 	kube := kubefake.NewClientset(&corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "live"}})
 	client := fake.NewSimpleClientset() // no apply configurations needed: Create only
-	c := &Controller{kube: kube, client: client, Now: time.Now, written: map[string]writtenRange{}, told: map[string]string{}}
+	c := &Controller{kube: kube, client: client, Now: time.Now, written: ownwrites.New[*jkev1.IPRange](0, nil), told: map[string]string{}}
 	ctx := context.Background()
 	gone := Assign{Pool: "p", Node: "gone", Name: "p-10-0-0-0-24", CIDR: netip.MustParsePrefix("10.0.0.0/24")}
 	if err := c.assign(ctx, gone); !errors.Is(err, errNodeGone) {

@@ -138,9 +138,11 @@ func (m *migration) writeRangeMoves(ctx context.Context, current []*jkev1.IPRang
 			moved.Spec.Node, moved.Spec.OwnerGeneration = mv.ToNode, mv.OwnerGeneration
 			// The update carries the cached resourceVersion: a stale cache that still shows
 			// the old owner makes it fail with a conflict instead of bumping twice.
-			if _, err := m.c.client.JkeV1().IPRanges().Update(ctx, moved, metav1.UpdateOptions{}); err != nil {
+			updated, err := m.c.client.JkeV1().IPRanges().Update(ctx, moved, metav1.UpdateOptions{})
+			if err != nil {
 				return nil, nil, fmt.Errorf("move IPRange %s to %s: %w", mv.Name, mv.ToNode, err)
 			}
+			m.c.rangeWrites.Remember(mv.Name, updated)
 			m.c.recorder.Eventf(m.rec, corev1.EventTypeNormal, "RangeMoved", "IPRange %s (%s) moved from %s to %s at owner generation %d", mv.Name, mv.CIDR, mv.FromNode, mv.ToNode, mv.OwnerGeneration)
 			unsynced = append(unsynced, mv.Name)
 		case RangeDone:
@@ -207,10 +209,8 @@ func (m *migration) routeReportTurn(moved []jkev1alpha1.MovedRange) (bool, route
 		self.Since = st.PhaseTime.Time
 	}
 	waiting := []RouteWait{self}
-	objs, _ := m.c.activeRecords.ByIndex(activeIndex, "true")
-	for _, o := range objs {
-		rec, ok := o.(*jkev1alpha1.NodeFailover)
-		if !ok || rec.Name == m.rec.Name || !Reached(&rec.Status, jkev1alpha1.FailoverRangesMoved) || Reached(&rec.Status, jkev1alpha1.FailoverRoutesConverged) {
+	for _, rec := range m.c.activeRecordsNow() {
+		if rec.Name == m.rec.Name || !Reached(&rec.Status, jkev1alpha1.FailoverRangesMoved) || Reached(&rec.Status, jkev1alpha1.FailoverRoutesConverged) {
 			continue
 		}
 		w := RouteWait{Record: rec.Name}
@@ -269,8 +269,14 @@ func (m *migration) markReportRoutes(ctx context.Context, moved []jkev1alpha1.Mo
 		if err != nil {
 			return err
 		}
-		if _, err := m.c.client.JkeV1().IPRanges().Patch(ctx, mv.Name, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil && !apierrors.IsNotFound(err) {
+		updated, err := m.c.client.JkeV1().IPRanges().Patch(ctx, mv.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+		switch {
+		case apierrors.IsNotFound(err):
+			m.c.rangeWrites.Forget(mv.Name)
+		case err != nil:
 			return fmt.Errorf("IPRange %s: mark %s: %w", mv.Name, jkev1.AnnotationReportRoutes, err)
+		default:
+			m.c.rangeWrites.Remember(mv.Name, updated)
 		}
 	}
 	return nil

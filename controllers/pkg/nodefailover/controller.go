@@ -34,6 +34,7 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/controllers/pkg/nodegone"
+	"github.com/staticip/staticip/controllers/pkg/ownwrites"
 	"github.com/staticip/staticip/controllers/pkg/podindex"
 	"github.com/staticip/staticip/controllers/pkg/worker"
 )
@@ -105,13 +106,17 @@ type Controller struct {
 	client   versioned.Interface
 	recorder record.EventRecorder
 
-	nodes     corelisters.NodeLister
-	pods      corelisters.PodLister
+	nodes corelisters.NodeLister
+	pods  corelisters.PodLister
+	// ranges and records: the informer caches with this controller's writes laid over them
+	// (rangeView, recordView; ownwrites.go).
 	ranges    jkev1listers.IPRangeLister
 	staticIPs jkev1listers.StaticIPLister
 	// activeRecords: the records' indexer (activeIndex: not Completed).
 	activeRecords cache.Indexer
 	records       jkev1alpha1listers.NodeFailoverLister
+	rangeWrites   *ownwrites.Overlay[*jkev1.IPRange]
+	recordWrites  *ownwrites.Overlay[*jkev1alpha1.NodeFailover]
 	podIndex      *podindex.Pods
 
 	synced []cache.InformerSynced
@@ -158,8 +163,10 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, nodeIn
 	recorder record.EventRecorder) (*Controller, error) {
 	c := &Controller{
 		kube: kube, client: client, recorder: recorder,
-		nodes: nodeInformer.Lister(), pods: podInformer.Lister(), ranges: rangeInformer.Lister(),
-		staticIPs: sipInformer.Lister(), records: recordInformer.Lister(),
+		nodes: nodeInformer.Lister(), pods: podInformer.Lister(),
+		staticIPs:    sipInformer.Lister(),
+		rangeWrites:  ownwrites.New[*jkev1.IPRange](0, nil),
+		recordWrites: ownwrites.New[*jkev1alpha1.NodeFailover](0, nil),
 		synced: []cache.InformerSynced{nodeInformer.Informer().HasSynced, podInformer.Informer().HasSynced,
 			rangeInformer.Informer().HasSynced, sipInformer.Informer().HasSynced, recordInformer.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
@@ -168,6 +175,8 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, nodeIn
 		MaxRangesReportingRoutes: DefaultMaxRangesReportingRoutes,
 		gone:                     &labelMemory{m: map[string]map[string]string{}},
 	}
+	c.ranges = rangeView{IPRangeLister: rangeInformer.Lister(), writes: c.rangeWrites}
+	c.records = recordView{NodeFailoverLister: recordInformer.Lister(), writes: c.recordWrites}
 	podIndex, err := podindex.New(podInformer.Informer(), podInformer.Lister())
 	if err != nil {
 		return nil, err
@@ -457,9 +466,12 @@ func (c *Controller) detect(ctx context.Context, name string, node *corev1.Node,
 	now := metav1.NewTime(c.Now())
 	created.Status = jkev1alpha1.NodeFailoverStatus{Phase: jkev1alpha1.FailoverDetected, StartTime: &now, PhaseTime: &now,
 		Zone: lbls[LabelZone], InstanceType: lbls[LabelInstanceType], ObservedGeneration: created.Generation}
-	if _, err := c.client.JkeV1alpha1().NodeFailovers().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
+	c.recordWrites.Remember(name, created)
+	updated, err := c.client.JkeV1alpha1().NodeFailovers().UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	if err != nil {
 		return true, err
 	}
+	c.recordWrites.Remember(name, updated)
 	msg := fmt.Sprintf("node %s is fenced (out-of-service or deleted) and owns %d IP ranges and %d static IPs: failover record created", name, len(owned), len(sips))
 	c.recorder.Event(created, corev1.EventTypeNormal, ReasonDetected, msg)
 	if node != nil {

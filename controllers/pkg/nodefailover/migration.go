@@ -80,6 +80,7 @@ func (m *migration) writeStatus(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	m.c.recordWrites.Remember(updated.Name, updated)
 	m.rec = updated
 	m.orig = *updated.Status.DeepCopy()
 	return nil

@@ -54,6 +54,7 @@ func (m *migration) updateFinalizers(ctx context.Context, finalizers []string) e
 	if err != nil {
 		return err
 	}
+	m.c.recordWrites.Remember(updated.Name, updated)
 	m.rec.Finalizers, m.rec.ResourceVersion = updated.Finalizers, updated.ResourceVersion
 	return nil
 }
@@ -86,6 +87,7 @@ func (m *migration) deleteRecord(ctx context.Context, why string) error {
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
+	m.c.recordWrites.Forget(m.rec.Name)
 	return nil
 }
 

@@ -123,6 +123,7 @@ func (m *migration) reserveTarget(ctx context.Context, sips []*jkev1.StaticIP) (
 		if err != nil {
 			return "", 0, err
 		}
+		m.c.recordWrites.Remember(updated.Name, updated)
 		// Keep m.rec (and pointers into its status) and take the new spec and version.
 		m.rec.Spec, m.rec.ResourceVersion, m.rec.Generation = updated.Spec, updated.ResourceVersion, updated.Generation
 	}

@@ -156,7 +156,9 @@ func Up(ctx context.Context, o Options) error {
 		body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
 		return err == nil && string(body) == "ok", nil
 	}); err != nil {
-		return err
+		// Say which readiness checks failed and what both daemons last logged: a test that
+		// fails here takes the cluster's log directory with it in its cleanup.
+		return fmt.Errorf("%w\n%s", err, l.apiserverNotReady(client))
 	}
 	// staticip's CRDs are part of every local cluster (kubectl get sip/ipr/ests works); the
 	// staticip scheduler also needs read access to them before it starts.
@@ -522,4 +524,27 @@ func Kubeconfig(o Options) (string, error) {
 		return "", fmt.Errorf("no cluster in %s (run `up`)", o.StateDir)
 	}
 	return l.kubeconfig, nil
+}
+
+// apiserverNotReady describes a kube-apiserver that did not become ready: its failing
+// /readyz checks and the last lines of its and etcd's logs.
+func (l *layout) apiserverNotReady(client kubernetes.Interface) string {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	var b strings.Builder
+	body, err := client.Discovery().RESTClient().Get().AbsPath("/readyz").Param("verbose", "true").DoRaw(ctx)
+	switch {
+	case err != nil:
+		fmt.Fprintf(&b, "  /readyz?verbose: %v\n", err)
+	default:
+		for _, line := range strings.Split(string(body), "\n") {
+			if strings.HasPrefix(line, "[-]") {
+				fmt.Fprintf(&b, "  /readyz failing: %s\n", line)
+			}
+		}
+	}
+	for _, name := range []string{"etcd", "kube-apiserver"} {
+		fmt.Fprintf(&b, "  %s log %s, last lines:\n%s\n", name, l.logFile(name), indent(l.logTail(name, 15), "    "))
+	}
+	return strings.TrimRight(b.String(), "\n")
 }

@@ -1,12 +1,13 @@
-// Package bgptimers is the one reading of a BGPPeer's timers — hold time, graceful restart —
-// and the rule that a dead node's routes must leave a peer before node failover moves the
+// Package bgppeerspec is the one reading of a BGPPeer's spec that both sides need: whether it
+// names a usable peer (Usable), its timers — hold time, graceful restart — and the rule that a dead node's routes must leave a peer before node failover moves the
 // node's ranges. The node agent's speaker (cni/agent/bgp) and the controller-manager's BGPPeer
 // status (controllers/pkg/bgppeer) both use it; it imports no BGP implementation, so the
 // controller-manager links none.
-package bgptimers
+package bgppeerspec
 
 import (
 	"fmt"
+	"net/netip"
 	"time"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -67,4 +68,20 @@ func HoldTimeSafe(hold time.Duration, gracefulRestart bool, restartTime, failove
 		how += " plus graceful restart time " + restartTime.String()
 	}
 	return false, fmt.Sprintf("%s is not shorter than the node-failover window %s: a dead node's routes stay at the peer after failover moved its ranges to a spare, and traffic to them is lost until they expire; shorten the hold time (or the restart time), or lengthen --node-failover-window", how, failoverWindow)
+}
+
+// Usable says whether spec names a peer a session can be opened to, and its address; if not,
+// the error says why. The agent opens no session to such a peer and the controller-manager
+// sets Accepted=False with reason InvalidPeer, for the same reasons.
+func Usable(spec *jkev1.BGPPeerSpec) (netip.Addr, error) {
+	addr, err := netip.ParseAddr(spec.PeerIP)
+	switch {
+	case err != nil || addr.IsUnspecified():
+		return netip.Addr{}, fmt.Errorf("peerIP %q is not an IP address of a peer", spec.PeerIP)
+	case spec.ASNumber < 1 || spec.ASNumber > 1<<32-1:
+		return netip.Addr{}, fmt.Errorf("asNumber %d is outside 1-4294967295", spec.ASNumber)
+	case spec.Password != nil && (spec.Password.SecretKeyRef.Name == "" || spec.Password.SecretKeyRef.Key == ""):
+		return netip.Addr{}, fmt.Errorf("password.secretKeyRef needs a name and a key")
+	}
+	return addr.Unmap(), nil
 }

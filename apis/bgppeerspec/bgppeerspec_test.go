@@ -1,6 +1,8 @@
-package bgptimers
+package bgppeerspec
 
 import (
+	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,5 +55,37 @@ func TestTimersInEffect(t *testing.T) {
 	}
 	if on, rt := GracefulRestart(cfg, &jkev1.BGPPeerSpec{GracefulRestart: &jkev1.BGPGracefulRestart{}}); on || rt != DefaultRestartTime {
 		t.Errorf("the peer's empty block = %v %s, want off %s (it replaces the configuration's)", on, rt, DefaultRestartTime)
+	}
+}
+
+// TestUsable: which peers a session can be opened to; the agent and the controller-manager's
+// Accepted condition both decide by it.
+func TestUsable(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		spec jkev1.BGPPeerSpec
+		want string // the address, or a part of the error (not an IP address)
+	}{
+		{name: "IPv4", spec: jkev1.BGPPeerSpec{PeerIP: "192.168.1.1", ASNumber: 65000}, want: "192.168.1.1"},
+		{name: "IPv6", spec: jkev1.BGPPeerSpec{PeerIP: "fd00:1::1", ASNumber: 4294967295}, want: "fd00:1::1"},
+		{name: "IPv4-mapped IPv6 is the IPv4 peer", spec: jkev1.BGPPeerSpec{PeerIP: "::ffff:192.168.1.1", ASNumber: 1}, want: "192.168.1.1"},
+		{name: "a name", spec: jkev1.BGPPeerSpec{PeerIP: "router1", ASNumber: 65000}, want: `peerIP "router1"`},
+		{name: "unspecified", spec: jkev1.BGPPeerSpec{PeerIP: "0.0.0.0", ASNumber: 65000}, want: `peerIP "0.0.0.0"`},
+		{name: "AS 0", spec: jkev1.BGPPeerSpec{PeerIP: "192.168.1.1"}, want: "asNumber 0"},
+		{name: "AS beyond 32 bits", spec: jkev1.BGPPeerSpec{PeerIP: "192.168.1.1", ASNumber: 1 << 32}, want: "asNumber 4294967296"},
+		{name: "a password without a key", spec: jkev1.BGPPeerSpec{PeerIP: "192.168.1.1", ASNumber: 65000,
+			Password: &jkev1.BGPPassword{SecretKeyRef: jkev1.BGPSecretKeyRef{Name: "s"}}}, want: "secretKeyRef"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			addr, err := Usable(&tc.spec)
+			got := addr.String()
+			if err != nil {
+				got = err.Error()
+			}
+			_, wantAddr := netip.ParseAddr(tc.want)
+			if !strings.Contains(got, tc.want) || (err == nil) != (wantAddr == nil) {
+				t.Errorf("Usable = %q, want %q", got, tc.want)
+			}
+		})
 	}
 }
