@@ -46,16 +46,22 @@ func main() {
 	}
 }
 
-func runComparePools(kubeconfig, node, cidr, image string, count, rounds int) error {
+// clients are the Kubernetes and staticip clients of kubeconfig.
+func clients(kubeconfig string) (kubernetes.Interface, versioned.Interface, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	kube, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	sip, err := versioned.NewForConfig(cfg)
+	return kube, sip, err
+}
+
+func runComparePools(kubeconfig, node, cidr, image string, count, rounds int) error {
+	kube, sip, err := clients(kubeconfig)
 	if err != nil {
 		return err
 	}
@@ -63,30 +69,19 @@ func runComparePools(kubeconfig, node, cidr, image string, count, rounds int) er
 }
 
 func run(kubeconfig string, count int, image string) error {
-	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
-		return err
-	}
-	client, err := kubernetes.NewForConfig(cfg)
+	client, _, err := clients(kubeconfig)
 	if err != nil {
 		return err
 	}
 	ctx := context.Background()
-	ns, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "podstartup-"}}, metav1.CreateOptions{})
+	ns, err := newNamespace(ctx, client, "podstartup-", nil)
+	if ns != "" {
+		defer func() {
+			_ = client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+		}()
+	}
 	if err != nil {
 		return err
-	}
-	defer func() {
-		_ = client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
-	}()
-	// Pods need the namespace's default ServiceAccount before they can be created.
-	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := client.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{}); err == nil {
-			break
-		}
-		if time.Since(start) > time.Minute {
-			return fmt.Errorf("no default ServiceAccount in %s", ns.Name)
-		}
 	}
 	var running []time.Duration
 	nodes := map[string]int{}
@@ -100,11 +95,11 @@ func run(kubeconfig string, count int, image string) error {
 			},
 		}
 		start := time.Now()
-		created, err := client.CoreV1().Pods(ns.Name).Create(ctx, pod, metav1.CreateOptions{})
+		created, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 		if err != nil {
 			return err
 		}
-		d, node, err := waitRunning(ctx, client, ns.Name, created, start)
+		d, node, err := waitRunning(ctx, client, ns, created, start)
 		if err != nil {
 			return fmt.Errorf("pod %s: %w", name, err)
 		}

@@ -53,15 +53,19 @@ func comparePools(ctx context.Context, kube kubernetes.Interface, sip versioned.
 		_ = sip.JkeV1().IPPools().Delete(ctx, pool.Name, metav1.DeleteOptions{})
 	}()
 	nsDefault, err := newNamespace(ctx, kube, "podstartup-default-", nil)
+	if nsDefault != "" {
+		namespaces = append(namespaces, nsDefault)
+	}
 	if err != nil {
 		return err
 	}
-	namespaces = append(namespaces, nsDefault)
 	nsPool, err := newNamespace(ctx, kube, "podstartup-pool-", label)
+	if nsPool != "" {
+		namespaces = append(namespaces, nsPool)
+	}
 	if err != nil {
 		return err
 	}
-	namespaces = append(namespaces, nsPool)
 	annotations := map[string]string{jkev1.AnnotationIPPools: `["` + pool.Name + `"]`}
 
 	start := func(ns, name string, ann map[string]string) (time.Duration, string, error) {
@@ -150,6 +154,8 @@ func comparePools(ctx context.Context, kube kubernetes.Interface, sip versioned.
 	return nil
 }
 
+// newNamespace creates a namespace and waits for its default ServiceAccount (pods need it
+// before they can be created). It returns the name whenever the namespace was created.
 func newNamespace(ctx context.Context, kube kubernetes.Interface, generateName string, labels map[string]string) (string, error) {
 	ns, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: generateName, Labels: labels}}, metav1.CreateOptions{})
 	if err != nil {
@@ -160,7 +166,7 @@ func newNamespace(ctx context.Context, kube kubernetes.Interface, generateName s
 			return ns.Name, nil
 		}
 		if time.Since(began) > time.Minute {
-			return "", fmt.Errorf("no default ServiceAccount in %s", ns.Name)
+			return ns.Name, fmt.Errorf("no default ServiceAccount in %s", ns.Name)
 		}
 	}
 }

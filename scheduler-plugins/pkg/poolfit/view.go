@@ -149,13 +149,18 @@ func trim(obj interface{}) (interface{}, error) {
 	return obj, nil
 }
 
+// put sets or (present false) deletes m[name].
+func put[T any](m map[string]T, name string, obj T, present bool) {
+	if present {
+		m[name] = obj
+	} else {
+		delete(m, name)
+	}
+}
+
 func (v *View) setPool(name string, p *jkev1.IPPool, present bool) {
 	v.mu.Lock()
-	if present {
-		v.pools[name] = p
-	} else {
-		delete(v.pools, name)
-	}
+	put(v.pools, name, p, present)
 	v.nsPools = 0
 	for _, p := range v.pools {
 		if poolchoiceapi.ForNamespaces(p) {
@@ -167,11 +172,7 @@ func (v *View) setPool(name string, p *jkev1.IPPool, present bool) {
 
 func (v *View) setBlock(name string, r *jkev1.IPRange, present bool) {
 	v.mu.Lock()
-	if present {
-		v.blocks[name] = r
-	} else {
-		delete(v.blocks, name)
-	}
+	put(v.blocks, name, r, present)
 	v.changedLocked()
 }
 
@@ -182,11 +183,7 @@ func (v *View) setNamespace(name string, n *v1.Namespace, present bool) {
 		v.mu.Unlock()
 		return // labels matter only for pods the view already decides for (Snapshot reads the lister)
 	}
-	if has {
-		v.annotated[name] = true
-	} else {
-		delete(v.annotated, name)
-	}
+	put(v.annotated, name, true, has)
 	v.changedLocked()
 }
 
