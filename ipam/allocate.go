@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/netip"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -155,8 +156,27 @@ func (d *DB) choose(t *txn, ranges []Range, req AllocateRequest, now time.Time) 
 				OwnerHint: fmt.Sprintf("it is reserved for pod %s", req.Pod)}
 		}
 	}
-	if len(active) == 0 {
-		return netip.Addr{}, Range{}, &ExhaustedError{}
+	if req.Pools == nil && req.NamespacePoolsFromStore && req.Pod.Namespace != "" {
+		// Offline: its namespace's, as the agent last recorded them.
+		pools, err := t.namespacePools(req.Pod.Namespace)
+		if err != nil {
+			return netip.Addr{}, Range{}, err
+		}
+		req.Pools = pools
+	}
+	if req.Pools != nil {
+		active = ofPools(active, req.Pools)
+		if len(active) == 0 {
+			return netip.Addr{}, Range{}, &ExhaustedError{Pools: req.Pools}
+		}
+	} else {
+		if len(active) == 0 {
+			return netip.Addr{}, Range{}, &ExhaustedError{}
+		}
+		active = slices.DeleteFunc(active, func(r Range) bool { return r.Restricted })
+		if len(active) == 0 {
+			return netip.Addr{}, Range{}, &ExhaustedError{}
+		}
 	}
 	// Two passes: first skip recently released IPs; only when nothing else is free, take one.
 	for _, honorQuarantine := range []bool{true, false} {
@@ -176,7 +196,21 @@ func (d *DB) choose(t *txn, ranges []Range, req AllocateRequest, now time.Time) 
 			break
 		}
 	}
-	return netip.Addr{}, Range{}, &ExhaustedError{Ranges: subnets(active)}
+	return netip.Addr{}, Range{}, &ExhaustedError{Ranges: subnets(active), Pools: req.Pools}
+}
+
+// ofPools are the ranges of pools, in the order of pools (a request's preference), then of
+// the ranges.
+func ofPools(rs []Range, pools []string) []Range {
+	var out []Range
+	for _, p := range pools {
+		for _, r := range rs {
+			if r.Pool == p && p != "" {
+				out = append(out, r)
+			}
+		}
+	}
+	return out
 }
 
 func activeRanges(rs []Range) []Range {

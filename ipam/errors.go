@@ -91,9 +91,21 @@ func (e *RecoveringError) Unwrap() error { return ErrRecovering }
 // ExhaustedError says which ranges were full.
 type ExhaustedError struct {
 	Ranges []netip.Prefix
+	// Pools: the request named these pools (AllocateRequest.Pools) and no range of them on this
+	// node has a free address (Ranges are theirs).
+	Pools []string
 }
 
 func (e *ExhaustedError) Error() string {
+	if len(e.Pools) > 0 {
+		where := "this node holds no range of them yet"
+		if len(e.Ranges) > 0 {
+			where = "its ranges of them here (" + joinPrefixes(e.Ranges) + ") are full"
+		}
+		return fmt.Sprintf("no free IP address of IPPool(s) %s on this node: %s; the range allocator of staticip-controller-manager gives "+
+			"the node a block of the pod's pool when the pod is bound here (the IPPool's Exhausted condition and the pod's Events say when "+
+			"the pool has none left)", strings.Join(e.Pools, ", "), where)
+	}
 	if len(e.Ranges) == 0 {
 		// Said in the pod's events (FailedCreatePodSandBox): why, and what fixes it.
 		return "no free IP address: this node has no IP ranges to allocate from (no IPRange names it, or every range it had " +

@@ -36,7 +36,9 @@ func (r Range) Canonical() (Range, error) {
 	if err != nil {
 		return r, invalidf("%v", err)
 	}
-	return rangeOf(c), nil
+	out := rangeOf(c)
+	out.Pool, out.Restricted = r.Pool, r.Restricted
+	return out, nil
 }
 
 // Contains reports whether ip is inside the allocatable bounds (not checking gateway/exclude).
@@ -53,7 +55,8 @@ func (r Range) Size() int {
 
 func (r Range) equal(o Range) bool {
 	return r.Subnet == o.Subnet && r.RangeStart == o.RangeStart && r.RangeEnd == o.RangeEnd &&
-		r.Gateway == o.Gateway && slices.Equal(r.Exclude, o.Exclude) && r.Draining == o.Draining
+		r.Gateway == o.Gateway && slices.Equal(r.Exclude, o.Exclude) && r.Draining == o.Draining &&
+		r.Pool == o.Pool && r.Restricted == o.Restricted
 }
 
 func netipHost(a netip.Addr) netip.Prefix { return netip.PrefixFrom(a, a.BitLen()) }

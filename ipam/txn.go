@@ -27,7 +27,7 @@ var (
 	bucketQuarantine = []byte("quarantine")        // IP (16 bytes) -> release time (unix nanos)
 	bucketServed     = []byte("servedGenerations") // IPRange name -> ServedRange (JSON), fence.go
 	allBuckets       = [][]byte{bucketMeta, bucketRanges, bucketCursors, bucketAllocs, bucketAttach,
-		bucketReserved, bucketReservedBy, bucketQuarantine, bucketServed, bucketCalls}
+		bucketReserved, bucketReservedBy, bucketQuarantine, bucketServed, bucketCalls, bucketNamespacePools}
 	keySchema      = []byte("schema")
 	keyManagedBy   = []byte("managedBy")  // set by SetNodeRanges: the agent owns the ranges
 	keyRecovering  = []byte("recovering") // RecoveryState (JSON) while a rebuild runs

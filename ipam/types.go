@@ -37,6 +37,12 @@ type Range struct {
 	Gateway netip.Addr `json:"gateway,omitzero"`
 	// Exclude are addresses never given to a pod.
 	Exclude []netip.Addr `json:"exclude,omitempty"`
+	// Pool is the IPPool the range was cut from ("" for a hand-written range or a conflist's).
+	Pool string `json:"pool,omitempty"`
+	// Restricted: the range is address space of the pods that chose Pool (a pool with a
+	// namespaceSelector, apis/poolchoice): "next free" gives its addresses only to a request
+	// naming Pool (AllocateRequest.Pools), and never one of it to a request naming no pool.
+	Restricted bool `json:"restricted,omitempty"`
 	// Draining is set by the store, never taken from input: the range left this node (it is no
 	// longer among the ranges of SyncRanges/SetNodeRanges) while some of its IPs are still
 	// allocated here. No new allocation of any kind comes from a draining range; its existing
@@ -118,6 +124,16 @@ type AllocateRequest struct {
 	// reservation stays where it is. A requested IP (IP) that is that reservation's is refused
 	// (InUseError.OtherWorkload), and its quarantine is not waived for the name.
 	SkipPodReservation bool
+	// Pools, when set, are the pools the pod's address must come from (apis/poolchoice), in
+	// order of preference: "next free" takes an address of the first of them that has one on
+	// this node, and of no other range. Unset: any range that is not Restricted (or, with
+	// NamespacePoolsFromStore, the pools SetNamespacePools recorded for the pod's namespace). A
+	// requested IP (IP) or the pod's reservation is not held to it: a static IP keeps its pool.
+	Pools []string
+	// NamespacePoolsFromStore: the caller could not learn the pod's pools (the CNI plugin cut off
+	// from the API server), so a request naming none takes the store's copy of its namespace's
+	// pools, as the agent last wrote them. Otherwise that copy is never read: it lags the API.
+	NamespacePoolsFromStore bool
 	// Alive, when set, is asked (inside the transaction: keep it cheap) whether another
 	// attachment of the same pod still exists before its IP is taken over. A recreated pod
 	// whose earlier sandbox still runs (a force-deleted pod) is refused with a TakeoverError

@@ -223,7 +223,7 @@ func TestSchedulerStaticPodVariant(t *testing.T) {
 	asScheduler := rest.CopyConfig(env.Config)
 	asScheduler.Impersonate = rest.ImpersonationConfig{UserName: "system:kube-scheduler"}
 	self := kubernetes.NewForConfigOrDie(asScheduler)
-	for _, res := range []string{"staticips", "ipranges"} {
+	for _, res := range []string{"staticips", "ipranges", "ippools"} {
 		for _, verb := range []string{"list", "watch"} {
 			review, err := self.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{
 				Spec: authorizationv1.SelfSubjectAccessReviewSpec{ResourceAttributes: &authorizationv1.ResourceAttributes{

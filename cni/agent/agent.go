@@ -242,6 +242,7 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		a.afterSnapshot()
 	}
 	plan := planRanges(snap.ranges, a.cfg.NodeName)
+	plan.namespacePools = snap.namespacePools
 	held := claims(snap.ranges, snap.legacy, a.cfg.NodeName)
 	plan.ownReport = ownClaims(snap.ranges, snap.ownReport, a.cfg.NodeName)
 	stats, rp, err := a.syncDB(&plan, held, snap.staticIPs, snap.pods)

@@ -64,6 +64,11 @@ func (a *Agent) syncDB(plan *rangePlan, held map[string][]heldBy, sips []*jkev1.
 		return nil, rp, err
 	}
 	var errs []error
+	if changed, err := db.SetNamespacePools(plan.namespacePools); err != nil {
+		errs = append(errs, fmt.Errorf("namespace pools: %w", err))
+	} else if changed {
+		a.logf("namespace pools: %v", plan.namespacePools)
+	}
 	if rs, err := db.SetNodeRanges(plan.ipam); err != nil {
 		errs = append(errs, fmt.Errorf("sync ranges: %w", err))
 	} else {

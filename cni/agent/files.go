@@ -132,9 +132,13 @@ func (a *Agent) Conflist(ranges []*jkev1.IPRange) ([]byte, error) {
 	return json.MarshalIndent(map[string]any{"cniVersion": a.cfg.CNIVersion, "name": NetworkName, "plugins": plugins}, "", "  ")
 }
 
+// toIPAMRange is the store's range of an IPRange, with the pool it was cut from and whether only
+// pods choosing that pool get its addresses (a namespace pool's block, labelled by the allocator).
 func toIPAMRange(r *jkev1.IPRange) (ipam.Range, error) {
-	return ipam.ParseRange(iprangeaddr.Fields{CIDR: r.Spec.CIDR, RangeStart: r.Spec.RangeStart, RangeEnd: r.Spec.RangeEnd,
+	out, err := ipam.ParseRange(iprangeaddr.Fields{CIDR: r.Spec.CIDR, RangeStart: r.Spec.RangeStart, RangeEnd: r.Spec.RangeEnd,
 		Gateway: r.Spec.Gateway, Exclude: r.Spec.ExcludeIPs})
+	out.Pool, out.Restricted = r.Labels[jkev1.LabelIPPool], r.Labels[jkev1.LabelIPPoolRestricted] == "true"
+	return out, err
 }
 
 // installFiles installs the plugin binary and its kubeconfig: all a node needs for pods to

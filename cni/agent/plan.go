@@ -47,6 +47,8 @@ type refusal struct {
 
 // rangePlan is what the node does with the cluster's IPRanges.
 type rangePlan struct {
+	// namespacePools: the pools of each namespace whose pods name none (pools.go), for the store.
+	namespacePools map[string][]string
 	// mine are this node's IPRanges it serves, ipam their allocator form (same order).
 	mine []*jkev1.IPRange
 	ipam []ipam.Range

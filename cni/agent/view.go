@@ -45,6 +45,10 @@ type view struct {
 	bgpConfigs jkelisters.BGPConfigurationLister
 	bgpPeers   jkelisters.BGPPeerLister
 	secrets    corelisters.SecretLister
+	// pools and namespaces: which pools the pods of each namespace take addresses of when they
+	// name none (namespacePools, pools.go).
+	pools      jkelisters.IPPoolLister
+	namespaces corelisters.NamespaceLister
 }
 
 // Start starts the informers the sync reads from; Synced (or WaitForCaches) tells when they
@@ -76,12 +80,18 @@ func (a *Agent) Start(ctx context.Context) error {
 		o.FieldSelector = "spec.nodeName=" + a.cfg.NodeName
 	}))
 	sips := sipinformers.NewSharedInformerFactory(a.sip, 0)
+	cluster := informers.NewSharedInformerFactory(a.kube, 0)
 
 	podInf := pods.Core().V1().Pods().Informer()
 	selfInf := self.Core().V1().Nodes().Informer()
 	legacyInf := legacy.Core().V1().Nodes().Informer()
 	rangeInf := sips.Jke().V1().IPRanges().Informer()
 	sipInf := sips.Jke().V1().StaticIPs().Informer()
+	poolInf := sips.Jke().V1().IPPools().Informer()
+	nsInf := cluster.Core().V1().Namespaces().Informer()
+	if err := nsInf.SetTransform(trimNamespace); err != nil {
+		return err
+	}
 	// The agent reads a pod's identity and a node's addresses and report only: keep nothing else.
 	if err := podInf.SetTransform(trimPod); err != nil {
 		return err
@@ -113,9 +123,16 @@ func (a *Agent) Start(ctx context.Context) error {
 		{rangeInf, func(o, n any) bool {
 			or, nr := o.(*jkev1.IPRange), n.(*jkev1.IPRange)
 			return !reflect.DeepEqual(or.Spec, nr.Spec) || !reflect.DeepEqual(or.Status.Holders, nr.Status.Holders) ||
-				or.Annotations[jkev1.AnnotationReportRoutes] != nr.Annotations[jkev1.AnnotationReportRoutes]
+				or.Annotations[jkev1.AnnotationReportRoutes] != nr.Annotations[jkev1.AnnotationReportRoutes] ||
+				or.Labels[jkev1.LabelIPPoolRestricted] != nr.Labels[jkev1.LabelIPPoolRestricted]
 		}, true},
 		{sipInf, func(o, n any) bool { return !reflect.DeepEqual(o.(*jkev1.StaticIP).Spec, n.(*jkev1.StaticIP).Spec) }, true},
+		// Which pools a namespace's pods take addresses of (namespacePools).
+		{poolInf, func(o, n any) bool { return !reflect.DeepEqual(o.(*jkev1.IPPool).Spec, n.(*jkev1.IPPool).Spec) }, true},
+		{nsInf, func(o, n any) bool {
+			on, nn := o.(*corev1.Namespace), n.(*corev1.Namespace)
+			return !reflect.DeepEqual(on.Labels, nn.Labels) || !reflect.DeepEqual(on.Annotations, nn.Annotations)
+		}, true},
 	}
 	for _, r := range register {
 		_, err := r.inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
@@ -136,12 +153,15 @@ func (a *Agent) Start(ctx context.Context) error {
 		}
 	}
 	v := &view{
-		ranges:    sips.Jke().V1().IPRanges().Lister(),
-		staticIPs: sips.Jke().V1().StaticIPs().Lister(),
-		pods:      pods.Core().V1().Pods().Lister(),
-		self:      self.Core().V1().Nodes().Lister(),
-		legacy:    legacy.Core().V1().Nodes().Lister(),
-		synced:    []cache.InformerSynced{podInf.HasSynced, selfInf.HasSynced, legacyInf.HasSynced, rangeInf.HasSynced, sipInf.HasSynced},
+		ranges:     sips.Jke().V1().IPRanges().Lister(),
+		staticIPs:  sips.Jke().V1().StaticIPs().Lister(),
+		pods:       pods.Core().V1().Pods().Lister(),
+		self:       self.Core().V1().Nodes().Lister(),
+		legacy:     legacy.Core().V1().Nodes().Lister(),
+		pools:      sips.Jke().V1().IPPools().Lister(),
+		namespaces: cluster.Core().V1().Namespaces().Lister(),
+		synced: []cache.InformerSynced{podInf.HasSynced, selfInf.HasSynced, legacyInf.HasSynced, rangeInf.HasSynced, sipInf.HasSynced,
+			poolInf.HasSynced, nsInf.HasSynced},
 	}
 	if a.cfg.BGP.Enabled {
 		// BGP: the one BGPConfiguration and the BGPPeers (cluster-scoped, few), and the one
@@ -173,6 +193,7 @@ func (a *Agent) Start(ctx context.Context) error {
 	legacy.Start(ctx.Done())
 	pods.Start(ctx.Done())
 	sips.Start(ctx.Done())
+	cluster.Start(ctx.Done())
 	a.view = v
 	return nil
 }
@@ -222,6 +243,8 @@ type snapshot struct {
 	// a node that holds no range and runs no legacy agent is not in it: nonMasqueradeCIDRs covers
 	// such nodes (cni/README "Outgoing NAT").
 	nodeAddrs []netip.Addr
+	// namespacePools: the pools of each namespace whose pods name none (namespacePools).
+	namespacePools map[string][]string
 }
 
 func (v *view) snapshot(self string) (*snapshot, error) {
@@ -266,6 +289,15 @@ func (v *view) snapshot(self string) (*snapshot, error) {
 		selfNode = []*corev1.Node{n}
 	}
 	snap.nodeAddrs = natNodeAddresses(ranges, selfNode, legacyNodes)
+	pools, err := v.pools.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	namespaces, err := v.namespaces.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	snap.namespacePools = namespacePools(pools, namespaces)
 	return snap, nil
 }
 

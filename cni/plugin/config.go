@@ -34,6 +34,10 @@ const (
 	DefaultMTU        = 1500
 	DefaultDBTimeout  = 10 * time.Second
 	DefaultAPITimeout = 5 * time.Second
+	// DefaultPoolWait bounds how long ADD waits for a range of the pod's pool to reach this
+	// node (the range allocator gives the node a block once the pod is bound here, the agent
+	// puts it in the store) before it fails with code 104; the runtime retries the sandbox.
+	DefaultPoolWait = 10 * time.Second
 	// DefaultGatewayV4 is the pods' next hop when a range has no gateway: a link-local address
 	// that the host never owns. The pod resolves it through a permanent neighbour entry that
 	// points at the host end of its veth, so no ARP or proxy ARP is involved.
@@ -93,6 +97,9 @@ type NetConf struct {
 	DBTimeout *Duration `json:"dbTimeout,omitempty"`
 	// APITimeout bounds each API server call. Default 5s.
 	APITimeout *Duration `json:"apiTimeout,omitempty"`
+	// PoolWait bounds the wait of a pod that names IPPools for an address of them on this node.
+	// Default 10s.
+	PoolWait *Duration `json:"poolWait,omitempty"`
 	// Ranges this node allocates from (filled by staticip-agent from the node's IPRanges).
 	Ranges []RangeConf `json:"ranges"`
 
@@ -141,6 +148,13 @@ func (c *NetConf) dbTimeout() time.Duration {
 		return DefaultDBTimeout
 	}
 	return c.DBTimeout.Duration
+}
+
+func (c *NetConf) poolWait() time.Duration {
+	if c.PoolWait == nil || c.PoolWait.Duration <= 0 {
+		return DefaultPoolWait
+	}
+	return c.PoolWait.Duration
 }
 
 func (c *NetConf) apiTimeout() time.Duration {

@@ -112,6 +112,11 @@ type request struct {
 	// annotation is the pod's ip-address annotation (trimmed; "" when absent or unknown). It
 	// decides IP only together with the pod's reservation (podip.Choose, in Add).
 	annotation string
+	// pools are the IPPools the pod's next free address must come from (poolsOf): its address
+	// comes from a range of the first of them this node has one of (ipam.AllocateRequest.Pools).
+	pools []string
+	// poolsFromStore: the API server could not be asked; the store's copy decides.
+	poolsFromStore bool
 }
 
 // requestedIP reads what the pod asks for: its ip-address annotation, from the runtime's
@@ -129,6 +134,13 @@ func (p *Plugin) requestedIP(ctx context.Context, conf *NetConf, args *K8sArgs, 
 	}
 	annotations := conf.RuntimeConfig.PodAnnotations
 	known := annotations != nil
+	// The namespace and the IPPools are read while the pod is (poolsOf needs both).
+	views := make(chan poolView, 1)
+	if kc != nil && pod.Name != "" {
+		go func() { views <- kc.readPoolView(ctx, pod.Namespace) }()
+	} else {
+		views <- poolView{err: fmt.Errorf("no API server configured")}
+	}
 	if !known && kc != nil && pod.Name != "" {
 		obj, err := kc.getPod(ctx, pod.Namespace, pod.Name)
 		if err != nil {
@@ -137,6 +149,11 @@ func (p *Plugin) requestedIP(ctx context.Context, conf *NetConf, args *K8sArgs, 
 			p.logf("pod %s: cannot read annotations from the API server (%v); using local reservations", pod, err)
 		} else {
 			annotations, known = obj.Metadata.Annotations, true
+		}
+	}
+	if pod.Name != "" {
+		if req.pools, req.poolsFromStore, err = p.poolsOf(pod, annotations, <-views); err != nil {
+			return req, err
 		}
 	}
 	if known {
@@ -307,26 +324,12 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return err
 	}
 
-	db, err := openDB(conf)
-	if err != nil {
-		return err
+	alloc, created, counted, ranges, served, err := p.allocate(conf, start, ipam.AllocateRequest{Attachment: att, Pod: pod, IP: req.IP,
+		SkipPodReservation: skipReservation, Alive: hostLinkAlive, Pools: req.pools, NamespacePoolsFromStore: req.poolsFromStore})
+	var oe *openError
+	if errors.As(err, &oe) {
+		return oe.err
 	}
-	// A hand-written conflist sets the ranges; on a node whose store staticip-agent manages,
-	// only the agent does (a stale conflist never brings back a range that moved away).
-	if draining, _, err := db.SyncRanges(conf.ranges); err != nil {
-		db.Close()
-		return ipamError(err)
-	} else if len(draining) > 0 {
-		p.logf("ranges %v are no longer configured but still have allocations; they drain (nothing new is allocated from them)", draining)
-	}
-	// Counted in the allocation's own commit; taken back below if the call fails after it.
-	db.RecordCallOnCommit(opAdd, start)
-	alloc, created, err := db.Allocate(ipam.AllocateRequest{Attachment: att, Pod: pod, IP: req.IP,
-		SkipPodReservation: skipReservation, Alive: hostLinkAlive})
-	counted := countedCall(db)
-	ranges, _ := db.Ranges()
-	served, _ := db.Served()
-	db.Close()
 	if err == nil && created {
 		if why := movedWhileFenced(ctx, kc, served, alloc.IP); why != "" {
 			if rerr := p.unallocate(conf, alloc, counted); rerr != nil {
@@ -374,6 +377,48 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		}
 	}
 	return types.PrintResult(result, conf.CNIVersion)
+}
+
+// openError is a failure to open or sync the store, returned by Add as it is.
+type openError struct{ err error }
+
+func (e *openError) Error() string { return e.err.Error() }
+
+// allocate runs one allocation in the store. A pod naming pools whose ranges have no free
+// address here waits, up to the conflist's poolWait, for one to arrive (the range allocator
+// gives the node a block of the pod's pool once the pod is bound here; the agent puts it in the
+// store), trying again every 200 ms with the store closed in between (other ADDs and the agent
+// go on); then it fails with the store's message, which names the pools.
+func (p *Plugin) allocate(conf *NetConf, start time.Time, req ipam.AllocateRequest) (ipam.Allocation, bool, *time.Duration, []ipam.Range, map[string]ipam.ServedRange, error) {
+	deadline := time.Now().Add(conf.poolWait())
+	for {
+		db, err := openDB(conf)
+		if err != nil {
+			return ipam.Allocation{}, false, nil, nil, nil, &openError{err}
+		}
+		// A hand-written conflist sets the ranges; on a node whose store staticip-agent manages,
+		// only the agent does (a stale conflist never brings back a range that moved away).
+		if draining, _, err := db.SyncRanges(conf.ranges); err != nil {
+			db.Close()
+			return ipam.Allocation{}, false, nil, nil, nil, &openError{ipamError(err)}
+		} else if len(draining) > 0 {
+			p.logf("ranges %v are no longer configured but still have allocations; they drain (nothing new is allocated from them)", draining)
+		}
+		// Counted in the allocation's own commit; taken back by the caller if the call fails after it.
+		db.RecordCallOnCommit(opAdd, start)
+		alloc, created, err := db.Allocate(req)
+		counted := countedCall(db)
+		ranges, _ := db.Ranges()
+		served, _ := db.Served()
+		db.Close()
+		if err == nil || len(req.Pools) == 0 || !errors.Is(err, ipam.ErrExhausted) || time.Now().After(deadline) {
+			if err != nil && len(req.Pools) > 0 && errors.Is(err, ipam.ErrExhausted) {
+				err = fmt.Errorf("%w (waited %s)", err, conf.poolWait())
+			}
+			return alloc, created, counted, ranges, served, err
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }
 
 // unallocate undoes an ADD's allocation, and in the same commit takes back the success that

@@ -3,6 +3,10 @@
 // It is a measurement tool, not a test: nothing here asserts a duration.
 //
 //	tools/run.sh podstartup --kubeconfig=/var/lib/staticip-localcluster/kubeconfig --count=20
+//
+// With --compare-pool=CIDR it compares pods naming a per-workload IPPool (created from CIDR,
+// selecting a namespace of its own) with pods of the default pool, on --node, in --rounds
+// alternating rounds (pools.go).
 package main
 
 import (
@@ -18,6 +22,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	"github.com/staticip/staticip/tools/podwatch"
 )
 
@@ -25,38 +30,58 @@ func main() {
 	kubeconfig := flag.String("kubeconfig", os.Getenv("KUBECONFIG"), "kubeconfig of the cluster")
 	count := flag.Int("count", 20, "pods to create, one after the other")
 	image := flag.String("image", "localhost/staticip/testserver:v1", "image of the pods (must be present on the nodes)")
+	comparePool := flag.String("compare-pool", "", "CIDR of an IPPool to create: compare pods naming it with pods of the default pool (pools.go)")
+	node := flag.String("node", "", "with --compare-pool: the node every pod runs on")
+	rounds := flag.Int("rounds", 3, "with --compare-pool: rounds, alternating which kind goes first")
 	flag.Parse()
-	if err := run(*kubeconfig, *count, *image); err != nil {
+	var err error
+	if *comparePool != "" {
+		err = runComparePools(*kubeconfig, *node, *comparePool, *image, *count, *rounds)
+	} else {
+		err = run(*kubeconfig, *count, *image)
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "podstartup:", err)
 		os.Exit(1)
 	}
 }
 
-func run(kubeconfig string, count int, image string) error {
+// clients are the Kubernetes and staticip clients of kubeconfig.
+func clients(kubeconfig string) (kubernetes.Interface, versioned.Interface, error) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
+	if err != nil {
+		return nil, nil, err
+	}
+	kube, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	sip, err := versioned.NewForConfig(cfg)
+	return kube, sip, err
+}
+
+func runComparePools(kubeconfig, node, cidr, image string, count, rounds int) error {
+	kube, sip, err := clients(kubeconfig)
 	if err != nil {
 		return err
 	}
-	client, err := kubernetes.NewForConfig(cfg)
+	return comparePools(context.Background(), kube, sip, node, cidr, image, count, rounds)
+}
+
+func run(kubeconfig string, count int, image string) error {
+	client, _, err := clients(kubeconfig)
 	if err != nil {
 		return err
 	}
 	ctx := context.Background()
-	ns, err := client.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "podstartup-"}}, metav1.CreateOptions{})
+	ns, err := newNamespace(ctx, client, "podstartup-", nil)
+	if ns != "" {
+		defer func() {
+			_ = client.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+		}()
+	}
 	if err != nil {
 		return err
-	}
-	defer func() {
-		_ = client.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{})
-	}()
-	// Pods need the namespace's default ServiceAccount before they can be created.
-	for start := time.Now(); ; time.Sleep(100 * time.Millisecond) {
-		if _, err := client.CoreV1().ServiceAccounts(ns.Name).Get(ctx, "default", metav1.GetOptions{}); err == nil {
-			break
-		}
-		if time.Since(start) > time.Minute {
-			return fmt.Errorf("no default ServiceAccount in %s", ns.Name)
-		}
 	}
 	var running []time.Duration
 	nodes := map[string]int{}
@@ -70,11 +95,11 @@ func run(kubeconfig string, count int, image string) error {
 			},
 		}
 		start := time.Now()
-		created, err := client.CoreV1().Pods(ns.Name).Create(ctx, pod, metav1.CreateOptions{})
+		created, err := client.CoreV1().Pods(ns).Create(ctx, pod, metav1.CreateOptions{})
 		if err != nil {
 			return err
 		}
-		d, node, err := waitRunning(ctx, client, ns.Name, created, start)
+		d, node, err := waitRunning(ctx, client, ns, created, start)
 		if err != nil {
 			return fmt.Errorf("pod %s: %w", name, err)
 		}

@@ -33,6 +33,10 @@ const (
 	// LabelIPPool names the pool an IPRange was cut from. The allocator only ever touches
 	// ranges with this label and a controller reference to that pool.
 	LabelIPPool = "jke.jdcloud.com/ippool"
+	// LabelIPPoolRestricted ("true") marks a block of a pool with a non-empty namespaceSelector:
+	// only pods whose pools (apis/poolchoice) name the block's pool get its addresses; the node's
+	// CNI never gives one to a pod naming no pool. The allocator keeps it equal to the pool's.
+	LabelIPPoolRestricted = "jke.jdcloud.com/ippool-restricted"
 	// AnnotationNodeGoneSince is when the allocator first saw the range's node gone (RFC 3339);
 	// the block returns to the pool releaseAfter later, once nothing holds an IP of it.
 	AnnotationNodeGoneSince = "jke.jdcloud.com/node-gone-since"
@@ -41,6 +45,15 @@ const (
 	// of deleting it, so a node that comes back revokes it (cni/README.md), and hands the same
 	// IPRange to the next node that needs a block, at that generation.
 	AnnotationReleasedGeneration = "jke.jdcloud.com/released-generation"
+	// AnnotationEmptySince is when the allocator first saw a block of a namespace pool unused
+	// on its live node (RFC 3339); the block returns to the pool releaseAfter later if it
+	// stays unused.
+	AnnotationEmptySince = "jke.jdcloud.com/empty-since"
+	// AnnotationIPPools on a pod (its template) or a namespace names the pools the pod's
+	// address comes from: a JSON list of IPPool names, e.g. ["db-pool"] (like Calico's
+	// cni.projectcalico.org/ipv4pools). The pod's annotation wins over its namespace's.
+	// Each named pool must exist and select the pod's namespace (spec.namespaceSelector).
+	AnnotationIPPools = "staticip.jke.jdcloud.com/ippools"
 )
 
 // IPPool conditions.
@@ -54,6 +67,9 @@ const (
 	// outside can reach its pods, but sees the node's address as their source, not the
 	// static IP.
 	IPPoolExportedWithNAT = "ExportedWithNAT"
+	// IPPoolNamespaceSelectorOverlaps: True while the pool's namespaceSelector selects an
+	// existing namespace an older pool's selects too (set on the younger pool only).
+	IPPoolNamespaceSelectorOverlaps = "NamespaceSelectorOverlaps"
 )
 
 // IPPoolSpec is the address space of a set of nodes.
@@ -91,6 +107,15 @@ type IPPoolSpec struct {
 	// several pools takes its block from the oldest of them (then the first by name).
 	// +optional
 	NodeSelector *metav1.LabelSelector `json:"nodeSelector,omitempty"`
+	// NamespaceSelector chooses the namespaces whose pods may take addresses from the pool
+	// (Calico's IPPool.namespaceSelector); empty or absent: every namespace. A pod names its
+	// pools in the annotation staticip.jke.jdcloud.com/ippools (on the pod, or its namespace:
+	// the pod's wins); a pod naming no pool takes the oldest pool whose non-empty selector
+	// selects its namespace, else the node's pool as before. A pool with a non-empty selector
+	// is never a node's pool. Admission (manifests/admission/ippools-policy.yaml) refuses a pod
+	// naming a pool that does not select its namespace.
+	// +optional
+	NamespaceSelector *metav1.LabelSelector `json:"namespaceSelector,omitempty"`
 	// ExcludeIPs are never given to a pod: each is copied into the excludeIPs of the block that
 	// holds it.
 	// +optional

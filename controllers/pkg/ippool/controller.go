@@ -1,6 +1,7 @@
 package ippool
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -34,8 +35,11 @@ import (
 	jkev1alpha1informers "github.com/staticip/staticip/apis/generated/informers/externalversions/jke/v1alpha1"
 	jkev1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1"
 	jkev1alpha1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/iprangeaddr"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/poolchoice"
+	"github.com/staticip/staticip/apis/poolchoice/poolchoiceapi"
 	"github.com/staticip/staticip/controllers/pkg/nodegone"
 	"github.com/staticip/staticip/controllers/pkg/ownwrites"
 	"github.com/staticip/staticip/controllers/pkg/podindex"
@@ -53,6 +57,11 @@ const (
 	// ReasonReleaseWaits: a deleted node's block is not released yet (Normal Event on the
 	// IPRange, once per reason): the node is not proven gone, or something holds an IP of it.
 	ReasonReleaseWaits = "BlockReleaseWaits"
+	// ReasonPoolChoiceInvalid: a pod bound to a node names pools it may not use (a pool deleted
+	// or changed after admission let the pod in): Warning Event on the pod.
+	ReasonPoolChoiceInvalid = "IPPoolChoiceInvalid"
+	// ReasonNamespaceSelectorOverlaps: the IPPool condition NamespaceSelectorOverlaps is True.
+	ReasonNamespaceSelectorOverlaps = "NamespaceSelectorOverlaps"
 )
 
 // key is the one work-queue key: every pass plans all pools at once (the plan is cheap:
@@ -77,6 +86,9 @@ type Controller struct {
 	pods      *podindex.Pods
 	// bgpPeers: whether any exists decides every pool's ExportedWithNAT condition.
 	bgpPeers jkev1listers.BGPPeerLister
+	// namespaces: the pool choice of a pod (apis/poolchoice) reads its namespace's labels and
+	// annotation; NamespaceSelectorOverlaps is decided over the namespaces that exist.
+	namespaces corelisters.NamespaceLister
 
 	synced []cache.InformerSynced
 	queue  workqueue.TypedRateLimitingInterface[string]
@@ -96,15 +108,21 @@ type Controller struct {
 	// told remembers the last warning given to a node, so an unchanged one is not repeated.
 	told map[string]string
 	// releasePending > 0 while some pool block waits for its node's pods or StaticIPs: only
-	// then do pod and StaticIP events matter.
+	// then do pod and StaticIP events matter (and for pods choosing pools, see podMatters).
 	releasePending atomic.Int32
+	// refused and overlaps: what the last pass's pool choice found (choices), read by sync.
+	refused  map[string]error
+	overlaps map[string]poolchoice.Overlap
+	// namespacePools: some IPPool has a non-empty namespaceSelector (set each pass), so a pod
+	// that waits for its IP may need a block of one.
+	namespacePools atomic.Bool
 }
 
 // NewController wires the allocator to its informers.
 func NewController(kube kubernetes.Interface, client versioned.Interface, poolInformer jkev1informers.IPPoolInformer,
 	rangeInformer jkev1informers.IPRangeInformer, nodeInformer coreinformers.NodeInformer, podInformer coreinformers.PodInformer,
 	sipInformer jkev1informers.StaticIPInformer, failoverInformer jkev1alpha1informers.NodeFailoverInformer,
-	bgpPeerInformer jkev1informers.BGPPeerInformer,
+	bgpPeerInformer jkev1informers.BGPPeerInformer, namespaceInformer coreinformers.NamespaceInformer,
 	recorder record.EventRecorder) (*Controller, error) {
 	pods, err := podindex.New(podInformer.Informer(), podInformer.Lister())
 	if err != nil {
@@ -114,10 +132,10 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, poolIn
 		kube: kube, client: client, recorder: recorder,
 		pools: poolInformer.Lister(), ranges: rangeInformer.Lister(), nodes: nodeInformer.Lister(),
 		staticIPs: sipInformer.Lister(), failovers: failoverInformer.Lister(), pods: pods,
-		bgpPeers: bgpPeerInformer.Lister(),
+		bgpPeers: bgpPeerInformer.Lister(), namespaces: namespaceInformer.Lister(),
 		synced: []cache.InformerSynced{poolInformer.Informer().HasSynced, rangeInformer.Informer().HasSynced,
 			nodeInformer.Informer().HasSynced, podInformer.Informer().HasSynced, sipInformer.Informer().HasSynced,
-			failoverInformer.Informer().HasSynced, bgpPeerInformer.Informer().HasSynced},
+			failoverInformer.Informer().HasSynced, bgpPeerInformer.Informer().HasSynced, namespaceInformer.Informer().HasSynced},
 		queue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: Name}),
 		Now: time.Now, NodeGoneAfter: nodegone.DefaultLeaseGoneAfter,
@@ -145,9 +163,10 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, poolIn
 	}); err != nil {
 		return nil, err
 	}
-	// Pods and StaticIPs only matter while a block waits to be released.
-	pending := func(any) {
-		if c.releasePending.Load() > 0 {
+	// Pods and StaticIPs matter while a block waits to be released, and a pod bound to a node
+	// without an IP yet whenever it may need a block of its pool there.
+	pending := func(obj any) {
+		if c.releasePending.Load() > 0 || c.podMatters(obj) {
 			c.queue.Add(key)
 		}
 	}
@@ -157,7 +176,36 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, poolIn
 			return nil, err
 		}
 	}
+	// Namespaces: their labels and annotation decide pods' pools and the overlap condition.
+	if _, err := namespaceInformer.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: all, DeleteFunc: all,
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*corev1.Namespace)
+			n, ok2 := cur.(*corev1.Namespace)
+			if !ok1 || !ok2 || !apiequality.Semantic.DeepEqual(o.Labels, n.Labels) ||
+				o.Annotations[jkev1.AnnotationIPPools] != n.Annotations[jkev1.AnnotationIPPools] {
+				c.queue.Add(key)
+			}
+		},
+	}); err != nil {
+		return nil, err
+	}
 	return c, nil
+}
+
+// podMatters: a pod bound to a node that waits for its IP and may choose a pool — some pool
+// selects namespaces, or the pod or its namespace names pools. A cluster without either pays
+// one map lookup per pod event.
+func (c *Controller) podMatters(obj any) bool {
+	p, ok := obj.(*corev1.Pod)
+	if !ok || !podindex.Awaiting(p) {
+		return false
+	}
+	if c.namespacePools.Load() || p.Annotations[jkev1.AnnotationIPPools] != "" {
+		return true
+	}
+	ns, err := c.namespaces.Get(p.Namespace)
+	return err == nil && ns.Annotations[jkev1.AnnotationIPPools] != ""
 }
 
 // Run runs the allocator until ctx is done. One worker: there is one key.
@@ -195,6 +243,7 @@ func poolOf(p *jkev1.IPPool) Pool {
 			out.Excludes = append(out.Excludes, a)
 		}
 	}
+	out.ForNamespaces = poolchoiceapi.ForNamespaces(p)
 	if p.Spec.NodeSelector == nil {
 		out.Selector = labels.Everything()
 	} else if sel, err := metav1.LabelSelectorAsSelector(p.Spec.NodeSelector); err != nil {
@@ -213,7 +262,8 @@ func rangeOf(r *jkev1.IPRange) (Range, bool) {
 	}
 	out := Range{Name: r.Name, CIDR: c.Masked(), Node: r.Spec.Node, Pool: r.Labels[jkev1.LabelIPPool],
 		OwnerGeneration: r.Spec.OwnerGeneration, Deleting: r.DeletionTimestamp != nil,
-		Gateway: r.Spec.Gateway, Excludes: r.Spec.ExcludeIPs, NATOutgoing: r.Spec.NATOutgoing, DisableBGPExport: r.Spec.DisableBGPExport}
+		Gateway: r.Spec.Gateway, Excludes: r.Spec.ExcludeIPs, NATOutgoing: r.Spec.NATOutgoing, DisableBGPExport: r.Spec.DisableBGPExport,
+		Restricted: r.Labels[jkev1.LabelIPPoolRestricted] == "true"}
 	if s := r.Annotations[jkev1.AnnotationNodeGoneSince]; s != "" {
 		if t, err := time.Parse(time.RFC3339, s); err == nil {
 			out.GoneSince = t
@@ -224,7 +274,28 @@ func rangeOf(r *jkev1.IPRange) (Range, bool) {
 			out.Released, out.ReleasedGeneration = true, g
 		}
 	}
+	if s := r.Annotations[jkev1.AnnotationEmptySince]; s != "" {
+		if t, err := time.Parse(time.RFC3339, s); err == nil {
+			out.EmptySince = t
+		}
+	}
+	out.Free = rangeFree(r)
 	return out, true
+}
+
+// rangeFree is how many more pods the range can give an address: the agent's count when it
+// describes the spec as it is now, else every usable address (a block just given, or given
+// again, has no count of its own node yet).
+func rangeFree(r *jkev1.IPRange) int {
+	if r.Status.ObservedGeneration == r.Generation && r.Status.Total > 0 {
+		return int(r.Status.Free)
+	}
+	f, err := iprangeaddr.Parse(iprangeaddr.Fields{CIDR: r.Spec.CIDR, RangeStart: r.Spec.RangeStart, RangeEnd: r.Spec.RangeEnd,
+		Gateway: r.Spec.Gateway, Exclude: r.Spec.ExcludeIPs})
+	if err != nil {
+		return 0
+	}
+	return int(min(f.Size(), 1<<20))
 }
 
 func (c *Controller) input(ctx context.Context, now time.Time) (Input, error) {
@@ -235,6 +306,9 @@ func (c *Controller) input(ctx context.Context, now time.Time) (Input, error) {
 	}
 	for _, p := range pools {
 		in.Pools = append(in.Pools, poolOf(p))
+	}
+	if in.Pending, c.refused, c.overlaps, err = c.choices(pools); err != nil {
+		return in, err
 	}
 	nodes, err := c.nodes.List(labels.Everything())
 	if err != nil {
@@ -270,6 +344,56 @@ func (c *Controller) input(ctx context.Context, now time.Time) (Input, error) {
 	in.NodeGone = c.nodeGoneFunc(ctx, ranges, now)
 	in.IPHeld = c.ipHeldFunc()
 	return in, nil
+}
+
+// choices reads what the pool choice needs (apis/poolchoice): every pool, the namespaces; it
+// returns the pods bound to a node and waiting for their IP whose pools were chosen (Input.Pending),
+// the pods whose choice is refused (a pool deleted, or changed, after admission let them in),
+// and the pools' NamespaceSelectorOverlaps.
+func (c *Controller) choices(pools []*jkev1.IPPool) ([]PendingPod, map[string]error, map[string]poolchoice.Overlap, error) {
+	byName := map[string]poolchoice.Pool{}
+	for _, p := range pools {
+		if cp, err := poolchoiceapi.FromIPPool(p); err == nil {
+			byName[p.Name] = cp
+		}
+	}
+	nsPools := poolchoice.NamespacePools(byName)
+	c.namespacePools.Store(len(nsPools) > 0)
+	namespaces, err := c.namespaces.List(labels.Everything())
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	nsByName := make(map[string]poolchoice.Namespace, len(namespaces))
+	var all []poolchoice.Namespace
+	for _, n := range namespaces {
+		ns := poolchoice.Namespace{Name: n.Name, Labels: n.Labels, Annotations: n.Annotations}
+		nsByName[n.Name] = ns
+		all = append(all, ns)
+	}
+	var overlaps map[string]poolchoice.Overlap
+	if len(nsPools) > 1 {
+		overlaps = poolchoice.Overlaps(byName, all)
+	}
+	awaiting, err := c.pods.AwaitingIP()
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var out []PendingPod
+	refused := map[string]error{}
+	for _, p := range awaiting {
+		if len(nsPools) == 0 && p.Annotations[jkev1.AnnotationIPPools] == "" && nsByName[p.Namespace].Annotations[jkev1.AnnotationIPPools] == "" {
+			continue
+		}
+		ch, err := poolchoice.Choose(p.Annotations, nsByName[p.Namespace], byName, nsPools)
+		if err != nil {
+			refused[p.Namespace+"/"+p.Name] = err
+			continue
+		}
+		if len(ch.Pools) > 0 {
+			out = append(out, PendingPod{Namespace: p.Namespace, Name: p.Name, Node: p.Spec.NodeName, Pools: ch.Pools})
+		}
+	}
+	return out, refused, overlaps, nil
 }
 
 // nodeGoneFunc gathers, per deleted node, the evidence of controllers/pkg/nodegone — read live:
@@ -459,6 +583,17 @@ func (c *Controller) sync(ctx context.Context, _ string) (time.Duration, error) 
 	for _, w := range plan.Waits {
 		c.rangeEvent(w)
 	}
+	waitingPods := map[string]bool{}
+	for _, w := range plan.PodWaits {
+		c.podEvent(w.Namespace, w.Name, w.Reason, w.Message)
+		waitingPods[podKey(w.Namespace, w.Name)] = true
+	}
+	for pod, err := range c.refused {
+		ns, name, _ := strings.Cut(pod, "/")
+		c.podEvent(ns, name, ReasonPoolChoiceInvalid, err.Error())
+		waitingPods[podKey(ns, name)] = true
+	}
+	c.forgetPodsExcept(waitingPods)
 	pending := int32(len(plan.Waits))
 	for _, m := range plan.Mark {
 		if !m.Since.IsZero() {
@@ -511,7 +646,9 @@ func (c *Controller) assign(ctx context.Context, a Assign) error {
 		r := cur.DeepCopy()
 		r.Spec.Node, r.Spec.Gateway, r.Spec.ExcludeIPs, r.Spec.NATOutgoing = a.Node, a.Gateway, a.Excludes, ptr.To(a.NATOutgoing)
 		r.Spec.DisableBGPExport = ptr.To(a.DisableBGPExport)
+		setRestricted(r, a.Restricted)
 		delete(r.Annotations, jkev1.AnnotationNodeGoneSince)
+		delete(r.Annotations, jkev1.AnnotationEmptySince)
 		if written, err = c.client.JkeV1().IPRanges().Update(ctx, r, metav1.UpdateOptions{}); err != nil {
 			return err
 		}
@@ -521,6 +658,7 @@ func (c *Controller) assign(ctx context.Context, a Assign) error {
 			Spec: jkev1.IPRangeSpec{CIDR: a.CIDR.String(), Node: a.Node, Gateway: a.Gateway, ExcludeIPs: a.Excludes,
 				NATOutgoing: ptr.To(a.NATOutgoing), DisableBGPExport: ptr.To(a.DisableBGPExport)},
 		}
+		setRestricted(r, a.Restricted)
 		if written, err = c.client.JkeV1().IPRanges().Create(ctx, r, metav1.CreateOptions{}); err != nil {
 			return err
 		}
@@ -545,6 +683,7 @@ func (c *Controller) update(ctx context.Context, u Update) error {
 	r := cur.DeepCopy()
 	r.Spec.Gateway, r.Spec.ExcludeIPs, r.Spec.NATOutgoing = u.Gateway, u.Excludes, ptr.To(u.NATOutgoing)
 	r.Spec.DisableBGPExport = ptr.To(u.DisableBGPExport)
+	setRestricted(r, u.Restricted)
 	if len(u.Excludes) == 0 {
 		r.Spec.ExcludeIPs = nil
 	}
@@ -558,6 +697,19 @@ func (c *Controller) update(ctx context.Context, u Update) error {
 	}
 	c.remember(written)
 	return nil
+}
+
+// setRestricted labels a block of a namespace pool jke.jdcloud.com/ippool-restricted=true (and
+// removes the label from any other): the node's CNI reads it from the range.
+func setRestricted(r *jkev1.IPRange, restricted bool) {
+	if !restricted {
+		delete(r.Labels, jkev1.LabelIPPoolRestricted)
+		return
+	}
+	if r.Labels == nil {
+		r.Labels = map[string]string{}
+	}
+	r.Labels[jkev1.LabelIPPoolRestricted] = "true"
 }
 
 // remember lays a range this process wrote over the cache until the informer shows it.
@@ -586,6 +738,7 @@ func (c *Controller) release(ctx context.Context, rel Release) error {
 		r.Annotations = map[string]string{}
 	}
 	delete(r.Annotations, jkev1.AnnotationNodeGoneSince)
+	delete(r.Annotations, jkev1.AnnotationEmptySince)
 	r.Annotations[jkev1.AnnotationReleasedGeneration] = strconv.FormatInt(rel.Generation, 10)
 	written, err := c.client.JkeV1().IPRanges().Update(ctx, r, metav1.UpdateOptions{})
 	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
@@ -626,11 +779,7 @@ func (c *Controller) pruneHolders(ctx context.Context, r *jkev1.IPRange, node st
 // rangeEvent tells, on the IPRange, why a deleted node's block is not released yet (once per
 // reason and range).
 func (c *Controller) rangeEvent(w Wait) {
-	c.mu.Lock()
-	same := c.told["iprange/"+w.Range] == w.Reason
-	c.told["iprange/"+w.Range] = w.Reason
-	c.mu.Unlock()
-	if same {
+	if !c.tellOnce("iprange/"+w.Range, w.Reason) {
 		return
 	}
 	r, err := c.ranges.Get(w.Range)
@@ -645,7 +794,7 @@ func (c *Controller) mark(ctx context.Context, m Mark) error {
 	if !m.Since.IsZero() {
 		val = m.Since.UTC().Format(time.RFC3339)
 	}
-	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{jkev1.AnnotationNodeGoneSince: val}}})
+	patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{cmp.Or(m.Annotation, jkev1.AnnotationNodeGoneSince): val}}})
 	_, err := c.client.JkeV1().IPRanges().Patch(ctx, m.Range, types.MergePatchType, patch, metav1.PatchOptions{})
 	return err
 }
@@ -667,9 +816,17 @@ func (c *Controller) writeStatus(ctx context.Context, name string, st *PoolStatu
 		Reason: st.ReadyReason, Message: st.ReadyMessage, ObservedGeneration: p.Generation})
 	ex := metav1.Condition{Type: jkev1.IPPoolExhausted, Status: metav1.ConditionFalse, Reason: "BlocksAvailable",
 		Message: "every matching node has a block", ObservedGeneration: p.Generation}
-	if len(st.Waiting) > 0 {
+	switch {
+	case len(st.Waiting) > 0 && len(st.WaitingPods) > 0:
+		ex.Status, ex.Reason = metav1.ConditionTrue, ReasonPoolExhausted
+		ex.Message = fmt.Sprintf("no free block for %d node(s): %s; nor for %d pod(s) of the pool: %s", len(st.Waiting), shortList(st.Waiting),
+			len(st.WaitingPods), shortList(st.WaitingPods))
+	case len(st.Waiting) > 0:
 		ex.Status, ex.Reason = metav1.ConditionTrue, ReasonPoolExhausted
 		ex.Message = fmt.Sprintf("no free block for %d node(s): %s", len(st.Waiting), shortList(st.Waiting))
+	case len(st.WaitingPods) > 0:
+		ex.Status, ex.Reason = metav1.ConditionTrue, ReasonPoolExhausted
+		ex.Message = fmt.Sprintf("no free block for %d pod(s) of the pool on their nodes: %s", len(st.WaitingPods), shortList(st.WaitingPods))
 	}
 	meta.SetStatusCondition(&p.Status.Conditions, ex)
 	peers, err := c.bgpPeers.List(labels.Everything())
@@ -679,14 +836,28 @@ func (c *Controller) writeStatus(ctx context.Context, name string, st *PoolStatu
 	exportNAT := ExportedWithNAT(&p.Spec, len(peers))
 	exportNAT.ObservedGeneration = p.Generation
 	meta.SetStatusCondition(&p.Status.Conditions, exportNAT)
+	if poolchoiceapi.ForNamespaces(cur) {
+		ov := metav1.Condition{Type: jkev1.IPPoolNamespaceSelectorOverlaps, Status: metav1.ConditionFalse, Reason: "NoOverlap",
+			Message: "no older pool of the family selects a namespace this one selects", ObservedGeneration: p.Generation}
+		if o, ok := c.overlaps[name]; ok {
+			ov.Status, ov.Reason, ov.Message = metav1.ConditionTrue, ReasonNamespaceSelectorOverlaps, o.Message(name)
+		}
+		meta.SetStatusCondition(&p.Status.Conditions, ov)
+	} else {
+		meta.RemoveStatusCondition(&p.Status.Conditions, jkev1.IPPoolNamespaceSelectorOverlaps)
+	}
 	if apiequality.Semantic.DeepEqual(p.Status, cur.Status) {
 		return nil
 	}
-	if len(st.Waiting) > 0 && !meta.IsStatusConditionTrue(cur.Status.Conditions, jkev1.IPPoolExhausted) {
+	if ex.Status == metav1.ConditionTrue && !meta.IsStatusConditionTrue(cur.Status.Conditions, jkev1.IPPoolExhausted) {
 		c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonPoolExhausted, "%s", ex.Message)
 	}
 	if exportNAT.Status == metav1.ConditionTrue && !meta.IsStatusConditionTrue(cur.Status.Conditions, jkev1.IPPoolExportedWithNAT) {
 		c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonExportedWithNAT, "%s", exportNAT.Message)
+	}
+	if meta.IsStatusConditionTrue(p.Status.Conditions, jkev1.IPPoolNamespaceSelectorOverlaps) &&
+		!meta.IsStatusConditionTrue(cur.Status.Conditions, jkev1.IPPoolNamespaceSelectorOverlaps) {
+		c.recorder.Eventf(p, corev1.EventTypeWarning, ReasonNamespaceSelectorOverlaps, "%s", c.overlaps[name].Message(name))
 	}
 	_, err = c.client.JkeV1().IPPools().UpdateStatus(ctx, p, metav1.UpdateOptions{})
 	if apierrors.IsConflict(err) {
@@ -699,20 +870,53 @@ func (c *Controller) writeStatus(ctx context.Context, name string, st *PoolStatu
 // nodeEvent records an Event on a Node; a warning is given once until it changes.
 func (c *Controller) nodeEvent(node, typ, reason, format string, args ...any) {
 	msg := fmt.Sprintf(format, args...)
-	if typ == corev1.EventTypeWarning {
-		c.mu.Lock()
-		same := c.told[node] == reason+msg
-		c.told[node] = reason + msg
-		c.mu.Unlock()
-		if same {
-			return
-		}
+	if typ == corev1.EventTypeWarning && !c.tellOnce(node, reason+msg) {
+		return
 	}
 	ref := &corev1.ObjectReference{Kind: "Node", APIVersion: "v1", Name: node, UID: types.UID(node)}
 	if n, err := c.nodes.Get(node); err == nil {
 		ref.UID = n.UID
 	}
 	c.recorder.Event(ref, typ, reason, msg)
+}
+
+// podEvent records a Warning Event on a pod, once until its message changes: why its address
+// of its pool cannot come (the pool is exhausted, no pool of it serves the node, the choice is
+// refused).
+func (c *Controller) podEvent(namespace, name, reason, msg string) {
+	if !c.tellOnce(podKey(namespace, name), reason+msg) {
+		return
+	}
+	ref := &corev1.ObjectReference{Kind: "Pod", APIVersion: "v1", Namespace: namespace, Name: name}
+	if p, err := c.pods.Get(namespace, name); err == nil {
+		ref.UID, ref.ResourceVersion = p.UID, p.ResourceVersion
+	}
+	c.recorder.Event(ref, corev1.EventTypeWarning, reason, msg)
+}
+
+// tellOnce: what was not the last thing told about key; it is remembered as such.
+func (c *Controller) tellOnce(key, what string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.told[key] == what {
+		return false
+	}
+	c.told[key] = what
+	return true
+}
+
+func podKey(namespace, name string) string { return "pod/" + namespace + "/" + name }
+
+// forgetPodsExcept drops what was told to pods that no longer wait (they got an address, or are
+// gone), so the memory follows the pods waiting now.
+func (c *Controller) forgetPodsExcept(waiting map[string]bool) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for k := range c.told {
+		if strings.HasPrefix(k, "pod/") && !waiting[k] {
+			delete(c.told, k)
+		}
+	}
 }
 
 func (c *Controller) forget(node string) {

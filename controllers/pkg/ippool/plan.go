@@ -51,6 +51,9 @@ type Pool struct {
 	DisableBGPExport bool
 	// Deleting pools hand out nothing (their blocks stay: see controllers/README.md).
 	Deleting bool
+	// ForNamespaces: spec.namespaceSelector is non-empty, so the pool is address space of the
+	// namespaces it selects (apis/poolchoice), never a node's pool: poolFor skips it.
+	ForNamespaces bool
 }
 
 func (p *Pool) is4() bool { return len(p.CIDRs) > 0 && p.CIDRs[0].Addr().Is4() }
@@ -90,6 +93,15 @@ type Range struct {
 	NATOutgoing *bool
 	// DisableBGPExport is the range's spec.disableBGPExport (nil: unset).
 	DisableBGPExport *bool
+	// Restricted: the range carries the label jke.jdcloud.com/ippool-restricted=true.
+	Restricted bool
+	// Free is how many more pods the range can give an address: the agent's status.free when
+	// it describes the current spec (status.observedGeneration), else every usable address
+	// (a block just given has no status yet).
+	Free int
+	// EmptySince is when the allocator first saw this block of a namespace pool empty on its
+	// live node (annotation jke.jdcloud.com/empty-since; zero: not marked).
+	EmptySince time.Time
 }
 
 // free: a block the allocator released and nobody took since: no node, the generation of the
@@ -122,15 +134,31 @@ type Input struct {
 	// IPHeld says why an address may not become excluded or the gateway of a block ("" when it
 	// may): a pod object holds it, or a StaticIP's spec.ip is it.
 	IPHeld func(ip netip.Addr) string
+	// Pending are the pods bound to a node that have no address yet and whose pools were
+	// chosen (apis/poolchoice: the pod's or its namespace's annotation, or a pool whose
+	// namespaceSelector selects the namespace). A node gets a block of such a pool when a pod
+	// of it is there and no free address of it is left on the node.
+	Pending []PendingPod
 }
 
-// Update is a pool block whose gateway, excludes, natOutgoing or disableBGPExport follow an
-// edit of its pool.
+// PendingPod is a pod bound to Node, without an address yet, whose address must come from one
+// of Pools (in order of preference).
+type PendingPod struct {
+	Namespace, Name, Node string
+	Pools                 []string
+}
+
+func (p PendingPod) key() string { return p.Namespace + "/" + p.Name }
+
+// Update is a pool block whose gateway, excludes, natOutgoing, disableBGPExport or restriction
+// follow an edit of its pool.
 type Update struct {
 	Range, Pool, Gateway string
 	Excludes             []string
 	NATOutgoing          bool
 	DisableBGPExport     bool
+	// Restricted: the block's pool has a namespaceSelector (label jke.jdcloud.com/ippool-restricted).
+	Restricted bool
 }
 
 // Assign is an IPRange to create, or (Reuse) a released one of the pool to give to Node.
@@ -141,6 +169,10 @@ type Assign struct {
 	Excludes         []string
 	NATOutgoing      bool
 	DisableBGPExport bool
+	// Restricted: the pool has a namespaceSelector; the IPRange is labelled
+	// jke.jdcloud.com/ippool-restricted=true so that the node's CNI gives its addresses only to
+	// pods choosing the pool.
+	Restricted bool
 	// Reuse: Name is a free block of the pool (released earlier) at OwnerGeneration: it is
 	// assigned to Node as it is, generation kept, instead of being created.
 	Reuse           bool
@@ -163,10 +195,18 @@ type Wait struct {
 	Range, Node, Reason, Message string
 }
 
-// Mark sets (Since non-zero) or clears the node-gone annotation of a range.
+// Mark sets (Since non-zero) or clears an annotation of a range: jke.jdcloud.com/node-gone-since
+// (a deleted node's block) or jke.jdcloud.com/empty-since (an empty block of a namespace pool).
 type Mark struct {
-	Range string
-	Since time.Time
+	Range      string
+	Annotation string
+	Since      time.Time
+}
+
+// PodWait is a pending pod the allocator cannot give an address of its pools on its node, and
+// why (a Warning Event on the pod).
+type PodWait struct {
+	Namespace, Name, Node, Pool, Reason, Message string
 }
 
 // Skip is a node the plan could not serve, and why (an Event on the Node).
@@ -181,7 +221,10 @@ type PoolStatus struct {
 	Ready                     bool
 	ReadyReason, ReadyMessage string
 	Waiting                   []string // nodes left without a block: Exhausted
-	AssignedNow               int
+	// WaitingPods are the pods ("namespace/name on node") left without an address of the pool
+	// because it has no free block for their node: Exhausted too.
+	WaitingPods []string
+	AssignedNow int
 }
 
 // Plan is what to do now.
@@ -192,7 +235,10 @@ type Plan struct {
 	Mark    []Mark
 	Skips   []Skip
 	Waits   []Wait
-	Pools   map[string]*PoolStatus
+	// PodWaits: pending pods left without an address of their pools (exhausted, or no pool of
+	// theirs can serve their node).
+	PodWaits []PodWait
+	Pools    map[string]*PoolStatus
 	// Requeue: look again this soon (a quarantine ends, a held block may be freed); 0: only on events.
 	Requeue time.Duration
 }
@@ -212,6 +258,9 @@ const (
 	// ReasonExcludeHeld: an exclude or a gateway the pool's spec adds is held back on a block
 	// because a pod object or a StaticIP holds that address.
 	ReasonExcludeHeld = "ExcludeHeld"
+	// ReasonNoPoolForNode: none of a pending pod's pools can give its node a block (not Ready,
+	// NodePodCIDR, or its nodeSelector does not select the node).
+	ReasonNoPoolForNode = "NoIPPoolForNode"
 	// heldRecheck is how soon a block whose release is held by something not watched
 	// (e.g. a failover record) is looked at again.
 	heldRecheck = 30 * time.Second
@@ -243,10 +292,12 @@ func Compute(in Input) Plan {
 	p.validatePools()
 	p.indexRanges()
 	p.serveNodes()
+	p.servePods()
 	p.assignBlocks()
 	p.updateBlocks()
 	p.releaseGone()
 	p.releaseExtra()
+	p.releaseEmpty()
 	return p.plan
 }
 
@@ -291,9 +342,9 @@ func (pl *planner) updateBlocks() {
 			natDiffers := r.NATOutgoing == nil || *r.NATOutgoing != want.NATOutgoing
 			// (unset is false: a block from before the field is not rewritten for it).
 			exportDiffers := (r.DisableBGPExport != nil && *r.DisableBGPExport) != want.DisableBGPExport
-			if gw != r.Gateway || !slices.Equal(ex, orEmpty(r.Excludes)) || natDiffers || exportDiffers {
+			if gw != r.Gateway || !slices.Equal(ex, orEmpty(r.Excludes)) || natDiffers || exportDiffers || r.Restricted != p.ForNamespaces {
 				pl.plan.Update = append(pl.plan.Update, Update{Range: r.Name, Pool: p.Name, Gateway: gw, Excludes: ex,
-					NATOutgoing: want.NATOutgoing, DisableBGPExport: want.DisableBGPExport})
+					NATOutgoing: want.NATOutgoing, DisableBGPExport: want.DisableBGPExport, Restricted: p.ForNamespaces})
 			}
 		}
 	}
@@ -334,14 +385,34 @@ type planner struct {
 	owns       map[famKey]bool
 	occupied   []netip.Prefix
 	poolRanges map[string][]Range
-	// live: the nodes that exist; waiting: per pool, the nodes waiting for a block, by name.
+	// live: the nodes that exist; waiting: per pool, the nodes waiting for a block, by name,
+	// then those whose pending pods need one.
 	live    map[string]bool
-	waiting map[string][]string
+	nodes   map[string]Node
+	waiting map[string][]waiter
+	// freeOn: addresses of a pool a node can still give (its blocks' Free); promised: those of
+	// the blocks this pass queued for it, by the index of their waiter in waiting.
+	freeOn   map[poolNode]int
+	promised map[poolNode]promise
 	// free: the released blocks of valid pools, by CIDR, handed out before a new one is cut.
 	free map[netip.Prefix]Range
 	// names: every IPRange name in use, with the range (or assignment of this pass) holding it.
 	names map[string]Range
 }
+
+// poolNode is a pool and a node.
+type poolNode struct{ pool, node string }
+
+// waiter is a node waiting for a block: for itself (its node pool, pods empty) or for the
+// pending pods that need an address of the pool there.
+type waiter struct {
+	node string
+	pods []string
+}
+
+// promise: the addresses left of a block queued for a node's pods, and the waiter in the
+// pool's queue that holds those pods.
+type promise struct{ left, waiter int }
 
 func newPlanner(in Input) *planner {
 	pools := slices.Clone(in.Pools)
@@ -352,7 +423,8 @@ func newPlanner(in Input) *planner {
 		return strings.Compare(a.Name, b.Name)
 	})
 	p := &planner{in: in, plan: Plan{Pools: map[string]*PoolStatus{}}, pools: pools, poolByName: map[string]*Pool{},
-		owns: map[famKey]bool{}, poolRanges: map[string][]Range{}, live: map[string]bool{}, waiting: map[string][]string{},
+		owns: map[famKey]bool{}, poolRanges: map[string][]Range{}, live: map[string]bool{}, nodes: map[string]Node{},
+		waiting: map[string][]waiter{}, freeOn: map[poolNode]int{}, promised: map[poolNode]promise{},
 		free: map[netip.Prefix]Range{}, names: map[string]Range{}}
 	for i := range pools {
 		p.poolByName[pools[i].Name] = &pools[i]
@@ -399,7 +471,14 @@ func (pl *planner) indexRanges() {
 		}
 		pl.occupied = append(pl.occupied, r.CIDR)
 		if r.Node != "" && !r.Deleting {
-			pl.owns[famKey{r.Node, r.CIDR.Addr().Is4()}] = true
+			// A block of a namespace pool is its pods' address space, not the node's: the
+			// node still needs a block of its node pool.
+			if p := pl.poolByName[r.Pool]; p == nil || !p.ForNamespaces {
+				pl.owns[famKey{r.Node, r.CIDR.Addr().Is4()}] = true
+			}
+			if r.Pool != "" {
+				pl.freeOn[poolNode{r.Pool, r.Node}] += max(r.Free, 0)
+			}
 		}
 		if r.Pool != "" {
 			pl.poolRanges[r.Pool] = append(pl.poolRanges[r.Pool], r)
@@ -415,6 +494,7 @@ func (pl *planner) serveNodes() {
 	slices.SortFunc(nodes, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
 	for _, n := range nodes {
 		pl.live[n.Name] = true
+		pl.nodes[n.Name] = n
 		for _, v4 := range []bool{true, false} {
 			if pl.owns[famKey{n.Name, v4}] {
 				continue
@@ -426,12 +506,92 @@ func (pl *planner) serveNodes() {
 				pl.plan.Skips = append(pl.plan.Skips, Skip{Node: n.Name, Pool: pool.Name, Reason: ReasonOutOfService,
 					Message: fmt.Sprintf("IPPool %s: no block for a node tainted %s (fenced; node failover moves its ranges away); remove the taint once the node is back and it gets one", pool.Name, corev1.TaintNodeOutOfService)})
 			case pool.Mode != jkev1.IPPoolNodePodCIDR:
-				pl.waiting[pool.Name] = append(pl.waiting[pool.Name], n.Name)
+				pl.waiting[pool.Name] = append(pl.waiting[pool.Name], waiter{node: n.Name})
 			default:
 				pl.mirrorPodCIDRs(n, pool, v4)
 			}
 		}
 	}
+}
+
+// servePods queues a block for each pending pod that finds no free address of its pools on its
+// node: of the first of its pools that can give that node a block (valid, mode Blocks, its
+// nodeSelector selecting the node). A block queued for a pod serves the node's next pending
+// pods of that pool too, up to its size; more pods, more blocks. A fenced node gets none (its
+// pods wait for failover like the node's own block does).
+func (pl *planner) servePods() {
+	pods := slices.Clone(pl.in.Pending)
+	slices.SortFunc(pods, func(a, b PendingPod) int {
+		return cmp.Or(strings.Compare(a.Node, b.Node), strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
+	})
+	for _, pod := range pods {
+		n, live := pl.nodes[pod.Node]
+		if !live || len(pod.Pools) == 0 || pl.servedOnNode(pod) {
+			continue
+		}
+		p := pl.blockPoolFor(n, pod.Pools)
+		switch {
+		case p == nil:
+			pl.plan.PodWaits = append(pl.plan.PodWaits, PodWait{Namespace: pod.Namespace, Name: pod.Name, Node: pod.Node, Pool: pod.Pools[0],
+				Reason: ReasonNoPoolForNode, Message: fmt.Sprintf("none of the pod's IPPools (%s) can give node %s a block: not Ready, mode NodePodCIDR, or its nodeSelector does not select the node",
+					strings.Join(pod.Pools, ", "), pod.Node)})
+		case n.OutOfService:
+		default:
+			k := poolNode{p.Name, n.Name}
+			pl.waiting[p.Name] = append(pl.waiting[p.Name], waiter{node: n.Name, pods: []string{pod.key()}})
+			pl.promised[k] = promise{left: pl.blockCapacity(p) - 1, waiter: len(pl.waiting[p.Name]) - 1}
+		}
+	}
+}
+
+// servedOnNode: a free address of one of the pod's pools is left on its node (taken from the
+// count), or one of a block queued this pass for an earlier pod (the pod joins that waiter).
+func (pl *planner) servedOnNode(pod PendingPod) bool {
+	for _, name := range pod.Pools {
+		k := poolNode{name, pod.Node}
+		if pl.freeOn[k] > 0 {
+			pl.freeOn[k]--
+			return true
+		}
+		if pr, ok := pl.promised[k]; ok && pr.left > 0 {
+			pr.left--
+			pl.promised[k] = pr
+			w := &pl.waiting[name][pr.waiter]
+			w.pods = append(w.pods, pod.key())
+			return true
+		}
+	}
+	return false
+}
+
+// blockPoolFor is the first of pools that can give node n a block (nil: none).
+func (pl *planner) blockPoolFor(n Node, pools []string) *Pool {
+	for _, name := range pools {
+		p := pl.validPool(name)
+		if p != nil && p.Mode != jkev1.IPPoolNodePodCIDR && p.Selector.Matches(labels.Set(n.Labels)) {
+			return p
+		}
+	}
+	return nil
+}
+
+// blockCapacity is how many pods a block of p gives an address, by the rule the node's IPAM
+// allocates by (its first block; excludes are not counted: a pod they leave out gets the
+// next block on the next pass).
+func (pl *planner) blockCapacity(p *Pool) int {
+	if len(p.CIDRs) == 0 {
+		return 1
+	}
+	b := blockAt(p.CIDRs[0], p.BlockBits, 0)
+	f := iprangeaddr.Fields{CIDR: b.String()}
+	if p.FirstHostGateway {
+		f.Gateway = b.Addr().Next().String()
+	}
+	r, err := iprangeaddr.Parse(f)
+	if err != nil || r.Size() < 1 {
+		return 1
+	}
+	return int(min(r.Size(), 1<<20))
 }
 
 // validPool is the valid pool of that name (nil: none).
@@ -444,11 +604,12 @@ func (pl *planner) validPool(name string) *Pool {
 	return nil
 }
 
-// poolFor is the first valid pool of the family that selects n (nil: none).
+// poolFor is the first valid node pool (no namespaceSelector) of the family that selects n
+// (nil: none).
 func (pl *planner) poolFor(n Node, v4 bool) *Pool {
 	set := labels.Set(n.Labels)
 	for _, p := range pl.valid {
-		if p.is4() == v4 && p.Selector.Matches(set) {
+		if p.is4() == v4 && !p.ForNamespaces && p.Selector.Matches(set) {
 			return p
 		}
 	}
@@ -494,7 +655,18 @@ func (pl *planner) assignBlocks() {
 		for _, c := range p.CIDRs {
 			queue = pl.firstFit(p, c, queue)
 		}
-		st.Waiting = queue
+		for _, w := range queue {
+			if len(w.pods) == 0 {
+				st.Waiting = append(st.Waiting, w.node)
+				continue
+			}
+			for _, pod := range w.pods {
+				st.WaitingPods = append(st.WaitingPods, pod+" on "+w.node)
+				ns, name, _ := strings.Cut(pod, "/")
+				pl.plan.PodWaits = append(pl.plan.PodWaits, PodWait{Namespace: ns, Name: name, Node: w.node, Pool: p.Name, Reason: ReasonPoolExhausted,
+					Message: fmt.Sprintf("IPPool %s is exhausted: no free address of it on node %s and no free block to give the node", p.Name, w.node)})
+			}
+		}
 		for _, r := range pl.poolRanges[p.Name] {
 			if !r.Deleting && !r.free() {
 				st.Assigned++
@@ -511,7 +683,7 @@ func (pl *planner) assignBlocks() {
 
 // firstFit assigns the free blocks of CIDR c of pool p to the nodes of queue in turn, walking
 // the gaps between occupied intervals, and returns the nodes left waiting.
-func (pl *planner) firstFit(p *Pool, c netip.Prefix, queue []string) []string {
+func (pl *planner) firstFit(p *Pool, c netip.Prefix, queue []waiter) []waiter {
 	st := pl.plan.Pools[p.Name]
 	occ := occupiedBlocks(c, p.BlockBits, pl.occupied)
 	full := excludedBlocks(p, c)
@@ -540,7 +712,7 @@ func (pl *planner) firstFit(p *Pool, c netip.Prefix, queue []string) []string {
 		}
 		if !full[next] {
 			b := blockAt(c, p.BlockBits, next)
-			pl.plan.Assign = append(pl.plan.Assign, pl.newAssign(p, queue[0], b))
+			pl.plan.Assign = append(pl.plan.Assign, pl.newAssign(p, queue[0].node, b))
 			pl.occupied = append(pl.occupied, b)
 			queue = queue[1:]
 			free--
@@ -569,17 +741,11 @@ func (pl *planner) releaseGone() {
 			}
 			if r.Node != "" && pl.live[r.Node] {
 				if !r.GoneSince.IsZero() { // the node is back
-					pl.plan.Mark = append(pl.plan.Mark, Mark{Range: r.Name})
+					pl.plan.Mark = append(pl.plan.Mark, Mark{Range: r.Name, Annotation: jkev1.AnnotationNodeGoneSince})
 				}
 				continue
 			}
-			if r.GoneSince.IsZero() {
-				pl.plan.Mark = append(pl.plan.Mark, Mark{Range: r.Name, Since: pl.in.Now})
-				pl.plan.requeue(p.ReleaseAfter)
-				continue
-			}
-			if wait := r.GoneSince.Add(p.ReleaseAfter).Sub(pl.in.Now); wait > 0 {
-				pl.plan.requeue(wait)
+			if pl.inQuarantine(r, jkev1.AnnotationNodeGoneSince, r.GoneSince, p.ReleaseAfter) {
 				continue
 			}
 			gone := "its range was unassigned"
@@ -613,7 +779,9 @@ func (pl *planner) releaseGone() {
 func (pl *planner) releaseExtra() {
 	perNode := map[famKey][]Range{}
 	for _, name := range sortedKeys(pl.poolRanges) {
-		if pl.poolByName[name] == nil {
+		// A namespace pool's blocks are not the node's block of its family: a node may hold
+		// several (releaseEmpty returns them).
+		if p := pl.poolByName[name]; p == nil || p.ForNamespaces {
 			continue
 		}
 		for _, r := range pl.poolRanges[name] {
@@ -649,6 +817,53 @@ func (pl *planner) releaseExtra() {
 	}
 }
 
+// releaseEmpty returns the blocks of namespace pools that live nodes no longer use: a block
+// nothing holds (no pod object or StaticIP has an address of it, no pod on its node is still
+// without an address, the agent reports none used or reserved) is marked empty, and released
+// once it has stayed so for the pool's releaseAfter (at its generation + 1, like every release:
+// should an address of it still be in use on the node, the node drains it and the next node
+// waits for that). A block held again is unmarked. Node pools keep one block per node.
+func (pl *planner) releaseEmpty() {
+	for _, name := range sortedKeys(pl.poolRanges) {
+		p := pl.poolByName[name]
+		if p == nil || !p.ForNamespaces {
+			continue
+		}
+		for _, r := range pl.poolRanges[name] {
+			if r.Deleting || r.free() || r.Node == "" || !pl.live[r.Node] {
+				continue
+			}
+			if why := pl.in.Held(r, r.Node); why != "" {
+				if !r.EmptySince.IsZero() {
+					pl.plan.Mark = append(pl.plan.Mark, Mark{Range: r.Name, Annotation: jkev1.AnnotationEmptySince})
+				}
+				continue
+			}
+			if pl.inQuarantine(r, jkev1.AnnotationEmptySince, r.EmptySince, p.ReleaseAfter) {
+				continue
+			}
+			pl.plan.Release = append(pl.plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node, Generation: r.OwnerGeneration + 1,
+				Why: fmt.Sprintf("no pod of IPPool %s on node %s has used %s since %s (releaseAfter %s)",
+					p.Name, r.Node, r.CIDR, r.EmptySince.UTC().Format(time.RFC3339), p.ReleaseAfter)})
+		}
+	}
+}
+
+// inQuarantine: the release of r waits for its pool's releaseAfter from since. A range not marked
+// yet (since zero) is marked with annotation now; the pass is requeued for the quarantine's end.
+func (pl *planner) inQuarantine(r Range, annotation string, since time.Time, after time.Duration) bool {
+	if since.IsZero() {
+		pl.plan.Mark = append(pl.plan.Mark, Mark{Range: r.Name, Annotation: annotation, Since: pl.in.Now})
+		pl.plan.requeue(after)
+		return true
+	}
+	if wait := since.Add(after).Sub(pl.in.Now); wait > 0 {
+		pl.plan.requeue(wait)
+		return true
+	}
+	return false
+}
+
 func (p *Plan) requeue(d time.Duration) {
 	if d <= 0 {
 		d = time.Second
@@ -660,7 +875,7 @@ func (p *Plan) requeue(d time.Duration) {
 
 // blockSpec is the gateway, excludes and natOutgoing pool p gives block b.
 func (pl *planner) blockSpec(p *Pool, b netip.Prefix) Assign {
-	a := Assign{NATOutgoing: p.NATOutgoing, DisableBGPExport: p.DisableBGPExport}
+	a := Assign{NATOutgoing: p.NATOutgoing, DisableBGPExport: p.DisableBGPExport, Restricted: p.ForNamespaces}
 	if p.FirstHostGateway {
 		a.Gateway = b.Addr().Next().String()
 	}
@@ -677,7 +892,7 @@ func (pl *planner) blockSpec(p *Pool, b netip.Prefix) Assign {
 func (pl *planner) newAssign(p *Pool, node string, b netip.Prefix) Assign {
 	spec := pl.blockSpec(p, b)
 	a := Assign{Pool: p.Name, Node: node, Name: RangeName(p.Name, b), CIDR: b, Gateway: spec.Gateway, Excludes: spec.Excludes, NATOutgoing: spec.NATOutgoing,
-		DisableBGPExport: spec.DisableBGPExport}
+		DisableBGPExport: spec.DisableBGPExport, Restricted: spec.Restricted}
 	if fr, ok := pl.free[b]; ok && fr.Pool == p.Name {
 		a.Name, a.Reuse, a.OwnerGeneration = fr.Name, true, fr.OwnerGeneration
 		delete(pl.free, b)

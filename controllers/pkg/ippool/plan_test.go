@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -565,5 +566,193 @@ func TestExcludedBlocksFollowTheRangeRule(t *testing.T) {
 				t.Fatalf("fully excluded blocks %v, want %v", idx, tc.want)
 			}
 		})
+	}
+}
+
+// A pool with a namespaceSelector is address space for the namespaces it selects, not a node's
+// default pool: however old, it must never become the pool of the node's first block (pods of
+// every other namespace would take its addresses). Converted from the IPPool as the controller
+// does, so the field's reading is tested too.
+func TestComputeNamespacePoolIsNoNodePool(t *testing.T) {
+	ipp := func(name string, age int, cidr string, ns *metav1.LabelSelector) Pool {
+		return poolOf(&jkev1.IPPool{
+			ObjectMeta: metav1.ObjectMeta{Name: name, CreationTimestamp: metav1.NewTime(t0.Add(-time.Duration(age) * time.Hour))},
+			Spec:       jkev1.IPPoolSpec{CIDRs: []string{cidr}, NamespaceSelector: ns},
+		})
+	}
+	tenant := &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "blue"}}
+	for _, tc := range []struct {
+		name  string
+		pools []Pool
+		want  []string
+	}{
+		{name: "older tenant pool, younger node pool: the node pool serves",
+			pools: []Pool{ipp("blue", 9, "10.1.0.0/16", tenant), ipp("default", 1, "10.244.0.0/16", nil)},
+			want:  []string{"a=10.244.0.0/24"}},
+		{name: "an empty namespaceSelector selects every namespace: a node pool",
+			pools: []Pool{ipp("all", 9, "10.1.0.0/16", &metav1.LabelSelector{}), ipp("default", 1, "10.244.0.0/16", nil)},
+			want:  []string{"a=10.1.0.0/24"}},
+		{name: "only a tenant pool: no node block",
+			pools: []Pool{ipp("blue", 9, "10.1.0.0/16", tenant)}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := assigned(Compute(Input{Pools: tc.pools, Nodes: nodes("a"), Now: t0, Held: nothingHeld}))
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("assigned %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
+
+// nsPool is a pool with a non-empty namespaceSelector (apis/poolchoice: never a node's pool).
+func nsPool(name string, age int, bits int, cidrs ...string) Pool {
+	p := pool(name, age, cidrs...)
+	p.ForNamespaces, p.BlockBits = true, bits
+	return p
+}
+
+func pending(node string, pods ...string) []PendingPod {
+	var out []PendingPod
+	for _, pp := range pods {
+		name, pools, _ := strings.Cut(pp, ":")
+		out = append(out, PendingPod{Namespace: "ns", Name: name, Node: node, Pools: strings.Split(pools, ",")})
+	}
+	return out
+}
+
+func TestComputeBlocksForPendingPods(t *testing.T) {
+	dflt := pool("default", 9, "10.244.0.0/16")
+	blue := nsPool("blue", 5, 30, "10.1.0.0/29") // two /30 blocks of 2 addresses each
+	withFree := func(r Range, free int) Range { r.Free = free; return r }
+	fenced := Node{Name: "a", OutOfService: true}
+	for _, tc := range []struct {
+		name        string
+		pools       []Pool
+		nodes       []Node
+		ranges      []Range
+		pending     []PendingPod
+		want        []string
+		wantWaiting []string // pod waits: "ns/name pool reason"
+	}{
+		{name: "a pod of a namespace pool on a node without its block: the node gets one (and its node block)",
+			pools: []Pool{dflt, blue}, nodes: nodes("a"), pending: pending("a", "p:blue"),
+			want: []string{"a=10.244.0.0/24", "a=10.1.0.0/30"}},
+		{name: "a node holding a namespace pool's block still gets its node pool's block",
+			pools: []Pool{dflt, blue}, nodes: nodes("a"), ranges: []Range{withFree(rng("blue-1", "10.1.0.0/30", "a", "blue"), 2)},
+			want: []string{"a=10.244.0.0/24"}},
+		{name: "a free address of the pool is left on the node: no block",
+			pools: []Pool{dflt, blue}, nodes: nodes("a"),
+			ranges:  []Range{rng("d", "10.244.0.0/24", "a", "default"), withFree(rng("blue-1", "10.1.0.0/30", "a", "blue"), 1)},
+			pending: pending("a", "p:blue")},
+		{name: "the node's block of the pool is full: a second block",
+			pools: []Pool{dflt, blue}, nodes: nodes("a"),
+			ranges:  []Range{rng("d", "10.244.0.0/24", "a", "default"), withFree(rng("blue-1", "10.1.0.0/30", "a", "blue"), 0)},
+			pending: pending("a", "p:blue"), want: []string{"a=10.1.0.4/30"}},
+		{name: "three pods, one free address, blocks of two: one more block serves the other two",
+			pools: []Pool{dflt, blue}, nodes: nodes("a"),
+			ranges:  []Range{rng("d", "10.244.0.0/24", "a", "default"), withFree(rng("blue-1", "10.1.0.0/30", "a", "blue"), 1)},
+			pending: pending("a", "p1:blue", "p2:blue", "p3:blue"), want: []string{"a=10.1.0.4/30"}},
+		{name: "pods on two nodes: a block each",
+			pools: []Pool{blue}, nodes: nodes("a", "b"),
+			pending: append(pending("a", "p:blue"), pending("b", "q:blue")...), want: []string{"a=10.1.0.0/30", "b=10.1.0.4/30"}},
+		{name: "pool exhausted: every pod left waits, naming the pool",
+			pools: []Pool{blue}, nodes: nodes("a", "b"),
+			ranges:  []Range{withFree(rng("blue-1", "10.1.0.0/30", "a", "blue"), 0), withFree(rng("blue-2", "10.1.0.4/30", "b", "blue"), 0)},
+			pending: pending("a", "p1:blue", "p2:blue"), wantWaiting: []string{"ns/p1 blue IPPoolExhausted", "ns/p2 blue IPPoolExhausted"}},
+		{name: "the pod's first pool has a free address elsewhere only; its second has one here",
+			pools: []Pool{blue, nsPool("green", 4, 30, "10.2.0.0/29")}, nodes: nodes("a"),
+			ranges:  []Range{withFree(rng("green-1", "10.2.0.0/30", "a", "green"), 2)},
+			pending: pending("a", "p:blue,green")},
+		{name: "no pool of the pod can serve the node (its nodeSelector does not select it)",
+			pools: []Pool{func() Pool { p := blue; p.Selector = labels.SelectorFromSet(labels.Set{"zone": "x"}); return p }()},
+			nodes: nodes("a"), pending: pending("a", "p:blue"), wantWaiting: []string{"ns/p blue NoIPPoolForNode"}},
+		{name: "a fenced node gets no block for its pods",
+			pools: []Pool{blue}, nodes: []Node{fenced}, pending: pending("a", "p:blue")},
+		{name: "a pod on a node that is gone: nothing",
+			pools: []Pool{blue}, nodes: nodes("b"), pending: pending("a", "p:blue")},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := Compute(Input{Pools: tc.pools, Nodes: tc.nodes, Ranges: tc.ranges, Pending: tc.pending, Now: t0, Held: func(Range, string) string { return "in use" }})
+			if got := assigned(plan); !slices.Equal(got, tc.want) {
+				t.Errorf("assigned %v, want %v", got, tc.want)
+			}
+			for _, a := range plan.Assign {
+				if a.Restricted != (a.Pool != "default") {
+					t.Errorf("block %s of %s: Restricted %v; want it only on namespace pools' blocks", a.CIDR, a.Pool, a.Restricted)
+				}
+			}
+			var waits []string
+			for _, w := range plan.PodWaits {
+				waits = append(waits, w.Namespace+"/"+w.Name+" "+w.Pool+" "+w.Reason)
+				if !strings.Contains(w.Message, w.Pool) {
+					t.Errorf("pod wait message %q does not name the pool %s", w.Message, w.Pool)
+				}
+			}
+			if !slices.Equal(waits, tc.wantWaiting) {
+				t.Errorf("pod waits %v, want %v", waits, tc.wantWaiting)
+			}
+			if len(plan.Release) > 0 {
+				t.Errorf("released %v: a node's namespace pool block and its node pool block are not two blocks of a race", plan.Release)
+			}
+		})
+	}
+}
+
+func TestComputeReleasesEmptyNamespaceBlocks(t *testing.T) {
+	blue := nsPool("blue", 5, 30, "10.1.0.0/29")
+	marked := func(r Range, since time.Time) Range { r.EmptySince = since; return r }
+	block := rng("blue-1", "10.1.0.0/30", "a", "blue")
+	for _, tc := range []struct {
+		name        string
+		pools       []Pool
+		ranges      []Range
+		held        string
+		wantMark    string // "set", "clear" or ""
+		wantRelease bool
+	}{
+		{name: "an empty block is marked", pools: []Pool{blue}, ranges: []Range{block}, wantMark: "set"},
+		{name: "marked within releaseAfter: kept", pools: []Pool{blue}, ranges: []Range{marked(block, t0.Add(-time.Minute))}},
+		{name: "marked past releaseAfter: released", pools: []Pool{blue}, ranges: []Range{marked(block, t0.Add(-6*time.Minute))}, wantRelease: true},
+		{name: "held again: unmarked, kept", pools: []Pool{blue}, ranges: []Range{marked(block, t0.Add(-6*time.Minute))}, held: "pod ns/p holds 10.1.0.1", wantMark: "clear"},
+		{name: "held: never marked", pools: []Pool{blue}, ranges: []Range{block}, held: "pod ns/p on node a has no IP yet"},
+		{name: "a node pool's only block stays, however empty", pools: []Pool{pool("blue", 5, "10.1.0.0/29")}, ranges: []Range{marked(rng("blue-1", "10.1.0.0/24", "a", "blue"), t0.Add(-time.Hour))}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var heldAsked []string
+			plan := Compute(Input{Pools: tc.pools, Nodes: nodes("a"), Ranges: tc.ranges, Now: t0, Held: func(r Range, pendingOn string) string {
+				heldAsked = append(heldAsked, r.Name+"@"+pendingOn)
+				return tc.held
+			}})
+			mark := ""
+			for _, m := range plan.Mark {
+				if m.Annotation != jkev1.AnnotationEmptySince {
+					t.Errorf("mark %+v: want the empty-since annotation", m)
+				}
+				mark = map[bool]string{true: "clear", false: "set"}[m.Since.IsZero()]
+			}
+			if mark != tc.wantMark {
+				t.Errorf("mark %q, want %q (%+v)", mark, tc.wantMark, plan.Mark)
+			}
+			if got := len(plan.Release) == 1; got != tc.wantRelease {
+				t.Errorf("released %v, want release %v", plan.Release, tc.wantRelease)
+			}
+			if tc.wantRelease && (plan.Release[0].Generation != 1 || plan.Release[0].NodeGone) {
+				t.Errorf("release %+v: want generation 1 and the node's claims kept (it is alive)", plan.Release[0])
+			}
+			if tc.pools[0].ForNamespaces && !slices.Contains(heldAsked, "blue-1@a") {
+				t.Errorf("Held asked %v: want it asked with the node's pending pods counted (blue-1@a)", heldAsked)
+			}
+		})
+	}
+}
+
+// A node's block of a namespace pool and its node pool's block are not two blocks of one family
+// that a race gave it: neither is released as an extra.
+func TestComputeNamespaceBlockIsNoExtraBlock(t *testing.T) {
+	plan := Compute(Input{Pools: []Pool{pool("default", 9, "10.244.0.0/16"), nsPool("blue", 5, 30, "10.1.0.0/29")}, Nodes: nodes("a"),
+		Ranges: []Range{rng("a-default", "10.244.0.0/24", "a", "default"), rng("blue-1", "10.1.0.0/30", "a", "blue")},
+		Now:    t0, Held: nothingHeld})
+	if len(plan.Release) > 0 {
+		t.Errorf("released %+v, want none (the empty blue block is only marked, and released after releaseAfter)", plan.Release)
 	}
 }

@@ -72,7 +72,7 @@ func controllerDescriptors() []controllerDescriptor {
 		{name: nodefailover.Name, constructor: newNodeFailoverController,
 			informers: []runtime.Object{&corev1.Node{}, &corev1.Pod{}, &jkev1.IPRange{}, &jkev1.StaticIP{}, &jkev1alpha1.NodeFailover{}}},
 		{name: ippool.Name, constructor: newIPPoolController,
-			informers: []runtime.Object{&jkev1.IPPool{}, &jkev1.IPRange{}, &corev1.Node{}, &corev1.Pod{}, &jkev1.StaticIP{}, &jkev1alpha1.NodeFailover{}, &jkev1.BGPPeer{}}},
+			informers: []runtime.Object{&jkev1.IPPool{}, &jkev1.IPRange{}, &corev1.Node{}, &corev1.Pod{}, &jkev1.StaticIP{}, &jkev1alpha1.NodeFailover{}, &jkev1.BGPPeer{}, &corev1.Namespace{}}},
 		{name: bgppeer.Name, constructor: newBGPPeerController,
 			informers: []runtime.Object{&jkev1.BGPPeer{}, &jkev1.BGPConfiguration{}, &jkev1.BGPNodeStatus{}}},
 	}
@@ -214,7 +214,7 @@ func newIPPoolController(cc controllerContext) (func(context.Context), error) {
 	c, err := ippool.NewController(cc.kube, cc.client, cc.jkeInformers.Jke().V1().IPPools(),
 		cc.jkeInformers.Jke().V1().IPRanges(), cc.kubeInformers.Core().V1().Nodes(), cc.kubeInformers.Core().V1().Pods(),
 		cc.jkeInformers.Jke().V1().StaticIPs(), cc.jkeInformers.Jke().V1alpha1().NodeFailovers(),
-		cc.jkeInformers.Jke().V1().BGPPeers(), cc.recorder)
+		cc.jkeInformers.Jke().V1().BGPPeers(), cc.kubeInformers.Core().V1().Namespaces(), cc.recorder)
 	if err != nil {
 		return nil, err
 	}

@@ -18,6 +18,11 @@ import (
 const (
 	ByNode    = "podindex.spec.nodeName"
 	ByIPBlock = "podindex.status.podIPs.block"
+	// ByAwaitingIP holds, under the one key AwaitingIP, the pods bound to a node that have no
+	// IP yet (not host network, not finished, not being deleted): the range allocator gives
+	// their node a block of their pool when none of its addresses is left there.
+	ByAwaitingIP = "podindex.awaitingIP"
+	AwaitingIP   = "awaiting"
 	// MaxBlocks bounds the index lookups for one CIDR (a /16 of IPv4); a wider CIDR is checked
 	// against the list of all pods.
 	MaxBlocks = 256
@@ -26,6 +31,19 @@ const (
 func indexByNode(obj any) ([]string, error) {
 	if p, ok := obj.(*corev1.Pod); ok && p.Spec.NodeName != "" {
 		return []string{p.Spec.NodeName}, nil
+	}
+	return nil, nil
+}
+
+// Awaiting: the pod is bound to a node and still waits for its pod IP.
+func Awaiting(p *corev1.Pod) bool {
+	return p.Spec.NodeName != "" && !p.Spec.HostNetwork && len(p.Status.PodIPs) == 0 && p.DeletionTimestamp == nil &&
+		p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed
+}
+
+func indexByAwaitingIP(obj any) ([]string, error) {
+	if p, ok := obj.(*corev1.Pod); ok && Awaiting(p) {
+		return []string{AwaitingIP}, nil
 	}
 	return nil, nil
 }
@@ -62,6 +80,9 @@ func New(inf cache.SharedIndexInformer, lister corelisters.PodLister) (*Pods, er
 	if _, ok := have[ByIPBlock]; !ok {
 		add[ByIPBlock] = indexByIPBlock
 	}
+	if _, ok := have[ByAwaitingIP]; !ok {
+		add[ByAwaitingIP] = indexByAwaitingIP
+	}
 	if len(add) > 0 {
 		if err := inf.AddIndexers(add); err != nil {
 			return nil, err
@@ -89,6 +110,16 @@ func (x *Pods) byIndex(index, key string, out []*corev1.Pod, seen map[types.UID]
 		}
 	}
 	return out, nil
+}
+
+// Get is the pod namespace/name from the informer.
+func (x *Pods) Get(namespace, name string) (*corev1.Pod, error) {
+	return x.lister.Pods(namespace).Get(name)
+}
+
+// AwaitingIP lists the pods bound to a node that have no IP yet (Awaiting).
+func (x *Pods) AwaitingIP() ([]*corev1.Pod, error) {
+	return x.byIndex(ByAwaitingIP, AwaitingIP, nil, nil)
 }
 
 // Candidates returns the pods bound to node (none when node is empty) and the pods with an

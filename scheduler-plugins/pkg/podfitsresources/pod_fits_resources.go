@@ -18,10 +18,13 @@ import (
 	fwk "k8s.io/kube-scheduler/framework"
 	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
 
+	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/scheduler-plugins/apis/config"
 	_ "github.com/staticip/staticip/scheduler-plugins/apis/config/scheme" // registers the args
 	"github.com/staticip/staticip/scheduler-plugins/apis/config/validation"
+	"github.com/staticip/staticip/scheduler-plugins/pkg/poolfit"
 	"github.com/staticip/staticip/scheduler-plugins/pkg/staticipnode"
 )
 
@@ -42,6 +45,7 @@ var (
 const (
 	requestsSignerName    = "staticip.jke.jdcloud.com/PodFitsResourcesWithStaticIP.requests"
 	hostNetworkSignerName = "v1.Pod.Spec.HostNetwork"
+	poolsSignerName       = "staticip.jke.jdcloud.com/PodFitsResourcesWithStaticIP.pools"
 )
 
 var errCacheNotSynced = errors.New("the staticIPNode cache has not synced yet")
@@ -53,6 +57,9 @@ type PodFitsResources struct {
 	// requeue brings back the pods this plugin rejected when a StaticIP or IPRange change
 	// may let them fit (nil in unit tests built without a framework handle).
 	requeue *staticipnode.Requeue
+	// pools: the IPPools, namespace pools' blocks and namespaces, for pods whose address must
+	// come from chosen pools (nil in unit tests built without a framework handle).
+	pools *poolfit.View
 }
 
 // New builds the plugin from its (internal, defaulted) args.
@@ -70,6 +77,15 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	pl := NewWithCache(c, *args)
 	pl.requeue = c.NewRequeue(klog.FromContext(ctx).WithName(Name), h, pl.hint)
+	if args.CheckIPs {
+		client, err := versioned.NewForConfig(h.KubeConfig())
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", Name, err)
+		}
+		if pl.pools, err = poolfit.ForScheduler(ctx, h.SharedInformerFactory(), client, h); err != nil {
+			return nil, fmt.Errorf("%s: %w", Name, err)
+		}
+	}
 	return pl, nil
 }
 
@@ -96,6 +112,12 @@ type preFilterState struct {
 	holdingNodes []string
 	// rejected: Filter rejected the pod on some node this cycle (recorded for requeueing once).
 	rejected atomic.Bool
+	// pools: the pod's address must come from these IPPools (apis/poolchoice), judged on
+	// poolSnap; empty for pods naming none, with an IP of their own, or off the pod network.
+	pools    []string
+	poolSnap *poolfit.Snapshot
+	// poolRejected: some node was refused for the pools (the pod waits for a pool change).
+	poolRejected atomic.Bool
 }
 
 func (s *preFilterState) Clone() fwk.StateData { return s }
@@ -114,14 +136,44 @@ func (pl *PodFitsResources) PreFilter(_ context.Context, state fwk.CycleState, p
 		s.hasOwn, s.ownNode = true, sip.Node
 	}
 	s.holdingNodes = pl.cache.NodesHoldingPod(pod.Namespace, pod.Name)
+	if status := pl.preFilterPools(s, pod); status != nil {
+		return nil, status
+	}
 	state.Write(stateKey, s)
 	return nil, nil
 }
+
+// preFilterPools finds the pools the pod's address must come from. Nothing for a pod off the
+// pod network, one whose StaticIP or ip-address annotation fixes its IP (a static IP keeps its
+// pool; CheckPodAnnotationWithStaticIP places it), and — one atomic load — every pod while no
+// pool selects namespaces and no pod or namespace names pools. A choice the pod may not make
+// (a named pool gone, or no longer selecting its namespace) keeps it Pending with the reason.
+func (pl *PodFitsResources) preFilterPools(s *preFilterState, pod *v1.Pod) *fwk.Status {
+	if pl.pools == nil || !s.needsIP || !pl.args.CheckIPs || s.hasOwn || !pl.pools.Relevant(pod) ||
+		pod.Annotations[podip.AnnotationIPAddress] != "" {
+		return nil
+	}
+	if !pl.pools.Synced() {
+		return fwk.AsStatus(errPoolsNotSynced)
+	}
+	snap := pl.pools.Snapshot()
+	ch, err := pl.pools.Choose(snap, pod)
+	if err != nil {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	s.pools, s.poolSnap = ch.Pools, snap
+	return nil
+}
+
+var errPoolsNotSynced = errors.New("the IPPool view has not synced yet")
 
 // Reserve: the pod has a node; it no longer waits for a change of StaticIPs or IPRanges.
 func (pl *PodFitsResources) Reserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ string) *fwk.Status {
 	if pl.requeue != nil {
 		pl.requeue.Placed(pod)
+	}
+	if pl.pools != nil {
+		pl.pools.Placed(pod)
 	}
 	return nil
 }
@@ -138,10 +190,16 @@ func (pl *PodFitsResources) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignF
 	if _, ok := pl.cache.StaticIPOfPod(pod); ok {
 		return nil, fwk.NewStatus(fwk.Unschedulable, "pods with a StaticIP are not signable")
 	}
-	return []fwk.SignFragment{
+	fragments := []fwk.SignFragment{
 		{Key: requestsSignerName, Value: staticipnode.ResourcesFromList(resource.PodRequests(pod, resource.PodResourcesOptions{}))},
 		{Key: hostNetworkSignerName, Value: pod.Spec.HostNetwork},
-	}, nil
+	}
+	if pl.pools != nil && pl.pools.Relevant(pod) {
+		// The pod's pools follow from its namespace and its ippools annotation (poolchoice).
+		fragments = append(fragments, fwk.SignFragment{Key: poolsSignerName,
+			Value: pod.Namespace + "\x00" + pod.Annotations[jkev1.AnnotationIPPools] + "\x00" + pod.Annotations[podip.AnnotationIPAddress]})
+	}
+	return fragments, nil
 }
 
 // PreFilterExtensions: reservations do not depend on which other pods are nominated.
@@ -168,6 +226,14 @@ func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod 
 		// network-unavailable taint (DaemonSet pods tolerating every taint). The node's
 		// condition, not a StaticIP or IPRange, changes this: a Node event requeues the pod.
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, noUsableRangeReason)
+	}
+	if len(s.pools) > 0 {
+		if ok, why := pl.pools.Verdict(s.poolSnap, pod, s.pools, nodeInfo.Node(), nodeInfo.GetPods()); !ok {
+			if s.poolRejected.CompareAndSwap(false, true) {
+				pl.pools.Wait(pod) // a pool or block change may let it fit
+			}
+			return fwk.NewStatus(fwk.Unschedulable, "no address of the pod's IPPools on the node: "+why)
+		}
 	}
 	if len(view.Held) == 0 && (!checkIP || !view.HasRanges) {
 		if checkIP && pl.args.NodesWithoutIPRange == config.NodesWithoutIPRangeReject {

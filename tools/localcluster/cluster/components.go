@@ -238,6 +238,9 @@ rules:
 - apiGroups: [jke.jdcloud.com]
   resources: [staticips, ipranges]
   verbs: [get, list, watch]
+- apiGroups: [jke.jdcloud.com]
+  resources: [ippools]
+  verbs: [list, watch]
 ---
 apiVersion: rbac.authorization.k8s.io/v1
 kind: ClusterRoleBinding

@@ -44,6 +44,14 @@ type IPPoolSpecApplyConfiguration struct {
 	// NodeSelector chooses the pool's nodes; empty or absent: every node. A node matched by
 	// several pools takes its block from the oldest of them (then the first by name).
 	NodeSelector *metav1.LabelSelectorApplyConfiguration `json:"nodeSelector,omitempty"`
+	// NamespaceSelector chooses the namespaces whose pods may take addresses from the pool
+	// (Calico's IPPool.namespaceSelector); empty or absent: every namespace. A pod names its
+	// pools in the annotation staticip.jke.jdcloud.com/ippools (on the pod, or its namespace:
+	// the pod's wins); a pod naming no pool takes the oldest pool whose non-empty selector
+	// selects its namespace, else the node's pool as before. A pool with a non-empty selector
+	// is never a node's pool. Admission (manifests/admission/ippools-policy.yaml) refuses a pod
+	// naming a pool that does not select its namespace.
+	NamespaceSelector *metav1.LabelSelectorApplyConfiguration `json:"namespaceSelector,omitempty"`
 	// ExcludeIPs are never given to a pod: each is copied into the excludeIPs of the block that
 	// holds it.
 	ExcludeIPs []string `json:"excludeIPs,omitempty"`
@@ -108,6 +116,14 @@ func (b *IPPoolSpecApplyConfiguration) WithMode(value jkev1.IPPoolMode) *IPPoolS
 // If called multiple times, the NodeSelector field is set to the value of the last call.
 func (b *IPPoolSpecApplyConfiguration) WithNodeSelector(value *metav1.LabelSelectorApplyConfiguration) *IPPoolSpecApplyConfiguration {
 	b.NodeSelector = value
+	return b
+}
+
+// WithNamespaceSelector sets the NamespaceSelector field in the declarative configuration to the given value
+// and returns the receiver, so that objects can be built by chaining "With" function invocations.
+// If called multiple times, the NamespaceSelector field is set to the value of the last call.
+func (b *IPPoolSpecApplyConfiguration) WithNamespaceSelector(value *metav1.LabelSelectorApplyConfiguration) *IPPoolSpecApplyConfiguration {
+	b.NamespaceSelector = value
 	return b
 }
 

@@ -1,0 +1,93 @@
+// Package poolfit decides, for a pod whose address must come from chosen IPPools
+// (apis/poolchoice: the pod's or its namespace's staticip.jke.jdcloud.com/ippools annotation,
+// or the pools whose namespaceSelector selects its namespace), whether a node can give it one:
+// a free address of one of its pools on the node, or a block of one of them the range allocator
+// can still give the node. A node that has neither is not feasible, the reason naming the pools
+// (issue 39 item 1). verdict.go is the pure decision; view.go its informers.
+package poolfit
+
+import (
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// Pool is what the verdict needs of one IPPool.
+type Pool struct {
+	Name     string
+	Deleting bool
+	// NodePodCIDR: the pool mirrors Node.spec.podCIDR; it gives no block on demand.
+	NodePodCIDR bool
+	// NodeSelector selects the nodes the pool may give blocks (nil: every node).
+	NodeSelector labels.Selector
+	// FreeBlocks are blocks the allocator can still give a node: status.blocksFree (blocks
+	// overlapping no IPRange) plus the pool's released blocks (IPRanges of it no node holds).
+	FreeBlocks int64
+}
+
+// Node is what the verdict needs of one node: its labels and, per pool, the free addresses
+// of that pool's blocks it holds (as its agent last counted them).
+type Node struct {
+	Name   string
+	Labels map[string]string
+	Free   map[string]int64
+}
+
+// Verdict says whether node can give the pod an address of one of pools (in the pod's order of
+// preference), and if not, why, naming each pool. An unknown pool is named as such (the pod's
+// choice outlived the pool admission checked it against).
+func Verdict(pools []string, node Node, known map[string]Pool) (bool, string) {
+	var why []string
+	for _, name := range pools {
+		if node.Free[name] > 0 {
+			return true, ""
+		}
+		p, ok := known[name]
+		switch {
+		case !ok:
+			why = append(why, fmt.Sprintf("IPPool %q does not exist", name))
+		case p.Deleting:
+			why = append(why, fmt.Sprintf("IPPool %q is being deleted and has no free address on the node", name))
+		case p.NodePodCIDR:
+			why = append(why, fmt.Sprintf("IPPool %q (mode NodePodCIDR) has no free address on the node", name))
+		case p.NodeSelector != nil && !p.NodeSelector.Matches(labels.Set(node.Labels)):
+			why = append(why, fmt.Sprintf("IPPool %q has no free address on the node and its nodeSelector does not select it", name))
+		case p.FreeBlocks <= 0:
+			why = append(why, fmt.Sprintf("IPPool %q is exhausted: no free address on the node and no free block to give it", name))
+		default:
+			return true, "" // the range allocator gives the node a block once the pod is bound there
+		}
+	}
+	return false, strings.Join(why, "; ")
+}
+
+// Block is one block of a pool that a node holds: its prefix, how many addresses pods may get
+// from it (apis/iprangeaddr, the rule the node's IPAM allocates by) and how many its agent last
+// counted reserved for absent static-IP pods.
+type Block struct {
+	Prefix             netip.Prefix
+	Capacity, Reserved int64
+}
+
+// Free is how many addresses of blocks are left for a new pod: their capacity, less the
+// reservations, the pods of the node holding an address in them (podIPs: the addresses of the
+// node's pods), and the pods bound to the node that wait for an address of the pool (waiting).
+// Counted from the scheduler's own pods, not the agent's status counts, which lag a pass behind
+// the pods just started.
+func Free(blocks []Block, podIPs []netip.Addr, waiting int64) int64 {
+	var free int64
+	for _, b := range blocks {
+		free += b.Capacity - b.Reserved
+	}
+	for _, ip := range podIPs {
+		for _, b := range blocks {
+			if b.Prefix.Contains(ip) {
+				free--
+				break
+			}
+		}
+	}
+	return free - waiting
+}

@@ -1,0 +1,81 @@
+package poolfit
+
+import (
+	"net/netip"
+	"strings"
+	"testing"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+func TestVerdict(t *testing.T) {
+	zoneA := labels.SelectorFromSet(labels.Set{"zone": "a"})
+	known := map[string]Pool{
+		"blue":      {Name: "blue", FreeBlocks: 3},
+		"full":      {Name: "full"},
+		"going":     {Name: "going", Deleting: true, FreeBlocks: 5},
+		"mirror":    {Name: "mirror", NodePodCIDR: true, FreeBlocks: 5},
+		"zone-a":    {Name: "zone-a", NodeSelector: zoneA, FreeBlocks: 5},
+		"zone-full": {Name: "zone-full", NodeSelector: zoneA},
+	}
+	nodeB := func(free map[string]int64) Node {
+		return Node{Name: "n1", Labels: map[string]string{"zone": "b"}, Free: free}
+	}
+	for _, tc := range []struct {
+		name  string
+		pools []string
+		node  Node
+		ok    bool
+		why   string
+	}{
+		{name: "a free address of the pool on the node", pools: []string{"full"}, node: nodeB(map[string]int64{"full": 1}), ok: true},
+		{name: "no address here, the pool has a block to give", pools: []string{"blue"}, node: nodeB(nil), ok: true},
+		{name: "exhausted pool, nothing on the node", pools: []string{"full"}, node: nodeB(map[string]int64{"full": 0}),
+			why: `IPPool "full" is exhausted: no free address on the node and no free block to give it`},
+		{name: "second choice serves", pools: []string{"full", "blue"}, node: nodeB(nil), ok: true},
+		{name: "every pool named", pools: []string{"full", "zone-a", "nope"}, node: nodeB(nil),
+			why: `IPPool "full" is exhausted: no free address on the node and no free block to give it; IPPool "zone-a" has no free address on the node and its nodeSelector does not select it; IPPool "nope" does not exist`},
+		{name: "nodeSelector selects the node", pools: []string{"zone-a"}, node: Node{Name: "n2", Labels: map[string]string{"zone": "a"}}, ok: true},
+		{name: "selected but exhausted", pools: []string{"zone-full"}, node: Node{Name: "n2", Labels: map[string]string{"zone": "a"}},
+			why: `IPPool "zone-full" is exhausted`},
+		{name: "a pool being deleted gives no block", pools: []string{"going"}, node: nodeB(nil), why: `IPPool "going" is being deleted`},
+		{name: "but its free address here is still given", pools: []string{"going"}, node: nodeB(map[string]int64{"going": 2}), ok: true},
+		{name: "NodePodCIDR pools give no block on demand", pools: []string{"mirror"}, node: nodeB(nil), why: `IPPool "mirror" (mode NodePodCIDR)`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ok, why := Verdict(tc.pools, tc.node, known)
+			if ok != tc.ok {
+				t.Fatalf("Verdict = %v, %q; want %v", ok, why, tc.ok)
+			}
+			if !tc.ok && (why == "" || !strings.Contains(why, tc.why)) {
+				t.Fatalf("reason %q; want it to contain %q", why, tc.why)
+			}
+		})
+	}
+}
+
+func TestFree(t *testing.T) {
+	blocks := []Block{{Prefix: netip.MustParsePrefix("10.1.0.0/30"), Capacity: 2}, {Prefix: netip.MustParsePrefix("10.1.0.8/29"), Capacity: 6, Reserved: 1}}
+	ips := func(s ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, v := range s {
+			out = append(out, netip.MustParseAddr(v))
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name    string
+		ips     []netip.Addr
+		waiting int64
+		want    int64
+	}{
+		{name: "empty blocks, one reserved", want: 7},
+		{name: "pods of the blocks and of other ranges", ips: ips("10.1.0.1", "10.1.0.2", "10.1.0.9", "10.244.0.5"), want: 4},
+		{name: "pods bound without an address yet", ips: ips("10.1.0.1"), waiting: 2, want: 4},
+		{name: "full", ips: ips("10.1.0.1", "10.1.0.2", "10.1.0.9", "10.1.0.10", "10.1.0.11", "10.1.0.12", "10.1.0.13"), want: 0},
+	} {
+		if got := Free(blocks, tc.ips, tc.waiting); got != tc.want {
+			t.Errorf("%s: Free = %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
