@@ -9,8 +9,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 
-	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/apis/iprangelabel"
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/apis/podip"
 )
 
@@ -71,7 +71,9 @@ func TestStaticIPCarriesItsRangeLabel(t *testing.T) {
 	if _, err := f.client.JkeV1().IPRanges().Create(f.ctx, other, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { _ = f.client.JkeV1().IPRanges().Delete(context.Background(), other.Name, metav1.DeleteOptions{}) })
+	t.Cleanup(func() {
+		_ = f.client.JkeV1().IPRanges().Delete(context.Background(), other.Name, metav1.DeleteOptions{})
+	})
 	legacy, err := f.client.JkeV1().StaticIPs(f.ns).Create(f.ctx, &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Name: "legacy-0"},
 		Spec: jkev1.StaticIPSpec{Pod: "legacy-0", IP: "10.78.0.9", Node: "node-b"}}, metav1.CreateOptions{})
 	if err != nil {
