@@ -234,6 +234,10 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		return errors.Join(append(errs, errNotSynced)...)
 	}
 	snap, err := a.view.snapshot(a.cfg.NodeName)
+	if errors.Is(err, errNotSynced) {
+		a.syncsNotSynced.Add(1)
+		return errors.Join(append(errs, err)...)
+	}
 	if err != nil {
 		a.syncsFailed.Add(1)
 		return errors.Join(append(errs, err)...)

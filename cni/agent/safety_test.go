@@ -173,8 +173,7 @@ func TestReservationsFollowRangeOwnership(t *testing.T) {
 	dir := t.TempDir()
 	a := startedAgent(ctx, t, Config{NodeName: nodeA, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir}, kube, sip, io.Discard)
 	testsupport.Eventually(context.Background(), t, 10*time.Second, "the agent's cache holds the three StaticIPs", testsupport.True(func() bool {
-		l, _ := a.view.staticIPs.StaticIPs(nsName).List(everything())
-		return len(l) == 3
+		return len(staticIPsIn(a, nsName)) == 3
 	}))
 	if err := a.SyncOnce(ctx); err != nil {
 		t.Fatal(err)
@@ -204,8 +203,7 @@ func TestDuplicateStaticIPIsReportedAndTheRestReserved(t *testing.T) {
 	var log syncBuffer
 	a := startedAgent(ctx, t, Config{NodeName: node, CNIBinDir: filepath.Join(dir, "bin"), CNIConfDir: filepath.Join(dir, "net.d"), DataDir: dir}, kube, sip, &log)
 	testsupport.Eventually(context.Background(), t, 10*time.Second, "the agent's cache holds the three StaticIPs", testsupport.True(func() bool {
-		l, _ := a.view.staticIPs.StaticIPs(nsName).List(everything())
-		return len(l) == 3
+		return len(staticIPsIn(a, nsName)) == 3
 	}))
 	if err := a.SyncOnce(ctx); err != nil {
 		t.Fatalf("SyncOnce: %v", err)
@@ -573,4 +571,15 @@ func TestIPRangeResizedWhileInUse(t *testing.T) {
 		c := meta.FindStatusCondition(r.Status.Conditions, ConditionSynced)
 		return c != nil && c.Status == metav1.ConditionFalse && c.Reason == ReasonResizedWhileUsed && strings.Contains(c.Message, "10.163.0.0/24")
 	}))
+}
+
+// staticIPsIn are the StaticIPs of namespace ns in the agent's caches.
+func staticIPsIn(a *Agent, ns string) []*jkev1.StaticIP {
+	var out []*jkev1.StaticIP
+	for _, s := range a.view.staticIPs.list() {
+		if s.Namespace == ns {
+			out = append(out, s)
+		}
+	}
+	return out
 }

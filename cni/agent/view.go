@@ -34,8 +34,9 @@ import (
 // other nodes' claims and addresses come with the IPRanges (status.holders), so that nothing an
 // agent watches grows with the number of nodes beyond the ranges themselves.
 type view struct {
-	ranges    jkelisters.IPRangeLister
-	staticIPs jkelisters.StaticIPLister
+	ranges jkelisters.IPRangeLister
+	// staticIPs: the StaticIPs of the ranges this node holds and the unlabelled ones (scopes.go).
+	staticIPs *staticIPScopes
 	pods      corelisters.PodLister
 	self      corelisters.NodeLister
 	legacy    corelisters.NodeLister
@@ -86,7 +87,10 @@ func (a *Agent) Start(ctx context.Context) error {
 	selfInf := self.Core().V1().Nodes().Informer()
 	legacyInf := legacy.Core().V1().Nodes().Informer()
 	rangeInf := sips.Jke().V1().IPRanges().Informer()
-	sipInf := sips.Jke().V1().StaticIPs().Informer()
+	scopes, err := newStaticIPScopes(ctx, a.sip, a.trigger)
+	if err != nil {
+		return err
+	}
 	poolInf := sips.Jke().V1().IPPools().Informer()
 	nsInf := cluster.Core().V1().Namespaces().Informer()
 	if err := nsInf.SetTransform(trimNamespace); err != nil {
@@ -126,7 +130,6 @@ func (a *Agent) Start(ctx context.Context) error {
 				or.Annotations[jkev1.AnnotationReportRoutes] != nr.Annotations[jkev1.AnnotationReportRoutes] ||
 				or.Labels[jkev1.LabelIPPoolRestricted] != nr.Labels[jkev1.LabelIPPoolRestricted]
 		}, true},
-		{sipInf, func(o, n any) bool { return !reflect.DeepEqual(o.(*jkev1.StaticIP).Spec, n.(*jkev1.StaticIP).Spec) }, true},
 		// Which pools a namespace's pods take addresses of (namespacePools).
 		{poolInf, func(o, n any) bool { return !reflect.DeepEqual(o.(*jkev1.IPPool).Spec, n.(*jkev1.IPPool).Spec) }, true},
 		{nsInf, func(o, n any) bool {
@@ -154,13 +157,13 @@ func (a *Agent) Start(ctx context.Context) error {
 	}
 	v := &view{
 		ranges:     sips.Jke().V1().IPRanges().Lister(),
-		staticIPs:  sips.Jke().V1().StaticIPs().Lister(),
+		staticIPs:  scopes,
 		pods:       pods.Core().V1().Pods().Lister(),
 		self:       self.Core().V1().Nodes().Lister(),
 		legacy:     legacy.Core().V1().Nodes().Lister(),
 		pools:      sips.Jke().V1().IPPools().Lister(),
 		namespaces: cluster.Core().V1().Namespaces().Lister(),
-		synced: []cache.InformerSynced{podInf.HasSynced, selfInf.HasSynced, legacyInf.HasSynced, rangeInf.HasSynced, sipInf.HasSynced,
+		synced: []cache.InformerSynced{podInf.HasSynced, selfInf.HasSynced, legacyInf.HasSynced, rangeInf.HasSynced, scopes.unlabelled.HasSynced,
 			poolInf.HasSynced, nsInf.HasSynced},
 	}
 	if a.cfg.BGP.Enabled {
@@ -253,10 +256,20 @@ func (v *view) snapshot(self string) (*snapshot, error) {
 		return nil, err
 	}
 	sort.Slice(ranges, func(i, j int) bool { return ranges[i].Name < ranges[j].Name })
-	sips, err := v.staticIPs.List(labels.Everything())
-	if err != nil {
-		return nil, err
+	// The StaticIPs of the ranges this node holds: a pass waits until they are all in.
+	scopes := StaticIPScopes(ranges, self)
+	ctx, cancel := context.WithTimeout(v.staticIPs.ctx, apiTimeout)
+	defer cancel()
+	if !v.staticIPs.ensure(scopes) && !v.staticIPs.waitSynced(ctx) {
+		return nil, fmt.Errorf("%w: the StaticIPs of IPRanges %v", errNotSynced, scopes)
 	}
+	var held []netip.Prefix
+	for _, r := range ranges {
+		if p, err := netip.ParsePrefix(r.Spec.CIDR); err == nil && holds(r, self) {
+			held = append(held, p.Masked())
+		}
+	}
+	sips := v.staticIPs.withVanished(ctx, v.staticIPs.list(), scopes, held)
 	pods, err := v.pods.List(labels.Everything())
 	if err != nil {
 		return nil, err

@@ -31,6 +31,8 @@ type migration struct {
 	target *corev1.Node
 	// deleted: this sync deleted the record; nothing is written back.
 	deleted bool
+	// deferred: a progress-only status change held back (progressWriteGap); look again then.
+	deferred time.Duration
 }
 
 func (m *migration) st() *jkev1alpha1.NodeFailoverStatus { return &m.rec.Status }
@@ -75,11 +77,20 @@ func (m *migration) writeStatus(ctx context.Context) error {
 	if apiequality.Semantic.DeepEqual(m.orig, m.rec.Status) {
 		return nil
 	}
+	if OnlyProgressMessageChanged(m.orig, m.rec.Status) {
+		if last, ok := m.c.statusWritten.Load(m.rec.Name); ok {
+			if wait := last.(time.Time).Add(progressWriteGap).Sub(m.now); wait > 0 {
+				m.deferred = wait
+				return nil
+			}
+		}
+	}
 	updated, err := m.c.client.JkeV1alpha1().NodeFailovers().UpdateStatus(ctx, m.rec, metav1.UpdateOptions{})
 	metrics.ObserveStatusWrite(Name, err)
 	if err != nil {
 		return err
 	}
+	m.c.statusWritten.Store(updated.Name, m.now)
 	m.c.recordWrites.Remember(updated.Name, updated)
 	m.rec = updated
 	m.orig = *updated.Status.DeepCopy()
@@ -87,6 +98,19 @@ func (m *migration) writeStatus(ctx context.Context) error {
 }
 
 func (m *migration) failedName() string { return m.rec.Spec.Node }
+
+// OnlyProgressMessageChanged says whether cur differs from old only in the message of the
+// Progressing condition (same status and reason: the same wait, with other counts or names).
+func OnlyProgressMessageChanged(old, cur jkev1alpha1.NodeFailoverStatus) bool {
+	o := meta.FindStatusCondition(old.Conditions, jkev1alpha1.NodeFailoverConditionProgressing)
+	c := meta.FindStatusCondition(cur.Conditions, jkev1alpha1.NodeFailoverConditionProgressing)
+	if o == nil || c == nil || o.Status != c.Status || o.Reason != c.Reason || o.Message == c.Message {
+		return false
+	}
+	withOld := cur.DeepCopy()
+	meta.SetStatusCondition(&withOld.Conditions, *o)
+	return apiequality.Semantic.DeepEqual(old, *withOld)
+}
 
 // committed: a range write may have happened. From then on the migration only goes forward.
 func (m *migration) committed() bool {

@@ -33,6 +33,7 @@ import (
 	jkev1alpha1informers "github.com/staticip/staticip/apis/generated/informers/externalversions/jke/v1alpha1"
 	jkev1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1"
 	jkev1alpha1listers "github.com/staticip/staticip/apis/generated/listers/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/iprangelabel"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
 	"github.com/staticip/staticip/apis/ordinal"
@@ -54,6 +55,7 @@ var (
 const (
 	ipIndex       = "staticip.jke.jdcloud.com/ip"
 	workloadIndex = "staticip.jke.jdcloud.com/workload"
+	rangeIndex    = "staticip.jke.jdcloud.com/iprange"
 )
 
 // Conflict reasons, also the label of staticip_conflicts_total.
@@ -97,6 +99,19 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 		ipIndex: func(obj any) ([]string, error) {
 			if s, ok := obj.(*jkev1.StaticIP); ok && s.Spec.IP != "" {
 				return []string{s.Spec.IP}, nil
+			}
+			return nil, nil
+		},
+		// The records an IPRange's arrival, removal or resize may relabel: those labelled with
+		// it, and those with an IP and no label (rangeIndexUnlabelled).
+		rangeIndex: func(obj any) ([]string, error) {
+			if s, ok := obj.(*jkev1.StaticIP); ok {
+				if v, ok := s.Labels[iprangelabel.Key]; ok {
+					return []string{v}, nil
+				}
+				if s.Spec.IP != "" {
+					return []string{rangeIndexUnlabelled}, nil
+				}
 			}
 			return nil, nil
 		},
@@ -158,8 +173,19 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 		UpdateFunc: c.workloadUpdated,
 		DeleteFunc: c.enqueueWorkload,
 	}
+	rangeHandler := cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueueRangeRecords,
+		UpdateFunc: func(old, cur any) {
+			o, okOld := old.(*jkev1.IPRange)
+			n, okCur := cur.(*jkev1.IPRange)
+			if !okOld || !okCur || o.Spec.CIDR != n.Spec.CIDR || (o.DeletionTimestamp == nil) != (n.DeletionTimestamp == nil) {
+				c.enqueueRangeRecords(cur)
+			}
+		},
+		DeleteFunc: c.enqueueRangeRecords,
+	}
 	for _, e := range []error{
-		add(sipHandler, sipInformer.Informer()), add(podHandler, podInformer.Informer()),
+		add(sipHandler, sipInformer.Informer()), add(podHandler, podInformer.Informer()), add(rangeHandler, rangeInformer.Informer()),
 		add(workloadHandler, setInformer.Informer()), add(workloadHandler, stsInformer.Informer()),
 	} {
 		if e != nil {
@@ -167,6 +193,61 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 		}
 	}
 	return c, nil
+}
+
+// rangeIndexUnlabelled is rangeIndex's key for the records with an IP and no range label.
+const rangeIndexUnlabelled = "\x00unlabelled"
+
+// enqueueRangeRecords queues the records an IPRange event may relabel: those labelled with it
+// and the unlabelled ones with an IP.
+func (c *Controller) enqueueRangeRecords(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	r, ok := obj.(*jkev1.IPRange)
+	if !ok {
+		return
+	}
+	for _, key := range []string{iprangelabel.Value(r.Name), rangeIndexUnlabelled} {
+		objs, _ := c.sipIndexer.ByIndex(rangeIndex, key)
+		for _, o := range objs {
+			c.enqueueKey(o)
+		}
+	}
+}
+
+// withRangeLabel sets (or removes) sip's iprangelabel.Key to the IPRange its IP lies in; it
+// says whether that changed anything. sip must be the caller's copy.
+func withRangeLabel(sip *jkev1.StaticIP, ranges []*jkev1.IPRange) bool {
+	want := iprangelabel.For(ranges, sip.Spec.IP)
+	cur, has := sip.Labels[iprangelabel.Key]
+	switch {
+	case want == "" && !has, want != "" && has && cur == want:
+		return false
+	case want == "":
+		delete(sip.Labels, iprangelabel.Key)
+	default:
+		if sip.Labels == nil {
+			sip.Labels = map[string]string{}
+		}
+		sip.Labels[iprangelabel.Key] = want
+	}
+	return true
+}
+
+// labelRange writes the record's range label when it is not what its IP says (records written
+// before the label existed, a range created, deleted or resized): the node agents watch only
+// the records of their own ranges, and the unlabelled ones.
+func (c *Controller) labelRange(ctx context.Context, sip *jkev1.StaticIP) (*jkev1.StaticIP, error) {
+	ranges, err := c.ranges.List(labels.Everything())
+	if err != nil {
+		return nil, err
+	}
+	upd := sip.DeepCopy()
+	if !withRangeLabel(upd, ranges) {
+		return sip, nil
+	}
+	return c.client.JkeV1().StaticIPs(sip.Namespace).Update(ctx, upd, metav1.UpdateOptions{})
 }
 
 func workloadKey(ns string, w workloadref.Ref) string {
@@ -313,6 +394,12 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	if err != nil {
 		c.recorder.Eventf(cached, corev1.EventTypeWarning, "FailedRetentionPolicy", "apply the workload's retention policy: %v", err)
+		return err
+	}
+	if sip, err = c.labelRange(ctx, sip); apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
+		c.queue.Add(key)
+		return nil
+	} else if err != nil {
 		return err
 	}
 	if pod != nil && pod.DeletionTimestamp == nil && !isPodTerminal(pod) {
@@ -478,6 +565,13 @@ func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *
 		}
 		sip.Spec.Resources = resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})
 		if !apiequality.Semantic.DeepEqual(orig.Spec, sip.Spec) {
+			// The range label goes with the IP, in one write: the record moves from every
+			// agent's view (unlabelled) to the view of its range's holder.
+			ranges, err := c.ranges.List(labels.Everything())
+			if err != nil {
+				return err
+			}
+			withRangeLabel(sip, ranges)
 			updated, err := c.client.JkeV1().StaticIPs(sip.Namespace).Update(ctx, sip, metav1.UpdateOptions{})
 			if apierrors.IsConflict(err) || apierrors.IsNotFound(err) {
 				// An optimistic-lock retry (the record changed since the cache showed it), not a

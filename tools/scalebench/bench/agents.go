@@ -18,6 +18,7 @@ import (
 
 	sipclient "github.com/staticip/staticip/apis/generated/clientset/versioned"
 	sipinformers "github.com/staticip/staticip/apis/generated/informers/externalversions"
+	"github.com/staticip/staticip/apis/iprangelabel"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/cni/agent"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
@@ -77,7 +78,9 @@ func (c *Cluster) StartAgents(ctx context.Context) (*Agents, error) {
 	kf := informers.NewSharedInformerFactory(a.kube, 0)
 	sf := sipinformers.NewSharedInformerFactory(a.sip, 0)
 	nodeInf, rangeInf := kf.Core().V1().Nodes().Informer(), sf.Jke().V1().IPRanges().Informer()
-	sipInf := sf.Jke().V1().StaticIPs().Informer() // only for the accounting: agents watch every StaticIP
+	// Only for the accounting: each agent watches the StaticIPs of its ranges and the unlabelled
+	// ones (cni/agent.StaticIPScopes); the harness sees them all and accounts each to its watchers.
+	sipInf := sf.Jke().V1().StaticIPs().Informer()
 	for _, h := range []struct {
 		inf  cache.SharedIndexInformer
 		poke bool
@@ -108,6 +111,11 @@ func (a *Agents) handler(poke bool) cache.ResourceEventHandlerFuncs {
 		}
 		if t := a.traffic.Load(); t != nil {
 			if ev, ok := watchEventOf(o); ok {
+				if sip, ok := o.(*jkev1.StaticIP); ok {
+					if v, labelled := sip.Labels[iprangelabel.Key]; labelled {
+						ev.Scoped, ev.Watchers = true, agent.StaticIPWatchers(a.rangeList(), v)
+					}
+				}
 				t.Watched(ev)
 			}
 		}
@@ -136,6 +144,15 @@ func watchEventOf(o any) (WatchEvent, bool) {
 	return ev, true
 }
 
+// rangeList is the harness's IPRanges as its informer has them.
+func (a *Agents) rangeList() []*jkev1.IPRange {
+	var out []*jkev1.IPRange
+	for _, o := range a.ranges.List() {
+		out = append(out, o.(*jkev1.IPRange))
+	}
+	return out
+}
+
 // Record starts accounting into a new ledger (replacing any running one) and returns it.
 func (a *Agents) Record() *Traffic {
 	t := NewTraffic()
@@ -157,9 +174,10 @@ func (a *Agents) ReadyNodes() []string {
 // StopRecording ends the accounting.
 func (a *Agents) StopRecording() { a.traffic.Store(nil) }
 
-func (a *Agents) wrote(node string, bytes int) {
+func (a *Agents) wrote(node string, bytes int, start time.Time) {
 	if t := a.traffic.Load(); t != nil {
-		t.Wrote(node, bytes)
+		now := time.Now()
+		t.Wrote(node, bytes, now, now.Sub(start))
 	}
 }
 
@@ -247,9 +265,10 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 		meta.SetStatusCondition(&r.Status.Conditions, agent.ServingCondition(r.Spec.Node, r.Generation))
 		r.Status.Holders = agent.WithHolder(r.Status.Holders, r.Spec.Node, &jkev1.IPRangeHolder{Node: r.Spec.Node, Address: address[r.Spec.Node],
 			Generation: r.Spec.OwnerGeneration, State: jkev1.HolderServing})
+		start := time.Now()
 		if _, err := a.sip.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{}); err == nil { // a conflict: the next pass
 			if b, err := json.Marshal(r); err == nil {
-				a.wrote(r.Spec.Node, len(b))
+				a.wrote(r.Spec.Node, len(b), start)
 			}
 		}
 		return nil
@@ -265,9 +284,10 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 		if err != nil {
 			return err
 		}
+		start := time.Now()
 		if _, err := a.kube.CoreV1().Nodes().Patch(ctx, annotate[i], types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
 			a.AnnotationBytes.Add(int64(len(report)))
-			a.wrote(annotate[i], len(patch))
+			a.wrote(annotate[i], len(patch), start)
 			a.mu.Lock()
 			a.written[annotate[i]] = report
 			a.mu.Unlock()

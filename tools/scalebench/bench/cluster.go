@@ -92,6 +92,8 @@ type Cluster struct {
 	// controllerQPS/Burst: Options.ControllerQPS/Burst, defaulted.
 	controllerQPS   float32
 	controllerBurst int
+	// rangeNames: node → the name of its IPRange, as Ranges last read them.
+	rangeNames map[string]string
 }
 
 // Start brings up etcd + kube-apiserver (MaxUnavailableStatefulSet on, so the native

@@ -324,7 +324,7 @@ func (c *Cluster) failoverESTS(ctx context.Context, pods int, agents *Agents) ([
 	for i := 0; i < pods; i++ {
 		name := fmt.Sprintf("%s-%d", set, i)
 		ips[name] = Host(cidr, i+1)
-		s := StaticIP(ns, name, ips[name], FailoverSource, Requests)
+		s := RangeLabelled(StaticIP(ns, name, ips[name], FailoverSource, Requests), FailoverSource)
 		s.Spec.APIGroup, s.Spec.Kind, s.Spec.Ref = jkev1alpha1.GroupName, "EnhancedStatefulSet", set
 		if _, err := c.SIP.JkeV1().StaticIPs(ns).Create(ctx, s, metav1.CreateOptions{}); ignoreExists(err) != nil {
 			return nil, 0, err
@@ -438,6 +438,10 @@ func (c *Cluster) failoverESTS(ctx context.Context, pods int, agents *Agents) ([
 	rows[1].Note("simulated agents after the fence: %d requests (%s), %.1f MiB of annotations",
 		agentReqs.Total(), agentReqs, float64(agents.AnnotationBytes.Load()-bytes0)/(1<<20))
 	rows[1].Note("the range move (power-off → agents converged), %s", moveTraffic)
+	if first, last, med, mx := traffic.Writes(); !first.IsZero() {
+		rows[1].Note("the agents' writes answered %.1f–%.1f s after the fence (each took median %d ms, max %d ms)",
+			first.Sub(run.t0).Seconds(), last.Sub(run.t0).Seconds(), med.Milliseconds(), mx.Milliseconds())
+	}
 	// Leave the scenario's objects out of the next scenarios.
 	for _, comp := range comps {
 		comp.Stop()

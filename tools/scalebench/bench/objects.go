@@ -21,6 +21,7 @@ import (
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/yaml"
 
+	"github.com/staticip/staticip/apis/iprangelabel"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/internal/reporoot"
@@ -40,12 +41,26 @@ func (c *Cluster) Ranges(ctx context.Context) (map[string]netip.Prefix, error) {
 		return nil, err
 	}
 	m := map[string]netip.Prefix{}
+	names := map[string]string{}
 	for _, r := range list.Items {
 		if p, err := netip.ParsePrefix(r.Spec.CIDR); err == nil && r.Spec.Node != "" {
-			m[r.Spec.Node] = p
+			m[r.Spec.Node], names[r.Spec.Node] = p, r.Name
 		}
 	}
+	c.rangeNames = names
 	return m, nil
+}
+
+// RangeLabelled gives s the label the StaticIP controller sets with the IP
+// (apis/iprangelabel): that of rangeName, the IPRange s's IP lies in. The harness writes
+// records as the controllers would have left them, so that no scenario measures a one-time
+// relabelling (an upgrade's cost) instead of the component's work.
+func RangeLabelled(s *jkev1.StaticIP, rangeName string) *jkev1.StaticIP {
+	if s.Labels == nil {
+		s.Labels = map[string]string{}
+	}
+	s.Labels[iprangelabel.Key] = iprangelabel.Value(rangeName)
+	return s
 }
 
 // EnsureRanges gives every node without an IPRange a hand-written one (NodeCIDR) and

@@ -54,7 +54,7 @@ func (c *Cluster) StaticIPController(ctx context.Context, total int, idle time.D
 	err = parallel(ctx, total, 32, func(ctx context.Context, k int) error {
 		node, ip := place(k)
 		name := fmt.Sprintf("%s-%d", set, k)
-		s := StaticIP(ns, name, ip, node, Requests)
+		s := RangeLabelled(StaticIP(ns, name, ip, node, Requests), c.rangeNames[node])
 		s.Spec.APIGroup, s.Spec.Kind, s.Spec.Ref = "apps", "StatefulSet", set
 		if _, err := c.SIP.JkeV1().StaticIPs(ns).Create(ctx, s, metav1.CreateOptions{}); ignoreExists(err) != nil {
 			return err
@@ -177,7 +177,7 @@ func (c *Cluster) reservationCache(ctx context.Context, ns string) ([]Row, error
 		{"staticip-scheduler", "staticip-scheduler", StaticIPSchedulerConfig},
 	} {
 		blocker := "blocker-" + m.name
-		if _, err := c.SIP.JkeV1().StaticIPs(ns).Create(ctx, StaticIP(ns, blocker, Host(ranges[node], 250), node, big), metav1.CreateOptions{}); err != nil {
+		if _, err := c.SIP.JkeV1().StaticIPs(ns).Create(ctx, RangeLabelled(StaticIP(ns, blocker, Host(ranges[node], 250), node, big), c.rangeNames[node]), metav1.CreateOptions{}); err != nil {
 			return rows, err
 		}
 		comp, err := c.StartScheduler(m.name+"-cache", m.bin, m.config)
