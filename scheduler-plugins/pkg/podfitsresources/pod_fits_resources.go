@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
@@ -16,6 +17,8 @@ import (
 	"k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -53,6 +56,17 @@ type PodFitsResources struct {
 	// requeue brings back the pods this plugin rejected when a StaticIP or IPRange change
 	// may let them fit (nil in unit tests built without a framework handle).
 	requeue *staticipnode.Requeue
+	// fitFiltersFirst says whether NodeResourcesFit filters before this plugin in the profile
+	// (its pod-count check then rejects first wherever an IP check against a capacity of at
+	// least the node's pod slots could). Asked once, at the first PreFilter: the profile's
+	// plugins are known only after every plugin is built. nil: unknown (unit tests without a
+	// framework), taken as no.
+	fitFiltersFirst func() bool
+	// views finds each node's view (and its staticip network state) by its Node object.
+	views *staticipnode.ViewIndex
+	// ipSafe remembers which nodes of the scheduler's node list cannot refuse a pod an IP
+	// where NodeResourcesFit admits it (canSkipFilter).
+	safeNodes ipSafety
 }
 
 // New builds the plugin from its (internal, defaulted) args.
@@ -70,12 +84,42 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	pl := NewWithCache(c, *args)
 	pl.requeue = c.NewRequeue(klog.FromContext(ctx).WithName(Name), h, pl.hint)
+	pl.fitFiltersFirst = sync.OnceValue(func() bool { return fitFiltersBefore(h, Name) })
 	return pl, nil
+}
+
+// fitFiltersBefore reports whether the profile of h runs NodeResourcesFit's Filter before
+// plugin's. kube-scheduler's framework lists its plugins (ListPlugins); any other handle is
+// taken as no.
+func fitFiltersBefore(h fwk.Handle, plugin string) bool {
+	lister, ok := h.(interface{ ListPlugins() *schedconfig.Plugins })
+	if !ok {
+		return false
+	}
+	plugins := lister.ListPlugins()
+	if plugins == nil {
+		return false
+	}
+	return filtersBefore(plugins.Filter.Enabled, names.NodeResourcesFit, plugin)
+}
+
+// filtersBefore reports whether first comes before second among the enabled plugins.
+func filtersBefore(enabled []schedconfig.Plugin, first, second string) bool {
+	for _, p := range enabled {
+		switch p.Name {
+		case first:
+			return true
+		case second:
+			return false
+		}
+	}
+	return false
 }
 
 // NewWithCache builds the plugin on a given cache (unit tests).
 func NewWithCache(c *staticipnode.Cache, args config.PodFitsResourcesWithStaticIPArgs) *PodFitsResources {
-	return &PodFitsResources{cache: c, args: args}
+	return &PodFitsResources{cache: c, args: args,
+		views: c.NewViewIndex(func(n *v1.Node) uint8 { return uint8(staticIPNetwork(n)) })}
 }
 
 // Name returns the plugin's name.
@@ -100,11 +144,15 @@ type preFilterState struct {
 
 func (s *preFilterState) Clone() fwk.StateData { return s }
 
-// PreFilter computes the pod's requests and finds its own reservation.
-func (pl *PodFitsResources) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+// PreFilter computes the pod's requests and finds its own reservation. It returns Skip (the
+// framework then runs no Filter of this plugin for the pod, canSkipFilter) when no node can
+// reject the pod for a reason of this plugin's where NodeResourcesFit admits it.
+func (pl *PodFitsResources) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if !pl.cache.Synced() {
 		return nil, fwk.AsStatus(errCacheNotSynced)
 	}
+	// The views Filter found by Node object in earlier cycles become readable without a lock.
+	pl.views.Publish(len(nodes))
 	s := &preFilterState{
 		request: staticipnode.ResourcesFromList(resource.PodRequests(pod, resource.PodResourcesOptions{})),
 		needsIP: !pod.Spec.HostNetwork,
@@ -114,8 +162,100 @@ func (pl *PodFitsResources) PreFilter(_ context.Context, state fwk.CycleState, p
 		s.hasOwn, s.ownNode = true, sip.Node
 	}
 	s.holdingNodes = pl.cache.NodesHoldingPod(pod.Namespace, pod.Name)
+	// Written when skipping too: a caller that runs Filter anyway gets the same answer.
 	state.Write(stateKey, s)
+	if pl.canSkipFilter(s.needsIP && pl.args.CheckIPs, nodes) {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
 	return nil, nil
+}
+
+// canSkipFilter reports whether Filter would admit the pod on every node of nodes (the
+// scheduler's node list) where NodeResourcesFit admits it, so the framework need not call it
+// at all (per node it costs about as much as NodeResourcesFit's own Filter). That holds when
+// no StaticIP is active anywhere (no node's view holds a reservation: the resource and
+// pod-slot checks have nothing to subtract) and, for a pod that needs an IP (checkIP), every
+// node is ipSafe: no staticip agent reports it without a usable range, it has no IPRange only
+// under nodesWithoutIPRange: Allow, and its ranges give at least as many IPs as it has pod
+// slots — an IP check that fails there (pods on the pod network + 1 > IPs) means more pods
+// than slots, which NodeResourcesFit rejects, before this plugin when it filters first
+// (fitFiltersFirst; the shipped profiles enable it by multiPoint, so it does).
+//
+// Preemption (which removes pods) and nominated pods (which add them) run Filter on changed
+// NodeInfos: removing pods only lowers the count, and added pods raise NodeResourcesFit's pod
+// count as much as this plugin's IP count, so the answers stay equal there too. What the
+// cache holds is read at PreFilter: a StaticIP applied between PreFilter and Filter is seen by
+// the next cycle, as one applied just after this cycle would be.
+func (pl *PodFitsResources) canSkipFilter(checkIP bool, nodes []fwk.NodeInfo) bool {
+	if pl.cache.ActiveRecords() != 0 {
+		return false
+	}
+	if !checkIP {
+		return true
+	}
+	if pl.fitFiltersFirst == nil || !pl.fitFiltersFirst() {
+		return false
+	}
+	return pl.safeNodes.all(nodes, pl.cache.RangesVersion(), func(node *v1.Node, nodeInfo fwk.NodeInfo) bool {
+		view := pl.cache.Node(node.Name)
+		return ipSafe(staticIPNetwork(node), view.HasRanges, view.IPCapacity, int64(nodeInfo.GetAllocatable().GetAllowedPodNumber()), pl.args.NodesWithoutIPRange)
+	})
+}
+
+// ipSafe reports whether a node's IP check can refuse a pod without reservations only where
+// NodeResourcesFit's pod-slot check refuses it too: the node is not a staticip node without a
+// usable range (refused whatever its pods), has IPRanges giving at least as many IPs as it has
+// pod slots, or has none under nodesWithoutIPRange: Allow (no IP check there).
+func ipSafe(network nodeNetwork, hasRanges bool, ipCapacity, podSlots int64, withoutRange config.NodesWithoutIPRangePolicy) bool {
+	switch {
+	case network == networkUnavailable:
+		return false
+	case !hasRanges:
+		return withoutRange == config.NodesWithoutIPRangeAllow
+	}
+	return ipCapacity >= podSlots
+}
+
+// ipSafety remembers ipSafe per position of the scheduler's node list, for the Node object
+// and the cache's ranges it was computed from: per pod it compares one pointer per node, and
+// recomputes only the nodes whose object changed (a new *v1.Node: the informer's objects are
+// never modified) — all of them when an IPRange changed (RangesVersion) or the list's length.
+type ipSafety struct {
+	mu            sync.Mutex
+	rangesVersion uint64
+	nodes         []ipSafeNode
+	unsafe        int
+}
+
+type ipSafeNode struct {
+	node        *v1.Node
+	known, safe bool
+}
+
+// all reports whether safe holds for every node of nodes (nodes without a Node object, which
+// the scheduler never filters, count as safe).
+func (m *ipSafety) all(nodes []fwk.NodeInfo, rangesVersion uint64, safe func(*v1.Node, fwk.NodeInfo) bool) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rangesVersion != m.rangesVersion || len(nodes) != len(m.nodes) {
+		m.rangesVersion = rangesVersion
+		m.nodes = make([]ipSafeNode, len(nodes))
+		m.unsafe = 0
+	}
+	for i, ni := range nodes {
+		node, e := ni.Node(), &m.nodes[i]
+		if e.known && e.node == node {
+			continue
+		}
+		if e.known && !e.safe {
+			m.unsafe--
+		}
+		*e = ipSafeNode{node: node, known: true, safe: node == nil || safe(node, ni)}
+		if !e.safe {
+			m.unsafe++
+		}
+	}
+	return m.unsafe == 0
 }
 
 // Reserve: the pod has a node; it no longer waits for a change of StaticIPs or IPRanges.
@@ -159,10 +299,11 @@ func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod 
 		return fwk.AsStatus(fmt.Errorf("reading %q from cycle state: %w", stateKey, err))
 	}
 	s := data.(*preFilterState)
-	nodeName := nodeInfo.Node().Name
-	view := pl.cache.Node(nodeName)
+	node := nodeInfo.Node()
+	nodeName := node.Name
+	view, network := pl.views.View(node)
 	checkIP := s.needsIP && pl.args.CheckIPs
-	if checkIP && staticIPNetwork(nodeInfo.Node()) == networkUnavailable {
+	if checkIP && nodeNetwork(network) == networkUnavailable {
 		// A staticip node with no range to allocate from: every pod that needs an IP would
 		// hang in ContainerCreating there, including those that tolerate the
 		// network-unavailable taint (DaemonSet pods tolerating every taint). The node's

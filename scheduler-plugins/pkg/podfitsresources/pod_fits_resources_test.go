@@ -297,6 +297,7 @@ func runFilterCase(t *testing.T, tc filterCase) {
 		args = *tc.args
 	}
 	pl := NewWithCache(c, args)
+	pl.fitFiltersFirst = func() bool { return true } // as in the shipped profiles
 	nodeInfo := framework.NewNodeInfo(tc.onNode...)
 	node := mkNode("n1")
 	if tc.network != "" {
@@ -305,10 +306,16 @@ func runFilterCase(t *testing.T, tc filterCase) {
 	}
 	nodeInfo.SetNode(node)
 	state := framework.NewCycleState()
-	if _, st := pl.PreFilter(context.Background(), state, tc.pod, nil); !st.IsSuccess() {
-		t.Fatalf("PreFilter: %v", st)
+	_, pre := pl.PreFilter(context.Background(), state, tc.pod, []fwk.NodeInfo{nodeInfo})
+	if !pre.IsSuccess() && !pre.IsSkip() {
+		t.Fatalf("PreFilter: %v", pre)
 	}
+	// Filter runs even when PreFilter skipped it: a skip is right only where Filter admits the
+	// pod or NodeResourcesFit (first in the profile) refuses it for its pod slots anyway.
 	st := pl.Filter(context.Background(), state, tc.pod, nodeInfo)
+	if pre.IsSkip() && !st.IsSuccess() && len(nodeInfo.GetPods())+1 <= nodeInfo.GetAllocatable().GetAllowedPodNumber() {
+		t.Fatalf("PreFilter skipped Filter, which refuses the pod where NodeResourcesFit admits it: %v", st)
+	}
 	if tc.want == nil {
 		if !st.IsSuccess() {
 			t.Fatalf("Filter = %v, want success", st)

@@ -148,6 +148,9 @@ type Cache struct {
 	unpublished atomic.Int64
 	// namesChanged: slots differs from published (names added or removed).
 	namesChanged bool
+	// namesVersion goes up whenever a name gets or loses its slot, and when the names are
+	// published: a ViewIndex entry resolved at an older version may hold a slot that is gone.
+	namesVersion atomic.Uint64
 	staticIPs    map[string]*reservation
 	// byPod maps a pod key to the keys of the StaticIPs naming the pod, sorted: nearly
 	// always one (several are a conflict the StaticIP controller reports). A slice, not a
@@ -170,6 +173,13 @@ type Cache struct {
 	synced []cache.InformerSynced
 	// ready latches once every informer has delivered its initial list.
 	ready atomic.Bool
+
+	// activeRecords counts the active StaticIPs (those in some node's active set), and
+	// rangesVersion goes up with every change of an IPRange the cache applies: what a
+	// plugin needs to know, per pod, whether any node view can reject it (ActiveRecords,
+	// RangesVersion) without looking at every node's view.
+	activeRecords atomic.Int64
+	rangesVersion atomic.Uint64
 
 	// listeners are told of every change the informers apply (Listen), after it is applied.
 	listenersMu sync.RWMutex
@@ -419,6 +429,7 @@ func (c *Cache) applyStaticIP(f *StaticIPFields) bool {
 			n.active = map[string]*reservation{}
 		}
 		n.active[key] = next
+		c.activeRecords.Add(1)
 		n.touch()
 	}
 	c.byPod[next.podKey] = insertSorted(c.byPod[next.podKey], key)
@@ -483,6 +494,9 @@ func (c *Cache) applyIPRange(f *IPRangeFields) bool {
 	if !c.newerUIDLocked("range/"+f.Name, f.UID, f.ResourceVersion, false) {
 		return false
 	}
+	// The version goes up once the node views are published (defers run last-first): a
+	// reader that sees the new version finds the new views.
+	defer c.rangesVersion.Add(1)
 	defer c.publishLocked()
 	c.removeRangeLocked(f.Name)
 	c.ranges[f.Name] = parsed
@@ -519,12 +533,25 @@ func (c *Cache) deleteIPRange(f *IPRangeFields, tombstone bool) bool {
 	if !c.deleteLocked("range/"+f.Name, f.UID, f.ResourceVersion, tombstone) {
 		return false
 	}
+	// The version goes up once the node views are published (defers run last-first): a
+	// reader that sees the new version finds the new views.
+	defer c.rangesVersion.Add(1)
 	defer c.publishLocked()
 	c.removeRangeLocked(f.Name)
 	return true
 }
 
 // ---- reads ----
+
+// ActiveRecords is how many StaticIPs hold a place on some node (active: node set, not
+// Released, not being deleted), whether their pods are present or absent. When it is 0 no
+// node's view holds anything (every NodeInfo.Held is empty).
+func (c *Cache) ActiveRecords() int64 { return c.activeRecords.Load() }
+
+// RangesVersion changes whenever an IPRange change is applied (added, changed, deleted): a
+// reader that derived something from the nodes' ranges (HasRanges, IPCapacity) keeps it while
+// the version stays the same.
+func (c *Cache) RangesVersion() uint64 { return c.rangesVersion.Load() }
 
 // StaticIPForPod returns the StaticIP of pod namespace/name. When several records name the
 // same pod (a conflict the StaticIP controller reports), the one whose name is the pod's
@@ -618,19 +645,23 @@ func (s *nodeSlot) load() *NodeInfo {
 // caller until the node changes (then a new one is published): read it, never modify it.
 // Once the cache has synced it takes no lock.
 func (c *Cache) Node(node string) *NodeInfo {
-	if s := (*c.published.Load())[node]; s != nil {
-		return s.load()
-	}
-	if c.unpublished.Load() == 0 {
-		return emptyNode
-	}
-	c.mu.RLock()
-	s := c.slots[node]
-	c.mu.RUnlock()
-	if s != nil {
+	if s := c.slotOf(node); s != nil {
 		return s.load()
 	}
 	return emptyNode
+}
+
+// slotOf returns node's slot, nil when the cache knows nothing of the node.
+func (c *Cache) slotOf(node string) *nodeSlot {
+	if s := (*c.published.Load())[node]; s != nil {
+		return s
+	}
+	if c.unpublished.Load() == 0 {
+		return nil
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.slots[node]
 }
 
 // publishLocked publishes a new view of every node changed since the last publication, and
@@ -648,6 +679,7 @@ func (c *Cache) publishLocked() {
 			s.view.Store(emptyNode)
 			delete(c.slots, name)
 			c.namesChanged = true
+			c.namesVersion.Add(1)
 		}
 	}
 	clear(c.changed)
@@ -670,6 +702,7 @@ func (c *Cache) slotLocked(name string) *nodeSlot {
 	}
 	c.slots[name] = s
 	c.namesChanged = true
+	c.namesVersion.Add(1)
 	return s
 }
 
@@ -685,6 +718,7 @@ func (c *Cache) publishNamesLocked() {
 	c.published.Store(&m)
 	c.unpublished.Store(0)
 	c.namesChanged = false
+	c.namesVersion.Add(1)
 }
 
 // build computes the node's NodeInfo (c.mu held, for reading at least).
@@ -731,7 +765,10 @@ func (c *Cache) removeStaticIPLocked(key string) {
 	}
 	if old.active {
 		if n := c.nodes[old.node]; n != nil {
-			delete(n.active, key)
+			if _, ok := n.active[key]; ok {
+				delete(n.active, key)
+				c.activeRecords.Add(-1)
+			}
 			n.touch()
 		}
 	}
