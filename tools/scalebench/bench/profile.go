@@ -22,7 +22,8 @@ const ProfileWindow = 5 * time.Second
 // Merge a pass's windows with `go tool pprof -top dir/prefix-*.pprof`.
 func CaptureCPUProfiles(ctx context.Context, base, dir, prefix string) (stop func() []string) {
 	ctx, cancel := context.WithCancel(ctx)
-	_ = os.MkdirAll(dir, 0o755) // a failure shows as no profiles (fetchProfile cannot write)
+	// A failure to create dir shows as no profiles (fetchProfile cannot write).
+	_ = os.MkdirAll(dir, 0o755)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback, the component's self-signed certificate
 	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, int(ProfileWindow/time.Second))
 	var (

@@ -1,0 +1,101 @@
+package staticipnode
+
+import (
+	"fmt"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+)
+
+// A ViewIndex answers what Cache.Node answers, for Node objects it has published and for new
+// ones, across every change the cache's views and names go through: records and ranges added
+// and removed (a name gets a slot, loses it, gets a new one), before and after the sync, with
+// Publish between the steps or not; and its fact is computed once per Node object.
+func TestViewIndexAgreesWithNode(t *testing.T) {
+	c := NewEmpty()
+	facts := map[*v1.Node]int{}
+	x := c.NewViewIndex(func(n *v1.Node) uint8 {
+		facts[n]++
+		return uint8(len(n.Name))
+	})
+	nodes := map[string]*v1.Node{}
+	for _, name := range []string{"n1", "n2", "node-3"} {
+		nodes[name] = &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+	}
+	check := func(step string) {
+		t.Helper()
+		for name, n := range nodes {
+			view, fact := x.View(n)
+			if want := c.Node(name); view != want {
+				t.Fatalf("%s: ViewIndex gives %s the view %+v, Cache.Node %+v", step, name, view, want)
+			}
+			if fact != uint8(len(name)) {
+				t.Fatalf("%s: fact of %s = %d", step, name, fact)
+			}
+		}
+	}
+	r1 := &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: "r1"}, Spec: jkev1.IPRangeSpec{CIDR: "10.0.0.0/26", Node: "n1"}}
+	a := sip("ns", "a", "n2", "1")
+	steps := []struct {
+		name   string
+		change func()
+	}{
+		{"empty", func() {}},
+		{"IPRange on n1", func() { c.OnIPRangeUpdate(nil, r1) }},
+		{"StaticIP a on n2 (a new name)", func() { c.OnStaticIPUpdate(nil, a) }},
+		{"synced", c.MarkSynced},
+		{"StaticIP a moved to node-3 (n2 loses its slot)", func() {
+			moved := a.DeepCopy()
+			moved.Spec.Node = "node-3"
+			c.OnStaticIPUpdate(a, moved)
+			a = moved
+		}},
+		{"StaticIP a back on n2 (a new slot)", func() {
+			back := a.DeepCopy()
+			back.Spec.Node = "n2"
+			c.OnStaticIPUpdate(a, back)
+			a = back
+		}},
+		{"IPRange deleted (n1 loses its slot)", func() { c.OnIPRangeDelete(r1) }},
+		{"IPRange again (n1 gets a new slot)", func() { c.OnIPRangeUpdate(nil, r1) }},
+		{"n1 updated (a new Node object)", func() { nodes["n1"] = &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}} }},
+	}
+	for _, publish := range []bool{false, true} {
+		for _, s := range steps {
+			s.change()
+			check(fmt.Sprintf("%s (publish %v)", s.name, publish))
+			if publish {
+				x.Publish(len(nodes))
+				check(fmt.Sprintf("%s, published", s.name))
+			}
+		}
+	}
+	for n, count := range facts {
+		// Once per Node object and names version it was resolved at, not per lookup.
+		if count > 2*len(steps) {
+			t.Errorf("fact of %s computed %d times", n.Name, count)
+		}
+	}
+}
+
+// The index forgets Node objects the scheduler no longer holds: past the nodes plus an eighth
+// (and 64) it starts over with what was found since the last Publish.
+func TestViewIndexStartsOver(t *testing.T) {
+	c := NewEmpty()
+	c.MarkSynced()
+	x := c.NewViewIndex(nil)
+	const nodes = 100
+	for round := range 3 {
+		for i := range nodes {
+			// Every round brings new Node objects (each node updated).
+			x.View(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("n%d-%d", i, round)}})
+		}
+		x.Publish(nodes)
+		if got := x.Len(); got > nodes+nodes/8+64 {
+			t.Fatalf("round %d: %d entries for %d nodes", round, got, nodes)
+		}
+	}
+}
