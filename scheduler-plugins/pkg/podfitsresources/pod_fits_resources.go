@@ -301,7 +301,7 @@ func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod 
 	s := data.(*preFilterState)
 	node := nodeInfo.Node()
 	nodeName := node.Name
-	view, network := pl.views.View(node)
+	ref, network := pl.views.View(node)
 	checkIP := s.needsIP && pl.args.CheckIPs
 	if checkIP && nodeNetwork(network) == networkUnavailable {
 		// A staticip node with no range to allocate from: every pod that needs an IP would
@@ -310,7 +310,8 @@ func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod 
 		// condition, not a StaticIP or IPRange, changes this: a Node event requeues the pod.
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, noUsableRangeReason)
 	}
-	if len(view.Held) == 0 && (!checkIP || !view.HasRanges) {
+	sum := pl.summary(ref, nodeInfo)
+	if sum.held == 0 && (!checkIP || !sum.hasRanges) {
 		if checkIP && pl.args.NodesWithoutIPRange == config.NodesWithoutIPRangeReject {
 			if pl.requeue != nil && s.rejected.CompareAndSwap(false, true) {
 				pl.requeue.Wait(pod) // an IPRange for the node lets it fit
@@ -319,14 +320,13 @@ func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod 
 		}
 		return nil // nothing reserved here, no IP limit: nothing for this plugin to judge
 	}
-	sum := pl.summary(nodeName, nodeInfo, view)
 	others := reserving{held: sum.absent, reserved: sum.reserved}
 	if slices.Contains(s.holdingNodes, nodeName) {
 		others = sum.othersThan(pod)
 	}
 	v := Insufficient(s.names, s.request, nodeInfo, others)
 	if checkIP {
-		v.merge(pl.ipVerdict(s, nodeName, view, sum.podNetwork, others))
+		v.merge(pl.ipVerdict(s, nodeName, sum, others))
 	}
 	status := v.status()
 	if status != nil && pl.requeue != nil && s.rejected.CompareAndSwap(false, true) {
@@ -375,10 +375,17 @@ func staticIPNetwork(node *v1.Node) nodeNetwork {
 
 // nodeSummary is what Filter needs of one node for any pod: it depends only on the node's
 // pods (NodeInfo generation) and on the cache's view of the node, so it is computed once per
-// pair instead of once per pod and node (Filter cost stays flat in the pods per node).
+// pair instead of once per pod and node (Filter cost stays flat in the pods per node). It
+// carries what Filter reads of the view, so a Filter that finds it valid reads the node's slot
+// and the summary, two cache lines, and nothing else of the cache.
 type nodeSummary struct {
 	generation int64
 	view       *staticipnode.NodeInfo
+	// held: how many active records name the node (view.Held), present or absent.
+	held int
+	// hasRanges and ipCapacity are the view's.
+	hasRanges  bool
+	ipCapacity int64
 	// podNetwork counts the node's pods that hold a pod IP (not hostNetwork).
 	podNetwork int64
 	// absent are the held records whose pod is absent from the node, reserved their sum.
@@ -386,14 +393,22 @@ type nodeSummary struct {
 	reserved staticipnode.Resources
 }
 
-// The summary is kept on the cache's view of the node (Memo): a new view starts without one,
-// and a NodeInfo of another generation makes it stale.
-func (pl *PodFitsResources) summary(nodeName string, nodeInfo fwk.NodeInfo, view *staticipnode.NodeInfo) *nodeSummary {
+// unknownNode is the summary of a node the cache knows nothing of: no record, no range.
+var unknownNode = &nodeSummary{}
+
+// The summary is kept in the node's slot (NodeRef.Memo), valid while the node's view is the
+// one it was computed from and the NodeInfo has its generation: a new view or another
+// generation (the scheduler's NodeInfo changed, or a copy with nominated pods) computes anew.
+func (pl *PodFitsResources) summary(ref staticipnode.NodeRef, nodeInfo fwk.NodeInfo) *nodeSummary {
+	view := ref.View()
 	gen := nodeInfo.GetGeneration()
-	if sum, ok := view.Memo().(*nodeSummary); ok && sum.generation == gen {
+	if sum, ok := ref.Memo().(*nodeSummary); ok && sum.view == view && sum.generation == gen {
 		return sum
 	}
-	sum := &nodeSummary{generation: gen, view: view}
+	if len(view.Held) == 0 && !view.HasRanges {
+		return unknownNode // nothing to count: no pod scan, nothing stored
+	}
+	sum := &nodeSummary{generation: gen, view: view, held: len(view.Held), hasRanges: view.HasRanges, ipCapacity: view.IPCapacity}
 	pods := nodeInfo.GetPods()
 	for _, p := range pods {
 		if !p.GetPod().Spec.HostNetwork {
@@ -409,9 +424,9 @@ func (pl *PodFitsResources) summary(nodeName string, nodeInfo fwk.NodeInfo, view
 			sum.reserved.Add(h.Request)
 		}
 	}
-	// Filter runs on many goroutines; concurrent computations of the same summary store the
-	// same value.
-	view.SetMemo(sum)
+	// Filter runs on many goroutines; a summary another one stores meanwhile (of another
+	// generation: a NodeInfo with nominated pods) only costs the next Filter a recomputation.
+	ref.SetMemo(sum)
 	return sum
 }
 
@@ -550,9 +565,10 @@ func Insufficient(names []v1.ResourceName, request staticipnode.Resources, nodeI
 }
 
 // ipVerdict says why the node has no IP for the pod.
-func (pl *PodFitsResources) ipVerdict(s *preFilterState, nodeName string, view *staticipnode.NodeInfo, used int64, others reserving) verdict {
+func (pl *PodFitsResources) ipVerdict(s *preFilterState, nodeName string, sum *nodeSummary, others reserving) verdict {
 	var v verdict
-	if !view.HasRanges {
+	used := sum.podNetwork
+	if !sum.hasRanges {
 		if pl.args.NodesWithoutIPRange == config.NodesWithoutIPRangeReject {
 			v.add(noRangeReason, true)
 		}
@@ -562,14 +578,14 @@ func (pl *PodFitsResources) ipVerdict(s *preFilterState, nodeName string, view *
 		return v // the pod's own StaticIP holds its address on this node
 	}
 	reservedIPs := int64(len(others.held))
-	if used+reservedIPs+1 > view.IPCapacity {
+	if used+reservedIPs+1 > sum.ipCapacity {
 		names := ""
 		if reservedIPs > 0 {
 			names = ": " + nameStaticIPs(others.held, "")
 		}
 		v.add(fmt.Sprintf("no free IP in node's ranges %s (%d usable: %d used by pods, %d reserved for absent static-IP pods%s)",
-			strings.Join(view.CIDRs, ","), view.IPCapacity, used, reservedIPs, names),
-			reservedIPs+1 > view.IPCapacity)
+			strings.Join(sum.view.CIDRs, ","), sum.ipCapacity, used, reservedIPs, names),
+			reservedIPs+1 > sum.ipCapacity)
 	}
 	return v
 }

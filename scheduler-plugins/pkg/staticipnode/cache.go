@@ -91,10 +91,6 @@ type RangeInfo struct {
 // NodeInfo is a consistent, read-only picture of one node's state. A new one is built after
 // every change of the node, so its address identifies its contents.
 type NodeInfo struct {
-	// memo is a reader's derived value, kept with the view it was derived from (Memo): an
-	// atomic.Value holds it without a box of its own, one pointer less to follow per Filter.
-	memo atomic.Value
-
 	// HasRanges: the node owns at least one IPRange.
 	HasRanges bool
 	// IPCapacity is how many addresses its valid IPRanges can give to pods.
@@ -104,18 +100,6 @@ type NodeInfo struct {
 	// Held lists every active StaticIP naming the node, whether its pod is absent or not,
 	// so that a Filter can decide presence against the scheduler's own snapshot.
 	Held []Held
-}
-
-// Memo returns what SetMemo last stored on this view (nil when nothing). A plugin keeps here
-// what it derives from the view, so one lookup finds both, and a new view starts empty.
-func (n *NodeInfo) Memo() any { return n.memo.Load() }
-
-// SetMemo stores v with this view (ignored on the shared view of unknown nodes). Every value
-// stored on one view must be of the same concrete type (atomic.Value).
-func (n *NodeInfo) SetMemo(v any) {
-	if n != emptyNode {
-		n.memo.Store(v)
-	}
 }
 
 // Held is one active StaticIP on a node.
@@ -631,8 +615,14 @@ func (c *Cache) RangeForIP(ip netip.Addr) (RangeInfo, bool) {
 // emptyNode is what Node returns for a node the cache knows nothing about.
 var emptyNode = &NodeInfo{}
 
-// nodeSlot holds the current view of one node name.
-type nodeSlot struct{ view atomic.Pointer[NodeInfo] }
+// nodeSlot holds the current view of one node name, and what a reader derived from some view
+// of it (NodeRef.Memo): both on one cache line, so a Filter that finds its value still valid
+// for the current view touches neither the view nor anything else of the cache.
+type nodeSlot struct {
+	view atomic.Pointer[NodeInfo]
+	memo atomic.Value
+	_    [8]byte // 32 bytes: the allocator's size class, never across two cache lines
+}
 
 func (s *nodeSlot) load() *NodeInfo {
 	if v := s.view.Load(); v != nil {

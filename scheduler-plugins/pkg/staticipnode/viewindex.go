@@ -47,27 +47,49 @@ func (c *Cache) NewViewIndex(fact func(*v1.Node) uint8) *ViewIndex {
 	return x
 }
 
-// View returns the current view of node, as Cache.Node(node.Name) does, and the index's fact
-// of node.
-func (x *ViewIndex) View(node *v1.Node) (*NodeInfo, uint8) {
+// View returns node's NodeRef (its current view is what Cache.Node(node.Name) returns) and the
+// index's fact of node.
+func (x *ViewIndex) View(node *v1.Node) (NodeRef, uint8) {
 	// The version is read before the slot is resolved: a name change after this read makes
 	// the entry stale at once.
 	version := x.cache.namesVersion.Load()
 	if r, ok := (*x.published.Load())[node]; ok && r.version == version {
-		return r.view(), r.fact
+		return NodeRef{r.slot}, r.fact
 	}
 	r := viewRef{slot: x.cache.slotOf(node.Name), version: version, fact: x.fact(node)}
 	x.mu.Lock()
 	x.pending[node] = r
 	x.mu.Unlock()
-	return r.view(), r.fact
+	return NodeRef{r.slot}, r.fact
 }
 
-func (r viewRef) view() *NodeInfo {
+// NodeRef is one node name's place in the cache: its current view, and a reader's memo.
+type NodeRef struct{ slot *nodeSlot }
+
+// View returns the node's current view (read-only, as Cache.Node's).
+func (r NodeRef) View() *NodeInfo {
 	if r.slot == nil {
 		return emptyNode
 	}
 	return r.slot.load()
+}
+
+// Memo returns what SetMemo last stored for this node (nil when nothing, and for a node the
+// cache knows nothing of). It may have been derived from an older view: a reader keeps the view
+// it derived it from in the value and compares it with View. Every value stored for one node
+// must be of the same concrete type (atomic.Value).
+func (r NodeRef) Memo() any {
+	if r.slot == nil {
+		return nil
+	}
+	return r.slot.memo.Load()
+}
+
+// SetMemo stores v for this node (ignored for a node the cache knows nothing of).
+func (r NodeRef) SetMemo(v any) {
+	if r.slot != nil {
+		r.slot.memo.Store(v)
+	}
 }
 
 // Publish makes the entries found since the last call readable without a lock. nodes is how

@@ -28,8 +28,8 @@ func TestViewIndexAgreesWithNode(t *testing.T) {
 	check := func(step string) {
 		t.Helper()
 		for name, n := range nodes {
-			view, fact := x.View(n)
-			if want := c.Node(name); view != want {
+			ref, fact := x.View(n)
+			if view, want := ref.View(), c.Node(name); view != want {
 				t.Fatalf("%s: ViewIndex gives %s the view %+v, Cache.Node %+v", step, name, view, want)
 			}
 			if fact != uint8(len(name)) {
@@ -97,5 +97,37 @@ func TestViewIndexStartsOver(t *testing.T) {
 		if got := x.Len(); got > nodes+nodes/8+64 {
 			t.Fatalf("round %d: %d entries for %d nodes", round, got, nodes)
 		}
+	}
+}
+
+// A node's memo lives in its slot: every Node object of the node sees it, a new view keeps it
+// (the reader compares the view it kept), a node the cache knows nothing of keeps none, and a
+// name that lost its slot and got a new one starts without.
+func TestNodeRefMemo(t *testing.T) {
+	c := NewEmpty()
+	c.MarkSynced()
+	x := c.NewViewIndex(nil)
+	r1 := &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: "r1"}, Spec: jkev1.IPRangeSpec{CIDR: "10.0.0.0/26", Node: "n1"}}
+	c.OnIPRangeUpdate(nil, r1)
+	n1, n1Updated := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n1"}}
+	ref, _ := x.View(n1)
+	ref.SetMemo("derived from the first view")
+	if got, _ := x.View(n1Updated); got.Memo() != "derived from the first view" {
+		t.Fatalf("another Node object of n1: memo %v", got.Memo())
+	}
+	c.OnStaticIPUpdate(nil, sip("ns", "a", "n1", "1")) // a new view
+	if got, _ := x.View(n1); got.Memo() != "derived from the first view" || len(got.View().Held) != 1 {
+		t.Fatalf("after a new view: memo %v", got.Memo())
+	}
+	unknown, _ := x.View(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n9"}})
+	unknown.SetMemo("ignored")
+	if unknown.Memo() != nil {
+		t.Fatalf("a node the cache does not know kept a memo: %v", unknown.Memo())
+	}
+	c.OnStaticIPDelete(sip("ns", "a", "n1", "1"))
+	c.OnIPRangeDelete(r1) // n1 loses its slot
+	c.OnIPRangeUpdate(nil, r1)
+	if got, _ := x.View(n1); got.Memo() != nil {
+		t.Fatalf("a new slot of n1 starts with memo %v", got.Memo())
 	}
 }
