@@ -131,3 +131,59 @@ func TestNodeRefMemo(t *testing.T) {
 		t.Fatalf("a new slot of n1 starts with memo %v", got.Memo())
 	}
 }
+
+// Filter's goroutines look views up while the informers change the cache and PreFilter
+// publishes: no data race (go test -race), and once the changes stop every Node object gets
+// Cache.Node's view.
+func TestViewIndexConcurrent(t *testing.T) {
+	c := NewEmpty()
+	c.MarkSynced()
+	x := c.NewViewIndex(nil)
+	const n = 50
+	nodes := make([]*v1.Node, n)
+	ranges := make([]*jkev1.IPRange, n)
+	for i := range n {
+		name := fmt.Sprintf("node-%02d", i)
+		nodes[i] = &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		ranges[i] = &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: jkev1.IPRangeSpec{CIDR: fmt.Sprintf("10.9.%d.0/24", i), Node: name}}
+	}
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	for range 4 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				for _, node := range nodes {
+					ref, _ := x.View(node)
+					ref.SetMemo(ref.View())
+					_ = ref.Memo()
+				}
+			}
+		}()
+	}
+	for round := range 20 {
+		for i := range n {
+			if (i+round)%3 == 0 {
+				c.OnIPRangeDelete(ranges[i])
+			} else {
+				c.OnIPRangeUpdate(nil, ranges[i])
+			}
+		}
+		x.Publish(n)
+	}
+	close(stop)
+	for range 4 {
+		<-done
+	}
+	x.Publish(n)
+	for _, node := range nodes {
+		if ref, _ := x.View(node); ref.View() != c.Node(node.Name) {
+			t.Fatalf("%s: the index's view differs from Cache.Node's", node.Name)
+		}
+	}
+}
