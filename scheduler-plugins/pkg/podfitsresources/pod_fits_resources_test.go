@@ -282,16 +282,23 @@ func TestFilter(t *testing.T) {
 	}
 }
 
-func runFilterCase(t *testing.T, tc filterCase) {
-	t.Helper()
+// syncedCache is a synced cache holding staticIPs and ranges, applied through its informer
+// handlers.
+func syncedCache(staticIPs []*jkev1.StaticIP, ranges []*jkev1.IPRange) *staticipnode.Cache {
 	c := staticipnode.NewEmpty()
 	c.MarkSynced()
-	for _, s := range tc.staticIPs {
+	for _, s := range staticIPs {
 		c.OnStaticIPUpdate(nil, s)
 	}
-	for _, r := range tc.ranges {
+	for _, r := range ranges {
 		c.OnIPRangeUpdate(nil, r)
 	}
+	return c
+}
+
+func runFilterCase(t *testing.T, tc filterCase) {
+	t.Helper()
+	c := syncedCache(tc.staticIPs, tc.ranges)
 	args := config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow}
 	if tc.args != nil {
 		args = *tc.args

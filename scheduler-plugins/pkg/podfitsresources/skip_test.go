@@ -131,14 +131,7 @@ func TestPreFilterSkipsFilter(t *testing.T) {
 			nodes: []*v1.Node{skipNode("n1", "")}, want: false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			c := staticipnode.NewEmpty()
-			c.MarkSynced()
-			for _, s := range tc.staticIPs {
-				c.OnStaticIPUpdate(nil, s)
-			}
-			for _, r := range tc.ranges {
-				c.OnIPRangeUpdate(nil, r)
-			}
+			c := syncedCache(tc.staticIPs, tc.ranges)
 			args := checkIPs
 			if tc.args != nil {
 				args = *tc.args
