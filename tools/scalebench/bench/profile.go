@@ -21,11 +21,15 @@ const ProfileWindow = 5 * time.Second
 // running when stop is called is cancelled and lost (at most ProfileWindow of the pass).
 // Merge a pass's windows with `go tool pprof -top dir/prefix-*.pprof`.
 func CaptureCPUProfiles(ctx context.Context, base, dir, prefix string) (stop func() []string) {
+	return captureCPUProfiles(ctx, base, dir, prefix, ProfileWindow)
+}
+
+func captureCPUProfiles(ctx context.Context, base, dir, prefix string, window time.Duration) (stop func() []string) {
 	ctx, cancel := context.WithCancel(ctx)
 	// A failure to create dir shows as no profiles (fetchProfile cannot write).
 	_ = os.MkdirAll(dir, 0o755)
 	client := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // loopback, the component's self-signed certificate
-	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, int(ProfileWindow/time.Second))
+	url := fmt.Sprintf("%s/debug/pprof/profile?seconds=%d", base, int(window/time.Second))
 	var (
 		wg    sync.WaitGroup
 		files []string
