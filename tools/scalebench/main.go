@@ -31,6 +31,7 @@ func main() {
 	flag.IntVar(&o.Scheduler.Workers, "create-workers", bench.CreateWorkers, "scheduler: concurrent creates of the harness (busy API server answers are retried with backoff)")
 	flag.IntVar(&o.Scheduler.Rounds, "sched-rounds", 3, "scheduler: rounds of both schedulers, the order alternating (kube-scheduler first in odd rounds); medians and min–max over them")
 	flag.BoolVar(&o.Scheduler.NoStaticIP, "sched-no-staticip", false, "scheduler: no StaticIP objects at all (no reservations, no static-IP pods; the nodes keep their IPRanges)")
+	flag.StringVar(&o.Scheduler.ProfileDir, "sched-profile-dir", "", "scheduler: write CPU profiles of every pass here (back-to-back 5 s windows from the scheduler's loopback /debug/pprof)")
 	controllerQPS := flag.Float64("controller-qps", bench.DefaultControllerQPS, "--kube-api-qps of both kube-controller-manager and staticip-controller-manager (the same for both)")
 	controllerBurst := flag.Int("controller-burst", bench.DefaultControllerBurst, "--kube-api-burst of both controller managers")
 	flag.IntVar(&o.StaticIPs, "staticips", o.StaticIPs, "staticip: StaticIP records")

@@ -89,7 +89,7 @@ func BenchmarkFilter1000Nodes(b *testing.B) {
 				pod := mkPod("sched", fmt.Sprintf("new-%d", n), "", rl("cpu", "100m", "memory", "128Mi"))
 				pod.UID = types.UID(pod.Name)
 				state := framework.NewCycleState()
-				if _, st := pre.PreFilter(ctx, state, pod, nil); st != nil {
+				if _, st := pre.PreFilter(ctx, state, pod, infos); st != nil {
 					b.Fatal(st)
 				}
 				if tc.bump {

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"sync/atomic"
 
 	v1 "k8s.io/api/core/v1"
@@ -16,6 +17,8 @@ import (
 	"k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
+	"k8s.io/kubernetes/pkg/scheduler/framework/plugins/names"
 	schedutil "k8s.io/kubernetes/pkg/scheduler/util"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
@@ -60,6 +63,17 @@ type PodFitsResources struct {
 	// pools: the IPPools, namespace pools' blocks and namespaces, for pods whose address must
 	// come from chosen pools (nil in unit tests built without a framework handle).
 	pools *poolfit.View
+	// fitFiltersFirst says whether NodeResourcesFit filters before this plugin in the profile
+	// (its pod-count check then rejects first wherever an IP check against a capacity of at
+	// least the node's pod slots could). Asked once, at the first PreFilter: the profile's
+	// plugins are known only after every plugin is built. nil: unknown (unit tests without a
+	// framework), taken as no.
+	fitFiltersFirst func() bool
+	// views finds each node's view (and its staticip network state) by its Node object.
+	views *staticipnode.ViewIndex
+	// ipSafe remembers which nodes of the scheduler's node list cannot refuse a pod an IP
+	// where NodeResourcesFit admits it (canSkipFilter).
+	safeNodes ipSafety
 }
 
 // New builds the plugin from its (internal, defaulted) args.
@@ -86,12 +100,42 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 			return nil, fmt.Errorf("%s: %w", Name, err)
 		}
 	}
+	pl.fitFiltersFirst = sync.OnceValue(func() bool { return fitFiltersBefore(h, Name) })
 	return pl, nil
+}
+
+// fitFiltersBefore reports whether the profile of h runs NodeResourcesFit's Filter before
+// plugin's. kube-scheduler's framework lists its plugins (ListPlugins); any other handle is
+// taken as no.
+func fitFiltersBefore(h fwk.Handle, plugin string) bool {
+	lister, ok := h.(interface{ ListPlugins() *schedconfig.Plugins })
+	if !ok {
+		return false
+	}
+	plugins := lister.ListPlugins()
+	if plugins == nil {
+		return false
+	}
+	return filtersBefore(plugins.Filter.Enabled, names.NodeResourcesFit, plugin)
+}
+
+// filtersBefore reports whether first comes before second among the enabled plugins.
+func filtersBefore(enabled []schedconfig.Plugin, first, second string) bool {
+	for _, p := range enabled {
+		switch p.Name {
+		case first:
+			return true
+		case second:
+			return false
+		}
+	}
+	return false
 }
 
 // NewWithCache builds the plugin on a given cache (unit tests).
 func NewWithCache(c *staticipnode.Cache, args config.PodFitsResourcesWithStaticIPArgs) *PodFitsResources {
-	return &PodFitsResources{cache: c, args: args}
+	return &PodFitsResources{cache: c, args: args,
+		views: c.NewViewIndex(func(n *v1.Node) uint8 { return uint8(staticIPNetwork(n)) })}
 }
 
 // Name returns the plugin's name.
@@ -122,11 +166,15 @@ type preFilterState struct {
 
 func (s *preFilterState) Clone() fwk.StateData { return s }
 
-// PreFilter computes the pod's requests and finds its own reservation.
-func (pl *PodFitsResources) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
+// PreFilter computes the pod's requests and finds its own reservation. It returns Skip (the
+// framework then runs no Filter of this plugin for the pod, canSkipFilter) when no node can
+// reject the pod for a reason of this plugin's where NodeResourcesFit admits it.
+func (pl *PodFitsResources) PreFilter(_ context.Context, state fwk.CycleState, pod *v1.Pod, nodes []fwk.NodeInfo) (*fwk.PreFilterResult, *fwk.Status) {
 	if !pl.cache.Synced() {
 		return nil, fwk.AsStatus(errCacheNotSynced)
 	}
+	// The views Filter found by Node object in earlier cycles become readable without a lock.
+	pl.views.Publish(len(nodes))
 	s := &preFilterState{
 		request: staticipnode.ResourcesFromList(resource.PodRequests(pod, resource.PodResourcesOptions{})),
 		needsIP: !pod.Spec.HostNetwork,
@@ -139,7 +187,13 @@ func (pl *PodFitsResources) PreFilter(_ context.Context, state fwk.CycleState, p
 	if status := pl.preFilterPools(s, pod); status != nil {
 		return nil, status
 	}
+	// Written when skipping too: a caller that runs Filter anyway gets the same answer.
 	state.Write(stateKey, s)
+	// A pod whose address must come from chosen pools is never skipped: only Filter knows
+	// which nodes have an address or a block of them left.
+	if len(s.pools) == 0 && pl.canSkipFilter(s.needsIP && pl.args.CheckIPs, nodes) {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
 	return nil, nil
 }
 
@@ -166,6 +220,94 @@ func (pl *PodFitsResources) preFilterPools(s *preFilterState, pod *v1.Pod) *fwk.
 }
 
 var errPoolsNotSynced = errors.New("the IPPool view has not synced yet")
+
+// canSkipFilter reports whether Filter would admit the pod on every node of nodes (the
+// scheduler's node list) where NodeResourcesFit admits it, so the framework need not call it
+// at all (per node it costs about as much as NodeResourcesFit's own Filter). That holds when
+// no StaticIP is active anywhere (no node's view holds a reservation: the resource and
+// pod-slot checks have nothing to subtract) and, for a pod that needs an IP (checkIP), every
+// node is ipSafe: no staticip agent reports it without a usable range, it has no IPRange only
+// under nodesWithoutIPRange: Allow, and its ranges give at least as many IPs as it has pod
+// slots — an IP check that fails there (pods on the pod network + 1 > IPs) means more pods
+// than slots, which NodeResourcesFit rejects, before this plugin when it filters first
+// (fitFiltersFirst; the shipped profiles enable it by multiPoint, so it does).
+//
+// Preemption (which removes pods) and nominated pods (which add them) run Filter on changed
+// NodeInfos: removing pods only lowers the count, and added pods raise NodeResourcesFit's pod
+// count as much as this plugin's IP count, so the answers stay equal there too. What the
+// cache holds is read at PreFilter: a StaticIP applied between PreFilter and Filter is seen by
+// the next cycle, as one applied just after this cycle would be.
+func (pl *PodFitsResources) canSkipFilter(checkIP bool, nodes []fwk.NodeInfo) bool {
+	if pl.cache.ActiveRecords() != 0 {
+		return false
+	}
+	if !checkIP {
+		return true
+	}
+	if pl.fitFiltersFirst == nil || !pl.fitFiltersFirst() {
+		return false
+	}
+	return pl.safeNodes.all(nodes, pl.cache.RangesVersion(), func(node *v1.Node, nodeInfo fwk.NodeInfo) bool {
+		view := pl.cache.Node(node.Name)
+		return ipSafe(staticIPNetwork(node), view.HasRanges, view.IPCapacity, int64(nodeInfo.GetAllocatable().GetAllowedPodNumber()), pl.args.NodesWithoutIPRange)
+	})
+}
+
+// ipSafe reports whether a node's IP check can refuse a pod without reservations only where
+// NodeResourcesFit's pod-slot check refuses it too: the node is not a staticip node without a
+// usable range (refused whatever its pods), has IPRanges giving at least as many IPs as it has
+// pod slots, or has none under nodesWithoutIPRange: Allow (no IP check there).
+func ipSafe(network nodeNetwork, hasRanges bool, ipCapacity, podSlots int64, withoutRange config.NodesWithoutIPRangePolicy) bool {
+	switch {
+	case network == networkUnavailable:
+		return false
+	case !hasRanges:
+		return withoutRange == config.NodesWithoutIPRangeAllow
+	}
+	return ipCapacity >= podSlots
+}
+
+// ipSafety remembers ipSafe per position of the scheduler's node list, for the Node object
+// and the cache's ranges it was computed from: per pod it compares one pointer per node, and
+// recomputes only the nodes whose object changed (a new *v1.Node: the informer's objects are
+// never modified) — all of them when an IPRange changed (RangesVersion) or the list's length.
+type ipSafety struct {
+	mu            sync.Mutex
+	rangesVersion uint64
+	nodes         []ipSafeNode
+	unsafe        int
+}
+
+type ipSafeNode struct {
+	node        *v1.Node
+	known, safe bool
+}
+
+// all reports whether safe holds for every node of nodes (nodes without a Node object, which
+// the scheduler never filters, count as safe).
+func (m *ipSafety) all(nodes []fwk.NodeInfo, rangesVersion uint64, safe func(*v1.Node, fwk.NodeInfo) bool) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if rangesVersion != m.rangesVersion || len(nodes) != len(m.nodes) {
+		m.rangesVersion = rangesVersion
+		m.nodes = make([]ipSafeNode, len(nodes))
+		m.unsafe = 0
+	}
+	for i, ni := range nodes {
+		node, e := ni.Node(), &m.nodes[i]
+		if e.known && e.node == node {
+			continue
+		}
+		if e.known && !e.safe {
+			m.unsafe--
+		}
+		*e = ipSafeNode{node: node, known: true, safe: node == nil || safe(node, ni)}
+		if !e.safe {
+			m.unsafe++
+		}
+	}
+	return m.unsafe == 0
+}
 
 // Reserve: the pod has a node; it no longer waits for a change of StaticIPs or IPRanges.
 func (pl *PodFitsResources) Reserve(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ string) *fwk.Status {
@@ -217,10 +359,11 @@ func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod 
 		return fwk.AsStatus(fmt.Errorf("reading %q from cycle state: %w", stateKey, err))
 	}
 	s := data.(*preFilterState)
-	nodeName := nodeInfo.Node().Name
-	view := pl.cache.Node(nodeName)
+	node := nodeInfo.Node()
+	nodeName := node.Name
+	ref, network := pl.views.View(node)
 	checkIP := s.needsIP && pl.args.CheckIPs
-	if checkIP && staticIPNetwork(nodeInfo.Node()) == networkUnavailable {
+	if checkIP && nodeNetwork(network) == networkUnavailable {
 		// A staticip node with no range to allocate from: every pod that needs an IP would
 		// hang in ContainerCreating there, including those that tolerate the
 		// network-unavailable taint (DaemonSet pods tolerating every taint). The node's
@@ -235,7 +378,8 @@ func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod 
 			return fwk.NewStatus(fwk.Unschedulable, "no address of the pod's IPPools on the node: "+why)
 		}
 	}
-	if len(view.Held) == 0 && (!checkIP || !view.HasRanges) {
+	sum := pl.summary(ref, nodeInfo)
+	if sum.held == 0 && (!checkIP || !sum.hasRanges) {
 		if checkIP && pl.args.NodesWithoutIPRange == config.NodesWithoutIPRangeReject {
 			if pl.requeue != nil && s.rejected.CompareAndSwap(false, true) {
 				pl.requeue.Wait(pod) // an IPRange for the node lets it fit
@@ -244,14 +388,13 @@ func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod 
 		}
 		return nil // nothing reserved here, no IP limit: nothing for this plugin to judge
 	}
-	sum := pl.summary(nodeName, nodeInfo, view)
 	others := reserving{held: sum.absent, reserved: sum.reserved}
 	if slices.Contains(s.holdingNodes, nodeName) {
 		others = sum.othersThan(pod)
 	}
 	v := Insufficient(s.names, s.request, nodeInfo, others)
 	if checkIP {
-		v.merge(pl.ipVerdict(s, nodeName, view, sum.podNetwork, others))
+		v.merge(pl.ipVerdict(s, nodeName, sum, others))
 	}
 	status := v.status()
 	if status != nil && pl.requeue != nil && s.rejected.CompareAndSwap(false, true) {
@@ -300,10 +443,17 @@ func staticIPNetwork(node *v1.Node) nodeNetwork {
 
 // nodeSummary is what Filter needs of one node for any pod: it depends only on the node's
 // pods (NodeInfo generation) and on the cache's view of the node, so it is computed once per
-// pair instead of once per pod and node (Filter cost stays flat in the pods per node).
+// pair instead of once per pod and node (Filter cost stays flat in the pods per node). It
+// carries what Filter reads of the view, so a Filter that finds it valid reads the node's slot
+// and the summary, two cache lines, and nothing else of the cache.
 type nodeSummary struct {
 	generation int64
 	view       *staticipnode.NodeInfo
+	// held: how many active records name the node (view.Held), present or absent.
+	held int
+	// hasRanges and ipCapacity are the view's.
+	hasRanges  bool
+	ipCapacity int64
 	// podNetwork counts the node's pods that hold a pod IP (not hostNetwork).
 	podNetwork int64
 	// absent are the held records whose pod is absent from the node, reserved their sum.
@@ -311,14 +461,22 @@ type nodeSummary struct {
 	reserved staticipnode.Resources
 }
 
-// The summary is kept on the cache's view of the node (Memo): a new view starts without one,
-// and a NodeInfo of another generation makes it stale.
-func (pl *PodFitsResources) summary(nodeName string, nodeInfo fwk.NodeInfo, view *staticipnode.NodeInfo) *nodeSummary {
+// unknownNode is the summary of a node the cache knows nothing of: no record, no range.
+var unknownNode = &nodeSummary{}
+
+// The summary is kept in the node's slot (NodeRef.Memo), valid while the node's view is the
+// one it was computed from and the NodeInfo has its generation: a new view or another
+// generation (the scheduler's NodeInfo changed, or a copy with nominated pods) computes anew.
+func (pl *PodFitsResources) summary(ref staticipnode.NodeRef, nodeInfo fwk.NodeInfo) *nodeSummary {
+	view := ref.View()
 	gen := nodeInfo.GetGeneration()
-	if sum, ok := view.Memo().(*nodeSummary); ok && sum.generation == gen {
+	if sum, ok := ref.Memo().(*nodeSummary); ok && sum.view == view && sum.generation == gen {
 		return sum
 	}
-	sum := &nodeSummary{generation: gen, view: view}
+	if len(view.Held) == 0 && !view.HasRanges {
+		return unknownNode // nothing to count: no pod scan, nothing stored
+	}
+	sum := &nodeSummary{generation: gen, view: view, held: len(view.Held), hasRanges: view.HasRanges, ipCapacity: view.IPCapacity}
 	pods := nodeInfo.GetPods()
 	for _, p := range pods {
 		if !p.GetPod().Spec.HostNetwork {
@@ -334,9 +492,9 @@ func (pl *PodFitsResources) summary(nodeName string, nodeInfo fwk.NodeInfo, view
 			sum.reserved.Add(h.Request)
 		}
 	}
-	// Filter runs on many goroutines; concurrent computations of the same summary store the
-	// same value.
-	view.SetMemo(sum)
+	// Filter runs on many goroutines; a summary another one stores meanwhile (of another
+	// generation: a NodeInfo with nominated pods) only costs the next Filter a recomputation.
+	ref.SetMemo(sum)
 	return sum
 }
 
@@ -475,9 +633,10 @@ func Insufficient(names []v1.ResourceName, request staticipnode.Resources, nodeI
 }
 
 // ipVerdict says why the node has no IP for the pod.
-func (pl *PodFitsResources) ipVerdict(s *preFilterState, nodeName string, view *staticipnode.NodeInfo, used int64, others reserving) verdict {
+func (pl *PodFitsResources) ipVerdict(s *preFilterState, nodeName string, sum *nodeSummary, others reserving) verdict {
 	var v verdict
-	if !view.HasRanges {
+	used := sum.podNetwork
+	if !sum.hasRanges {
 		if pl.args.NodesWithoutIPRange == config.NodesWithoutIPRangeReject {
 			v.add(noRangeReason, true)
 		}
@@ -487,14 +646,14 @@ func (pl *PodFitsResources) ipVerdict(s *preFilterState, nodeName string, view *
 		return v // the pod's own StaticIP holds its address on this node
 	}
 	reservedIPs := int64(len(others.held))
-	if used+reservedIPs+1 > view.IPCapacity {
+	if used+reservedIPs+1 > sum.ipCapacity {
 		names := ""
 		if reservedIPs > 0 {
 			names = ": " + nameStaticIPs(others.held, "")
 		}
 		v.add(fmt.Sprintf("no free IP in node's ranges %s (%d usable: %d used by pods, %d reserved for absent static-IP pods%s)",
-			strings.Join(view.CIDRs, ","), view.IPCapacity, used, reservedIPs, names),
-			reservedIPs+1 > view.IPCapacity)
+			strings.Join(sum.view.CIDRs, ","), sum.ipCapacity, used, reservedIPs, names),
+			reservedIPs+1 > sum.ipCapacity)
 	}
 	return v
 }

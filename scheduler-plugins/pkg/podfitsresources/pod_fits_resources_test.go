@@ -282,21 +282,29 @@ func TestFilter(t *testing.T) {
 	}
 }
 
-func runFilterCase(t *testing.T, tc filterCase) {
-	t.Helper()
+// syncedCache is a synced cache holding staticIPs and ranges, applied through its informer
+// handlers.
+func syncedCache(staticIPs []*jkev1.StaticIP, ranges []*jkev1.IPRange) *staticipnode.Cache {
 	c := staticipnode.NewEmpty()
 	c.MarkSynced()
-	for _, s := range tc.staticIPs {
+	for _, s := range staticIPs {
 		c.OnStaticIPUpdate(nil, s)
 	}
-	for _, r := range tc.ranges {
+	for _, r := range ranges {
 		c.OnIPRangeUpdate(nil, r)
 	}
+	return c
+}
+
+func runFilterCase(t *testing.T, tc filterCase) {
+	t.Helper()
+	c := syncedCache(tc.staticIPs, tc.ranges)
 	args := config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow}
 	if tc.args != nil {
 		args = *tc.args
 	}
 	pl := NewWithCache(c, args)
+	pl.fitFiltersFirst = func() bool { return true } // as in the shipped profiles
 	nodeInfo := framework.NewNodeInfo(tc.onNode...)
 	node := mkNode("n1")
 	if tc.network != "" {
@@ -305,10 +313,16 @@ func runFilterCase(t *testing.T, tc filterCase) {
 	}
 	nodeInfo.SetNode(node)
 	state := framework.NewCycleState()
-	if _, st := pl.PreFilter(context.Background(), state, tc.pod, nil); !st.IsSuccess() {
-		t.Fatalf("PreFilter: %v", st)
+	_, pre := pl.PreFilter(context.Background(), state, tc.pod, []fwk.NodeInfo{nodeInfo})
+	if !pre.IsSuccess() && !pre.IsSkip() {
+		t.Fatalf("PreFilter: %v", pre)
 	}
+	// Filter runs even when PreFilter skipped it: a skip is right only where Filter admits the
+	// pod or NodeResourcesFit (first in the profile) refuses it for its pod slots anyway.
 	st := pl.Filter(context.Background(), state, tc.pod, nodeInfo)
+	if pre.IsSkip() && !st.IsSuccess() && len(nodeInfo.GetPods())+1 <= nodeInfo.GetAllocatable().GetAllowedPodNumber() {
+		t.Fatalf("PreFilter skipped Filter, which refuses the pod where NodeResourcesFit admits it: %v", st)
+	}
 	if tc.want == nil {
 		if !st.IsSuccess() {
 			t.Fatalf("Filter = %v, want success", st)

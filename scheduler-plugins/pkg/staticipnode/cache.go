@@ -91,10 +91,6 @@ type RangeInfo struct {
 // NodeInfo is a consistent, read-only picture of one node's state. A new one is built after
 // every change of the node, so its address identifies its contents.
 type NodeInfo struct {
-	// memo is a reader's derived value, kept with the view it was derived from (Memo): an
-	// atomic.Value holds it without a box of its own, one pointer less to follow per Filter.
-	memo atomic.Value
-
 	// HasRanges: the node owns at least one IPRange.
 	HasRanges bool
 	// IPCapacity is how many addresses its valid IPRanges can give to pods.
@@ -104,18 +100,6 @@ type NodeInfo struct {
 	// Held lists every active StaticIP naming the node, whether its pod is absent or not,
 	// so that a Filter can decide presence against the scheduler's own snapshot.
 	Held []Held
-}
-
-// Memo returns what SetMemo last stored on this view (nil when nothing). A plugin keeps here
-// what it derives from the view, so one lookup finds both, and a new view starts empty.
-func (n *NodeInfo) Memo() any { return n.memo.Load() }
-
-// SetMemo stores v with this view (ignored on the shared view of unknown nodes). Every value
-// stored on one view must be of the same concrete type (atomic.Value).
-func (n *NodeInfo) SetMemo(v any) {
-	if n != emptyNode {
-		n.memo.Store(v)
-	}
 }
 
 // Held is one active StaticIP on a node.
@@ -148,6 +132,9 @@ type Cache struct {
 	unpublished atomic.Int64
 	// namesChanged: slots differs from published (names added or removed).
 	namesChanged bool
+	// namesVersion goes up whenever a name gets or loses its slot, and when the names are
+	// published: a ViewIndex entry resolved at an older version may hold a slot that is gone.
+	namesVersion atomic.Uint64
 	staticIPs    map[string]*reservation
 	// byPod maps a pod key to the keys of the StaticIPs naming the pod, sorted: nearly
 	// always one (several are a conflict the StaticIP controller reports). A slice, not a
@@ -170,6 +157,13 @@ type Cache struct {
 	synced []cache.InformerSynced
 	// ready latches once every informer has delivered its initial list.
 	ready atomic.Bool
+
+	// activeRecords counts the active StaticIPs (those in some node's active set), and
+	// rangesVersion goes up with every change of an IPRange the cache applies: what a
+	// plugin needs to know, per pod, whether any node view can reject it (ActiveRecords,
+	// RangesVersion) without looking at every node's view.
+	activeRecords atomic.Int64
+	rangesVersion atomic.Uint64
 
 	// listeners are told of every change the informers apply (Listen), after it is applied.
 	listenersMu sync.RWMutex
@@ -419,6 +413,7 @@ func (c *Cache) applyStaticIP(f *StaticIPFields) bool {
 			n.active = map[string]*reservation{}
 		}
 		n.active[key] = next
+		c.activeRecords.Add(1)
 		n.touch()
 	}
 	c.byPod[next.podKey] = insertSorted(c.byPod[next.podKey], key)
@@ -483,6 +478,9 @@ func (c *Cache) applyIPRange(f *IPRangeFields) bool {
 	if !c.newerUIDLocked("range/"+f.Name, f.UID, f.ResourceVersion, false) {
 		return false
 	}
+	// The version goes up once the node views are published (defers run last-first): a
+	// reader that sees the new version finds the new views.
+	defer c.rangesVersion.Add(1)
 	defer c.publishLocked()
 	c.removeRangeLocked(f.Name)
 	c.ranges[f.Name] = parsed
@@ -519,12 +517,25 @@ func (c *Cache) deleteIPRange(f *IPRangeFields, tombstone bool) bool {
 	if !c.deleteLocked("range/"+f.Name, f.UID, f.ResourceVersion, tombstone) {
 		return false
 	}
+	// The version goes up once the node views are published (defers run last-first): a
+	// reader that sees the new version finds the new views.
+	defer c.rangesVersion.Add(1)
 	defer c.publishLocked()
 	c.removeRangeLocked(f.Name)
 	return true
 }
 
 // ---- reads ----
+
+// ActiveRecords is how many StaticIPs hold a place on some node (active: node set, not
+// Released, not being deleted), whether their pods are present or absent. When it is 0 no
+// node's view holds anything (every NodeInfo.Held is empty).
+func (c *Cache) ActiveRecords() int64 { return c.activeRecords.Load() }
+
+// RangesVersion changes whenever an IPRange change is applied (added, changed, deleted): a
+// reader that derived something from the nodes' ranges (HasRanges, IPCapacity) keeps it while
+// the version stays the same.
+func (c *Cache) RangesVersion() uint64 { return c.rangesVersion.Load() }
 
 // StaticIPForPod returns the StaticIP of pod namespace/name. When several records name the
 // same pod (a conflict the StaticIP controller reports), the one whose name is the pod's
@@ -604,8 +615,14 @@ func (c *Cache) RangeForIP(ip netip.Addr) (RangeInfo, bool) {
 // emptyNode is what Node returns for a node the cache knows nothing about.
 var emptyNode = &NodeInfo{}
 
-// nodeSlot holds the current view of one node name.
-type nodeSlot struct{ view atomic.Pointer[NodeInfo] }
+// nodeSlot holds the current view of one node name, and what a reader derived from some view
+// of it (NodeRef.Memo): both on one cache line, so a Filter that finds its value still valid
+// for the current view touches neither the view nor anything else of the cache.
+type nodeSlot struct {
+	view atomic.Pointer[NodeInfo]
+	memo atomic.Value
+	_    [8]byte // 32 bytes: the allocator's size class, never across two cache lines
+}
 
 func (s *nodeSlot) load() *NodeInfo {
 	if v := s.view.Load(); v != nil {
@@ -618,19 +635,23 @@ func (s *nodeSlot) load() *NodeInfo {
 // caller until the node changes (then a new one is published): read it, never modify it.
 // Once the cache has synced it takes no lock.
 func (c *Cache) Node(node string) *NodeInfo {
-	if s := (*c.published.Load())[node]; s != nil {
-		return s.load()
-	}
-	if c.unpublished.Load() == 0 {
-		return emptyNode
-	}
-	c.mu.RLock()
-	s := c.slots[node]
-	c.mu.RUnlock()
-	if s != nil {
+	if s := c.slotOf(node); s != nil {
 		return s.load()
 	}
 	return emptyNode
+}
+
+// slotOf returns node's slot, nil when the cache knows nothing of the node.
+func (c *Cache) slotOf(node string) *nodeSlot {
+	if s := (*c.published.Load())[node]; s != nil {
+		return s
+	}
+	if c.unpublished.Load() == 0 {
+		return nil
+	}
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	return c.slots[node]
 }
 
 // publishLocked publishes a new view of every node changed since the last publication, and
@@ -648,6 +669,7 @@ func (c *Cache) publishLocked() {
 			s.view.Store(emptyNode)
 			delete(c.slots, name)
 			c.namesChanged = true
+			c.namesVersion.Add(1)
 		}
 	}
 	clear(c.changed)
@@ -670,6 +692,7 @@ func (c *Cache) slotLocked(name string) *nodeSlot {
 	}
 	c.slots[name] = s
 	c.namesChanged = true
+	c.namesVersion.Add(1)
 	return s
 }
 
@@ -685,6 +708,7 @@ func (c *Cache) publishNamesLocked() {
 	c.published.Store(&m)
 	c.unpublished.Store(0)
 	c.namesChanged = false
+	c.namesVersion.Add(1)
 }
 
 // build computes the node's NodeInfo (c.mu held, for reading at least).
@@ -731,7 +755,10 @@ func (c *Cache) removeStaticIPLocked(key string) {
 	}
 	if old.active {
 		if n := c.nodes[old.node]; n != nil {
-			delete(n.active, key)
+			if _, ok := n.active[key]; ok {
+				delete(n.active, key)
+				c.activeRecords.Add(-1)
+			}
 			n.touch()
 		}
 	}

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/component-base/metrics/legacyregistry"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/utils/ptr"
 
@@ -296,5 +297,65 @@ func TestStaticIPNodeWithoutRangeTakesNoPods(t *testing.T) {
 	f.setNetwork("sched-norange-sip", v1.ConditionFalse, "StaticIPRangeReady")
 	if got := f.waitScheduled("daemon"); got != "sched-norange-sip" {
 		t.Fatalf("daemon on %s", got)
+	}
+}
+
+// filterEvaluations is how many times the scheduler's framework called plugin's Filter
+// (scheduler_plugin_evaluation_total, every profile): a Filter that PreFilter skipped is not
+// called, and not counted.
+func filterEvaluations(t *testing.T, plugin string) float64 {
+	t.Helper()
+	families, err := legacyregistry.DefaultGatherer.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	total := 0.0
+	for _, f := range families {
+		if f.GetName() != "scheduler_plugin_evaluation_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			if hasLabel(m, "plugin", plugin) && hasLabel(m, "extension_point", "Filter") {
+				total += m.GetCounter().GetValue()
+			}
+		}
+	}
+	return total
+}
+
+// TestFilterSkippedWithoutActiveStaticIPs: with no active StaticIP anywhere and nodes whose
+// ranges give more IPs than they have pod slots, PodFitsResourcesWithStaticIP's PreFilter
+// skips its Filter (the framework never calls it: the shipped profile runs NodeResourcesFit
+// first, whose answer is then the same); once a StaticIP holds a reservation, Filter runs
+// again and the reservation keeps a pod off its node.
+func TestFilterSkippedWithoutActiveStaticIPs(t *testing.T) {
+	f := newFixture(t)
+	f.node("sched-skip-a", "8", 110)
+	f.node("sched-skip-b", "8", 110)
+	f.ipRange("sched-skip-ra", "10.72.1.0/24", "sched-skip-a")
+	f.ipRange("sched-skip-rb", "10.72.2.0/24", "sched-skip-b")
+	sched := StartScheduler(t, f.cfg, LoadProfiles(t, replaceDefault))
+	defer sched.Stop()
+
+	ours, fit := filterEvaluations(t, "PodFitsResourcesWithStaticIP"), filterEvaluations(t, "NodeResourcesFit")
+	f.pod("plain", "100m", "")
+	f.waitScheduled("plain")
+	if got := filterEvaluations(t, "NodeResourcesFit"); got <= fit {
+		t.Fatalf("NodeResourcesFit's Filter evaluations %v -> %v: the metric does not count this scheduler's Filters", fit, got)
+	}
+	if got := filterEvaluations(t, "PodFitsResourcesWithStaticIP"); got != ours {
+		t.Fatalf("PodFitsResourcesWithStaticIP's Filter ran %v times without any StaticIP, want it skipped", got-ours)
+	}
+
+	// web-0 is absent and its StaticIP holds 7 of node a's 8 cores.
+	f.staticIP("web-0", "sched-skip-a", "10.72.1.10", "7")
+	sched.WaitForStaticIP(t, f.ns, "web-0")
+	ours = filterEvaluations(t, "PodFitsResourcesWithStaticIP")
+	f.pod("big", "2", "")
+	if got := f.waitScheduled("big"); got != "sched-skip-b" {
+		t.Fatalf("big on %s, want sched-skip-b (node a's cores are reserved for web-0)", got)
+	}
+	if got := filterEvaluations(t, "PodFitsResourcesWithStaticIP"); got <= ours {
+		t.Fatalf("PodFitsResourcesWithStaticIP's Filter did not run with a StaticIP active")
 	}
 }

@@ -26,6 +26,9 @@ type Component struct {
 	Started time.Time
 	// MetricsURL is its /metrics when it serves them (schedulers).
 	MetricsURL string
+	// ServingURL is https://127.0.0.1:PORT where it serves /metrics and /debug/pprof
+	// (schedulers).
+	ServingURL string
 }
 
 // StartComponent runs bin with args(kubeconfig) through a new counting proxy.
@@ -65,7 +68,8 @@ func (c *Cluster) StartScheduler(name, bin, manifest string) (*Component, error)
 		}
 		return nil, err
 	}
-	comp.MetricsURL = fmt.Sprintf("https://127.0.0.1:%d/metrics", port)
+	comp.ServingURL = fmt.Sprintf("https://127.0.0.1:%d", port)
+	comp.MetricsURL = comp.ServingURL + "/metrics"
 	return comp, nil
 }
 
@@ -91,6 +95,9 @@ type SchedulerOptions struct {
 	// NoStaticIP: no StaticIP at all (no reservations, no static-IP pods): what staticip costs
 	// a cluster that installs it and does not use it. The nodes keep their IPRanges.
 	NoStaticIP bool
+	// ProfileDir, when set, gets CPU profiles of every pass, taken back to back over the
+	// whole pass (CaptureCPUProfiles): ProfileDir/sched-pass-R-M-NAME-NNN.pprof.
+	ProfileDir string
 	// Progress, when set, gets each pass's row as soon as it is measured (a long run that is
 	// stopped keeps what it measured).
 	Progress func(Row)
@@ -185,7 +192,7 @@ func (c *Cluster) Scheduler(ctx context.Context, o SchedulerOptions) ([]Row, err
 			if err := c.EnsureNamespace(ctx, ns); err != nil {
 				return rows, err
 			}
-			row, err := c.schedulerPass(ctx, creator, ns, m.name, m.bin, m.config, o.PodsPerNode, static, workers, ranges)
+			row, err := c.schedulerPass(ctx, creator, ns, m.name, m.bin, m.config, o.PodsPerNode, static, workers, ranges, o.ProfileDir)
 			if err != nil {
 				return rows, fmt.Errorf("round %d: %w", r+1, err)
 			}
@@ -204,7 +211,7 @@ func (c *Cluster) Scheduler(ctx context.Context, o SchedulerOptions) ([]Row, err
 
 // schedulerPass creates one pass's pods (and the StaticIPs of its static-IP pods), runs one
 // scheduler until every pod is bound, measures it, and deletes the pass's pods and StaticIPs.
-func (c *Cluster) schedulerPass(ctx context.Context, creator *Cluster, ns, name, bin, config string, perNode, static, workers int, ranges map[string]netip.Prefix) (Row, error) {
+func (c *Cluster) schedulerPass(ctx context.Context, creator *Cluster, ns, name, bin, config string, perNode, static, workers int, ranges map[string]netip.Prefix, profileDir string) (Row, error) {
 	total := len(c.Nodes) * perNode
 	bound, err := c.WatchBound(ctx, ns)
 	if err != nil {
@@ -242,6 +249,10 @@ func (c *Cluster) schedulerPass(ctx context.Context, creator *Cluster, ns, name,
 	if err != nil {
 		return Row{}, err
 	}
+	stopProfiles := func() []string { return nil }
+	if profileDir != "" {
+		stopProfiles = CaptureCPUProfiles(ctx, comp.ServingURL, profileDir, ns+"-"+name)
+	}
 	err = poll(ctx, 60*time.Minute, func(ctx context.Context) (bool, error) {
 		if done, perr := comp.Exited(); done {
 			return false, fmt.Errorf("%s exited: %v (log %s)", name, perr, filepath.Join(c.Dir, name+".log"))
@@ -249,6 +260,7 @@ func (c *Cluster) schedulerPass(ctx context.Context, creator *Cluster, ns, name,
 		return bound.Bound() >= total, nil
 	})
 	wall := time.Since(comp.Started)
+	profiles := stopProfiles()
 	if err != nil {
 		comp.Stop()
 		return Row{}, fmt.Errorf("%s: pods not all bound: %w", name, err)
@@ -271,6 +283,9 @@ func (c *Cluster) schedulerPass(ctx context.Context, creator *Cluster, ns, name,
 		}
 		row.Note("%.1f requests/pod", float64(row.Requests)/float64(total))
 		row.Note("load %s", loadAverage())
+		if len(profiles) > 0 {
+			row.Note("%d CPU profiles of %.0f s each: %s-*.pprof", len(profiles), ProfileWindow.Seconds(), filepath.Join(profileDir, ns+"-"+name))
+		}
 	}
 	comp.Stop()
 	if err != nil {
