@@ -3,15 +3,22 @@ package podfitsresources
 import (
 	"context"
 	"testing"
+	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	kubeinformers "k8s.io/client-go/informers"
+	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	schedconfig "k8s.io/kubernetes/pkg/scheduler/apis/config"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
+	jkefake "github.com/staticip/staticip/apis/generated/clientset/versioned/fake"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/scheduler-plugins/apis/config"
+	"github.com/staticip/staticip/scheduler-plugins/pkg/poolfit"
 	"github.com/staticip/staticip/scheduler-plugins/pkg/staticipnode"
 )
 
@@ -220,5 +227,52 @@ func TestSkipFollowsNodesAndRanges(t *testing.T) {
 	n2.SetNode(skipNode("n2", v1.ConditionTrue))
 	if skips("n2 joins without a usable range", n1, n2) {
 		t.Fatal("n2 joins without a usable range: skipped")
+	}
+}
+
+type noActivator struct{}
+
+func (noActivator) Activate(klog.Logger, map[string]*v1.Pod) {}
+
+// TestPreFilterNeverSkipsAPodOfChosenPools: where the skip would hold for a pod naming no
+// pool (no StaticIP, ranges with room for every pod slot), a pod whose address must come from
+// an exhausted IPPool still goes through Filter, which refuses it: only Filter knows which
+// nodes have an address or a block of its pools left.
+func TestPreFilterNeverSkipsAPodOfChosenPools(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ns := &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "ns"}}
+	pool := &jkev1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "blue"}, Spec: jkev1.IPPoolSpec{CIDRs: []string{"10.9.0.0/30"}}}
+	kubeInformers := kubeinformers.NewSharedInformerFactory(kubefake.NewClientset(ns), 0)
+	view, err := poolfit.ForScheduler(ctx, kubeInformers, jkefake.NewSimpleClientset(pool), noActivator{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeInformers.Start(ctx.Done())
+	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
+		return view.Synced(), nil
+	}); err != nil {
+		t.Fatal("the pool view did not sync")
+	}
+	pl := NewWithCache(syncedCache(nil, []*jkev1.IPRange{skipRange("r1", "10.1.1.0/24", "n1")}),
+		config.PodFitsResourcesWithStaticIPArgs{CheckIPs: true, NodesWithoutIPRange: config.NodesWithoutIPRangeAllow})
+	pl.fitFiltersFirst = func() bool { return true }
+	pl.pools = view
+	ni := framework.NewNodeInfo()
+	ni.SetNode(skipNode("n1", ""))
+	nodes := []fwk.NodeInfo{ni}
+
+	plain := mkPod("ns", "plain", "", rl("cpu", "1"))
+	if _, st := pl.PreFilter(ctx, framework.NewCycleState(), plain, nodes); !st.IsSkip() {
+		t.Fatalf("a pod naming no pool: PreFilter = %v, want Skip (the case this test leans on)", st)
+	}
+	blue := mkPod("ns", "blue-0", "", rl("cpu", "1"))
+	blue.Annotations = map[string]string{jkev1.AnnotationIPPools: `["blue"]`}
+	state := framework.NewCycleState()
+	if _, st := pl.PreFilter(ctx, state, blue, nodes); !st.IsSuccess() {
+		t.Fatalf("a pod of IPPool blue: PreFilter = %v, want Success (not Skip)", st)
+	}
+	if st := pl.Filter(ctx, state, blue, ni); st.IsSuccess() {
+		t.Errorf("Filter admits the pod of the exhausted IPPool blue on n1, want it refused")
 	}
 }
