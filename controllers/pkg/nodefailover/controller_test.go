@@ -47,7 +47,11 @@ type testController struct {
 	pods *countingPods
 }
 
-func newTestController(t *testing.T, kubeObjs, jkeObjs []runtime.Object) *testController {
+// newTestController builds the controller on fake clients seeded with kubeObjs and jkeObjs,
+// runs each of before on it, then starts the informers and waits for their caches. What
+// replaces a field the informers' event handlers read (a cache, a lister) belongs in before:
+// set after the informers start, it races with the handlers (the race detector fails the test).
+func newTestController(t *testing.T, kubeObjs, jkeObjs []runtime.Object, before ...func(*testController)) *testController {
 	t.Helper()
 	kube := kubefake.NewClientset(kubeObjs...)
 	jke := jkefake.NewSimpleClientset(jkeObjs...)
@@ -59,6 +63,11 @@ func newTestController(t *testing.T, kubeObjs, jkeObjs []runtime.Object) *testCo
 		t.Fatal(err)
 	}
 	c.Window = time.Minute
+	tc := &testController{Controller: c, kube: kube, jke: jke, pods: &countingPods{PodLister: c.pods}}
+	c.pods = tc.pods
+	for _, f := range before {
+		f(tc)
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	t.Cleanup(cancel)
 	ki.Start(ctx.Done())
@@ -73,8 +82,6 @@ func newTestController(t *testing.T, kubeObjs, jkeObjs []runtime.Object) *testCo
 	}); err != nil {
 		t.Fatal("informers did not sync")
 	}
-	tc := &testController{Controller: c, kube: kube, jke: jke, pods: &countingPods{PodLister: c.pods}}
-	c.pods = tc.pods
 	return tc
 }
 

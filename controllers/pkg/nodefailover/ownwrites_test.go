@@ -44,29 +44,22 @@ func TestOwnWritesOnStaleCaches(t *testing.T) {
 		Status: jkev1alpha1.NodeFailoverStatus{Phase: jkev1alpha1.FailoverRangesMoved, StartTime: &since, PhaseTime: &since, Target: "spare",
 			MovedRanges: []jkev1alpha1.MovedRange{{Name: "r3", CIDR: "10.1.3.0/24", FromNode: "n3", ToNode: "spare", OwnerGeneration: 1}}}}
 	r3.ResourceVersion, rec.ResourceVersion = "1", "2"
-	tc := newTestController(t, []runtime.Object{failed, sp, n1}, []runtime.Object{r3, rec})
-	testsupport.StampResourceVersions(tc.jke)
-	ctx := context.Background()
-
-	// Caches that never move: the range unmarked, the record at RangesMoved.
+	// Caches that never move: the range unmarked, the record at RangesMoved (copies of what
+	// the fake clients are seeded with).
 	frozenRanges := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})
-	cachedRange, err := tc.jke.JkeV1().IPRanges().Get(ctx, "r3", metav1.GetOptions{})
-	if err != nil {
+	if err := frozenRanges.Add(r3.DeepCopy()); err != nil {
 		t.Fatal(err)
 	}
-	if err := frozenRanges.Add(cachedRange); err != nil {
-		t.Fatal(err)
-	}
-	tc.useRangeCache(jkev1listers.NewIPRangeLister(frozenRanges))
 	frozenRecords := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{activeIndex: activeRecordIndex})
-	cachedRec, err := tc.jke.JkeV1alpha1().NodeFailovers().Get(ctx, "n3", metav1.GetOptions{})
-	if err != nil {
+	if err := frozenRecords.Add(rec.DeepCopy()); err != nil {
 		t.Fatal(err)
 	}
-	if err := frozenRecords.Add(cachedRec); err != nil {
-		t.Fatal(err)
-	}
-	tc.useRecordCache(jkev1alpha1listers.NewNodeFailoverLister(frozenRecords), frozenRecords)
+	tc := newTestController(t, []runtime.Object{failed, sp, n1}, []runtime.Object{r3, rec}, func(tc *testController) {
+		testsupport.StampResourceVersions(tc.jke)
+		tc.useRangeCache(jkev1listers.NewIPRangeLister(frozenRanges))
+		tc.useRecordCache(jkev1alpha1listers.NewNodeFailoverLister(frozenRecords), frozenRecords)
+	})
+	ctx := context.Background()
 
 	if _, err := tc.sync(ctx, "n3"); err != nil {
 		t.Fatal(err)
@@ -103,12 +96,14 @@ func TestOwnWritesOnStaleCaches(t *testing.T) {
 	}
 }
 
-// useRangeCache makes the controller read IPRanges from l instead of its informer.
+// useRangeCache makes the controller read IPRanges from l instead of its informer (only
+// before the informers start: newTestController's before).
 func (tc *testController) useRangeCache(l jkev1listers.IPRangeLister) {
 	tc.ranges = rangeView{IPRangeLister: l, writes: tc.rangeWrites}
 }
 
-// useRecordCache makes the controller read its records from l and idx instead of its informer.
+// useRecordCache makes the controller read its records from l and idx instead of its informer
+// (only before the informers start: newTestController's before).
 func (tc *testController) useRecordCache(l jkev1alpha1listers.NodeFailoverLister, idx cache.Indexer) {
 	tc.records, tc.activeRecords = recordView{NodeFailoverLister: l, writes: tc.recordWrites}, idx
 }
