@@ -21,7 +21,7 @@ func (d *DB) requestedQuarantined(t *txn, req AllocateRequest, now time.Time) er
 		return nil
 	}
 	if key := req.Pod.Key(); key != "" && !req.SkipPodReservation {
-		if cur := t.byPod.Get([]byte(key)); cur != nil && keyIP(cur) == req.IP {
+		if cur, ok := indexedOf(t.byPod, []byte(key), family(req.IP)); ok && cur == req.IP {
 			return nil
 		}
 		if holder, err := t.alloc(req.IP); err != nil {
@@ -57,15 +57,27 @@ func (d *DB) Allocate(req AllocateRequest) (Allocation, bool, error) {
 	if req.Attachment.ContainerID == "" || req.Attachment.IfName == "" {
 		return Allocation{}, false, invalidf("allocation needs a container ID and an interface name")
 	}
+	// A single-stack caller (no Family) repeating an ADD is answered with the attachment's one
+	// address, whatever it asks for now (ErrAttachmentHasIP when it differs), as before
+	// dual-stack; a dual-stack caller with the attachment's address of the family it asks for.
+	attachmentFamily := req.Family
 	if req.IP.IsValid() {
 		req.IP = req.IP.Unmap()
+		if req.Family == 0 {
+			req.Family = family(req.IP)
+		} else if req.Family != family(req.IP) {
+			return Allocation{}, false, invalidf("an IPv%d address was asked for, but %s was requested", req.Family, req.IP)
+		}
+	}
+	if req.Family != 0 && req.Family != 4 && req.Family != 6 {
+		return Allocation{}, false, invalidf("IP family %d: want 4 or 6", req.Family)
 	}
 	var result Allocation
 	created := false
 	err := d.update(func(tx *bolt.Tx) error {
 		t := d.txn(tx)
-		if cur := t.attach.Get(req.Attachment.key()); cur != nil {
-			a, err := t.alloc(keyIP(cur))
+		if cur, ok := indexedOf(t.attach, req.Attachment.key(), attachmentFamily); ok {
+			a, err := t.alloc(cur)
 			if err != nil {
 				return err
 			}
@@ -78,7 +90,7 @@ func (d *DB) Allocate(req AllocateRequest) (Allocation, bool, error) {
 				return nil
 			}
 			// Dangling index entry (cannot happen through this API): drop it and go on.
-			if err := t.attach.Delete(req.Attachment.key()); err != nil {
+			if err := deleteIndexed(t.attach, req.Attachment.key(), cur); err != nil {
 				return err
 			}
 		}
@@ -123,6 +135,9 @@ func (d *DB) Allocate(req AllocateRequest) (Allocation, bool, error) {
 // Nothing comes from a draining range.
 func (d *DB) choose(t *txn, ranges []Range, req AllocateRequest, now time.Time) (netip.Addr, Range, error) {
 	active := activeRanges(ranges)
+	if req.Family != 0 && !req.IP.IsValid() {
+		active = slices.DeleteFunc(active, func(r Range) bool { return family(r.Subnet.Addr()) != req.Family })
+	}
 	if req.IP.IsValid() {
 		rng, ok := rangeFor(ranges, req.IP)
 		if !ok {
@@ -140,8 +155,7 @@ func (d *DB) choose(t *txn, ranges []Range, req AllocateRequest, now time.Time) 
 		return req.IP, rng, nil
 	}
 	if key := req.Pod.Key(); key != "" && !req.SkipPodReservation {
-		if cur := t.byPod.Get([]byte(key)); cur != nil {
-			ip := keyIP(cur)
+		if ip, ok := indexedOf(t.byPod, []byte(key), req.Family); ok {
 			if rng, ok := rangeFor(ranges, ip); ok {
 				if rng.Draining {
 					return netip.Addr{}, Range{}, &DrainingError{IP: ip, Subnet: rng.Subnet, Reserved: true}
@@ -283,55 +297,77 @@ func (d *DB) nextFree(t *txn, rng Range, now time.Time, honorQuarantine bool) (n
 	}
 }
 
-// Get returns the allocation of an attachment.
+// Get returns the allocation of an attachment: its first address (a dual-stack attachment's
+// primary; GetAll returns both).
 func (d *DB) Get(a Attachment) (Allocation, bool, error) {
-	var out *Allocation
-	err := d.view(func(tx *bolt.Tx) error {
-		t := d.txn(tx)
-		cur := t.attach.Get(a.key())
-		if cur == nil {
-			return nil
-		}
-		al, err := t.alloc(keyIP(cur))
-		if err != nil || al == nil || al.Attachment != a {
-			return err
-		}
-		out = al
-		return nil
-	})
-	if err != nil || out == nil {
+	all, err := d.GetAll(a)
+	if err != nil || len(all) == 0 {
 		return Allocation{}, false, err
 	}
-	return *out, true, nil
+	return all[0], true, nil
 }
 
-// Release frees the attachment's IP, or with keepReserved turns it into a reservation for the
-// pod. Releasing an unknown attachment is not an error (found=false).
-func (d *DB) Release(a Attachment, keepReserved bool) (Allocation, bool, error) {
-	var out *Allocation
-	err := d.update(func(tx *bolt.Tx) error {
+// GetAll returns every allocation of an attachment, one per IP family, the first indexed first.
+func (d *DB) GetAll(a Attachment) ([]Allocation, error) {
+	var out []Allocation
+	err := d.view(func(tx *bolt.Tx) error {
 		t := d.txn(tx)
-		cur := t.attach.Get(a.key())
-		if cur == nil {
-			return nil
+		for _, ip := range indexed(t.attach, a.key()) {
+			al, err := t.alloc(ip)
+			if err != nil {
+				return err
+			}
+			if al != nil && al.Attachment == a {
+				out = append(out, *al)
+			}
 		}
-		al, err := t.alloc(keyIP(cur))
-		if err != nil {
-			return err
-		}
-		if al == nil || al.Attachment != a {
-			return t.attach.Delete(a.key())
-		}
-		if err := t.deleteAlloc(*al); err != nil {
-			return err
-		}
-		out = al
-		return d.afterRelease(t, *al, keepReserved)
+		return nil
 	})
-	if err != nil || out == nil {
+	return out, err
+}
+
+// Release frees the attachment's addresses (both of a dual-stack attachment), or with
+// keepReserved turns each into a reservation for the pod. It returns the first; releasing an
+// unknown attachment is not an error (found=false).
+func (d *DB) Release(a Attachment, keepReserved bool) (Allocation, bool, error) {
+	all, err := d.ReleaseAll(a, keepReserved)
+	if err != nil || len(all) == 0 {
 		return Allocation{}, false, err
 	}
-	return *out, true, nil
+	return all[0], true, nil
+}
+
+// ReleaseAll is Release returning every address it released, in one transaction.
+func (d *DB) ReleaseAll(a Attachment, keepReserved bool) ([]Allocation, error) {
+	var out []Allocation
+	err := d.update(func(tx *bolt.Tx) error {
+		out = nil
+		t := d.txn(tx)
+		for _, ip := range indexed(t.attach, a.key()) {
+			al, err := t.alloc(ip)
+			if err != nil {
+				return err
+			}
+			if al == nil || al.Attachment != a {
+				if err := deleteIndexed(t.attach, a.key(), ip); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := t.deleteAlloc(*al); err != nil {
+				return err
+			}
+			out = append(out, *al)
+			if err := d.afterRelease(t, *al, keepReserved); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // afterRelease either leaves a reservation for the pod or quarantines the freed IP.
@@ -344,9 +380,9 @@ func (d *DB) afterRelease(t *txn, al Allocation, keepReserved bool) error {
 		if res != nil {
 			return nil // already reserved (by its StaticIP, normally for this very pod)
 		}
-		// Never displace the StaticIP reservation the pod has for another IP.
-		if prev := t.byPod.Get([]byte(al.Pod.Key())); prev != nil {
-			old, err := t.reservation(keyIP(prev))
+		// Never displace the StaticIP reservation the pod has for another IP of this family.
+		if prev, ok := indexedOf(t.byPod, []byte(al.Pod.Key()), family(al.IP)); ok {
+			old, err := t.reservation(prev)
 			if err != nil {
 				return err
 			}
@@ -398,7 +434,7 @@ func (d *DB) Unallocate(a Allocation) error {
 		if err := t.deleteAlloc(*cur); err != nil {
 			return err
 		}
-		if prev := cur.Previous; prev != nil && t.attach.Get(prev.Attachment.key()) == nil {
+		if prev := cur.Previous; prev != nil && !hasIndexedOf(t.attach, prev.Attachment.key(), family(prev.IP)) {
 			return t.putAlloc(*prev)
 		}
 		return nil
