@@ -224,3 +224,71 @@ func checkIndexes(t *testing.T, d *DB) {
 		t.Fatal(err)
 	}
 }
+
+// AllocatePod decides the families in the transaction: a node with ranges of both families
+// gives both (IPv4 first), one family's ranges one address, requested and reserved addresses
+// decide the primary, a pod of pools takes the families of its pools, and a failure of one
+// family leaves nothing allocated.
+func TestAllocatePod(t *testing.T) {
+	d := dualStackDB(t)
+	addrs := func(as []Allocated) []netip.Addr {
+		var out []netip.Addr
+		for _, a := range as {
+			out = append(out, a.IP)
+		}
+		return out
+	}
+	got, err := d.AllocatePod(req("c1", pod("ns", "a")), netip.Addr{})
+	if err != nil || len(got) != 2 || family(got[0].IP) != 4 || family(got[1].IP) != 6 || !got[0].Created || !got[1].Created {
+		t.Fatalf("AllocatePod on a dual-stack node = %+v, %v", got, err)
+	}
+	again, err := d.AllocatePod(req("c1", pod("ns", "a")), netip.Addr{})
+	if err != nil || len(again) != 2 || again[0].IP != got[0].IP || again[1].IP != got[1].IP || again[0].Created || again[1].Created {
+		t.Fatalf("repeated AllocatePod = %+v, %v", again, err)
+	}
+	// Requested pair, IPv6 primary.
+	r := req("c2", pod("ns", "b"))
+	r.IP = ip("fd00:60::6")
+	got, err = d.AllocatePod(r, ip("10.60.0.6"))
+	if err != nil || len(got) != 2 || got[0].IP != ip("fd00:60::6") || got[1].IP != ip("10.60.0.6") {
+		t.Fatalf("requested pair = %v, %v", addrs(got), err)
+	}
+	// Two of one family refused.
+	r = req("c3", pod("ns", "c"))
+	r.IP = ip("10.60.0.5")
+	if _, err := d.AllocatePod(r, ip("10.60.0.4")); !errors.Is(err, ErrInvalid) {
+		t.Fatalf("two IPv4 addresses: %v", err)
+	}
+	// Both or none: the IPv6 range full, the IPv4 address is not kept.
+	before, _ := d.Allocations()
+	var fill []netip.Addr
+	for i := 0; ; i++ {
+		r := req("fill"+string(rune('a'+i)), pod("ns", "fill"+string(rune('a'+i))))
+		r.Family = 6
+		a, _, err := d.Allocate(r)
+		if err != nil {
+			break
+		}
+		fill = append(fill, a.IP)
+	}
+	if _, err := d.AllocatePod(req("c4", pod("ns", "d")), netip.Addr{}); !errors.Is(err, ErrExhausted) {
+		t.Fatalf("IPv6 exhausted: %v, want ErrExhausted", err)
+	}
+	if after, _ := d.Allocations(); len(after) != len(before)+len(fill) {
+		t.Fatalf("a failed dual-stack allocation left %d allocations behind", len(after)-len(before)-len(fill))
+	}
+	// A node with one family's ranges gives one address; pools decide the families too.
+	single := openTest(t, "", nil)
+	mustRange(t, single, Range{Subnet: pfx("fd00:63::/125")})
+	mustRange(t, single, Range{Subnet: pfx("10.63.0.0/29"), Pool: "v4-only", Restricted: true})
+	if got, err := single.AllocatePod(req("c1", pod("ns", "a")), netip.Addr{}); err != nil || len(got) != 1 || family(got[0].IP) != 6 {
+		t.Fatalf("IPv6-only for a pod of no pool = %v, %v", addrs(got), err)
+	}
+	r = req("c2", pod("ns", "b"))
+	r.Pools = []string{"v4-only"}
+	if got, err := single.AllocatePod(r, netip.Addr{}); err != nil || len(got) != 1 || got[0].Subnet != pfx("10.63.0.0/29") {
+		t.Fatalf("a pod of an IPv4 pool = %v, %v", addrs(got), err)
+	}
+	checkIndexes(t, d)
+	checkIndexes(t, single)
+}
