@@ -1,7 +1,6 @@
 package plugin
 
 import (
-	"net/netip"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -9,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"time"
 )
@@ -64,7 +64,7 @@ type staticIPObject struct {
 		// IPs: a dual-stack record's addresses, one per family, the first = IP.
 		IPs  []string `json:"ips,omitempty"`
 		Node string   `json:"node,omitempty"`
-		Pod  string `json:"pod,omitempty"`
+		Pod  string   `json:"pod,omitempty"`
 		// APIGroup, Kind and Ref: the workload the record belongs to.
 		APIGroup string `json:"apiGroup,omitempty"`
 		Kind     string `json:"kind,omitempty"`
