@@ -1,11 +1,14 @@
 package v1
 
 import (
+	"net/netip"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/staticip/staticip/apis/podip"
 )
 
 // Annotations and labels that are part of the staticip contract.
@@ -120,6 +123,18 @@ func (s *StaticIPSpec) Addresses() string {
 		return strings.Join(s.IPs, ",")
 	}
 	return s.IP
+}
+
+// AddressList returns the record's addresses parsed (apis/podip.ParseAddresses), primary first;
+// none when it has no IP yet or its value does not parse (the API server's CEL rules refuse
+// that). Every check "does this record hold an address of X" asks it, never spec.ip alone: a
+// dual-stack record's IPv6 address lies in another range than its IPv4 one.
+func (s *StaticIPSpec) AddressList() []netip.Addr {
+	a, err := podip.ParseAddresses(s.Addresses())
+	if err != nil {
+		return nil
+	}
+	return a.List()
 }
 
 // StaticIPStatus is the observed state of a StaticIP.
