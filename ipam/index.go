@@ -16,6 +16,8 @@ import (
 	"slices"
 
 	bolt "go.etcd.io/bbolt"
+
+	"github.com/staticip/staticip/apis/podip"
 )
 
 // secondSuffix marks the index entry of an attachment's or pod's second address. Neither an
@@ -27,17 +29,9 @@ func secondKey(k []byte) []byte { return append(slices.Clip(k), secondSuffix...)
 // indexOwner is the plain key an index entry belongs to.
 func indexOwner(k []byte) []byte { return bytes.TrimSuffix(k, []byte(secondSuffix)) }
 
-// family is 4 or 6 (an IPv4-mapped address is IPv4), 0 for the zero Addr.
-func family(ip netip.Addr) int {
-	switch {
-	case !ip.IsValid():
-		return 0
-	case ip.Unmap().Is4():
-		return 4
-	default:
-		return 6
-	}
-}
+// family is 4 or 6 (an IPv4-mapped address is IPv4), 0 for the zero Addr: podip's rule, the
+// annotation's reader's.
+func family(ip netip.Addr) int { return podip.Family(ip) }
 
 // indexed returns the addresses indexed under k: the first, then the second.
 func indexed(b *bolt.Bucket, k []byte) []netip.Addr {

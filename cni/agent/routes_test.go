@@ -6,11 +6,9 @@ import (
 	"testing"
 
 	"github.com/containernetworking/plugins/pkg/ns"
-	"github.com/vishvananda/netlink"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
-	"github.com/staticip/staticip/cni/nstest"
 )
 
 // TestIPv6RangeOfAnIPv4HolderIsReported: a dual-stack node's IPv6 block whose holder is known
@@ -19,22 +17,10 @@ import (
 // objects: "IPv6 routes can not use an IPv4 nexthop") — and was skipped without a word; it is
 // reported unroutable, naming the reason, while the node's IPv4 range is routed as before.
 func TestIPv6RangeOfAnIPv4HolderIsReported(t *testing.T) {
-	requireRootForRoutes(t)
-	n := newNodeNS(t, "v6r")
-	if err := n.Do(func(ns.NetNS) error {
-		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "up-a"}, PeerName: "up-b"}
-		if err := netlink.LinkAdd(veth); err != nil {
-			return err
-		}
-		l, _ := netlink.LinkByName("up-a")
-		addr, _ := netlink.ParseAddr("192.168.78.1/24")
-		if err := netlink.AddrAdd(l, addr); err != nil {
-			return err
-		}
-		return netlink.LinkSetUp(l)
-	}); err != nil {
-		t.Fatal(err)
+	if os.Geteuid() != 0 {
+		t.Skip("needs root for network namespaces")
 	}
+	n := nodeNetns(t, "v6r", "192.168.78.1/24") // an uplink with an IPv4 address only
 	route := func(name, cidr string) rangeRoute {
 		return rangeRoute{r: &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: jkev1.IPRangeSpec{CIDR: cidr, Node: "b"}}, via: "b"}
 	}
@@ -54,21 +40,4 @@ func TestIPv6RangeOfAnIPv4HolderIsReported(t *testing.T) {
 	if want := "b-v6 (node b: its address 192.168.78.2 is not of the range's IP family)"; len(unroutable) != 1 || unroutable[0] != want {
 		t.Fatalf("unroutable %q, want [%q]", unroutable, want)
 	}
-}
-
-func requireRootForRoutes(t *testing.T) {
-	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root for network namespaces")
-	}
-}
-
-func newNodeNS(t *testing.T, tag string) *nstest.NetNS {
-	t.Helper()
-	n, err := nstest.New(tag)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	return n
 }
