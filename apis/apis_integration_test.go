@@ -209,6 +209,18 @@ func badCases() []badCase {
 			}, wantField: "spec"},
 		{name: "staticip-ip-removed-once-set", obj: fmt.Sprintf(sipTmpl, "bad-ip-5", "{ip: 10.10.0.6}"),
 			update: func(u *unstructured.Unstructured) { unstructured.RemoveNestedField(u.Object, "spec", "ip") }, wantField: "spec"},
+		// Dual-stack records (spec.ips, one address per family, the first = ip).
+		{name: "staticip-ips-two-of-one-family", obj: fmt.Sprintf(sipTmpl, "bad-ips-1", "{ip: 10.10.0.8, ips: [10.10.0.8, 10.10.0.9]}"), wantField: "spec"},
+		{name: "staticip-ips-three", obj: fmt.Sprintf(sipTmpl, "bad-ips-2", "{ip: 10.10.0.8, ips: [10.10.0.8, 'fd00::8', 10.10.0.9]}"), wantField: "spec.ips"},
+		{name: "staticip-ips-not-an-ip", obj: fmt.Sprintf(sipTmpl, "bad-ips-3", "{ip: 10.10.0.8, ips: [10.10.0.8, 'fd00::x']}"), wantField: "spec.ips[1]"},
+		{name: "staticip-ips-first-is-not-ip", obj: fmt.Sprintf(sipTmpl, "bad-ips-4", "{ip: 10.10.0.8, ips: ['fd00::8', 10.10.0.8]}"), wantField: "spec"},
+		{name: "staticip-ips-without-ip", obj: fmt.Sprintf(sipTmpl, "bad-ips-5", "{ips: [10.10.0.8]}"), wantField: "spec"},
+		{name: "staticip-ips-change-once-dual", obj: fmt.Sprintf(sipTmpl, "bad-ips-6", "{ip: 10.10.0.8, ips: [10.10.0.8, 'fd00::8']}"),
+			update: func(u *unstructured.Unstructured) {
+				_ = unstructured.SetNestedStringSlice(u.Object, []string{"10.10.0.8", "fd00::9"}, "spec", "ips")
+			}, wantField: "spec"},
+		{name: "staticip-ips-removed-once-dual", obj: fmt.Sprintf(sipTmpl, "bad-ips-7", "{ip: 10.10.0.8, ips: [10.10.0.8, 'fd00::8']}"),
+			update: func(u *unstructured.Unstructured) { unstructured.RemoveNestedField(u.Object, "spec", "ips") }, wantField: "spec"},
 		{name: "staticip-apigroup-with-version", obj: fmt.Sprintf(sipTmpl, "bad-group-1", "{apiGroup: apps/v1, kind: StatefulSet, ref: web}"), wantField: "spec.apiGroup"},
 		{name: "staticip-apigroup-uppercase", obj: fmt.Sprintf(sipTmpl, "bad-group-2", "{apiGroup: Apps, kind: StatefulSet, ref: web}"), wantField: "spec.apiGroup"},
 		{name: "staticip-bad-retention", obj: fmt.Sprintf(sipTmpl, "bad-ret", "{retentionPolicy: {whenScaled: Maybe}}"), wantField: "spec.retentionPolicy.whenScaled"},
@@ -461,8 +473,19 @@ func TestStaticIPIPSetOnce(t *testing.T) {
 		t.Fatalf("setting the ip of a Pending StaticIP must be accepted: %v", err)
 	}
 	_ = unstructured.SetNestedField(updated.Object, "node-9", "spec", "node")
-	if _, err := res.Update(ctx, updated, metav1.UpdateOptions{}); err != nil {
+	moved, err := res.Update(ctx, updated, metav1.UpdateOptions{})
+	if err != nil {
 		t.Fatalf("moving the StaticIP to another node (failover) must be accepted: %v", err)
+	}
+	// A single-stack record gains its other family's address once (a second pool family).
+	_ = unstructured.SetNestedStringSlice(moved.Object, []string{"10.10.0.77", "fd00::77"}, "spec", "ips")
+	dual, err := res.Update(ctx, moved, metav1.UpdateOptions{})
+	if err != nil {
+		t.Fatalf("a single-stack record gaining its IPv6 address must be accepted: %v", err)
+	}
+	_ = unstructured.SetNestedField(dual.Object, "node-8", "spec", "node")
+	if _, err := res.Update(ctx, dual, metav1.UpdateOptions{}); err != nil {
+		t.Fatalf("moving a dual-stack StaticIP (failover) must be accepted: %v", err)
 	}
 }
 

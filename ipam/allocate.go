@@ -21,7 +21,7 @@ func (d *DB) requestedQuarantined(t *txn, req AllocateRequest, now time.Time) er
 		return nil
 	}
 	if key := req.Pod.Key(); key != "" && !req.SkipPodReservation {
-		if cur := t.byPod.Get([]byte(key)); cur != nil && keyIP(cur) == req.IP {
+		if cur, ok := indexedOf(t.byPod, []byte(key), family(req.IP)); ok && cur == req.IP {
 			return nil
 		}
 		if holder, err := t.alloc(req.IP); err != nil {
@@ -54,64 +54,16 @@ func subnets(rs []Range) []netip.Prefix {
 // Allocate gives the attachment an IP (the README's contract). Repeating it for the same
 // attachment returns the same allocation with created=false.
 func (d *DB) Allocate(req AllocateRequest) (Allocation, bool, error) {
-	if req.Attachment.ContainerID == "" || req.Attachment.IfName == "" {
-		return Allocation{}, false, invalidf("allocation needs a container ID and an interface name")
-	}
-	if req.IP.IsValid() {
-		req.IP = req.IP.Unmap()
+	req, attachmentFamily, err := normalizeRequest(req)
+	if err != nil {
+		return Allocation{}, false, err
 	}
 	var result Allocation
 	created := false
-	err := d.update(func(tx *bolt.Tx) error {
-		t := d.txn(tx)
-		if cur := t.attach.Get(req.Attachment.key()); cur != nil {
-			a, err := t.alloc(keyIP(cur))
-			if err != nil {
-				return err
-			}
-			if a != nil && a.Attachment == req.Attachment {
-				if req.IP.IsValid() && req.IP != a.IP {
-					return fmt.Errorf("%w: container %s interface %s holds %s, %s was requested",
-						ErrAttachmentHasIP, shortID(req.Attachment.ContainerID), req.Attachment.IfName, a.IP, req.IP)
-				}
-				result = *a
-				return nil
-			}
-			// Dangling index entry (cannot happen through this API): drop it and go on.
-			if err := t.attach.Delete(req.Attachment.key()); err != nil {
-				return err
-			}
-		}
-		if st, ok, err := recovering(tx); err != nil {
-			return err
-		} else if ok {
-			return &RecoveringError{Path: d.path, State: st}
-		}
-		ranges, err := t.loadRanges()
-		if err != nil {
-			return err
-		}
-		now := d.now()
-		ip, rng, err := d.choose(t, ranges, req, now)
-		if err != nil {
-			return err
-		}
-		// The same pod name holding the IP through another attachment is a stale attachment of
-		// an earlier incarnation (pod names are unique within a namespace) whose sandbox is gone
-		// (choose asked req.Alive): take it over, remembering it for Unallocate.
-		var previous *Allocation
-		if old, err := t.alloc(ip); err != nil {
-			return err
-		} else if old != nil {
-			if err := t.deleteAlloc(*old); err != nil {
-				return err
-			}
-			old.Previous = nil
-			previous = old
-		}
-		result = Allocation{IP: ip, Subnet: rng.Subnet, Attachment: req.Attachment, Pod: req.Pod, AllocatedAt: now.UTC(), Previous: previous}
-		created = true
-		return t.putAlloc(result)
+	err = d.update(func(tx *bolt.Tx) error {
+		var err error
+		result, created, err = d.allocateIn(d.txn(tx), req, attachmentFamily)
+		return err
 	})
 	if err != nil {
 		return Allocation{}, false, err
@@ -119,10 +71,185 @@ func (d *DB) Allocate(req AllocateRequest) (Allocation, bool, error) {
 	return result, created, nil
 }
 
+// normalizeRequest checks req and unmaps its IP. attachmentFamily is the family whose address
+// of the attachment a repeated call is answered with: a single-stack caller (no Family) gets the
+// attachment's one address, whatever it asks for now (ErrAttachmentHasIP when it differs), as
+// before dual-stack; a dual-stack caller the attachment's address of the family it asks for.
+func normalizeRequest(req AllocateRequest) (AllocateRequest, int, error) {
+	if req.Attachment.ContainerID == "" || req.Attachment.IfName == "" {
+		return req, 0, invalidf("allocation needs a container ID and an interface name")
+	}
+	attachmentFamily := req.Family
+	if req.IP.IsValid() {
+		req.IP = req.IP.Unmap()
+		if req.Family == 0 {
+			req.Family = family(req.IP)
+		} else if req.Family != family(req.IP) {
+			return req, 0, invalidf("an IPv%d address was asked for, but %s was requested", req.Family, req.IP)
+		}
+	}
+	if req.Family != 0 && req.Family != 4 && req.Family != 6 {
+		return req, 0, invalidf("IP family %d: want 4 or 6", req.Family)
+	}
+	return req, attachmentFamily, nil
+}
+
+// allocateIn is one allocation inside t.
+func (d *DB) allocateIn(t *txn, req AllocateRequest, attachmentFamily int) (Allocation, bool, error) {
+	if cur, ok := indexedOf(t.attach, req.Attachment.key(), attachmentFamily); ok {
+		a, err := t.alloc(cur)
+		if err != nil {
+			return Allocation{}, false, err
+		}
+		if a != nil && a.Attachment == req.Attachment {
+			if req.IP.IsValid() && req.IP != a.IP {
+				return Allocation{}, false, fmt.Errorf("%w: container %s interface %s holds %s, %s was requested",
+					ErrAttachmentHasIP, shortID(req.Attachment.ContainerID), req.Attachment.IfName, a.IP, req.IP)
+			}
+			return *a, false, nil
+		}
+		// Dangling index entry (cannot happen through this API): drop it and go on.
+		if err := deleteIndexed(t.attach, req.Attachment.key(), cur); err != nil {
+			return Allocation{}, false, err
+		}
+	}
+	if st, ok, err := recovering(t.tx); err != nil {
+		return Allocation{}, false, err
+	} else if ok {
+		return Allocation{}, false, &RecoveringError{Path: d.path, State: st}
+	}
+	ranges, err := t.loadRanges()
+	if err != nil {
+		return Allocation{}, false, err
+	}
+	now := d.now()
+	ip, rng, err := d.choose(t, ranges, req, now)
+	if err != nil {
+		return Allocation{}, false, err
+	}
+	// The same pod name holding the IP through another attachment is a stale attachment of
+	// an earlier incarnation (pod names are unique within a namespace) whose sandbox is gone
+	// (choose asked req.Alive): take it over, remembering it for Unallocate.
+	var previous *Allocation
+	if old, err := t.alloc(ip); err != nil {
+		return Allocation{}, false, err
+	} else if old != nil {
+		if err := t.deleteAlloc(*old); err != nil {
+			return Allocation{}, false, err
+		}
+		old.Previous = nil
+		previous = old
+	}
+	result := Allocation{IP: ip, Subnet: rng.Subnet, Attachment: req.Attachment, Pod: req.Pod, AllocatedAt: now.UTC(), Previous: previous}
+	return result, true, t.putAlloc(result)
+}
+
+// Allocated is one address AllocatePod gave: Created is false when the attachment held it
+// already (a repeated ADD), so that a rollback undoes only what this call did.
+type Allocated struct {
+	Allocation
+	Created bool
+}
+
+// AllocatePod gives an attachment an address of every IP family the pod takes addresses of on
+// this node, in one transaction: both or none. The families (PodFamilies): those of the
+// requested addresses (req.IP, the primary, and second, of the other family), of the pod's
+// reservations, and of the ranges next free may take its address from (its pools, or every
+// range of no namespace pool) — a node with ranges of both families gives a dual-stack pod.
+// The primary comes first: req.IP's family, else its first reservation's, else IPv4 when the
+// node has it. req.Family must be 0.
+func (d *DB) AllocatePod(req AllocateRequest, second netip.Addr) ([]Allocated, error) {
+	if req.Family != 0 {
+		return nil, invalidf("AllocatePod decides the families itself")
+	}
+	req, _, err := normalizeRequest(req)
+	if err != nil {
+		return nil, err
+	}
+	second = second.Unmap()
+	if second.IsValid() && (!req.IP.IsValid() || family(second) == req.Family) {
+		return nil, invalidf("the second address %s must be of the other IP family than the first (%s)", second, req.IP)
+	}
+	var out []Allocated
+	err = d.update(func(tx *bolt.Tx) error {
+		out = nil
+		t := d.txn(tx)
+		ranges, err := t.loadRanges()
+		if err != nil {
+			return err
+		}
+		families, err := d.podFamilies(t, ranges, req, second)
+		if err != nil {
+			return err
+		}
+		for _, f := range families {
+			sub := req
+			sub.Family, sub.IP = f, netip.Addr{}
+			for _, ip := range []netip.Addr{req.IP, second} {
+				if family(ip) == f {
+					sub.IP = ip
+				}
+			}
+			a, created, err := d.allocateIn(t, sub, f)
+			if err != nil {
+				if len(families) > 1 {
+					return fmt.Errorf("the pod's IPv%d address: %w", f, err)
+				}
+				return err
+			}
+			out = append(out, Allocated{Allocation: a, Created: created})
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// podFamilies are the IP families AllocatePod gives req's attachment addresses of, the
+// primary's first.
+func (d *DB) podFamilies(t *txn, ranges []Range, req AllocateRequest, second netip.Addr) ([]int, error) {
+	has := map[int]bool{}
+	var order []int
+	add := func(f int) {
+		if f != 0 && !has[f] {
+			has[f] = true
+			order = append(order, f)
+		}
+	}
+	add(family(req.IP))
+	add(family(second))
+	for _, ip := range indexed(t.attach, req.Attachment.key()) {
+		add(family(ip)) // a repeated ADD keeps what the attachment holds
+	}
+	if key := req.Pod.Key(); key != "" && !req.SkipPodReservation {
+		for _, ip := range indexed(t.byPod, []byte(key)) {
+			add(family(ip))
+		}
+	}
+	usable, err := d.nextFreeRanges(t, activeRanges(ranges), req)
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range []int{4, 6} {
+		if slices.ContainsFunc(usable, func(r Range) bool { return family(r.Subnet.Addr()) == f }) {
+			add(f)
+		}
+	}
+	if len(order) == 0 {
+		add(4) // nothing usable: the allocation reports what is missing
+	}
+	return order, nil
+}
+
 // choose picks the IP for req: the requested one, else the pod's reservation, else next free.
 // Nothing comes from a draining range.
 func (d *DB) choose(t *txn, ranges []Range, req AllocateRequest, now time.Time) (netip.Addr, Range, error) {
 	active := activeRanges(ranges)
+	if req.Family != 0 && !req.IP.IsValid() {
+		active = slices.DeleteFunc(active, func(r Range) bool { return family(r.Subnet.Addr()) != req.Family })
+	}
 	if req.IP.IsValid() {
 		rng, ok := rangeFor(ranges, req.IP)
 		if !ok {
@@ -140,8 +267,7 @@ func (d *DB) choose(t *txn, ranges []Range, req AllocateRequest, now time.Time) 
 		return req.IP, rng, nil
 	}
 	if key := req.Pod.Key(); key != "" && !req.SkipPodReservation {
-		if cur := t.byPod.Get([]byte(key)); cur != nil {
-			ip := keyIP(cur)
+		if ip, ok := indexedOf(t.byPod, []byte(key), req.Family); ok {
 			if rng, ok := rangeFor(ranges, ip); ok {
 				if rng.Draining {
 					return netip.Addr{}, Range{}, &DrainingError{IP: ip, Subnet: rng.Subnet, Reserved: true}
@@ -164,19 +290,12 @@ func (d *DB) choose(t *txn, ranges []Range, req AllocateRequest, now time.Time) 
 		}
 		req.Pools = pools
 	}
-	if req.Pools != nil {
-		active = ofPools(active, req.Pools)
-		if len(active) == 0 {
-			return netip.Addr{}, Range{}, &ExhaustedError{Pools: req.Pools}
-		}
-	} else {
-		if len(active) == 0 {
-			return netip.Addr{}, Range{}, &ExhaustedError{}
-		}
-		active = slices.DeleteFunc(active, func(r Range) bool { return r.Restricted })
-		if len(active) == 0 {
-			return netip.Addr{}, Range{}, &ExhaustedError{}
-		}
+	active, err := d.nextFreeRanges(t, active, req)
+	if err != nil {
+		return netip.Addr{}, Range{}, err
+	}
+	if len(active) == 0 {
+		return netip.Addr{}, Range{}, &ExhaustedError{Pools: req.Pools}
 	}
 	// Two passes: first skip recently released IPs; only when nothing else is free, take one.
 	for _, honorQuarantine := range []bool{true, false} {
@@ -197,6 +316,23 @@ func (d *DB) choose(t *txn, ranges []Range, req AllocateRequest, now time.Time) 
 		}
 	}
 	return netip.Addr{}, Range{}, &ExhaustedError{Ranges: subnets(active), Pools: req.Pools}
+}
+
+// nextFreeRanges are the ranges of active next free may give req's pod an address of: those
+// of its pools (req.Pools, or offline its namespace's as the store recorded them), else every
+// range of no namespace pool (not Restricted).
+func (d *DB) nextFreeRanges(t *txn, active []Range, req AllocateRequest) ([]Range, error) {
+	if req.Pools == nil && req.NamespacePoolsFromStore && req.Pod.Namespace != "" {
+		pools, err := t.namespacePools(req.Pod.Namespace)
+		if err != nil {
+			return nil, err
+		}
+		req.Pools = pools
+	}
+	if req.Pools != nil {
+		return ofPools(active, req.Pools), nil
+	}
+	return slices.DeleteFunc(slices.Clone(active), func(r Range) bool { return r.Restricted }), nil
 }
 
 // ofPools are the ranges of pools, in the order of pools (a request's preference), then of
@@ -283,55 +419,77 @@ func (d *DB) nextFree(t *txn, rng Range, now time.Time, honorQuarantine bool) (n
 	}
 }
 
-// Get returns the allocation of an attachment.
+// Get returns the allocation of an attachment: its first address (a dual-stack attachment's
+// primary; GetAll returns both).
 func (d *DB) Get(a Attachment) (Allocation, bool, error) {
-	var out *Allocation
-	err := d.view(func(tx *bolt.Tx) error {
-		t := d.txn(tx)
-		cur := t.attach.Get(a.key())
-		if cur == nil {
-			return nil
-		}
-		al, err := t.alloc(keyIP(cur))
-		if err != nil || al == nil || al.Attachment != a {
-			return err
-		}
-		out = al
-		return nil
-	})
-	if err != nil || out == nil {
+	all, err := d.GetAll(a)
+	if err != nil || len(all) == 0 {
 		return Allocation{}, false, err
 	}
-	return *out, true, nil
+	return all[0], true, nil
 }
 
-// Release frees the attachment's IP, or with keepReserved turns it into a reservation for the
-// pod. Releasing an unknown attachment is not an error (found=false).
-func (d *DB) Release(a Attachment, keepReserved bool) (Allocation, bool, error) {
-	var out *Allocation
-	err := d.update(func(tx *bolt.Tx) error {
+// GetAll returns every allocation of an attachment, one per IP family, the first indexed first.
+func (d *DB) GetAll(a Attachment) ([]Allocation, error) {
+	var out []Allocation
+	err := d.view(func(tx *bolt.Tx) error {
 		t := d.txn(tx)
-		cur := t.attach.Get(a.key())
-		if cur == nil {
-			return nil
+		for _, ip := range indexed(t.attach, a.key()) {
+			al, err := t.alloc(ip)
+			if err != nil {
+				return err
+			}
+			if al != nil && al.Attachment == a {
+				out = append(out, *al)
+			}
 		}
-		al, err := t.alloc(keyIP(cur))
-		if err != nil {
-			return err
-		}
-		if al == nil || al.Attachment != a {
-			return t.attach.Delete(a.key())
-		}
-		if err := t.deleteAlloc(*al); err != nil {
-			return err
-		}
-		out = al
-		return d.afterRelease(t, *al, keepReserved)
+		return nil
 	})
-	if err != nil || out == nil {
+	return out, err
+}
+
+// Release frees the attachment's addresses (both of a dual-stack attachment), or with
+// keepReserved turns each into a reservation for the pod. It returns the first; releasing an
+// unknown attachment is not an error (found=false).
+func (d *DB) Release(a Attachment, keepReserved bool) (Allocation, bool, error) {
+	all, err := d.ReleaseAll(a, keepReserved)
+	if err != nil || len(all) == 0 {
 		return Allocation{}, false, err
 	}
-	return *out, true, nil
+	return all[0], true, nil
+}
+
+// ReleaseAll is Release returning every address it released, in one transaction.
+func (d *DB) ReleaseAll(a Attachment, keepReserved bool) ([]Allocation, error) {
+	var out []Allocation
+	err := d.update(func(tx *bolt.Tx) error {
+		out = nil
+		t := d.txn(tx)
+		for _, ip := range indexed(t.attach, a.key()) {
+			al, err := t.alloc(ip)
+			if err != nil {
+				return err
+			}
+			if al == nil || al.Attachment != a {
+				if err := deleteIndexed(t.attach, a.key(), ip); err != nil {
+					return err
+				}
+				continue
+			}
+			if err := t.deleteAlloc(*al); err != nil {
+				return err
+			}
+			out = append(out, *al)
+			if err := d.afterRelease(t, *al, keepReserved); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
 }
 
 // afterRelease either leaves a reservation for the pod or quarantines the freed IP.
@@ -344,9 +502,9 @@ func (d *DB) afterRelease(t *txn, al Allocation, keepReserved bool) error {
 		if res != nil {
 			return nil // already reserved (by its StaticIP, normally for this very pod)
 		}
-		// Never displace the StaticIP reservation the pod has for another IP.
-		if prev := t.byPod.Get([]byte(al.Pod.Key())); prev != nil {
-			old, err := t.reservation(keyIP(prev))
+		// Never displace the StaticIP reservation the pod has for another IP of this family.
+		if prev, ok := indexedOf(t.byPod, []byte(al.Pod.Key()), family(al.IP)); ok {
+			old, err := t.reservation(prev)
 			if err != nil {
 				return err
 			}
@@ -398,7 +556,7 @@ func (d *DB) Unallocate(a Allocation) error {
 		if err := t.deleteAlloc(*cur); err != nil {
 			return err
 		}
-		if prev := cur.Previous; prev != nil && t.attach.Get(prev.Attachment.key()) == nil {
+		if prev := cur.Previous; prev != nil && !hasIndexedOf(t.attach, prev.Attachment.key(), family(prev.IP)) {
 			return t.putAlloc(*prev)
 		}
 		return nil

@@ -52,7 +52,7 @@ func (d *DB) GC(opts GCOptions) ([]Allocation, error) {
 			if err != nil {
 				return err
 			}
-			if al == nil || !bytes.Equal(al.Attachment.key(), k) {
+			if al == nil || !bytes.Equal(al.Attachment.key(), indexOwner(k)) {
 				orphans = append(orphans, slices.Clone(k))
 			}
 			return nil

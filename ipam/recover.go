@@ -144,7 +144,7 @@ func (d *DB) Import(allocs []Allocation) (ImportResult, error) {
 				}
 				continue
 			}
-			if t.attach.Get(a.Attachment.key()) != nil {
+			if hasIndexedOf(t.attach, a.Attachment.key(), family(a.IP)) {
 				res.Conflicts = append(res.Conflicts, a)
 				continue
 			}

@@ -46,7 +46,11 @@ func (d *DB) Reserve(r Reservation) error {
 func (d *DB) SyncReservations(rs []Reservation) (SyncResult, error) {
 	var res SyncResult
 	want := map[netip.Addr]Reservation{}
-	byPod := map[string]netip.Addr{}
+	type podFamily struct {
+		pod    string
+		family int
+	}
+	byPod := map[podFamily]netip.Addr{}
 	for _, r := range rs {
 		if err := validReservation(r); err != nil {
 			return res, err
@@ -56,11 +60,12 @@ func (d *DB) SyncReservations(rs []Reservation) (SyncResult, error) {
 		if o, ok := want[r.IP]; ok && o.Pod.Key() != r.Pod.Key() {
 			return res, invalidf("IP %s is reserved for both pod %s and pod %s", r.IP, o.Pod, r.Pod)
 		}
-		if ip, ok := byPod[r.Pod.Key()]; ok && ip != r.IP {
-			return res, invalidf("pod %s has two reserved IPs, %s and %s", r.Pod, ip, r.IP)
+		pf := podFamily{r.Pod.Key(), family(r.IP)}
+		if ip, ok := byPod[pf]; ok && ip != r.IP {
+			return res, invalidf("pod %s has two reserved IPv%d addresses, %s and %s (one per IP family)", r.Pod, pf.family, ip, r.IP)
 		}
 		want[r.IP] = r
-		byPod[r.Pod.Key()] = r.IP
+		byPod[pf] = r.IP
 	}
 	err := d.update(func(tx *bolt.Tx) error {
 		res = SyncResult{}
@@ -115,17 +120,24 @@ func (d *DB) SyncReservations(rs []Reservation) (SyncResult, error) {
 	return res, err
 }
 
-// PodReservation returns the IP reserved for pod (by namespace/name), if any.
+// PodReservation returns the IP reserved for pod (by namespace/name), if any: its first (a
+// dual-stack pod's primary; PodReservations returns both).
 func (d *DB) PodReservation(pod PodRef) (netip.Addr, bool, error) {
-	var ip netip.Addr
-	var ok bool
+	ips, err := d.PodReservations(pod)
+	if err != nil || len(ips) == 0 {
+		return netip.Addr{}, false, err
+	}
+	return ips[0], true, nil
+}
+
+// PodReservations returns every IP reserved for pod, one per IP family, the first indexed first.
+func (d *DB) PodReservations(pod PodRef) ([]netip.Addr, error) {
+	var ips []netip.Addr
 	err := d.view(func(tx *bolt.Tx) error {
-		if cur := tx.Bucket(bucketReservedBy).Get([]byte(pod.Key())); cur != nil {
-			ip, ok = keyIP(cur), true
-		}
+		ips = indexed(tx.Bucket(bucketReservedBy), []byte(pod.Key()))
 		return nil
 	})
-	return ip, ok, err
+	return ips, err
 }
 
 // Reservations lists the reservations, ordered by IP.

@@ -4,7 +4,6 @@
 package ipam
 
 import (
-	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"net/netip"
@@ -21,9 +20,9 @@ var (
 	bucketRanges     = []byte("ranges")            // subnet -> Range (JSON)
 	bucketCursors    = []byte("cursors")           // subnet -> last IP handed out by next-free (16 bytes)
 	bucketAllocs     = []byte("allocations")       // IP (16 bytes) -> Allocation (JSON)
-	bucketAttach     = []byte("attachments")       // containerID\0ifname -> IP (16 bytes)
+	bucketAttach     = []byte("attachments")       // containerID\0ifname[\0second] -> IP (16 bytes), per family: index.go
 	bucketReserved   = []byte("reservations")      // IP (16 bytes) -> Reservation (JSON)
-	bucketReservedBy = []byte("reservedByPod")     // namespace/name -> IP (16 bytes)
+	bucketReservedBy = []byte("reservedByPod")     // namespace/name[\0second] -> IP (16 bytes), per family: index.go
 	bucketQuarantine = []byte("quarantine")        // IP (16 bytes) -> release time (unix nanos)
 	bucketServed     = []byte("servedGenerations") // IPRange name -> ServedRange (JSON), fence.go
 	allBuckets       = [][]byte{bucketMeta, bucketRanges, bucketCursors, bucketAllocs, bucketAttach,
@@ -105,7 +104,7 @@ func (t *txn) putAlloc(a Allocation) error {
 	if err := t.allocs.Put(ipKey(a.IP), v); err != nil {
 		return err
 	}
-	if err := t.attach.Put(a.Attachment.key(), ipKey(a.IP)); err != nil {
+	if err := putIndexed(t.attach, a.Attachment.key(), a.IP); err != nil {
 		return err
 	}
 	return t.quarantine.Delete(ipKey(a.IP))
@@ -115,10 +114,7 @@ func (t *txn) deleteAlloc(a Allocation) error {
 	if err := t.allocs.Delete(ipKey(a.IP)); err != nil {
 		return err
 	}
-	if cur := t.attach.Get(a.Attachment.key()); cur != nil && bytes.Equal(cur, ipKey(a.IP)) {
-		return t.attach.Delete(a.Attachment.key())
-	}
-	return nil
+	return deleteIndexed(t.attach, a.Attachment.key(), a.IP)
 }
 
 func (t *txn) putReservation(r Reservation) error {
@@ -129,9 +125,10 @@ func (t *txn) putReservation(r Reservation) error {
 			return err
 		}
 	}
-	// One reservation per pod: a pod's previous reservation of another IP goes away.
-	if prev := t.byPod.Get([]byte(r.Pod.Key())); prev != nil {
-		old, err := t.reservation(keyIP(prev))
+	// One reservation per pod and IP family: a pod's previous reservation of another IP of the
+	// same family goes away.
+	if prev, ok := indexedOf(t.byPod, []byte(r.Pod.Key()), family(r.IP)); ok {
+		old, err := t.reservation(prev)
 		if err != nil {
 			return err
 		}
@@ -148,17 +145,14 @@ func (t *txn) putReservation(r Reservation) error {
 	if err := t.reserved.Put(ipKey(r.IP), v); err != nil {
 		return err
 	}
-	return t.byPod.Put([]byte(r.Pod.Key()), ipKey(r.IP))
+	return putIndexed(t.byPod, []byte(r.Pod.Key()), r.IP)
 }
 
 func (t *txn) deleteReservation(r Reservation) error {
 	if err := t.reserved.Delete(ipKey(r.IP)); err != nil {
 		return err
 	}
-	if cur := t.byPod.Get([]byte(r.Pod.Key())); cur != nil && bytes.Equal(cur, ipKey(r.IP)) {
-		return t.byPod.Delete([]byte(r.Pod.Key()))
-	}
-	return nil
+	return deleteIndexed(t.byPod, []byte(r.Pod.Key()), r.IP)
 }
 
 func (t *txn) quarantined(ip netip.Addr, now time.Time, q time.Duration) bool {

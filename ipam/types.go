@@ -119,6 +119,12 @@ type AllocateRequest struct {
 	Pod        PodRef
 	// IP, when valid, is the address the pod must get (its annotation, CNI_ARGS IP=, ...).
 	IP netip.Addr
+	// Family (4 or 6), when set, is the IP family of the address asked for: a dual-stack pod's
+	// attachment makes one request per family and holds one address of each; the attachment's
+	// and the pod's reservation of that family are the ones looked at, and next free comes only
+	// from ranges of that family. 0: the family of IP when valid, else the attachment's first
+	// address and the pod's first reservation, any range (a single-stack caller).
+	Family int
 	// SkipPodReservation: the reservation under the pod's name is not this pod's (its StaticIP
 	// is retained for another workload whose pod has the same name); a free IP is taken and the
 	// reservation stays where it is. A requested IP (IP) that is that reservation's is refused

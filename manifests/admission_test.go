@@ -171,3 +171,65 @@ func TestIPAddressAnnotationPolicy(t *testing.T) {
 	}
 	_ = filepath.Join
 }
+
+// manifests/admission/ip-address-policy.yaml on a real API server: the ip-address annotation is
+// one IP address or two of different IP families (a dual-stack pod), whoever sets it — also the
+// trusted controller-manager. The Go rule every component reads it with, podip.ParseAddresses,
+// accepts whatever admission accepts and refuses whatever admission refuses but one thing:
+// IPv4-mapped IPv6 addresses, which admission (CEL's isIP) refuses and Go reads unmapped.
+func TestIPAddressAnnotationFormat(t *testing.T) {
+	env := testenv.Get(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	admin, _, open, _ := admissionNamespaces(ctx, t, env, "format-")
+	pod := func(name, value string) *corev1.Pod {
+		return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Annotations: map[string]string{podip.AnnotationIPAddress: value}},
+			Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "c", Image: "pause:1"}}}}
+	}
+	// Wait until the policy refuses a malformed value (it takes effect a moment after creation).
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if _, err := admin.CoreV1().Pods(open).Create(ctx, pod("probe", "10.9.0.1,10.9.0.2"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			break
+		}
+	}
+	const msg = "must be one IP address, or two of different IP families separated by a comma (a dual-stack pod: 10.0.0.5,fd00::5)"
+	for i, c := range []struct {
+		value string
+		ok    bool
+	}{
+		{"10.9.1.1", true},
+		{"fd00::9:1", true},
+		{"10.9.1.2,fd00::9:2", true},
+		{"fd00::9:3, 10.9.1.3", true},
+		{"10.9.1.4,10.9.1.5", false},
+		{"fd00::9:4,fd00::9:5", false},
+		{"10.9.1.6,fd00::9:6,10.9.1.7", false},
+		{"10.9.1.8,", false},
+		{"10.9.1.300", false},
+		{"10.9.1.9/24", false},
+		{"fe80::1%eth0", false},
+		{"::ffff:10.9.1.10", false}, // Go reads it unmapped; admission refuses it
+	} {
+		_, err := admin.CoreV1().Pods(open).Create(ctx, pod(fmt.Sprintf("format-%d", i), c.value), metav1.CreateOptions{})
+		switch {
+		case c.ok && err != nil:
+			t.Errorf("annotation %q refused: %v", c.value, err)
+		case !c.ok && err == nil:
+			t.Errorf("annotation %q accepted", c.value)
+		case !c.ok && (!apierrors.IsInvalid(err) || !strings.Contains(err.Error(), msg)):
+			t.Errorf("annotation %q: want Invalid with %q, got %v", c.value, msg, err)
+		case !c.ok:
+			t.Logf("refused as it should: %v", err)
+		}
+		if _, perr := podip.ParseAddresses(c.value); (perr == nil) != c.ok && !strings.HasPrefix(c.value, "::ffff:") {
+			t.Errorf("podip.ParseAddresses(%q) = %v, admission accepts it: %v", c.value, perr, c.ok)
+		}
+	}
+	// The trusted controller-manager is held to the same format.
+	cfg := rest.CopyConfig(env.Config)
+	cfg.Impersonate = rest.ImpersonationConfig{UserName: controllerUser}
+	controller := kubernetes.NewForConfigOrDie(cfg)
+	if _, err := controller.CoreV1().Pods(open).Create(ctx, pod("by-controller", "10.9.2.1,10.9.2.2"), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); !apierrors.IsInvalid(err) {
+		t.Errorf("the controller-manager set two IPv4 addresses: want Invalid, got %v", err)
+	}
+}

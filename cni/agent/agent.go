@@ -393,7 +393,7 @@ func (a *Agent) report(plan rangePlan, rp reservationPlan) {
 		emit(d.sip, "StaticIP "+d.sip.Namespace+"/"+d.sip.Name, ReasonDuplicateIP, d.message())
 	}
 	for _, s := range rp.invalid {
-		emit(s, "StaticIP "+s.Namespace+"/"+s.Name, ReasonInvalidIP, fmt.Sprintf("spec.ip %q is not an IP address; nothing is reserved for this record", s.Spec.IP))
+		emit(s, "StaticIP "+s.Namespace+"/"+s.Name, ReasonInvalidIP, fmt.Sprintf("spec.ip/spec.ips %q is not one IP address or one per IP family; nothing is reserved for this record", s.Spec.Addresses()))
 	}
 	a.reported = now
 }

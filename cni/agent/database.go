@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -11,6 +12,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/cni/plugin"
 	"github.com/staticip/staticip/ipam"
 )
@@ -257,11 +259,14 @@ func (a *Agent) gc(db *ipam.DB, allocs []ipam.Allocation, sips []*jkev1.StaticIP
 	staticIPsOf := map[string][]string{}
 	for _, s := range sips {
 		k := sipPod(s).Key()
-		staticIPsOf[k] = append(staticIPsOf[k], s.Spec.IP)
+		staticIPsOf[k] = append(staticIPsOf[k], s.Spec.Addresses())
 	}
 	freed, err := db.GC(ipam.GCOptions{Live: live, KeepReserved: func(al ipam.Allocation) bool {
-		for _, ip := range staticIPsOf[al.Pod.Key()] {
-			if ip == "" || ip == al.IP.String() {
+		for _, recorded := range staticIPsOf[al.Pod.Key()] {
+			if recorded == "" {
+				return true
+			}
+			if addrs, err := podip.ParseAddresses(recorded); err == nil && slices.Contains(addrs.List(), al.IP) {
 				return true
 			}
 		}

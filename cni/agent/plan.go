@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/cni/plugin"
 	"github.com/staticip/staticip/ipam"
 )
@@ -276,19 +277,19 @@ func planReservations(sips []*jkev1.StaticIP, served []ipam.Range, holder, reser
 	}
 	var claims []claim
 	for _, s := range sips {
-		if s.Spec.IP == "" {
-			continue
-		}
-		ip, err := netip.ParseAddr(s.Spec.IP)
+		// Every address of the record: both of a dual-stack one (spec.ips), spec.ip alone of a
+		// single-stack one.
+		addrs, err := podip.ParseAddresses(s.Spec.Addresses())
 		if err != nil {
 			p.invalid = append(p.invalid, s)
 			continue
 		}
-		ip = ip.Unmap()
-		for _, r := range served {
-			if r.Subnet.Contains(ip) {
-				claims = append(claims, claim{s, ip, sipPod(s)})
-				break
+		for _, ip := range addrs.List() {
+			for _, r := range served {
+				if r.Subnet.Contains(ip) {
+					claims = append(claims, claim{s, ip, sipPod(s)})
+					break
+				}
 			}
 		}
 	}
@@ -337,7 +338,8 @@ func planReservations(sips []*jkev1.StaticIP, served []ipam.Range, holder, reser
 		return out
 	}
 	claims = settle(claims, func(c claim) string { return c.ip.String() }, func(c claim) string { return c.pod.Key() })
-	claims = settle(claims, func(c claim) string { return c.pod.Key() }, func(c claim) string { return c.ip.String() })
+	// One reservation per pod and IP family (a dual-stack pod has two).
+	claims = settle(claims, func(c claim) string { return fmt.Sprint(c.pod.Key(), "/", podip.Family(c.ip)) }, func(c claim) string { return c.ip.String() })
 	for _, c := range claims {
 		p.reservations = append(p.reservations, ipam.Reservation{IP: c.ip, Pod: c.pod})
 	}

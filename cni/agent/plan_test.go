@@ -88,8 +88,13 @@ func sipRec(name string, age int, ip string) *jkev1.StaticIP {
 }
 
 func TestPlanReservations(t *testing.T) {
-	served := []ipam.Range{{Subnet: netip.MustParsePrefix("10.0.0.0/24")}}
+	served := []ipam.Range{{Subnet: netip.MustParsePrefix("10.0.0.0/24")}, {Subnet: netip.MustParsePrefix("fd00::/120")}}
 	a := netip.MustParseAddr
+	dual := func(name string, age int, ips ...string) *jkev1.StaticIP {
+		s := sipRec(name, age, ips[0])
+		s.Spec.IPs = ips
+		return s
+	}
 	cases := []struct {
 		name             string
 		sips             []*jkev1.StaticIP
@@ -111,6 +116,12 @@ func TestPlanReservations(t *testing.T) {
 			want: "10.0.0.7=ns/p", duplicates: "x,y", wins: "x,x"},
 		{name: "the same claim twice is no conflict", sips: []*jkev1.StaticIP{sipRec("a", 1, "10.0.0.5"), sipRec("a", 1, "10.0.0.5")},
 			want: "10.0.0.5=ns/a"},
+		{name: "dual-stack: both addresses reserved", sips: []*jkev1.StaticIP{dual("d", 1, "10.0.0.5", "fd00::5"), dual("e", 1, "fd00::6", "10.0.0.6")},
+			want: "10.0.0.5=ns/d,10.0.0.6=ns/e,fd00::5=ns/d,fd00::6=ns/e"},
+		{name: "dual-stack: only the families this node serves", sips: []*jkev1.StaticIP{dual("d", 1, "10.0.1.5", "fd00::5")},
+			want: "fd00::5=ns/d"},
+		{name: "dual-stack: an IPv6 address contested, the IPv4 one not", sips: []*jkev1.StaticIP{dual("a", 1, "10.0.0.5", "fd00::5"), dual("b", 2, "10.0.0.6", "fd00::5")},
+			want: "10.0.0.5=ns/a,10.0.0.6=ns/b,fd00::5=ns/a", duplicates: "a,b", wins: "a,a"},
 		{name: "malformed IP", sips: []*jkev1.StaticIP{sipRec("bad", 1, "10.0.0"), sipRec("ok", 1, "::ffff:10.0.0.9")},
 			want: "10.0.0.9=ns/ok", invalid: "bad"},
 	}

@@ -36,6 +36,13 @@ func (a *Agent) syncRoutes(routes []rangeRoute, nodeIP func(string) net.IP) (n i
 			continue
 		}
 		if (dst.IP.To4() == nil) != (gw.To4() == nil) {
+			// A dual-stack node's IPv6 block, its holder known by an IPv4 address only (a claim
+			// carries one address). Linux routes IPv4 via an IPv6 next hop (RFC 5549) but not
+			// IPv6 via an IPv4 one ("IPv6 does not support RTA_VIA attribute", and "IPv6 routes
+			// can not use an IPv4 nexthop" for nexthop objects): it needs the holder's IPv6
+			// address, which status.holders does not carry yet. Said, not skipped in silence.
+			unroutable = append(unroutable, fmt.Sprintf("%s (node %s: its address %s is not of the range's IP family)", rt.r.Name, rt.via, gw))
+			keep[dst.String()] = true
 			continue
 		}
 		want[dst.String()] = &netlink.Route{Dst: dst, Gw: gw, Protocol: RouteProtocol}

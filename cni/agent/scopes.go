@@ -17,6 +17,7 @@ import (
 	sipinformers "github.com/staticip/staticip/apis/generated/informers/externalversions"
 	"github.com/staticip/staticip/apis/iprangelabel"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/apis/podip"
 )
 
 // Which StaticIPs an agent watches (issue 37). Every agent used to watch every StaticIP of the
@@ -285,8 +286,10 @@ func decideVanished(sip *jkev1.StaticIP, present bool, held []netip.Prefix, age 
 		}
 		return vanishedDrop
 	}
-	ip, err := netip.ParseAddr(sip.Spec.IP)
-	if err != nil || !slices.ContainsFunc(held, func(p netip.Prefix) bool { return p.Contains(ip.Unmap()) }) {
+	addrs, err := podip.ParseAddresses(sip.Spec.Addresses())
+	if err != nil || !slices.ContainsFunc(addrs.List(), func(ip netip.Addr) bool {
+		return slices.ContainsFunc(held, func(p netip.Prefix) bool { return p.Contains(ip) })
+	}) {
 		return vanishedDrop
 	}
 	return vanishedConfirm

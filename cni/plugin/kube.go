@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"time"
 )
@@ -59,9 +60,11 @@ func (p *podObject) controller() *ownerReference {
 type staticIPObject struct {
 	Metadata objectMeta `json:"metadata"`
 	Spec     struct {
-		IP   string `json:"ip,omitempty"`
-		Node string `json:"node,omitempty"`
-		Pod  string `json:"pod,omitempty"`
+		IP string `json:"ip,omitempty"`
+		// IPs: a dual-stack record's addresses, one per family, the first = IP.
+		IPs  []string `json:"ips,omitempty"`
+		Node string   `json:"node,omitempty"`
+		Pod  string   `json:"pod,omitempty"`
 		// APIGroup, Kind and Ref: the workload the record belongs to.
 		APIGroup string `json:"apiGroup,omitempty"`
 		Kind     string `json:"kind,omitempty"`
@@ -183,4 +186,22 @@ func (c *kubeClient) listIPRanges(ctx context.Context) ([]ipRangeObject, error) 
 	}
 	err := c.do(ctx, http.MethodGet, "/apis/jke.jdcloud.com/v1/ipranges", "", nil, &l)
 	return l.Items, err
+}
+
+// records reports whether the record names ip among its addresses, or names none yet (a
+// Pending record: whatever the pod gets is its fixed IP).
+func (s *staticIPObject) records(ip netip.Addr) bool {
+	ips := s.Spec.IPs
+	if len(ips) == 0 && s.Spec.IP != "" {
+		ips = []string{s.Spec.IP}
+	}
+	if len(ips) == 0 {
+		return true
+	}
+	for _, r := range ips {
+		if a, err := netip.ParseAddr(r); err == nil && a.Unmap() == ip {
+			return true
+		}
+	}
+	return false
 }

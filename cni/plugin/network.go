@@ -8,16 +8,19 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ip"
-	"github.com/containernetworking/plugins/pkg/ipam"
+	cniipam "github.com/containernetworking/plugins/pkg/ipam"
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/containernetworking/plugins/pkg/utils/sysctl"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/staticip/staticip/ipam"
 )
 
 // HostVethPrefix starts the name of every host-side veth the plugin creates.
@@ -30,13 +33,39 @@ func HostVethName(containerID, ifName string) string {
 	return HostVethPrefix + hex.EncodeToString(h[:])[:15-len(HostVethPrefix)]
 }
 
-// podNetwork is what one attachment looks like on the wire.
+// podNetwork is what one attachment looks like on the wire: one address per IP family (a
+// dual-stack pod two, the primary first), each with its gateway, on one veth pair.
 type podNetwork struct {
-	IP       netip.Addr
-	Gateway  netip.Addr
+	Addrs    []podAddr
 	IfName   string
 	HostVeth string
 	MTU      int
+}
+
+// podAddr is one of the attachment's addresses and the gateway the pod reaches its family's
+// default route through (never an address of the host: a permanent neighbour entry).
+type podAddr struct {
+	IP      netip.Addr
+	Gateway netip.Addr
+}
+
+// podAddrs are the addresses of an attachment's allocations, each with its range's gateway.
+func podAddrs(ranges []ipam.Range, allocs []ipam.Allocation) []podAddr {
+	out := make([]podAddr, len(allocs))
+	for i, a := range allocs {
+		rng, _ := findRange(ranges, a.IP)
+		out[i] = podAddr{IP: a.IP, Gateway: gatewayFor(rng, a.IP)}
+	}
+	return out
+}
+
+func (pn podNetwork) hasIPv6() bool {
+	for _, a := range pn.Addrs {
+		if a.IP.Is6() {
+			return true
+		}
+	}
+	return false
 }
 
 func hostPrefix(a netip.Addr) *net.IPNet {
@@ -51,21 +80,23 @@ func defaultDst(a netip.Addr) net.IPNet {
 	return net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
 }
 
-// result is the CNI result describing pn.
+// result is the CNI result describing pn: one IPConfig per address (per family), as the
+// bridge and ptp plugins return a dual-stack attachment, and per family the gateway's link
+// route and the default route.
 func (pn podNetwork) result(hostMAC, podMAC, sandbox string) *current.Result {
 	linkScope := int(netlink.SCOPE_LINK)
-	gw := net.IP(pn.Gateway.AsSlice())
-	return &current.Result{
+	r := &current.Result{
 		Interfaces: []*current.Interface{
 			{Name: pn.HostVeth, Mac: hostMAC},
 			{Name: pn.IfName, Mac: podMAC, Sandbox: sandbox, Mtu: pn.MTU},
 		},
-		IPs: []*current.IPConfig{{Interface: current.Int(1), Address: *hostPrefix(pn.IP), Gateway: gw}},
-		Routes: []*types.Route{
-			{Dst: *hostPrefix(pn.Gateway), Scope: &linkScope},
-			{Dst: defaultDst(pn.IP), GW: gw},
-		},
 	}
+	for _, a := range pn.Addrs {
+		gw := net.IP(a.Gateway.AsSlice())
+		r.IPs = append(r.IPs, &current.IPConfig{Interface: current.Int(1), Address: *hostPrefix(a.IP), Gateway: gw})
+		r.Routes = append(r.Routes, &types.Route{Dst: *hostPrefix(a.Gateway), Scope: &linkScope}, &types.Route{Dst: defaultDst(a.IP), GW: gw})
+	}
+	return r
 }
 
 // setUp creates the veth pair and configures both ends. On error everything it created is
@@ -87,8 +118,10 @@ func (pn podNetwork) setUp(netns ns.NetNS) (res *current.Result, err error) {
 		// explicit link-scope route, so the IPConfig carries none (ConfigureIface would
 		// otherwise use it as next hop of the link route too).
 		r := pn.result(hostMAC.String(), podMAC.String(), netns.Path())
-		r.IPs[0].Gateway = nil
-		if pn.IP.Is6() {
+		for _, ipc := range r.IPs {
+			ipc.Gateway = nil
+		}
+		if pn.hasIPv6() {
 			// A /128 on a point-to-point link cannot clash: skip duplicate address detection,
 			// which would leave the address unusable ("tentative") for a second or more. The
 			// kernel only skips it when both the interface's and the namespace-wide "all"
@@ -99,10 +132,10 @@ func (pn podNetwork) setUp(netns ns.NetNS) (res *current.Result, err error) {
 				}
 			}
 		}
-		if err := ipam.ConfigureIface(pn.IfName, r); err != nil {
+		if err := cniipam.ConfigureIface(pn.IfName, r); err != nil {
 			return err
 		}
-		if pn.IP.Is6() {
+		if pn.hasIPv6() {
 			// Even without DAD the kernel finishes an address asynchronously after link up:
 			// wait until nothing is tentative, or the pod's first bind fails.
 			if err := ip.SettleAddresses(pn.IfName, 5*time.Second); err != nil {
@@ -113,10 +146,15 @@ func (pn podNetwork) setUp(netns ns.NetNS) (res *current.Result, err error) {
 		if err != nil {
 			return err
 		}
-		// A permanent neighbour for the gateway: the pod never ARPs for it, and the host needs
-		// neither an address on its veth nor proxy ARP.
-		return netlink.NeighSet(&netlink.Neigh{LinkIndex: link.Attrs().Index, State: netlink.NUD_PERMANENT,
-			IP: pn.Gateway.AsSlice(), HardwareAddr: hostMAC, Family: family(pn.Gateway)})
+		// A permanent neighbour for each gateway: the pod never ARPs (or solicits) for it, and
+		// the host needs neither an address on its veth nor proxy ARP.
+		for _, a := range pn.Addrs {
+			if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: link.Attrs().Index, State: netlink.NUD_PERMANENT,
+				IP: a.Gateway.AsSlice(), HardwareAddr: hostMAC, Family: family(a.Gateway)}); err != nil {
+				return fmt.Errorf("neighbour %s on %s: %w", a.Gateway, pn.IfName, err)
+			}
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, err
@@ -139,28 +177,30 @@ func family(a netip.Addr) int {
 var testHookHostSetup func() error
 
 func (pn podNetwork) setUpHost(podMAC net.HardwareAddr) error {
-	if pn.IP.Is4() {
-		if err := ip.EnableIP4Forward(); err != nil {
-			return fmt.Errorf("enable IPv4 forwarding: %w", err)
-		}
-	} else if err := ip.EnableIP6Forward(); err != nil {
-		return fmt.Errorf("enable IPv6 forwarding: %w", err)
-	}
 	link, err := netlink.LinkByName(pn.HostVeth)
 	if err != nil {
 		return fmt.Errorf("host veth %s: %w", pn.HostVeth, err)
 	}
-	if pn.IP.Is6() {
-		// The host end carries no address; keep the kernel from autoconfiguring one.
-		_, _ = sysctl.Sysctl(fmt.Sprintf("net/ipv6/conf/%s/accept_ra", pn.HostVeth), "0")
-	}
-	if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: link.Attrs().Index, State: netlink.NUD_PERMANENT,
-		IP: pn.IP.AsSlice(), HardwareAddr: podMAC, Family: family(pn.IP)}); err != nil {
-		return fmt.Errorf("neighbour %s on %s: %w", pn.IP, pn.HostVeth, err)
-	}
-	route := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: hostPrefix(pn.IP), Scope: netlink.SCOPE_LINK}
-	if err := netlink.RouteReplace(route); err != nil {
-		return fmt.Errorf("host route %s dev %s: %w", pn.IP, pn.HostVeth, err)
+	for _, a := range pn.Addrs {
+		if a.IP.Is4() {
+			if err := ip.EnableIP4Forward(); err != nil {
+				return fmt.Errorf("enable IPv4 forwarding: %w", err)
+			}
+		} else {
+			if err := ip.EnableIP6Forward(); err != nil {
+				return fmt.Errorf("enable IPv6 forwarding: %w", err)
+			}
+			// The host end carries no address; keep the kernel from autoconfiguring one.
+			_, _ = sysctl.Sysctl(fmt.Sprintf("net/ipv6/conf/%s/accept_ra", pn.HostVeth), "0")
+		}
+		if err := netlink.NeighSet(&netlink.Neigh{LinkIndex: link.Attrs().Index, State: netlink.NUD_PERMANENT,
+			IP: a.IP.AsSlice(), HardwareAddr: podMAC, Family: family(a.IP)}); err != nil {
+			return fmt.Errorf("neighbour %s on %s: %w", a.IP, pn.HostVeth, err)
+		}
+		route := &netlink.Route{LinkIndex: link.Attrs().Index, Dst: hostPrefix(a.IP), Scope: netlink.SCOPE_LINK}
+		if err := netlink.RouteReplace(route); err != nil {
+			return fmt.Errorf("host route %s dev %s: %w", a.IP, pn.HostVeth, err)
+		}
 	}
 	if testHookHostSetup != nil {
 		return testHookHostSetup()
@@ -206,8 +246,8 @@ func openNetNS(path string) (ns.NetNS, error) {
 	return n, nil
 }
 
-// check verifies the attachment as CHECK must: the pod interface with its address and routes,
-// the host veth with its route.
+// check verifies the attachment as CHECK must: the pod interface with each of its addresses and
+// their routes, the host veth with a route to each address.
 func (pn podNetwork) check(netns ns.NetNS) error {
 	err := netns.Do(func(ns.NetNS) error {
 		link, err := netlink.LinkByName(pn.IfName)
@@ -220,34 +260,10 @@ func (pn podNetwork) check(netns ns.NetNS) error {
 		if link.Attrs().MTU != pn.MTU {
 			return fmt.Errorf("interface %s has MTU %d, want %d", pn.IfName, link.Attrs().MTU, pn.MTU)
 		}
-		addrs, err := netlink.AddrList(link, family(pn.IP))
-		if err != nil {
-			return err
-		}
-		found := false
-		for _, a := range addrs {
-			if a.IP.Equal(pn.IP.AsSlice()) {
-				found = true
+		for _, a := range pn.Addrs {
+			if err := checkPodAddr(link, pn.IfName, a); err != nil {
+				return err
 			}
-		}
-		if !found {
-			return fmt.Errorf("interface %s lacks address %s", pn.IfName, pn.IP)
-		}
-		routes, err := netlink.RouteList(link, family(pn.IP))
-		if err != nil {
-			return err
-		}
-		hasDefault, hasGw := false, false
-		for _, r := range routes {
-			if (r.Dst == nil || r.Dst.IP.IsUnspecified()) && r.Gw.Equal(pn.Gateway.AsSlice()) {
-				hasDefault = true
-			}
-			if r.Dst != nil && r.Dst.String() == hostPrefix(pn.Gateway).String() {
-				hasGw = true
-			}
-		}
-		if !hasDefault || !hasGw {
-			return fmt.Errorf("interface %s lacks its routes (default via %s: %v, %s link route: %v)", pn.IfName, pn.Gateway, hasDefault, pn.Gateway, hasGw)
 		}
 		return nil
 	})
@@ -258,14 +274,42 @@ func (pn podNetwork) check(netns ns.NetNS) error {
 	if err != nil {
 		return fmt.Errorf("host veth %s is missing: %w", pn.HostVeth, err)
 	}
-	routes, err := netlink.RouteListFiltered(family(pn.IP), &netlink.Route{Dst: hostPrefix(pn.IP)}, netlink.RT_FILTER_DST)
+	for _, a := range pn.Addrs {
+		routes, err := netlink.RouteListFiltered(family(a.IP), &netlink.Route{Dst: hostPrefix(a.IP)}, netlink.RT_FILTER_DST)
+		if err != nil {
+			return err
+		}
+		if !slices.ContainsFunc(routes, func(r netlink.Route) bool { return r.LinkIndex == link.Attrs().Index }) {
+			return fmt.Errorf("host route %s dev %s is missing", a.IP, pn.HostVeth)
+		}
+	}
+	return nil
+}
+
+// checkPodAddr: inside the pod, the interface has a and its family's routes.
+func checkPodAddr(link netlink.Link, ifName string, a podAddr) error {
+	addrs, err := netlink.AddrList(link, family(a.IP))
 	if err != nil {
 		return err
 	}
+	if !slices.ContainsFunc(addrs, func(x netlink.Addr) bool { return x.IP.Equal(a.IP.AsSlice()) }) {
+		return fmt.Errorf("interface %s lacks address %s", ifName, a.IP)
+	}
+	routes, err := netlink.RouteList(link, family(a.IP))
+	if err != nil {
+		return err
+	}
+	hasDefault, hasGw := false, false
 	for _, r := range routes {
-		if r.LinkIndex == link.Attrs().Index {
-			return nil
+		if (r.Dst == nil || r.Dst.IP.IsUnspecified()) && r.Gw.Equal(a.Gateway.AsSlice()) {
+			hasDefault = true
+		}
+		if r.Dst != nil && r.Dst.String() == hostPrefix(a.Gateway).String() {
+			hasGw = true
 		}
 	}
-	return fmt.Errorf("host route %s dev %s is missing", pn.IP, pn.HostVeth)
+	if !hasDefault || !hasGw {
+		return fmt.Errorf("interface %s lacks its routes (default via %s: %v, %s link route: %v)", ifName, a.Gateway, hasDefault, a.Gateway, hasGw)
+	}
+	return nil
 }

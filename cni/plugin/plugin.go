@@ -91,6 +91,17 @@ func hostLinkOf(a ipam.Attachment) string {
 	return HostVethName(a.ContainerID, a.IfName)
 }
 
+// lookupAll is lookup returning every address of the attachment (both of a dual-stack one).
+func lookupAll(db *ipam.DB, att ipam.Attachment) (ipam.Attachment, []ipam.Allocation, error) {
+	allocs, err := db.GetAll(att)
+	if err != nil || len(allocs) > 0 {
+		return att, allocs, err
+	}
+	rec := ipam.RecoveredAttachment(HostVethName(att.ContainerID, att.IfName))
+	allocs, err = db.GetAll(rec)
+	return rec, allocs, err
+}
+
 // lookup finds the attachment's allocation, also when it was imported after corruption (keyed
 // by the attachment's host veth, the only thing the host shows).
 func lookup(db *ipam.DB, att ipam.Attachment) (ipam.Attachment, ipam.Allocation, bool, error) {
@@ -105,7 +116,9 @@ func lookup(db *ipam.DB, att ipam.Attachment) (ipam.Attachment, ipam.Allocation,
 
 // request is what ADD decided to ask the allocator for.
 type request struct {
-	IP netip.Addr
+	// IP is the address the pod asks for (its primary), Second its address of the other IP
+	// family (a dual-stack annotation or record).
+	IP, Second netip.Addr
 	// WriteBack: the pod has static IPs enabled but no IP annotation yet; the chosen IP is
 	// written back to it.
 	WriteBack bool
@@ -158,9 +171,9 @@ func (p *Plugin) requestedIP(ctx context.Context, conf *NetConf, args *K8sArgs, 
 	}
 	if known {
 		if v := strings.TrimSpace(annotations[podip.AnnotationIPAddress]); v != "" {
-			if a, err := netip.ParseAddr(v); err == nil && len(explicit) == 1 && explicit[0] != a.Unmap() {
+			if a, err := podip.ParseAddresses(v); err == nil && len(explicit) == 1 && a.Of(podip.Family(explicit[0])) != explicit[0] {
 				return req, types.NewError(ErrCodeBadRequestedIP,
-					fmt.Sprintf("staticip: pod %s: annotation %s=%s conflicts with requested IP %s", pod, podip.AnnotationIPAddress, a.Unmap(), explicit[0]), "")
+					fmt.Sprintf("staticip: pod %s: annotation %s=%s conflicts with requested IP %s", pod, podip.AnnotationIPAddress, a, explicit[0]), "")
 			}
 			req.annotation = v
 			return req, nil
@@ -177,13 +190,18 @@ func (p *Plugin) requestedIP(ctx context.Context, conf *NetConf, args *K8sArgs, 
 // too: the IP reserved for the pod on this node — the agent's copy of its StaticIP record, or
 // the IP its DEL kept while the record existed — over the annotation, which may be a stale
 // copy. A reservation kept for another workload's same-name pod is not this pod's record.
-func (p *Plugin) resolveAnnotation(req *request, pod ipam.PodRef, reserved netip.Addr, otherWorkload bool) error {
+func (p *Plugin) resolveAnnotation(req *request, pod ipam.PodRef, reserved []netip.Addr, otherWorkload bool) error {
 	if req.annotation == "" {
 		return nil
 	}
 	record := ""
-	if reserved.IsValid() && !otherWorkload {
-		record = reserved.String()
+	if len(reserved) > 0 && !otherWorkload {
+		var rec podip.Addresses
+		rec.Primary = reserved[0]
+		if len(reserved) > 1 {
+			rec.Secondary = reserved[1]
+		}
+		record = rec.String()
 	}
 	choice, err := podip.Choose(record, req.annotation)
 	if err != nil {
@@ -193,27 +211,27 @@ func (p *Plugin) resolveAnnotation(req *request, pod ipam.PodRef, reserved netip
 		p.logf("pod %s: annotation %s=%s disagrees with the IP %s reserved for the pod on this node (its StaticIP); the reservation wins (apis/podip)",
 			pod, podip.AnnotationIPAddress, choice.Overrode, choice.IP)
 	}
-	req.IP = choice.IP
+	req.IP, req.Second = choice.IP, choice.Secondary
 	return nil
 }
 
 // podReservation returns the IP reserved for the pod's name in this node's store, and whether
 // that reservation is kept for another workload (reservedForAnotherWorkload). The store is read
 // when the API can be asked or the pod is annotated (resolveAnnotation needs the reservation).
-func (p *Plugin) podReservation(ctx context.Context, conf *NetConf, kc *kubeClient, pod ipam.PodRef, annotated bool) (netip.Addr, bool) {
+func (p *Plugin) podReservation(ctx context.Context, conf *NetConf, kc *kubeClient, pod ipam.PodRef, annotated bool) ([]netip.Addr, bool) {
 	if pod.Name == "" || (kc == nil && !annotated) {
-		return netip.Addr{}, false
+		return nil, false
 	}
 	db, err := openDB(conf)
 	if err != nil {
-		return netip.Addr{}, false // Allocate reports it
+		return nil, false // Allocate reports it
 	}
-	ip, reserved, err := db.PodReservation(pod)
+	ips, err := db.PodReservations(pod)
 	db.Close()
-	if err != nil || !reserved {
-		return netip.Addr{}, false
+	if err != nil || len(ips) == 0 {
+		return nil, false
 	}
-	return ip, p.reservedForAnotherWorkload(ctx, kc, pod, ip)
+	return ips, p.reservedForAnotherWorkload(ctx, kc, pod, ips[0])
 }
 
 // reservedForAnotherWorkload: the IP reserved under the pod's name is kept by a StaticIP of
@@ -324,18 +342,21 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return err
 	}
 
-	alloc, created, counted, ranges, served, err := p.allocate(conf, start, ipam.AllocateRequest{Attachment: att, Pod: pod, IP: req.IP,
-		SkipPodReservation: skipReservation, Alive: hostLinkAlive, Pools: req.pools, NamespacePoolsFromStore: req.poolsFromStore})
+	allocs, counted, ranges, served, err := p.allocate(conf, start, ipam.AllocateRequest{Attachment: att, Pod: pod, IP: req.IP,
+		SkipPodReservation: skipReservation, Alive: hostLinkAlive, Pools: req.pools, NamespacePoolsFromStore: req.poolsFromStore}, req.Second)
 	var oe *openError
 	if errors.As(err, &oe) {
 		return oe.err
 	}
-	if err == nil && created {
-		if why := movedWhileFenced(ctx, kc, served, alloc.IP); why != "" {
-			if rerr := p.unallocate(conf, alloc, counted); rerr != nil {
-				p.logf("rollback: undoing the allocation of %s to %s: %v", alloc.IP, args.ContainerID, rerr)
+	if err == nil {
+		for _, a := range allocs {
+			if !a.Created {
+				continue
 			}
-			return types.NewError(ErrCodeOutOfRange, fmt.Sprintf("staticip: pod %s: %s", pod, why), "")
+			if why := movedWhileFenced(ctx, kc, served, a.IP); why != "" {
+				p.rollback(conf, allocs, counted, args.ContainerID)
+				return types.NewError(ErrCodeOutOfRange, fmt.Sprintf("staticip: pod %s: %s", pod, why), "")
+			}
 		}
 	}
 	if err != nil {
@@ -353,27 +374,30 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 		return ipamError(err)
 	}
 
-	rng, _ := findRange(ranges, alloc.IP)
-	pn := podNetwork{IP: alloc.IP, Gateway: gatewayFor(rng, alloc.IP), IfName: args.IfName,
+	held := make([]ipam.Allocation, len(allocs))
+	created, repeated := false, false
+	for i, a := range allocs {
+		held[i], created, repeated = a.Allocation, created || a.Created, repeated || !a.Created
+	}
+	pn := podNetwork{Addrs: podAddrs(ranges, held), IfName: args.IfName,
 		HostVeth: HostVethName(args.ContainerID, args.IfName), MTU: conf.MTU}
-	if !created {
+	if repeated {
 		// A repeated ADD (the runtime retrying): rebuild the attachment from scratch around the
-		// IP it already holds.
+		// addresses it already holds.
 		_ = pn.tearDown(netns)
 	}
 	result, err := pn.setUp(netns)
 	if err != nil {
 		if created {
-			if rerr := p.unallocate(conf, alloc, counted); rerr != nil {
-				p.logf("rollback: undoing the allocation of %s to %s: %v", alloc.IP, args.ContainerID, rerr)
-			}
+			p.rollback(conf, allocs, counted, args.ContainerID)
 		}
 		return types.NewError(ErrCodeNetwork, fmt.Sprintf("staticip: setting up %s in %s failed (rolled back): %v", args.IfName, args.Netns, err), "")
 	}
 	if req.WriteBack && kc != nil {
 		// Not fatal: the StaticIP controller also learns the IP from the pod's status.
-		if err := kc.annotatePod(ctx, pod.Namespace, pod.Name, pod.UID, podip.AnnotationIPAddress, alloc.IP.String()); err != nil {
-			p.logf("pod %s: writing back %s=%s: %v", pod, podip.AnnotationIPAddress, alloc.IP, err)
+		value := addressesOf(held).String()
+		if err := kc.annotatePod(ctx, pod.Namespace, pod.Name, pod.UID, podip.AnnotationIPAddress, value); err != nil {
+			p.logf("pod %s: writing back %s=%s: %v", pod, podip.AnnotationIPAddress, value, err)
 		}
 	}
 	return types.PrintResult(result, conf.CNIVersion)
@@ -384,29 +408,31 @@ type openError struct{ err error }
 
 func (e *openError) Error() string { return e.err.Error() }
 
-// allocate runs one allocation in the store. A pod naming pools whose ranges have no free
-// address here waits, up to the conflist's poolWait, for one to arrive (the range allocator
-// gives the node a block of the pod's pool once the pod is bound here; the agent puts it in the
-// store), trying again every 200 ms with the store closed in between (other ADDs and the agent
-// go on); then it fails with the store's message, which names the pools.
-func (p *Plugin) allocate(conf *NetConf, start time.Time, req ipam.AllocateRequest) (ipam.Allocation, bool, *time.Duration, []ipam.Range, map[string]ipam.ServedRange, error) {
+// allocate runs the attachment's allocation in the store: an address of every IP family the
+// pod takes addresses of on this node (ipam.AllocatePod; both of a dual-stack pod or none). A
+// pod naming pools whose ranges have no free address here waits, up to the conflist's poolWait,
+// for one to arrive (the range allocator gives the node a block of the pod's pool once the pod
+// is bound here; the agent puts it in the store), trying again every 200 ms with the store
+// closed in between (other ADDs and the agent go on); then it fails with the store's message,
+// which names the pools.
+func (p *Plugin) allocate(conf *NetConf, start time.Time, req ipam.AllocateRequest, second netip.Addr) ([]ipam.Allocated, *time.Duration, []ipam.Range, map[string]ipam.ServedRange, error) {
 	deadline := time.Now().Add(conf.poolWait())
 	for {
 		db, err := openDB(conf)
 		if err != nil {
-			return ipam.Allocation{}, false, nil, nil, nil, &openError{err}
+			return nil, nil, nil, nil, &openError{err}
 		}
 		// A hand-written conflist sets the ranges; on a node whose store staticip-agent manages,
 		// only the agent does (a stale conflist never brings back a range that moved away).
 		if draining, _, err := db.SyncRanges(conf.ranges); err != nil {
 			db.Close()
-			return ipam.Allocation{}, false, nil, nil, nil, &openError{ipamError(err)}
+			return nil, nil, nil, nil, &openError{ipamError(err)}
 		} else if len(draining) > 0 {
 			p.logf("ranges %v are no longer configured but still have allocations; they drain (nothing new is allocated from them)", draining)
 		}
 		// Counted in the allocation's own commit; taken back by the caller if the call fails after it.
 		db.RecordCallOnCommit(opAdd, start)
-		alloc, created, err := db.Allocate(req)
+		allocs, err := db.AllocatePod(req, second)
 		counted := countedCall(db)
 		ranges, _ := db.Ranges()
 		served, _ := db.Served()
@@ -415,10 +441,38 @@ func (p *Plugin) allocate(conf *NetConf, start time.Time, req ipam.AllocateReque
 			if err != nil && len(req.Pools) > 0 && errors.Is(err, ipam.ErrExhausted) {
 				err = fmt.Errorf("%w (waited %s)", err, conf.poolWait())
 			}
-			return alloc, created, counted, ranges, served, err
+			return allocs, counted, ranges, served, err
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
+}
+
+// rollback undoes what this ADD allocated (only the addresses it created: a repeated ADD's
+// held ones stay), and in the same commits takes back the success the allocation counted.
+func (p *Plugin) rollback(conf *NetConf, allocs []ipam.Allocated, counted *time.Duration, containerID string) {
+	for _, a := range allocs {
+		if !a.Created {
+			continue
+		}
+		if err := p.unallocate(conf, a.Allocation, counted); err != nil {
+			p.logf("rollback: undoing the allocation of %s to %s: %v", a.IP, containerID, err)
+		}
+		counted = nil // retracted once
+	}
+}
+
+// addressesOf are an attachment's addresses in the annotation's form (primary first).
+func addressesOf(allocs []ipam.Allocation) podip.Addresses {
+	var a podip.Addresses
+	for i, al := range allocs {
+		switch i {
+		case 0:
+			a.Primary = al.IP
+		case 1:
+			a.Secondary = al.IP
+		}
+	}
+	return a
 }
 
 // unallocate undoes an ADD's allocation, and in the same commit takes back the success that
@@ -513,8 +567,8 @@ func (p *Plugin) keepReserved(ctx context.Context, kc *kubeClient, unusable bool
 	case err != nil:
 		p.logf("pod %s: cannot ask the API server for its StaticIP (%v); keeping %s reserved", alloc.Pod, err, alloc.IP)
 		return true
-	case sip.Spec.IP != "" && sip.Spec.IP != alloc.IP.String():
-		return false // the record holds another IP; this one is not the pod's fixed IP
+	case !sip.records(alloc.IP):
+		return false // the record holds other IPs; this one is not the pod's fixed IP
 	}
 	return true
 }
@@ -608,31 +662,32 @@ func (p *Plugin) Check(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	_, alloc, found, err := lookup(db, ipam.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
+	_, allocs, err := lookupAll(db, ipam.Attachment{ContainerID: args.ContainerID, IfName: args.IfName})
 	ranges, _ := db.Ranges()
 	db.Close()
 	if err != nil {
 		return ipamError(err)
 	}
-	if !found {
+	if len(allocs) == 0 {
 		return types.NewError(ErrCodeCheckFailed, fmt.Sprintf("staticip: no IP is allocated to container %s interface %s", args.ContainerID, args.IfName), "")
 	}
-	inPrev := false
-	for _, ipc := range prev.IPs {
-		if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok && a.Unmap() == alloc.IP {
-			inPrev = true
+	for _, alloc := range allocs {
+		inPrev := false
+		for _, ipc := range prev.IPs {
+			if a, ok := netip.AddrFromSlice(ipc.Address.IP); ok && a.Unmap() == alloc.IP {
+				inPrev = true
+			}
 		}
-	}
-	if !inPrev {
-		return types.NewError(ErrCodeCheckFailed, fmt.Sprintf("staticip: prevResult lacks the allocated IP %s", alloc.IP), "")
+		if !inPrev {
+			return types.NewError(ErrCodeCheckFailed, fmt.Sprintf("staticip: prevResult lacks the allocated IP %s", alloc.IP), "")
+		}
 	}
 	netns, err := ns.GetNS(args.Netns)
 	if err != nil {
 		return types.NewError(types.ErrInvalidNetNS, fmt.Sprintf("staticip: cannot open netns %q: %v", args.Netns, err), "")
 	}
 	defer netns.Close()
-	rng, _ := findRange(ranges, alloc.IP)
-	pn := podNetwork{IP: alloc.IP, Gateway: gatewayFor(rng, alloc.IP), IfName: args.IfName,
+	pn := podNetwork{Addrs: podAddrs(ranges, allocs), IfName: args.IfName,
 		HostVeth: HostVethName(args.ContainerID, args.IfName), MTU: conf.MTU}
 	if err := pn.check(netns); err != nil {
 		return types.NewError(ErrCodeCheckFailed, "staticip: "+err.Error(), "")
@@ -675,13 +730,13 @@ func (p *Plugin) GC(args *skel.CmdArgs) error {
 			p.logf("GC: cannot list StaticIPs (%v); IPs of gone pods stay reserved", err)
 			keep = keepAll
 		} else {
-			owned := map[string]string{}
-			for _, s := range sips {
-				owned[s.Metadata.Namespace+"/"+s.Metadata.Name] = s.Spec.IP
+			owned := map[string]*staticIPObject{}
+			for i := range sips {
+				owned[sips[i].Metadata.Namespace+"/"+sips[i].Metadata.Name] = &sips[i]
 			}
 			keep = func(a ipam.Allocation) bool {
-				ip, ok := owned[a.Pod.Key()]
-				return ok && (ip == "" || ip == a.IP.String())
+				sip, ok := owned[a.Pod.Key()]
+				return ok && sip.records(a.IP)
 			}
 		}
 	}

@@ -1,9 +1,14 @@
 package v1
 
 import (
+	"net/netip"
+	"strings"
+
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/staticip/staticip/apis/podip"
 )
 
 // Annotations and labels that are part of the staticip contract.
@@ -57,6 +62,9 @@ type StaticIPRetentionPolicy struct {
 
 // StaticIPSpec is the desired fixed IP of one pod.
 // +kubebuilder:validation:XValidation:rule="!has(oldSelf.ip) || size(oldSelf.ip) == 0 || (has(self.ip) && self.ip == oldSelf.ip)",message="ip is immutable once set"
+// +kubebuilder:validation:XValidation:rule="!has(self.ips) || size(self.ips) == 0 || (has(self.ip) && self.ips[0] == self.ip)",message="ips[0] must be ip (the pod's primary address)"
+// +kubebuilder:validation:XValidation:rule="!has(self.ips) || size(self.ips) < 2 || ip(self.ips[0]).family() != ip(self.ips[1]).family()",message="ips takes one address per IP family (e.g. [10.0.0.5, fd00::5])"
+// +kubebuilder:validation:XValidation:rule="!has(oldSelf.ips) || size(oldSelf.ips) < 2 || (has(self.ips) && self.ips == oldSelf.ips)",message="ips is immutable once it holds an address of each family"
 type StaticIPSpec struct {
 	// Ref is the name of the workload that owns the pod.
 	// +optional
@@ -83,6 +91,17 @@ type StaticIPSpec struct {
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || isIP(self)",message="must be a valid IP address such as 10.10.0.1"
 	IP string `json:"ip,omitempty"`
+	// IPs are every fixed address of a dual-stack pod, one per IP family, the first equal to ip
+	// (Kubernetes' podIP and podIPs). Empty on a single-stack record (ip alone, as every record
+	// written before it existed); a single-stack record gains its other family's address once
+	// its pod gets one (a second pool family added), then both are immutable. Read a record's
+	// addresses with Addresses(), never ip alone.
+	// +optional
+	// +listType=atomic
+	// +kubebuilder:validation:MaxItems=2
+	// +kubebuilder:validation:items:MaxLength=64
+	// +kubebuilder:validation:items:XValidation:rule="isIP(self)",message="must be a valid IP address such as 10.10.0.1 or fd00::1"
+	IPs []string `json:"ips,omitempty"`
 	// Pod is the name of the pod that owns the IP (normally equal to the record's name).
 	// +optional
 	// +kubebuilder:validation:MaxLength=253
@@ -94,6 +113,28 @@ type StaticIPSpec struct {
 	// RetentionPolicy says when this record is deleted. Copied from the workload.
 	// +optional
 	RetentionPolicy *StaticIPRetentionPolicy `json:"retentionPolicy,omitempty"`
+}
+
+// Addresses returns every fixed address the record holds, in the annotation's form
+// (apis/podip.ParseAddresses): "10.0.0.5,fd00::5" for a dual-stack record, spec.ip alone for a
+// single-stack one, "" before the first pod got an address.
+func (s *StaticIPSpec) Addresses() string {
+	if len(s.IPs) > 0 {
+		return strings.Join(s.IPs, ",")
+	}
+	return s.IP
+}
+
+// AddressList returns the record's addresses parsed (apis/podip.ParseAddresses), primary first;
+// none when it has no IP yet or its value does not parse (the API server's CEL rules refuse
+// that). Every check "does this record hold an address of X" asks it, never spec.ip alone: a
+// dual-stack record's IPv6 address lies in another range than its IPv4 one.
+func (s *StaticIPSpec) AddressList() []netip.Addr {
+	a, err := podip.ParseAddresses(s.Addresses())
+	if err != nil {
+		return nil
+	}
+	return a.List()
 }
 
 // StaticIPStatus is the observed state of a StaticIP.

@@ -465,8 +465,8 @@ func (c *Controller) ipHeldFunc() func(netip.Addr) string {
 		}
 		sips, _ := c.staticIPs.List(labels.Everything())
 		for _, s := range sips {
-			if a, err := netip.ParseAddr(s.Spec.IP); err == nil && s.DeletionTimestamp == nil && a.Unmap() == ip {
-				return fmt.Sprintf("StaticIP %s/%s has it as spec.ip", s.Namespace, s.Name)
+			if s.DeletionTimestamp == nil && slices.Contains(s.Spec.AddressList(), ip) {
+				return fmt.Sprintf("StaticIP %s/%s has it as spec.ip or spec.ips", s.Namespace, s.Name)
 			}
 		}
 		return ""
@@ -496,8 +496,12 @@ func (c *Controller) heldFunc() func(r Range, pendingOn string) string {
 			sipsLoaded = true
 		}
 		for _, s := range sips {
-			if a, err := netip.ParseAddr(s.Spec.IP); err == nil && s.DeletionTimestamp == nil && r.CIDR.Contains(a.Unmap()) {
-				return fmt.Sprintf("StaticIP %s/%s has spec.ip %s", s.Namespace, s.Name, s.Spec.IP)
+			if s.DeletionTimestamp != nil {
+				continue
+			}
+			// Every address of the record: a dual-stack record's IPv6 address holds an IPv6 block.
+			if i := slices.IndexFunc(s.Spec.AddressList(), r.CIDR.Contains); i >= 0 {
+				return fmt.Sprintf("StaticIP %s/%s has %s", s.Namespace, s.Name, s.Spec.AddressList()[i])
 			}
 		}
 		if recs, err := c.failovers.List(labels.Everything()); err == nil {

@@ -292,7 +292,7 @@ func MovingStaticIPs(sips []*jkev1.StaticIP, node string, ranges []netip.Prefix)
 		if s.DeletionTimestamp != nil {
 			continue
 		}
-		if s.Spec.Node == node || (s.Spec.IP != "" && IPInPrefixes(s.Spec.IP, ranges)) {
+		if s.Spec.Node == node || slices.ContainsFunc(s.Spec.AddressList(), func(ip netip.Addr) bool { return IPInPrefixes(ip.String(), ranges) }) {
 			out = append(out, s)
 		}
 	}

@@ -97,8 +97,8 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 	rangeInformer jkev1informers.IPRangeInformer, dynamicClient dynamic.Interface, recorder record.EventRecorder) (*Controller, error) {
 	if err := sipInformer.Informer().AddIndexers(cache.Indexers{
 		ipIndex: func(obj any) ([]string, error) {
-			if s, ok := obj.(*jkev1.StaticIP); ok && s.Spec.IP != "" {
-				return []string{s.Spec.IP}, nil
+			if s, ok := obj.(*jkev1.StaticIP); ok {
+				return addressKeys(s), nil // every address of a dual-stack record
 			}
 			return nil, nil
 		},
@@ -142,7 +142,7 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 		AddFunc: func(obj any) {
 			c.enqueueKey(obj)
 			if s, ok := obj.(*jkev1.StaticIP); ok {
-				c.enqueueIP(s.Spec.IP) // a new record may duplicate an existing one's IP
+				c.enqueueIPs(s) // a new record may duplicate an existing one's IP
 			}
 		},
 		UpdateFunc: func(old, cur any) {
@@ -150,7 +150,7 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 			// Another record with the old or new IP may now be (or no longer be) in conflict.
 			for _, o := range []any{old, cur} {
 				if s, ok := o.(*jkev1.StaticIP); ok {
-					c.enqueueIP(s.Spec.IP)
+					c.enqueueIPs(s)
 				}
 			}
 		},
@@ -159,7 +159,7 @@ func NewController(kubeClient kubernetes.Interface, client versioned.Interface,
 				obj = t.Obj
 			}
 			if s, ok := obj.(*jkev1.StaticIP); ok {
-				c.enqueueIP(s.Spec.IP)
+				c.enqueueIPs(s)
 				c.queue.Add(s.Namespace + "/" + s.Name) // a pod that still wants one gets it back
 			}
 		},
@@ -257,6 +257,13 @@ func workloadKey(ns string, w workloadref.Ref) string {
 func (c *Controller) enqueueKey(obj any) {
 	if key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj); err == nil {
 		c.queue.Add(key)
+	}
+}
+
+// enqueueIPs queues the records that claim any address of s.
+func (c *Controller) enqueueIPs(s *jkev1.StaticIP) {
+	for _, ip := range addressKeys(s) {
+		c.enqueueIP(ip)
 	}
 }
 
@@ -494,7 +501,9 @@ func (c *Controller) reconcileOwnership(ctx context.Context, sip *jkev1.StaticIP
 // conflict without overwriting anything.
 func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *corev1.Pod) error {
 	orig := sip.DeepCopy()
-	podIP, annotated := pod.Status.PodIP, pod.Annotations[podip.AnnotationIPAddress]
+	annotated := pod.Annotations[podip.AnnotationIPAddress]
+	// Per IP family: a dual-stack pod runs with two addresses, a dual-stack record names two.
+	rec, running := recordedAddresses(sip), podAddresses(pod)
 	var conflicts, kinds []string
 	conflict := func(kind, format string, args ...any) {
 		conflicts = append(conflicts, fmt.Sprintf(format, args...))
@@ -527,37 +536,42 @@ func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *
 			conflict(ConflictWorkloadMismatch, "pod %s belongs to %s but StaticIP %s is retained for %s", pod.Name, owner, sip.Name, rec)
 		}
 	}
-	if sip.Spec.IP != "" && annotated != "" && annotated != sip.Spec.IP {
-		conflict(ConflictAnnotationMismatch, "pod %s has %s=%s but StaticIP %s records %s", pod.Name, podip.AnnotationIPAddress, annotated, sip.Name, sip.Spec.IP)
-	}
-	// The record's IP, once set, is the truth: a pod that came up with another IP is a
-	// conflict for a human (or the CNI) to resolve, never a silent rewrite.
-	candidate := sip.Spec.IP
-	if podIP != "" {
-		if sip.Spec.IP != "" && podIP != sip.Spec.IP {
-			conflict(ConflictPodIPMismatch, "pod %s runs with IP %s but StaticIP %s records %s", pod.Name, podIP, sip.Name, sip.Spec.IP)
-		}
-		if candidate == "" {
-			candidate = podIP
+	if rec.IsValid() && annotated != "" {
+		if choice, err := podip.Choose(rec.String(), annotated); err != nil || choice.Overrode.IsValid() {
+			conflict(ConflictAnnotationMismatch, "pod %s has %s=%s but StaticIP %s records %s", pod.Name, podip.AnnotationIPAddress, annotated, sip.Name, rec)
 		}
 	}
-	for _, other := range c.duplicates(sip, candidate) {
-		conflict(ConflictDuplicateIP, "IP %s is also claimed by StaticIP %s", candidate, other)
+	// The record's addresses, once set, are the truth per family: a pod that came up with
+	// another address is a conflict for a human (or the CNI) to resolve, never a silent rewrite;
+	// a single-stack record gains the pod's address of the other family (recordAddresses).
+	next, mismatch := recordAddresses(rec, running)
+	if mismatch != "" {
+		conflict(ConflictPodIPMismatch, "pod %s runs with IP %s but StaticIP %s records %s", pod.Name, running, sip.Name, rec)
 	}
-	// The IP a node reports is recorded (or the record moved to that node) only inside the
-	// node's own ranges: a node cannot pin addresses of other nodes' ranges.
-	if podIP != "" && pod.Spec.NodeName != "" && (sip.Spec.IP == "" || (podIP == sip.Spec.IP && sip.Spec.Node != pod.Spec.NodeName)) {
+	for _, ip := range next.List() {
+		for _, other := range c.duplicates(sip, ip.String()) {
+			conflict(ConflictDuplicateIP, "IP %s is also claimed by StaticIP %s", ip, other)
+		}
+	}
+	// The addresses a node reports are recorded (or the record moved to that node) only inside
+	// the node's own ranges: a node cannot pin addresses of other nodes' ranges.
+	if running.IsValid() && mismatch == "" && pod.Spec.NodeName != "" && (next != rec || sip.Spec.Node != pod.Spec.NodeName) {
 		ranges, err := c.ranges.List(labels.Everything())
 		if err != nil {
 			return err
 		}
-		if why := OutsideNodeRanges(ranges, podIP, pod.Spec.NodeName); why != "" {
-			conflict(ConflictIPOutsideNodeRanges, "pod %s: %s", pod.Name, why)
+		for _, ip := range next.List() {
+			if running.Of(podip.Family(ip)) != ip {
+				continue // recorded before, not held by the pod now
+			}
+			if why := OutsideNodeRanges(ranges, ip.String(), pod.Spec.NodeName); why != "" {
+				conflict(ConflictIPOutsideNodeRanges, "pod %s: %s", pod.Name, why)
+			}
 		}
 	}
 
-	if len(conflicts) == 0 && podIP != "" && pod.Spec.NodeName != "" {
-		sip.Spec.IP = podIP
+	if len(conflicts) == 0 && running.IsValid() && pod.Spec.NodeName != "" {
+		setAddresses(&sip.Spec, next)
 		sip.Spec.Node = pod.Spec.NodeName // the IP followed the pod (e.g. a failover moved its range)
 		sip.Spec.Pod = pod.Name
 		if w != nil {
@@ -585,7 +599,7 @@ func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *
 			}
 			sip = updated
 		}
-	} else if len(conflicts) == 0 && podIP == "" && sip.Spec.IP != "" && annotated == "" && pod.Spec.NodeName == "" {
+	} else if len(conflicts) == 0 && !running.IsValid() && rec.IsValid() && annotated == "" && pod.Spec.NodeName == "" {
 		// A pod created without our annotation (a native StatefulSet's): tell the CNI which IP
 		// to give it, as long as it has no sandbox yet. The node is the scheduler's business
 		// (it finds the StaticIP by pod name); a pod's affinity cannot change after creation.
@@ -595,7 +609,7 @@ func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *
 		// since the cache saw this one (or this pod changed) gets nothing: a conflict, retried
 		// with the newer pod, which is checked again.
 		patch := fmt.Sprintf(`{"metadata":{"uid":%q,"resourceVersion":%q,"annotations":{%q:%q}}}`,
-			pod.UID, pod.ResourceVersion, podip.AnnotationIPAddress, sip.Spec.IP)
+			pod.UID, pod.ResourceVersion, podip.AnnotationIPAddress, rec)
 		_, err := c.kubeClient.CoreV1().Pods(pod.Namespace).Patch(ctx, pod.Name, types.MergePatchType, []byte(patch), metav1.PatchOptions{})
 		switch {
 		case apierrors.IsConflict(err) || apierrors.IsNotFound(err):
@@ -615,7 +629,7 @@ func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: jkev1.StaticIPConditionConflict, Status: metav1.ConditionFalse, Reason: "NoConflict", ObservedGeneration: gen})
 	}
 	switch {
-	case len(conflicts) == 0 && podIP != "" && podIP == sip.Spec.IP:
+	case len(conflicts) == 0 && running.IsValid() && running.Of(podip.Family(recordedAddresses(sip).Primary)) == recordedAddresses(sip).Primary:
 		st.Phase, st.PodUID = jkev1.StaticIPBound, pod.UID
 	case st.Phase == "":
 		st.Phase = jkev1.StaticIPPending
@@ -664,8 +678,14 @@ func (c *Controller) syncAbsentPod(ctx context.Context, sip *jkev1.StaticIP) err
 		st.Phase = jkev1.StaticIPPending
 	}
 	st.ObservedGeneration = sip.Generation
-	if dups := c.duplicates(sip, sip.Spec.IP); len(dups) > 0 {
-		msg := fmt.Sprintf("IP %s is also claimed by StaticIP %s", sip.Spec.IP, strings.Join(dups, ", "))
+	var msgs []string
+	for _, ip := range recordedAddresses(sip).List() {
+		if dups := c.duplicates(sip, ip.String()); len(dups) > 0 {
+			msgs = append(msgs, fmt.Sprintf("IP %s is also claimed by StaticIP %s", ip, strings.Join(dups, ", ")))
+		}
+	}
+	if len(msgs) > 0 {
+		msg := strings.Join(msgs, "; ")
 		if cond := meta.FindStatusCondition(st.Conditions, jkev1.StaticIPConditionConflict); cond == nil || cond.Status != metav1.ConditionTrue || cond.Message != msg {
 			metrics.StaticIPConflicts.WithLabelValues(ConflictDuplicateIP).Inc()
 			c.recorder.Event(sip, corev1.EventTypeWarning, "Conflict"+ConflictDuplicateIP, msg)

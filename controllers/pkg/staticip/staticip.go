@@ -274,7 +274,7 @@ func DecoratePod(pod *corev1.Pod, sip *jkev1.StaticIP) {
 	if pod.Annotations == nil {
 		pod.Annotations = map[string]string{}
 	}
-	pod.Annotations[podip.AnnotationIPAddress] = sip.Spec.IP
+	pod.Annotations[podip.AnnotationIPAddress] = sip.Spec.Addresses() // both of a dual-stack record
 	if NodeAffinityRequired(pod, sip.Spec.Node) {
 		return
 	}

@@ -435,3 +435,53 @@ func TestIPPoolGrowthAndPodCIDRMode(t *testing.T) {
 		t.Errorf("a podCIDR overlapping an IPRange was mirrored: %v", rs)
 	}
 }
+
+// TestIPPoolDualStackBlocks: with an IPv4 and an IPv6 pool selecting it, a node gets a block of
+// each family; once the node is deleted, its IPv6 block stays while a dual-stack StaticIP's IPv6
+// address (spec.ips, not spec.ip) lies in it, and goes back to the pool once the record is gone.
+func TestIPPoolDualStackBlocks(t *testing.T) {
+	f := newFixture(t)
+	f.createPool("v4", []string{"100.66.0.0/16"}, nil)
+	v6 := f.createPool("v6", []string{"fd00:66::/112"}, nil)
+	f.startAllocatorAsServiceAccount(func(o *manager.Options) { o.NodeGoneAfter = 2 * time.Second })
+	n := f.poolNode("ds")
+	var b4, b6 jkev1.IPRange
+	f.eventually(30*time.Second, "a block of each family for "+n, func() (bool, error) {
+		rs := f.rangesByNode()[n]
+		for _, r := range rs {
+			if strings.Contains(r.Spec.CIDR, ":") {
+				b6 = r
+			} else {
+				b4 = r
+			}
+		}
+		return len(rs) == 2 && b4.Name != "" && b6.Name != "", nil
+	})
+	if b6.Labels[jkev1.LabelIPPool] != v6.Name || !strings.HasSuffix(b6.Spec.CIDR, "/120") {
+		t.Errorf("IPv6 block %s %s of pool %s", b6.Name, b6.Spec.CIDR, b6.Labels[jkev1.LabelIPPool])
+	}
+	v4addr := strings.TrimSuffix(b4.Spec.CIDR, "0/24") + "8"
+	v6addr := strings.TrimSuffix(b6.Spec.CIDR, "/120") + "8"
+	sip := &jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Name: "dual", Namespace: f.ns},
+		Spec: jkev1.StaticIPSpec{IP: v4addr, IPs: []string{v4addr, v6addr}, Node: n}}
+	if _, err := f.client.JkeV1().StaticIPs(f.ns).Create(f.ctx, sip, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.kube.CoreV1().Nodes().Delete(f.ctx, n, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually(10*time.Second, "the gone mark on the IPv6 block", func() (bool, error) {
+		r, err := f.client.JkeV1().IPRanges().Get(f.ctx, b6.Name, metav1.GetOptions{})
+		return err == nil && r.Annotations[jkev1.AnnotationNodeGoneSince] != "", err
+	})
+	time.Sleep(4 * time.Second) // twice releaseAfter
+	if f.rangeNode(b6.Name) != n {
+		t.Fatalf("the IPv6 block %s was released while StaticIP %s/dual's spec.ips named %s in it", b6.Spec.CIDR, f.ns, v6addr)
+	}
+	if err := f.client.JkeV1().StaticIPs(f.ns).Delete(f.ctx, sip.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually(30*time.Second, "both blocks back in their pools", func() (bool, error) {
+		return f.rangeNode(b4.Name) == "" && f.rangeNode(b6.Name) == "", nil
+	})
+}

@@ -317,3 +317,127 @@ func TestStaticIPNativeStatefulSet(t *testing.T) {
 		return apierrors.IsNotFound(err), nil
 	})
 }
+
+// TestStaticIPDualStack: a native StatefulSet's pod running with an IPv4 and an IPv6 address
+// (status.podIPs, as the kubelet reports the staticip CNI's two IPConfigs). The StaticIP records
+// both (spec.ip the primary, spec.ips both), keeps both while the pod is gone, and tells the
+// recreated pod both through the annotation; a single-stack record gains the IPv6 address once
+// its pod runs with one; a pod that comes back with another IPv6 address is a conflict, and
+// nothing is rewritten.
+func TestStaticIPDualStack(t *testing.T) {
+	f := newFixture(t)
+	f.startManager(staticip.Name)
+	sts := &appsv1.StatefulSet{
+		ObjectMeta: metav1.ObjectMeta{Name: "ds"},
+		Spec: appsv1.StatefulSetSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": "ds"}},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app": "ds"}, Annotations: map[string]string{jkev1.AnnotationEnable: "true"}},
+				Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:v1"}}},
+			},
+		},
+	}
+	sts, err := f.kube.AppsV1().StatefulSets(f.ns).Create(f.ctx, sts, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*jkev1.IPRange{
+		{ObjectMeta: metav1.ObjectMeta{Name: f.ns + "-ds-v4"}, Spec: jkev1.IPRangeSpec{CIDR: "10.89.0.0/24", Node: "node-d"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: f.ns + "-ds-v6"}, Spec: jkev1.IPRangeSpec{CIDR: "fd00:89::/120", Node: "node-d"}},
+	} {
+		if _, err := f.client.JkeV1().IPRanges().Create(f.ctx, r, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		name := r.Name
+		t.Cleanup(func() { _ = f.client.JkeV1().IPRanges().Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	}
+	// Stand in for the StatefulSet controller, the scheduler and the CNI + kubelet.
+	newPod := func(name string) {
+		t.Helper()
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"app": "ds"},
+				Annotations:     map[string]string{jkev1.AnnotationEnable: "true"},
+				OwnerReferences: []metav1.OwnerReference{*metav1.NewControllerRef(sts, appsv1.SchemeGroupVersion.WithKind("StatefulSet"))}},
+			Spec: sts.Spec.Template.Spec,
+		}
+		if _, err := f.kube.CoreV1().Pods(f.ns).Create(f.ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(name string, ips ...string) {
+		t.Helper()
+		if err := f.kube.CoreV1().Pods(f.ns).Bind(f.ctx, &corev1.Binding{ObjectMeta: metav1.ObjectMeta{Name: name},
+			Target: corev1.ObjectReference{Kind: "Node", Name: "node-d"}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		pod, err := f.kube.CoreV1().Pods(f.ns).Get(f.ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pod.Status.Phase, pod.Status.PodIP, pod.Status.PodIPs = corev1.PodRunning, ips[0], nil
+		for _, ip := range ips {
+			pod.Status.PodIPs = append(pod.Status.PodIPs, corev1.PodIP{IP: ip})
+		}
+		if _, err := f.kube.CoreV1().Pods(f.ns).UpdateStatus(f.ctx, pod, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	gone := func(name string) {
+		t.Helper()
+		if err := f.kube.CoreV1().Pods(f.ns).Delete(f.ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}); err != nil {
+			t.Fatal(err)
+		}
+		f.eventually(30*time.Second, name+" Reserved", func() (bool, error) {
+			rec, err := f.staticIP(name)
+			return err == nil && rec.Status.Phase == jkev1.StaticIPReserved, err
+		})
+	}
+	recorded := func(name, ip string, ips ...string) {
+		t.Helper()
+		f.eventually(30*time.Second, fmt.Sprintf("%s records %s %v", name, ip, ips), func() (bool, error) {
+			rec, err := f.staticIP(name)
+			if err != nil {
+				return false, err
+			}
+			if rec.Spec.IP == ip && strings.Join(rec.Spec.IPs, ",") == strings.Join(ips, ",") && rec.Spec.Node == "node-d" && rec.Status.Phase == jkev1.StaticIPBound {
+				return true, nil
+			}
+			return false, fmt.Errorf("ip %q ips %v node %q phase %q", rec.Spec.IP, rec.Spec.IPs, rec.Spec.Node, rec.Status.Phase)
+		})
+	}
+	toldOnRecreate := func(name, want string) {
+		t.Helper()
+		newPod(name)
+		f.eventually(30*time.Second, "recreated "+name+" told "+want, func() (bool, error) {
+			p, err := f.kube.CoreV1().Pods(f.ns).Get(f.ctx, name, metav1.GetOptions{})
+			return err == nil && p.Annotations[podip.AnnotationIPAddress] == want, err
+		})
+	}
+
+	// ds-0: dual-stack from its first start; both kept through delete/recreate.
+	newPod("ds-0")
+	run("ds-0", "10.89.0.7", "fd00:89::7")
+	recorded("ds-0", "10.89.0.7", "10.89.0.7", "fd00:89::7")
+	gone("ds-0")
+	if rec, _ := f.staticIP("ds-0"); strings.Join(rec.Spec.IPs, ",") != "10.89.0.7,fd00:89::7" {
+		t.Fatalf("the Reserved record lost an address: %+v", rec.Spec)
+	}
+	toldOnRecreate("ds-0", "10.89.0.7,fd00:89::7")
+	// It comes back with another IPv6 address: a conflict naming both, the record unchanged.
+	run("ds-0", "10.89.0.7", "fd00:89::9")
+	f.waitConflict("ds-0", metav1.ConditionTrue, "runs with IP 10.89.0.7,fd00:89::9 but StaticIP ds-0 records 10.89.0.7,fd00:89::7")
+	if rec, _ := f.staticIP("ds-0"); strings.Join(rec.Spec.IPs, ",") != "10.89.0.7,fd00:89::7" {
+		t.Fatalf("a mismatching pod rewrote the record: %+v", rec.Spec)
+	}
+
+	// ds-1: single-stack first (the node had no IPv6 range yet), then it runs with both: the
+	// record gains the IPv6 address.
+	newPod("ds-1")
+	run("ds-1", "10.89.0.8")
+	recorded("ds-1", "10.89.0.8")
+	gone("ds-1")
+	toldOnRecreate("ds-1", "10.89.0.8")
+	run("ds-1", "10.89.0.8", "fd00:89::8")
+	recorded("ds-1", "10.89.0.8", "10.89.0.8", "fd00:89::8")
+}

@@ -111,7 +111,7 @@ func (pl *CheckPodAnnotation) Target(pod *v1.Pod) (*target, *fwk.Status) {
 	if err != nil {
 		if bad := (*podip.BadAnnotationError)(nil); errors.As(err, &bad) {
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
-				fmt.Sprintf("invalid annotation %s=%q: not an IP address", podip.AnnotationIPAddress, annotated))
+				fmt.Sprintf("invalid annotation %s=%q: %s", podip.AnnotationIPAddress, annotated, strings.TrimPrefix(bad.Reason, "is ")))
 		}
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, fmt.Sprintf("StaticIP %s/%s: %v", pod.Namespace, sip.Name, err))
 	}
@@ -137,6 +137,19 @@ func (pl *CheckPodAnnotation) Target(pod *v1.Pod) (*target, *fwk.Status) {
 	if rng.Node == "" {
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("the pod's IP %s lies in IPRange %s (%s), which no node owns", ip, rng.Name, rng.CIDR))
+	}
+	if second := choice.Secondary; second.IsValid() {
+		// A dual-stack pod's two addresses come from one node: each family's range must be held
+		// there (a node holds a block per family).
+		if r2, ok := pl.cache.RangeForIP(second); !ok || r2.Node != rng.Node {
+			held := "lies in no IPRange"
+			if ok {
+				held = fmt.Sprintf("lies in IPRange %s (%s) of node %q", r2.Name, r2.CIDR, r2.Node)
+			}
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+				fmt.Sprintf("the pod's IPs %s (IPRange %s of node %s) and %s cannot be given by one node: %s %s",
+					ip, rng.Name, rng.Node, second, second, held))
+		}
 	}
 	return &target{node: rng.Node, ip: ip.String(), source: fmt.Sprintf("IPRange %s %s", rng.Name, rng.CIDR)}, nil
 }

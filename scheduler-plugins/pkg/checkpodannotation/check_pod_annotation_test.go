@@ -49,6 +49,8 @@ func TestPreFilterAndFilter(t *testing.T) {
 		{ObjectMeta: metav1.ObjectMeta{Name: "r2"}, Spec: jkev1.IPRangeSpec{CIDR: "10.1.3.0/26", Node: "gone"}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "r3"}, Spec: jkev1.IPRangeSpec{CIDR: "10.1.4.0/26"}},
 		{ObjectMeta: metav1.ObjectMeta{Name: "r4"}, Spec: jkev1.IPRangeSpec{CIDR: "10.1.5.0/26", Node: "cordoned"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "r1-v6"}, Spec: jkev1.IPRangeSpec{CIDR: "fd00:1:2::/120", Node: "n1"}},
+		{ObjectMeta: metav1.ObjectMeta{Name: "r5-v6"}, Spec: jkev1.IPRangeSpec{CIDR: "fd00:1:5::/120", Node: "n2"}},
 	}
 	staticIPs := []*jkev1.StaticIP{
 		{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "web-0"}, Spec: jkev1.StaticIPSpec{Node: "n2", IP: "10.1.2.9"}},
@@ -70,6 +72,14 @@ func TestPreFilterAndFilter(t *testing.T) {
 		{name: "released StaticIP does not pin; annotation does", pod: annotated("web-1", "10.1.2.10"), wantNode: "n1"},
 		{name: "malformed annotation", pod: annotated("bad", "10.1.2.300"), wantCode: fwk.UnschedulableAndUnresolvable,
 			wantMsg: `invalid annotation staticip.jke.jdcloud.com/ip-address="10.1.2.300": not an IP address`},
+		{name: "dual-stack annotation pins to the node of both ranges", pod: annotated("a", "10.1.2.7,fd00:1:2::7"), wantNode: "n1"},
+		{name: "dual-stack annotation, IPv6 first", pod: annotated("a", "fd00:1:2::7,10.1.2.7"), wantNode: "n1"},
+		{name: "dual-stack annotation over two nodes", pod: annotated("a", "10.1.2.7,fd00:1:5::7"), wantCode: fwk.UnschedulableAndUnresolvable,
+			wantMsg: `the pod's IPs 10.1.2.7 (IPRange r1 of node n1) and fd00:1:5::7 cannot be given by one node: fd00:1:5::7 lies in IPRange r5-v6 (fd00:1:5::/120) of node "n2"`},
+		{name: "dual-stack annotation with an IPv6 address in no range", pod: annotated("a", "10.1.2.7,fd00:9::7"), wantCode: fwk.UnschedulableAndUnresolvable,
+			wantMsg: `the pod's IPs 10.1.2.7 (IPRange r1 of node n1) and fd00:9::7 cannot be given by one node: fd00:9::7 lies in no IPRange`},
+		{name: "two addresses of one family", pod: annotated("a", "10.1.2.7,10.1.2.8"), wantCode: fwk.UnschedulableAndUnresolvable,
+			wantMsg: `invalid annotation staticip.jke.jdcloud.com/ip-address="10.1.2.7,10.1.2.8": holds two IPv4 addresses; it takes one address per IP family (e.g. 10.0.0.5,fd00::5)`},
 		{name: "IP in no range", pod: annotated("a", "192.168.0.1"), wantCode: fwk.UnschedulableAndUnresolvable,
 			wantMsg: "the pod's IP 192.168.0.1 (annotation staticip.jke.jdcloud.com/ip-address) lies in no IPRange, so no node can give it"},
 		{name: "IP in no range, Ignore", pod: annotated("a", "192.168.0.1"), wantCode: fwk.Skip,

@@ -30,7 +30,7 @@ func trimMeta(m *metav1.ObjectMeta) metav1.ObjectMeta {
 // TrimStaticIP is the part of s the cache reads (staticIPFieldsOf).
 func TrimStaticIP(s *jkev1.StaticIP) *jkev1.StaticIP {
 	return &jkev1.StaticIP{ObjectMeta: trimMeta(&s.ObjectMeta),
-		Spec: jkev1.StaticIPSpec{Node: s.Spec.Node, IP: s.Spec.IP, Pod: s.Spec.Pod, APIGroup: s.Spec.APIGroup, Kind: s.Spec.Kind,
+		Spec: jkev1.StaticIPSpec{Node: s.Spec.Node, IP: s.Spec.IP, IPs: s.Spec.IPs, Pod: s.Spec.Pod, APIGroup: s.Spec.APIGroup, Kind: s.Spec.Kind,
 			Ref: s.Spec.Ref, Resources: s.Spec.Resources},
 		Status: jkev1.StaticIPStatus{Phase: s.Status.Phase}}
 }

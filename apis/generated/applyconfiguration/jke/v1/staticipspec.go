@@ -40,6 +40,12 @@ type StaticIPSpecApplyConfiguration struct {
 	Node *string `json:"node,omitempty"`
 	// IP is the fixed IP address. Empty until the first pod gets one; immutable once set.
 	IP *string `json:"ip,omitempty"`
+	// IPs are every fixed address of a dual-stack pod, one per IP family, the first equal to ip
+	// (Kubernetes' podIP and podIPs). Empty on a single-stack record (ip alone, as every record
+	// written before it existed); a single-stack record gains its other family's address once
+	// its pod gets one (a second pool family added), then both are immutable. Read a record's
+	// addresses with Addresses(), never ip alone.
+	IPs []string `json:"ips,omitempty"`
 	// Pod is the name of the pod that owns the IP (normally equal to the record's name).
 	Pod *string `json:"pod,omitempty"`
 	// Resources are the pod's resource requests; the scheduler keeps them reserved on Node
@@ -92,6 +98,16 @@ func (b *StaticIPSpecApplyConfiguration) WithNode(value string) *StaticIPSpecApp
 // If called multiple times, the IP field is set to the value of the last call.
 func (b *StaticIPSpecApplyConfiguration) WithIP(value string) *StaticIPSpecApplyConfiguration {
 	b.IP = &value
+	return b
+}
+
+// WithIPs adds the given value to the IPs field in the declarative configuration
+// and returns the receiver, so that objects can be build by chaining "With" function invocations.
+// If called multiple times, values provided by each call will be appended to the IPs field.
+func (b *StaticIPSpecApplyConfiguration) WithIPs(values ...string) *StaticIPSpecApplyConfiguration {
+	for i := range values {
+		b.IPs = append(b.IPs, values[i])
+	}
 	return b
 }
 
