@@ -636,6 +636,12 @@ func TestBGPAdvertisementToFRR(t *testing.T) {
 	_, raw = f.frr.table()
 	t.Logf("FRR's table after 10.180.4.0/24 was released and 10.180.5.0/24 deleted:\n%s", raw)
 
+	// A second router, its own FRR in its own namespace on another link of node A, and a
+	// second BGPPeer: while the first peer is broken (wrong AS, then a password mismatch) the
+	// second session stays Established — never reset — and keeps every route.
+	r2 := f.secondRouter()
+	watchR2 := r2.watch(t, []string{"10.180.0.0/24", "10.180.2.0/24"})
+
 	// A wrong AS number: the session fails with a reason, an Event, and nothing else changes.
 	f.patchPeer(`{"spec":{"asNumber":65999}}`)
 	f.eventually("condition Established=False BadPeerAS on node A's session", 60*time.Second, func() bool {
@@ -669,6 +675,10 @@ func TestBGPAdvertisementToFRR(t *testing.T) {
 		t.Fatalf("vtysh: %v\n%s", err, out)
 	}
 	f.eventually("the session is up with the password", 90*time.Second, func() bool { found, _ := f.frr.via("10.180.0.0/24", bgpNodeAddr); return found })
+	if report := watchR2(); report != "" {
+		t.Errorf("the second peer was touched while the first was broken: %s", report)
+	}
+	r2.remove()
 
 	// A hold time not shorter than the failover window (2m): the warning.
 	f.patchPeer(`{"spec":{"holdTime":"180s"}}`)
@@ -753,6 +763,160 @@ func TestBGPAdvertisementToFRR(t *testing.T) {
 	})
 	f.fencedReturn("bgp-fenced-"+s, "10.180.7.0/24", false)
 	f.checkDatapath(false)
+}
+
+// router2 is a second router: FRR in its own namespace, linked to node A by its own veth
+// (node 192.168.94.1, router 192.168.94.254, AS 65001), and the BGPPeer naming it.
+type router2 struct {
+	f    *bgpFixture
+	frr  *frr
+	peer string
+}
+
+const (
+	bgpNode2Addr   = "192.168.94.1"
+	bgpRouter2Addr = "192.168.94.254"
+	bgpRouter2AS   = 65001
+)
+
+func (f *bgpFixture) secondRouter() *router2 {
+	t := f.t
+	t.Helper()
+	ns2, err := nstest.New("bgp-router2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns2.Close() })
+	if err := f.host.Do(func(ns.NetNS) error {
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "cni-r2a"}, PeerName: "cni-r2b"}); err != nil {
+			return err
+		}
+		a, _ := netlink.LinkByName("cni-r2a")
+		addr, _ := netlink.ParseAddr(bgpNode2Addr + "/24")
+		if err := netlink.AddrAdd(a, addr); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(a); err != nil {
+			return err
+		}
+		b, _ := netlink.LinkByName("cni-r2b")
+		return netlink.LinkSetNsFd(b, int(ns2.Fd()))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns2.Do(func(ns.NetNS) error {
+		b, err := netlink.LinkByName("cni-r2b")
+		if err != nil {
+			return err
+		}
+		addr, _ := netlink.ParseAddr(bgpRouter2Addr + "/24")
+		if err := netlink.AddrAdd(b, addr); err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(b)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := &router2{f: f, peer: "bgp-router2-" + f.suffix, frr: startFRR(t, ns2, fmt.Sprintf(`frr defaults datacenter
+hostname router2
+!
+router bgp %d
+ bgp router-id %s
+ no bgp ebgp-requires-policy
+ no bgp network import-check
+ neighbor %s remote-as %d
+!
+`, bgpRouter2AS, bgpRouter2Addr, bgpNode2Addr, bgpClusterAS))}
+	if _, err := f.sip.JkeV1().BGPPeers().Create(f.ctx, &jkev1.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: r.peer},
+		Spec: jkev1.BGPPeerSpec{PeerIP: bgpRouter2Addr, ASNumber: bgpRouter2AS,
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"rack": "r1-" + f.suffix}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.sip.JkeV1().BGPPeers().Delete(context.Background(), r.peer, metav1.DeleteOptions{}) })
+	f.eventually("the second router learns A's served range", 60*time.Second, func() bool { return r.has("10.180.0.0/24") })
+	_, raw := r.frr.table()
+	t.Logf("the second router's table:\n%s", raw)
+	return r
+}
+
+// has says whether the second router has a valid path to prefix (from node A: its only peer).
+func (r *router2) has(prefix string) bool {
+	routes, _ := r.frr.table()
+	for _, p := range routes[prefix] {
+		if p.Valid {
+			return true
+		}
+	}
+	return false
+}
+
+// session is the second router's view of its session with node A: state and how many times
+// it was Established (a reset counts one more).
+func (r *router2) session() (state string, established int) {
+	out, _ := r.frr.vtysh(fmt.Sprintf("show bgp neighbors %s json", bgpNode2Addr))
+	var v map[string]struct {
+		State       string `json:"bgpState"`
+		Established int    `json:"connectionsEstablished"`
+	}
+	_ = json.Unmarshal([]byte(out), &v)
+	n := v[bgpNode2Addr]
+	return n.State, n.Established
+}
+
+// watch samples the second router every 200 ms until the returned func is called, which
+// stops it and says what went wrong ("" when the session stayed Established, never reset,
+// with every prefix).
+func (r *router2) watch(t *testing.T, prefixes []string) func() string {
+	state, est := r.session()
+	if state != "Established" {
+		t.Fatalf("the second router's session is %q before the first peer is broken", state)
+	}
+	stop, done := make(chan struct{}), make(chan string, 1)
+	go func() {
+		var problems []string
+		samples := 0
+		for {
+			select {
+			case <-stop:
+				problems = append(problems, fmt.Sprint(samples, " samples"))
+				if len(problems) == 1 {
+					done <- ""
+					return
+				}
+				done <- strings.Join(problems, "; ")
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			samples++
+			if s, e := r.session(); s != "Established" || e != est {
+				problems = append(problems, fmt.Sprintf("sample %d: session %s, established %d times (was %d)", samples, s, e, est))
+			}
+			for _, p := range prefixes {
+				if !r.has(p) {
+					problems = append(problems, fmt.Sprintf("sample %d: %s missing", samples, p))
+				}
+			}
+			if len(problems) > 20 {
+				problems = problems[:20]
+			}
+		}
+	}()
+	return func() string {
+		close(stop)
+		return <-done
+	}
+}
+
+// remove deletes the second BGPPeer and waits until node A's status no longer lists it.
+func (r *router2) remove() {
+	f := r.f
+	if err := f.sip.JkeV1().BGPPeers().Delete(f.ctx, r.peer, metav1.DeleteOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+	f.eventually("node A drops the second peer", 30*time.Second, func() bool {
+		st := f.nodeStatus()
+		return st != nil && len(st.Status.Peers) == 1
+	})
 }
 
 // frrSample is one look at FRR during a fenced node's return.
