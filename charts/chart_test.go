@@ -465,3 +465,43 @@ func tgzFiles(t *testing.T, path string) map[string][]byte {
 		files[h.Name] = b
 	}
 }
+
+// TestIPPoolExportAndNATRender: ipPools[].natOutgoing and disableBGPExport (issue 36) reach the
+// IPPool as given, false included (values.schema.json accepts both); unset, neither is written
+// (the CRD's defaults apply: natOutgoing true, the pool exported).
+func TestIPPoolExportAndNATRender(t *testing.T) {
+	helm, _ := tools(t)
+	file := filepath.Join(t.TempDir(), "values.yaml")
+	if err := os.WriteFile(file, []byte(`ipPools:
+  - name: private
+    cidrs: [10.244.0.0/16]
+    natOutgoing: true
+    disableBGPExport: true
+  - name: routed
+    cidrs: [10.245.0.0/16]
+    natOutgoing: false
+    disableBGPExport: false
+  - name: defaults
+    cidrs: [10.246.0.0/16]
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	out := run(t, ".", helm, "template", "staticip", "staticip", "-n", "kube-system", "-f", file)
+	got := map[string]string{}
+	for _, o := range objects(t, "helm template -f "+file, out) {
+		if o["kind"] != "IPPool" {
+			continue
+		}
+		spec, _ := o["spec"].(map[string]any)
+		name, _ := o["metadata"].(map[string]any)["name"].(string)
+		got[name] = fmt.Sprintf("natOutgoing=%v disableBGPExport=%v", spec["natOutgoing"], spec["disableBGPExport"])
+	}
+	want := map[string]string{
+		"private":  "natOutgoing=true disableBGPExport=true",
+		"routed":   "natOutgoing=false disableBGPExport=false",
+		"defaults": "natOutgoing=<nil> disableBGPExport=<nil>",
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Errorf("IPPools rendered %v, want %v", got, want)
+	}
+}

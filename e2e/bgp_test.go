@@ -4,10 +4,12 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -16,6 +18,7 @@ import (
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
+	"github.com/staticip/staticip/e2e/framework"
 	"github.com/staticip/staticip/tools/localcluster/cluster"
 )
 
@@ -171,6 +174,9 @@ func TestBGPOutsideAndPods(t *testing.T) {
 	took := r.waitBestVia(t, rng.Spec.CIDR, nodeIP, 30*time.Second)
 	r.logTable(t, fmt.Sprintf("with pod %s (%s) on %s (%s)", pod.Name, pod.Status.PodIP, node.Name, nodeIP))
 	t.Logf("FRR: %s best via %s (%s) after %s", rng.Spec.CIDR, nodeIP, node.Name, took.Round(time.Millisecond))
+	// `kubectl staticip bgp` (the plugin's binary, as a user runs it) shows the node announcing
+	// the pod's range, and its session with the router Established.
+	t.Run("KubectlStaticIPBGP", func(t *testing.T) { kubectlStaticIPBGP(t, node.Name, rng.Spec.CIDR) })
 
 	// 4b: the outside reaches the pod by its IP, and the pod sees the outside's own address.
 	if got := r.outsideReaches(t, pod.Status.PodIP, 20*time.Second); got.Pod != pod.Name || got.Node != node.Name {
@@ -378,4 +384,54 @@ func cidrsOf(ranges []jkev1.IPRange) []string {
 		out = append(out, r.Spec.CIDR)
 	}
 	return out
+}
+
+// kubectlStaticIPBGP runs `kubectl-staticip bgp NODE` (the binary make build puts in
+// _output/bin) against the cluster and checks that its table shows cidr among the node's
+// advertised prefixes and a session Established with no problem, and that -o json says the same.
+func kubectlStaticIPBGP(t *testing.T, node, cidr string) {
+	root, err := framework.RepoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(root, "_output", "bin", "kubectl-staticip")
+	if _, err := os.Stat(bin); err != nil {
+		t.Fatalf("no kubectl-staticip at %s (make build builds it): %v", bin, err)
+	}
+	var table string
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		// The agent writes its BGPNodeStatus when something changed: the advertised list may
+		// lag FRR's table by a pass.
+		table = runLogged(t, root, "kubectl staticip bgp", bin, "bgp", node)
+		if bgpRowOK(table, node, cidr) || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(2 * time.Second)
+	}
+	t.Logf("kubectl staticip bgp %s:\n%s", node, table)
+	if !bgpRowOK(table, node, cidr) {
+		t.Errorf("kubectl staticip bgp %s: no row of node %s advertising %s with a session Established and no problem:\n%s", node, node, cidr, table)
+	}
+	out := runLogged(t, root, "kubectl staticip bgp -o json", bin, "bgp", node, "-o", "json")
+	var list jkev1.BGPNodeStatusList
+	if err := json.Unmarshal([]byte(out), &list); err != nil {
+		t.Fatalf("kubectl staticip bgp -o json: %v\n%s", err, out)
+	}
+	if len(list.Items) != 1 || list.Items[0].Name != node || !slices.Contains(list.Items[0].Status.Advertised, cidr) ||
+		!slices.ContainsFunc(list.Items[0].Status.Peers, func(p jkev1.BGPNodePeerStatus) bool { return p.State == jkev1.BGPSessionEstablished }) {
+		t.Errorf("kubectl staticip bgp %s -o json: %+v", node, list.Items)
+	}
+}
+
+// bgpRowOK: the plugin's table has a row NODE ADVERTISED PEER PEER-IP STATE SINCE PROBLEM for node
+// with cidr among the advertised, state Established and no problem.
+func bgpRowOK(table, node, cidr string) bool {
+	for _, line := range strings.Split(table, "\n") {
+		f := strings.Fields(line)
+		if len(f) >= 7 && f[0] == node && slices.Contains(strings.Split(f[1], ","), cidr) && f[4] == string(jkev1.BGPSessionEstablished) && f[len(f)-1] == "<none>" {
+			return true
+		}
+	}
+	return false
 }

@@ -23,6 +23,10 @@ import (
 // agentRouteProtocol is the route protocol staticip-agent marks its routes with (0x5a).
 const agentRouteProtocol = "90"
 
+// agentBlackholeProtocol is the protocol of the agent's BGP blackhole routes (cni/agent
+// BlackholeProtocol, 0x5b).
+const agentBlackholeProtocol = "91"
+
 // requireStaticIPCNI skips on clusters whose pod network is not staticip's (no agent
 // DaemonSet), and returns each node's IPRanges.
 func requireStaticIPCNI(t *testing.T, ctx context.Context) map[string][]jkev1.IPRange {

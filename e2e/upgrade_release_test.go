@@ -455,6 +455,23 @@ func uninstallAndCheckLeftovers(t *testing.T, ctx context.Context, chart string,
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The NAT table must be there before the uninstall where the node has nft and the agent
+	// runs with NAT (the chart's default): else "is it left?" below would pass without the
+	// uninstall having removed anything.
+	natOn := !slices.ContainsFunc(agent.Spec.Template.Spec.Containers, func(c corev1.Container) bool { return slices.Contains(c.Args, "--nat=false") })
+	natBefore := map[string]bool{}
+	for _, n := range nodes.Items {
+		sh, _, err := f.NodeShell(ctx, n.Name)
+		if err != nil || sh == nil {
+			continue
+		}
+		if out, err := sh.Exec("nft", "list", "tables"); err == nil {
+			natBefore[n.Name] = strings.Contains(out, "inet staticip")
+			if natOn && !natBefore[n.Name] {
+				t.Errorf("node %s (%s): before the uninstall there is no NAT table inet staticip although the agent runs with NAT: the leftover check below would prove nothing\n%s", n.Name, sh.Where(), out)
+			}
+		}
+	}
 	// uninstall.sh refuses while workloads use staticip: like a user, delete them all first
 	// (here also what the cluster's installer made, e.g. the edge DNS DeploymentGrid).
 	deleteStaticIPWorkloads(t, ctx)
@@ -469,12 +486,16 @@ func uninstallAndCheckLeftovers(t *testing.T, ctx context.Context, chart string,
 			t.Logf("node %s: files and routes not checked: %s", n.Name, why)
 			continue
 		}
-		for _, family := range []string{"-4", "-6"} {
-			out, err := sh.Exec("ip", family, "route", "show", "proto", agentRouteProtocol)
-			if err != nil {
-				t.Errorf("node %s: %v", n.Name, err)
-			} else if strings.TrimSpace(out) != "" {
-				t.Errorf("node %s (%s): the agent's routes are left:\n%s", n.Name, sh.Where(), out)
+		// The routes to other nodes' ranges (0x5a) and the BGP blackholes (0x5b, one per
+		// announced block: cni/README.md "BGP advertisement").
+		for _, proto := range []string{agentRouteProtocol, agentBlackholeProtocol} {
+			for _, family := range []string{"-4", "-6"} {
+				out, err := sh.Exec("ip", family, "route", "show", "proto", proto)
+				if err != nil {
+					t.Errorf("node %s: %v", n.Name, err)
+				} else if strings.TrimSpace(out) != "" {
+					t.Errorf("node %s (%s): the agent's routes (protocol %s) are left:\n%s", n.Name, sh.Where(), proto, out)
+				}
 			}
 		}
 		// The agent's outgoing NAT table (cni/README.md, "Outgoing NAT"), where the node has nft
@@ -483,6 +504,8 @@ func uninstallAndCheckLeftovers(t *testing.T, ctx context.Context, chart string,
 			t.Logf("node %s: NAT table not checked (no nft on the node): %v", n.Name, err)
 		} else if strings.Contains(out, "inet staticip") {
 			t.Errorf("node %s (%s): the agent's NAT table inet staticip is left", n.Name, sh.Where())
+		} else if natBefore[n.Name] {
+			t.Logf("node %s: the NAT table inet staticip was there before the uninstall and is gone", n.Name)
 		}
 		for _, p := range nodeFiles {
 			p = strings.ReplaceAll(p, "$(NODE_NAME)", n.Name)
@@ -492,6 +515,6 @@ func uninstallAndCheckLeftovers(t *testing.T, ctx context.Context, chart string,
 				t.Errorf("node %s (%s): %s is left: %s", n.Name, sh.Where(), p, strings.TrimSpace(out))
 			}
 		}
-		t.Logf("node %s (%s): no route of the agent, none of %v", n.Name, sh.Where(), nodeFiles)
+		t.Logf("node %s (%s): no route (protocols %s, %s) of the agent, none of %v", n.Name, sh.Where(), agentRouteProtocol, agentBlackholeProtocol, nodeFiles)
 	}
 }

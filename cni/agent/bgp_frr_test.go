@@ -13,6 +13,8 @@ import (
 	"os/signal"
 	"path/filepath"
 	"regexp"
+	"slices"
+	"sort"
 	"strings"
 	"syscall"
 	"testing"
@@ -259,7 +261,7 @@ func newBGPFixture(t *testing.T) *bgpFixture {
 	if _, err := exec.LookPath("vtysh"); err != nil {
 		t.Skip("SKIP: vtysh not on PATH (FRR, tools/deps/cni.list)")
 	}
-	ctx, kube, sip, suffix := apiFixture(t, 6*time.Minute)
+	ctx, kube, sip, suffix := apiFixture(t, 12*time.Minute)
 	env := testenv.Get(t)
 	root, err := testenv.RepoRoot()
 	if err != nil {
@@ -345,7 +347,7 @@ router bgp %d
 	}
 	f.spec = childAgent{Kubeconfig: kubeconfig, Interval: 2 * time.Second, RIBFile: filepath.Join(f.dir, "rib.json"),
 		Config: Config{NodeName: f.nodeA, PluginBinary: pluginSrc, CNIBinDir: filepath.Join(f.dir, "bin"), CNIConfDir: filepath.Join(f.dir, "net.d"),
-			DataDir: filepath.Join(f.dir, "data"), Routes: true,
+			DataDir: filepath.Join(f.dir, "data"), Routes: true, NAT: NATConfig{Enabled: true, Default: true},
 			BGP: BGPConfig{Enabled: true, PasswordSecretNamespace: "kube-system", PasswordSecretName: "staticip-bgp-password", NodeFailoverWindow: 2 * time.Minute}}}
 	t.Cleanup(f.kill)
 	return f
@@ -466,6 +468,12 @@ func (f *bgpFixture) routeGet(dst string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// natSources is the element list of node A's NAT set nat-sources-v4 (nft's own listing).
+func (f *bgpFixture) natSources() string {
+	out, _ := exec.Command("ip", "netns", "exec", f.host.Name, "nft", "list", "set", "inet", NATTable, natSourcesSet+natFamilySuffix4).CombinedOutput()
+	return strings.Join(strings.Fields(string(out)), " ")
+}
+
 // routeShow is node A's route to exactly cidr (`ip route show exact`), "" when none.
 func (f *bgpFixture) routeShow(cidr string) string {
 	out, _ := exec.Command("ip", "-n", f.host.Name, "route", "show", "exact", cidr).CombinedOutput()
@@ -495,7 +503,12 @@ func TestBGPAdvertisementToFRR(t *testing.T) {
 	ctx, sip, s := f.ctx, f.sip, f.suffix
 	off := true
 	served, private, moving, other := "bgp-served-"+s, "bgp-private-"+s, "bgp-moving-"+s, "bgp-other-"+s
+	// released: the range allocator gives it back (its IPPool deleted, the block empty);
+	// deleted: an IPRange deleted by hand. Both leave BGP, the blackholes and the NAT sources.
+	released, deleted := "bgp-released-"+s, "bgp-deleted-"+s
 	createIPRange(ctx, t, sip, served, jkev1.IPRangeSpec{CIDR: "10.180.0.0/24", Node: f.nodeA})
+	createIPRange(ctx, t, sip, released, jkev1.IPRangeSpec{CIDR: "10.180.4.0/24", Node: f.nodeA})
+	createIPRange(ctx, t, sip, deleted, jkev1.IPRangeSpec{CIDR: "10.180.5.0/24", Node: f.nodeA})
 	createIPRange(ctx, t, sip, private, jkev1.IPRangeSpec{CIDR: "10.180.1.0/24", Node: f.nodeA, DisableBGPExport: &off})
 	createIPRange(ctx, t, sip, moving, jkev1.IPRangeSpec{CIDR: "10.180.2.0/24", Node: f.nodeA})
 	createIPRange(ctx, t, sip, other, jkev1.IPRangeSpec{CIDR: "10.180.3.0/24", Node: f.nodeB})
@@ -544,9 +557,12 @@ func TestBGPAdvertisementToFRR(t *testing.T) {
 	t.Cleanup(func() { _ = sip.JkeV1().BGPPeers().Delete(context.Background(), f.peerName, metav1.DeleteOptions{}) })
 
 	f.eventually("FRR learns A's served and moving ranges via "+bgpNodeAddr, 60*time.Second, func() bool {
-		a, _ := f.frr.via("10.180.0.0/24", bgpNodeAddr)
-		b, _ := f.frr.via("10.180.2.0/24", bgpNodeAddr)
-		return a && b
+		for _, p := range []string{"10.180.0.0/24", "10.180.2.0/24", "10.180.4.0/24", "10.180.5.0/24"} {
+			if found, _ := f.frr.via(p, bgpNodeAddr); !found {
+				return false
+			}
+		}
+		return true
 	})
 	routes, raw := f.frr.table()
 	t.Logf("FRR's table (show bgp ipv4 unicast json) with node A's session up:\n%s", raw)
@@ -572,7 +588,7 @@ func TestBGPAdvertisementToFRR(t *testing.T) {
 	f.checkDatapath(true)
 	st := f.nodeStatus()
 	if st == nil || len(st.Status.Peers) != 1 || st.Status.Peers[0].State != jkev1.BGPSessionEstablished ||
-		strings.Join(st.Status.Advertised, ",") != "10.180.0.0/24,10.180.2.0/24" {
+		strings.Join(st.Status.Advertised, ",") != "10.180.0.0/24,10.180.2.0/24,10.180.4.0/24,10.180.5.0/24" {
 		t.Fatalf("node A's BGPNodeStatus: %+v", st)
 	}
 	t.Logf("node A's BGPNodeStatus: advertised %v, peers %+v", st.Status.Advertised, st.Status.Peers)
@@ -595,6 +611,38 @@ func TestBGPAdvertisementToFRR(t *testing.T) {
 	f.eventually("the moved range's blackhole is gone", 10*time.Second, func() bool {
 		return !strings.HasPrefix(f.routeShow("10.180.2.0/24"), "blackhole")
 	})
+
+	// A range released (unassigned at generation + 1, as the range allocator returns the empty
+	// block of a deleted IPPool) and a range deleted: both withdrawn, their blackholes gone,
+	// no longer NAT sources; the served range stays announced, blackholed and NATed.
+	if srcs := f.natSources(); !strings.Contains(srcs, "10.180.4.0/24") || !strings.Contains(srcs, "10.180.5.0/24") {
+		t.Fatalf("before: the NAT sources lack the ranges to release and delete: %s", srcs)
+	}
+	r, _ = sip.JkeV1().IPRanges().Get(ctx, released, metav1.GetOptions{})
+	r.Spec.Node, r.Spec.OwnerGeneration = "", r.Spec.OwnerGeneration+1
+	if _, err := sip.JkeV1().IPRanges().Update(ctx, r, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := sip.JkeV1().IPRanges().Delete(ctx, deleted, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"10.180.4.0/24", "10.180.5.0/24"} {
+		f.eventually("FRR no longer has "+p+" via A, its blackhole is gone, it is no NAT source", 30*time.Second, func() bool {
+			found, _ := f.frr.via(p, bgpNodeAddr)
+			return !found && f.routeShow(p) == "" && !strings.Contains(f.natSources(), p)
+		})
+	}
+	if found, _ := f.frr.via("10.180.0.0/24", bgpNodeAddr); !found || !strings.HasPrefix(f.routeShow("10.180.0.0/24"), "blackhole") || !strings.Contains(f.natSources(), "10.180.0.0/24") {
+		t.Errorf("releasing and deleting two ranges touched the served one: FRR %v, route %q, NAT sources %s", found, f.routeShow("10.180.0.0/24"), f.natSources())
+	}
+	_, raw = f.frr.table()
+	t.Logf("FRR's table after 10.180.4.0/24 was released and 10.180.5.0/24 deleted:\n%s", raw)
+
+	// A second router, its own FRR in its own namespace on another link of node A, and a
+	// second BGPPeer: while the first peer is broken (wrong AS, then a password mismatch) the
+	// second session stays Established — never reset — and keeps every route.
+	r2 := f.secondRouter()
+	watchR2 := r2.watch(t)
 
 	// A wrong AS number: the session fails with a reason, an Event, and nothing else changes.
 	f.patchPeer(`{"spec":{"asNumber":65999}}`)
@@ -629,6 +677,10 @@ func TestBGPAdvertisementToFRR(t *testing.T) {
 		t.Fatalf("vtysh: %v\n%s", err, out)
 	}
 	f.eventually("the session is up with the password", 90*time.Second, func() bool { found, _ := f.frr.via("10.180.0.0/24", bgpNodeAddr); return found })
+	if report := watchR2(); report != "" {
+		t.Errorf("the second peer was touched while the first was broken: %s", report)
+	}
+	r2.remove()
 
 	// A hold time not shorter than the failover window (2m): the warning.
 	f.patchPeer(`{"spec":{"holdTime":"180s"}}`)
@@ -692,6 +744,312 @@ func TestBGPAdvertisementToFRR(t *testing.T) {
 		return found && !stale
 	})
 	f.checkDatapath(false)
+
+	// A fenced node that comes back withdraws before anything else: node A's agent stops, a
+	// range it announced moves to node B (failover), the agent starts again. FRR's table is
+	// sampled every 50 ms from before the restart until A's session is Established and settled.
+	// Graceful restart on (as now): FRR keeps A's paths from before the restart, stale; the
+	// moved range's stale path must go at A's End-of-RIB and never come back fresh.
+	f.fencedReturn("bgp-fenced-gr-"+s, "10.180.6.0/24", true)
+	// Graceful restart off: FRR drops A's paths with the session; the moved range must never be
+	// seen via A at all.
+	if _, err := sip.JkeV1().BGPConfigurations().Patch(ctx, f.cfgName, types.MergePatchType,
+		[]byte(`{"spec":{"gracefulRestart":{"enabled":false}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	f.eventually("FRR sees graceful restart off with A", 60*time.Second, func() bool {
+		out, _ := f.frr.vtysh(fmt.Sprintf("show bgp neighbors %s json", bgpNodeAddr))
+		found, stale := f.frr.via("10.180.0.0/24", bgpNodeAddr)
+		m := regexp.MustCompile(`"remoteGrMode":\s*"(\w+)"`).FindStringSubmatch(out)
+		return found && !stale && (m == nil || (m[1] != "Restart" && m[1] != "Helper"))
+	})
+	f.fencedReturn("bgp-fenced-"+s, "10.180.7.0/24", false)
+	f.checkDatapath(false)
+}
+
+// router2 is a second router: FRR in its own namespace, linked to node A by its own veth
+// (node 192.168.94.1, router 192.168.94.254, AS 65001), and the BGPPeer naming it.
+type router2 struct {
+	f    *bgpFixture
+	frr  *frr
+	peer string
+}
+
+const (
+	bgpNode2Addr   = "192.168.94.1"
+	bgpRouter2Addr = "192.168.94.254"
+	bgpRouter2AS   = 65001
+)
+
+func (f *bgpFixture) secondRouter() *router2 {
+	t := f.t
+	t.Helper()
+	ns2, err := nstest.New("bgp-router2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ns2.Close() })
+	if err := f.host.Do(func(ns.NetNS) error {
+		if err := netlink.LinkAdd(&netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "cni-r2a"}, PeerName: "cni-r2b"}); err != nil {
+			return err
+		}
+		a, _ := netlink.LinkByName("cni-r2a")
+		addr, _ := netlink.ParseAddr(bgpNode2Addr + "/24")
+		if err := netlink.AddrAdd(a, addr); err != nil {
+			return err
+		}
+		if err := netlink.LinkSetUp(a); err != nil {
+			return err
+		}
+		b, _ := netlink.LinkByName("cni-r2b")
+		return netlink.LinkSetNsFd(b, int(ns2.Fd()))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := ns2.Do(func(ns.NetNS) error {
+		b, err := netlink.LinkByName("cni-r2b")
+		if err != nil {
+			return err
+		}
+		addr, _ := netlink.ParseAddr(bgpRouter2Addr + "/24")
+		if err := netlink.AddrAdd(b, addr); err != nil {
+			return err
+		}
+		return netlink.LinkSetUp(b)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := &router2{f: f, peer: "bgp-router2-" + f.suffix, frr: startFRR(t, ns2, fmt.Sprintf(`frr defaults datacenter
+hostname router2
+!
+router bgp %d
+ bgp router-id %s
+ no bgp ebgp-requires-policy
+ no bgp network import-check
+ neighbor %s remote-as %d
+!
+`, bgpRouter2AS, bgpRouter2Addr, bgpNode2Addr, bgpClusterAS))}
+	if _, err := f.sip.JkeV1().BGPPeers().Create(f.ctx, &jkev1.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: r.peer},
+		Spec: jkev1.BGPPeerSpec{PeerIP: bgpRouter2Addr, ASNumber: bgpRouter2AS,
+			NodeSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"rack": "r1-" + f.suffix}}}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = f.sip.JkeV1().BGPPeers().Delete(context.Background(), r.peer, metav1.DeleteOptions{}) })
+	f.eventually("the second router learns A's served range", 60*time.Second, func() bool { return r.has("10.180.0.0/24") })
+	_, raw := r.frr.table()
+	t.Logf("the second router's table:\n%s", raw)
+	return r
+}
+
+// has says whether the second router has a valid path to prefix (from node A: its only peer).
+func (r *router2) has(prefix string) bool {
+	routes, _ := r.frr.table()
+	for _, p := range routes[prefix] {
+		if p.Valid {
+			return true
+		}
+	}
+	return false
+}
+
+// session is the second router's view of its session with node A: state and how many times
+// it was Established (a reset counts one more).
+func (r *router2) session() (state string, established int) {
+	out, _ := r.frr.vtysh(fmt.Sprintf("show bgp neighbors %s json", bgpNode2Addr))
+	var v map[string]struct {
+		State       string `json:"bgpState"`
+		Established int    `json:"connectionsEstablished"`
+	}
+	_ = json.Unmarshal([]byte(out), &v)
+	n := v[bgpNode2Addr]
+	return n.State, n.Established
+}
+
+// watch samples the second router every 200 ms until the returned func is called, which
+// stops it and says what went wrong ("" when the session stayed Established, never reset,
+// with every prefix).
+func (r *router2) watch(t *testing.T) func() string {
+	state, est := r.session()
+	if state != "Established" {
+		t.Fatalf("the second router's session is %q before the first peer is broken", state)
+	}
+	// Every route it has from node A now (the served range; not the private one, nor those
+	// moved away, released or deleted above).
+	routes, raw := r.frr.table()
+	var prefixes []string
+	for p := range routes {
+		if p != "198.51.100.0/24" && r.has(p) {
+			prefixes = append(prefixes, p)
+		}
+	}
+	sort.Strings(prefixes)
+	if !slices.Contains(prefixes, "10.180.0.0/24") {
+		t.Fatalf("the second router lacks node A's served range before the first peer is broken:\n%s", raw)
+	}
+	t.Logf("the second router's routes from node A, watched while the first peer is broken: %v", prefixes)
+	stop, done := make(chan struct{}), make(chan string, 1)
+	go func() {
+		var problems []string
+		samples := 0
+		for {
+			select {
+			case <-stop:
+				problems = append(problems, fmt.Sprint(samples, " samples"))
+				if len(problems) == 1 {
+					done <- ""
+					return
+				}
+				done <- strings.Join(problems, "; ")
+				return
+			case <-time.After(200 * time.Millisecond):
+			}
+			samples++
+			if s, e := r.session(); s != "Established" || e != est {
+				problems = append(problems, fmt.Sprintf("sample %d: session %s, established %d times (was %d)", samples, s, e, est))
+			}
+			for _, p := range prefixes {
+				if !r.has(p) {
+					problems = append(problems, fmt.Sprintf("sample %d: %s missing", samples, p))
+				}
+			}
+			if len(problems) > 20 {
+				problems = problems[:20]
+			}
+		}
+	}()
+	return func() string {
+		close(stop)
+		return <-done
+	}
+}
+
+// remove deletes the second BGPPeer and waits until node A's status no longer lists it.
+func (r *router2) remove() {
+	f := r.f
+	if err := f.sip.JkeV1().BGPPeers().Delete(f.ctx, r.peer, metav1.DeleteOptions{}); err != nil {
+		f.t.Fatal(err)
+	}
+	f.eventually("node A drops the second peer", 30*time.Second, func() bool {
+		st := f.nodeStatus()
+		return st != nil && len(st.Status.Peers) == 1
+	})
+}
+
+// frrSample is one look at FRR during a fenced node's return.
+type frrSample struct {
+	at                 time.Duration
+	established        bool
+	movedViaA, staleA  bool
+	servedViaA, served bool // the served range via A, and fresh
+}
+
+func (s frrSample) String() string {
+	return fmt.Sprintf("%6dms established=%v moved-via-A=%v(stale %v) served-fresh=%v", s.at.Milliseconds(), s.established, s.movedViaA, s.staleA, s.served)
+}
+
+// established says whether FRR's session with node A is Established.
+func (f *bgpFixture) established() bool {
+	out, _ := f.frr.vtysh(fmt.Sprintf("show bgp neighbors %s json", bgpNodeAddr))
+	return strings.Contains(out, `"bgpState":"Established"`) || regexp.MustCompile(`"bgpState":\s*"Established"`).MatchString(out)
+}
+
+// fencedReturn: range name (cidr) is created on node A and announced; A's agent is killed,
+// the range moves to node B (generation + 1, as failover moves it) and A's agent starts again.
+// FRR is sampled every 50 ms from before the restart until A's session has been Established
+// for 3 s with the served range fresh via A. With graceful restart the moved range may only
+// be seen via A stale (FRR's copy from before the restart) and only until A's End-of-RIB;
+// without, never.
+func (f *bgpFixture) fencedReturn(name, cidr string, gracefulRestart bool) {
+	t := f.t
+	t.Helper()
+	createIPRange(f.ctx, t, f.sip, name, jkev1.IPRangeSpec{CIDR: cidr, Node: f.nodeA})
+	f.eventually("FRR learns "+cidr+" via A", 60*time.Second, func() bool { found, _ := f.frr.via(cidr, bgpNodeAddr); return found })
+	f.kill()
+	if gracefulRestart {
+		f.eventually("FRR keeps A's paths stale once its agent is gone", 20*time.Second, func() bool {
+			found, stale := f.frr.via(cidr, bgpNodeAddr)
+			return found && stale
+		})
+	} else {
+		f.eventually("FRR drops A's paths once its agent is gone", 20*time.Second, func() bool { found, _ := f.frr.via(cidr, bgpNodeAddr); return !found })
+	}
+	r, err := f.sip.JkeV1().IPRanges().Get(f.ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.Spec.Node, r.Spec.OwnerGeneration = f.nodeB, r.Spec.OwnerGeneration+1
+	if _, err := f.sip.JkeV1().IPRanges().Update(f.ctx, r, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	var samples []frrSample
+	sample := func() frrSample {
+		routes, _ := f.frr.table()
+		s := frrSample{at: time.Since(start), established: f.established()}
+		for prefix, viaA := range map[string]*bool{cidr: &s.movedViaA, "10.180.0.0/24": &s.servedViaA} {
+			for _, p := range routes[prefix] {
+				for _, h := range p.Nexthops {
+					if h.IP == bgpNodeAddr && p.Valid {
+						*viaA = true
+						if prefix == cidr {
+							s.staleA = p.Stale
+						} else {
+							s.served = !p.Stale
+						}
+					}
+				}
+			}
+		}
+		return s
+	}
+	for range 4 { // 200 ms before the restart
+		samples = append(samples, sample())
+		time.Sleep(50 * time.Millisecond)
+	}
+	f.startAgent()
+	var upAt, settledAt time.Duration = -1, -1
+	for deadline := time.Now().Add(120 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		s := sample()
+		samples = append(samples, s)
+		if s.established && upAt < 0 {
+			upAt = s.at
+		}
+		if !s.established {
+			upAt = -1
+		}
+		if upAt >= 0 && s.served && s.at-upAt >= 3*time.Second {
+			settledAt = s.at
+			break
+		}
+	}
+	var lines []string
+	bad := 0
+	lastMoved := time.Duration(-1)
+	for _, s := range samples {
+		lines = append(lines, s.String())
+		if s.movedViaA {
+			lastMoved = s.at
+			if !gracefulRestart || !s.staleA {
+				bad++ // seen via A fresh (announced again), or at all without graceful restart
+			}
+		}
+	}
+	if settledAt < 0 {
+		t.Fatalf("graceful restart %v: A's session never settled in 120s:\n%s", gracefulRestart, strings.Join(lines, "\n"))
+	}
+	last := samples[len(samples)-1]
+	if bad > 0 || last.movedViaA {
+		t.Fatalf("graceful restart %v: the moved range %s was seen via the returning node A (%d samples; last: %v):\n%s", gracefulRestart, cidr, bad, last, strings.Join(lines, "\n"))
+	}
+	seen := "never seen via A"
+	if lastMoved >= 0 {
+		seen = fmt.Sprintf("via A last seen at %v, stale (FRR's copy from before the restart), never fresh", lastMoved.Round(time.Millisecond))
+	}
+	t.Logf("graceful restart %v: %d samples every 50ms over %v from before A's restart; session Established at %v (settled %v); the moved range %s %s",
+		gracefulRestart, len(samples), last.at.Round(time.Millisecond), upAt.Round(time.Millisecond), settledAt.Round(time.Millisecond), cidr, seen)
+	if _, err := f.sip.JkeV1().IPRanges().Get(f.ctx, name, metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // checkDatapath: blackholes for the announced ranges (the served one; the moving one while

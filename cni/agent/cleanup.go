@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // CleanupPaths lists what the agent (and the plugin it installs) leaves on a node, for an
@@ -83,7 +84,11 @@ func Cleanup(cfg Config) (removed []string, err error) {
 		if err := netlink.RouteDel(&r); err != nil {
 			errs = append(errs, fmt.Errorf("delete route %s: %w", r.Dst, err))
 		} else {
-			removed = append(removed, "route "+r.Dst.String()+" via "+r.Gw.String())
+			if r.Type == unix.RTN_BLACKHOLE {
+				removed = append(removed, "blackhole route "+r.Dst.String())
+			} else {
+				removed = append(removed, "route "+r.Dst.String()+" via "+r.Gw.String())
+			}
 		}
 	}
 	if _, err := exec.LookPath("nft"); err == nil || cfg.NAT.Enabled {

@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"path/filepath"
@@ -9,6 +10,7 @@ import (
 
 	"github.com/containernetworking/plugins/pkg/ns"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	"github.com/staticip/staticip/cni/nstest"
 )
@@ -98,6 +100,17 @@ func TestCleanupRemovesWhatTheAgentInstalled(t *testing.T) {
 				return err
 			}
 		}
+		// The BGP blackholes (protocol 0x5b, one per announced block; IPv4 and IPv6) and a
+		// blackhole that is not the agent's.
+		for i, proto := range []netlink.RouteProtocol{BlackholeProtocol, BlackholeProtocol, 4} {
+			_, dst, _ := net.ParseCIDR([]string{"10.63.0.0/24", "fd00:63::/120", "10.64.0.0/24"}[i])
+			if err := netlink.RouteAdd(&netlink.Route{Dst: dst, Type: unix.RTN_BLACKHOLE, Protocol: proto}); err != nil {
+				return fmt.Errorf("blackhole %s: %w", dst, err)
+			}
+		}
+		if bh, _ := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: BlackholeProtocol}, netlink.RT_FILTER_PROTOCOL); len(bh) != 2 {
+			return fmt.Errorf("want the two agent blackholes installed, have %v", bh)
+		}
 		var err error
 		removed, err = Cleanup(cfg)
 		if err != nil {
@@ -110,9 +123,14 @@ func TestCleanupRemovesWhatTheAgentInstalled(t *testing.T) {
 		if len(left) != 0 {
 			t.Errorf("routes of the agent left: %v", left)
 		}
+		if bh, err := netlink.RouteListFiltered(netlink.FAMILY_ALL, &netlink.Route{Protocol: BlackholeProtocol}, netlink.RT_FILTER_PROTOCOL); err != nil || len(bh) != 0 {
+			t.Errorf("blackholes of the agent left: %v (%v)", bh, err)
+		}
 		all, _ := netlink.RouteList(nil, netlink.FAMILY_V4)
-		if !slices.ContainsFunc(all, func(r netlink.Route) bool { return r.Dst != nil && r.Dst.String() == "10.62.0.0/24" }) {
-			t.Errorf("Cleanup removed a route that is not the agent's: %v", all)
+		for _, other := range []string{"10.62.0.0/24", "10.64.0.0/24"} {
+			if !slices.ContainsFunc(all, func(r netlink.Route) bool { return r.Dst != nil && r.Dst.String() == other }) {
+				t.Errorf("Cleanup removed %s, a route that is not the agent's: %v", other, all)
+			}
 		}
 		return nil
 	})

@@ -77,8 +77,10 @@ type natPlan struct {
 // planNAT decides which CIDRs go in which set: every IPRange's CIDR (served by a node or not,
 // any node's: ranges move on failover), the addresses of every node, the Service CIDRs and the
 // non-masquerade CIDRs are the cluster; the IPRanges some node may serve (accepted, not left
-// out for overlapping an older one) whose natOutgoing is on (unset: cfg.Default) are the
-// sources. Pure: table-tested.
+// out for overlapping an older one), assigned to a node or still held by one (a holder entry:
+// it drains there), whose natOutgoing is on (unset: cfg.Default) are the sources. A range
+// unassigned that no node holds (released by the range allocator: its pool deleted, its node
+// gone) is no source any more: no pod has an address of it. Pure: table-tested.
 func planNAT(cfg NATConfig, ranges, accepted []*jkev1.IPRange, nodeAddrs []netip.Addr) natPlan {
 	var p natPlan
 	add := func(sets *[2][]netip.Prefix, pfx netip.Prefix) {
@@ -101,6 +103,9 @@ func planNAT(cfg NATConfig, ranges, accepted []*jkev1.IPRange, nodeAddrs []netip
 		add(&p.cluster, pfx)
 	}
 	for _, r := range accepted {
+		if r.Spec.Node == "" && len(r.Status.Holders) == 0 {
+			continue
+		}
 		on := cfg.Default
 		if r.Spec.NATOutgoing != nil {
 			on = *r.Spec.NATOutgoing

@@ -24,8 +24,9 @@ import (
 	"github.com/staticip/staticip/cni/nstest"
 )
 
+// natRange is a range assigned to node-1.
 func natRange(name, cidr string, nat *bool) *jkev1.IPRange {
-	return &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: jkev1.IPRangeSpec{CIDR: cidr, NATOutgoing: nat}}
+	return &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: jkev1.IPRangeSpec{CIDR: cidr, Node: "node-1", NATOutgoing: nat}}
 }
 
 func prefixes(ss ...string) []netip.Prefix {
@@ -53,8 +54,16 @@ func TestPlanNAT(t *testing.T) {
 	refused := natRange("refused", "10.244.0.0/25", &on) // overlaps pool-a (older): no node serves it
 	v6 := natRange("v6", "fd00:10:244::/120", nil)
 	bad := natRange("bad", "not-a-cidr", &on)
-	all := []*jkev1.IPRange{pool, private, hand, refused, v6, bad}
-	accepted := []*jkev1.IPRange{pool, private, hand, v6, bad}
+	// released: unassigned (the allocator gave it back: its pool is deleted, or its node gone)
+	// and no node holds an address of it: no NAT source any more, still the cluster's space.
+	released := natRange("released", "10.244.2.0/24", &on)
+	released.Spec.Node = ""
+	// draining: unassigned, but a node's pods still hold addresses of it: still NATed.
+	draining := natRange("draining", "10.244.3.0/24", &on)
+	draining.Spec.Node = ""
+	draining.Status.Holders = []jkev1.IPRangeHolder{{Node: "node-2", Generation: 0, State: jkev1.HolderDraining}}
+	all := []*jkev1.IPRange{pool, private, hand, refused, v6, bad, released, draining}
+	accepted := []*jkev1.IPRange{pool, private, hand, v6, bad, released, draining}
 	nodes := addrs("172.30.0.11", "172.30.0.12", "fd00::11", "::ffff:172.30.0.13")
 	for _, tc := range []struct {
 		name                       string
@@ -63,26 +72,26 @@ func TestPlanNAT(t *testing.T) {
 		clust6                     []netip.Prefix
 	}{
 		{
-			name:     "default on: a hand-written range is NATed; natOutgoing false is not; a refused range is no source",
+			name:     "default on: a hand-written range is NATed; natOutgoing false is not; a refused or released range is no source, a draining one is",
 			cfg:      NATConfig{Enabled: true, Default: true},
-			sources4: prefixes("10.50.0.0/24", "10.244.0.0/24"),
+			sources4: prefixes("10.50.0.0/24", "10.244.0.0/24", "10.244.3.0/24"),
 			sources6: prefixes("fd00:10:244::/120"),
-			clust4:   prefixes("10.50.0.0/24", "10.244.0.0/24", "10.244.1.0/24", "172.30.0.11/32", "172.30.0.12/32", "172.30.0.13/32"),
+			clust4:   prefixes("10.50.0.0/24", "10.244.0.0/24", "10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24", "172.30.0.11/32", "172.30.0.12/32", "172.30.0.13/32"),
 			clust6:   prefixes("fd00::11/128", "fd00:10:244::/120"),
 		},
 		{
 			name:     "default off: only ranges that say natOutgoing true",
 			cfg:      NATConfig{Enabled: true},
-			sources4: prefixes("10.244.0.0/24"),
+			sources4: prefixes("10.244.0.0/24", "10.244.3.0/24"),
 			sources6: prefixes(),
-			clust4:   prefixes("10.50.0.0/24", "10.244.0.0/24", "10.244.1.0/24", "172.30.0.11/32", "172.30.0.12/32", "172.30.0.13/32"),
+			clust4:   prefixes("10.50.0.0/24", "10.244.0.0/24", "10.244.1.0/24", "10.244.2.0/24", "10.244.3.0/24", "172.30.0.11/32", "172.30.0.12/32", "172.30.0.13/32"),
 			clust6:   prefixes("fd00::11/128", "fd00:10:244::/120"),
 		},
 		{
 			name: "Service and non-masquerade CIDRs are the cluster; CIDRs inside them are left out (nftables refuses overlapping intervals)",
 			cfg: NATConfig{Enabled: true, Default: true, ServiceCIDRs: prefixes("10.96.0.0/16", "fd00:96::/112"),
 				NonMasqueradeCIDRs: prefixes("10.0.0.0/8", "192.168.0.0/16", "10.96.0.0/16")},
-			sources4: prefixes("10.50.0.0/24", "10.244.0.0/24"),
+			sources4: prefixes("10.50.0.0/24", "10.244.0.0/24", "10.244.3.0/24"),
 			sources6: prefixes("fd00:10:244::/120"),
 			clust4:   prefixes("10.0.0.0/8", "172.30.0.11/32", "172.30.0.12/32", "172.30.0.13/32", "192.168.0.0/16"),
 			clust6:   prefixes("fd00::11/128", "fd00:10:244::/120", "fd00:96::/112"),

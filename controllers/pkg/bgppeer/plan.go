@@ -64,6 +64,19 @@ func holdTimeSafe(peer *jkev1.BGPPeer, cfg *jkev1.BGPConfigurationSpec, window t
 	return metav1.Condition{Type: jkev1.BGPPeerHoldTimeSafe, Status: metav1.ConditionFalse, Reason: ReasonHoldTimeUnsafe, Message: msg}
 }
 
+// notEstablished names a node whose session is not Established, with its FSM state and the
+// reason its agent gives (its Established condition: BadPeerAS, PeerNotAnswering,
+// PasswordUnavailable, ...): "b (Active: PeerNotAnswering)"; the state alone when the agent
+// gives none.
+func notEstablished(node string, p jkev1.BGPNodePeerStatus) string {
+	for _, c := range p.Conditions {
+		if c.Type == jkev1.BGPNodePeerEstablished && c.Status != metav1.ConditionTrue && c.Reason != "" {
+			return fmt.Sprintf("%s (%s: %s)", node, p.State, c.Reason)
+		}
+	}
+	return fmt.Sprintf("%s (%s)", node, p.State)
+}
+
 func sessions(peer *jkev1.BGPPeer, nodes []*jkev1.BGPNodeStatus) metav1.Condition {
 	var down []string
 	total := 0
@@ -74,7 +87,7 @@ func sessions(peer *jkev1.BGPPeer, nodes []*jkev1.BGPNodeStatus) metav1.Conditio
 			}
 			total++
 			if p.State != jkev1.BGPSessionEstablished {
-				down = append(down, fmt.Sprintf("%s (%s)", n.Name, p.State))
+				down = append(down, notEstablished(n.Name, p))
 			}
 		}
 	}

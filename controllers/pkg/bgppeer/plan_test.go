@@ -96,3 +96,44 @@ func TestConditions(t *testing.T) {
 		})
 	}
 }
+
+// TestSessionsEstablishedNamesEachNodesReason: the SessionsEstablished message names every node
+// whose session is not Established with its state and the reason from its BGPNodeStatus.
+func TestSessionsEstablishedNamesEachNodesReason(t *testing.T) {
+	peer := &jkev1.BGPPeer{ObjectMeta: metav1.ObjectMeta{Name: "tor"}, Spec: jkev1.BGPPeerSpec{PeerIP: "10.0.0.1", ASNumber: 65000}}
+	node := func(name string, state jkev1.BGPSessionState, status metav1.ConditionStatus, reason string) *jkev1.BGPNodeStatus {
+		p := jkev1.BGPNodePeerStatus{Name: "tor", State: state}
+		if reason != "" {
+			p.Conditions = []metav1.Condition{{Type: jkev1.BGPPeerHoldTimeSafe, Status: metav1.ConditionFalse, Reason: "NotTheOneAsked"},
+				{Type: jkev1.BGPNodePeerEstablished, Status: status, Reason: reason}}
+		}
+		return &jkev1.BGPNodeStatus{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: jkev1.BGPNodeStatusStatus{Peers: []jkev1.BGPNodePeerStatus{p}}}
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes []*jkev1.BGPNodeStatus
+		want  string
+	}{
+		{"each node's reason, nodes by name", []*jkev1.BGPNodeStatus{
+			node("c", jkev1.BGPSessionActive, metav1.ConditionFalse, "PeerNotAnswering"),
+			node("a", jkev1.BGPSessionEstablished, metav1.ConditionTrue, "Established"),
+			node("b", jkev1.BGPSessionIdle, metav1.ConditionFalse, "BadPeerAS")},
+			"1 of 3 selected nodes Established; not: b (Idle: BadPeerAS), c (Active: PeerNotAnswering)"},
+		{"a node without conditions (an older agent): its state alone", []*jkev1.BGPNodeStatus{
+			node("a", jkev1.BGPSessionConnect, "", "")},
+			"0 of 1 selected nodes Established; not: a (Connect)"},
+		{"a password the agent cannot read", []*jkev1.BGPNodeStatus{
+			node("a", jkev1.BGPSessionIdle, metav1.ConditionFalse, "PasswordUnavailable")},
+			"0 of 1 selected nodes Established; not: a (Idle: PasswordUnavailable)"},
+		{"a state behind the condition (not yet Established, condition still True): the state alone", []*jkev1.BGPNodeStatus{
+			node("a", jkev1.BGPSessionOpenConfirm, metav1.ConditionTrue, "Established")},
+			"0 of 1 selected nodes Established; not: a (OpenConfirm)"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got := Conditions(peer, nil, tc.nodes, time.Minute)[2]
+			if got.Reason != ReasonNotAllEstablished || got.Message != tc.want {
+				t.Errorf("got %s: %q\nwant %s: %q", got.Reason, got.Message, ReasonNotAllEstablished, tc.want)
+			}
+		})
+	}
+}

@@ -60,6 +60,11 @@ const (
 	// ReasonPoolChoiceInvalid: a pod bound to a node names pools it may not use (a pool deleted
 	// or changed after admission let the pod in): Warning Event on the pod.
 	ReasonPoolChoiceInvalid = "IPPoolChoiceInvalid"
+	// ConditionPoolDeleted: an IPRange condition, True while the range's pool is deleted and
+	// something on its node still holds an address of it (reason IPPoolDeletedBlockInUse): the
+	// range stays served and routed until it is empty, then it is released and the condition
+	// goes (so it does when the pool is created again).
+	ConditionPoolDeleted = "IPPoolDeleted"
 	// ReasonNamespaceSelectorOverlaps: the IPPool condition NamespaceSelectorOverlaps is True.
 	ReasonNamespaceSelectorOverlaps = "NamespaceSelectorOverlaps"
 )
@@ -574,6 +579,8 @@ func (c *Controller) sync(ctx context.Context, _ string) (time.Duration, error) 
 		logger.Info("Block released", "pool", r.Pool, "range", r.Range, "why", r.Why)
 		if p, err := c.pools.Get(r.Pool); err == nil {
 			c.recorder.Eventf(p, corev1.EventTypeNormal, ReasonBlockReleased, "IPRange %s returned to the pool: %s", r.Range, r.Why)
+		} else if rg, err := c.ranges.Get(r.Range); err == nil { // the pool is deleted: tell it on the range
+			c.recorder.Eventf(rg, corev1.EventTypeNormal, ReasonBlockReleased, "released from node %s: %s", r.Node, r.Why)
 		}
 	}
 	for _, m := range plan.Mark {
@@ -586,6 +593,9 @@ func (c *Controller) sync(ctx context.Context, _ string) (time.Duration, error) 
 	}
 	for _, w := range plan.Waits {
 		c.rangeEvent(w)
+	}
+	if err := c.poolDeletedConditions(ctx, plan.Waits); err != nil {
+		errs = append(errs, err)
 	}
 	waitingPods := map[string]bool{}
 	for _, w := range plan.PodWaits {
@@ -790,7 +800,54 @@ func (c *Controller) rangeEvent(w Wait) {
 	if err != nil {
 		return
 	}
-	c.recorder.Eventf(r, corev1.EventTypeNormal, ReasonReleaseWaits, "not returned to the pool yet (%s): %s", w.Reason, w.Message)
+	typ := corev1.EventTypeNormal
+	if w.Warning {
+		typ = corev1.EventTypeWarning
+	}
+	c.recorder.Eventf(r, typ, ReasonReleaseWaits, "not returned to the pool yet (%s): %s", w.Reason, w.Message)
+}
+
+// poolDeletedConditions sets the IPRange condition IPPoolDeleted on the blocks of deleted pools
+// that stay in use (the plan's ReasonOrphanHeld waits) and removes it from every other range
+// (released since, or its pool created again). The agents keep conditions they do not own
+// (meta.SetStatusCondition on the range's status).
+func (c *Controller) poolDeletedConditions(ctx context.Context, waits []Wait) error {
+	want := map[string]Wait{}
+	for _, w := range waits {
+		if w.Reason == ReasonOrphanHeld {
+			want[w.Range] = w
+		}
+	}
+	ranges, err := c.ranges.List(labels.Everything())
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, cur := range ranges {
+		w, held := want[cur.Name]
+		old := meta.FindStatusCondition(cur.Status.Conditions, ConditionPoolDeleted)
+		if !held && old == nil || held && old != nil && old.Reason == w.Reason && old.Message == w.Message {
+			continue
+		}
+		r := cur.DeepCopy()
+		if held {
+			meta.SetStatusCondition(&r.Status.Conditions, metav1.Condition{Type: ConditionPoolDeleted, Status: metav1.ConditionTrue,
+				Reason: w.Reason, Message: w.Message, ObservedGeneration: r.Generation})
+		} else {
+			meta.RemoveStatusCondition(&r.Status.Conditions, ConditionPoolDeleted)
+		}
+		written, err := c.client.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{})
+		if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+			c.queue.AddAfter(key, time.Second)
+			continue
+		}
+		if err != nil {
+			errs = append(errs, fmt.Errorf("IPRange %s: condition %s: %w", r.Name, ConditionPoolDeleted, err))
+			continue
+		}
+		c.remember(written)
+	}
+	return errors.Join(errs...)
 }
 
 func (c *Controller) mark(ctx context.Context, m Mark) error {

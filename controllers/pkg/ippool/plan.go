@@ -193,6 +193,9 @@ type Release struct {
 // verdict, or what holds it).
 type Wait struct {
 	Range, Node, Reason, Message string
+	// Warning: the wait is something an operator should see (a Warning Event): the block of a
+	// deleted pool still in use.
+	Warning bool
 }
 
 // Mark sets (Since non-zero) or clears an annotation of a range: jke.jdcloud.com/node-gone-since
@@ -258,6 +261,13 @@ const (
 	// ReasonExcludeHeld: an exclude or a gateway the pool's spec adds is held back on a block
 	// because a pod object or a StaticIP holds that address.
 	ReasonExcludeHeld = "ExcludeHeld"
+	// ReasonOrphanHeld: the block's pool is deleted, and something on its node still holds an
+	// address of it: it stays served and routed until it is empty.
+	ReasonOrphanHeld = "IPPoolDeletedBlockInUse"
+	// orphanQuarantine is how long a deleted node's block of a deleted pool waits after the
+	// mark before the node-gone rule may release it (the pool's releaseAfter is gone with it;
+	// this is the field's default).
+	orphanQuarantine = 5 * time.Minute
 	// ReasonNoPoolForNode: none of a pending pod's pools can give its node a block (not Ready,
 	// NodePodCIDR, or its nodeSelector does not select the node).
 	ReasonNoPoolForNode = "NoIPPoolForNode"
@@ -286,7 +296,8 @@ func UniqueRangeName(pool string, p netip.Prefix) string {
 // Compute is the allocator's decision for one pass. Its phases, in order, over one planner:
 // which pools are valid, what each node owns, which nodes a pool serves (NodePodCIDR pools
 // mirror the podCIDRs at once, the others queue them), first-fit blocks for the queues, and the
-// returns (blocks of nodes gone past the quarantine, extra blocks a race gave one node).
+// returns (blocks of nodes gone past the quarantine, extra blocks a race gave one node, empty
+// blocks of namespace pools, and the empty blocks of deleted pools).
 func Compute(in Input) Plan {
 	p := newPlanner(in)
 	p.validatePools()
@@ -298,6 +309,7 @@ func Compute(in Input) Plan {
 	p.releaseGone()
 	p.releaseExtra()
 	p.releaseEmpty()
+	p.releaseOrphans()
 	return p.plan
 }
 
@@ -442,7 +454,7 @@ func (pl *planner) validatePools() {
 		case p.Selector == nil:
 			st.Ready, st.ReadyReason, st.ReadyMessage = false, ReasonBadSelector, "nodeSelector: "+p.SelectorErr
 		case p.Deleting:
-			st.Ready, st.ReadyReason, st.ReadyMessage = false, ReasonDeleting, "the pool is being deleted: it hands out no block; its blocks stay with their nodes"
+			st.Ready, st.ReadyReason, st.ReadyMessage = false, ReasonDeleting, "the pool is being deleted: it hands out no block; its blocks go back as they empty"
 		default:
 			if msg := overlapMessage(p, pl.valid); msg != "" {
 				st.Ready, st.ReadyReason, st.ReadyMessage = false, ReasonOverlap, msg
@@ -731,9 +743,12 @@ func (pl *planner) firstFit(p *Pool, c netip.Prefix, queue []waiter) []waiter {
 // passed and nothing holds them, and unmarks those whose node is back.
 func (pl *planner) releaseGone() {
 	for _, name := range sortedKeys(pl.poolRanges) {
-		p := pl.poolByName[name]
-		if p == nil {
-			continue // a pool that no longer exists: its ranges are left alone
+		// A pool that no longer exists: its blocks on live nodes are releaseOrphans' (at once
+		// when empty); those of a deleted node follow the same rule as any, after a default
+		// quarantine.
+		releaseAfter := orphanQuarantine
+		if p := pl.poolByName[name]; p != nil {
+			releaseAfter = p.ReleaseAfter
 		}
 		for _, r := range pl.poolRanges[name] {
 			if r.Deleting || r.free() {
@@ -745,7 +760,7 @@ func (pl *planner) releaseGone() {
 				}
 				continue
 			}
-			if pl.inQuarantine(r, jkev1.AnnotationNodeGoneSince, r.GoneSince, p.ReleaseAfter) {
+			if pl.inQuarantine(r, jkev1.AnnotationNodeGoneSince, r.GoneSince, releaseAfter) {
 				continue
 			}
 			gone := "its range was unassigned"
@@ -768,7 +783,7 @@ func (pl *planner) releaseGone() {
 			}
 			pl.plan.Release = append(pl.plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node, Generation: r.OwnerGeneration + 1, NodeGone: gone != "",
 				Why: fmt.Sprintf("node %s is gone since %s (%s), the quarantine of %s has passed and nothing holds an IP of %s",
-					orNone(r.Node), r.GoneSince.UTC().Format(time.RFC3339), gone, p.ReleaseAfter, r.CIDR)})
+					orNone(r.Node), r.GoneSince.UTC().Format(time.RFC3339), gone, releaseAfter, r.CIDR)})
 		}
 	}
 }
@@ -781,8 +796,8 @@ func (pl *planner) releaseExtra() {
 	for _, name := range sortedKeys(pl.poolRanges) {
 		// A namespace pool's blocks are not the node's block of its family: a node may hold
 		// several (releaseEmpty returns them).
-		if p := pl.poolByName[name]; p == nil || p.ForNamespaces {
-			continue
+		if p := pl.poolByName[name]; p == nil || p.ForNamespaces || p.Deleting {
+			continue // a deleted pool's blocks: releaseOrphans
 		}
 		for _, r := range pl.poolRanges[name] {
 			if !r.Deleting && r.Node != "" && pl.live[r.Node] && r.givenByAllocator() {
@@ -826,7 +841,7 @@ func (pl *planner) releaseExtra() {
 func (pl *planner) releaseEmpty() {
 	for _, name := range sortedKeys(pl.poolRanges) {
 		p := pl.poolByName[name]
-		if p == nil || !p.ForNamespaces {
+		if p == nil || !p.ForNamespaces || p.Deleting {
 			continue
 		}
 		for _, r := range pl.poolRanges[name] {
@@ -845,6 +860,42 @@ func (pl *planner) releaseEmpty() {
 			pl.plan.Release = append(pl.plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node, Generation: r.OwnerGeneration + 1,
 				Why: fmt.Sprintf("no pod of IPPool %s on node %s has used %s since %s (releaseAfter %s)",
 					p.Name, r.Node, r.CIDR, r.EmptySince.UTC().Format(time.RFC3339), p.ReleaseAfter)})
+		}
+	}
+}
+
+// orphaned: the pool named name no longer exists (or is being deleted): its blocks are never
+// handed out again (indexRanges keeps them occupied) and go back as they empty.
+func (pl *planner) orphaned(name string) bool {
+	p := pl.poolByName[name]
+	return p == nil || p.Deleting
+}
+
+// releaseOrphans releases, from the live nodes that hold them, the blocks of pools that no
+// longer exist: at once when nothing holds them — the same rule as an extra block of a race
+// (no pod object or StaticIP has an address of it, no pod on its node is still without an
+// address, the agent reports none used or reserved, no failover in progress names it), at its
+// generation + 1 — without waiting for the node to be drained. A block still in use stays
+// served and routed by its node (a held range stays routed) with a Warning saying why, and
+// goes the pass after it empties. Released, nobody gets it again unless a pool of the same
+// name is created again (then it is that pool's free block, at the generation of its release).
+func (pl *planner) releaseOrphans() {
+	for _, name := range sortedKeys(pl.poolRanges) {
+		if !pl.orphaned(name) {
+			continue
+		}
+		for _, r := range pl.poolRanges[name] {
+			if r.Deleting || r.Node == "" || !pl.live[r.Node] {
+				continue
+			}
+			if why := pl.in.Held(r, r.Node); why != "" {
+				pl.plan.Waits = append(pl.plan.Waits, Wait{Range: r.Name, Node: r.Node, Reason: ReasonOrphanHeld, Warning: true, Message: fmt.Sprintf(
+					"IPPool %s is deleted: %s stays served and routed by node %s while it is in use (%s); it is released once empty", name, r.CIDR, r.Node, why)})
+				pl.plan.requeue(heldRecheck)
+				continue
+			}
+			pl.plan.Release = append(pl.plan.Release, Release{Range: r.Name, Pool: r.Pool, Node: r.Node, Generation: r.OwnerGeneration + 1,
+				Why: fmt.Sprintf("IPPool %s is deleted and nothing on node %s holds an address of %s", name, r.Node, r.CIDR)})
 		}
 	}
 }

@@ -212,7 +212,7 @@ func TestComputeRelease(t *testing.T) {
 		{name: "after the quarantine, nothing holds it: released", r: gone(10 * time.Minute), wantRelease: true},
 		{name: "the node came back: the mark is cleared, nothing released", r: gone(10 * time.Minute), nodes: nodes("dead"), wantMark: "clear"},
 		{name: "a hand-written range of a gone node is never touched", r: func() Range { r := gone(time.Hour); r.Pool = ""; return r }()},
-		{name: "a range of a pool that no longer exists is left alone", r: func() Range { r := gone(time.Hour); r.Pool = "other"; return r }()},
+		{name: "a deleted node's block of a pool that no longer exists: the same rule (the default quarantine)", r: func() Range { r := gone(time.Hour); r.Pool = "other"; return r }(), wantRelease: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			plan := Compute(Input{Pools: []Pool{p}, Nodes: tc.nodes, Ranges: []Range{tc.r}, Now: t0,
@@ -754,5 +754,87 @@ func TestComputeNamespaceBlockIsNoExtraBlock(t *testing.T) {
 		Now:    t0, Held: nothingHeld})
 	if len(plan.Release) > 0 {
 		t.Errorf("released %+v, want none (the empty blue block is only marked, and released after releaseAfter)", plan.Release)
+	}
+}
+
+// TestComputeReturnsTheBlocksOfADeletedPool: a block whose pool no longer exists (or is being
+// deleted) is never handed out again and goes back as soon as nothing holds it, under the same
+// safety rule as an extra block of a race (Held with the node's pending pods); a block still in
+// use stays with its node (served and routed) with a Warning, and a pool created again under
+// the same name adopts the released block.
+func TestComputeReturnsTheBlocksOfADeletedPool(t *testing.T) {
+	orphan := rng("gone-10-244-5-0-24", "10.244.5.0/24", "a", "gone")
+	deleting := pool("gone", 2, "10.244.5.0/24")
+	deleting.Deleting = true
+	released := orphan
+	released.Node, released.Released, released.ReleasedGeneration, released.OwnerGeneration = "", true, 1, 1
+	moved := orphan
+	moved.OwnerGeneration = 3
+	handWritten := orphan
+	handWritten.Pool = ""
+	deadNode := orphan
+	deadNode.Node = "dead"
+	other := pool("other", 1, "10.244.5.0/24")
+	for _, tc := range []struct {
+		name        string
+		pools       []Pool
+		nodes       []Node
+		r           Range
+		held        string
+		wantRelease string // "" or the generation released at, as text
+		wantWait    string
+		wantAssign  []string
+		wantMark    bool
+	}{
+		{name: "empty, on a live node: released at once, at generation + 1", nodes: nodes("a"), r: orphan, wantRelease: "1"},
+		{name: "the pool is being deleted: the same", pools: []Pool{deleting}, nodes: nodes("a"), r: orphan, wantRelease: "1"},
+		{name: "moved by failover, empty: released too (every block of the pool goes)", nodes: nodes("a"), r: moved, wantRelease: "4"},
+		{name: "a pod holds an address: stays with its node, Warning", nodes: nodes("a"), r: orphan, held: "pod ns/x holds 10.244.5.7", wantWait: ReasonOrphanHeld},
+		{name: "released: never handed out again, not even to a pool whose CIDR covers it", pools: []Pool{other}, nodes: nodes("b"), r: released},
+		{name: "a pool created again under the same name adopts the released block", pools: []Pool{pool("gone", 0, "10.244.5.0/24")}, nodes: nodes("b"), r: released,
+			wantAssign: []string{"b=10.244.5.0/24"}},
+		{name: "a pool created again under the same name keeps the block still assigned", pools: []Pool{pool("gone", 0, "10.244.5.0/24")}, nodes: nodes("a"), r: orphan},
+		{name: "a hand-written range is never touched", nodes: nodes("a"), r: handWritten},
+		{name: "on a deleted node: the node-gone rule, after the default quarantine", r: deadNode, wantMark: true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			plan := Compute(Input{Pools: tc.pools, Nodes: tc.nodes, Ranges: []Range{tc.r}, Now: t0,
+				Held: func(r Range, pending string) string {
+					if pending != r.Node {
+						t.Errorf("Held(%s, %q): a deleted pool's block must be checked with its node's pending pods", r.Name, pending)
+					}
+					return tc.held
+				},
+				NodeGone: func(string, time.Time) nodegone.Verdict { return nodegone.Verdict{Gone: true} }})
+			got := ""
+			if len(plan.Release) == 1 {
+				got = fmt.Sprint(plan.Release[0].Generation)
+				if plan.Release[0].Node != tc.r.Node || plan.Release[0].Pool != tc.r.Pool {
+					t.Errorf("release %+v: must name the node and pool it was read with", plan.Release[0])
+				}
+			}
+			if got != tc.wantRelease || len(plan.Release) > 1 {
+				t.Errorf("released %+v, want at generation %q", plan.Release, tc.wantRelease)
+			}
+			wait := ""
+			if len(plan.Waits) == 1 {
+				wait = plan.Waits[0].Reason
+				if !plan.Waits[0].Warning || !strings.Contains(plan.Waits[0].Message, "is deleted") || !strings.Contains(plan.Waits[0].Message, tc.held) {
+					t.Errorf("wait %+v: want a Warning naming the deleted pool and what holds the block", plan.Waits[0])
+				}
+				if plan.Requeue != heldRecheck {
+					t.Errorf("requeue %v, want %v", plan.Requeue, heldRecheck)
+				}
+			}
+			if wait != tc.wantWait {
+				t.Errorf("waits %+v, want reason %q", plan.Waits, tc.wantWait)
+			}
+			if a := assigned(plan); !slices.Equal(a, tc.wantAssign) {
+				t.Errorf("assigned %v, want %v", a, tc.wantAssign)
+			}
+			if tc.wantMark != (len(plan.Mark) == 1 && plan.Mark[0].Annotation == jkev1.AnnotationNodeGoneSince && plan.Requeue == orphanQuarantine) {
+				t.Errorf("marks %+v requeue %v, want a node-gone mark: %v", plan.Mark, plan.Requeue, tc.wantMark)
+			}
+		})
 	}
 }
