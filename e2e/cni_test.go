@@ -257,10 +257,13 @@ func TestCNIKeepsTheIPWhileTheStaticIPExists(t *testing.T) {
 	runPodOn(t, ctx, ns, next, target, ip) // the IP was freed once the StaticIP and its pod were gone
 }
 
-// TestCNIBadInputShowsInPodEvents: pods sent straight to a node's kubelet (past the
-// scheduler, which would reject them first) with a malformed annotation, an IP owned by
-// another node, and an IP held by a running pod: each gets a FailedCreatePodSandBox event
-// with the plugin's clear message, and never runs.
+// TestCNIBadInputShowsInPodEvents: a pod with a malformed ip-address annotation is refused
+// at admission (ValidatingAdmissionPolicy staticip-ip-address, for every writer) with the
+// rule; pods sent straight to a node's kubelet (past the scheduler, which would reject them
+// first) with an IP owned by another node and an IP held by a running pod each get a
+// FailedCreatePodSandBox event with the plugin's clear message, and never run. (The plugin's
+// own message for a malformed annotation, for a pod admitted before the policy, is tested on
+// real network namespaces in cni/plugin.)
 func TestCNIBadInputShowsInPodEvents(t *testing.T) {
 	ctx := context.Background()
 	rangesByNode := requireStaticIPCNI(t, ctx)
@@ -288,9 +291,14 @@ func TestCNIBadInputShowsInPodEvents(t *testing.T) {
 	if _, err := f.WaitForPodRunning(ctx, ns, "holder", 2*time.Minute); err != nil {
 		t.Fatal(err)
 	}
+	_, err := pods.Create(ctx, onNode("malformed", "10.244.1.999"), metav1.CreateOptions{})
+	if err == nil || !(apierrors.IsForbidden(err) || apierrors.IsInvalid(err)) || !strings.Contains(err.Error(), podip.AnnotationIPAddress) || !strings.Contains(err.Error(), "must be one IP address") {
+		t.Errorf("pod with %s=\"10.244.1.999\": got %v, want admission's refusal naming the annotation and the rule", podip.AnnotationIPAddress, err)
+	} else {
+		t.Logf("malformed: refused at admission: %v", err)
+	}
 	foreign := hostInRange(t, rangesByNode[other][0], 202)
 	cases := []struct{ pod, ip, want string }{
-		{"malformed", "10.244.1.999", fmt.Sprintf(`annotation %s="10.244.1.999" is not an IP address`, podip.AnnotationIPAddress)},
 		{"foreign", foreign, fmt.Sprintf("IP %s is outside every range of this node", foreign)},
 		{"taken", held, fmt.Sprintf("IP %s is in use by pod %s/holder", held, ns)},
 	}
