@@ -21,7 +21,9 @@ import (
 // TestSchedulerPinsPodToNodeOwningItsIP runs on a cluster whose default scheduler is
 // staticip-scheduler (the local cluster's default): a pod annotated with an IP inside the
 // IPRange of the last node runs on that node, whatever else would fit, and a pod with a
-// malformed annotation stays Pending with a FailedScheduling event that names the problem.
+// malformed annotation is refused at admission (the ValidatingAdmissionPolicy
+// staticip-ip-address) or, on a cluster installed without it, stays Pending with a
+// FailedScheduling event that names the problem.
 func TestSchedulerPinsPodToNodeOwningItsIP(t *testing.T) {
 	ctx := context.Background()
 	nodes := workloadNodes(t, ctx)
@@ -68,9 +70,7 @@ func TestSchedulerPinsPodToNodeOwningItsIP(t *testing.T) {
 	bad := testServerPod("badip", "", nil)
 	bad.Spec.NodeSelector = nil
 	bad.Annotations = map[string]string{podip.AnnotationIPAddress: prefix + "999"}
-	if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, bad, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	badAdmitted := createUnlessAdmissionRefusesTheAddress(t, ctx, ns, bad)
 
 	running, err := f.WaitForPodRunning(ctx, ns, "pinned", 2*time.Minute)
 	if err != nil {
@@ -82,6 +82,9 @@ func TestSchedulerPinsPodToNodeOwningItsIP(t *testing.T) {
 	}
 	t.Logf("pod annotated with %s scheduled onto %s, the IPRange owner", prefix+"245", running.Spec.NodeName)
 
+	if !badAdmitted {
+		return
+	}
 	waitForPodEvent(t, ctx, ns, "badip", "FailedScheduling", fmt.Sprintf("invalid annotation %s=%q", podip.AnnotationIPAddress, prefix+"999"))
 	p, err := f.Client.CoreV1().Pods(ns).Get(ctx, "badip", metav1.GetOptions{})
 	if err != nil || p.Spec.NodeName != "" || p.Status.Phase != corev1.PodPending {
