@@ -17,7 +17,6 @@ import (
 	sipinformers "github.com/staticip/staticip/apis/generated/informers/externalversions"
 	"github.com/staticip/staticip/apis/iprangelabel"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
-	"github.com/staticip/staticip/apis/podip"
 )
 
 // Which StaticIPs an agent watches (issue 37). Every agent used to watch every StaticIP of the
@@ -286,8 +285,8 @@ func decideVanished(sip *jkev1.StaticIP, present bool, held []netip.Prefix, age 
 		}
 		return vanishedDrop
 	}
-	addrs, err := podip.ParseAddresses(sip.Spec.Addresses())
-	if err != nil || !slices.ContainsFunc(addrs.List(), func(ip netip.Addr) bool {
+	// AddressList is empty for a value that does not parse: dropped, as one outside held.
+	if !slices.ContainsFunc(sip.Spec.AddressList(), func(ip netip.Addr) bool {
 		return slices.ContainsFunc(held, func(p netip.Prefix) bool { return p.Contains(ip) })
 	}) {
 		return vanishedDrop

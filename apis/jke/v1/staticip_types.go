@@ -125,17 +125,22 @@ func (s *StaticIPSpec) Addresses() string {
 	return s.IP
 }
 
-// AddressList returns the record's addresses parsed (apis/podip.ParseAddresses), primary first;
-// none when it has no IP yet or its value does not parse (the API server's CEL rules refuse
-// that). Every check "does this record hold an address of X" asks it, never spec.ip alone: a
-// dual-stack record's IPv6 address lies in another range than its IPv4 one.
-func (s *StaticIPSpec) AddressList() []netip.Addr {
+// ParsedAddresses returns the record's addresses parsed (apis/podip.ParseAddresses); the zero
+// Addresses when it has no IP yet or its value does not parse (the API server's CEL rules
+// refuse that).
+func (s *StaticIPSpec) ParsedAddresses() podip.Addresses {
 	a, err := podip.ParseAddresses(s.Addresses())
 	if err != nil {
-		return nil
+		return podip.Addresses{}
 	}
-	return a.List()
+	return a
 }
+
+// AddressList returns the record's addresses (ParsedAddresses), primary first; none when it has
+// no IP yet or its value does not parse. Every check "does this record hold an address of X"
+// asks it, never spec.ip alone: a dual-stack record's IPv6 address lies in another range than
+// its IPv4 one.
+func (s *StaticIPSpec) AddressList() []netip.Addr { return s.ParsedAddresses().List() }
 
 // StaticIPStatus is the observed state of a StaticIP.
 type StaticIPStatus struct {

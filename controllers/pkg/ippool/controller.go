@@ -505,8 +505,9 @@ func (c *Controller) heldFunc() func(r Range, pendingOn string) string {
 				continue
 			}
 			// Every address of the record: a dual-stack record's IPv6 address holds an IPv6 block.
-			if i := slices.IndexFunc(s.Spec.AddressList(), r.CIDR.Contains); i >= 0 {
-				return fmt.Sprintf("StaticIP %s/%s has %s", s.Namespace, s.Name, s.Spec.AddressList()[i])
+			addrs := s.Spec.AddressList()
+			if i := slices.IndexFunc(addrs, r.CIDR.Contains); i >= 0 {
+				return fmt.Sprintf("StaticIP %s/%s has %s", s.Namespace, s.Name, addrs[i])
 			}
 		}
 		if recs, err := c.failovers.List(labels.Everything()); err == nil {

@@ -796,7 +796,7 @@ func (pl *planner) releaseExtra() {
 	for _, name := range sortedKeys(pl.poolRanges) {
 		// A namespace pool's blocks are not the node's block of its family: a node may hold
 		// several (releaseEmpty returns them).
-		if p := pl.poolByName[name]; p == nil || p.ForNamespaces || p.Deleting {
+		if pl.orphaned(name) || pl.poolByName[name].ForNamespaces {
 			continue // a deleted pool's blocks: releaseOrphans
 		}
 		for _, r := range pl.poolRanges[name] {
@@ -840,10 +840,10 @@ func (pl *planner) releaseExtra() {
 // waits for that). A block held again is unmarked. Node pools keep one block per node.
 func (pl *planner) releaseEmpty() {
 	for _, name := range sortedKeys(pl.poolRanges) {
-		p := pl.poolByName[name]
-		if p == nil || !p.ForNamespaces || p.Deleting {
-			continue
+		if pl.orphaned(name) || !pl.poolByName[name].ForNamespaces {
+			continue // a deleted pool's blocks: releaseOrphans
 		}
+		p := pl.poolByName[name]
 		for _, r := range pl.poolRanges[name] {
 			if r.Deleting || r.free() || r.Node == "" || !pl.live[r.Node] {
 				continue

@@ -58,16 +58,6 @@ func recordAddresses(rec, pod podip.Addresses) (next podip.Addresses, mismatch s
 	return rec, ""
 }
 
-// recordedAddresses are a record's addresses (spec.ips, else spec.ip); a record the API server
-// accepted always parses (CEL), anything else counts as none.
-func recordedAddresses(sip *jkev1.StaticIP) podip.Addresses {
-	a, err := podip.ParseAddresses(sip.Spec.Addresses())
-	if err != nil {
-		return podip.Addresses{}
-	}
-	return a
-}
-
 // setAddresses writes a into the record's spec: ip the primary, ips both when it has two.
 func setAddresses(spec *jkev1.StaticIPSpec, a podip.Addresses) {
 	spec.IP = a.Primary.String()
@@ -81,7 +71,7 @@ func setAddresses(spec *jkev1.StaticIPSpec, a podip.Addresses) {
 // spec.ip as written (an unparsable one too, so that two records with the same odd value are
 // still found together).
 func addressKeys(s *jkev1.StaticIP) []string {
-	if a := recordedAddresses(s); a.IsValid() {
+	if a := s.Spec.ParsedAddresses(); a.IsValid() {
 		keys := make([]string, 0, 2)
 		for _, ip := range a.List() {
 			keys = append(keys, ip.String())

@@ -503,7 +503,7 @@ func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *
 	orig := sip.DeepCopy()
 	annotated := pod.Annotations[podip.AnnotationIPAddress]
 	// Per IP family: a dual-stack pod runs with two addresses, a dual-stack record names two.
-	rec, running := recordedAddresses(sip), podAddresses(pod)
+	rec, running := sip.Spec.ParsedAddresses(), podAddresses(pod)
 	var conflicts, kinds []string
 	conflict := func(kind, format string, args ...any) {
 		conflicts = append(conflicts, fmt.Sprintf(format, args...))
@@ -628,8 +628,9 @@ func (c *Controller) syncLivePod(ctx context.Context, sip *jkev1.StaticIP, pod *
 	} else {
 		meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: jkev1.StaticIPConditionConflict, Status: metav1.ConditionFalse, Reason: "NoConflict", ObservedGeneration: gen})
 	}
+	recorded := sip.Spec.ParsedAddresses().Primary
 	switch {
-	case len(conflicts) == 0 && running.IsValid() && running.Of(podip.Family(recordedAddresses(sip).Primary)) == recordedAddresses(sip).Primary:
+	case len(conflicts) == 0 && running.IsValid() && running.Of(podip.Family(recorded)) == recorded:
 		st.Phase, st.PodUID = jkev1.StaticIPBound, pod.UID
 	case st.Phase == "":
 		st.Phase = jkev1.StaticIPPending
@@ -679,7 +680,7 @@ func (c *Controller) syncAbsentPod(ctx context.Context, sip *jkev1.StaticIP) err
 	}
 	st.ObservedGeneration = sip.Generation
 	var msgs []string
-	for _, ip := range recordedAddresses(sip).List() {
+	for _, ip := range sip.Spec.AddressList() {
 		if dups := c.duplicates(sip, ip.String()); len(dups) > 0 {
 			msgs = append(msgs, fmt.Sprintf("IP %s is also claimed by StaticIP %s", ip, strings.Join(dups, ", ")))
 		}
