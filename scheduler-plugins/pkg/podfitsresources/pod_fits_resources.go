@@ -371,7 +371,7 @@ func (pl *PodFitsResources) Filter(_ context.Context, state fwk.CycleState, pod 
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, noUsableRangeReason)
 	}
 	if len(s.pools) > 0 {
-		if ok, why := pl.pools.Verdict(s.poolSnap, pod, s.pools, nodeInfo.Node(), nodeInfo.GetPods()); !ok {
+		if ok, why := pl.pools.Verdict(s.poolSnap, pod, s.pools, nodeInfo); !ok {
 			if s.poolRejected.CompareAndSwap(false, true) {
 				pl.pools.Wait(pod) // a pool or block change may let it fit
 			}

@@ -3,6 +3,7 @@ package poolfit
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -39,6 +40,8 @@ type View struct {
 	blocks map[string]*jkev1.IPRange
 	// annotated are the namespaces carrying the ippools annotation.
 	annotated map[string]bool
+	// nsLabels are the namespaces' labels as last seen (a change drops the snapshot).
+	nsLabels map[string]map[string]string
 	// nsPools counts the pools with a non-empty namespaceSelector.
 	nsPools int
 	snap    *Snapshot // nil: rebuild on the next read
@@ -62,6 +65,17 @@ type Snapshot struct {
 	fit     map[string]Pool
 	// blocks: node -> pool -> the pool's blocks the node holds.
 	blocks map[string]map[string][]Block
+	// free: node name -> *nodeFree, the node's free addresses per pool on this snapshot,
+	// memoised per version of the node's pods (Filter asks for every node in every cycle;
+	// between two cycles only the node that took the last pod changed).
+	free sync.Map
+}
+
+// nodeFree is one node's free addresses per pool of the blocks it holds, counted from the
+// node's pods at one NodeInfo generation.
+type nodeFree struct {
+	generation int64
+	free       map[string]int64
 }
 
 var (
@@ -77,7 +91,7 @@ func ForScheduler(ctx context.Context, schedulerInformers informers.SharedInform
 	if v, ok := shared[schedulerInformers]; ok {
 		return v, nil
 	}
-	v := &View{pools: map[string]*jkev1.IPPool{}, blocks: map[string]*jkev1.IPRange{}, annotated: map[string]bool{},
+	v := &View{pools: map[string]*jkev1.IPPool{}, blocks: map[string]*jkev1.IPRange{}, annotated: map[string]bool{}, nsLabels: map[string]map[string]string{},
 		waiting: map[types.UID]*v1.Pod{}, activator: activator, logger: klog.FromContext(ctx).WithName("poolfit")}
 	poolFactory := externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithTransform(trim))
 	blockFactory := externalversions.NewSharedInformerFactoryWithOptions(client, 0, externalversions.WithTransform(trim),
@@ -176,14 +190,22 @@ func (v *View) setBlock(name string, r *jkev1.IPRange, present bool) {
 	v.changedLocked()
 }
 
+// setNamespace records whether the namespace names pools and its labels (which namespace pools
+// select it). A change of either drops the snapshot: the free counts memoised in it count the
+// pods still waiting for an address by their pools, which follow from both.
 func (v *View) setNamespace(name string, n *v1.Namespace, present bool) {
 	has := present && n.Annotations[jkev1.AnnotationIPPools] != ""
+	var lbls map[string]string
+	if present {
+		lbls = n.Labels
+	}
 	v.mu.Lock()
-	if has == v.annotated[name] {
+	if has == v.annotated[name] && maps.Equal(v.nsLabels[name], lbls) {
 		v.mu.Unlock()
-		return // labels matter only for pods the view already decides for (Snapshot reads the lister)
+		return // a status or other update: nothing the view reads changed
 	}
 	put(v.annotated, name, true, has)
+	put(v.nsLabels, name, lbls, present)
 	v.changedLocked()
 }
 
@@ -302,42 +324,68 @@ func (v *View) Choose(s *Snapshot, pod *v1.Pod) (poolchoice.Choice, error) {
 	return poolchoice.Choose(pod.Annotations, ns, s.choice, s.nsPools)
 }
 
-// Verdict is Verdict for node on this snapshot, pod's pools being pools. The free addresses of
-// each pool's blocks on the node are counted from the node's pods (Free): those holding an address
-// of a block, and those bound there without an address yet whose first pool with a block on the
-// node is that pool (their choice is looked up only then: a pod naming no pool costs nothing here).
-func (v *View) Verdict(s *Snapshot, pod *v1.Pod, pools []string, node *v1.Node, nodePods []fwk.PodInfo) (bool, string) {
+// Verdict is Verdict for the node on this snapshot, pod's pools being pools.
+func (v *View) Verdict(s *Snapshot, pod *v1.Pod, pools []string, nodeInfo fwk.NodeInfo) (bool, string) {
+	node := nodeInfo.Node()
+	return Verdict(pools, Node{Name: node.Name, Labels: node.Labels, Free: v.nodeFree(s, pod, nodeInfo)}, s.fit)
+}
+
+// nodeFree is the free addresses of each pool of the blocks the node holds, counted from the
+// node's pods (Free): those holding an address of a block, and those bound there without an
+// address yet whose first pool with a block on the node is that pool (their choice is looked up
+// only then: a pod naming no pool costs nothing here). It is memoised in the snapshot per node
+// and NodeInfo generation: the scheduler bumps a NodeInfo's generation, from one global
+// counter, whenever it adds or removes a pod (a clone with nominated pods gets a new one), so an
+// equal generation means the same pods. The pod being scheduled is never among them (it is
+// assumed only after its cycle, and nominated-pod clones leave it out); should it be, it is
+// skipped and that count is not memoised. A snapshot lives until a pool, block or namespace
+// change drops it.
+func (v *View) nodeFree(s *Snapshot, pod *v1.Pod, nodeInfo fwk.NodeInfo) map[string]int64 {
+	node := nodeInfo.Node()
 	held := s.blocks[node.Name]
-	free := map[string]int64{}
-	if len(held) > 0 {
-		var ips []netip.Addr
-		waiting := map[string]int64{}
-		for _, pi := range nodePods {
-			p := pi.GetPod()
-			if p.Spec.HostNetwork || p.UID == pod.UID {
-				continue
-			}
-			if a, err := netip.ParseAddr(p.Status.PodIP); err == nil {
-				ips = append(ips, a)
-				continue
-			}
-			if p.Status.Phase != v1.PodPending || !v.Relevant(p) {
-				continue
-			}
-			if ch, err := v.Choose(s, p); err == nil {
-				for _, name := range ch.Pools {
-					if len(held[name]) > 0 {
-						waiting[name]++
-						break
-					}
+	if len(held) == 0 {
+		return nil
+	}
+	gen := nodeInfo.GetGeneration()
+	if e, ok := s.free.Load(node.Name); ok && e.(*nodeFree).generation == gen {
+		return e.(*nodeFree).free
+	}
+	var ips []netip.Addr
+	waiting := map[string]int64{}
+	self := false
+	for _, pi := range nodeInfo.GetPods() {
+		p := pi.GetPod()
+		if p.UID == pod.UID {
+			self = true
+			continue
+		}
+		if p.Spec.HostNetwork {
+			continue
+		}
+		if a, err := netip.ParseAddr(p.Status.PodIP); err == nil {
+			ips = append(ips, a)
+			continue
+		}
+		if p.Status.Phase != v1.PodPending || !v.Relevant(p) {
+			continue
+		}
+		if ch, err := v.Choose(s, p); err == nil {
+			for _, name := range ch.Pools {
+				if len(held[name]) > 0 {
+					waiting[name]++
+					break
 				}
 			}
 		}
-		for _, name := range pools {
-			if bs := held[name]; len(bs) > 0 {
-				free[name] = Free(bs, ips, waiting[name])
-			}
-		}
 	}
-	return Verdict(pools, Node{Name: node.Name, Labels: node.Labels, Free: free}, s.fit)
+	free := make(map[string]int64, len(held))
+	for name, bs := range held {
+		free[name] = Free(bs, ips, waiting[name])
+	}
+	if !self {
+		// Filter runs on many goroutines: one storing another generation meanwhile (a clone
+		// with nominated pods) only costs the next Filter a recount.
+		s.free.Store(node.Name, &nodeFree{generation: gen, free: free})
+	}
+	return free
 }
