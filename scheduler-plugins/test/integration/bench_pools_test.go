@@ -194,7 +194,7 @@ func (w *workload) createPoolPods(b *testing.B, pools int) {
 func (w *workload) waitAllBoundIn(b *testing.B, namespaces []string) {
 	b.Helper()
 	for _, ns := range namespaces {
-		waitNoneUnbound(b, w.kube, ns, 100*time.Millisecond)
+		waitNoneUnbound(b, w.kube, ns, 500*time.Millisecond)
 	}
 }
 
