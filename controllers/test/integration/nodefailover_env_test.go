@@ -45,15 +45,15 @@ type failoverEnv struct {
 	zone string
 	net  int // 10.<net>.0.0/16 holds this test's ranges
 
-	mu          sync.Mutex
-	holdSync    map[string]bool // node -> its agent does not report ranges Synced
-	holdRoutes  bool            // no agent writes a route report
+	mu         sync.Mutex
+	holdSync   map[string]bool // node -> its agent does not report ranges Synced
+	holdRoutes bool            // no agent writes a route report
 	// legacyRoutes: node -> its agent is of the previous release: it reports its routes in its
 	// Node's ipranges-observed annotation and has no route-report Lease.
 	legacyRoutes map[string]bool
-	stopManager func()
-	managerCfg  *rest.Config           // the manager's identity (default: the test's admin)
-	options     func(*manager.Options) // more manager flags (default: none)
+	stopManager  func()
+	managerCfg   *rest.Config           // the manager's identity (default: the test's admin)
+	options      func(*manager.Options) // more manager flags (default: none)
 }
 
 func newFailoverEnv(t *testing.T) *failoverEnv {
