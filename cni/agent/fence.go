@@ -340,6 +340,11 @@ func convergedReports(ranges []*jkev1.IPRange) func(self string) (claims, routes
 	}
 }
 
+// RouteLease is routeLease for the simulated agents of tools/scalebench.
+func RouteLease(current *coordinationv1.Lease, node, value string, now time.Time) (*coordinationv1.Lease, bool) {
+	return routeLease(current, node, value, now)
+}
+
 // routeLease is the node's route-report Lease carrying value (jkev1.AnnotationRoutesObserved),
 // made from the Lease as it is (nil: none yet) — named after the node, holderIdentity the node,
 // labelled jkev1.LabelRouteReport, as admission (staticip-agent-route-report) wants it — and
