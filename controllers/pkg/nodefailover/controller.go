@@ -53,10 +53,9 @@ const (
 	DefaultFencedPodDeletionGrace = 5 * time.Second
 	// DefaultMaxRangesReportingRoutes: how many moved ranges carry the report-routes mark at
 	// once, over all migrations (RouteReportTurns). Every Ready node's agent reports a route
-	// to each marked range in its ipranges-observed annotation: the cap bounds that annotation
-	// (64 entries of at most 532 bytes: 34 KiB with maximum-length names, ~8 KiB with
-	// 60-character ones, besides the node's own claims) and the bytes every failover makes
-	// each agent write, however many nodes fail at once.
+	// to each marked range in its route-report Lease: the cap bounds that report (64 entries of
+	// at most 532 bytes: 34 KiB with maximum-length names, ~8 KiB with 60-character ones) and
+	// the bytes every failover makes each agent write, however many nodes fail at once.
 	DefaultMaxRangesReportingRoutes = 64
 )
 
