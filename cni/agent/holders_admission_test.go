@@ -131,7 +131,7 @@ func TestAgentWritesOnlyItsOwnRouteReport(t *testing.T) {
 	admin := f.kube.CoordinationV1().Leases(jkev1.NamespaceRouteReports)
 	agent := f.agentKube.CoordinationV1().Leases(jkev1.NamespaceRouteReports)
 	lease := func(name, holder, report string) *coordinationv1.Lease {
-		l, _ := routeLease(nil, holder, report, time.Now())
+		l, _ := routeLease(nil, holder, report, nil, time.Now())
 		l.Name = name
 		return l
 	}
@@ -151,10 +151,10 @@ func TestAgentWritesOnlyItsOwnRouteReport(t *testing.T) {
 
 	// Allowed: its own report, created and updated (as the agent writes it).
 	a := New(Config{NodeName: nodeA}, f.agentKube, nil, nil)
-	if err := a.reportRoutes(ctx, map[string]string{}); err != nil {
+	if err := a.reportRoutes(ctx, map[string]string{}, nil); err != nil {
 		t.Fatalf("node %s's agent cannot create its own route report: %v", nodeA, err)
 	}
-	if err := a.reportRoutes(ctx, map[string]string{"r": "spare/1"}); err != nil {
+	if err := a.reportRoutes(ctx, map[string]string{"r": "spare/1"}, map[string]bool{"r": true}); err != nil {
 		t.Fatalf("node %s's agent cannot update its own route report: %v", nodeA, err)
 	}
 	if got, err := admin.Get(ctx, nodeA, metav1.GetOptions{}); err != nil || got.Annotations[jkev1.AnnotationRoutesObserved] != `{"r":"spare/1"}` {

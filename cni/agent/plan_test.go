@@ -324,43 +324,58 @@ func TestObservedReport(t *testing.T) {
 }
 
 // routeLease: a node's route-report Lease as admission wants it (named after the node,
-// holderIdentity the node, the label), written only when the report, the holder or the label
-// differ; the Lease it starts from is never modified.
+// holderIdentity the node, the label), written only when an entry of a marked range differs
+// (present or absent), or the holder or the label: a range whose mark went away costs no write
+// (its stale entry stays until the next one); the Lease it starts from is never modified.
 func TestRouteLease(t *testing.T) {
 	now := time.Unix(1700000000, 0)
-	good := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: jkev1.NamespaceRouteReports, ResourceVersion: "7",
-		Labels: map[string]string{jkev1.LabelRouteReport: "true", "other": "x"}, Annotations: map[string]string{jkev1.AnnotationRoutesObserved: `{"r":"s/1"}`}},
-		Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("n1")}}
+	lease := func(report string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: jkev1.NamespaceRouteReports, ResourceVersion: "7",
+			Labels: map[string]string{jkev1.LabelRouteReport: "true", "other": "x"}, Annotations: map[string]string{jkev1.AnnotationRoutesObserved: report}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("n1")}}
+	}
+	good := lease(`{"r":"s/1"}`)
+	r := map[string]bool{"r": true}
 	for _, tc := range []struct {
 		name        string
 		current     *coordinationv1.Lease
 		value       string
+		marked      map[string]bool
 		wantChanged bool
 	}{
-		{"none yet: created", nil, `{}`, true},
-		{"same report: no write", good, `{"r":"s/1"}`, false},
-		{"report changed", good, `{}`, true},
-		{"holder wrong", func() *coordinationv1.Lease { l := good.DeepCopy(); l.Spec.HolderIdentity = ptr.To("n2"); return l }(), `{"r":"s/1"}`, true},
-		{"label gone", func() *coordinationv1.Lease { l := good.DeepCopy(); l.Labels = nil; return l }(), `{"r":"s/1"}`, true},
+		{"none yet: created", nil, `{}`, nil, true},
+		{"same report: no write", good, `{"r":"s/1"}`, r, false},
+		{"a marked range's route changed", good, `{"r":"s/2"}`, r, true},
+		{"a marked range's route gone", good, `{}`, r, true},
+		{"a newly marked range reported", good, `{"q":"s/3"}`, map[string]bool{"q": true}, true},
+		{"the mark went away: the stale entry stays, no write", good, `{}`, map[string]bool{}, false},
+		{"another range marked, its route not there yet: nothing to write", good, `{}`, map[string]bool{"q": true}, false},
+		{"marks unknown (nil): any difference is written", good, `{}`, nil, true},
+		{"a report that does not parse is rewritten", lease(`{`), `{}`, map[string]bool{}, true},
+		{"holder wrong", func() *coordinationv1.Lease { l := good.DeepCopy(); l.Spec.HolderIdentity = ptr.To("n2"); return l }(), `{"r":"s/1"}`, r, true},
+		{"label gone", func() *coordinationv1.Lease { l := good.DeepCopy(); l.Labels = nil; return l }(), `{"r":"s/1"}`, r, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var before *coordinationv1.Lease
 			if tc.current != nil {
 				before = tc.current.DeepCopy()
 			}
-			got, changed := routeLease(tc.current, "n1", tc.value, now)
+			got, changed := routeLease(tc.current, "n1", tc.value, tc.marked, now)
 			if changed != tc.wantChanged {
 				t.Fatalf("changed = %v, want %v", changed, tc.wantChanged)
 			}
 			if tc.current != nil && !reflect.DeepEqual(before, tc.current) {
 				t.Errorf("routeLease modified the Lease it was given")
 			}
+			if !changed {
+				return
+			}
 			if got.Name != "n1" || got.Namespace != jkev1.NamespaceRouteReports || ptr.Deref(got.Spec.HolderIdentity, "") != "n1" ||
 				got.Labels[jkev1.LabelRouteReport] != "true" || got.Annotations[jkev1.AnnotationRoutesObserved] != tc.value {
 				t.Errorf("Lease %+v", got)
 			}
-			if changed && (got.Spec.RenewTime == nil || !got.Spec.RenewTime.Time.Equal(now)) {
-				t.Errorf("renewTime %v, want %v (when the report last changed)", got.Spec.RenewTime, now)
+			if got.Spec.RenewTime == nil || !got.Spec.RenewTime.Time.Equal(now) {
+				t.Errorf("renewTime %v, want %v (when the report was last written)", got.Spec.RenewTime, now)
 			}
 			if tc.current != nil && (got.ResourceVersion != tc.current.ResourceVersion || (tc.current.Labels["other"] != "" && got.Labels["other"] != "x")) {
 				t.Errorf("an update must keep the resourceVersion and the other labels: %+v", got.ObjectMeta)

@@ -231,7 +231,7 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 	for _, o := range a.ranges.List() {
 		ranges = append(ranges, o.(*jkev1.IPRange))
 	}
-	reportOf, routesOf := agent.ObservedReports(ranges), agent.RouteReports(ranges)
+	reportOf, routesOf, marked := agent.ObservedReports(ranges), agent.RouteReports(ranges), agent.MarkedRanges(ranges)
 	ready := map[string]bool{}
 	address := map[string]string{}
 	reports, routes := map[string]string{}, map[string]string{}
@@ -264,7 +264,7 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 		}
 		routes[n.Name] = r
 		a.mu.Lock()
-		_, changed := agent.RouteLease(a.leases[n.Name], n.Name, r, time.Now())
+		_, changed := agent.RouteLease(a.leases[n.Name], n.Name, r, marked, time.Now())
 		a.mu.Unlock()
 		if changed {
 			reportRoutes = append(reportRoutes, n.Name)
@@ -327,7 +327,7 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 		a.mu.Lock()
 		current := a.leases[node]
 		a.mu.Unlock()
-		want, _ := agent.RouteLease(current, node, routes[node], time.Now())
+		want, _ := agent.RouteLease(current, node, routes[node], nil, time.Now())
 		start := time.Now()
 		var written *coordinationv1.Lease
 		var err error
