@@ -28,9 +28,9 @@ import (
 
 // waitObserved waits until node routes rangeName the way want ("<node>/<ownerGeneration>")
 // says: the range's holder claims it at that generation (its entry of status.holders) and node
-// routes the range's CIDR via that holder's InternalIP. (The agents' ipranges-observed report
-// lists another node's range only while node failover waits for it, so the route itself is
-// what is checked.)
+// routes the range's CIDR via that holder's InternalIP. (An agent's route report, its Lease in
+// staticip-node-routes, lists another node's range only while node failover waits for it, so
+// the route itself is what is checked.)
 func waitObserved(t *testing.T, ctx context.Context, node, rangeName, want string, timeout time.Duration) {
 	t.Helper()
 	i := strings.LastIndexByte(want, '/')

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"testing"
@@ -24,6 +25,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"sigs.k8s.io/yaml"
 
+	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/e2e/framework"
 )
 
@@ -159,6 +161,7 @@ func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
 		t.Logf("after the upgrade: %s %s/%s runs %s: %v", c.Kind, ns, c.Name, image, waitRunningImage(t, ctx, c.Kind, ns, c.Name, image))
 	}
 	w.assertNothingMoved(t, ctx)
+	assertRouteReportLeases(t, ctx)
 	notAdopted := run("objects of the release", "bash", "-c",
 		fmt.Sprintf(`%q get manifest %s -n %s | %q get -f - --no-headers -o 'custom-columns=KIND:.kind,NAME:.metadata.name,BY:.metadata.labels.app\.kubernetes\.io/managed-by' | awk '$3 != "Helm"'`,
 			helm, upgradeRelease, upgradeReleaseNS, f.Kubectl))
@@ -182,6 +185,44 @@ func TestUpgradeFromKustomizeInstallToChart(t *testing.T) {
 	uninstallAndCheckLeftovers(t, ctx, chart, func() {
 		run("uninstall", filepath.Join(chart, "scripts", "uninstall.sh"), upgradeRelease, upgradeReleaseNS, "--delete-crds")
 	})
+}
+
+// assertRouteReportLeases: after the upgrade every Ready node's agent reports its routes in
+// its own Lease (staticip-node-routes/<node>, holderIdentity the node; the pinned release wrote
+// them into its Node annotation): the chart's namespace, the agent's Role there and the
+// admission policy staticip-agent-route-report let the new agents write them, and node failover
+// reads them (cni/README.md, "Node failover: the node side").
+func assertRouteReportLeases(t *testing.T, ctx context.Context) {
+	t.Helper()
+	nodes, err := f.Client.CoreV1().Nodes().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range nodes.Items {
+		if !slices.ContainsFunc(n.Status.Conditions, func(c corev1.NodeCondition) bool {
+			return c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue
+		}) {
+			continue
+		}
+		var holder string
+		err := framework.WaitFor(ctx, 2*time.Minute, "node "+n.Name+"'s route-report Lease", func(ctx context.Context) (bool, error) {
+			l, err := f.Client.CoordinationV1().Leases(jkev1.NamespaceRouteReports).Get(ctx, n.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				return false, nil
+			} else if err != nil {
+				return false, err
+			}
+			if l.Spec.HolderIdentity != nil {
+				holder = *l.Spec.HolderIdentity
+			}
+			_, reported := l.Annotations[jkev1.AnnotationRoutesObserved]
+			return holder == n.Name && reported && l.Labels[jkev1.LabelRouteReport] == "true", nil
+		})
+		if err != nil {
+			t.Errorf("after the upgrade node %s's agent reports no routes in its Lease %s/%s (holder %q): %v", n.Name, jkev1.NamespaceRouteReports, n.Name, holder, err)
+		}
+	}
+	t.Logf("after the upgrade: every Ready node's agent reports its routes in its Lease in %s", jkev1.NamespaceRouteReports)
 }
 
 // applyPinnedInstall applies the pinned commit's install over the cluster's: its CRDs, and

@@ -14,7 +14,7 @@ rm -rf "$chart/crds" "$chart/files"
 cp "$root/LICENSE" "$root/NOTICE" "$chart/"
 mkdir -p "$chart/crds"
 cp "$root"/manifests/crds/*.yaml "$chart/crds/"
-for f in cni/rbac.yaml cni/admission.yaml admission/ip-address-policy.yaml admission/ippools-policy.yaml \
+for f in cni/node-routes.yaml cni/rbac.yaml cni/admission.yaml admission/ip-address-policy.yaml admission/ippools-policy.yaml \
   user-roles/aggregated-roles.yaml controller-manager/namespace.yaml controller-manager/rbac.yaml controller-manager/admission.yaml \
   scheduler/base/rbac.yaml edge/rbac.yaml edge/statefulset-grid-daemon.yaml; do
   mkdir -p "$chart/files/$(dirname "$f")"

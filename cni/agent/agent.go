@@ -22,6 +22,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -129,6 +130,9 @@ type Agent struct {
 	lastObserved string
 	// labelled: this agent has put jkev1.LabelClaimsInStatus on its Node (fence.go).
 	labelled bool
+	// routeLease is this node's route-report Lease as last written or read (fence.go); nil:
+	// read it again before the next write.
+	routeLease *coordinationv1.Lease
 	// lastNetwork is the NetworkUnavailable condition this agent last wrote (network.go).
 	lastNetwork string
 	// metrics is the agent's registry (metrics.go); allocations counts the allocations passes
@@ -334,9 +338,19 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 				errs = append(errs, err)
 			}
 		}
+		// The claims go on the Node (agents of the previous release read them there; they change
+		// only with this node's own ranges), the routes to the ranges node failover waits for
+		// into the node's route-report Lease (fence.go), which only the failover controller
+		// watches: a failover costs no Node write on the nodes that only route to it.
 		apiCtx, cancel = context.WithTimeout(ctx, apiTimeout)
 		observed, claimsInStatus := a.view.ownReport(a.cfg.NodeName)
-		err = a.reportObserved(apiCtx, observedRanges(a.cfg.NodeName, plan.mine, reportedRoutes(routes), plan.draining, programmed), observed, claimsInStatus, claimsWritten)
+		err = a.reportObserved(apiCtx, observedRanges(a.cfg.NodeName, plan.mine, nil, plan.draining, nil), observed, claimsInStatus, claimsWritten)
+		if err != nil {
+			a.apiErrors.Add(1)
+			errs = append(errs, err)
+		}
+		err = a.reportRoutes(apiCtx, routeReport(observedRanges(a.cfg.NodeName, plan.mine, reportedRoutes(routes), plan.draining, programmed), plan.accepted),
+			MarkedRanges(plan.accepted))
 		cancel()
 		if err != nil {
 			a.apiErrors.Add(1)

@@ -21,6 +21,7 @@ import (
 	"github.com/vishvananda/netlink"
 	authenticationv1 "k8s.io/api/authentication/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -629,8 +630,13 @@ func agentRoute(host *nstest.NetNS, cidr string) *netlink.Route {
 func apiFixture(t *testing.T, timeout time.Duration) (context.Context, kubernetes.Interface, versioned.Interface, string) {
 	t.Helper()
 	env := testenv.Get(t)
-	return testenv.Context(t, timeout), kubernetes.NewForConfigOrDie(env.Config), versioned.NewForConfigOrDie(env.Config),
-		fmt.Sprint(time.Now().UnixNano() % 1000000)
+	ctx, kube := testenv.Context(t, timeout), kubernetes.NewForConfigOrDie(env.Config)
+	// The namespace of the route-report Leases, as the install creates it (manifests/cni).
+	if _, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: jkev1.NamespaceRouteReports}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
+	return ctx, kube, versioned.NewForConfigOrDie(env.Config), fmt.Sprint(time.Now().UnixNano() % 1000000)
 }
 
 // createNode creates a Node whose InternalIP is internalIP, deleted when the test ends (the

@@ -7,12 +7,15 @@ import (
 	"net/netip"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/vishvananda/netlink"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/ipam"
@@ -25,18 +28,21 @@ import (
 //     revokes it: the addresses were handed out elsewhere, so it drops the range from its IPAM
 //     without draining, withdraws the host side of every sandbox it had in the range, and never
 //     serves those allocations again (a plain move, same generation, still drains).
-//   - Every node reports in its Node's annotation ObservedAnnotation the routes it has
-//     programmed to the ranges node failover is moving (marked jkev1.AnnotationReportRoutes),
-//     so that the failover controller knows when every route has converged, and its own claims.
+//   - Every node reports the routes it has programmed to the ranges node failover is moving
+//     (marked jkev1.AnnotationReportRoutes) in its route-report Lease
+//     (jkev1.NamespaceRouteReports/<node>, annotation jkev1.AnnotationRoutesObserved), so that
+//     the failover controller knows when every route has converged; and its own claims in its
+//     Node's annotation ObservedAnnotation, for agents of the previous release.
 
 // ObservedAnnotation on a Node: a JSON object {"<IPRange name>": "<node>/<generation>"} of this
 // node's claims (the ranges it serves and drains, "<itself>/<generation>", as in its entries of
-// status.holders) and of the routes it has programmed to the ranges node failover waits for
-// (marked jkev1.AnnotationReportRoutes: "<the node it routes to>/<ownerGeneration>"). Its size
-// is bounded by this node's own ranges and the moves in flight, not by the cluster. Written
-// after programming, only when it changes. Agents that predate status.holders wrote every range
-// of the cluster here, claims and routes alike; their Nodes (no jkev1.LabelClaimsInStatus) are
-// read for claims during an upgrade.
+// status.holders), read by agents of the previous releases during an upgrade. Its size is
+// bounded by this node's own ranges, not by the cluster, and it changes only when they do.
+// Written only when it changes. Agents that predate status.holders wrote every range of the
+// cluster here, claims and routes alike; their Nodes (no jkev1.LabelClaimsInStatus) are read for
+// claims during an upgrade. Agents before the route-report Leases wrote their routes to marked
+// ranges here too; the failover controller still reads them from a Node whose agent has no
+// Lease (an agent of the previous release).
 const ObservedAnnotation = "staticip.jke.jdcloud.com/ipranges-observed"
 
 // ReasonRangeRevoked is the Event reason on an IPRange a returning node withdrew.
@@ -267,18 +273,54 @@ func reportedRoutes(routes []rangeRoute) []rangeRoute {
 	return out
 }
 
+// routeReport is the node's route report (jkev1.AnnotationRoutesObserved on its Lease): the
+// entries of observed (observedRanges: its claims and its programmed routes) of the ranges
+// node failover marks (jkev1.AnnotationReportRoutes), nothing else — so it holds at most as many
+// entries as ranges are marked, whatever the cluster's size.
+func routeReport(observed map[string]string, accepted []*jkev1.IPRange) map[string]string {
+	out := map[string]string{}
+	for _, r := range accepted {
+		if v, ok := observed[r.Name]; ok && r.Annotations[jkev1.AnnotationReportRoutes] != "" {
+			out[r.Name] = v
+		}
+	}
+	return out
+}
+
 // ObservedReport is the ObservedAnnotation value the agent of node self writes once its IPAM
-// serves its own ranges and its routes are in place, with nothing left to drain: its claims
-// and its routes to the ranges node failover waits for (jkev1.AnnotationReportRoutes).
-// Simulated agents (tools/scalebench, on kwok nodes that run no agent) write it, so the failover
-// controller sees what real agents report.
+// serves its own ranges, with nothing left to drain: its claims. Simulated agents
+// (tools/scalebench, on kwok nodes that run no agent) write it, so the failover controller and
+// the other agents see what real agents report.
 func ObservedReport(ranges []*jkev1.IPRange, self string) (string, error) {
 	return ObservedReports(ranges)(self)
 }
 
-// ObservedReports is ObservedReport for any node, the cluster's ranges planned once: a node's
-// report is its own ranges' claims and the routes to the marked ranges it does not hold.
+// ObservedReports is ObservedReport for any node, the cluster's ranges planned once.
 func ObservedReports(ranges []*jkev1.IPRange) func(self string) (string, error) {
+	reports := convergedReports(ranges)
+	return func(self string) (string, error) {
+		claims, _ := reports(self)
+		b, err := json.Marshal(claims)
+		return string(b), err
+	}
+}
+
+// RouteReports is, for any node, the route report (jkev1.AnnotationRoutesObserved) its agent
+// writes into its Lease once its routes are in place: its routes to the marked ranges it does
+// not hold, its own claim of a marked range it holds. For the simulated agents of
+// tools/scalebench, as ObservedReports.
+func RouteReports(ranges []*jkev1.IPRange) func(self string) (string, error) {
+	reports := convergedReports(ranges)
+	return func(self string) (string, error) {
+		_, routes := reports(self)
+		b, err := json.Marshal(routes)
+		return string(b), err
+	}
+}
+
+// convergedReports plans the cluster's ranges once and gives, for any node, the claims its
+// converged agent writes on its Node and the route report it writes into its Lease.
+func convergedReports(ranges []*jkev1.IPRange) func(self string) (claims, routes map[string]string) {
 	p := planRanges(ranges, "")
 	marked := reportedRoutes(planRoutes(p.accepted, "", nil, claims(p.accepted, nil, "")))
 	own := map[string][]*jkev1.IPRange{}
@@ -287,16 +329,135 @@ func ObservedReports(ranges []*jkev1.IPRange) func(self string) (string, error) 
 			own[r.Spec.Node] = append(own[r.Spec.Node], r)
 		}
 	}
-	return func(self string) (string, error) {
+	return func(self string) (map[string]string, map[string]string) {
 		var routes []rangeRoute
 		for _, rt := range marked {
 			if rt.r.Spec.Node != self && rt.via != self {
 				routes = append(routes, rt)
 			}
 		}
-		b, err := json.Marshal(observedRanges(self, own[self], routes, nil, nil))
-		return string(b), err
+		return observedRanges(self, own[self], nil, nil, nil), routeReport(observedRanges(self, own[self], routes, nil, nil), p.accepted)
 	}
+}
+
+// RouteLease is routeLease for the simulated agents of tools/scalebench.
+func RouteLease(current *coordinationv1.Lease, node, value string, marked map[string]bool, now time.Time) (*coordinationv1.Lease, bool) {
+	return routeLease(current, node, value, marked, now)
+}
+
+// MarkedRanges names the ranges node failover marks (jkev1.AnnotationReportRoutes), whose
+// entries a route report must get right.
+func MarkedRanges(ranges []*jkev1.IPRange) map[string]bool {
+	out := map[string]bool{}
+	for _, r := range ranges {
+		if r.Annotations[jkev1.AnnotationReportRoutes] != "" {
+			out[r.Name] = true
+		}
+	}
+	return out
+}
+
+// routeLease is the node's route-report Lease carrying value (jkev1.AnnotationRoutesObserved),
+// made from the Lease as it is (nil: none yet) — named after the node, holderIdentity the node,
+// labelled jkev1.LabelRouteReport, as admission (staticip-agent-route-report) wants it — and
+// whether a write is due (routeReportDue). renewTime says when the report was last written.
+// current is never modified.
+func routeLease(current *coordinationv1.Lease, node, value string, marked map[string]bool, now time.Time) (*coordinationv1.Lease, bool) {
+	if !routeReportDue(current, node, value, marked) {
+		return current, false
+	}
+	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: jkev1.NamespaceRouteReports}}
+	if current != nil {
+		l = current.DeepCopy()
+	}
+	if l.Labels == nil {
+		l.Labels = map[string]string{}
+	}
+	if l.Annotations == nil {
+		l.Annotations = map[string]string{}
+	}
+	l.Labels[jkev1.LabelRouteReport] = "true"
+	l.Annotations[jkev1.AnnotationRoutesObserved] = value
+	l.Spec.HolderIdentity = ptr.To(node)
+	l.Spec.RenewTime = &metav1.MicroTime{Time: now}
+	return l, true
+}
+
+// routeReportDue says whether the Lease must be written for the report value: there is none
+// yet, its holder or label is not as admission wants it, or an entry of a marked range (marked;
+// nil: every entry) differs from the report's, present or absent. Entries of ranges no longer
+// marked are left as they are until the next write: the failover controller reads only the
+// entries of the ranges it moves, each qualified by the move's generation, so a stale one
+// never passes for a route of a later move — and a failover's marks going away costs no write
+// on every node (at 1,000 nodes, 1,004 Lease updates during the moved pods' start-up).
+func routeReportDue(current *coordinationv1.Lease, node, value string, marked map[string]bool) bool {
+	if current == nil || current.Labels[jkev1.LabelRouteReport] != "true" || ptr.Deref(current.Spec.HolderIdentity, "") != node {
+		return true
+	}
+	have := current.Annotations[jkev1.AnnotationRoutesObserved]
+	if have == value {
+		return false
+	}
+	if marked == nil || have == "" {
+		return true
+	}
+	var had, want map[string]string
+	if json.Unmarshal([]byte(have), &had) != nil || json.Unmarshal([]byte(value), &want) != nil {
+		return true
+	}
+	for name := range want {
+		if !marked[name] {
+			return true // not what routeReport gives: write it as it is
+		}
+	}
+	for name := range marked {
+		h, hok := had[name]
+		w, wok := want[name]
+		if hok != wok || h != w {
+			return true
+		}
+	}
+	return false
+}
+
+// reportRoutes writes the node's route report into its Lease (jkev1.NamespaceRouteReports/<node>)
+// when it differs from what this agent last wrote or read (routeReportDue): one GET when the
+// agent starts (or after a failed write), then an update only when the report of a marked
+// range changes. A Node write went to every
+// Node watcher of the cluster; this one goes to the failover controller alone.
+func (a *Agent) reportRoutes(ctx context.Context, report map[string]string, marked map[string]bool) error {
+	b, err := json.Marshal(report) // keys sorted: equal content, equal string
+	if err != nil {
+		return err
+	}
+	leases := a.kube.CoordinationV1().Leases(jkev1.NamespaceRouteReports)
+	current := a.routeLease
+	if current == nil {
+		l, err := leases.Get(ctx, a.cfg.NodeName, metav1.GetOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			return fmt.Errorf("route report: lease %s/%s: %w", jkev1.NamespaceRouteReports, a.cfg.NodeName, err)
+		}
+		if err == nil {
+			current = l
+		}
+	}
+	want, changed := routeLease(current, a.cfg.NodeName, string(b), marked, time.Now())
+	if !changed {
+		a.routeLease = current
+		return nil
+	}
+	var written *coordinationv1.Lease
+	if current == nil {
+		written, err = leases.Create(ctx, want, metav1.CreateOptions{})
+	} else {
+		written, err = leases.Update(ctx, want, metav1.UpdateOptions{})
+	}
+	if err != nil {
+		a.routeLease = nil // read it again on the next pass (a conflict, or deleted meanwhile)
+		return fmt.Errorf("route report: lease %s/%s: %w", jkev1.NamespaceRouteReports, a.cfg.NodeName, err)
+	}
+	a.routeLease = written
+	return nil
 }
 
 // reportObserved patches the node's ObservedAnnotation, and LabelClaimsInStatus (this agent

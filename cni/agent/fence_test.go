@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/cni/nstest"
@@ -102,7 +103,7 @@ func markReportRoutes(ctx context.Context, t *testing.T, a *Agent, name string) 
 	}
 }
 
-// observedOn is the node's ObservedAnnotation entry for the range ("" when none).
+// observedOn is the node's ObservedAnnotation entry for the range (its claim; "" when none).
 func observedOn(ctx context.Context, t *testing.T, a *Agent, node, rangeName string) string {
 	t.Helper()
 	n, err := a.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
@@ -114,6 +115,24 @@ func observedOn(ctx context.Context, t *testing.T, a *Agent, node, rangeName str
 		if err := json.Unmarshal([]byte(v), &m); err != nil {
 			t.Fatalf("annotation %s=%q: %v", ObservedAnnotation, v, err)
 		}
+	}
+	return m[rangeName]
+}
+
+// routeReportOn is the node's route-report entry for the range (its Lease in
+// jkev1.NamespaceRouteReports; "" when none), after checking the Lease is as admission wants it.
+func routeReportOn(ctx context.Context, t *testing.T, a *Agent, node, rangeName string) string {
+	t.Helper()
+	l, err := a.kube.CoordinationV1().Leases(jkev1.NamespaceRouteReports).Get(ctx, node, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("node %s's route-report Lease: %v", node, err)
+	}
+	if ptr.Deref(l.Spec.HolderIdentity, "") != node || l.Labels[jkev1.LabelRouteReport] != "true" {
+		t.Errorf("route-report Lease %s: holderIdentity %v, labels %v; want %s and %s=true", l.Name, ptr.Deref(l.Spec.HolderIdentity, ""), l.Labels, node, jkev1.LabelRouteReport)
+	}
+	m := map[string]string{}
+	if err := json.Unmarshal([]byte(l.Annotations[jkev1.AnnotationRoutesObserved]), &m); err != nil {
+		t.Fatalf("Lease %s annotation %s=%q: %v", l.Name, jkev1.AnnotationRoutesObserved, l.Annotations[jkev1.AnnotationRoutesObserved], err)
 	}
 	return m[rangeName]
 }
@@ -196,8 +215,11 @@ func TestReturningNodeRevokesRangeMovedWhileFenced(t *testing.T) {
 		t.Errorf("the revoked address was handed out again: %+v", al)
 	}
 	db.Close()
-	if got := observedOn(ctx, t, a, old, rangeName); got != spare+"/1" {
-		t.Errorf("the node reports the moved range as %q, want %q", got, spare+"/1")
+	if got := routeReportOn(ctx, t, a, old, rangeName); got != spare+"/1" {
+		t.Errorf("the node's route report (its Lease) has the moved range as %q, want %q", got, spare+"/1")
+	}
+	if got := observedOn(ctx, t, a, old, rangeName); got != "" {
+		t.Errorf("the node's Node annotation has the moved range as %q: routes are reported in the Lease, the annotation holds only claims", got)
 	}
 	if !strings.Contains(log.String(), "never serves those addresses again") {
 		t.Errorf("no revocation in the log:\n%s", log.String())

@@ -1,10 +1,12 @@
 package agent
 
 import (
+	"context"
 	"strings"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -114,5 +116,90 @@ func TestAgentWritesOnlyItsOwnHolderEntry(t *testing.T) {
 	// Nothing but the status, and no object of its own.
 	if err := agent.Delete(ctx, rangeB, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}); err == nil {
 		t.Errorf("node %s's agent could delete an IPRange", nodeA)
+	}
+}
+
+// A node's route report — which node failover waits for before moved pods start — is its own
+// Lease in jkev1.NamespaceRouteReports and only its own (manifests/cni/admission.yaml,
+// staticip-agent-route-report, on the real API server against the agent's pod-bound token): node
+// A's agent may create and update the Lease named after node A with holderIdentity A; it can
+// never create, update or delete node B's, name another holder in its own, or write a Lease
+// elsewhere. RBAC alone (a Role in that namespace) would let it write every node's report.
+func TestAgentWritesOnlyItsOwnRouteReport(t *testing.T) {
+	f := newCredFixture(t)
+	ctx, nodeA, nodeB := f.ctx, f.nodeA, f.nodeB
+	admin := f.kube.CoordinationV1().Leases(jkev1.NamespaceRouteReports)
+	agent := f.agentKube.CoordinationV1().Leases(jkev1.NamespaceRouteReports)
+	lease := func(name, holder, report string) *coordinationv1.Lease {
+		l, _ := routeLease(nil, holder, report, nil, time.Now())
+		l.Name = name
+		return l
+	}
+	t.Cleanup(func() {
+		for _, n := range []string{nodeA, nodeB} {
+			_ = admin.Delete(context.Background(), n, metav1.DeleteOptions{})
+		}
+	})
+	// The policy takes effect a moment after it is created: wait until node A's write of node
+	// B's report is refused (at most 20s; the checks below then say what went through).
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+		if _, err := agent.Create(ctx, lease(nodeB, nodeB, `{}`), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil &&
+			strings.Contains(err.Error(), "staticip-agent-route-report") {
+			break
+		}
+	}
+
+	// Allowed: its own report, created and updated (as the agent writes it).
+	a := New(Config{NodeName: nodeA}, f.agentKube, nil, nil)
+	if err := a.reportRoutes(ctx, map[string]string{}, nil); err != nil {
+		t.Fatalf("node %s's agent cannot create its own route report: %v", nodeA, err)
+	}
+	if err := a.reportRoutes(ctx, map[string]string{"r": "spare/1"}, map[string]bool{"r": true}); err != nil {
+		t.Fatalf("node %s's agent cannot update its own route report: %v", nodeA, err)
+	}
+	if got, err := admin.Get(ctx, nodeA, metav1.GetOptions{}); err != nil || got.Annotations[jkev1.AnnotationRoutesObserved] != `{"r":"spare/1"}` {
+		t.Fatalf("node %s's report: %v, %v", nodeA, got, err)
+	}
+
+	// Node B's report, written as an administrator (B's agent would write it).
+	if _, err := admin.Create(ctx, lease(nodeB, nodeB, `{}`), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	refused := func(what string, err error) {
+		t.Helper()
+		if err == nil || !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "staticip-agent-route-report") {
+			t.Errorf("node %s's agent could %s (or was refused by something else): %v", nodeA, what, err)
+		}
+	}
+	b, err := admin.Get(ctx, nodeB, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	forged := b.DeepCopy()
+	forged.Annotations[jkev1.AnnotationRoutesObserved] = `{"r":"spare/1"}`
+	_, err = agent.Update(ctx, forged, metav1.UpdateOptions{})
+	refused("update node "+nodeB+"'s report", err)
+	_, err = agent.Create(ctx, lease(nodeB+"-x", nodeB+"-x", `{}`), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	refused("create another node's report", err)
+	// Deletes: RBAC grants none (and the policy refuses them too, should a role grant one).
+	if err := agent.Delete(ctx, nodeB, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}); !apierrors.IsForbidden(err) {
+		t.Errorf("node %s's agent could delete node %s's report: %v", nodeA, nodeB, err)
+	}
+	own, err := admin.Get(ctx, nodeA, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	own.Spec.HolderIdentity = &nodeB
+	_, err = agent.Update(ctx, own, metav1.UpdateOptions{})
+	refused("name node "+nodeB+" the holder of its own report", err)
+	if err := agent.Delete(ctx, nodeA, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}); !apierrors.IsForbidden(err) {
+		t.Errorf("node %s's agent could delete its own report: %v", nodeA, err)
+	}
+	if got, err := admin.Get(ctx, nodeB, metav1.GetOptions{}); err != nil || got.Annotations[jkev1.AnnotationRoutesObserved] != `{}` {
+		t.Errorf("node %s's report is now %v (%v), want it as node %s wrote it", nodeB, got.Annotations, err, nodeB)
+	}
+	// No Lease outside the reports' namespace (RBAC: the Role is there only).
+	if _, err := f.agentKube.CoordinationV1().Leases("kube-system").Create(ctx, lease(nodeA, nodeA, `{}`), metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err == nil {
+		t.Errorf("node %s's agent could create a Lease in kube-system", nodeA)
 	}
 }

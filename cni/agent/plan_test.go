@@ -3,14 +3,17 @@ package agent
 import (
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"sort"
 	"strings"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/cni/plugin"
@@ -283,32 +286,99 @@ func TestPendingRevocationIsRetried(t *testing.T) {
 	}
 }
 
-// ObservedReport is what a converged agent writes: its own claims, and its routes to the ranges
-// node failover waits for (marked) and to no other range — the report does not grow with the
-// cluster; unassigned and overlapping (refused) ranges are left out.
+// What a converged agent writes: on its Node (ObservedReport) its own claims only; in its
+// route-report Lease (RouteReports) its routes to the ranges node failover waits for (marked) and
+// its own claim of a marked range it holds (the target of the move), no other range — neither
+// grows with the cluster; unassigned and overlapping (refused) ranges are left out.
 func TestObservedReport(t *testing.T) {
 	moved := ipr("moved", 1, "10.0.1.0/24", "spare")
 	moved.Spec.OwnerGeneration = 2
 	moved.Annotations = map[string]string{jkev1.AnnotationReportRoutes: "n9"}
 	for _, tc := range []struct {
-		name   string
-		ranges []*jkev1.IPRange
-		self   string
-		want   string
+		name       string
+		ranges     []*jkev1.IPRange
+		self       string
+		wantNode   string
+		wantRoutes string
 	}{
-		{"none", nil, "n1", `{}`},
+		{"none", nil, "n1", `{}`, `{}`},
 		{"its own range and a marked moved range", []*jkev1.IPRange{ipr("a", 1, "10.0.0.0/24", "n1"), moved}, "n1",
-			`{"a":"n1/0","moved":"spare/2"}`},
-		{"the target of the move", []*jkev1.IPRange{ipr("a", 1, "10.0.0.0/24", "n1"), moved}, "spare", `{"moved":"spare/2"}`},
+			`{"a":"n1/0"}`, `{"moved":"spare/2"}`},
+		{"the target of the move", []*jkev1.IPRange{ipr("a", 1, "10.0.0.0/24", "n1"), moved}, "spare", `{"moved":"spare/2"}`, `{"moved":"spare/2"}`},
 		{"another node's unmarked range is no entry", []*jkev1.IPRange{ipr("a", 1, "10.0.0.0/24", "n1"), ipr("b", 4, "10.0.4.0/24", "n2")}, "n1",
-			`{"a":"n1/0"}`},
+			`{"a":"n1/0"}`, `{}`},
 		{"unassigned and overlapping left out", []*jkev1.IPRange{ipr("a", 1, "10.0.0.0/24", "n1"),
-			ipr("free", 2, "10.0.2.0/24", ""), ipr("newer", 3, "10.0.0.0/25", "n2")}, "n1", `{"a":"n1/0"}`},
+			ipr("free", 2, "10.0.2.0/24", ""), ipr("newer", 3, "10.0.0.0/25", "n2")}, "n1", `{"a":"n1/0"}`, `{}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ObservedReport(tc.ranges, tc.self)
-			if err != nil || got != tc.want {
-				t.Fatalf("ObservedReport = %s, %v; want %s", got, err, tc.want)
+			if err != nil || got != tc.wantNode {
+				t.Errorf("ObservedReport = %s, %v; want %s", got, err, tc.wantNode)
+			}
+			got, err = RouteReports(tc.ranges)(tc.self)
+			if err != nil || got != tc.wantRoutes {
+				t.Errorf("RouteReports = %s, %v; want %s", got, err, tc.wantRoutes)
+			}
+		})
+	}
+}
+
+// routeLease: a node's route-report Lease as admission wants it (named after the node,
+// holderIdentity the node, the label), written only when an entry of a marked range differs
+// (present or absent), or the holder or the label: a range whose mark went away costs no write
+// (its stale entry stays until the next one); the Lease it starts from is never modified.
+func TestRouteLease(t *testing.T) {
+	now := time.Unix(1700000000, 0)
+	lease := func(report string) *coordinationv1.Lease {
+		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: jkev1.NamespaceRouteReports, ResourceVersion: "7",
+			Labels: map[string]string{jkev1.LabelRouteReport: "true", "other": "x"}, Annotations: map[string]string{jkev1.AnnotationRoutesObserved: report}},
+			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("n1")}}
+	}
+	good := lease(`{"r":"s/1"}`)
+	r := map[string]bool{"r": true}
+	for _, tc := range []struct {
+		name        string
+		current     *coordinationv1.Lease
+		value       string
+		marked      map[string]bool
+		wantChanged bool
+	}{
+		{"none yet: created", nil, `{}`, nil, true},
+		{"same report: no write", good, `{"r":"s/1"}`, r, false},
+		{"a marked range's route changed", good, `{"r":"s/2"}`, r, true},
+		{"a marked range's route gone", good, `{}`, r, true},
+		{"a newly marked range reported", good, `{"q":"s/3"}`, map[string]bool{"q": true}, true},
+		{"the mark went away: the stale entry stays, no write", good, `{}`, map[string]bool{}, false},
+		{"another range marked, its route not there yet: nothing to write", good, `{}`, map[string]bool{"q": true}, false},
+		{"marks unknown (nil): any difference is written", good, `{}`, nil, true},
+		{"a report that does not parse is rewritten", lease(`{`), `{}`, map[string]bool{}, true},
+		{"holder wrong", func() *coordinationv1.Lease { l := good.DeepCopy(); l.Spec.HolderIdentity = ptr.To("n2"); return l }(), `{"r":"s/1"}`, r, true},
+		{"label gone", func() *coordinationv1.Lease { l := good.DeepCopy(); l.Labels = nil; return l }(), `{"r":"s/1"}`, r, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var before *coordinationv1.Lease
+			if tc.current != nil {
+				before = tc.current.DeepCopy()
+			}
+			got, changed := routeLease(tc.current, "n1", tc.value, tc.marked, now)
+			if changed != tc.wantChanged {
+				t.Fatalf("changed = %v, want %v", changed, tc.wantChanged)
+			}
+			if tc.current != nil && !reflect.DeepEqual(before, tc.current) {
+				t.Errorf("routeLease modified the Lease it was given")
+			}
+			if !changed {
+				return
+			}
+			if got.Name != "n1" || got.Namespace != jkev1.NamespaceRouteReports || ptr.Deref(got.Spec.HolderIdentity, "") != "n1" ||
+				got.Labels[jkev1.LabelRouteReport] != "true" || got.Annotations[jkev1.AnnotationRoutesObserved] != tc.value {
+				t.Errorf("Lease %+v", got)
+			}
+			if got.Spec.RenewTime == nil || !got.Spec.RenewTime.Time.Equal(now) {
+				t.Errorf("renewTime %v, want %v (when the report was last written)", got.Spec.RenewTime, now)
+			}
+			if tc.current != nil && (got.ResourceVersion != tc.current.ResourceVersion || (tc.current.Labels["other"] != "" && got.Labels["other"] != "x")) {
+				t.Errorf("an update must keep the resourceVersion and the other labels: %+v", got.ObjectMeta)
 			}
 		})
 	}

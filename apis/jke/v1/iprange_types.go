@@ -111,10 +111,30 @@ type IPRangeStatus struct {
 
 // AnnotationReportRoutes on an IPRange, set by node failover while it waits for every node's
 // route to a range it moved (RoutesConverged), names that move (its NodeFailover record). Every
-// agent reports its route to a range so marked on its Node (annotation
-// staticip.jke.jdcloud.com/ipranges-observed), and only to ranges so marked: the report stays as
-// small as the moves in flight.
+// agent reports its route to a range so marked in its node's route report (the Lease
+// NamespaceRouteReports/<node>, annotation AnnotationRoutesObserved), and only to ranges so
+// marked: the report stays as small as the moves in flight.
 const AnnotationReportRoutes = "staticip.jke.jdcloud.com/report-routes"
+
+// NamespaceRouteReports holds one coordination.k8s.io Lease per node, named after the node,
+// spec.holderIdentity the node, labelled LabelRouteReport=true: its agent's route report
+// (AnnotationRoutesObserved). The reports left the Node object (its annotation
+// staticip.jke.jdcloud.com/ipranges-observed) for the reason kubelet heartbeats left Node status
+// for kube-node-lease (KEP-589): a Node write is a large object sent to every Node watcher. A
+// namespace of their own, created by the install with the agent, so that the agent's Role there
+// reaches no other Lease (the controller-manager's leader Lease lives in staticip-system) and
+// the failover controller's informer sees only reports.
+const NamespaceRouteReports = "staticip-node-routes"
+
+// LabelRouteReport ("true") on the Leases of NamespaceRouteReports that carry a route report.
+const LabelRouteReport = "staticip.jke.jdcloud.com/route-report"
+
+// AnnotationRoutesObserved on a node's route-report Lease: a JSON object
+// {"<IPRange>": "<node it routes to>/<ownerGeneration>"} of the routes the node's agent has
+// programmed to the ranges marked AnnotationReportRoutes ("<itself>/<generation>" for a marked
+// range it holds itself), nothing else: at most as many entries as ranges are marked (node
+// failover's --node-failover-max-marked-ranges, 64), each at most 532 bytes.
+const AnnotationRoutesObserved = "staticip.jke.jdcloud.com/routes-observed"
 
 // LabelClaimsInStatus ("true") on a Node: its agent writes its claims into the IPRanges'
 // status.holders. The upgrade from the claims in the Node annotation

@@ -82,14 +82,29 @@ func (m *migration) moveRanges(ctx context.Context) (bool, time.Duration, error)
 		written = written || decisions[i] == RangeDone
 		toWrite = toWrite || decisions[i] == RangeWrite
 	}
+	mark := ""
 	if toWrite {
 		// The fence is the statement "this machine runs nothing": re-read it before the
 		// writes that commit the move, however long ago the move was recorded.
 		if ok, requeue, err := m.fenceStillHolds(ctx, written); !ok || err != nil {
 			return false, requeue, err
 		}
+		// The route report overlaps the move: when this migration has its turn under the cap
+		// (RouteReportTurns), the write that moves a range marks it report-routes too, so
+		// every agent routes the range to the target and reports it while the target's agent
+		// is still reserving its addresses, instead of only after RangesMoved. RoutesConverged
+		// still needs both (its step runs after this one), and the pods start only after it.
+		// Safe because routing to the target before it serves the range reaches nothing that
+		// should be reached elsewhere: the old node is fenced (its machine is off), no pod
+		// object holds an address of the range any more (SourceEmpty), and nothing of the range
+		// runs on the target until the spare taint goes (after RoutesConverged): traffic to the
+		// range meanwhile ends at the target unanswered, as it would at the dead node. A range
+		// written without the mark (no turn yet, or a restart) is marked by waitForRoutes.
+		if ok, _ := m.routeReportTurn(m.existingMoves()); ok {
+			mark = m.rec.Name
+		}
 	}
-	unsynced, changed, err := m.writeRangeMoves(ctx, current, decisions)
+	unsynced, changed, err := m.writeRangeMoves(ctx, current, decisions, mark)
 	if err != nil {
 		return false, 0, err
 	}
@@ -127,15 +142,22 @@ func (m *migration) recordNewRanges(ctx context.Context) error {
 }
 
 // writeRangeMoves carries out the decisions on the recorded moves (current: each IPRange as
-// cached). unsynced: moved ranges the target's agent has not reported Synced; changed: ranges
-// someone else changed, described.
-func (m *migration) writeRangeMoves(ctx context.Context, current []*jkev1.IPRange, decisions []RangeMove) (unsynced, changed []string, err error) {
+// cached); mark ("" for none) is set as the range's report-routes mark in the same write.
+// unsynced: moved ranges the target's agent has not reported Synced; changed: ranges someone
+// else changed, described.
+func (m *migration) writeRangeMoves(ctx context.Context, current []*jkev1.IPRange, decisions []RangeMove, mark string) (unsynced, changed []string, err error) {
 	for i, mv := range m.st().MovedRanges {
 		r := current[i]
 		switch decisions[i] {
 		case RangeWrite:
 			moved := r.DeepCopy()
 			moved.Spec.Node, moved.Spec.OwnerGeneration = mv.ToNode, mv.OwnerGeneration
+			if mark != "" {
+				if moved.Annotations == nil {
+					moved.Annotations = map[string]string{}
+				}
+				moved.Annotations[jkev1.AnnotationReportRoutes] = mark
+			}
 			// The update carries the cached resourceVersion: a stale cache that still shows
 			// the old owner makes it fail with a conflict instead of bumping twice.
 			updated, err := m.c.client.JkeV1().IPRanges().Update(ctx, moved, metav1.UpdateOptions{})
@@ -190,9 +212,9 @@ func (m *migration) waitForRoutes(ctx context.Context) (bool, time.Duration, err
 	if err != nil {
 		return false, 0, err
 	}
-	if lagging := RoutesLagging(nodes, m.failedName(), moved); len(lagging) > 0 {
-		m.waiting(ReasonWaitingForRoutes, fmt.Sprintf("waiting for the agents of %d Ready nodes to route the moved ranges to %s (annotation %s): %s",
-			len(lagging), m.st().Target, jkev1alpha1.AnnotationIPRangesObserved, shortList(lagging)))
+	if lagging := RoutesLagging(nodes, m.c.routeReports(), m.failedName(), moved); len(lagging) > 0 {
+		m.waiting(ReasonWaitingForRoutes, fmt.Sprintf("waiting for the agents of %d Ready nodes to route the moved ranges to %s (their route-report Leases in %s; a node without one: its Node annotation %s): %s",
+			len(lagging), m.st().Target, jkev1.NamespaceRouteReports, jkev1alpha1.AnnotationIPRangesObserved, shortList(lagging)))
 		return false, 0, nil
 	}
 	if err := m.markReportRoutes(ctx, moved, ""); err != nil {
@@ -210,7 +232,7 @@ func (m *migration) routeReportTurn(moved []jkev1alpha1.MovedRange) (bool, route
 	}
 	waiting := []RouteWait{self}
 	for _, rec := range m.c.activeRecordsNow() {
-		if rec.Name == m.rec.Name || !Reached(&rec.Status, jkev1alpha1.FailoverRangesMoved) || Reached(&rec.Status, jkev1alpha1.FailoverRoutesConverged) {
+		if rec.Name == m.rec.Name || Reached(&rec.Status, jkev1alpha1.FailoverRoutesConverged) {
 			continue
 		}
 		w := RouteWait{Record: rec.Name}
@@ -224,6 +246,11 @@ func (m *migration) routeReportTurn(moved []jkev1alpha1.MovedRange) (bool, route
 			}
 		}
 		w.Ranges, w.Marked = len(theirs), m.marked(theirs, rec.Name)
+		// A migration still moving its ranges waits for routes once it marked them with the
+		// move (moveRanges), before it reaches RangesMoved: its marks count against the cap.
+		if !w.Marked && !Reached(&rec.Status, jkev1alpha1.FailoverRangesMoved) {
+			continue
+		}
 		waiting = append(waiting, w)
 	}
 	turns := RouteReportTurns(waiting, m.c.MaxRangesReportingRoutes)

@@ -53,10 +53,9 @@ const (
 	DefaultFencedPodDeletionGrace = 5 * time.Second
 	// DefaultMaxRangesReportingRoutes: how many moved ranges carry the report-routes mark at
 	// once, over all migrations (RouteReportTurns). Every Ready node's agent reports a route
-	// to each marked range in its ipranges-observed annotation: the cap bounds that annotation
-	// (64 entries of at most 532 bytes: 34 KiB with maximum-length names, ~8 KiB with
-	// 60-character ones, besides the node's own claims) and the bytes every failover makes
-	// each agent write, however many nodes fail at once.
+	// to each marked range in its route-report Lease: the cap bounds that report (64 entries of
+	// at most 532 bytes: 34 KiB with maximum-length names, ~8 KiB with 60-character ones) and
+	// the bytes every failover makes each agent write, however many nodes fail at once.
 	DefaultMaxRangesReportingRoutes = 64
 )
 
@@ -128,6 +127,8 @@ type Controller struct {
 	rangeWrites   *ownwrites.Overlay[*jkev1.IPRange]
 	recordWrites  *ownwrites.Overlay[*jkev1alpha1.NodeFailover]
 	podIndex      *podindex.Pods
+	// routeLeases: the agents' route-report Leases (routereports.go), run by Run.
+	routeLeases cache.SharedIndexInformer
 
 	synced []cache.InformerSynced
 	queue  workqueue.TypedRateLimitingInterface[string]
@@ -196,10 +197,18 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, nodeIn
 	c.podIndex = podIndex
 	// Running migrations are found through an index, not by listing every record: records stay
 	// as history, and this runs on Node events.
-	if err := recordInformer.Informer().AddIndexers(cache.Indexers{activeIndex: activeRecordIndex}); err != nil {
+	if err := recordInformer.Informer().AddIndexers(cache.Indexers{activeIndex: activeRecordIndex, routesIndex: waitingForRoutesIndex}); err != nil {
 		return nil, err
 	}
 	c.activeRecords = recordInformer.Informer().GetIndexer()
+	// Route reports: a report's change concerns only the migrations waiting for routes.
+	c.routeLeases = newRouteReportInformer(kube)
+	reportHandler := func(any) { c.enqueueWaitingForRoutes() }
+	if _, err := c.routeLeases.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: reportHandler,
+		UpdateFunc: func(_, cur any) { reportHandler(cur) }, DeleteFunc: reportHandler}); err != nil {
+		return nil, err
+	}
+	c.synced = append(c.synced, c.routeLeases.HasSynced)
 	// A node's own changes concern its record; any node's health, annotations, labels, taints
 	// and capacity concern every running migration (unhealthy share, routes, spares) — its
 	// heartbeats do not (NodeConcernsMigrations), so that a large cluster's Node updates do not
@@ -335,7 +344,8 @@ func activeRecordIndex(obj any) ([]string, error) {
 }
 
 // NodeConcernsMigrations says whether a Node update can change what a running migration
-// decides: its labels, annotations (the agents' route reports), taints, schedulability,
+// decides: its labels, annotations (the route reports of agents of the previous release, which
+// have no route-report Lease), taints, schedulability,
 // addresses, allocatable, deletion, or the status of a condition. A kubelet's status refresh
 // (heartbeat times only) does not.
 func NodeConcernsMigrations(old, cur *corev1.Node) bool {
@@ -356,6 +366,7 @@ func NodeConcernsMigrations(old, cur *corev1.Node) bool {
 
 // Run runs the controller until ctx is done.
 func (c *Controller) Run(ctx context.Context, workers int) {
+	go c.routeLeases.Run(ctx.Done())
 	worker.Run(ctx, Name, "node", c.queue, c.synced, workers, c.sync)
 }
 

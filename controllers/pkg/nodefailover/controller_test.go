@@ -72,6 +72,7 @@ func newTestController(t *testing.T, kubeObjs, jkeObjs []runtime.Object, before 
 	t.Cleanup(cancel)
 	ki.Start(ctx.Done())
 	ji.Start(ctx.Done())
+	go c.routeLeases.Run(ctx.Done()) // Run starts it
 	if err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		for _, s := range c.synced {
 			if !s() {

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 
@@ -475,18 +476,51 @@ func ObservedValue(node string, generation int64) string {
 	return fmt.Sprintf("%s/%d", node, generation)
 }
 
+// LeaseRouteReport decodes a node's route report from its route-report Lease (namespace
+// jkev1.NamespaceRouteReports, annotation jkev1.AnnotationRoutesObserved). ok is false for a
+// Lease that is not a report of the node it is named after (holderIdentity another node; admission
+// refuses such a write by an agent): it is not read, the node's report is missing.
+func LeaseRouteReport(l *coordinationv1.Lease) (report map[string]string, ok bool, err error) {
+	if l == nil || l.Spec.HolderIdentity == nil || *l.Spec.HolderIdentity != l.Name {
+		return nil, false, nil
+	}
+	v := l.Annotations[jkev1.AnnotationRoutesObserved]
+	if v == "" {
+		return nil, true, nil
+	}
+	out := map[string]string{}
+	if err := json.Unmarshal([]byte(v), &out); err != nil {
+		return nil, true, fmt.Errorf("route-report Lease %s/%s annotation %s: %w", l.Namespace, l.Name, jkev1.AnnotationRoutesObserved, err)
+	}
+	return out, true, nil
+}
+
+// RouteReport is one node's report of its routes: from its route-report Lease (Lease true), or,
+// for a node without one, from its Node annotation ipranges-observed — an agent of the previous
+// release, which reported there; Err: the report does not parse.
+type RouteReport struct {
+	Routes map[string]string
+	Lease  bool
+	Err    error
+}
+
 // RoutesLagging names the Ready nodes other than failed whose agent has not yet reported
-// routes for every moved range at its new owner and generation. Nodes that are not Ready are
+// routes for every moved range at its new owner and generation. reports are the nodes' route
+// reports by node name (the route-report Leases); a node without one is read from its Node
+// annotation (an agent of the previous release during an upgrade). Nodes that are not Ready are
 // not waited for: their agent converges (or withdraws) when it comes back.
-func RoutesLagging(nodes []*corev1.Node, failed string, moved []jkev1alpha1.MovedRange) []string {
+func RoutesLagging(nodes []*corev1.Node, reports map[string]RouteReport, failed string, moved []jkev1alpha1.MovedRange) []string {
 	var lagging []string
 	for _, n := range nodes {
 		if n.Name == failed || !NodeReady(n) {
 			continue
 		}
-		observed, err := ObservedRanges(n)
+		rep, ok := reports[n.Name]
+		if !ok {
+			rep.Routes, rep.Err = ObservedRanges(n)
+		}
 		for _, m := range moved {
-			if err != nil || observed[m.Name] != ObservedValue(m.ToNode, m.OwnerGeneration) {
+			if rep.Err != nil || rep.Routes[m.Name] != ObservedValue(m.ToNode, m.OwnerGeneration) {
 				lagging = append(lagging, n.Name)
 				break
 			}
@@ -511,7 +545,7 @@ type RouteWait struct {
 // RouteReportTurns says which waiting migrations may have their moved ranges marked
 // report-routes now, so that at most max ranges are marked at once over all migrations
 // (max <= 0: no cap). Every Ready node's agent reports a route to every marked range in its
-// annotation, so the cap is what keeps that annotation, and the bytes a failover makes each
+// route-report Lease, so the cap is what keeps that report, and the bytes a failover makes each
 // agent write, bounded when many nodes fail at once (a zone): O(max), not O(failed nodes).
 //   - A marked migration keeps its turn: its agents are at work on the report, taking the
 //     marks back would waste it.

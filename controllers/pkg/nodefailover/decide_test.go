@@ -1,11 +1,14 @@
 package nodefailover
 
 import (
+	"errors"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -361,27 +364,83 @@ func TestDecideRangeMove(t *testing.T) {
 	}
 }
 
+// RoutesLagging over (Ready nodes, route reports): a node's Lease report decides for it; a node
+// without one (an agent of the previous release) is read from its Node annotation; the failed
+// node and nodes that are not Ready are not waited for; a report that does not parse lags.
 func TestRoutesLagging(t *testing.T) {
 	moved := []jkev1alpha1.MovedRange{{Name: "ra", ToNode: "s1", OwnerGeneration: 1}, {Name: "rb", ToNode: "s1", OwnerGeneration: 5}}
-	annotated := func(b *nodeBuilder, v string) *corev1.Node {
-		b.n.Annotations = map[string]string{jkev1alpha1.AnnotationIPRangesObserved: v}
+	ok, unknown := corev1.ConditionTrue, corev1.ConditionUnknown
+	n := func(name string, ready corev1.ConditionStatus, annotation string) *corev1.Node {
+		b := node(name).ready(ready, t0)
+		if annotation != "" {
+			b.n.Annotations = map[string]string{jkev1alpha1.AnnotationIPRangesObserved: annotation}
+		}
 		return b.n
 	}
-	ok := corev1.ConditionTrue
-	nodes := []*corev1.Node{
-		annotated(node("n1").ready(ok, t0), `{"ra":"s1/1","rb":"s1/5","other":"n2/0"}`),
-		annotated(node("n2").ready(ok, t0), `{"ra":"s1/1","rb":"n3/4"}`),          // rb still at the old owner
-		annotated(node("n4").ready(ok, t0), `not json`),                           // broken: lagging
-		node("n5").ready(ok, t0).n,                                                // no annotation yet
-		annotated(node("n6").ready(corev1.ConditionUnknown, t0), `{}`),            // NotReady: not waited for
-		annotated(node("n3").ready(corev1.ConditionUnknown, t0), `{"ra":"n3/0"}`), // the failed node
-		annotated(node("s1").ready(ok, t0), `{"ra":"s1/1","rb":"s1/5"}`),
+	lease := func(routes map[string]string) RouteReport { return RouteReport{Routes: routes, Lease: true} }
+	both := map[string]string{"ra": "s1/1", "rb": "s1/5"}
+	for _, tc := range []struct {
+		name    string
+		nodes   []*corev1.Node
+		reports map[string]RouteReport
+		want    []string
+	}{
+		{"every Lease reports both ranges", []*corev1.Node{n("n1", ok, ""), n("s1", ok, "")},
+			map[string]RouteReport{"n1": lease(both), "s1": lease(both)}, nil},
+		{"a Lease with one range at the old owner", []*corev1.Node{n("n1", ok, ""), n("n2", ok, "")},
+			map[string]RouteReport{"n1": lease(both), "n2": lease(map[string]string{"ra": "s1/1", "rb": "n3/4"})}, []string{"n2"}},
+		{"the Lease decides, not a stale annotation", []*corev1.Node{n("n1", ok, `{"ra":"s1/1","rb":"s1/5"}`)},
+			map[string]RouteReport{"n1": lease(map[string]string{})}, []string{"n1"}},
+		{"the Lease decides, an annotation without routes does not hold it back", []*corev1.Node{n("n1", ok, `{"own":"n1/0"}`)},
+			map[string]RouteReport{"n1": lease(both)}, nil},
+		{"no Lease: the Node annotation (an agent of the previous release)", []*corev1.Node{n("old", ok, `{"ra":"s1/1","rb":"s1/5","other":"n2/0"}`),
+			n("oldlag", ok, `{"ra":"s1/1"}`), n("none", ok, "")}, nil, []string{"none", "oldlag"}},
+		{"a broken report lags", []*corev1.Node{n("n4", ok, `not json`), n("n7", ok, "")},
+			map[string]RouteReport{"n7": {Lease: true, Err: errors.New("bad")}}, []string{"n4", "n7"}},
+		{"not Ready and the failed node are not waited for", []*corev1.Node{n("n6", unknown, `{}`), n("n3", unknown, `{"ra":"n3/0"}`), n("n8", ok, "")},
+			map[string]RouteReport{"n8": lease(both)}, nil},
+		{"no moved range has nothing to wait for", nil, nil, nil},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := RoutesLagging(tc.nodes, tc.reports, "n3", moved); !slices.Equal(got, tc.want) {
+				t.Errorf("lagging %v, want %v", got, tc.want)
+			}
+		})
 	}
-	if got, want := RoutesLagging(nodes, "n3", moved), []string{"n2", "n4", "n5"}; !slices.Equal(got, want) {
-		t.Errorf("lagging %v, want %v", got, want)
+}
+
+// A route-report Lease is read only as the report of the node it is named after.
+func TestLeaseRouteReport(t *testing.T) {
+	l := func(name, holder, report string) *coordinationv1.Lease {
+		out := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: jkev1.NamespaceRouteReports}}
+		if holder != "" {
+			out.Spec.HolderIdentity = &holder
+		}
+		if report != "" {
+			out.Annotations = map[string]string{jkev1.AnnotationRoutesObserved: report}
+		}
+		return out
 	}
-	if got := RoutesLagging(nodes[:1], "n3", moved); len(got) != 0 {
-		t.Errorf("converged node reported lagging: %v", got)
+	for _, tc := range []struct {
+		name    string
+		lease   *coordinationv1.Lease
+		want    map[string]string
+		wantOK  bool
+		wantErr bool
+	}{
+		{"its report", l("n1", "n1", `{"r":"s/1"}`), map[string]string{"r": "s/1"}, true, false},
+		{"no report yet", l("n1", "n1", ""), nil, true, false},
+		{"another holder: not its report", l("n1", "n2", `{"r":"s/1"}`), nil, false, false},
+		{"no holder", l("n1", "", `{"r":"s/1"}`), nil, false, false},
+		{"does not parse", l("n1", "n1", `{`), nil, true, true},
+		{"nil", nil, nil, false, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, ok, err := LeaseRouteReport(tc.lease)
+			if ok != tc.wantOK || (err != nil) != tc.wantErr || !maps.Equal(got, tc.want) {
+				t.Errorf("= %v, %v, %v; want %v, %v, error %v", got, ok, err, tc.want, tc.wantOK, tc.wantErr)
+			}
+		})
 	}
 }
 

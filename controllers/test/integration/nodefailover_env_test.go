@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
@@ -31,7 +32,8 @@ import (
 
 // The node failover tests simulate nodes: Node objects whose Ready condition the test sets,
 // agents (a loop that reports an IPRange Synced for its owner and writes each Ready node's
-// ipranges-observed annotation), pod GC (the test deletes the failed node's pods) and the
+// route report: its Lease in staticip-node-routes, or, for a node whose agent plays the previous
+// release (legacyRoutes), its Node's ipranges-observed annotation), pod GC (the test deletes the failed node's pods) and the
 // workload controller + kubelet (the test creates the moved pods Running on the target).
 // Nodes, ranges and records are cluster-wide: every name carries the test's namespace and
 // everything is deleted at the end, so tests never see each other's objects.
@@ -43,17 +45,25 @@ type failoverEnv struct {
 	zone string
 	net  int // 10.<net>.0.0/16 holds this test's ranges
 
-	mu          sync.Mutex
-	holdSync    map[string]bool // node -> its agent does not report ranges Synced
-	holdRoutes  bool            // no agent writes ipranges-observed
-	stopManager func()
-	managerCfg  *rest.Config           // the manager's identity (default: the test's admin)
-	options     func(*manager.Options) // more manager flags (default: none)
+	mu         sync.Mutex
+	holdSync   map[string]bool // node -> its agent does not report ranges Synced
+	holdRoutes bool            // no agent writes a route report
+	// legacyRoutes: node -> its agent is of the previous release: it reports its routes in its
+	// Node's ipranges-observed annotation and has no route-report Lease.
+	legacyRoutes map[string]bool
+	stopManager  func()
+	managerCfg   *rest.Config           // the manager's identity (default: the test's admin)
+	options      func(*manager.Options) // more manager flags (default: none)
 }
 
 func newFailoverEnv(t *testing.T) *failoverEnv {
-	e := &failoverEnv{fixture: newFixture(t), zone: "", net: 150 + int(failoverSubnets.Add(1)), holdSync: map[string]bool{}}
+	e := &failoverEnv{fixture: newFixture(t), zone: "", net: 150 + int(failoverSubnets.Add(1)), holdSync: map[string]bool{}, legacyRoutes: map[string]bool{}}
 	e.zone = "zone-" + e.ns
+	// The route reports' namespace, as the install creates it (manifests/cni/node-routes.yaml).
+	if _, err := e.kube.CoreV1().Namespaces().Create(e.ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: jkev1.NamespaceRouteReports}},
+		metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		t.Fatal(err)
+	}
 	t.Cleanup(e.cleanup)
 	go e.agents()
 	return e
@@ -84,6 +94,7 @@ func (e *failoverEnv) cleanup() {
 	for _, n := range nodes.Items {
 		if strings.HasPrefix(n.Name, e.ns) {
 			_ = e.kube.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{})
+			_ = e.kube.CoordinationV1().Leases(jkev1.NamespaceRouteReports).Delete(ctx, n.Name, metav1.DeleteOptions{})
 		}
 	}
 }
@@ -354,7 +365,7 @@ func (e *failoverEnv) agents() {
 			}
 		}
 		e.mu.Lock()
-		holdSync, holdRoutes := maps(e.holdSync), e.holdRoutes
+		holdSync, holdRoutes, legacy := maps(e.holdSync), e.holdRoutes, maps(e.legacyRoutes)
 		e.mu.Unlock()
 		observed := map[string]string{}
 		for i := range ranges.Items {
@@ -374,15 +385,47 @@ func (e *failoverEnv) agents() {
 			return false, nil
 		}
 		want, _ := json.Marshal(observed)
+		leases := e.kube.CoordinationV1().Leases(jkev1.NamespaceRouteReports)
 		for _, n := range nodes.Items {
-			if !ready[n.Name] || n.Annotations[jkev1alpha1.AnnotationIPRangesObserved] == string(want) {
+			if !ready[n.Name] {
 				continue
 			}
-			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{jkev1alpha1.AnnotationIPRangesObserved: string(want)}}})
-			_, _ = e.kube.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+			if legacy[n.Name] {
+				if n.Annotations[jkev1alpha1.AnnotationIPRangesObserved] == string(want) {
+					continue
+				}
+				patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]string{jkev1alpha1.AnnotationIPRangesObserved: string(want)}}})
+				_, _ = e.kube.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType, patch, metav1.PatchOptions{})
+				continue
+			}
+			l, err := leases.Get(ctx, n.Name, metav1.GetOptions{})
+			if apierrors.IsNotFound(err) {
+				_, _ = leases.Create(ctx, &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: n.Name,
+					Labels: map[string]string{jkev1.LabelRouteReport: "true"}, Annotations: map[string]string{jkev1.AnnotationRoutesObserved: string(want)}},
+					Spec: coordinationv1.LeaseSpec{HolderIdentity: &n.Name}}, metav1.CreateOptions{})
+				continue
+			}
+			if err != nil || l.Annotations[jkev1.AnnotationRoutesObserved] == string(want) {
+				continue
+			}
+			l.Annotations[jkev1.AnnotationRoutesObserved] = string(want)
+			_, _ = leases.Update(ctx, l, metav1.UpdateOptions{})
 		}
 		return false, nil
 	})
+}
+
+// setLegacyRoutes makes node's agent play the previous release (true): routes in its Node
+// annotation, no route-report Lease (one it had is deleted, as before its agent was upgraded).
+func (e *failoverEnv) setLegacyRoutes(node string, legacy bool) {
+	e.mu.Lock()
+	e.legacyRoutes[node] = legacy
+	e.mu.Unlock()
+	if legacy {
+		if err := e.kube.CoordinationV1().Leases(jkev1.NamespaceRouteReports).Delete(e.ctx, node, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			e.t.Fatal(err)
+		}
+	}
 }
 
 func maps(m map[string]bool) map[string]bool {

@@ -17,7 +17,7 @@ import (
 	"github.com/staticip/staticip/internal/testenv"
 )
 
-// applyRBAC applies manifests/controller-manager/{namespace,rbac}.yaml unchanged.
+// applyRBAC applies manifests/controller-manager/{namespace,rbac}.yaml and manifests/cni/node-routes.yaml unchanged.
 func (f *fixture) applyRBAC() {
 	f.t.Helper()
 	root, err := testenv.RepoRoot()
@@ -25,7 +25,10 @@ func (f *fixture) applyRBAC() {
 		f.t.Fatal(err)
 	}
 	dir := filepath.Join(root, "manifests", "controller-manager")
-	if err := testenv.ApplyFiles(f.ctx, f.cfg, []string{filepath.Join(dir, "namespace.yaml"), filepath.Join(dir, "rbac.yaml")}); err != nil {
+	// node-routes.yaml: the route reports' namespace and the manager's read Role there (shipped
+	// with the agents that write them).
+	if err := testenv.ApplyFiles(f.ctx, f.cfg, []string{filepath.Join(dir, "namespace.yaml"), filepath.Join(dir, "rbac.yaml"),
+		filepath.Join(root, "manifests", "cni", "node-routes.yaml")}); err != nil {
 		f.t.Fatal(err)
 	}
 }

@@ -8,7 +8,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -26,9 +28,11 @@ import (
 
 // Agents plays the staticip-agent of every Ready kwok node in one goroutine (kwok nodes run
 // no agent): what a real agent reports once it has served its ranges and programmed its
-// routes, with the agent's own functions (cni/agent: ObservedReports, ServingCondition):
-//   - on every Ready node, the ObservedAnnotation: its own ranges' claims and its routes to the
-//     ranges node failover waits for (marked jkev1.AnnotationReportRoutes), nothing else;
+// routes, with the agent's own functions (cni/agent: ObservedReports, RouteReports, RouteLease,
+// ServingCondition):
+//   - on every Ready node, the ObservedAnnotation: its own ranges' claims, nothing else;
+//   - for every Ready node, its route-report Lease (jkev1.NamespaceRouteReports/<node>): its
+//     routes to the ranges node failover waits for (marked jkev1.AnnotationReportRoutes);
 //   - on every range whose node is Ready, status Synced=True at its generation and the node's
 //     claim (its entry of status.holders, Serving, with its InternalIP).
 //
@@ -37,7 +41,8 @@ import (
 // through their own counting proxy.
 type Agents struct {
 	Proxy *CountingProxy
-	// AnnotationBytes counts the bytes of annotation values written.
+	// AnnotationBytes counts the bytes of annotation values written (the Nodes' claims and the
+	// Leases' route reports).
 	AnnotationBytes atomic.Int64
 	// traffic, while set (Record), accounts each agent's request bodies and what its watches
 	// would deliver to it (the harness sees every event; Recipients says whose it is).
@@ -51,7 +56,9 @@ type Agents struct {
 	// written is the last report written per node: a node whose cache still shows the older
 	// one is not patched again (the real agent's lastObserved).
 	written map[string]string
-	mu      sync.Mutex
+	// leases is each node's route-report Lease as last written (nil: not known; read again).
+	leases map[string]*coordinationv1.Lease
+	mu     sync.Mutex
 	// seq counts the changes seen; clean is the seq a pass found nothing to write at.
 	seq, clean atomic.Int64
 	stop       context.CancelFunc
@@ -67,8 +74,12 @@ func (c *Cluster) StartAgents(ctx context.Context) (*Agents, error) {
 	c.proxies = append(c.proxies, p)
 	cfg := p.ClientConfig()
 	cfg.QPS, cfg.Burst = 500, 1000
-	a := &Agents{Proxy: p, dirty: make(chan struct{}, 1), written: map[string]string{}}
+	a := &Agents{Proxy: p, dirty: make(chan struct{}, 1), written: map[string]string{}, leases: map[string]*coordinationv1.Lease{}}
 	if a.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+		return nil, err
+	}
+	// The route reports' namespace, as the install creates it (manifests/cni/node-routes.yaml).
+	if err := c.EnsureNamespace(ctx, jkev1.NamespaceRouteReports); err != nil {
 		return nil, err
 	}
 	if a.sip, err = sipclient.NewForConfig(cfg); err != nil {
@@ -220,11 +231,11 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 	for _, o := range a.ranges.List() {
 		ranges = append(ranges, o.(*jkev1.IPRange))
 	}
-	reportOf := agent.ObservedReports(ranges)
+	reportOf, routesOf, marked := agent.ObservedReports(ranges), agent.RouteReports(ranges), agent.MarkedRanges(ranges)
 	ready := map[string]bool{}
 	address := map[string]string{}
-	reports := map[string]string{}
-	var annotate []string
+	reports, routes := map[string]string{}, map[string]string{}
+	var annotate, reportRoutes []string
 	for _, o := range a.nodes.List() {
 		n := o.(*corev1.Node)
 		if !nodefailover.NodeReady(n) {
@@ -247,6 +258,17 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 		if n.Annotations[agent.ObservedAnnotation] != report && last != report {
 			annotate = append(annotate, n.Name)
 		}
+		r, err := routesOf(n.Name)
+		if err != nil {
+			return false, err
+		}
+		routes[n.Name] = r
+		a.mu.Lock()
+		_, changed := agent.RouteLease(a.leases[n.Name], n.Name, r, marked, time.Now())
+		a.mu.Unlock()
+		if changed {
+			reportRoutes = append(reportRoutes, n.Name)
+		}
 	}
 	var sync []*jkev1.IPRange
 	for _, r := range ranges {
@@ -254,7 +276,7 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 			sync = append(sync, r)
 		}
 	}
-	if len(annotate) == 0 && len(sync) == 0 {
+	if len(annotate) == 0 && len(sync) == 0 && len(reportRoutes) == 0 {
 		return true, nil
 	}
 	// The range owners' agents first: the failover controller waits for the target's Synced
@@ -291,6 +313,48 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 			a.mu.Lock()
 			a.written[annotate[i]] = report
 			a.mu.Unlock()
+		}
+		return nil
+	})
+	if err != nil {
+		return false, err
+	}
+	// The route reports: each node's own Lease, created or updated as the agent does
+	// (cni/agent reportRoutes), only when it changed.
+	err = parallel(ctx, len(reportRoutes), 16, func(ctx context.Context, i int) error {
+		node := reportRoutes[i]
+		leases := a.kube.CoordinationV1().Leases(jkev1.NamespaceRouteReports)
+		a.mu.Lock()
+		current := a.leases[node]
+		a.mu.Unlock()
+		want, _ := agent.RouteLease(current, node, routes[node], nil, time.Now())
+		start := time.Now()
+		var written *coordinationv1.Lease
+		var err error
+		if current == nil {
+			written, err = leases.Create(ctx, want, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) { // left by an earlier run: read it, write on the next pass
+				written, err = leases.Get(ctx, node, metav1.GetOptions{})
+				if err == nil {
+					a.mu.Lock()
+					a.leases[node] = written
+					a.mu.Unlock()
+				}
+				return nil
+			}
+		} else {
+			written, err = leases.Update(ctx, want, metav1.UpdateOptions{})
+		}
+		a.mu.Lock()
+		defer a.mu.Unlock()
+		if err != nil { // a conflict: read it again on the next pass (create, then get)
+			delete(a.leases, node)
+			return nil
+		}
+		a.leases[node] = written
+		a.AnnotationBytes.Add(int64(len(routes[node])))
+		if b, err := json.Marshal(want); err == nil {
+			a.wrote(node, len(b), start)
 		}
 		return nil
 	})
