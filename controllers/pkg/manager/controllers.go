@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
@@ -40,6 +41,39 @@ type controllerContext struct {
 	jkeInformers  externalversions.SharedInformerFactory
 	recorder      record.EventRecorder
 	opts          *Options
+	// rest, when set, gives every controller clients of its own (controllerClients); nil (unit
+	// tests): the controllers share kube, client and dynamic.
+	rest *rest.Config
+}
+
+// controllerClients are a controller's own API clients, as kube-controller-manager's
+// ClientBuilder gives each of its controllers: their own rate limiter (--kube-api-qps and
+// --kube-api-burst apply per controller, so one controller's burst of writes — node failover
+// re-pointing a node's StaticIPs, the EnhancedStatefulSet controller recreating its pods — does
+// not queue behind another's) and the user agent <manager>/<controller>, so the API server's
+// audit log and metrics tell them apart. The informers keep the manager's shared client.
+func controllerClients(cfg *rest.Config, name string, withDynamic bool) (kubernetes.Interface, versioned.Interface, dynamic.Interface, error) {
+	c := rest.CopyConfig(cfg)
+	if c.UserAgent == "" {
+		c.UserAgent = rest.DefaultKubernetesUserAgent()
+	}
+	c.UserAgent += "/" + name
+	c.RateLimiter = nil // a limiter of its own from QPS and Burst
+	kube, err := kubernetes.NewForConfig(c)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	client, err := versioned.NewForConfig(c)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var dyn dynamic.Interface
+	if withDynamic {
+		if dyn, err = dynamic.NewForConfig(c); err != nil {
+			return nil, nil, nil, err
+		}
+	}
+	return kube, client, dyn, nil
 }
 
 // controllerDescriptor describes one controller of the manager, as kube-controller-manager's
@@ -132,7 +166,15 @@ func buildControllers(cc controllerContext, names []string) ([]func(context.Cont
 		if !slices.Contains(names, d.name) {
 			continue
 		}
-		run, err := d.constructor(cc)
+		own := cc
+		if cc.rest != nil {
+			kube, client, dyn, err := controllerClients(cc.rest, d.name, cc.dynamic != nil)
+			if err != nil {
+				return nil, fmt.Errorf("controller %s: its API clients: %w", d.name, err)
+			}
+			own.kube, own.client, own.dynamic = kube, client, dyn
+		}
+		run, err := d.constructor(own)
 		if err != nil {
 			return nil, fmt.Errorf("controller %s: %w", d.name, err)
 		}

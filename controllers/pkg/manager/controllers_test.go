@@ -2,14 +2,19 @@ package manager
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	kubeinformers "k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	kubefake "k8s.io/client-go/kubernetes/fake"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/record"
 
 	jkefake "github.com/staticip/staticip/apis/generated/clientset/versioned/fake"
@@ -114,6 +119,49 @@ func TestEnabledControllers(t *testing.T) {
 		}
 		if err != nil || !slices.Equal(got, tc.want) {
 			t.Errorf("%v: got %v %v, want %v", tc.flag, got, err, tc.want)
+		}
+	}
+}
+
+// Each controller gets API clients of its own, as kube-controller-manager's controllers do: its
+// own rate limiter (a burst of one controller's writes does not queue another's behind it) and
+// a user agent naming it, on requests that reach the server.
+func TestEachControllerHasClientsOfItsOwn(t *testing.T) {
+	agents := make(chan string, 8)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		agents <- r.UserAgent()
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"default"}}`))
+	}))
+	defer srv.Close()
+	cfg := &rest.Config{Host: srv.URL, QPS: 5, Burst: 10, UserAgent: ComponentName}
+	kubeA, clientA, _, err := controllerClients(cfg, "nodefailover", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kubeB, clientB, dynB, err := controllerClients(cfg, "enhancedstatefulset", true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if dynB == nil {
+		t.Fatal("no dynamic client for a manager that has one")
+	}
+	if kubeA.CoreV1().RESTClient().GetRateLimiter() == kubeB.CoreV1().RESTClient().GetRateLimiter() ||
+		clientA.JkeV1().RESTClient().GetRateLimiter() == clientB.JkeV1().RESTClient().GetRateLimiter() {
+		t.Fatal("two controllers share a rate limiter")
+	}
+	if kubeA.CoreV1().RESTClient().GetRateLimiter() != kubeA.AppsV1().RESTClient().GetRateLimiter() {
+		t.Fatal("one controller's API groups have separate limiters: its --kube-api-qps would apply per group")
+	}
+	for _, c := range []struct {
+		kube kubernetes.Interface
+		want string
+	}{{kubeA, ComponentName + "/nodefailover"}, {kubeB, ComponentName + "/enhancedstatefulset"}} {
+		if _, err := c.kube.CoreV1().Namespaces().Get(context.Background(), "default", metav1.GetOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if got := <-agents; got != c.want {
+			t.Fatalf("user agent %q, want %q", got, c.want)
 		}
 	}
 }

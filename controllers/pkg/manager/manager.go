@@ -287,7 +287,7 @@ func RunConfig(ctx context.Context, c *Config) error {
 			c.Hooks.OnStartedLeading(identity)
 		}
 		ready.Store(false)
-		return startControllers(ctx, o, kubeClient, client, dynamicClient, recorder, &ready)
+		return startControllers(ctx, o, cfg, kubeClient, client, dynamicClient, recorder, &ready)
 	}
 	if !o.LeaderElect {
 		return runControllers(ctx)
@@ -401,7 +401,7 @@ func runElected(ctx context.Context, c *Config, kubeClient kubernetes.Interface,
 
 // startControllers creates the informers and runs the enabled controllers until ctx is done;
 // ready is set once every informer the controllers use has synced.
-func startControllers(ctx context.Context, o *Options, kubeClient kubernetes.Interface, client versioned.Interface, dynamicClient dynamic.Interface,
+func startControllers(ctx context.Context, o *Options, cfg *rest.Config, kubeClient kubernetes.Interface, client versioned.Interface, dynamicClient dynamic.Interface,
 	recorder record.EventRecorder, ready *atomic.Bool) error {
 	names, err := o.EnabledControllers()
 	if err != nil {
@@ -410,7 +410,7 @@ func startControllers(ctx context.Context, o *Options, kubeClient kubernetes.Int
 	kubeInformers := informers.NewSharedInformerFactory(kubeClient, 0)
 	jkeInformers := externalversions.NewSharedInformerFactory(client, 0)
 	runs, err := buildControllers(controllerContext{kube: kubeClient, client: client, dynamic: dynamicClient, kubeInformers: kubeInformers,
-		jkeInformers: jkeInformers, recorder: recorder, opts: o}, names)
+		jkeInformers: jkeInformers, recorder: recorder, opts: o, rest: cfg}, names)
 	if err != nil {
 		return err
 	}
