@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -141,11 +142,16 @@ func TestCNIPodsGetNodeIPRangeAddressesAndCrossNodesThroughAgentRoutes(t *testin
 	}
 
 	nodes := readyNodes(t, ctx)
-	internalIP := map[string]string{}
+	// A dual-stack node (kind with KIND_IP_FAMILY=dual) has an InternalIP per family; a range
+	// is routed via its holder's InternalIP of the range's family.
+	internalIP := map[string]map[bool]string{}
 	for _, n := range nodes {
+		internalIP[n.Name] = map[bool]string{}
 		for _, a := range n.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				internalIP[n.Name] = a.Address
+			if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeInternalIP {
+				if _, seen := internalIP[n.Name][ip.Is4()]; !seen {
+					internalIP[n.Name][ip.Is4()] = a.Address
+				}
 			}
 		}
 	}
@@ -158,17 +164,25 @@ func TestCNIPodsGetNodeIPRangeAddressesAndCrossNodesThroughAgentRoutes(t *testin
 			t.Logf("skipping the route check on %s: %s", n.Name, why)
 			continue
 		}
-		out, err := shell.Exec("ip", "-4", "route", "show", "proto", agentRouteProtocol)
-		if err != nil {
-			t.Fatal(err)
+		routes := map[bool]string{}
+		for _, v4 := range []bool{true, false} {
+			family := map[bool]string{true: "-4", false: "-6"}[v4]
+			if routes[v4], err = shell.Exec("ip", family, "route", "show", "proto", agentRouteProtocol); err != nil {
+				t.Fatal(err)
+			}
 		}
 		for _, m := range nodes {
 			if m.Name == n.Name {
 				continue
 			}
 			for _, r := range rangesByNode[m.Name] {
-				if want := r.Spec.CIDR + " via " + internalIP[m.Name]; !strings.Contains(out, want) {
-					t.Errorf("node %s lacks the agent's route %q; its agent routes:\n%s", n.Name, want, out)
+				cidr, err := netip.ParsePrefix(r.Spec.CIDR)
+				if err != nil {
+					t.Fatal(err)
+				}
+				v4 := cidr.Addr().Is4()
+				if want := r.Spec.CIDR + " via " + internalIP[m.Name][v4]; !strings.Contains(routes[v4], want) {
+					t.Errorf("node %s lacks the agent's route %q; its agent routes:\n%s", n.Name, want, routes[v4])
 				}
 			}
 		}

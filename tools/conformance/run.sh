@@ -10,7 +10,9 @@
 #   KUBECONFIG          the cluster (default: the local cluster's, $CLUSTER_STATE_DIR/kubeconfig)
 #   CLUSTER_STATE_DIR   the local cluster (/var/lib/staticip-localcluster): images go into its nodes' containerd
 #   KIND_CLUSTER        a kind cluster's name: images go in with `kind load image-archive`
-#   CONFORMANCE_FOCUS   ginkgo focus regex (default: the full selection, $full_focus)
+#   CONFORMANCE_FOCUS   ginkgo focus regex (default: the full selection, $full_focus); or
+#                       ci (the CI subset), dualstack (upstream's [Feature:IPv6DualStack] specs for a
+#                       CNI, on a dual-stack cluster: kind's default), ci+dualstack (both in one run)
 #   CONFORMANCE_PROCS   parallel ginkgo processes (3); [Serial] specs run alone at the end
 #   CONFORMANCE_OUT     JUnit and logs (_output/conformance)
 set -euo pipefail
@@ -28,8 +30,18 @@ full_focus='\[sig-network\]|\[sig-scheduling\] SchedulerPredicates|\[sig-apps\] 
 # The CI subset (make test runs it on the e2e suite's local cluster): CONFORMANCE_FOCUS=ci; HostPort
 # because it found a defect (the conflist had no portmap).
 ci_focus='\[sig-network\] Networking Granular Checks: Pods|\[sig-network\] DNS|\[sig-network\] HostPort'
+# Upstream's dual-stack specs (not Conformance-labelled): every spec of test/e2e/network/dual_stack.go
+# but SCTP's (README.md, "Dual-stack"). Their namespaces carry e2e-framework=dualstack, which
+# kind's dual-stack pools select (tools/kind/README.md).
+dualstack_focus='\[sig-network\] \[Feature:IPv6DualStack\]'
+dualstack_labels='Feature:IPv6DualStack && !Feature:SCTPConnectivity'
 focus=${CONFORMANCE_FOCUS:-$full_focus}
-[ "$focus" = ci ] && focus=$ci_focus
+labels=Conformance
+case "$focus" in
+  ci) focus=$ci_focus ;;
+  dualstack) focus=$dualstack_focus labels=$dualstack_labels ;;
+  ci+dualstack) focus="$ci_focus|$dualstack_focus" labels="Conformance || ($dualstack_labels)" ;;
+esac
 registry=localhost/conformance
 kubectl="$root/_output/bin/kubectl --kubeconfig=$kubeconfig"
 mkdir -p "$out"
@@ -80,13 +92,13 @@ nodes=$($kubectl get nodes -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.
 num_nodes=$(echo "$nodes" | awk 'NF == 1' | wc -l)
 taints=$(echo "$nodes" | awk 'NF > 1 {for (i = 2; i <= NF; i++) print $i}' | sort -u | paste -sd, -)
 taints=${taints:+$taints,}node-role.kubernetes.io/control-plane
-log "$num_nodes schedulable nodes; non-blocking taints: $taints; focus: $focus; $procs processes"
+log "$num_nodes schedulable nodes; non-blocking taints: $taints; focus: $focus; labels: $labels; $procs processes"
 rm -f "$out"/junit_*.xml
 args=(
   --kubeconfig="$kubeconfig" --provider=skeleton --num-nodes="$num_nodes" --non-blocking-taints="$taints"
   --kube-test-repo-list="$images/repo-list.yaml" --report-dir="$out"
 )
-ginkgo=(--focus="$focus" --label-filter=Conformance --no-color --timeout=2h --poll-progress-after=5m)
+ginkgo=(--focus="$focus" --label-filter="$labels" --no-color --timeout=2h --poll-progress-after=5m)
 run_start=$SECONDS
 rc=0
 if [ "$procs" -gt 1 ]; then
