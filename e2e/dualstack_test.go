@@ -5,6 +5,7 @@ package e2e
 import (
 	"context"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"strings"
@@ -25,21 +26,25 @@ import (
 	"github.com/staticip/staticip/tools/localcluster/cluster"
 )
 
-// TestDualStackStaticPod (issue 39 item 2) on the local cluster's dual-stack nodes (both
-// InternalIPs, the IPv6 pool cluster.LocalClusterPoolV6 beside the IPv4 one, dual-stack Services):
-// a static-IP EnhancedStatefulSet pod naming both pools gets an IPv4 and an IPv6 address, its
-// StaticIP records both (spec.ips), it keeps both across a delete and recreate, a pod on another
-// node reaches it over IPv4 and IPv6 (the agents' routes: the IPv6 range via its node's IPv6
-// address), and a RequireDualStack Service reaches it over both families. Skipped where the
-// cluster has no IPv6 pool (kind's single-stack install).
+// TestDualStackStaticPod (issue 39 item 2) on a dual-stack cluster (both InternalIPs, an IPv6
+// pool beside the IPv4 one, dual-stack Services; dualStackPoolsOf: the local cluster's, or kind's
+// with KIND_IP_FAMILY=dual): a static-IP EnhancedStatefulSet pod naming both pools gets an IPv4
+// and an IPv6 address, its StaticIP records both (spec.ips), it keeps both across a delete and
+// recreate, a pod on another node reaches it over IPv4 and IPv6 (the agents' routes: the IPv6
+// range via its node's IPv6 address), and a RequireDualStack Service reaches it over both
+// families. On kind the client pod names no pool: both of its namespace's pools select it
+// (the path upstream's dual-stack specs take), and it must get both families too. Skipped where
+// the cluster has no such pools (an IPv4 cluster: KIND_IP_FAMILY=ipv4).
 func TestDualStackStaticPod(t *testing.T) {
 	ctx := context.Background()
 	requireStaticIPCNI(t, ctx)
 	cs := versioned.NewForConfigOrDie(f.Config)
-	if _, err := cs.JkeV1().IPPools().Get(ctx, cluster.LocalClusterPoolV6, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-		t.Skipf("no IPPool %s: the cluster is not the local cluster's dual-stack one (tools/localcluster up creates it)", cluster.LocalClusterPoolV6)
-	} else if err != nil {
+	pools, err := dualStackPoolsOf(ctx, cs)
+	if err != nil {
 		t.Fatal(err)
+	}
+	if pools == nil {
+		t.Skipf("no dual-stack pools: neither the local cluster's IPPool %s nor an IPv4 and an IPv6 IPPool selecting the namespaces labelled %v (kind: KIND_IP_FAMILY=dual)", cluster.LocalClusterPoolV6, kindDualStackNamespaceLabels)
 	}
 	nodes := workloadNodes(t, ctx)
 	if len(nodes) < 2 {
@@ -47,11 +52,12 @@ func TestDualStackStaticPod(t *testing.T) {
 	}
 	serverNode, clientNode := nodes[0].Name, nodes[1].Name
 	began := time.Now()
-	ns := f.NamespaceWithLabels(t, "dualstack", map[string]string{cluster.LabelDualStack: "true"})
-	// After the namespace is gone (cleanups run last-registered first): the IPv6 pool's blocks
-	// go back once empty (releaseAfter 10 s), so the tests after this one (failover moves every
-	// block of a node; the router carries IPv4 only) see the nodes as before.
-	t.Cleanup(func() { waitIPv6BlocksReleased(t, cs) })
+	ns := f.NamespaceWithLabels(t, "dualstack", pools.namespaceLabels)
+	// After the namespace is gone (cleanups run last-registered first): the namespace pools'
+	// blocks go back once empty (releaseAfter 10 s), so the tests after this one (failover moves
+	// every block of a node; the router carries IPv4 only; the CNI test checks the routes of
+	// every range of every node) see the nodes as before.
+	t.Cleanup(func() { waitNamespacePoolBlocksReleased(t, cs, pools.released) })
 
 	name := "ds"
 	labels := map[string]string{"app": name}
@@ -63,7 +69,7 @@ func TestDualStackStaticPod(t *testing.T) {
 			Replicas: ptr(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels}, ServiceName: name,
 			PodManagementPolicy: appsv1.ParallelPodManagement,
 			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{
-				poolchoice.AnnotationIPPools: fmt.Sprintf(`[%q,%q]`, cluster.LocalClusterPool, cluster.LocalClusterPoolV6)}}, Spec: spec},
+				poolchoice.AnnotationIPPools: fmt.Sprintf(`[%q,%q]`, pools.v4, pools.v6)}}, Spec: spec},
 		},
 	}
 	if _, err := cs.JkeV1alpha1().EnhancedStatefulSets(ns).Create(ctx, set, metav1.CreateOptions{}); err != nil {
@@ -96,12 +102,14 @@ func TestDualStackStaticPod(t *testing.T) {
 	// From a pod on another node, over both families: the agents route the server node's IPv4
 	// and IPv6 ranges via its address of each family.
 	client := testServerPod("client", clientNode, nil)
+	if !pools.bySelector {
+		client.Annotations = map[string]string{poolchoice.AnnotationIPPools: fmt.Sprintf(`[%q,%q]`, pools.v4, pools.v6)}
+	}
 	if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, client, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := f.WaitForPodRunning(ctx, ns, "client", 2*time.Minute); err != nil {
-		t.Fatal(err)
-	}
+	clientPod := waitDualStackPod(t, ctx, ns, "client", "")
+	t.Logf("client on %s: %v (pools %s)", clientNode, clientPod.addrs, client.Annotations[poolchoice.AnnotationIPPools])
 	get := func(what, ip string, port int) {
 		t.Helper()
 		var out string
@@ -177,20 +185,65 @@ func waitDualStackPod(t *testing.T, ctx context.Context, ns, name, oldUID string
 	return got
 }
 
-// waitIPv6BlocksReleased waits until no node holds a block of the IPv6 pool (the allocator
+// kindDualStackNamespaceLabels is the label kind's dual-stack pools select (tools/kind/kind.sh
+// dual_stack_pools, KIND_IP_FAMILY=dual): the one upstream's e2e framework gives the namespaces
+// of its [Feature:IPv6DualStack] specs (tools/conformance).
+var kindDualStackNamespaceLabels = map[string]string{"e2e-framework": "dualstack"}
+
+// dualStackPools are the IPPools a dual-stack pod of this cluster names, the labels of a
+// namespace they serve, and the namespace pools whose blocks must go back after the test.
+type dualStackPools struct {
+	v4, v6          string
+	namespaceLabels map[string]string
+	// bySelector: both pools select the namespace, so a pod naming no pool gets both families.
+	bySelector bool
+	released   []string
+}
+
+// dualStackPoolsOf finds the cluster's dual-stack pools: the local cluster's default and
+// default-v6 (a namespace pool of IPv6; the IPv4 one is the node pool), else an IPv4 and an IPv6
+// pool selecting kindDualStackNamespaceLabels (kind's); nil when there are none.
+func dualStackPoolsOf(ctx context.Context, cs versioned.Interface) (*dualStackPools, error) {
+	list, err := cs.JkeV1().IPPools().List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return nil, err
+	}
+	byFamily := map[bool]string{}
+	for _, p := range list.Items {
+		if p.Name == cluster.LocalClusterPoolV6 {
+			return &dualStackPools{v4: cluster.LocalClusterPool, v6: cluster.LocalClusterPoolV6,
+				namespaceLabels: map[string]string{cluster.LabelDualStack: "true"}, released: []string{cluster.LocalClusterPoolV6}}, nil
+		}
+		if p.Spec.NamespaceSelector == nil || !maps.Equal(p.Spec.NamespaceSelector.MatchLabels, kindDualStackNamespaceLabels) || len(p.Spec.CIDRs) == 0 {
+			continue
+		}
+		if c, err := netip.ParsePrefix(p.Spec.CIDRs[0]); err == nil {
+			byFamily[c.Addr().Is4()] = p.Name
+		}
+	}
+	if byFamily[true] == "" || byFamily[false] == "" {
+		return nil, nil
+	}
+	return &dualStackPools{v4: byFamily[true], v6: byFamily[false], namespaceLabels: kindDualStackNamespaceLabels,
+		bySelector: true, released: []string{byFamily[true], byFamily[false]}}, nil
+}
+
+// waitNamespacePoolBlocksReleased waits until no node holds a block of the pools (the allocator
 // releases an empty one after the pool's releaseAfter).
-func waitIPv6BlocksReleased(t *testing.T, cs versioned.Interface) {
+func waitNamespacePoolBlocksReleased(t *testing.T, cs versioned.Interface, pools []string) {
 	ctx := context.Background()
 	var held []string
-	if err := framework.WaitFor(ctx, 90*time.Second, "the IPv6 pool's blocks released", func(ctx context.Context) (bool, error) {
-		list, err := cs.JkeV1().IPRanges().List(ctx, metav1.ListOptions{LabelSelector: jkev1.LabelIPPool + "=" + cluster.LocalClusterPoolV6})
-		if err != nil {
-			return false, err
-		}
+	if err := framework.WaitFor(ctx, 90*time.Second, fmt.Sprintf("the blocks of IPPools %v released", pools), func(ctx context.Context) (bool, error) {
 		held = held[:0]
-		for _, r := range list.Items {
-			if r.Spec.Node != "" {
-				held = append(held, r.Name+"@"+r.Spec.Node)
+		for _, pool := range pools {
+			list, err := cs.JkeV1().IPRanges().List(ctx, metav1.ListOptions{LabelSelector: jkev1.LabelIPPool + "=" + pool})
+			if err != nil {
+				return false, err
+			}
+			for _, r := range list.Items {
+				if r.Spec.Node != "" {
+					held = append(held, r.Name+"@"+r.Spec.Node)
+				}
 			}
 		}
 		return len(held) == 0, nil
