@@ -224,3 +224,27 @@ func TestDualStackStaticPodKeepsBoth(t *testing.T) {
 		t.Fatalf("a single-stack annotation on a dual-stack node gave %v", one)
 	}
 }
+
+func TestIPv6Settled(t *testing.T) {
+	addr := func(s string, flags int) netlink.Addr {
+		return netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(s), Mask: net.CIDRMask(128, 128)}, Flags: flags}
+	}
+	for _, tc := range []struct {
+		name        string
+		addrs       []netlink.Addr
+		settled     bool
+		errContains string
+	}{
+		{name: "none", settled: true},
+		{name: "all permanent", addrs: []netlink.Addr{addr("fd00::5", 0x80), addr("fe80::1", 0x80)}, settled: true},
+		{name: "the link-local still tentative", addrs: []netlink.Addr{addr("fd00::5", 0x80), addr("fe80::1", 0x40)}},
+		{name: "duplicate address detection failed", addrs: []netlink.Addr{addr("fd00::5", 0x08)}, errContains: "fd00::5 failed duplicate address detection"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			settled, err := ipv6Settled("eth0", tc.addrs)
+			if settled != tc.settled || (err == nil) != (tc.errContains == "") || (err != nil && !strings.Contains(err.Error(), tc.errContains)) {
+				t.Errorf("ipv6Settled = %v, %v; want %v, error containing %q", settled, err, tc.settled, tc.errContains)
+			}
+		})
+	}
+}
