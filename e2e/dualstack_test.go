@@ -52,12 +52,12 @@ func TestDualStackStaticPod(t *testing.T) {
 	}
 	serverNode, clientNode := nodes[0].Name, nodes[1].Name
 	began := time.Now()
-	ns := f.NamespaceWithLabels(t, "dualstack", pools.namespaceLabels)
-	// After the namespace is gone (cleanups run last-registered first): the namespace pools'
-	// blocks go back once empty (releaseAfter 10 s), so the tests after this one (failover moves
-	// every block of a node; the router carries IPv4 only; the CNI test checks the routes of
-	// every range of every node) see the nodes as before.
+	// Registered before the namespace, so it runs after the namespace's deletion (cleanups run
+	// last-registered first): the namespace pools' blocks go back once empty (releaseAfter 10 s),
+	// so the tests after this one (failover moves every block of a node; the router carries IPv4
+	// only; the CNI test checks the routes of every range of every node) see the nodes as before.
 	t.Cleanup(func() { waitNamespacePoolBlocksReleased(t, cs, pools.released) })
+	ns := f.NamespaceWithLabels(t, "dualstack", pools.namespaceLabels)
 
 	name := "ds"
 	labels := map[string]string{"app": name}
@@ -234,7 +234,7 @@ func waitNamespacePoolBlocksReleased(t *testing.T, cs versioned.Interface, pools
 	ctx := context.Background()
 	var held []string
 	if err := framework.WaitFor(ctx, 90*time.Second, fmt.Sprintf("the blocks of IPPools %v released", pools), func(ctx context.Context) (bool, error) {
-		held = held[:0]
+		var now []string
 		for _, pool := range pools {
 			list, err := cs.JkeV1().IPRanges().List(ctx, metav1.ListOptions{LabelSelector: jkev1.LabelIPPool + "=" + pool})
 			if err != nil {
@@ -242,10 +242,11 @@ func waitNamespacePoolBlocksReleased(t *testing.T, cs versioned.Interface, pools
 			}
 			for _, r := range list.Items {
 				if r.Spec.Node != "" {
-					held = append(held, r.Name+"@"+r.Spec.Node)
+					now = append(now, r.Name+"@"+r.Spec.Node)
 				}
 			}
 		}
+		held = now // the last complete answer, for the message
 		return len(held) == 0, nil
 	}); err != nil {
 		t.Errorf("%v: still held %v", err, held)

@@ -130,6 +130,9 @@ type request struct {
 	pools []string
 	// poolsFromStore: the API server could not be asked; the store's copy decides.
 	poolsFromStore bool
+	// poolFamilies are the IP families of pools (ipam.AllocateRequest.Families); nil when
+	// the pools could not be read.
+	poolFamilies []int
 }
 
 // requestedIP reads what the pod asks for: its ip-address annotation, from the runtime's
@@ -165,7 +168,7 @@ func (p *Plugin) requestedIP(ctx context.Context, conf *NetConf, args *K8sArgs, 
 		}
 	}
 	if pod.Name != "" {
-		if req.pools, req.poolsFromStore, err = p.poolsOf(pod, annotations, <-views); err != nil {
+		if req.pools, req.poolsFromStore, req.poolFamilies, err = p.poolsOf(pod, annotations, <-views); err != nil {
 			return req, err
 		}
 	}
@@ -343,7 +346,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 
 	allocs, counted, ranges, served, err := p.allocate(conf, start, ipam.AllocateRequest{Attachment: att, Pod: pod, IP: req.IP,
-		SkipPodReservation: skipReservation, Alive: hostLinkAlive, Pools: req.pools, NamespacePoolsFromStore: req.poolsFromStore}, req.Second)
+		SkipPodReservation: skipReservation, Alive: hostLinkAlive, Pools: req.pools, Families: req.poolFamilies, NamespacePoolsFromStore: req.poolsFromStore}, req.Second)
 	var oe *openError
 	if errors.As(err, &oe) {
 		return oe.err

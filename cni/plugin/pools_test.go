@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"strings"
@@ -109,8 +110,18 @@ func TestPoolsOf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	blue6, err := poolchoice.NewPool("blue6", time.Unix(2, 0), false, []string{"fd00:2::/112"},
+		&poolchoice.LabelSelector{MatchLabels: map[string]string{"tenant": "blue"}})
+	if err != nil {
+		t.Fatal(err)
+	}
 	online := func(labels map[string]string) poolView {
 		return poolView{ns: poolchoice.Namespace{Name: "ns", Labels: labels}, pools: map[string]poolchoice.Pool{"blue": blue}}
+	}
+	dual := func(labels map[string]string) poolView {
+		v := online(labels)
+		v.pools["blue6"] = blue6
+		return v
 	}
 	offline := poolView{err: errors.New("connection refused")}
 	pod := ipam.PodRef{Namespace: "ns", Name: "p"}
@@ -121,9 +132,12 @@ func TestPoolsOf(t *testing.T) {
 		view      poolView
 		want      string
 		fromStore bool
+		families  string
 		errCode   uint
 	}{
-		{name: "selected by the pool's namespaceSelector", view: online(map[string]string{"tenant": "blue"}), want: "blue"},
+		{name: "selected by the pool's namespaceSelector", view: online(map[string]string{"tenant": "blue"}), want: "blue", families: "[4]"},
+		{name: "selected by a pool of each family: both families", view: dual(map[string]string{"tenant": "blue"}), want: "blue,blue6", families: "[4 6]"},
+		{name: "the pod names both", ann: names(`["blue6","blue"]`), view: dual(map[string]string{"tenant": "blue"}), want: "blue6,blue", families: "[4 6]"},
 		{name: "not selected: the node pool", view: online(nil), want: ""},
 		{name: "the pod names a pool that does not select its namespace", ann: names(`["blue"]`), view: online(nil), errCode: ErrCodeBadAnnotation},
 		{name: "the pod names a pool that does not exist", ann: names(`["red"]`), view: online(nil), errCode: ErrCodeBadAnnotation},
@@ -133,15 +147,15 @@ func TestPoolsOf(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &Plugin{Log: io.Discard}
-			got, fromStore, err := p.poolsOf(pod, tc.ann, tc.view)
+			got, fromStore, families, err := p.poolsOf(pod, tc.ann, tc.view)
 			if tc.errCode != 0 {
 				if code, msg := cniCode(err); code != tc.errCode {
 					t.Fatalf("poolsOf = %v, %v; want code %d (%s)", got, err, tc.errCode, msg)
 				}
 				return
 			}
-			if err != nil || strings.Join(got, ",") != tc.want || fromStore != tc.fromStore {
-				t.Fatalf("poolsOf = %v, %v, %v; want %q, fromStore %v", got, fromStore, err, tc.want, tc.fromStore)
+			if err != nil || strings.Join(got, ",") != tc.want || fromStore != tc.fromStore || (families != nil && fmt.Sprint(families) != tc.families) || (families == nil && tc.families != "") {
+				t.Fatalf("poolsOf = %v, %v, families %v, %v; want %q, fromStore %v, families %s", got, fromStore, families, err, tc.want, tc.fromStore, tc.families)
 			}
 		})
 	}
