@@ -47,11 +47,13 @@ func TestDualStackStaticPod(t *testing.T) {
 	}
 	serverNode, clientNode := nodes[0].Name, nodes[1].Name
 	began := time.Now()
-	ns := f.NamespaceWithLabels(t, "dualstack", map[string]string{cluster.LabelDualStack: "true"})
-	// After the namespace is gone (cleanups run last-registered first): the IPv6 pool's blocks
-	// go back once empty (releaseAfter 10 s), so the tests after this one (failover moves every
-	// block of a node; the router carries IPv4 only) see the nodes as before.
+	// Registered before the namespace, so it runs after the namespace is gone (cleanups run
+	// last-registered first): the IPv6 pool's blocks go back once empty (releaseAfter 10 s), so
+	// the tests after this one (failover moves every block of a node; the router carries IPv4
+	// only) see the nodes as before.
 	t.Cleanup(func() { waitIPv6BlocksReleased(t, cs) })
+	ns := f.NamespaceWithLabels(t, "dualstack", map[string]string{cluster.LabelDualStack: "true"})
+	bothPools := map[string]string{poolchoice.AnnotationIPPools: fmt.Sprintf(`[%q,%q]`, cluster.LocalClusterPool, cluster.LocalClusterPoolV6)}
 
 	name := "ds"
 	labels := map[string]string{"app": name}
@@ -62,8 +64,7 @@ func TestDualStackStaticPod(t *testing.T) {
 		Spec: jkev1alpha1.EnhancedStatefulSetSpec{
 			Replicas: ptr(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels}, ServiceName: name,
 			PodManagementPolicy: appsv1.ParallelPodManagement,
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: map[string]string{
-				poolchoice.AnnotationIPPools: fmt.Sprintf(`[%q,%q]`, cluster.LocalClusterPool, cluster.LocalClusterPoolV6)}}, Spec: spec},
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: bothPools}, Spec: spec},
 		},
 	}
 	if _, err := cs.JkeV1alpha1().EnhancedStatefulSets(ns).Create(ctx, set, metav1.CreateOptions{}); err != nil {
@@ -95,7 +96,10 @@ func TestDualStackStaticPod(t *testing.T) {
 
 	// From a pod on another node, over both families: the agents route the server node's IPv4
 	// and IPv6 ranges via its address of each family.
+	// The client is dual-stack too: in this namespace a pod naming no pool would take the
+	// namespace's pool alone, the IPv6 one.
 	client := testServerPod("client", clientNode, nil)
+	client.Annotations = bothPools
 	if _, err := f.Client.CoreV1().Pods(ns).Create(ctx, client, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
