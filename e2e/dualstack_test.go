@@ -64,7 +64,7 @@ func TestDualStackStaticPod(t *testing.T) {
 		Spec: jkev1alpha1.EnhancedStatefulSetSpec{
 			Replicas: ptr(int32(1)), Selector: &metav1.LabelSelector{MatchLabels: labels}, ServiceName: name,
 			PodManagementPolicy: appsv1.ParallelPodManagement,
-			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: bothPools}, Spec: spec},
+			Template:            corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: labels, Annotations: bothPools}, Spec: spec},
 		},
 	}
 	if _, err := cs.JkeV1alpha1().EnhancedStatefulSets(ns).Create(ctx, set, metav1.CreateOptions{}); err != nil {
