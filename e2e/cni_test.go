@@ -6,7 +6,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -124,7 +123,8 @@ func deletePodAndWait(t *testing.T, ctx context.Context, ns, name string) {
 
 // TestCNIPodsGetNodeIPRangeAddressesAndCrossNodesThroughAgentRoutes: on the staticip CNI a
 // pod on every node gets an address from its node's IPRange; every node routes every other
-// node's IPRanges via that node's InternalIP with routes the agent made (protocol 0x5a, the
+// node's IPRanges via that node's InternalIP of the range's family (a dual-stack node has two)
+// with routes the agent made (protocol 0x5a, the
 // local cluster adds no routes between nodes for this CNI); pods answer each other across
 // every pair of nodes over those routes.
 func TestCNIPodsGetNodeIPRangeAddressesAndCrossNodesThroughAgentRoutes(t *testing.T) {
@@ -142,16 +142,19 @@ func TestCNIPodsGetNodeIPRangeAddressesAndCrossNodesThroughAgentRoutes(t *testin
 	}
 
 	nodes := readyNodes(t, ctx)
-	// A dual-stack node (kind with KIND_IP_FAMILY=dual) has an InternalIP per family; a range
-	// is routed via its holder's InternalIP of the range's family.
-	internalIP := map[string]map[bool]string{}
+	// node -> "4"/"6" -> its first InternalIP of that family
+	internalIP := map[string]map[string]string{}
+	family := func(addr string) string {
+		if strings.Contains(addr, ":") {
+			return "6"
+		}
+		return "4"
+	}
 	for _, n := range nodes {
-		internalIP[n.Name] = map[bool]string{}
+		internalIP[n.Name] = map[string]string{}
 		for _, a := range n.Status.Addresses {
-			if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == corev1.NodeInternalIP {
-				if _, seen := internalIP[n.Name][ip.Is4()]; !seen {
-					internalIP[n.Name][ip.Is4()] = a.Address
-				}
+			if f := family(a.Address); a.Type == corev1.NodeInternalIP && internalIP[n.Name][f] == "" {
+				internalIP[n.Name][f] = a.Address
 			}
 		}
 	}
@@ -164,25 +167,22 @@ func TestCNIPodsGetNodeIPRangeAddressesAndCrossNodesThroughAgentRoutes(t *testin
 			t.Logf("skipping the route check on %s: %s", n.Name, why)
 			continue
 		}
-		routes := map[bool]string{}
-		for _, v4 := range []bool{true, false} {
-			family := map[bool]string{true: "-4", false: "-6"}[v4]
-			if routes[v4], err = shell.Exec("ip", family, "route", "show", "proto", agentRouteProtocol); err != nil {
-				t.Fatal(err)
-			}
+		out4, err := shell.Exec("ip", "-4", "route", "show", "proto", agentRouteProtocol)
+		if err != nil {
+			t.Fatal(err)
 		}
+		out6, err := shell.Exec("ip", "-6", "route", "show", "proto", agentRouteProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := out4 + out6
 		for _, m := range nodes {
 			if m.Name == n.Name {
 				continue
 			}
 			for _, r := range rangesByNode[m.Name] {
-				cidr, err := netip.ParsePrefix(r.Spec.CIDR)
-				if err != nil {
-					t.Fatal(err)
-				}
-				v4 := cidr.Addr().Is4()
-				if want := r.Spec.CIDR + " via " + internalIP[m.Name][v4]; !strings.Contains(routes[v4], want) {
-					t.Errorf("node %s lacks the agent's route %q; its agent routes:\n%s", n.Name, want, routes[v4])
+				if want := r.Spec.CIDR + " via " + internalIP[m.Name][family(r.Spec.CIDR)]; !strings.Contains(out, want) {
+					t.Errorf("node %s lacks the agent's route %q; its agent routes:\n%s", n.Name, want, out)
 				}
 			}
 		}

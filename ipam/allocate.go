@@ -154,19 +154,13 @@ type Allocated struct {
 // AllocatePod gives an attachment an address of every IP family the pod takes addresses of on
 // this node, in one transaction: both or none. The families (PodFamilies): those of the
 // requested addresses (req.IP, the primary, and second, of the other family), of the pod's
-// reservations, of the ranges next free may take its address from (its pools, or every
-// range of no namespace pool) — a node with ranges of both families gives a dual-stack pod —
-// and req.Families (its pools' families, even where this node has no range of one yet).
+// reservations, and of the ranges next free may take its address from (its pools, or every
+// range of no namespace pool) — a node with ranges of both families gives a dual-stack pod.
 // The primary comes first: req.IP's family, else its first reservation's, else IPv4 when the
 // node has it. req.Family must be 0.
 func (d *DB) AllocatePod(req AllocateRequest, second netip.Addr) ([]Allocated, error) {
 	if req.Family != 0 {
 		return nil, invalidf("AllocatePod decides the families itself")
-	}
-	for _, f := range req.Families {
-		if f != 4 && f != 6 {
-			return nil, invalidf("families must be 4 or 6, not %d", f)
-		}
 	}
 	req, _, err := normalizeRequest(req)
 	if err != nil {
@@ -239,7 +233,12 @@ func (d *DB) podFamilies(t *txn, ranges []Range, req AllocateRequest, second net
 		return nil, err
 	}
 	for _, f := range []int{4, 6} {
-		if slices.ContainsFunc(usable, func(r Range) bool { return family(r.Subnet.Addr()) == f }) || slices.Contains(req.Families, f) {
+		if slices.ContainsFunc(usable, func(r Range) bool { return family(r.Subnet.Addr()) == f }) {
+			add(f)
+		}
+	}
+	if req.Pools != nil {
+		for _, f := range req.PoolFamilies { // its pools' families, their blocks here or not
 			add(f)
 		}
 	}

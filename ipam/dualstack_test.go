@@ -2,9 +2,7 @@ package ipam
 
 import (
 	"errors"
-	"fmt"
 	"net/netip"
-	"strings"
 	"testing"
 
 	bolt "go.etcd.io/bbolt"
@@ -293,35 +291,4 @@ func TestAllocatePod(t *testing.T) {
 	}
 	checkIndexes(t, d)
 	checkIndexes(t, single)
-}
-
-// A dual-stack pod of pools (Families 4 and 6) on a node that holds a block of its IPv4 pool but
-// not yet one of its IPv6 pool: ErrExhausted and nothing allocated (the plugin waits for the
-// block), not an IPv4-only pod; once the IPv6 block is there, both. Without Families the node's
-// ranges alone decide: the single-stack pod the kind e2e found (client ... podIPs [10.245.1.1]).
-func TestAllocatePodFamiliesOfItsPools(t *testing.T) {
-	d := openTest(t, "", nil)
-	mustRange(t, d, Range{Subnet: pfx("10.64.0.0/29"), Pool: "ds4", Restricted: true})
-	r := req("c1", pod("ns", "a"))
-	r.Pools = []string{"ds4", "ds6"}
-	if got, err := d.AllocatePod(r, netip.Addr{}); err != nil || len(got) != 1 || family(got[0].IP) != 4 {
-		t.Fatalf("without Families (the node's ranges decide) = %+v, %v; want the one IPv4 address", got, err)
-	}
-	r = req("c2", pod("ns", "b"))
-	r.Pools, r.Families = []string{"ds4", "ds6"}, []int{4, 6}
-	if got, err := d.AllocatePod(r, netip.Addr{}); !errors.Is(err, ErrExhausted) || !strings.Contains(fmt.Sprint(err), "IPv6") {
-		t.Fatalf("no IPv6 block of the pod's pools yet = %+v, %v; want ErrExhausted for its IPv6 address", got, err)
-	}
-	if as, _ := d.Allocations(); len(as) != 1 || as[0].Pod.Name != "a" {
-		t.Fatalf("a failed allocation left something behind: %+v", as)
-	}
-	mustRange(t, d, Range{Subnet: pfx("fd00:64::/125"), Pool: "ds6", Restricted: true})
-	if got, err := d.AllocatePod(r, netip.Addr{}); err != nil || len(got) != 2 || family(got[0].IP) != 4 || family(got[1].IP) != 6 {
-		t.Fatalf("with the IPv6 block = %+v, %v; want one address of each family", got, err)
-	}
-	r.Families = []int{5}
-	if _, err := d.AllocatePod(r, netip.Addr{}); !errors.Is(err, ErrInvalid) {
-		t.Fatalf("family 5: %v, want ErrInvalid", err)
-	}
-	checkIndexes(t, d)
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -77,7 +76,7 @@ func TestDualStackPodsTalkAcrossNodes(t *testing.T) {
 		sync(n)
 	}
 	for _, n := range nodes {
-		n.pod = podNetns(t, n.name)
+		n.pod = nstest.ForTest(t, n.name)
 		n.addrs = addPod(t, n.host, n.pod, n.agent, "ctr-"+n.name)
 		if len(n.addrs) != 2 || !n.addrs[0].Is4() || !n.addrs[1].Is6() {
 			t.Fatalf("pod on %s got %v, want an IPv4 and an IPv6 address", n.name, n.addrs)
@@ -95,10 +94,10 @@ func TestDualStackPodsTalkAcrossNodes(t *testing.T) {
 		sync(n)
 	}
 	for _, ip := range b.addrs {
-		talkAcross(t, a.pod, b.pod, ip)
+		nstest.Talk(t, a.pod, b.pod, ip, 7779)
 	}
 	for _, ip := range a.addrs {
-		talkAcross(t, b.pod, a.pod, ip)
+		nstest.Talk(t, b.pod, a.pod, ip, 7779)
 	}
 	for _, c := range []struct{ n, peer *node }{{a, b}, {b, a}} {
 		if got := agentRouteVia(c.n.host, c.peer.cidr6); got != c.peer.v6 {
@@ -128,12 +127,7 @@ func linkedNodeNetns(t *testing.T, tag string, addrsA, addrsB []string) (*nstest
 	t.Helper()
 	var out [2]*nstest.NetNS
 	for i := range out {
-		n, err := nstest.New(fmt.Sprint(tag, i))
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { n.Close() })
-		out[i] = n
+		out[i] = nstest.ForTest(t, fmt.Sprint(tag, i))
 	}
 	if err := out[0].Do(func(ns.NetNS) error {
 		veth := &netlink.Veth{LinkAttrs: netlink.LinkAttrs{Name: "cni-up0"}, PeerName: "cni-up1"}
@@ -170,17 +164,6 @@ func linkedNodeNetns(t *testing.T, tag string, addrsA, addrsB []string) (*nstest
 		}
 	}
 	return out[0], out[1]
-}
-
-// podNetns is a pod's network namespace, deleted when the test ends.
-func podNetns(t *testing.T, tag string) *nstest.NetNS {
-	t.Helper()
-	n, err := nstest.New(tag)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	return n
 }
 
 // addPod runs the real plugin's ADD for a pod in pod on the node whose network namespace is
@@ -241,34 +224,6 @@ func agentRouteVia(host *nstest.NetNS, cidr string) string {
 		return nil
 	})
 	return via
-}
-
-// talkAcross: the pod in from connects to ip, the pod in to listening on it, over TCP.
-func talkAcross(t *testing.T, from, to *nstest.NetNS, ip netip.Addr) {
-	t.Helper()
-	var ln net.Listener
-	if err := to.Do(func(ns.NetNS) error {
-		var err error
-		ln, err = net.Listen("tcp", net.JoinHostPort(ip.String(), "7779"))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		if c, err := ln.Accept(); err == nil {
-			c.Close()
-		}
-	}()
-	if err := from.Do(func(ns.NetNS) error {
-		c, err := net.DialTimeout("tcp", net.JoinHostPort(ip.String(), "7779"), 3*time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err
-	}); err != nil {
-		t.Errorf("pod on the other node -> %s: %v", ip, err)
-	}
 }
 
 // The claims carry one address per family (issue 39 item 2): a holder entry carries its node's

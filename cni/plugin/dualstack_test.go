@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -133,7 +132,7 @@ func TestDualStackPods(t *testing.T) {
 		t.Fatalf("repeated ADD gave %v, first %v", again, got)
 	}
 	for _, ip := range resultAddrs(rb) {
-		talk(t, a, b, ip)
+		nstest.Talk(t, a, b, ip, 7778)
 	}
 	// DEL frees both (no kubeconfig: no Kubernetes).
 	if err := h.del(argsA); err != nil {
@@ -143,34 +142,6 @@ func TestDualStackPods(t *testing.T) {
 		if al.Pod.Name == "a" {
 			t.Fatalf("DEL left %v allocated", al.IP)
 		}
-	}
-}
-
-// talk: pod from connects to pod to at ip over TCP.
-func talk(t *testing.T, from, to *nstest.NetNS, ip netip.Addr) {
-	t.Helper()
-	var ln net.Listener
-	if err := to.Do(func(ns.NetNS) error {
-		var err error
-		ln, err = net.Listen("tcp", net.JoinHostPort(ip.String(), "7778"))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		if c, err := ln.Accept(); err == nil {
-			c.Close()
-		}
-	}()
-	if err := from.Do(func(ns.NetNS) error {
-		c, err := net.DialTimeout("tcp", net.JoinHostPort(ip.String(), "7778"), 5*time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err
-	}); err != nil {
-		t.Fatalf("pod -> %s: %v", ip, err)
 	}
 }
 

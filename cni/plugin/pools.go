@@ -116,37 +116,35 @@ func podPools(pod ipam.PodRef, annotations map[string]string) ([]string, error) 
 // the pod's own annotation (annotations; nil when unknown), its namespace's annotation and
 // labels, and the pools' namespaceSelectors. fromStore: the view could not be read (the node is
 // cut off) and the pod names no pool itself, so the store's copy of its namespace's pools, as the
-// agent last wrote them, decides (README "Offline"). families are the IP families of the chosen
-// pools when the view was read (poolFamilies), nil otherwise.
-func (p *Plugin) poolsOf(pod ipam.PodRef, annotations map[string]string, view poolView) (pools []string, fromStore bool, families []int, err error) {
+// agent last wrote them, decides (README "Offline").
+func (p *Plugin) poolsOf(pod ipam.PodRef, annotations map[string]string, view poolView) (pools []string, fromStore bool, err error) {
 	own, err := podPools(pod, annotations)
 	if err != nil {
-		return nil, false, nil, err
+		return nil, false, err
 	}
 	if view.err != nil {
 		if own != nil {
-			return own, false, nil, nil
+			return own, false, nil
 		}
 		p.logf("pod %s: cannot read its namespace's pools from the API server (%v); using the agent's last copy in the store", pod, view.err)
-		return nil, true, nil, nil
+		return nil, true, nil
 	}
 	ch, err := poolchoice.Choose(annotations, view.ns, view.pools, poolchoice.NamespacePools(view.pools))
 	if err != nil {
-		return nil, false, nil, types.NewError(ErrCodeBadAnnotation, fmt.Sprintf("staticip: pod %s: %v", pod, err), "")
+		return nil, false, types.NewError(ErrCodeBadAnnotation, fmt.Sprintf("staticip: pod %s: %v", pod, err), "")
 	}
-	return ch.Pools, false, poolFamilies(ch.Pools, view.pools), nil
+	return ch.Pools, false, nil
 }
 
-// poolFamilies are the IP families of the named pools (4 before 6), which the pod must get an
-// address of each of (ipam.AllocateRequest.Families): a dual-stack pod's pools are of both,
-// and one of its blocks may reach the node after the other (the range allocator gives each once
-// the pod is bound there), so what the node holds at ADD cannot say which families the pod
-// takes. An unknown name counts for none.
-func poolFamilies(names []string, pools map[string]poolchoice.Pool) []int {
+// poolFamilies are the IP families (4, 6; IPv4 first) of the pod's pools as the API server's
+// view has them: a pod naming a pool of each family takes an address of each (the store waits
+// for neither family's ranges to be there to count it: ipam.AllocateRequest.PoolFamilies). None
+// when the view could not be read (offline: the families of the ranges decide, as before).
+func poolFamilies(pools []string, view poolView) []int {
 	var v4, v6 bool
-	for _, n := range names {
-		if pool, ok := pools[n]; ok {
-			v4, v6 = v4 || pool.V4, v6 || !pool.V4
+	for _, name := range pools {
+		if p, ok := view.pools[name]; ok {
+			v4, v6 = v4 || p.V4, v6 || !p.V4
 		}
 	}
 	var out []int

@@ -110,18 +110,8 @@ func TestPoolsOf(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	blue6, err := poolchoice.NewPool("blue6", time.Unix(2, 0), false, []string{"fd00:2::/112"},
-		&poolchoice.LabelSelector{MatchLabels: map[string]string{"tenant": "blue"}})
-	if err != nil {
-		t.Fatal(err)
-	}
 	online := func(labels map[string]string) poolView {
 		return poolView{ns: poolchoice.Namespace{Name: "ns", Labels: labels}, pools: map[string]poolchoice.Pool{"blue": blue}}
-	}
-	dual := func(labels map[string]string) poolView {
-		v := online(labels)
-		v.pools["blue6"] = blue6
-		return v
 	}
 	offline := poolView{err: errors.New("connection refused")}
 	pod := ipam.PodRef{Namespace: "ns", Name: "p"}
@@ -132,12 +122,9 @@ func TestPoolsOf(t *testing.T) {
 		view      poolView
 		want      string
 		fromStore bool
-		families  string
 		errCode   uint
 	}{
-		{name: "selected by the pool's namespaceSelector", view: online(map[string]string{"tenant": "blue"}), want: "blue", families: "[4]"},
-		{name: "selected by a pool of each family: both families", view: dual(map[string]string{"tenant": "blue"}), want: "blue,blue6", families: "[4 6]"},
-		{name: "the pod names both", ann: names(`["blue6","blue"]`), view: dual(map[string]string{"tenant": "blue"}), want: "blue6,blue", families: "[4 6]"},
+		{name: "selected by the pool's namespaceSelector", view: online(map[string]string{"tenant": "blue"}), want: "blue"},
 		{name: "not selected: the node pool", view: online(nil), want: ""},
 		{name: "the pod names a pool that does not select its namespace", ann: names(`["blue"]`), view: online(nil), errCode: ErrCodeBadAnnotation},
 		{name: "the pod names a pool that does not exist", ann: names(`["red"]`), view: online(nil), errCode: ErrCodeBadAnnotation},
@@ -147,16 +134,36 @@ func TestPoolsOf(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			p := &Plugin{Log: io.Discard}
-			got, fromStore, families, err := p.poolsOf(pod, tc.ann, tc.view)
+			got, fromStore, err := p.poolsOf(pod, tc.ann, tc.view)
 			if tc.errCode != 0 {
 				if code, msg := cniCode(err); code != tc.errCode {
 					t.Fatalf("poolsOf = %v, %v; want code %d (%s)", got, err, tc.errCode, msg)
 				}
 				return
 			}
-			if err != nil || strings.Join(got, ",") != tc.want || fromStore != tc.fromStore || (families != nil && fmt.Sprint(families) != tc.families) || (families == nil && tc.families != "") {
-				t.Fatalf("poolsOf = %v, %v, families %v, %v; want %q, fromStore %v, families %s", got, fromStore, families, err, tc.want, tc.fromStore, tc.families)
+			if err != nil || strings.Join(got, ",") != tc.want || fromStore != tc.fromStore {
+				t.Fatalf("poolsOf = %v, %v, %v; want %q, fromStore %v", got, fromStore, err, tc.want, tc.fromStore)
 			}
 		})
+	}
+}
+
+// The families of a pod's pools, IPv4 first, from the API server's view; none offline.
+func TestPoolFamilies(t *testing.T) {
+	view := poolView{pools: map[string]poolchoice.Pool{"default": {Name: "default", V4: true}, "default-v6": {Name: "default-v6"}, "blue": {Name: "blue", V4: true}}}
+	for _, c := range []struct {
+		pools []string
+		view  poolView
+		want  string
+	}{
+		{[]string{"default-v6", "default"}, view, "[4 6]"},
+		{[]string{"default", "blue"}, view, "[4]"},
+		{[]string{"default-v6", "gone"}, view, "[6]"},
+		{nil, view, "[]"},
+		{[]string{"default", "default-v6"}, poolView{err: errors.New("offline")}, "[]"},
+	} {
+		if got := fmt.Sprint(poolFamilies(c.pools, c.view)); got != c.want {
+			t.Errorf("poolFamilies(%v) = %s, want %s", c.pools, got, c.want)
+		}
 	}
 }
