@@ -123,7 +123,8 @@ func deletePodAndWait(t *testing.T, ctx context.Context, ns, name string) {
 
 // TestCNIPodsGetNodeIPRangeAddressesAndCrossNodesThroughAgentRoutes: on the staticip CNI a
 // pod on every node gets an address from its node's IPRange; every node routes every other
-// node's IPRanges via that node's InternalIP with routes the agent made (protocol 0x5a, the
+// node's IPRanges via that node's InternalIP of the range's family (a dual-stack node has two)
+// with routes the agent made (protocol 0x5a, the
 // local cluster adds no routes between nodes for this CNI); pods answer each other across
 // every pair of nodes over those routes.
 func TestCNIPodsGetNodeIPRangeAddressesAndCrossNodesThroughAgentRoutes(t *testing.T) {
@@ -141,11 +142,19 @@ func TestCNIPodsGetNodeIPRangeAddressesAndCrossNodesThroughAgentRoutes(t *testin
 	}
 
 	nodes := readyNodes(t, ctx)
-	internalIP := map[string]string{}
+	// node -> "4"/"6" -> its first InternalIP of that family
+	internalIP := map[string]map[string]string{}
+	family := func(addr string) string {
+		if strings.Contains(addr, ":") {
+			return "6"
+		}
+		return "4"
+	}
 	for _, n := range nodes {
+		internalIP[n.Name] = map[string]string{}
 		for _, a := range n.Status.Addresses {
-			if a.Type == corev1.NodeInternalIP {
-				internalIP[n.Name] = a.Address
+			if f := family(a.Address); a.Type == corev1.NodeInternalIP && internalIP[n.Name][f] == "" {
+				internalIP[n.Name][f] = a.Address
 			}
 		}
 	}
@@ -158,16 +167,21 @@ func TestCNIPodsGetNodeIPRangeAddressesAndCrossNodesThroughAgentRoutes(t *testin
 			t.Logf("skipping the route check on %s: %s", n.Name, why)
 			continue
 		}
-		out, err := shell.Exec("ip", "-4", "route", "show", "proto", agentRouteProtocol)
+		out4, err := shell.Exec("ip", "-4", "route", "show", "proto", agentRouteProtocol)
 		if err != nil {
 			t.Fatal(err)
 		}
+		out6, err := shell.Exec("ip", "-6", "route", "show", "proto", agentRouteProtocol)
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := out4 + out6
 		for _, m := range nodes {
 			if m.Name == n.Name {
 				continue
 			}
 			for _, r := range rangesByNode[m.Name] {
-				if want := r.Spec.CIDR + " via " + internalIP[m.Name]; !strings.Contains(out, want) {
+				if want := r.Spec.CIDR + " via " + internalIP[m.Name][family(r.Spec.CIDR)]; !strings.Contains(out, want) {
 					t.Errorf("node %s lacks the agent's route %q; its agent routes:\n%s", n.Name, want, out)
 				}
 			}

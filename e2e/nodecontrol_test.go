@@ -100,7 +100,8 @@ func (c *localNodes) start(t *testing.T, node string) {
 //   - partition is `docker network disconnect` from the node's one network (kind's,
 //     staticip-kind under make e2e-kind): the node keeps running with no link to the API
 //     server, the other nodes or the host; heal is `docker network connect --ip <its address>`
-//     with the aliases it had, so the node keeps its InternalIP. The disconnect removes the
+//     (and `--ip6` on a dual-stack network) with the aliases it had, so the node keeps its
+//     InternalIPs. The disconnect removes the
 //     node's eth0 and with it every route through it (the agent's routes to the other nodes'
 //     ranges); the agent puts them back on its next pass after the heal.
 type kindNodes struct {
@@ -114,7 +115,10 @@ var shortID = regexp.MustCompile(`^[0-9a-f]{12}$`)
 // kindLink is a node container's attachment to its network.
 type kindLink struct {
 	network, ip string
-	aliases     []string
+	// ip6 is the node's IPv6 address on a dual-stack network (KIND_IP_FAMILY=dual): kind gave
+	// the kubelet both as --node-ip, so heal gives both back.
+	ip6     string
+	aliases []string
 }
 
 func docker(args ...string) (string, error) {
@@ -145,8 +149,9 @@ func (c *kindNodes) link(container string) (kindLink, error) {
 		return kindLink{}, err
 	}
 	var nets map[string]struct {
-		IPAddress string
-		Aliases   []string
+		IPAddress         string
+		GlobalIPv6Address string
+		Aliases           []string
 	}
 	if err := json.Unmarshal([]byte(out), &nets); err != nil {
 		return kindLink{}, fmt.Errorf("docker inspect %s: networks %q: %w", container, out, err)
@@ -155,7 +160,7 @@ func (c *kindNodes) link(container string) (kindLink, error) {
 		if len(nets) != 1 || n.IPAddress == "" {
 			break
 		}
-		l := kindLink{network: name, ip: n.IPAddress}
+		l := kindLink{network: name, ip: n.IPAddress, ip6: n.GlobalIPv6Address}
 		for _, a := range n.Aliases {
 			// Docker lists the container's own name and short ID among the aliases (kind
 			// sets none of its own); it adds those by itself on every connect.
@@ -242,6 +247,9 @@ func (c *kindNodes) heal(node string) error {
 		return err
 	}
 	args := []string{"network", "connect", "--ip", l.ip}
+	if l.ip6 != "" {
+		args = append(args, "--ip6", l.ip6)
+	}
 	for _, a := range l.aliases {
 		args = append(args, "--alias", a)
 	}
@@ -251,7 +259,7 @@ func (c *kindNodes) heal(node string) error {
 	c.mu.Lock()
 	delete(c.links, node)
 	c.mu.Unlock()
-	c.t.Logf("%s healed: docker network connect --ip %s %s %s", node, l.ip, l.network, ctr)
+	c.t.Logf("%s healed: docker %s", node, strings.Join(append(args, l.network, ctr), " "))
 	return nil
 }
 

@@ -237,6 +237,11 @@ func (d *DB) podFamilies(t *txn, ranges []Range, req AllocateRequest, second net
 			add(f)
 		}
 	}
+	if req.Pools != nil {
+		for _, f := range req.PoolFamilies { // its pools' families, their blocks here or not
+			add(f)
+		}
+	}
 	if len(order) == 0 {
 		add(4) // nothing usable: the allocation reports what is missing
 	}

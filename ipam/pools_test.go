@@ -2,6 +2,7 @@ package ipam
 
 import (
 	"errors"
+	"net/netip"
 	"strings"
 	"testing"
 )
@@ -119,5 +120,26 @@ func TestAllocateByNamespacePools(t *testing.T) {
 	}
 	if a := allocate(t, d, AllocateRequest{Attachment: att("t2"), Pod: pod("tenant", "p2"), NamespacePoolsFromStore: true}); !pfx("10.1.0.0/29").Contains(a.IP) {
 		t.Errorf("after the table emptied the tenant pod got %s, want the node pool", a.IP)
+	}
+}
+
+// A dual-stack pod names a pool of each family (PoolFamilies 4 and 6): while its IPv6 pool has no
+// block on the node yet it gets no address at all (ErrExhausted naming the pools: the CNI waits for
+// the block), never an IPv4 address alone; once the block is there it gets one of each.
+func TestAllocatePodWaitsForEveryFamilyOfItsPools(t *testing.T) {
+	d := openTest(t, "", nil)
+	mustRange(t, d, Range{Subnet: pfx("10.1.0.0/30"), Pool: "default"})
+	req := AllocateRequest{Attachment: att("c-ds"), Pod: pod("ns", "ds"), Pools: []string{"default", "default-v6"}, PoolFamilies: []int{4, 6}}
+	got, err := d.AllocatePod(req, netip.Addr{})
+	if err == nil || !errors.Is(err, ErrExhausted) || !strings.Contains(err.Error(), "default-v6") {
+		t.Fatalf("AllocatePod without the IPv6 block: %v, %v; want ErrExhausted naming the pools", got, err)
+	}
+	if as, _ := d.Allocations(); len(as) != 0 {
+		t.Fatalf("a failed dual-stack allocation left %v allocated", as)
+	}
+	mustRange(t, d, Range{Subnet: pfx("fd00:10::/120"), Pool: "default-v6", Restricted: true})
+	got, err = d.AllocatePod(req, netip.Addr{})
+	if err != nil || len(got) != 2 || got[0].IP.String() != "10.1.0.1" || got[1].IP.String() != "fd00:10::1" {
+		t.Fatalf("AllocatePod with both blocks: %+v, %v; want 10.1.0.1 and fd00:10::1", got, err)
 	}
 }

@@ -136,6 +136,11 @@ type AllocateRequest struct {
 	// NamespacePoolsFromStore, the pools SetNamespacePools recorded for the pod's namespace). A
 	// requested IP (IP) or the pod's reservation is not held to it: a static IP keeps its pool.
 	Pools []string
+	// PoolFamilies are the IP families (4, 6) of Pools, as the caller read the pools: AllocatePod
+	// gives the pod an address of each even when no range of that family is on this node yet
+	// (it fails with ErrExhausted naming the pools, and the CNI waits for the block), so a
+	// dual-stack pod never starts with one family because its IPv6 block came a moment late.
+	PoolFamilies []int
 	// NamespacePoolsFromStore: the caller could not learn the pod's pools (the CNI plugin cut off
 	// from the API server), so a request naming none takes the store's copy of its namespace's
 	// pools, as the agent last wrote them. Otherwise that copy is never read: it lags the API.

@@ -11,7 +11,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"net"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -289,7 +288,11 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 	if err != nil {
 		errs = append(errs, fmt.Errorf("conflist: %w", err))
 	}
-	a.report(plan, rp)
+	// The ranges this node holds of a family it has no InternalIP of: their claims carry no
+	// address, so no node routes them here; said on the range (condition, Event).
+	selfAddrs := addrsByFamily(snap.selfAddrs)
+	missing := missingFamilies(selfAddrs, plan.mine, plan.draining, plan.byName)
+	a.report(plan, rp, missing)
 	if a.cfg.NAT.Enabled {
 		// Every pass writes the whole table: a range moved, a natOutgoing flipped or a rule
 		// deleted by hand is followed within a pass.
@@ -307,8 +310,8 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		apiCtx, cancel := context.WithTimeout(ctx, apiTimeout)
 		// The claims (this node's entries of status.holders) go out with the counts, whatever
 		// else of the pass failed: a claim never waits for unrelated work.
-		own := ownHolders(a.cfg.NodeName, snap.selfAddress, plan.mine, plan.draining)
-		err := a.writeStatus(apiCtx, plan, stats.Usage, snap.ranges, own)
+		own := ownHolders(a.cfg.NodeName, selfAddrs, plan.mine, plan.draining, plan.byName)
+		err := a.writeStatus(apiCtx, plan, stats.Usage, snap.ranges, own, missing)
 		cancel()
 		if err != nil {
 			a.apiErrors.Add(1)
@@ -323,10 +326,9 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 		// the report is written whatever else failed: a route that cannot be programmed leaves
 		// only its own entry out.
 		routes := planRoutes(plan.accepted, a.cfg.NodeName, plan.holdsItself, held)
-		addresses := holderAddresses(snap.ranges, snap.legacyAddresses)
 		var programmed map[string]bool
 		if a.cfg.Routes {
-			n, unroutable, done, err := a.syncRoutes(routes, func(node string) net.IP { return net.ParseIP(addresses[node]) })
+			n, unroutable, done, err := a.syncRoutes(routes, holderAddresses(snap.ranges, snap.legacyAddresses))
 			stats.Routes, programmed = n, done
 			if msg := strings.Join(unroutable, ", "); msg != a.unroutable {
 				if msg != "" {
@@ -380,7 +382,7 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 // report records an Event for every problem of this pass that the last pass did not have:
 // the IPRanges of this node left out, the StaticIPs that contest an IP, the StaticIPs whose IP
 // does not parse. The same problem pass after pass is one Event.
-func (a *Agent) report(plan rangePlan, rp reservationPlan) {
+func (a *Agent) report(plan rangePlan, rp reservationPlan, missing map[string]string) {
 	now := map[string]string{}
 	emit := func(obj runtime.Object, key, reason, msg string) {
 		now[key] = reason + msg
@@ -403,6 +405,11 @@ func (a *Agent) report(plan rangePlan, rp reservationPlan) {
 				a.cfg.NodeName, strings.Join(by, ", "), ObservedAnnotation, a.cfg.NodeName))
 		}
 	}
+	for name, family := range missing {
+		if r := plan.byName[name]; r != nil {
+			emit(r, "IPRange "+name+" address", ReasonNoNodeAddressOfFamily, noAddressMessage(a.cfg.NodeName, family))
+		}
+	}
 	for _, d := range rp.duplicates {
 		emit(d.sip, "StaticIP "+d.sip.Namespace+"/"+d.sip.Name, ReasonDuplicateIP, d.message())
 	}
@@ -417,7 +424,7 @@ func (a *Agent) report(plan rangePlan, rp reservationPlan) {
 // has where it holds nothing any more is removed) — and the counts and the Synced condition of
 // the IPRanges it owns: True for the ranges it serves, False with the reason for those it
 // leaves out. One status write per range, and none for a range where nothing changed.
-func (a *Agent) writeStatus(ctx context.Context, plan rangePlan, usage []ipam.RangeUsage, ranges []*jkev1.IPRange, own map[string]jkev1.IPRangeHolder) error {
+func (a *Agent) writeStatus(ctx context.Context, plan rangePlan, usage []ipam.RangeUsage, ranges []*jkev1.IPRange, own map[string]jkev1.IPRangeHolder, missing map[string]string) error {
 	var errs []error
 	statuses := map[string]*jkev1.IPRangeStatus{}
 	for _, r := range plan.mine {
@@ -438,6 +445,7 @@ func (a *Agent) writeStatus(ctx context.Context, plan rangePlan, usage []ipam.Ra
 			cond.Message = fmt.Sprintf("node %s could not reserve the StaticIPs' addresses in this range yet; it retries", a.cfg.NodeName)
 		}
 		meta.SetStatusCondition(&st.Conditions, cond)
+		routableCondition(st, a.cfg.NodeName, r.Generation, missing[r.Name])
 		statuses[r.Name] = st
 	}
 	for _, r := range plan.refusedMine {
@@ -473,6 +481,27 @@ func (a *Agent) writeStatus(ctx context.Context, plan rangePlan, usage []ipam.Ra
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// routableCondition sets the Routable condition of a range the node serves: False while the node
+// has no InternalIP of the range's family (missingFamily names it), absent otherwise (a range is
+// routable unless said so; no write for every range that is).
+func routableCondition(st *jkev1.IPRangeStatus, node string, generation int64, missingFamily string) {
+	if missingFamily == "" {
+		meta.RemoveStatusCondition(&st.Conditions, ConditionRoutable)
+		return
+	}
+	meta.SetStatusCondition(&st.Conditions, metav1.Condition{Type: ConditionRoutable, Status: metav1.ConditionFalse,
+		Reason: ReasonNoNodeAddressOfFamily, Message: noAddressMessage(node, missingFamily), ObservedGeneration: generation})
+}
+
+// noAddressMessage says why a range of node is not routed to it: the node has no InternalIP of
+// the range's family.
+func noAddressMessage(node, family string) string {
+	return fmt.Sprintf("node %s has no %s InternalIP: its claim on this %s range carries no address, so no other node and no "+
+		"control plane routes the range to it (an %s route needs an %s next hop); pods on %s get its addresses but are reachable "+
+		"only from that node. Give the node an %s address (kubelet --node-ip=<IPv4>,<IPv6>), or take the range's pool off it",
+		node, family, family, family, family, node, family)
 }
 
 // ServingCondition is the Synced condition of a range that node allocates from, at generation.

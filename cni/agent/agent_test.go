@@ -639,16 +639,18 @@ func apiFixture(t *testing.T, timeout time.Duration) (context.Context, kubernete
 	return ctx, kube, versioned.NewForConfigOrDie(env.Config), fmt.Sprint(time.Now().UnixNano() % 1000000)
 }
 
-// createNode creates a Node whose InternalIP is internalIP, deleted when the test ends (the
-// tests of this package share one API server, and every agent reads every node).
-func createNode(ctx context.Context, t *testing.T, kube kubernetes.Interface, name, internalIP string) {
+// createNode creates a Node whose InternalIPs are internalIPs (one per family), deleted when the
+// test ends (the tests of this package share one API server, and every agent reads every node).
+func createNode(ctx context.Context, t *testing.T, kube kubernetes.Interface, name string, internalIPs ...string) {
 	t.Helper()
 	node, err := kube.CoreV1().Nodes().Create(ctx, &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = kube.CoreV1().Nodes().Delete(context.Background(), name, metav1.DeleteOptions{}) })
-	node.Status.Addresses = []corev1.NodeAddress{{Type: corev1.NodeInternalIP, Address: internalIP}}
+	for _, ip := range internalIPs {
+		node.Status.Addresses = append(node.Status.Addresses, corev1.NodeAddress{Type: corev1.NodeInternalIP, Address: ip})
+	}
 	if _, err := kube.CoreV1().Nodes().UpdateStatus(ctx, node, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

@@ -117,22 +117,69 @@ func ownClaims(ranges []*jkev1.IPRange, report, self string) map[string]int64 {
 	return out
 }
 
-// holderAddresses are the nodes' addresses, the next hops of the routes: from every entry of
-// the IPRanges' status.holders (a node's address is the node's, whatever range or generation
-// the entry is of), and legacy (the InternalIPs of the nodes whose agent predates
-// status.holders) for nodes without one.
-func holderAddresses(ranges []*jkev1.IPRange, legacy map[string]string) map[string]string {
-	out := map[string]string{}
+// familyAddrs are a node's addresses by IP family: [0] IPv4, [1] IPv6 ("" when unknown).
+type familyAddrs [2]string
+
+// familyIndex is the familyAddrs index of an address's family.
+func familyIndex(a netip.Addr) int {
+	if a.Unmap().Is4() {
+		return 0
+	}
+	return 1
+}
+
+// familyName names familyAddrs' index i in messages.
+func familyName(i int) string { return [2]string{"IPv4", "IPv6"}[i] }
+
+// rangeFamily is the familyAddrs index of an IPRange's CIDR, false when it does not parse.
+func rangeFamily(r *jkev1.IPRange) (int, bool) {
+	p, err := netip.ParsePrefix(r.Spec.CIDR)
+	if err != nil {
+		return 0, false
+	}
+	return familyIndex(p.Addr()), true
+}
+
+// addrsByFamily sorts addresses into their families; the first of each family wins (a Node's
+// status lists its primary InternalIP of a family first).
+func addrsByFamily(addrs []netip.Addr) familyAddrs {
+	var out familyAddrs
+	for _, a := range addrs {
+		if i := familyIndex(a); out[i] == "" {
+			out[i] = a.Unmap().String()
+		}
+	}
+	return out
+}
+
+// holderAddresses are the nodes' addresses by IP family, the next hops of the routes (a range is
+// routed via its holder's address of the range's family: Linux takes no IPv4 next hop for an
+// IPv6 route): from every entry of the IPRanges' status.holders — an entry carries its node's
+// address of its range's family, and a node's address is the node's whatever range or generation
+// the entry is of — and legacy (the InternalIPs of the nodes whose agent predates
+// status.holders) for a node and family without one. An entry's address counts for the family it
+// is of, whatever its range's: an agent of the previous release wrote its IPv4 address into its
+// IPv6 ranges' entries too.
+func holderAddresses(ranges []*jkev1.IPRange, legacy map[string][]netip.Addr) map[string]familyAddrs {
+	out := map[string]familyAddrs{}
 	for _, r := range ranges {
 		for _, h := range r.Status.Holders {
-			if h.Address != "" {
-				out[h.Node] = h.Address
+			if a, err := netip.ParseAddr(h.Address); err == nil {
+				fa := out[h.Node]
+				fa[familyIndex(a)] = a.Unmap().String()
+				out[h.Node] = fa
 			}
 		}
 	}
-	for node, addr := range legacy {
-		if _, ok := out[node]; !ok && addr != "" {
-			out[node] = addr
+	for node, addrs := range legacy {
+		fa, byLegacy := out[node], addrsByFamily(addrs)
+		for i := range fa {
+			if fa[i] == "" {
+				fa[i] = byLegacy[i]
+			}
+		}
+		if fa != (familyAddrs{}) {
+			out[node] = fa
 		}
 	}
 	return out
@@ -140,15 +187,53 @@ func holderAddresses(ranges []*jkev1.IPRange, legacy map[string]string) map[stri
 
 // ownHolders are the entries this node's claims should have in status.holders after this pass,
 // by range name: Serving for each range it serves (at the range's generation), Draining for each
-// range it drains (at the generation it served it at); address is its InternalIP ("" when not
-// known yet: the claim never waits for it).
-func ownHolders(self, address string, mine []*jkev1.IPRange, draining map[string]int64) map[string]jkev1.IPRangeHolder {
+// range it drains (at the generation it served it at); each entry's address is the node's
+// InternalIP of the range's family (byName: the ranges, to tell a draining range's family; ""
+// when the node has no address of that family, or none known yet: the claim never waits for it,
+// and a missing family is reported, missingFamilies).
+func ownHolders(self string, addrs familyAddrs, mine []*jkev1.IPRange, draining map[string]int64, byName map[string]*jkev1.IPRange) map[string]jkev1.IPRangeHolder {
+	address := func(r *jkev1.IPRange) string {
+		if r == nil {
+			return ""
+		}
+		if i, ok := rangeFamily(r); ok {
+			return addrs[i]
+		}
+		return ""
+	}
 	out := map[string]jkev1.IPRangeHolder{}
 	for name, gen := range draining {
-		out[name] = jkev1.IPRangeHolder{Node: self, Address: address, Generation: gen, State: jkev1.HolderDraining}
+		out[name] = jkev1.IPRangeHolder{Node: self, Address: address(byName[name]), Generation: gen, State: jkev1.HolderDraining}
 	}
 	for _, r := range mine {
-		out[r.Name] = jkev1.IPRangeHolder{Node: self, Address: address, Generation: r.Spec.OwnerGeneration, State: jkev1.HolderServing}
+		out[r.Name] = jkev1.IPRangeHolder{Node: self, Address: address(r), Generation: r.Spec.OwnerGeneration, State: jkev1.HolderServing}
+	}
+	return out
+}
+
+// missingFamilies are the ranges this node holds (serves or drains) of an IP family it has no
+// InternalIP of, by name: the family's name. Their claims carry no address, so no other node
+// routes them to this node (an IPv6 range cannot be routed via an IPv4 next hop): reported on
+// the range (a condition and an Event), never a silent gap. A node with no InternalIP at all is
+// not reported: its address is not known yet (the claims follow once the kubelet reports it).
+func missingFamilies(addrs familyAddrs, mine []*jkev1.IPRange, draining map[string]int64, byName map[string]*jkev1.IPRange) map[string]string {
+	if addrs == (familyAddrs{}) {
+		return nil
+	}
+	out := map[string]string{}
+	check := func(r *jkev1.IPRange) {
+		if r == nil {
+			return
+		}
+		if i, ok := rangeFamily(r); ok && addrs[i] == "" {
+			out[r.Name] = familyName(i)
+		}
+	}
+	for _, r := range mine {
+		check(r)
+	}
+	for name := range draining {
+		check(byName[name])
 	}
 	return out
 }

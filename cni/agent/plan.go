@@ -39,7 +39,15 @@ const (
 	ReasonDuplicateIP = "DuplicateIP"
 	// ReasonInvalidIP is the Event reason on a StaticIP whose spec.ip does not parse.
 	ReasonInvalidIP = "InvalidIP"
+	// ReasonNoNodeAddressOfFamily: the node holds a range of an IP family it has no InternalIP
+	// of (an IPv6 block on a node known by its IPv4 address only): no other node routes it there.
+	// The reason of the range's Routable=False condition and of a Warning Event on it.
+	ReasonNoNodeAddressOfFamily = "NoNodeAddressOfFamily"
 )
+
+// ConditionRoutable is the IPRange condition its owner sets False (ReasonNoNodeAddressOfFamily)
+// while its claim cannot carry an address of the range's family; absent otherwise.
+const ConditionRoutable = "Routable"
 
 // refusal says why an IPRange is left out of the node's IPAM (and of every node's routes).
 type refusal struct {

@@ -406,8 +406,8 @@ func TestClaimsFromStatusAndLegacyReports(t *testing.T) {
 	if own := ownClaims([]*jkev1.IPRange{r, s}, legacy["n1"], "n1"); len(own) != 2 || own["r"] != 0 || own["s"] != 4 {
 		t.Errorf("ownClaims = %v, want r at 0 (its status entry) and s at 4 (its report)", own)
 	}
-	addrs := holderAddresses([]*jkev1.IPRange{r, s}, map[string]string{"n2": "198.51.100.2", "n3": "198.51.100.3"})
-	if addrs["n1"] != "192.0.2.1" || addrs["n2"] != "192.0.2.2" || addrs["n3"] != "198.51.100.3" {
+	addrs := holderAddresses([]*jkev1.IPRange{r, s}, map[string][]netip.Addr{"n2": {netip.MustParseAddr("198.51.100.2")}, "n3": {netip.MustParseAddr("198.51.100.3")}})
+	if addrs["n1"][0] != "192.0.2.1" || addrs["n2"][0] != "192.0.2.2" || addrs["n3"][0] != "198.51.100.3" {
 		t.Errorf("addresses = %v, want the status entries' first, a legacy node's InternalIP otherwise", addrs)
 	}
 }
@@ -446,7 +446,7 @@ func TestWithHolder(t *testing.T) {
 			}
 		})
 	}
-	own := ownHolders("n1", "192.0.2.1", []*jkev1.IPRange{ipr("mine", 1, "10.0.1.0/24", "n1")}, map[string]int64{"old": 2})
+	own := ownHolders("n1", familyAddrs{"192.0.2.1"}, []*jkev1.IPRange{ipr("mine", 1, "10.0.1.0/24", "n1")}, map[string]int64{"old": 2}, nil)
 	if own["mine"].State != jkev1.HolderServing || own["old"].State != jkev1.HolderDraining || own["old"].Generation != 2 || len(own) != 2 {
 		t.Errorf("ownHolders = %+v, want mine Serving and old Draining at 2", own)
 	}

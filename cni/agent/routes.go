@@ -9,39 +9,42 @@ import (
 )
 
 // syncRoutes makes the routes with RouteProtocol exactly "range CIDR via the address of the
-// node it is routed to" (planRoutes: the node that holds addresses of it; nodeIP: its address
-// from status.holders), in the agent's network namespace, and says which ranges are routed now
-// (programmed, by IPRange name). A range whose node's address is not known (assigned to a node
-// that has not claimed it, or to a node whose agent predates status.holders before the
-// controller-manager labelled it) is listed in unroutable and keeps the route it has, if any:
-// that is no failure of this agent, whose health must not depend on it. A route that cannot be
-// programmed is an error of this pass and leaves only its own range unrouted.
-func (a *Agent) syncRoutes(routes []rangeRoute, nodeIP func(string) net.IP) (n int, unroutable []string, programmed map[string]bool, err error) {
+// node it is routed to" (planRoutes: the node that holds addresses of it; addresses: its
+// addresses by family from status.holders, holderAddresses), in the agent's network namespace,
+// and says which ranges are routed now (programmed, by IPRange name). A range goes via its
+// node's address of the range's own family — Linux routes IPv4 via an IPv6 next hop (RFC 5549)
+// but not IPv6 via an IPv4 one ("IPv6 does not support RTA_VIA attribute") — so a dual-stack
+// node's IPv6 range goes via its IPv6 address. A range whose node's address of that family is not
+// known (assigned to a node that has not claimed it, to a node whose agent predates
+// status.holders before the controller-manager labelled it, or to a node without an InternalIP
+// of the family, which reports that on the range) is listed in unroutable and keeps the route it
+// has, if any: that is no failure of this agent, whose health must not depend on it. A route
+// that cannot be programmed is an error of this pass and leaves only its own range unrouted.
+func (a *Agent) syncRoutes(routes []rangeRoute, addresses map[string]familyAddrs) (n int, unroutable []string, programmed map[string]bool, err error) {
 	want := map[string]*netlink.Route{}
 	names := map[string][]string{} // dst -> IPRange names
 	programmed = map[string]bool{}
 	keep := map[string]bool{} // dst of unroutable ranges: an existing route stays
 	var errs []error
 	for _, rt := range routes {
-		gw := nodeIP(rt.via)
-		if gw == nil {
-			unroutable = append(unroutable, fmt.Sprintf("%s (node %s)", rt.r.Name, rt.via))
-			if _, dst, err := net.ParseCIDR(rt.r.Spec.CIDR); err == nil {
-				keep[dst.String()] = true
-			}
-			continue
-		}
 		_, dst, err := net.ParseCIDR(rt.r.Spec.CIDR)
 		if err != nil {
 			continue
 		}
-		if (dst.IP.To4() == nil) != (gw.To4() == nil) {
-			// A dual-stack node's IPv6 block, its holder known by an IPv4 address only (a claim
-			// carries one address). Linux routes IPv4 via an IPv6 next hop (RFC 5549) but not
-			// IPv6 via an IPv4 one ("IPv6 does not support RTA_VIA attribute", and "IPv6 routes
-			// can not use an IPv4 nexthop" for nexthop objects): it needs the holder's IPv6
-			// address, which status.holders does not carry yet. Said, not skipped in silence.
-			unroutable = append(unroutable, fmt.Sprintf("%s (node %s: its address %s is not of the range's IP family)", rt.r.Name, rt.via, gw))
+		fam := 0
+		if dst.IP.To4() == nil {
+			fam = 1
+		}
+		addrs := addresses[rt.via]
+		gw := net.ParseIP(addrs[fam])
+		if gw == nil {
+			why := fmt.Sprintf("%s (node %s)", rt.r.Name, rt.via)
+			if other := addrs[1-fam]; other != "" {
+				// Said, not skipped in silence: the node is known by its other family's address
+				// only, which cannot carry this range's traffic.
+				why = fmt.Sprintf("%s (node %s: it claims no %s address, only %s, which is not of the range's IP family)", rt.r.Name, rt.via, familyName(fam), other)
+			}
+			unroutable = append(unroutable, why)
 			keep[dst.String()] = true
 			continue
 		}

@@ -33,7 +33,7 @@ func TestStatusConflictIsNotAFailedPass(t *testing.T) {
 	})
 	var log bytes.Buffer
 	a := New(Config{NodeName: "n1"}, nil, sip, &log)
-	err := a.writeStatus(context.Background(), rangePlan{mine: []*jkev1.IPRange{r}}, nil, []*jkev1.IPRange{r}, nil)
+	err := a.writeStatus(context.Background(), rangePlan{mine: []*jkev1.IPRange{r}}, nil, []*jkev1.IPRange{r}, nil, nil)
 	if err != nil {
 		t.Fatalf("a status write that lost to a newer version failed the pass: %v", err)
 	}

@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"net"
 	"net/netip"
 	"reflect"
 	"sort"
@@ -233,11 +232,13 @@ type snapshot struct {
 	pods      []*corev1.Pod
 	// legacy are the ObservedAnnotation values of the nodes whose agent predates
 	// status.holders, by node name; legacyAddresses their InternalIPs.
-	legacy, legacyAddresses map[string]string
-	// selfAddress is this node's InternalIP ("" while unknown); ownReport its ObservedAnnotation.
-	selfAddress, ownReport string
-	// selfAddrs are every InternalIP of this node (the BGP next hops, one per family) and
-	// selfLabels its labels (the BGPPeers' node selectors).
+	legacy          map[string]string
+	legacyAddresses map[string][]netip.Addr
+	// ownReport is this node's ObservedAnnotation.
+	ownReport string
+	// selfAddrs are every InternalIP of this node (its claims carry the one of each range's
+	// family; the BGP next hops, one per family) and selfLabels its labels (the BGPPeers' node
+	// selectors).
 	selfAddrs  []netip.Addr
 	selfLabels map[string]string
 	// nodeAddrs are the node addresses outgoing NAT leaves alone: this node's InternalIPs and
@@ -278,27 +279,20 @@ func (v *view) snapshot(self string) (*snapshot, error) {
 	if err != nil {
 		return nil, err
 	}
-	snap := &snapshot{ranges: ranges, staticIPs: sips, pods: pods, legacy: map[string]string{}, legacyAddresses: map[string]string{}}
+	snap := &snapshot{ranges: ranges, staticIPs: sips, pods: pods, legacy: map[string]string{}, legacyAddresses: map[string][]netip.Addr{}}
 	for _, n := range legacyNodes {
 		if a := n.Annotations[ObservedAnnotation]; a != "" {
 			snap.legacy[n.Name] = a
 		}
-		if ip := internalIP(n); ip != nil {
-			snap.legacyAddresses[n.Name] = ip.String()
+		if ips := internalIPs(n); len(ips) > 0 {
+			snap.legacyAddresses[n.Name] = ips
 		}
 	}
 	var selfNode []*corev1.Node
 	if n, err := v.self.Get(self); err == nil {
-		if ip := internalIP(n); ip != nil {
-			snap.selfAddress = ip.String()
-		}
 		snap.ownReport = n.Annotations[ObservedAnnotation]
 		snap.selfLabels = n.Labels
-		for _, addr := range n.Status.Addresses {
-			if a, err := netip.ParseAddr(addr.Address); err == nil && addr.Type == corev1.NodeInternalIP {
-				snap.selfAddrs = append(snap.selfAddrs, a.Unmap())
-			}
-		}
+		snap.selfAddrs = internalIPs(n)
 		selfNode = []*corev1.Node{n}
 	}
 	snap.nodeAddrs = natNodeAddresses(ranges, selfNode, legacyNodes)
@@ -314,17 +308,15 @@ func (v *view) snapshot(self string) (*snapshot, error) {
 	return snap, nil
 }
 
-// internalIP is the node's InternalIP, IPv4 preferred.
-func internalIP(n *corev1.Node) net.IP {
-	var gw net.IP
+// internalIPs are the node's InternalIPs (a dual-stack node has one per family), in its order.
+func internalIPs(n *corev1.Node) []netip.Addr {
+	var out []netip.Addr
 	for _, addr := range n.Status.Addresses {
-		if addr.Type == corev1.NodeInternalIP {
-			if ip := net.ParseIP(addr.Address); ip != nil && (gw == nil || ip.To4() != nil) {
-				gw = ip
-			}
+		if a, err := netip.ParseAddr(addr.Address); err == nil && addr.Type == corev1.NodeInternalIP {
+			out = append(out, a.Unmap())
 		}
 	}
-	return gw
+	return out
 }
 
 func nodeLabels(obj any) map[string]string {

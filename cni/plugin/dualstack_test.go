@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/containernetworking/plugins/pkg/ns"
@@ -133,7 +132,7 @@ func TestDualStackPods(t *testing.T) {
 		t.Fatalf("repeated ADD gave %v, first %v", again, got)
 	}
 	for _, ip := range resultAddrs(rb) {
-		talk(t, a, b, ip)
+		nstest.Talk(t, a, b, ip, 7778)
 	}
 	// DEL frees both (no kubeconfig: no Kubernetes).
 	if err := h.del(argsA); err != nil {
@@ -143,34 +142,6 @@ func TestDualStackPods(t *testing.T) {
 		if al.Pod.Name == "a" {
 			t.Fatalf("DEL left %v allocated", al.IP)
 		}
-	}
-}
-
-// talk: pod from connects to pod to at ip over TCP.
-func talk(t *testing.T, from, to *nstest.NetNS, ip netip.Addr) {
-	t.Helper()
-	var ln net.Listener
-	if err := to.Do(func(ns.NetNS) error {
-		var err error
-		ln, err = net.Listen("tcp", net.JoinHostPort(ip.String(), "7778"))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go func() {
-		if c, err := ln.Accept(); err == nil {
-			c.Close()
-		}
-	}()
-	if err := from.Do(func(ns.NetNS) error {
-		c, err := net.DialTimeout("tcp", net.JoinHostPort(ip.String(), "7778"), 5*time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err
-	}); err != nil {
-		t.Fatalf("pod -> %s: %v", ip, err)
 	}
 }
 
@@ -222,5 +193,29 @@ func TestDualStackStaticPodKeepsBoth(t *testing.T) {
 	one := resultAddrs(h.mustAdd(podArgs(newNS(t, "dsone"), "ctr-one", "K8S_POD_NAMESPACE=ns;K8S_POD_NAME=one", annotated("10.124.0.12"))))
 	if len(one) != 2 || one[0] != netip.MustParseAddr("10.124.0.12") || !one[1].Is6() {
 		t.Fatalf("a single-stack annotation on a dual-stack node gave %v", one)
+	}
+}
+
+func TestIPv6Settled(t *testing.T) {
+	addr := func(s string, flags int) netlink.Addr {
+		return netlink.Addr{IPNet: &net.IPNet{IP: net.ParseIP(s), Mask: net.CIDRMask(128, 128)}, Flags: flags}
+	}
+	for _, tc := range []struct {
+		name        string
+		addrs       []netlink.Addr
+		settled     bool
+		errContains string
+	}{
+		{name: "none", settled: true},
+		{name: "all permanent", addrs: []netlink.Addr{addr("fd00::5", 0x80), addr("fe80::1", 0x80)}, settled: true},
+		{name: "the link-local still tentative", addrs: []netlink.Addr{addr("fd00::5", 0x80), addr("fe80::1", 0x40)}},
+		{name: "duplicate address detection failed", addrs: []netlink.Addr{addr("fd00::5", 0x08)}, errContains: "fd00::5 failed duplicate address detection"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			settled, err := ipv6Settled("eth0", tc.addrs)
+			if settled != tc.settled || (err == nil) != (tc.errContains == "") || (err != nil && !strings.Contains(err.Error(), tc.errContains)) {
+				t.Errorf("ipv6Settled = %v, %v; want %v, error containing %q", settled, err, tc.settled, tc.errContains)
+			}
+		})
 	}
 }

@@ -38,12 +38,7 @@ func requireRoot(t *testing.T) {
 
 func newNS(t *testing.T, tag string) *nstest.NetNS {
 	t.Helper()
-	n, err := nstest.New(tag)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { n.Close() })
-	return n
+	return nstest.ForTest(t, tag)
 }
 
 type harness struct {

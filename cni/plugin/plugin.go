@@ -130,6 +130,9 @@ type request struct {
 	pools []string
 	// poolsFromStore: the API server could not be asked; the store's copy decides.
 	poolsFromStore bool
+	// poolFamilies are the IP families of pools (poolFamilies): a dual-stack pod's pools give it
+	// an address of each, even of a family whose block has not reached this node yet.
+	poolFamilies []int
 }
 
 // requestedIP reads what the pod asks for: its ip-address annotation, from the runtime's
@@ -165,9 +168,11 @@ func (p *Plugin) requestedIP(ctx context.Context, conf *NetConf, args *K8sArgs, 
 		}
 	}
 	if pod.Name != "" {
-		if req.pools, req.poolsFromStore, err = p.poolsOf(pod, annotations, <-views); err != nil {
+		view := <-views
+		if req.pools, req.poolsFromStore, err = p.poolsOf(pod, annotations, view); err != nil {
 			return req, err
 		}
+		req.poolFamilies = poolFamilies(req.pools, view)
 	}
 	if known {
 		if v := strings.TrimSpace(annotations[podip.AnnotationIPAddress]); v != "" {
@@ -343,7 +348,7 @@ func (p *Plugin) Add(args *skel.CmdArgs) error {
 	}
 
 	allocs, counted, ranges, served, err := p.allocate(conf, start, ipam.AllocateRequest{Attachment: att, Pod: pod, IP: req.IP,
-		SkipPodReservation: skipReservation, Alive: hostLinkAlive, Pools: req.pools, NamespacePoolsFromStore: req.poolsFromStore}, req.Second)
+		SkipPodReservation: skipReservation, Alive: hostLinkAlive, Pools: req.pools, PoolFamilies: req.poolFamilies, NamespacePoolsFromStore: req.poolsFromStore}, req.Second)
 	var oe *openError
 	if errors.As(err, &oe) {
 		return oe.err

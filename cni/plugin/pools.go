@@ -135,3 +135,24 @@ func (p *Plugin) poolsOf(pod ipam.PodRef, annotations map[string]string, view po
 	}
 	return ch.Pools, false, nil
 }
+
+// poolFamilies are the IP families (4, 6; IPv4 first) of the pod's pools as the API server's
+// view has them: a pod naming a pool of each family takes an address of each (the store waits
+// for neither family's ranges to be there to count it: ipam.AllocateRequest.PoolFamilies). None
+// when the view could not be read (offline: the families of the ranges decide, as before).
+func poolFamilies(pools []string, view poolView) []int {
+	var v4, v6 bool
+	for _, name := range pools {
+		if p, ok := view.pools[name]; ok {
+			v4, v6 = v4 || p.V4, v6 || !p.V4
+		}
+	}
+	var out []int
+	if v4 {
+		out = append(out, 4)
+	}
+	if v6 {
+		out = append(out, 6)
+	}
+	return out
+}

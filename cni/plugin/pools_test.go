@@ -2,6 +2,7 @@ package plugin
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net/netip"
 	"strings"
@@ -144,5 +145,25 @@ func TestPoolsOf(t *testing.T) {
 				t.Fatalf("poolsOf = %v, %v, %v; want %q, fromStore %v", got, fromStore, err, tc.want, tc.fromStore)
 			}
 		})
+	}
+}
+
+// The families of a pod's pools, IPv4 first, from the API server's view; none offline.
+func TestPoolFamilies(t *testing.T) {
+	view := poolView{pools: map[string]poolchoice.Pool{"default": {Name: "default", V4: true}, "default-v6": {Name: "default-v6"}, "blue": {Name: "blue", V4: true}}}
+	for _, c := range []struct {
+		pools []string
+		view  poolView
+		want  string
+	}{
+		{[]string{"default-v6", "default"}, view, "[4 6]"},
+		{[]string{"default", "blue"}, view, "[4]"},
+		{[]string{"default-v6", "gone"}, view, "[6]"},
+		{nil, view, "[]"},
+		{[]string{"default", "default-v6"}, poolView{err: errors.New("offline")}, "[]"},
+	} {
+		if got := fmt.Sprint(poolFamilies(c.pools, c.view)); got != c.want {
+			t.Errorf("poolFamilies(%v) = %s, want %s", c.pools, got, c.want)
+		}
 	}
 }

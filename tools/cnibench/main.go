@@ -16,6 +16,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"net/netip"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -45,6 +46,9 @@ type plugin struct {
 	// podName is the K8S_POD_NAME of a call in pod namespace pod with container id (default:
 	// the id; the with-API plugin's calls are for pods that exist).
 	podName func(pod int, id string) string
+	// families is how many addresses (one per IP family) each ADD must return: 2 for the
+	// dual-stack plugin, checked on its warm-up ADDs so the figure is never a single-stack one.
+	families int
 }
 
 type figures struct {
@@ -61,10 +65,11 @@ func main() {
 	parallel := flag.Int("parallel", 32, "parallel plugin processes (throughput)")
 	parallelCycles := flag.Int("parallel-cycles", 640, "ADD+DEL cycles per plugin in the throughput phase")
 	rounds := flag.Int("rounds", 2, "throughput rounds per plugin, alternating plugins")
+	dualStack := flag.Bool("dual-stack", true, "add staticip with an IPv4 and an IPv6 range (each ADD gives the pod one address per family) as a further plugin: the dual-stack / single-stack ratio")
 	withAPI := flag.Bool("api", true, "add staticip with a kubeconfig against a real kube-apiserver (etcd and kube-apiserver from _output/bin or $STATICIP_BIN_DIR) as a further plugin: the API reads a node's plugin makes on ADD and DEL are measured")
 	flag.Parse()
 	stopOnSignal()
-	if _, err := run(*staticipBin, *compareBin, *cniDir, *cycles, *parallel, *parallelCycles, *rounds, *withAPI); err != nil {
+	if _, err := run(*staticipBin, *compareBin, *cniDir, *cycles, *parallel, *parallelCycles, *rounds, *dualStack, *withAPI); err != nil {
 		fmt.Fprintln(os.Stderr, "cnibench:", err)
 		os.Exit(1)
 	}
@@ -72,7 +77,7 @@ func main() {
 
 // run runs the benchmark and prints its report; with withAPI it also returns the GETs the
 // with-API plugin made, by resource.
-func run(staticipBin, compareBin, cniDir string, cycles, parallel, parallelCycles, rounds int, withAPI bool) (apiReads map[string]int, err error) {
+func run(staticipBin, compareBin, cniDir string, cycles, parallel, parallelCycles, rounds int, dualStack, withAPI bool) (apiReads map[string]int, err error) {
 	for _, p := range []string{"bridge", "host-local", "ptp", "static"} {
 		if _, err := os.Stat(filepath.Join(cniDir, p)); err != nil {
 			return nil, fmt.Errorf("%s not found in %s (apt-get install containernetworking-plugins; tools/install-deps.sh)", p, cniDir)
@@ -140,6 +145,19 @@ func run(staticipBin, compareBin, cniDir string, cycles, parallel, parallelCycle
 		}))})
 	}
 
+	// The dual-stack plugin: the same binary, the same store kind, two ranges of different
+	// families (IPv6 ULA), so every ADD allocates both in one transaction and puts both on
+	// eth0 with a route each, and DEL releases both (cni/README.md "Dual-stack").
+	dualIndex := -1
+	if dualStack {
+		dualIndex = len(plugins)
+		plugins = append(plugins, plugin{name: "staticip (dual-stack)", binary: staticipBin, families: 2, conf: same(mustJSON(map[string]any{
+			"cniVersion": "1.1.0", "name": "bench-dual", "type": "staticip",
+			"dataDir": filepath.Join(work, "dual"), "mtu": 1500,
+			"ranges": []map[string]any{{"subnet": "10.132.0.0/16"}, {"subnet": "fd00:132::/112"}},
+		}))})
+	}
+
 	// The with-API plugin comes last, so the rows and ratios of the earlier plugins keep their
 	// indices (0 staticip, 1 bridge, 2 floor, 3 compare).
 	apiIndex := -1
@@ -166,9 +184,15 @@ func run(staticipBin, compareBin, cniDir string, cycles, parallel, parallelCycle
 		cycles, parallel, parallelCycles, rounds)
 	fmt.Printf("machine: %d CPUs, load %s\n", runtime.NumCPU(), loadavg())
 
-	// Warm-up: page cache, bridge creation, database creation.
+	// Warm-up: page cache, bridge creation, database creation; the dual-stack plugin's ADDs
+	// must each return an address of both families.
 	for _, p := range plugins {
 		for i := range 5 {
+			if p.families > 0 {
+				if err := checkFamilies(host, p, pods[0], fmt.Sprintf("check-%d", i)); err != nil {
+					return nil, fmt.Errorf("%s: %w", p.name, err)
+				}
+			}
 			if _, err := cycle(host, p, pods[0], fmt.Sprintf("warm-%d", i)); err != nil {
 				return nil, fmt.Errorf("%s warm-up: %w", p.name, err)
 			}
@@ -235,6 +259,13 @@ func run(staticipBin, compareBin, cniDir string, cycles, parallel, parallelCycle
 			ratio(a.p50, s.p50), ratio(a.p99, s.p99), a.throughput/s.throughput)
 		fmt.Printf("  95%% interval of the latency ratios with API / bridge+host-local: p50 %s, p99 %s\n",
 			bootstrapRatio(lat[apiIndex], lat[1], 0.50), bootstrapRatio(lat[apiIndex], lat[1], 0.99))
+	}
+	if dualIndex >= 0 {
+		d := res[dualIndex]
+		fmt.Printf("ratio staticip dual-stack / single-stack: p50 %.2fx, p99 %.2fx (target <= 1.2x), parallel throughput %.2fx\n",
+			ratio(d.p50, s.p50), ratio(d.p99, s.p99), d.throughput/s.throughput)
+		fmt.Printf("  95%% interval of the latency ratios dual-stack / single-stack: p50 %s, p99 %s\n",
+			bootstrapRatio(lat[dualIndex], lat[0], 0.50), bootstrapRatio(lat[dualIndex], lat[0], 0.99))
 	}
 	fmt.Printf("ratio staticip / bridge+host-local: p50 %.2fx (target <= 1.0x), p99 %.2fx (target <= 1.2x), parallel throughput %.2fx (target >= 1.0x)\n",
 		ratio(s.p50, b.p50), ratio(s.p99, b.p99), s.throughput/b.throughput)
@@ -340,7 +371,14 @@ func summarize(ds []time.Duration) figures {
 // invoke execs one CNI command. The calling goroutine's thread is switched into the host
 // namespace first, so the plugin process starts there, exactly like under a runtime.
 func invoke(host ns.NetNS, p plugin, command, id string, pod pod) error {
-	return host.Do(func(ns.NetNS) error {
+	_, err := invokeOutput(host, p, command, id, pod)
+	return err
+}
+
+// invokeOutput is invoke returning what the plugin wrote to stdout (its result).
+func invokeOutput(host ns.NetNS, p plugin, command, id string, pod pod) ([]byte, error) {
+	var stdout []byte
+	err := host.Do(func(ns.NetNS) error {
 		cmd := exec.Command(p.binary)
 		name := id
 		if p.podName != nil {
@@ -349,14 +387,47 @@ func invoke(host ns.NetNS, p plugin, command, id string, pod pod) error {
 		cmd.Env = []string{"CNI_COMMAND=" + command, "CNI_CONTAINERID=" + id, "CNI_NETNS=" + pod.Path(),
 			"CNI_IFNAME=eth0", "CNI_PATH=" + cniPath(p), "CNI_ARGS=IgnoreUnknown=1;K8S_POD_NAMESPACE=" + apiNamespace + ";K8S_POD_NAME=" + name}
 		cmd.Stdin = bytes.NewReader(p.conf(pod.index))
-		var out bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &out, &out
+		var out, errOut bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &out, &errOut
 		if err := cmd.Run(); err != nil {
-			return fmt.Errorf("%s %s: %v: %s", command, id, err, strings.TrimSpace(out.String()))
+			return fmt.Errorf("%s %s: %v: %s", command, id, err, strings.TrimSpace(out.String()+errOut.String()))
 		}
-
+		stdout = out.Bytes()
 		return nil
 	})
+	return stdout, err
+}
+
+// checkFamilies runs one ADD and DEL of p and fails unless the ADD's result carried
+// p.families addresses, each of a different IP family.
+func checkFamilies(host ns.NetNS, p plugin, pod pod, id string) error {
+	out, err := invokeOutput(host, p, "ADD", id, pod)
+	if err != nil {
+		return err
+	}
+	if err := invoke(host, p, "DEL", id, pod); err != nil {
+		return err
+	}
+	var result struct {
+		IPs []struct {
+			Address string `json:"address"`
+		} `json:"ips"`
+	}
+	if err := json.Unmarshal(out, &result); err != nil {
+		return fmt.Errorf("ADD result %q: %v", out, err)
+	}
+	families := map[bool]bool{}
+	for _, ip := range result.IPs {
+		pfx, err := netip.ParsePrefix(ip.Address)
+		if err != nil {
+			return fmt.Errorf("ADD result %q: %v", out, err)
+		}
+		families[pfx.Addr().Is4()] = true
+	}
+	if len(result.IPs) != p.families || len(families) != p.families {
+		return fmt.Errorf("ADD gave %d addresses of %d IP families (%s), want %d of different families", len(result.IPs), len(families), out, p.families)
+	}
+	return nil
 }
 
 func cycle(host ns.NetNS, p plugin, pod pod, id string) (time.Duration, error) {

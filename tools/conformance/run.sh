@@ -10,7 +10,9 @@
 #   KUBECONFIG          the cluster (default: the local cluster's, $CLUSTER_STATE_DIR/kubeconfig)
 #   CLUSTER_STATE_DIR   the local cluster (/var/lib/staticip-localcluster): images go into its nodes' containerd
 #   KIND_CLUSTER        a kind cluster's name: images go in with `kind load image-archive`
-#   CONFORMANCE_FOCUS   ginkgo focus regex (default: the full selection, $full_focus)
+#   CONFORMANCE_FOCUS   ginkgo focus regex (default: the full selection, $full_focus); or
+#                       ci (the CI subset), dualstack (upstream's [Feature:IPv6DualStack] specs for a
+#                       CNI, on a dual-stack cluster: kind's default), ci+dualstack (both in one run)
 #   CONFORMANCE_PROCS   parallel ginkgo processes (3); [Serial] specs run alone at the end
 #   CONFORMANCE_OUT     JUnit and logs (_output/conformance)
 set -euo pipefail
@@ -28,8 +30,22 @@ full_focus='\[sig-network\]|\[sig-scheduling\] SchedulerPredicates|\[sig-apps\] 
 # The CI subset (make test runs it on the e2e suite's local cluster): CONFORMANCE_FOCUS=ci; HostPort
 # because it found a defect (the conflist had no portmap).
 ci_focus='\[sig-network\] Networking Granular Checks: Pods|\[sig-network\] DNS|\[sig-network\] HostPort'
+# Upstream's dual-stack specs (not Conformance-labelled): every spec of test/e2e/network/dual_stack.go
+# but SCTP's (README.md, "Dual-stack"). Their namespaces carry e2e-framework=dualstack, which
+# kind's dual-stack pools select (tools/kind/README.md).
+dualstack_focus='\[sig-network\] \[Feature:IPv6DualStack\]'
+dualstack_labels='Feature:IPv6DualStack && !Feature:SCTPConnectivity'
 focus=${CONFORMANCE_FOCUS:-$full_focus}
-[ "$focus" = ci ] && focus=$ci_focus
+labels=Conformance
+# The image tarballs the selection needs go into the nodes (all of them, unless a selection
+# names fewer): each is ~110 MB, and kind load of all of them into 4 nodes took ~210 s.
+wanted_images='*'
+case "$focus" in
+  ci) focus=$ci_focus ;;
+  # Every dual-stack spec runs agnhost (pods, netservers, the host-network test container).
+  dualstack) focus=$dualstack_focus labels=$dualstack_labels wanted_images='agnhost_2.63.0' ;;
+  ci+dualstack) focus="$ci_focus|$dualstack_focus" labels="Conformance || ($dualstack_labels)" ;;
+esac
 registry=localhost/conformance
 kubectl="$root/_output/bin/kubectl --kubeconfig=$kubeconfig"
 mkdir -p "$out"
@@ -56,17 +72,21 @@ if [ "$(cat "$images/.key" 2>/dev/null)" != "$key" ]; then
   echo "$key" >"$images/.key"
 fi
 [ "${1:-}" = prepare ] && { log "binaries and images ready in $((SECONDS - start))s"; exit 0; }
-refs=$(for t in "$images"/*.tar; do tar -xOf "$t" manifest.json; echo; done | sed 's/.*"RepoTags":\[\([^]]*\)\].*/\1/' | tr ',' '\n' | tr -d '"')
+tars=("$images"/$wanted_images.tar)
+[ -e "${tars[0]}" ] || { log "no image tarball $images/$wanted_images.tar"; exit 1; }
+refs=$(for t in "${tars[@]}"; do tar -xOf "$t" manifest.json; echo; done | sed 's/.*"RepoTags":\[\([^]]*\)\].*/\1/' | tr ',' '\n' | tr -d '"')
 if [ -n "${KIND_CLUSTER:-}" ]; then
   kind=$(command -v kind || echo "$root/_output/bin/kind")   # make k8s-bins builds it there
-  for t in "$images"/*.tar; do "$kind" load image-archive --name "$KIND_CLUSTER" "$t" >&2; done
+  t0=$SECONDS
+  for t in "${tars[@]}"; do "$kind" load image-archive --name "$KIND_CLUSTER" "$t" >&2; done
+  log "kind load of ${#tars[@]} image tarball(s) in $((SECONDS - t0))s"
 elif [ "$kubeconfig" = "$state/kubeconfig" ]; then
   for sock in "$state"/node-*/containerd/containerd.sock; do
     have=$(ctr --address "$sock" -n k8s.io images ls -q)
     missing=$(comm -23 <(echo "$refs" | sort -u) <(echo "$have" | sort -u))
     [ -z "$missing" ] && continue
     log "importing the test images into $(basename "$(dirname "$(dirname "$sock")")") ..."
-    for t in "$images"/*.tar; do ctr --address "$sock" -n k8s.io images import "$t" >/dev/null; done
+    for t in "${tars[@]}"; do ctr --address "$sock" -n k8s.io images import "$t" >/dev/null; done
   done
 else
   log "KUBECONFIG is neither the local cluster's nor KIND_CLUSTER set: the nodes must already have these images:"
@@ -80,13 +100,13 @@ nodes=$($kubectl get nodes -o jsonpath='{range .items[*]}{.metadata.name}{" "}{.
 num_nodes=$(echo "$nodes" | awk 'NF == 1' | wc -l)
 taints=$(echo "$nodes" | awk 'NF > 1 {for (i = 2; i <= NF; i++) print $i}' | sort -u | paste -sd, -)
 taints=${taints:+$taints,}node-role.kubernetes.io/control-plane
-log "$num_nodes schedulable nodes; non-blocking taints: $taints; focus: $focus; $procs processes"
+log "$num_nodes schedulable nodes; non-blocking taints: $taints; focus: $focus; labels: $labels; $procs processes"
 rm -f "$out"/junit_*.xml
 args=(
   --kubeconfig="$kubeconfig" --provider=skeleton --num-nodes="$num_nodes" --non-blocking-taints="$taints"
   --kube-test-repo-list="$images/repo-list.yaml" --report-dir="$out"
 )
-ginkgo=(--focus="$focus" --label-filter=Conformance --no-color --timeout=2h --poll-progress-after=5m)
+ginkgo=(--focus="$focus" --label-filter="$labels" --no-color --timeout=2h --poll-progress-after=5m)
 run_start=$SECONDS
 rc=0
 if [ "$procs" -gt 1 ]; then

@@ -21,7 +21,9 @@
 # KIND_RUN_DIR (/run/staticip-kind), KIND_NODE_IMAGE (default: the offline builder's image;
 # set kindest/node:v1.36.x where Docker can pull), KIND_SUBNET (10.254.0.0/24),
 # KIND_SPARE_NODES (1: failover spares, zone-0), KIND_FAILOVER_WINDOW (5s: the controller
-# manager's --node-failover-window; empty: its default, 2m).
+# manager's --node-failover-window; empty: its default, 2m), KIND_IP_FAMILY (dual: kubeadm's
+# ipFamily dual, the nodes' network with IPv6 too (KIND_SUBNET6, fd00:10:254::/64, ULA) and
+# the dual-stack pools beside the IPv4 one; ipv4: IPv4 only).
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cd "$root"
@@ -33,6 +35,8 @@ network=${KIND_NETWORK:-staticip-kind}
 subnet=${KIND_SUBNET:-10.254.0.0/24}
 bridge=${KIND_BRIDGE:-stkind0}
 spares=${KIND_SPARE_NODES:-1}
+ip_family=${KIND_IP_FAMILY:-dual}
+subnet6=${KIND_SUBNET6:-fd00:10:254::/64}
 failover_window=${KIND_FAILOVER_WINDOW-5s}
 # The registry (tools/registry): distribution v3 on the kind network's host address, TLS with a
 # CA made at its start; containerd's hosts.toml for it in $registry_dir/certs.d, mounted into
@@ -48,6 +52,10 @@ export KIND_EXPERIMENTAL_DOCKER_NETWORK="$network"
 kubectl() { "$bin/kubectl" --kubeconfig "$kubeconfig" "$@"; }
 kind() { "$bin/kind" "$@"; }
 log() { echo "kind: $*" >&2; }
+case "$ip_family" in
+  ipv4 | dual) ;;
+  *) log "KIND_IP_FAMILY=$ip_family: want ipv4 or dual"; exit 2 ;;
+esac
 
 use_engine() {
   "$root/tools/kind/dockerd.sh" up
@@ -58,14 +66,19 @@ use_engine() {
 
 # The nodes' network, made by us so that its bridge has a name we can check for and a
 # subnet no local cluster uses (they take 172.31.N.0/24, 10.21N/16, 10.10N/16), and with
-# masquerading off (the engine runs without iptables anyway).
+# masquerading off (the engine runs without iptables anyway). Dual-stack: an IPv6 subnet too
+# (a ULA /64, KIND_SUBNET6), so every node has an IPv6 address and kind gives the kubelet
+# both as --node-ip. The bridge's IPv6 address is the nodes' IPv6 gateway, and nothing goes
+# further: the engine turns no forwarding on (ip-forward false) and adds no ip6tables rule.
 ensure_network() {
   docker network inspect "$network" >/dev/null 2>&1 && return
-  docker network create --driver bridge --subnet "$subnet" \
+  local v6=()
+  [ "$ip_family" = dual ] && v6=(--ipv6 --subnet "$subnet6")
+  docker network create --driver bridge --subnet "$subnet" "${v6[@]}" \
     -o com.docker.network.bridge.name="$bridge" \
     -o com.docker.network.bridge.enable_ip_masquerade=false \
     "$network" >/dev/null
-  log "network $network ($subnet, bridge $bridge)"
+  log "network $network ($subnet${v6:+ and $subnet6}, bridge $bridge)"
 }
 
 remove_network() {
@@ -84,7 +97,9 @@ kind: Cluster
 apiVersion: kind.x-k8s.io/v1alpha4
 name: $cluster
 networking:
-  ipFamily: ipv4
+  # dual: kubeadm's dual-stack (pod and Service subnets of both families; kind's defaults
+  # 10.244.0.0/16,fd00:10:244::/56 and 10.96.0.0/16,fd00:10:96::/112, all ULA on the IPv6 side).
+  ipFamily: $ip_family
   apiServerAddress: 127.0.0.1
   # staticip's agent is the cluster's only CNI (manifests/cni).
   disableDefaultCNI: true
@@ -315,12 +330,14 @@ readme_block() {
 # which come through the wrapper. A pod template annotation names the address, so the
 # wrappers roll when it changes (a recreated cluster), and only then.
 kind_values() {
-  local subnet services cp ip edge=true
-  subnet=$(kubectl -n kube-system get configmap kubeadm-config -o jsonpath='{.data.ClusterConfiguration}' |
+  local subnets services subnet cp ip edge=true
+  subnets=$(kubectl -n kube-system get configmap kubeadm-config -o jsonpath='{.data.ClusterConfiguration}' |
     awk '/podSubnet:/ {print $2; exit}')
-  [ -n "$subnet" ] || { log "kubeadm-config has no podSubnet"; exit 1; }
   services=$(kubectl -n kube-system get configmap kubeadm-config -o jsonpath='{.data.ClusterConfiguration}' |
     awk '/serviceSubnet:/ {print $2; exit}')
+  # Dual-stack: "10.244.0.0/16,fd00:10:244::/56". The default pool is IPv4 (an IPPool is one family).
+  subnet=$(tr ',' '\n' <<<"$subnets" | grep -v : | head -1)
+  [ -n "$subnet" ] || { log "kubeadm-config has no IPv4 podSubnet ($subnets)"; exit 1; }
   [ -n "$services" ] || { log "kubeadm-config has no serviceSubnet"; exit 1; }
   cp=$(kind get nodes --name "$cluster" | grep control-plane | head -1)
   ip=$(docker inspect -f "{{(index .NetworkSettings.Networks \"$network\").IPAddress}}" "$cp")
@@ -333,7 +350,7 @@ kind_values() {
 # Written by tools/kind/kind.sh for this kind cluster (after tools/kind/values.yaml).
 ipPools:
   - name: default
-    cidrs: [$subnet]
+    cidrs: ["$subnet"]
     mode: NodePodCIDR
 controllerManager:
   failover:
@@ -353,7 +370,39 @@ YAML
 # Written by tools/kind/kind.sh for this kind cluster: values of this tree's chart only.
 agent:
   nat:
-    serviceCIDRs: [$services]
+    serviceCIDRs: [$(tr ',' '\n' <<<"$services" | sed 's/.*/"&"/' | paste -sd, -)]
+YAML
+  [ "$ip_family" = dual ] && dual_stack_pools "$subnet" >>"$state/values-tree.yaml"
+  return 0
+}
+
+# dual_stack_pools prints the pools of a dual-stack kind cluster (KIND_IP_FAMILY=dual), the
+# whole ipPools list (a list in a later values file replaces the earlier one): the default IPv4
+# pool as in values.yaml, and one pool per family for the namespaces labelled
+# e2e-framework=dualstack — the label upstream's e2e framework gives the namespaces of its
+# [Feature:IPv6DualStack] specs (tools/conformance), which the suite's dual-stack test gives its
+# namespace too. Their pods get an IPv4 and an IPv6 address; every other pod stays IPv4
+# single-stack from the default pool, so the rest of the suite runs as on an IPv4 cluster. Blocks
+# mode: a node gets a block when such a pod lands there, and gives it back releaseAfter after its
+# last pod left (short, so the blocks are gone again before the tests that list every range of a
+# node). The CIDRs lie outside kubeadm's pod subnets (nothing there to collide with), ULA on the
+# IPv6 side; kube-proxy masquerades their traffic to Services (its clusterCIDR is kubeadm's),
+# which changes the source a backend sees, not what reaches it.
+dual_stack_pools() {
+  local subnet=$1
+  cat <<YAML
+ipPools:
+  - name: default
+    cidrs: ["$subnet"]
+    mode: NodePodCIDR
+  - name: dual-stack-v4
+    cidrs: ["${KIND_DUAL_STACK_POOL4:-10.245.0.0/20}"]
+    namespaceSelector: {matchLabels: {e2e-framework: dualstack}}
+    releaseAfter: 10s
+  - name: dual-stack-v6
+    cidrs: ["${KIND_DUAL_STACK_POOL6:-fd00:10:245::/112}"]
+    namespaceSelector: {matchLabels: {e2e-framework: dualstack}}
+    releaseAfter: 10s
 YAML
 }
 

@@ -57,7 +57,18 @@ UPGRADE_FROM_RELEASE         ?= e2a675d
 UPGRADE_FROM_RELEASE_VERSION ?= v0.1.0-alpha.0
 E2E_KIND_UPGRADE             ?= 1
 
-.PHONY: e2e-kind-install e2e-kind-uninstall
+.PHONY: e2e-kind-install e2e-kind-uninstall e2e-kind-conformance
+
+# Upstream specs on the kind cluster after the suite (tools/conformance): E2E_KIND_CONFORMANCE is a
+# CONFORMANCE_FOCUS selection, e.g. dualstack (upstream's [Feature:IPv6DualStack] specs, which
+# the dual-stack cluster's pools serve: tools/kind/README.md "Dual-stack"); empty (the default):
+# none — it costs .ci/run ~6 min (tools/conformance/README.md, "Dual-stack").
+E2E_KIND_CONFORMANCE ?=
+
+e2e-kind-conformance:
+	@eval "export $$($(ROOT)/tools/kind/dockerd.sh env)"; \
+	  KIND_CLUSTER=$${KIND_CLUSTER:-staticip} KUBECONFIG=$(KIND_KUBECONFIG) CONFORMANCE_FOCUS='$(E2E_KIND_CONFORMANCE)' \
+	  CONFORMANCE_OUT=$(OUT)/conformance-kind $(ROOT)/tools/conformance/run.sh
 
 # e2e-kind-install installs the working tree on the cluster: through the upgrade from the
 # previous release (TestUpgradeFromRelease) where the cluster has no staticip yet, else
@@ -93,6 +104,7 @@ e2e-kind: deps build helm registry ## kind up, upgrade from the previous release
 	  if [ $$rc -eq 0 ]; then $(MAKE) --no-print-directory e2e-kind-install || rc=$$?; fi; \
 	  if [ $$rc -eq 0 ]; then installed=1; $(KIND_SH) quickstart || rc=$$?; fi; \
 	  if [ $$rc -eq 0 ]; then $(MAKE) --no-print-directory e2e-kind-suite || rc=$$?; fi; \
+	  if [ $$rc -eq 0 ] && [ -n "$(E2E_KIND_CONFORMANCE)" ]; then $(MAKE) --no-print-directory e2e-kind-conformance || rc=$$?; fi; \
 	  if [ $$installed -eq 1 ]; then $(MAKE) --no-print-directory e2e-kind-uninstall || rc=$$?; fi; \
 	  $(KIND_SH) down || rc=$$?; \
 	  $(KIND_SH) leftovers || rc=$$?; \

@@ -165,7 +165,10 @@ type IPRangeHolder struct {
 	// +kubebuilder:validation:MinLength=1
 	// +kubebuilder:validation:MaxLength=253
 	Node string `json:"node"`
-	// Address is the node's InternalIP: the next hop of every other node's route to the range.
+	// Address is the node's InternalIP of the range's IP family: the next hop of every other
+	// node's route to the range (an IPv6 range's is the node's IPv6 InternalIP: Linux takes no
+	// IPv4 next hop for an IPv6 route). Empty while the node has none of that family (its agent
+	// then sets the range's Routable condition False).
 	// +optional
 	// +kubebuilder:validation:MaxLength=64
 	// +kubebuilder:validation:XValidation:rule="size(self) == 0 || isIP(self)",message="must be a valid IP address"

@@ -527,7 +527,8 @@ func (pl *planner) serveNodes() {
 }
 
 // servePods queues a block for each pending pod that finds no free address of its pools on its
-// node: of the first of its pools that can give that node a block (valid, mode Blocks, its
+// node — per IP family, for a dual-stack pod naming pools of both —: of the first of its pools
+// (of that family) that can give that node a block (valid, mode Blocks, its
 // nodeSelector selecting the node). A block queued for a pod serves the node's next pending
 // pods of that pool too, up to its size; more pods, more blocks. A fenced node gets none (its
 // pods wait for failover like the node's own block does).
@@ -536,23 +537,58 @@ func (pl *planner) servePods() {
 	slices.SortFunc(pods, func(a, b PendingPod) int {
 		return cmp.Or(strings.Compare(a.Node, b.Node), strings.Compare(a.Namespace, b.Namespace), strings.Compare(a.Name, b.Name))
 	})
-	for _, pod := range pods {
-		n, live := pl.nodes[pod.Node]
-		if !live || len(pod.Pools) == 0 || pl.servedOnNode(pod) {
+	for _, whole := range pods {
+		n, live := pl.nodes[whole.Node]
+		if !live || len(whole.Pools) == 0 {
 			continue
 		}
-		p := pl.blockPoolFor(n, pod.Pools)
-		switch {
-		case p == nil:
-			pl.plan.PodWaits = append(pl.plan.PodWaits, PodWait{Namespace: pod.Namespace, Name: pod.Name, Node: pod.Node, Pool: pod.Pools[0],
-				Reason: ReasonNoPoolForNode, Message: fmt.Sprintf("none of the pod's IPPools (%s) can give node %s a block: not Ready, mode NodePodCIDR, or its nodeSelector does not select the node",
-					strings.Join(pod.Pools, ", "), pod.Node)})
-		case n.OutOfService:
-		default:
-			k := poolNode{p.Name, n.Name}
-			pl.waiting[p.Name] = append(pl.waiting[p.Name], waiter{node: n.Name, pods: []string{pod.key()}})
-			pl.promised[k] = promise{left: pl.blockCapacity(p) - 1, waiter: len(pl.waiting[p.Name]) - 1}
+		// A dual-stack pod names a pool of each family and takes an address of each: every
+		// family is served on its own (a free IPv4 address does not give it its IPv6 one).
+		for _, pools := range pl.byFamily(whole.Pools) {
+			pod := whole
+			pod.Pools = pools
+			if !pl.servedOnNode(pod) {
+				pl.serveOnePod(n, pod)
+			}
 		}
+	}
+}
+
+// byFamily splits a pod's pools by IP family, each keeping the pod's order: one list when they
+// are of one family (as before), two for a dual-stack pod. A pool the planner does not know
+// (invalid, or gone) goes with every family: it serves none, and its name stays in the reasons.
+func (pl *planner) byFamily(pools []string) [][]string {
+	var v4, v6, unknown []string
+	for _, name := range pools {
+		switch p := pl.validPool(name); {
+		case p == nil:
+			unknown = append(unknown, name)
+		case p.is4():
+			v4 = append(v4, name)
+		default:
+			v6 = append(v6, name)
+		}
+	}
+	if len(v4) == 0 || len(v6) == 0 {
+		return [][]string{pools}
+	}
+	return [][]string{append(v4, unknown...), append(v6, unknown...)}
+}
+
+// serveOnePod queues a block of the first of the pod's pools that can give node n one, or
+// records why the pod waits.
+func (pl *planner) serveOnePod(n Node, pod PendingPod) {
+	p := pl.blockPoolFor(n, pod.Pools)
+	switch {
+	case p == nil:
+		pl.plan.PodWaits = append(pl.plan.PodWaits, PodWait{Namespace: pod.Namespace, Name: pod.Name, Node: pod.Node, Pool: pod.Pools[0],
+			Reason: ReasonNoPoolForNode, Message: fmt.Sprintf("none of the pod's IPPools (%s) can give node %s a block: not Ready, mode NodePodCIDR, or its nodeSelector does not select the node",
+				strings.Join(pod.Pools, ", "), pod.Node)})
+	case n.OutOfService:
+	default:
+		k := poolNode{p.Name, n.Name}
+		pl.waiting[p.Name] = append(pl.waiting[p.Name], waiter{node: n.Name, pods: []string{pod.key()}})
+		pl.promised[k] = promise{left: pl.blockCapacity(p) - 1, waiter: len(pl.waiting[p.Name]) - 1}
 	}
 }
 

@@ -666,6 +666,15 @@ func TestComputeBlocksForPendingPods(t *testing.T) {
 		{name: "no pool of the pod can serve the node (its nodeSelector does not select it)",
 			pools: []Pool{func() Pool { p := blue; p.Selector = labels.SelectorFromSet(labels.Set{"zone": "x"}); return p }()},
 			nodes: nodes("a"), pending: pending("a", "p:blue"), wantWaiting: []string{"ns/p blue NoIPPoolForNode"}},
+		// A dual-stack pod names a pool of each family (issue 39 item 2): each family is served
+		// on its own — a free IPv4 address does not stand for the IPv6 one it needs too.
+		{name: "a dual-stack pod: the IPv6 pool's block although its IPv4 pool has a free address",
+			pools: []Pool{dflt, nsPool("v6", 4, 120, "fd00:10::/112")}, nodes: nodes("a"),
+			ranges:  []Range{withFree(rng("d", "10.244.0.0/24", "a", "default"), 200)},
+			pending: pending("a", "p:default,v6"), want: []string{"a=fd00:10::/120"}},
+		{name: "a dual-stack pod on a node without either: a block of each family",
+			pools: []Pool{nsPool("b4", 5, 30, "10.1.0.0/29"), nsPool("v6", 4, 120, "fd00:10::/112")}, nodes: nodes("a"),
+			pending: pending("a", "p:b4,v6"), want: []string{"a=10.1.0.0/30", "a=fd00:10::/120"}},
 		{name: "a fenced node gets no block for its pods",
 			pools: []Pool{blue}, nodes: []Node{fenced}, pending: pending("a", "p:blue")},
 		{name: "a pod on a node that is gone: nothing",

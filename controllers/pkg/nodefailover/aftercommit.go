@@ -356,7 +356,7 @@ func (m *migration) waitForPods(context.Context) (bool, time.Duration, error) {
 		}
 		pod, err := m.c.pods.Pods(s.Namespace).Get(podName(s))
 		if err != nil || pod.DeletionTimestamp != nil || pod.Spec.NodeName != target || pod.Status.Phase != corev1.PodRunning ||
-			!slices.ContainsFunc(pod.Status.PodIPs, func(ip corev1.PodIP) bool { return s.Spec.IP == "" || ip.IP == s.Spec.IP }) {
+			!RunsWithItsAddresses(pod, s) {
 			missing = append(missing, s.Namespace+"/"+podName(s))
 			continue
 		}

@@ -285,6 +285,22 @@ func IPInPrefixes(ip string, ps []netip.Prefix) bool {
 	return false
 }
 
+// RunsWithItsAddresses says whether a moved StaticIP's pod holds every address of the record:
+// both of a dual-stack record (its IPv6 address lies in another moved range than its IPv4 one,
+// and the pod must have come back with both), compared as addresses, not strings. A record
+// without an address yet waits for none.
+func RunsWithItsAddresses(pod *corev1.Pod, s *jkev1.StaticIP) bool {
+	for _, want := range s.Spec.AddressList() {
+		if !slices.ContainsFunc(pod.Status.PodIPs, func(ip corev1.PodIP) bool {
+			a, err := netip.ParseAddr(ip.IP)
+			return err == nil && a.Unmap() == want
+		}) {
+			return false
+		}
+	}
+	return true
+}
+
 // MovingStaticIPs are the StaticIPs that move with the failed node: those that name it, and
 // those whose IP lies in one of its ranges.
 func MovingStaticIPs(sips []*jkev1.StaticIP, node string, ranges []netip.Prefix) []*jkev1.StaticIP {

@@ -613,3 +613,39 @@ func TestNodeConcernsMigrations(t *testing.T) {
 		})
 	}
 }
+
+// A moved pod counts as running with its IP only when it holds every address of its record
+// (issue 39 item 2): both of a dual-stack record, the one of a single-stack record; a record
+// without an address yet waits for nothing.
+func TestRunsWithItsAddresses(t *testing.T) {
+	pod := func(ips ...string) *corev1.Pod {
+		p := &corev1.Pod{}
+		for _, ip := range ips {
+			p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+		}
+		return p
+	}
+	rec := func(ip string, ips ...string) *jkev1.StaticIP {
+		return &jkev1.StaticIP{Spec: jkev1.StaticIPSpec{IP: ip, IPs: ips}}
+	}
+	for _, c := range []struct {
+		name string
+		pod  *corev1.Pod
+		s    *jkev1.StaticIP
+		want bool
+	}{
+		{"single-stack, its IP", pod("10.0.0.5"), rec("10.0.0.5"), true},
+		{"single-stack, another IP", pod("10.0.0.6"), rec("10.0.0.5"), false},
+		{"single-stack record, dual-stack pod", pod("10.0.0.5", "fd00::5"), rec("10.0.0.5"), true},
+		{"no address recorded yet", pod("10.0.0.6"), rec(""), true},
+		{"dual-stack, both", pod("10.0.0.5", "fd00::5"), rec("10.0.0.5", "10.0.0.5", "fd00::5"), true},
+		{"dual-stack, IPv4 only", pod("10.0.0.5"), rec("10.0.0.5", "10.0.0.5", "fd00::5"), false},
+		{"dual-stack, another IPv6", pod("10.0.0.5", "fd00::6"), rec("10.0.0.5", "10.0.0.5", "fd00::5"), false},
+		{"dual-stack, IPv6 primary", pod("fd00::5", "10.0.0.5"), rec("fd00::5", "fd00::5", "10.0.0.5"), true},
+		{"IPv6 written in another form", pod("fd00:0::5"), rec("fd00::5"), true},
+	} {
+		if got := RunsWithItsAddresses(c.pod, c.s); got != c.want {
+			t.Errorf("%s: RunsWithItsAddresses = %v, want %v", c.name, got, c.want)
+		}
+	}
+}

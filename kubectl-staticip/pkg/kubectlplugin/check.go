@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"net/netip"
+	"slices"
 	"sort"
 	"strings"
 
@@ -44,6 +45,9 @@ const (
 	// workload that does not exist either; nothing will ever use the address again unless the
 	// workload is recreated. The one leak `release --from-report` frees (release.go).
 	ProblemOrphanedStaticIP = "OrphanedStaticIP"
+	// ProblemStaticIPPartlyHeld: a StaticIP's live pod holds some of the record's addresses but
+	// not all (a dual-stack record whose pod runs with one family only).
+	ProblemStaticIPPartlyHeld = "StaticIPPartlyHeld"
 )
 
 // ReportKind names check's machine-readable report (-o json|yaml), the input of
@@ -192,26 +196,44 @@ func Audit(s *Snapshot) AuditResult {
 		}
 	}
 
-	// StaticIPs.
+	// StaticIPs: every address of a record (both of a dual-stack one).
 	byIP := map[netip.Addr][]string{}
 	var sipOrder []netip.Addr
 	for _, sip := range s.StaticIPs {
-		a, err := netip.ParseAddr(sip.Spec.IP)
-		if err != nil {
-			continue
-		}
-		a = a.Unmap()
-		if len(byIP[a]) == 0 {
-			sipOrder = append(sipOrder, a)
-		}
-		byIP[a] = append(byIP[a], nsName(sip.Namespace, sip.Name))
-		if rangeOf(ranges, a) == nil {
-			add(SeverityError, ProblemStaticIPOutsideRange, a, "StaticIP %s keeps %s, which lies in no IPRange", nsName(sip.Namespace, sip.Name), a)
+		for _, a := range sip.Spec.AddressList() {
+			if len(byIP[a]) == 0 {
+				sipOrder = append(sipOrder, a)
+			}
+			byIP[a] = append(byIP[a], nsName(sip.Namespace, sip.Name))
+			if rangeOf(ranges, a) == nil {
+				add(SeverityError, ProblemStaticIPOutsideRange, a, "StaticIP %s keeps %s, which lies in no IPRange", nsName(sip.Namespace, sip.Name), a)
+			}
 		}
 	}
 	for _, a := range sipOrder {
 		if names := byIP[a]; len(names) > 1 {
-			add(SeverityError, ProblemDuplicateStaticIP, a, "%s is the spec.ip of %d StaticIPs: %s", a, len(names), strings.Join(names, ", "))
+			add(SeverityError, ProblemDuplicateStaticIP, a, "%s is an address (spec.ip or spec.ips) of %d StaticIPs: %s", a, len(names), strings.Join(names, ", "))
+		}
+	}
+	// A record's live pod holds all of its addresses or none of them (it may run elsewhere
+	// meanwhile): one family only is a pod that came back with half of its record.
+	for i := range s.StaticIPs {
+		sip := &s.StaticIPs[i]
+		addrs := sip.Spec.AddressList()
+		if len(addrs) < 2 {
+			continue
+		}
+		var has, lacks []string
+		for _, a := range addrs {
+			if slices.ContainsFunc(holders[a], func(p *corev1.Pod) bool { return p.Namespace == sip.Namespace && p.Name == recordPodName(sip) }) {
+				has = append(has, a.String())
+			} else {
+				lacks = append(lacks, a.String())
+			}
+		}
+		if len(has) > 0 && len(lacks) > 0 {
+			add(SeverityError, ProblemStaticIPPartlyHeld, addrs[0], "pod %s holds %s of StaticIP %s but not %s: it runs without the record's other address",
+				nsName(sip.Namespace, recordPodName(sip)), strings.Join(has, ","), nsName(sip.Namespace, sip.Name), strings.Join(lacks, ","))
 		}
 	}
 
@@ -219,14 +241,20 @@ func Audit(s *Snapshot) AuditResult {
 	if s.Workloads != nil {
 		for i := range s.StaticIPs {
 			sip := &s.StaticIPs[i]
-			a, err := netip.ParseAddr(sip.Spec.IP)
-			if err != nil {
+			addrs := sip.Spec.AddressList()
+			if len(addrs) == 0 {
 				continue
 			}
-			a = a.Unmap()
-			if reason := orphaned(s, sip, holders[a]); reason != "" {
+			var held []*corev1.Pod
+			var list []string
+			for _, a := range addrs {
+				held = append(held, holders[a]...)
+				list = append(list, a.String())
+			}
+			a := addrs[0]
+			if reason := orphaned(s, sip, held); reason != "" {
 				add(SeverityWarning, ProblemOrphanedStaticIP, a, "StaticIP %s keeps %s on node %s for %s (kubectl staticip release --from-report frees it)",
-					nsName(sip.Namespace, sip.Name), a, none(sip.Spec.Node), reason)
+					nsName(sip.Namespace, sip.Name), strings.Join(list, ","), none(sip.Spec.Node), reason)
 				p := &res.Problems[len(res.Problems)-1]
 				p.StaticIP, p.StaticIPUID, p.Releasable = nsName(sip.Namespace, sip.Name), string(sip.UID), true
 			}
@@ -267,6 +295,14 @@ func PrintAudit(out io.Writer, res AuditResult) error {
 	return err
 }
 
+// recordPodName is the name of a StaticIP's pod.
+func recordPodName(sip *jkev1.StaticIP) string {
+	if sip.Spec.Pod != "" {
+		return sip.Spec.Pod
+	}
+	return sip.Name
+}
+
 // auditUnassignedRanges warns about every unassigned IPRange that live pods or StaticIPs still
 // hold addresses of, or that a node still claims (status.holders: it drains it): a block
 // awaiting release, which the node that held it drains and no node allocates from. A released
@@ -288,7 +324,7 @@ func auditUnassignedRanges(ranges []parsedRange, holders map[netip.Addr][]*corev
 			}
 		}
 		for _, sip := range sips {
-			if a, err := netip.ParseAddr(sip.Spec.IP); err == nil && r.prefix.Contains(a.Unmap()) {
+			if slices.ContainsFunc(sip.Spec.AddressList(), r.prefix.Contains) {
 				records = append(records, nsName(sip.Namespace, sip.Name))
 			}
 		}

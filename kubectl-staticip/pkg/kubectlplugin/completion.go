@@ -140,8 +140,8 @@ func listStaticIPAddresses(ctx context.Context, c *Clients, ns string) ([]string
 	}
 	var ips, descs []string
 	for _, s := range l.Items {
-		if s.Spec.IP != "" {
-			ips = append(ips, s.Spec.IP)
+		for _, a := range s.Spec.AddressList() {
+			ips = append(ips, a.String())
 			descs = append(descs, "StaticIP "+nsName(s.Namespace, s.Name))
 		}
 	}

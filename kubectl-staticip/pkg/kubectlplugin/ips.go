@@ -101,9 +101,9 @@ func BuildIPReport(s *Snapshot, f IPFilter) IPReport {
 	sipByIP := map[netip.Addr]*jkev1.StaticIP{}
 	for i := range s.StaticIPs {
 		sip := &s.StaticIPs[i]
-		if a, err := netip.ParseAddr(sip.Spec.IP); err == nil {
-			if _, dup := sipByIP[a.Unmap()]; !dup {
-				sipByIP[a.Unmap()] = sip
+		for _, a := range sip.Spec.AddressList() { // both of a dual-stack record
+			if _, dup := sipByIP[a]; !dup {
+				sipByIP[a] = sip
 			}
 		}
 	}
@@ -141,21 +141,21 @@ func BuildIPReport(s *Snapshot, f IPFilter) IPReport {
 	}
 	for i := range s.StaticIPs {
 		sip := &s.StaticIPs[i]
-		a, err := netip.ParseAddr(sip.Spec.IP)
-		if err != nil || held[a.Unmap()] || (f.IP.IsValid() && a.Unmap() != f.IP) {
-			continue
-		}
-		a = a.Unmap()
-		e := IPEntry{IP: a.String(), State: StateReserved, Node: sip.Spec.Node}
-		withStaticIP(&e, sip)
-		if sip.Spec.Pod != "" {
-			e.Pod = nsName(sip.Namespace, sip.Spec.Pod)
-		}
-		if r := rangeOf(ranges, a); r != nil {
-			e.Range, e.Pool = r.r.Name, pools[r.r.Name]
-		}
-		if f.matches(e.Node, e.Range, e.Pool) {
-			rep.IPs = append(rep.IPs, e)
+		for _, a := range sip.Spec.AddressList() { // every address of the record: both of a dual-stack one
+			if held[a] || (f.IP.IsValid() && a != f.IP) {
+				continue
+			}
+			e := IPEntry{IP: a.String(), State: StateReserved, Node: sip.Spec.Node}
+			withStaticIP(&e, sip)
+			if sip.Spec.Pod != "" {
+				e.Pod = nsName(sip.Namespace, sip.Spec.Pod)
+			}
+			if r := rangeOf(ranges, a); r != nil {
+				e.Range, e.Pool = r.r.Name, pools[r.r.Name]
+			}
+			if f.matches(e.Node, e.Range, e.Pool) {
+				rep.IPs = append(rep.IPs, e)
+			}
 		}
 	}
 	sort.SliceStable(rep.IPs, func(i, j int) bool {

@@ -65,15 +65,12 @@ func loadWorkloads(ctx context.Context, c *Clients) (WorkloadSet, error) {
 // orphaned says why sip's address is leaked ("" when it is not): it has an IP that no live
 // pod holds, no pod of its pod's name exists at all (a Pending pod of the name will take the
 // address), its workload is of a kind check lists and is gone, and it is not being deleted.
-// holders are the live pods holding sip's IP.
+// holders are the live pods holding one of sip's addresses.
 func orphaned(s *Snapshot, sip *jkev1.StaticIP, holders []*corev1.Pod) string {
 	if sip.Spec.IP == "" || len(holders) > 0 || sip.DeletionTimestamp != nil {
 		return ""
 	}
-	podName := sip.Spec.Pod
-	if podName == "" {
-		podName = sip.Name
-	}
+	podName := recordPodName(sip)
 	for i := range s.Pods {
 		if p := &s.Pods[i]; p.Namespace == sip.Namespace && p.Name == podName {
 			return ""

@@ -43,6 +43,13 @@ func staticIP(ns, name, node, ip string) jkev1.StaticIP {
 	return jkev1.StaticIP{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}, Spec: jkev1.StaticIPSpec{Node: node, IP: ip, Pod: name}}
 }
 
+// dualStackIP is a dual-stack StaticIP: spec.ip the first address, spec.ips both.
+func dualStackIP(ns, name, node string, ips ...string) jkev1.StaticIP {
+	s := staticIP(ns, name, node, ips[0])
+	s.Spec.IPs = ips
+	return s
+}
+
 func withPhase(p corev1.Pod, ph corev1.PodPhase) corev1.Pod { p.Status.Phase = ph; return p }
 
 func synced(r jkev1.IPRange, status metav1.ConditionStatus, reason string) jkev1.IPRange {
@@ -64,9 +71,10 @@ func TestBuildIPReport(t *testing.T) {
 			pod("ns", "pending", "node-2"),                                          // no IP yet
 		},
 		StaticIPs: []jkev1.StaticIP{
-			staticIP("ns", "web-0", "node-1", "10.1.0.5"), // allocated: its pod holds it
-			staticIP("ns", "web-1", "node-1", "10.1.0.6"), // reserved: pod absent
-			staticIP("ns", "new", "", ""),                 // no IP yet: not listed
+			staticIP("ns", "web-0", "node-1", "10.1.0.5"),                // allocated: its pod holds it
+			staticIP("ns", "web-1", "node-1", "10.1.0.6"),                // reserved: pod absent
+			staticIP("ns", "new", "", ""),                                // no IP yet: not listed
+			dualStackIP("ns", "db-0", "node-2", "10.2.0.8", "fd00:2::8"), // reserved, both addresses
 		},
 	}
 	cases := []struct {
@@ -76,8 +84,9 @@ func TestBuildIPReport(t *testing.T) {
 		ips    []string // ip state pod staticip
 	}{
 		{"all", IPFilter{}, []string{"pool-a-0 pool-a", "r2 "},
-			[]string{"10.1.0.5 Allocated ns/web-0 ns/web-0", "10.1.0.6 Reserved ns/web-1 ns/web-1", "10.2.0.7 Allocated ns/api-0 "}},
-		{"node", IPFilter{Node: "node-2"}, []string{"r2 "}, []string{"10.2.0.7 Allocated ns/api-0 "}},
+			[]string{"10.1.0.5 Allocated ns/web-0 ns/web-0", "10.1.0.6 Reserved ns/web-1 ns/web-1", "10.2.0.7 Allocated ns/api-0 ",
+				"10.2.0.8 Reserved ns/db-0 ns/db-0", "fd00:2::8 Reserved ns/db-0 ns/db-0"}},
+		{"node", IPFilter{Node: "node-2"}, []string{"r2 "}, []string{"10.2.0.7 Allocated ns/api-0 ", "10.2.0.8 Reserved ns/db-0 ns/db-0", "fd00:2::8 Reserved ns/db-0 ns/db-0"}},
 		{"range", IPFilter{Range: "pool-a-0"}, []string{"pool-a-0 pool-a"},
 			[]string{"10.1.0.5 Allocated ns/web-0 ns/web-0", "10.1.0.6 Reserved ns/web-1 ns/web-1"}},
 		{"pool", IPFilter{Pool: "pool-a"}, []string{"pool-a-0 pool-a"},
@@ -119,6 +128,7 @@ func TestBuildIPReport(t *testing.T) {
 
 func TestAudit(t *testing.T) {
 	ranges := []jkev1.IPRange{ipRange("r1", "10.1.0.0/24", "node-1"), ipRange("r2", "10.2.0.0/24", "node-2")}
+	dualRanges := append([]jkev1.IPRange{ipRange("r6", "fd00:1::/120", "node-1")}, ranges...)
 	failover := jkev1alpha1.NodeFailover{ObjectMeta: metav1.ObjectMeta{Name: "node-1"},
 		Status: jkev1alpha1.NodeFailoverStatus{Phase: jkev1alpha1.FailoverRangesMoved,
 			MovedRanges: []jkev1alpha1.MovedRange{{Name: "r2", CIDR: "10.2.0.0/24", FromNode: "node-1", ToNode: "node-2"}}}}
@@ -158,6 +168,18 @@ func TestAudit(t *testing.T) {
 			[]string{"Error DuplicateStaticIP"}},
 		{"StaticIP outside ranges", Snapshot{Ranges: ranges, StaticIPs: []jkev1.StaticIP{staticIP("a", "p", "node-1", "10.9.0.2")}},
 			[]string{"Error StaticIPOutsideRanges"}},
+		// Dual-stack records (issue 39 item 2): both addresses are checked.
+		{"dual-stack, clean", Snapshot{Ranges: dualRanges, Pods: []corev1.Pod{pod("a", "p", "node-1", "10.1.0.2", "fd00:1::2")},
+			StaticIPs: []jkev1.StaticIP{dualStackIP("a", "p", "node-1", "10.1.0.2", "fd00:1::2")}}, nil},
+		{"dual-stack StaticIP's IPv6 address outside ranges", Snapshot{Ranges: ranges,
+			StaticIPs: []jkev1.StaticIP{dualStackIP("a", "p", "node-1", "10.1.0.2", "fd00:9::2")}}, []string{"Error StaticIPOutsideRanges"}},
+		{"duplicate IPv6 address of two dual-stack StaticIPs", Snapshot{Ranges: dualRanges,
+			StaticIPs: []jkev1.StaticIP{dualStackIP("a", "p", "node-1", "10.1.0.2", "fd00:1::2"), dualStackIP("a", "q", "node-1", "10.1.0.3", "fd00:1::2")}},
+			[]string{"Error DuplicateStaticIP"}},
+		{"dual-stack StaticIP's pod runs with its IPv4 address only", Snapshot{Ranges: dualRanges, Pods: []corev1.Pod{pod("a", "p", "node-1", "10.1.0.2")},
+			StaticIPs: []jkev1.StaticIP{dualStackIP("a", "p", "node-1", "10.1.0.2", "fd00:1::2")}}, []string{"Error StaticIPPartlyHeld"}},
+		{"unassigned IPv6 range a dual-stack StaticIP keeps an address of awaits release", Snapshot{Ranges: []jkev1.IPRange{ranges[0], ipRange("r6", "fd00:1::/120", "")},
+			StaticIPs: []jkev1.StaticIP{dualStackIP("a", "p", "node-1", "10.1.0.7", "fd00:1::7")}}, []string{"Warning UnassignedRangeAwaitingRelease"}},
 		{"overlapping ranges", Snapshot{Ranges: append([]jkev1.IPRange{ipRange("r0", "10.1.0.0/16", "node-3")}, ranges...)},
 			[]string{"Error OverlappingRanges"}},
 		{"range not synced", Snapshot{Ranges: []jkev1.IPRange{synced(ranges[0], metav1.ConditionFalse, "WaitingForPreviousOwner"), synced(ranges[1], metav1.ConditionTrue, "Synced")}},

@@ -25,6 +25,8 @@ type Pool struct {
 	// FreeBlocks are blocks the allocator can still give a node: status.blocksFree (blocks
 	// overlapping no IPRange) plus the pool's released blocks (IPRanges of it no node holds).
 	FreeBlocks int64
+	// V6: the pool's addresses are IPv6 (a pool is one family).
+	V6 bool
 }
 
 // Node is what the verdict needs of one node: its labels and, per pool, the free addresses
@@ -38,7 +40,44 @@ type Node struct {
 // Verdict says whether node can give the pod an address of one of pools (in the pod's order of
 // preference), and if not, why, naming each pool. An unknown pool is named as such (the pod's
 // choice outlived the pool admission checked it against).
+//
+// A dual-stack pod names pools of both families and takes an address of each (the CNI gives one
+// per family or none): the node must serve every family of its pools, each judged on its own.
 func Verdict(pools []string, node Node, known map[string]Pool) (bool, string) {
+	var why []string
+	for _, group := range byFamily(pools, known) {
+		if ok, w := verdictOfFamily(group, node, known); !ok {
+			why = append(why, w)
+		}
+	}
+	if len(why) > 0 {
+		return false, strings.Join(why, "; ")
+	}
+	return true, ""
+}
+
+// byFamily splits pools by IP family, keeping their order: one list when they are of one family,
+// two for a dual-stack pod. An unknown pool goes with every family (it serves none, and is named).
+func byFamily(pools []string, known map[string]Pool) [][]string {
+	var v4, v6, unknown []string
+	for _, name := range pools {
+		switch p, ok := known[name]; {
+		case !ok:
+			unknown = append(unknown, name)
+		case p.V6:
+			v6 = append(v6, name)
+		default:
+			v4 = append(v4, name)
+		}
+	}
+	if len(v4) == 0 || len(v6) == 0 {
+		return [][]string{pools}
+	}
+	return [][]string{append(v4, unknown...), append(v6, unknown...)}
+}
+
+// verdictOfFamily is Verdict for pools of one family: one of them serves the node.
+func verdictOfFamily(pools []string, node Node, known map[string]Pool) (bool, string) {
 	var why []string
 	for _, name := range pools {
 		if node.Free[name] > 0 {

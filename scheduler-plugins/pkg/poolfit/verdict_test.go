@@ -17,6 +17,8 @@ func TestVerdict(t *testing.T) {
 		"mirror":    {Name: "mirror", NodePodCIDR: true, FreeBlocks: 5},
 		"zone-a":    {Name: "zone-a", NodeSelector: zoneA, FreeBlocks: 5},
 		"zone-full": {Name: "zone-full", NodeSelector: zoneA},
+		"v6":        {Name: "v6", V6: true, FreeBlocks: 2},
+		"v6-full":   {Name: "v6-full", V6: true},
 	}
 	nodeB := func(free map[string]int64) Node {
 		return Node{Name: "n1", Labels: map[string]string{"zone": "b"}, Free: free}
@@ -40,6 +42,13 @@ func TestVerdict(t *testing.T) {
 			why: `IPPool "zone-full" is exhausted`},
 		{name: "a pool being deleted gives no block", pools: []string{"going"}, node: nodeB(nil), why: `IPPool "going" is being deleted`},
 		{name: "but its free address here is still given", pools: []string{"going"}, node: nodeB(map[string]int64{"going": 2}), ok: true},
+		// A dual-stack pod names a pool of each family and needs an address of each (issue 39
+		// item 2): a free IPv4 address does not stand for the IPv6 one.
+		{name: "dual-stack: IPv4 free here, IPv6 pool has a block to give", pools: []string{"full", "v6"}, node: nodeB(map[string]int64{"full": 1}), ok: true},
+		{name: "dual-stack: IPv4 free here, IPv6 pool exhausted", pools: []string{"full", "v6-full"}, node: nodeB(map[string]int64{"full": 1}),
+			why: `IPPool "v6-full" is exhausted`},
+		{name: "dual-stack: IPv6 free here, IPv4 pool exhausted", pools: []string{"full", "v6-full"}, node: nodeB(map[string]int64{"v6-full": 1}),
+			why: `IPPool "full" is exhausted`},
 		{name: "NodePodCIDR pools give no block on demand", pools: []string{"mirror"}, node: nodeB(nil), why: `IPPool "mirror" (mode NodePodCIDR)`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

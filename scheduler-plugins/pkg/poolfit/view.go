@@ -302,6 +302,11 @@ func (v *View) Snapshot() *Snapshot {
 		}
 		fp := Pool{Name: name, Deleting: p.DeletionTimestamp != nil, NodePodCIDR: p.Spec.Mode == jkev1.IPPoolNodePodCIDR,
 			FreeBlocks: p.Status.BlocksFree + released[name]}
+		if len(p.Spec.CIDRs) > 0 {
+			if c, err := netip.ParsePrefix(p.Spec.CIDRs[0]); err == nil {
+				fp.V6 = c.Addr().Is6()
+			}
+		}
 		if p.Spec.NodeSelector != nil {
 			if sel, err := metav1.LabelSelectorAsSelector(p.Spec.NodeSelector); err == nil {
 				fp.NodeSelector = sel
@@ -362,8 +367,18 @@ func (v *View) nodeFree(s *Snapshot, pod *v1.Pod, nodeInfo fwk.NodeInfo) map[str
 		if p.Spec.HostNetwork {
 			continue
 		}
-		if a, err := netip.ParseAddr(p.Status.PodIP); err == nil {
-			ips = append(ips, a)
+		if len(p.Status.PodIPs) > 0 || p.Status.PodIP != "" {
+			// Every address of the pod (both of a dual-stack one: its IPv6 address uses up an
+			// address of the node's IPv6 block too).
+			podIPs := p.Status.PodIPs
+			if len(podIPs) == 0 {
+				podIPs = []v1.PodIP{{IP: p.Status.PodIP}}
+			}
+			for _, pip := range podIPs {
+				if a, err := netip.ParseAddr(pip.IP); err == nil {
+					ips = append(ips, a)
+				}
+			}
 			continue
 		}
 		if p.Status.Phase != v1.PodPending || !v.Relevant(p) {

@@ -93,7 +93,9 @@ type RangeInfo struct {
 type NodeInfo struct {
 	// HasRanges: the node owns at least one IPRange.
 	HasRanges bool
-	// IPCapacity is how many addresses its valid IPRanges can give to pods.
+	// IPCapacity is how many pods its valid IPRanges can give addresses to (podCapacity): a pod
+	// takes one address of every IP family the node's ranges give, so a dual-stack node's
+	// capacity is its smaller family's, never the sum of both.
 	IPCapacity int64
 	// CIDRs of the node's IPRanges, sorted, for messages.
 	CIDRs []string
@@ -473,6 +475,7 @@ func (c *Cache) OnIPRangeUpdate(oldObj, newObj interface{}) {
 
 func (c *Cache) applyIPRange(f *IPRangeFields) bool {
 	parsed := parseIPRange(&jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: f.Name}, Spec: f.Spec})
+	parsed.restricted = f.Restricted
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.newerUIDLocked("range/"+f.Name, f.UID, f.ResourceVersion, false) {
@@ -714,12 +717,12 @@ func (c *Cache) publishNamesLocked() {
 // build computes the node's NodeInfo (c.mu held, for reading at least).
 func (n *nodeState) build() *NodeInfo {
 	info := &NodeInfo{HasRanges: len(n.ranges) > 0}
+	ranges := make([]*ipRange, 0, len(n.ranges))
 	for _, r := range n.ranges {
 		info.CIDRs = append(info.CIDRs, r.cidr)
-		if r.err == nil {
-			info.IPCapacity = addSat(info.IPCapacity, r.capacity)
-		}
+		ranges = append(ranges, r)
 	}
+	info.IPCapacity = podCapacity(ranges)
 	sort.Strings(info.CIDRs)
 	for _, r := range n.active {
 		ns, name, _ := cutKey(r.podKey)

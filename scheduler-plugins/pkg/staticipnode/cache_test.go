@@ -358,3 +358,40 @@ func BenchmarkNodeLookup(b *testing.B) {
 		}
 	}
 }
+
+// A dual-stack pod takes one address of each family (issue 39 item 2): a node's capacity is its
+// smaller family's, not the sum of both — the sum let the scheduler send an IPv4 /26 + IPv6 /120
+// node 317 pods where the 63rd fails its sandbox with no IPv4 address left. A namespace pool's
+// block (restricted) bounds no other pod; a node with restricted blocks only counts them all.
+func TestIPCapacityIsPerFamily(t *testing.T) {
+	rng := func(name, cidr string, restricted bool) *jkev1.IPRange {
+		r := &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: jkev1.IPRangeSpec{CIDR: cidr, Node: "n1"}}
+		if restricted {
+			r.Labels = map[string]string{jkev1.LabelIPPoolRestricted: "true"}
+		}
+		return r
+	}
+	for _, tc := range []struct {
+		name   string
+		ranges []*jkev1.IPRange
+		want   int64
+	}{
+		{"IPv4 only: the sum of its ranges", []*jkev1.IPRange{rng("a", "10.1.2.0/26", false), rng("b", "10.1.3.0/30", false)}, 64},
+		{"dual-stack: the smaller family", []*jkev1.IPRange{rng("a", "10.1.2.0/26", false), rng("v6", "fd00::/120", false)}, 62},
+		{"dual-stack, IPv6 smaller", []*jkev1.IPRange{rng("a", "10.1.2.0/24", false), rng("v6", "fd00::/125", false)}, 7},
+		{"dual-stack, two IPv4 ranges", []*jkev1.IPRange{rng("a", "10.1.2.0/26", false), rng("b", "10.1.3.0/26", false), rng("v6", "fd00::/120", false)}, 124},
+		{"a restricted IPv6 block bounds no other pod", []*jkev1.IPRange{rng("a", "10.1.2.0/26", false), rng("v6", "fd00::/125", true)}, 62},
+		{"restricted blocks only", []*jkev1.IPRange{rng("a", "10.1.2.0/26", true), rng("v6", "fd00::/125", true)}, 69},
+		{"IPv6 only", []*jkev1.IPRange{rng("v6", "fd00::/120", false)}, 255},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := NewEmpty()
+			for _, r := range tc.ranges {
+				c.OnIPRangeUpdate(nil, r)
+			}
+			if got := c.Node("n1").IPCapacity; got != tc.want {
+				t.Errorf("IPCapacity = %d, want %d", got, tc.want)
+			}
+		})
+	}
+}

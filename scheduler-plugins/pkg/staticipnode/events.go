@@ -49,6 +49,9 @@ type IPRangeFields struct {
 	Name, UID, ResourceVersion string
 	Generation                 int64
 	Spec                       jkev1.IPRangeSpec
+	// Restricted: a namespace pool's block (label jkev1.LabelIPPoolRestricted, set when the
+	// allocator creates it): only pods of that pool get its addresses.
+	Restricted bool
 }
 
 func staticIPFieldsOf(sip *jkev1.StaticIP) *StaticIPFields {
@@ -61,7 +64,8 @@ func staticIPFieldsOf(sip *jkev1.StaticIP) *StaticIPFields {
 }
 
 func ipRangeFieldsOf(r *jkev1.IPRange) *IPRangeFields {
-	return &IPRangeFields{Name: r.Name, UID: string(r.UID), ResourceVersion: r.ResourceVersion, Generation: r.Generation, Spec: r.Spec}
+	return &IPRangeFields{Name: r.Name, UID: string(r.UID), ResourceVersion: r.ResourceVersion, Generation: r.Generation, Spec: r.Spec,
+		Restricted: r.Labels[jkev1.LabelIPPoolRestricted] == "true"}
 }
 
 // StaticIPEvent is one StaticIP change the cache applied, as the plugins' hints see it

@@ -105,6 +105,17 @@ type staticipCNI struct{}
 // LocalClusterPool is the name of the IPPool `up` creates.
 const LocalClusterPool = "default"
 
+// LocalClusterPoolV6 is the IPv6 pool `up` creates beside it: a namespace pool (the default
+// pool stays IPv4-only and every pod that asks for nothing stays single-stack), selecting the
+// namespaces labelled LabelDualStack. A dual-stack pod names both pools (pod or namespace
+// annotation staticip.jke.jdcloud.com/ippools: ["default","default-v6"]) and gets an address of
+// each; the range allocator gives its node a block of the IPv6 pool when it lands there, and
+// takes the empty block back after releaseAfter.
+const LocalClusterPoolV6 = "default-v6"
+
+// LabelDualStack on a namespace: the IPv6 pool LocalClusterPoolV6 selects it.
+const LabelDualStack = "localcluster.staticip.io/dual-stack"
+
 func (staticipCNI) ownsAddressSpace() bool { return true }
 
 // installNode links the loopback plugin, which containerd needs for every sandbox's lo, and
@@ -118,6 +129,8 @@ func (staticipCNI) routesBetweenNodes() bool { return false }
 
 func (staticipCNI) install(l *layout) error {
 	pool := fmt.Sprintf("apiVersion: jke.jdcloud.com/v1\nkind: IPPool\nmetadata:\n  name: %s\nspec:\n  cidrs: [%s]\n  blockSize: 24\n", LocalClusterPool, l.clusterCIDR)
+	pool += fmt.Sprintf("---\napiVersion: jke.jdcloud.com/v1\nkind: IPPool\nmetadata:\n  name: %s\nspec:\n  cidrs: [%s]\n  blockSize: 120\n  releaseAfter: 10s\n  namespaceSelector:\n    matchLabels: {%s: \"true\"}\n",
+		LocalClusterPoolV6, l.podCIDR6, LabelDualStack)
 	if _, err := l.kubectl(pool, "apply", "-f", "-"); err != nil {
 		return err
 	}
@@ -154,7 +167,7 @@ patches:
     - op: replace
       path: /spec/template/spec/volumes
       value: [{name: cni, hostPath: {path: %[3]s, type: Directory}}]
-`, name, tag, cniRoot, nodeDir, l.serviceCIDR)
+`, name, tag, cniRoot, nodeDir, dualStack(l.serviceCIDR, l.serviceCIDR6))
 	return l.applyOverlay("cni", "manifests/cni", overlay)
 }
 

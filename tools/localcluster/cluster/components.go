@@ -133,7 +133,9 @@ func (l *layout) apiserver() daemon {
 		"--authorization-mode=Node,RBAC",
 		"--enable-admission-plugins=NodeRestriction",
 		"--allow-privileged=true",
-		"--service-cluster-ip-range=" + l.serviceCIDR,
+		// Dual-stack Services (ipFamilyPolicy PreferDualStack/RequireDualStack); IPv4 first, so
+		// every Service that asks for nothing stays IPv4 as before.
+		"--service-cluster-ip-range=" + dualStack(l.serviceCIDR, l.serviceCIDR6),
 		"--service-account-issuer=https://kubernetes.default.svc." + clusterDomain,
 		"--service-account-key-file=" + l.pki("sa.pub"),
 		"--service-account-signing-key-file=" + l.pki("sa.key"),
@@ -178,7 +180,7 @@ func (l *layout) controllerManager() daemon {
 		// CNI config and Node.spec.podCIDR agree.
 		"--allocate-node-cidrs=false",
 		"--cluster-cidr=" + l.clusterCIDR,
-		"--service-cluster-ip-range=" + l.serviceCIDR,
+		"--service-cluster-ip-range=" + dualStack(l.serviceCIDR, l.serviceCIDR6),
 		"--controllers=*",
 		"--leader-elect=false",
 		"--profiling=false",
@@ -375,7 +377,7 @@ func (l *layout) kubelet(n nodeLayout) daemon {
 		"--root-dir=" + n.kubeletRoot,
 		"--cert-dir=" + filepath.Join(n.kubeletRoot, "pki"),
 		"--hostname-override=" + n.name,
-		"--node-ip=" + n.ip,
+		"--node-ip=" + dualStack(n.ip, n.ip6), // both InternalIPs: a dual-stack node
 		"--node-labels=" + strings.Join(labels, ","),
 		"--v=1",
 	}, spareKubeletArgs(n)...)}
@@ -399,7 +401,7 @@ conntrack:
   min: 0
   tcpEstablishedTimeout: 0s
   tcpCloseWaitTimeout: 0s
-`, filepath.Join(l.StateDir, "kube-proxy.kubeconfig"), n.name, n.ip, l.clusterCIDR)
+`, filepath.Join(l.StateDir, "kube-proxy.kubeconfig"), n.name, n.ip, dualStack(l.clusterCIDR, l.podCIDR6))
 }
 
 func (l *layout) kubeProxy(n nodeLayout) daemon {

@@ -48,6 +48,10 @@ func TestLayoutDerivesAddressesFromCIDRs(t *testing.T) {
 	if l.kubernetesSvc != "10.97.0.1" || l.dnsServiceIP != "10.97.0.10" || l.clusterCIDR != o.PodCIDR || l.serviceCIDR != o.ServiceCIDR {
 		t.Errorf("service addresses %s %s, cidrs %s %s", l.kubernetesSvc, l.dnsServiceIP, l.clusterCIDR, l.serviceCIDR)
 	}
+	// The dual-stack side (ULA only), derived from the same options.
+	if l.nodes[1].ip6 != "fd00:172:30:0::12" || l.nodeSubnet6 != "fd00:172:30:0::/64" || l.serviceCIDR6 != "fd00:10:97::/112" || l.podCIDR6 != "fd00:10:245::/112" {
+		t.Errorf("IPv6: node-2 %s, nodes %s, services %s, pods %s", l.nodes[1].ip6, l.nodeSubnet6, l.serviceCIDR6, l.podCIDR6)
+	}
 	// A record from before the CIDR options existed has neither: the old fixed values apply.
 	old := (&record{Nodes: 1, Prefix: "cluster", NodeSubnet: "172.30.0.0/24"}).options(Options{StateDir: "/x"})
 	if l := newLayout(old); l.nodes[0].podCIDR != "10.244.1.0/24" || l.dnsServiceIP != "10.96.0.10" {

@@ -28,9 +28,16 @@ func (l *layout) setupNetwork() error {
 		if err := l.addNetns(n.netns, n.hostVeth, n.ip); err != nil {
 			return err
 		}
+		// Dual-stack nodes: a ULA on the bridge beside the IPv4 address (no duplicate address
+		// detection: the tool hands the addresses out), the kubelet's second InternalIP, the
+		// next hop of other nodes' routes to this node's IPv6 ranges. Nothing routes it off
+		// the machine: no node has an IPv6 default route.
+		if err := run("ip", "-n", n.netns, "-6", "addr", "add", n.ip6+"/64", "dev", "eth0", "nodad"); err != nil {
+			return err
+		}
 		// Nodes route pod traffic; bridge-nf-call-iptables lets kube-proxy see traffic
 		// between pods on the same CNI bridge (the kernel keeps it per namespace).
-		for _, s := range []string{"net.ipv4.ip_forward=1", "net.bridge.bridge-nf-call-iptables=1"} {
+		for _, s := range []string{"net.ipv4.ip_forward=1", "net.ipv6.conf.all.forwarding=1", "net.bridge.bridge-nf-call-iptables=1", "net.bridge.bridge-nf-call-ip6tables=1"} {
 			if err := run("ip", "netns", "exec", n.netns, "sysctl", "-q", "-w", s); err != nil {
 				return err
 			}
@@ -66,6 +73,9 @@ func (l *layout) setupNetwork() error {
 	// the host sends Service traffic to node 1, whose kube-proxy masquerades it.
 	for _, n := range l.nodes {
 		if err := run("ip", "-n", n.netns, "route", "add", l.serviceCIDR, "dev", "eth0"); err != nil {
+			return err
+		}
+		if err := run("ip", "-n", n.netns, "-6", "route", "add", l.serviceCIDR6, "dev", "eth0"); err != nil {
 			return err
 		}
 	}

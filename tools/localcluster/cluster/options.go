@@ -163,7 +163,18 @@ type layout struct {
 	serviceCIDR   string
 	kubernetesSvc string
 	dnsServiceIP  string
+	// The IPv6 side of the dual-stack cluster (ULA only, on links the tool creates; nothing
+	// routes them off the machine): nodeSubnet6 the nodes' /64 on the bridge (NodeSubnet's
+	// octets as groups: 172.30.0.0/24 -> fd00:172:30:0::/64), serviceCIDR6 the second Service
+	// range (10.96.0.0/16 -> fd00:10:96::/112), podCIDR6 the IPv6 pool's space
+	// (10.244.0.0/16 -> fd00:10:244::/112).
+	nodeSubnet6  string
+	serviceCIDR6 string
+	podCIDR6     string
 }
+
+// dualStack is the pair "IPv4,IPv6" the components' dual-stack flags take.
+func dualStack(v4, v6 string) string { return v4 + "," + v6 }
 
 // slash16 returns the first two octets of an IPv4 /16.
 func slash16(cidr string) ([2]byte, error) {
@@ -185,6 +196,7 @@ type nodeLayout struct {
 	netns    string
 	hostVeth string
 	ip       string
+	ip6      string // its IPv6 address on the bridge (nodeSubnet6), its second InternalIP
 	podCIDR  string
 	gateway  string // first address of podCIDR, the CNI bridge
 	zone     string
@@ -235,6 +247,10 @@ func newLayout(o Options) layout {
 	l.clusterCIDR, l.serviceCIDR = l.PodCIDR, l.ServiceCIDR
 	l.kubernetesSvc = fmt.Sprintf("%d.%d.0.1", svc[0], svc[1])
 	l.dnsServiceIP = fmt.Sprintf("%d.%d.0.10", svc[0], svc[1])
+	l.nodeSubnet6 = fmt.Sprintf("fd00:%d:%d:%d::/64", base[0], base[1], base[2])
+	l.serviceCIDR6 = fmt.Sprintf("fd00:%d:%d::/112", svc[0], svc[1])
+	l.podCIDR6 = fmt.Sprintf("fd00:%d:%d::/112", pod[0], pod[1])
+	ip6 := func(last int) string { return fmt.Sprintf("fd00:%d:%d:%d::%d", base[0], base[1], base[2], last) }
 	for i := 1; i <= o.Nodes+o.SpareNodes; i++ {
 		name := fmt.Sprintf("node-%d", i)
 		dir := filepath.Join(o.StateDir, name)
@@ -244,6 +260,7 @@ func newLayout(o Options) layout {
 			netns:            fmt.Sprintf("%s-node-%d", o.Prefix, i),
 			hostVeth:         fmt.Sprintf("%s-v%d", o.Prefix, i),
 			ip:               ip(10 + i),
+			ip6:              ip6(10 + i),
 			podCIDR:          fmt.Sprintf("%d.%d.%d.0/24", pod[0], pod[1], i),
 			gateway:          fmt.Sprintf("%d.%d.%d.1", pod[0], pod[1], i),
 			zone:             fmt.Sprintf("zone-%d", (i-1)%2),

@@ -30,7 +30,10 @@ type IPRangeHolderApplyConfiguration struct {
 	// Node is the node that holds addresses of the range; only that node's agent writes
 	// this entry.
 	Node *string `json:"node,omitempty"`
-	// Address is the node's InternalIP: the next hop of every other node's route to the range.
+	// Address is the node's InternalIP of the range's IP family: the next hop of every other
+	// node's route to the range (an IPv6 range's is the node's IPv6 InternalIP: Linux takes no
+	// IPv4 next hop for an IPv6 route). Empty while the node has none of that family (its agent
+	// then sets the range's Routable condition False).
 	Address *string `json:"address,omitempty"`
 	// Generation is the ownerGeneration the node holds the range at.
 	Generation *int64 `json:"generation,omitempty"`
