@@ -351,8 +351,8 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 			a.apiErrors.Add(1)
 			errs = append(errs, err)
 		}
-		err = a.reportRoutes(apiCtx, routeReport(observedRanges(a.cfg.NodeName, plan.mine, reportedRoutes(routes), plan.draining, programmed), plan.accepted),
-			MarkedRanges(plan.accepted))
+		marked := MarkedRanges(plan.accepted)
+		err = a.reportRoutes(apiCtx, routeReport(observedRanges(a.cfg.NodeName, plan.mine, reportedRoutes(routes), plan.draining, programmed), marked), marked)
 		cancel()
 		if err != nil {
 			a.apiErrors.Add(1)

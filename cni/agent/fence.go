@@ -275,13 +275,13 @@ func reportedRoutes(routes []rangeRoute) []rangeRoute {
 
 // routeReport is the node's route report (jkev1.AnnotationRoutesObserved on its Lease): the
 // entries of observed (observedRanges: its claims and its programmed routes) of the ranges
-// node failover marks (jkev1.AnnotationReportRoutes), nothing else — so it holds at most as many
+// node failover marks (marked: MarkedRanges), nothing else — so it holds at most as many
 // entries as ranges are marked, whatever the cluster's size.
-func routeReport(observed map[string]string, accepted []*jkev1.IPRange) map[string]string {
+func routeReport(observed map[string]string, marked map[string]bool) map[string]string {
 	out := map[string]string{}
-	for _, r := range accepted {
-		if v, ok := observed[r.Name]; ok && r.Annotations[jkev1.AnnotationReportRoutes] != "" {
-			out[r.Name] = v
+	for name := range marked {
+		if v, ok := observed[name]; ok {
+			out[name] = v
 		}
 	}
 	return out
@@ -323,6 +323,7 @@ func RouteReports(ranges []*jkev1.IPRange) func(self string) (string, error) {
 func convergedReports(ranges []*jkev1.IPRange) func(self string) (claims, routes map[string]string) {
 	p := planRanges(ranges, "")
 	marked := reportedRoutes(planRoutes(p.accepted, "", nil, claims(p.accepted, nil, "")))
+	markedNames := MarkedRanges(p.accepted)
 	own := map[string][]*jkev1.IPRange{}
 	for _, r := range p.accepted {
 		if r.Spec.Node != "" {
@@ -336,7 +337,7 @@ func convergedReports(ranges []*jkev1.IPRange) func(self string) (claims, routes
 				routes = append(routes, rt)
 			}
 		}
-		return observedRanges(self, own[self], nil, nil, nil), routeReport(observedRanges(self, own[self], routes, nil, nil), p.accepted)
+		return observedRanges(self, own[self], nil, nil, nil), routeReport(observedRanges(self, own[self], routes, nil, nil), markedNames)
 	}
 }
 

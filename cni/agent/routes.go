@@ -31,10 +31,7 @@ func (a *Agent) syncRoutes(routes []rangeRoute, addresses map[string]familyAddrs
 		if err != nil {
 			continue
 		}
-		fam := 0
-		if dst.IP.To4() == nil {
-			fam = 1
-		}
+		fam, _ := rangeFamily(rt.r) // the CIDR parsed above
 		addrs := addresses[rt.via]
 		gw := net.ParseIP(addrs[fam])
 		if gw == nil {
