@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 
@@ -94,24 +95,8 @@ func BenchmarkSchedulingPools(b *testing.B) {
 	}
 	if len(podsRatio) > 0 {
 		fmt.Printf("POOLS SUMMARY %d rounds: pools=%d / pools=1 pods/s median %.2f (%.2f–%.2f), cpu/pod median %.2f (%.2f–%.2f)\n",
-			len(podsRatio), benchPoolCount, median(podsRatio), minOf(podsRatio), maxOf(podsRatio), median(cpuRatio), minOf(cpuRatio), maxOf(cpuRatio))
+			len(podsRatio), benchPoolCount, median(podsRatio), slices.Min(podsRatio), slices.Max(podsRatio), median(cpuRatio), slices.Min(cpuRatio), slices.Max(cpuRatio))
 	}
-}
-
-func minOf(v []float64) float64 {
-	m := v[0]
-	for _, x := range v[1:] {
-		m = min(m, x)
-	}
-	return m
-}
-
-func maxOf(v []float64) float64 {
-	m := v[0]
-	for _, x := range v[1:] {
-		m = max(m, x)
-	}
-	return m
 }
 
 // poolNamespace is the i-th namespace of the pods of BenchmarkSchedulingPools' current pass.
@@ -200,10 +185,7 @@ func (w *workload) waitAllBoundIn(b *testing.B, namespaces []string) {
 
 func (w *workload) deletePoolPods(b *testing.B) {
 	b.Helper()
-	base := w.ns
 	for _, ns := range w.poolNamespaces() {
-		w.ns = ns
-		w.deletePods(b)
+		w.deleteNamespace(b, ns)
 	}
-	w.ns = base
 }

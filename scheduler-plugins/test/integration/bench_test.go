@@ -357,16 +357,23 @@ func waitNoneUnbound(b *testing.B, kube kubernetes.Interface, ns string, interva
 // left, so that the next mode starts on nodes as empty as the first one did.
 func (w *workload) deletePods(b *testing.B) {
 	b.Helper()
+	w.deleteNamespace(b, w.ns)
+}
+
+// deleteNamespace removes the pods and StaticIPs of ns and ns itself, and waits until no pod
+// of it is left.
+func (w *workload) deleteNamespace(b *testing.B, ns string) {
+	b.Helper()
 	ctx := context.Background()
-	_ = w.kube.CoreV1().Pods(w.ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
-	_ = w.sip.JkeV1().StaticIPs(w.ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
-	_ = w.kube.CoreV1().Namespaces().Delete(ctx, w.ns, metav1.DeleteOptions{})
+	_ = w.kube.CoreV1().Pods(ns).DeleteCollection(ctx, metav1.DeleteOptions{GracePeriodSeconds: ptr.To[int64](0)}, metav1.ListOptions{})
+	_ = w.sip.JkeV1().StaticIPs(ns).DeleteCollection(ctx, metav1.DeleteOptions{}, metav1.ListOptions{})
+	_ = w.kube.CoreV1().Namespaces().Delete(ctx, ns, metav1.DeleteOptions{})
 	err := wait.PollUntilContextTimeout(ctx, time.Second, 10*time.Minute, true, func(ctx context.Context) (bool, error) {
-		list, err := w.kube.CoreV1().Pods(w.ns).List(ctx, metav1.ListOptions{Limit: 1})
+		list, err := w.kube.CoreV1().Pods(ns).List(ctx, metav1.ListOptions{Limit: 1})
 		return err == nil && len(list.Items) == 0, nil
 	})
 	if err != nil {
-		b.Fatalf("pods of %s not deleted: %v", w.ns, err)
+		b.Fatalf("pods of %s not deleted: %v", ns, err)
 	}
 }
 
