@@ -215,10 +215,12 @@ func (v *View) changedLocked() {
 	v.snap = nil
 	v.active.Store(v.nsPools > 0 || len(v.annotated) > 0)
 	v.mu.Unlock()
+	// The set is taken whole under its lock (and never read after it unless taken): Filter's
+	// goroutines add to it concurrently (Wait).
+	var pods map[types.UID]*v1.Pod
 	v.waitMu.Lock()
-	pods := v.waiting
-	if len(pods) > 0 {
-		v.waiting = map[types.UID]*v1.Pod{}
+	if len(v.waiting) > 0 {
+		pods, v.waiting = v.waiting, map[types.UID]*v1.Pod{}
 	}
 	v.waitMu.Unlock()
 	if len(pods) > 0 && v.activator != nil {

@@ -75,3 +75,34 @@ func TestVerdictFollowsTheNodesPodsAndNamespaceLabels(t *testing.T) {
 	setNS(map[string]string{"tenant": "red"})
 	verdict("the namespace relabelled: its bound pods no longer wait for the pool", true)
 }
+
+// Filter records rejected pods (Wait, from the scheduler's parallel filter goroutines) while
+// informer handlers report pool, block and namespace changes (changedLocked): the waiting set is
+// read only under its lock. Run with -race (make test does): CI of 65b36f2 caught
+// changedLocked reading the set's length after letting go of the lock.
+func TestWaitBesideChangesIsRaceFree(t *testing.T) {
+	v := &View{pools: map[string]*jkev1.IPPool{}, blocks: map[string]*jkev1.IPRange{}, annotated: map[string]bool{},
+		nsLabels: map[string]map[string]string{}, waiting: map[types.UID]*v1.Pod{}, logger: klog.Background()}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := range 2000 {
+			v.Wait(&v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "team", Name: fmt.Sprint(i), UID: types.UID(fmt.Sprint(i))}})
+		}
+	}()
+	for i := 0; ; i++ {
+		select {
+		case <-done:
+			v.setBlock("b", nil, false) // the last change takes whatever still waits
+			v.waitMu.Lock()
+			left := len(v.waiting)
+			v.waitMu.Unlock()
+			if left != 0 {
+				t.Fatalf("%d pods still waiting after a change", left)
+			}
+			return
+		default:
+			v.setBlock("b", nil, false)
+		}
+	}
+}
