@@ -50,6 +50,9 @@ func TestNodeThatJoinsGetsABlock(t *testing.T) {
 	}
 	name, netns := joiner.Name, joiner.Annotations[cluster.NetnsAnnotation]
 
+	// Its route report (issue 37) is owned by its Node, so that it goes with it.
+	waitRouteReportOwner(t, ctx, name, joiner.UID)
+
 	// The node leaves: powered off, its Node object and its block gone (the allocator would
 	// return the block after the pool's releaseAfter; the test does not wait for that).
 	ctl.stop(t, name)
@@ -90,6 +93,14 @@ func TestNodeThatJoinsGetsABlock(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	// The garbage collector removes the gone Node's route report (else every node an autoscaler
+	// ever removed would keep a Lease the failover controller reads).
+	if err := framework.WaitFor(ctx, time.Minute, "Node "+name+"'s route-report Lease gone with it", func(ctx context.Context) (bool, error) {
+		_, err := f.Client.CoordinationV1().Leases(jkev1.NamespaceRouteReports).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), nil
+	}); err != nil {
+		t.Fatal(err)
+	}
 
 	// The node joins: NodeStart waits until it is Ready, which it only is once it serves a range.
 	ctl.start(t, name)
@@ -104,6 +115,7 @@ func TestNodeThatJoinsGetsABlock(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	waitRouteReportOwner(t, ctx, name, node.UID)
 	ranges := rangesOf(t, ctx, cs, name)
 	if len(ranges) != 1 || ranges[0].Labels[jkev1.LabelIPPool] == "" {
 		t.Fatalf("the joined node %s owns %d IPRanges (%v), want one block of an IPPool", name, len(ranges), ranges)
@@ -139,5 +151,22 @@ func TestNodeThatJoinsGetsABlock(t *testing.T) {
 	}
 	if r := answersThroughAPIServer(t, ctx, ns, "joined"); r.Pod != "joined" {
 		t.Errorf("the joined node's pod through the API server's pod proxy answered as %q", r.Pod)
+	}
+}
+
+// waitRouteReportOwner waits until node's route-report Lease is owned by the Node of that UID
+// alone (its agent writes the owner on its next pass).
+func waitRouteReportOwner(t *testing.T, ctx context.Context, node string, uid types.UID) {
+	t.Helper()
+	var last []metav1.OwnerReference
+	if err := framework.WaitFor(ctx, time.Minute, "Node "+node+"'s route-report Lease owned by the Node "+string(uid), func(ctx context.Context) (bool, error) {
+		l, err := f.Client.CoordinationV1().Leases(jkev1.NamespaceRouteReports).Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			return false, nil
+		}
+		last = l.OwnerReferences
+		return len(last) == 1 && last[0].Kind == "Node" && last[0].Name == node && last[0].UID == uid, nil
+	}); err != nil {
+		t.Fatalf("%v (owners %+v)", err, last)
 	}
 }

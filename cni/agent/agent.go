@@ -352,7 +352,7 @@ func (a *Agent) SyncOnce(ctx context.Context) error {
 			errs = append(errs, err)
 		}
 		marked := MarkedRanges(plan.accepted)
-		err = a.reportRoutes(apiCtx, routeReport(observedRanges(a.cfg.NodeName, plan.mine, reportedRoutes(routes), plan.draining, programmed), marked), marked)
+		err = a.reportRoutes(apiCtx, snap.selfUID, routeReport(observedRanges(a.cfg.NodeName, plan.mine, reportedRoutes(routes), plan.draining, programmed), marked), marked)
 		cancel()
 		if err != nil {
 			a.apiErrors.Add(1)

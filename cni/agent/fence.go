@@ -342,8 +342,8 @@ func convergedReports(ranges []*jkev1.IPRange) func(self string) (claims, routes
 }
 
 // RouteLease is routeLease for the simulated agents of tools/scalebench.
-func RouteLease(current *coordinationv1.Lease, node, value string, marked map[string]bool, now time.Time) (*coordinationv1.Lease, bool) {
-	return routeLease(current, node, value, marked, now)
+func RouteLease(current *coordinationv1.Lease, node string, nodeUID types.UID, value string, marked map[string]bool, now time.Time) (*coordinationv1.Lease, bool) {
+	return routeLease(current, node, nodeUID, value, marked, now)
 }
 
 // MarkedRanges names the ranges node failover marks (jkev1.AnnotationReportRoutes), whose
@@ -362,9 +362,12 @@ func MarkedRanges(ranges []*jkev1.IPRange) map[string]bool {
 // made from the Lease as it is (nil: none yet) — named after the node, holderIdentity the node,
 // labelled jkev1.LabelRouteReport, as admission (staticip-agent-route-report) wants it — and
 // whether a write is due (routeReportDue). renewTime says when the report was last written.
+// Its owner is the Node (nodeUID; "": unknown, left as it is), as kubelet's Lease in
+// kube-node-lease is: the garbage collector deletes the report with the Node, so reports of
+// deleted nodes do not pile up (in an autoscaled cluster) for the failover controller to read.
 // current is never modified.
-func routeLease(current *coordinationv1.Lease, node, value string, marked map[string]bool, now time.Time) (*coordinationv1.Lease, bool) {
-	if !routeReportDue(current, node, value, marked) {
+func routeLease(current *coordinationv1.Lease, node string, nodeUID types.UID, value string, marked map[string]bool, now time.Time) (*coordinationv1.Lease, bool) {
+	if !routeReportDue(current, node, value, marked) && (nodeUID == "" || ownedByNode(current, node, nodeUID)) {
 		return current, false
 	}
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: jkev1.NamespaceRouteReports}}
@@ -381,7 +384,21 @@ func routeLease(current *coordinationv1.Lease, node, value string, marked map[st
 	l.Annotations[jkev1.AnnotationRoutesObserved] = value
 	l.Spec.HolderIdentity = ptr.To(node)
 	l.Spec.RenewTime = &metav1.MicroTime{Time: now}
+	if nodeUID != "" {
+		l.OwnerReferences = []metav1.OwnerReference{nodeOwner(node, nodeUID)}
+	}
 	return l, true
+}
+
+// nodeOwner is the owner reference to the Node (no blockOwnerDeletion: that would need delete
+// permission on Nodes, and nothing has to wait for the report).
+func nodeOwner(node string, uid types.UID) metav1.OwnerReference {
+	return metav1.OwnerReference{APIVersion: "v1", Kind: "Node", Name: node, UID: uid}
+}
+
+// ownedByNode says whether the Lease's only owner is the Node of that UID.
+func ownedByNode(l *coordinationv1.Lease, node string, uid types.UID) bool {
+	return l != nil && len(l.OwnerReferences) == 1 && l.OwnerReferences[0] == nodeOwner(node, uid)
 }
 
 // routeReportDue says whether the Lease must be written for the report value: there is none
@@ -426,7 +443,7 @@ func routeReportDue(current *coordinationv1.Lease, node, value string, marked ma
 // agent starts (or after a failed write), then an update only when the report of a marked
 // range changes. A Node write went to every
 // Node watcher of the cluster; this one goes to the failover controller alone.
-func (a *Agent) reportRoutes(ctx context.Context, report map[string]string, marked map[string]bool) error {
+func (a *Agent) reportRoutes(ctx context.Context, nodeUID types.UID, report map[string]string, marked map[string]bool) error {
 	b, err := json.Marshal(report) // keys sorted: equal content, equal string
 	if err != nil {
 		return err
@@ -442,7 +459,7 @@ func (a *Agent) reportRoutes(ctx context.Context, report map[string]string, mark
 			current = l
 		}
 	}
-	want, changed := routeLease(current, a.cfg.NodeName, string(b), marked, time.Now())
+	want, changed := routeLease(current, a.cfg.NodeName, nodeUID, string(b), marked, time.Now())
 	if !changed {
 		a.routeLease = current
 		return nil

@@ -9,6 +9,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -131,7 +132,7 @@ func TestAgentWritesOnlyItsOwnRouteReport(t *testing.T) {
 	admin := f.kube.CoordinationV1().Leases(jkev1.NamespaceRouteReports)
 	agent := f.agentKube.CoordinationV1().Leases(jkev1.NamespaceRouteReports)
 	lease := func(name, holder, report string) *coordinationv1.Lease {
-		l, _ := routeLease(nil, holder, report, nil, time.Now())
+		l, _ := routeLease(nil, holder, "", report, nil, time.Now())
 		l.Name = name
 		return l
 	}
@@ -150,15 +151,24 @@ func TestAgentWritesOnlyItsOwnRouteReport(t *testing.T) {
 	}
 
 	// Allowed: its own report, created and updated (as the agent writes it).
+	// Owned by its Node, as the agent writes it (the garbage collector removes it with the Node).
+	uidOf := func(node string) types.UID {
+		n, err := f.kube.CoreV1().Nodes().Get(ctx, node, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n.UID
+	}
 	a := New(Config{NodeName: nodeA}, f.agentKube, nil, nil)
-	if err := a.reportRoutes(ctx, map[string]string{}, nil); err != nil {
+	if err := a.reportRoutes(ctx, uidOf(nodeA), map[string]string{}, nil); err != nil {
 		t.Fatalf("node %s's agent cannot create its own route report: %v", nodeA, err)
 	}
-	if err := a.reportRoutes(ctx, map[string]string{"r": "spare/1"}, map[string]bool{"r": true}); err != nil {
+	if err := a.reportRoutes(ctx, uidOf(nodeA), map[string]string{"r": "spare/1"}, map[string]bool{"r": true}); err != nil {
 		t.Fatalf("node %s's agent cannot update its own route report: %v", nodeA, err)
 	}
-	if got, err := admin.Get(ctx, nodeA, metav1.GetOptions{}); err != nil || got.Annotations[jkev1.AnnotationRoutesObserved] != `{"r":"spare/1"}` {
-		t.Fatalf("node %s's report: %v, %v", nodeA, got, err)
+	if got, err := admin.Get(ctx, nodeA, metav1.GetOptions{}); err != nil || got.Annotations[jkev1.AnnotationRoutesObserved] != `{"r":"spare/1"}` ||
+		!ownedByNode(got, nodeA, uidOf(nodeA)) {
+		t.Fatalf("node %s's report: %v, %v (want it owned by its Node)", nodeA, got, err)
 	}
 
 	// Node B's report, written as an administrator (B's agent would write it).
@@ -189,6 +199,10 @@ func TestAgentWritesOnlyItsOwnRouteReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ownedByB := own.DeepCopy()
+	ownedByB.OwnerReferences = []metav1.OwnerReference{nodeOwner(nodeB, uidOf(nodeB))}
+	_, err = agent.Update(ctx, ownedByB, metav1.UpdateOptions{DryRun: []string{metav1.DryRunAll}})
+	refused("make node "+nodeB+" the owner of its own report (its deletion would remove it)", err)
 	own.Spec.HolderIdentity = &nodeB
 	_, err = agent.Update(ctx, own, metav1.UpdateOptions{})
 	refused("name node "+nodeB+" the holder of its own report", err)

@@ -13,6 +13,7 @@ import (
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
 
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
@@ -331,36 +332,49 @@ func TestRouteLease(t *testing.T) {
 	now := time.Unix(1700000000, 0)
 	lease := func(report string) *coordinationv1.Lease {
 		return &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: "n1", Namespace: jkev1.NamespaceRouteReports, ResourceVersion: "7",
-			Labels: map[string]string{jkev1.LabelRouteReport: "true", "other": "x"}, Annotations: map[string]string{jkev1.AnnotationRoutesObserved: report}},
+			Labels: map[string]string{jkev1.LabelRouteReport: "true", "other": "x"}, Annotations: map[string]string{jkev1.AnnotationRoutesObserved: report},
+			OwnerReferences: []metav1.OwnerReference{nodeOwner("n1", "uid-1")}},
 			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To("n1")}}
 	}
 	good := lease(`{"r":"s/1"}`)
 	r := map[string]bool{"r": true}
+	unowned := func() *coordinationv1.Lease { l := good.DeepCopy(); l.OwnerReferences = nil; return l }()
 	for _, tc := range []struct {
 		name        string
 		current     *coordinationv1.Lease
 		value       string
 		marked      map[string]bool
 		wantChanged bool
+		uid         types.UID // the Node's; "uid-1" unless set, "-" for unknown
 	}{
-		{"none yet: created", nil, `{}`, nil, true},
-		{"same report: no write", good, `{"r":"s/1"}`, r, false},
-		{"a marked range's route changed", good, `{"r":"s/2"}`, r, true},
-		{"a marked range's route gone", good, `{}`, r, true},
-		{"a newly marked range reported", good, `{"q":"s/3"}`, map[string]bool{"q": true}, true},
-		{"the mark went away: the stale entry stays, no write", good, `{}`, map[string]bool{}, false},
-		{"another range marked, its route not there yet: nothing to write", good, `{}`, map[string]bool{"q": true}, false},
-		{"marks unknown (nil): any difference is written", good, `{}`, nil, true},
-		{"a report that does not parse is rewritten", lease(`{`), `{}`, map[string]bool{}, true},
-		{"holder wrong", func() *coordinationv1.Lease { l := good.DeepCopy(); l.Spec.HolderIdentity = ptr.To("n2"); return l }(), `{"r":"s/1"}`, r, true},
-		{"label gone", func() *coordinationv1.Lease { l := good.DeepCopy(); l.Labels = nil; return l }(), `{"r":"s/1"}`, r, true},
+		{"no owner yet (an agent of the previous release wrote it): written with its Node as owner", unowned, `{"r":"s/1"}`, r, true, ""},
+		{"the Node recreated (another UID): the owner follows it", good, `{"r":"s/1"}`, r, true, "uid-2"},
+		{"the Node's UID unknown: the owner is left as it is", unowned, `{"r":"s/1"}`, r, false, "-"},
+		{"none yet: created", nil, `{}`, nil, true, ""},
+		{"same report: no write", good, `{"r":"s/1"}`, r, false, ""},
+		{"a marked range's route changed", good, `{"r":"s/2"}`, r, true, ""},
+		{"a marked range's route gone", good, `{}`, r, true, ""},
+		{"a newly marked range reported", good, `{"q":"s/3"}`, map[string]bool{"q": true}, true, ""},
+		{"the mark went away: the stale entry stays, no write", good, `{}`, map[string]bool{}, false, ""},
+		{"another range marked, its route not there yet: nothing to write", good, `{}`, map[string]bool{"q": true}, false, ""},
+		{"marks unknown (nil): any difference is written", good, `{}`, nil, true, ""},
+		{"a report that does not parse is rewritten", lease(`{`), `{}`, map[string]bool{}, true, ""},
+		{"holder wrong", func() *coordinationv1.Lease { l := good.DeepCopy(); l.Spec.HolderIdentity = ptr.To("n2"); return l }(), `{"r":"s/1"}`, r, true, ""},
+		{"label gone", func() *coordinationv1.Lease { l := good.DeepCopy(); l.Labels = nil; return l }(), `{"r":"s/1"}`, r, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var before *coordinationv1.Lease
 			if tc.current != nil {
 				before = tc.current.DeepCopy()
 			}
-			got, changed := routeLease(tc.current, "n1", tc.value, tc.marked, now)
+			uid := tc.uid
+			switch uid {
+			case "":
+				uid = "uid-1"
+			case "-":
+				uid = ""
+			}
+			got, changed := routeLease(tc.current, "n1", uid, tc.value, tc.marked, now)
 			if changed != tc.wantChanged {
 				t.Fatalf("changed = %v, want %v", changed, tc.wantChanged)
 			}
@@ -373,6 +387,9 @@ func TestRouteLease(t *testing.T) {
 			if got.Name != "n1" || got.Namespace != jkev1.NamespaceRouteReports || ptr.Deref(got.Spec.HolderIdentity, "") != "n1" ||
 				got.Labels[jkev1.LabelRouteReport] != "true" || got.Annotations[jkev1.AnnotationRoutesObserved] != tc.value {
 				t.Errorf("Lease %+v", got)
+			}
+			if uid != "" && !ownedByNode(got, "n1", uid) {
+				t.Errorf("owners %+v, want only Node n1 of UID %s", got.OwnerReferences, uid)
 			}
 			if got.Spec.RenewTime == nil || !got.Spec.RenewTime.Time.Equal(now) {
 				t.Errorf("renewTime %v, want %v (when the report was last written)", got.Spec.RenewTime, now)

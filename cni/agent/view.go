@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -241,6 +242,9 @@ type snapshot struct {
 	// selectors).
 	selfAddrs  []netip.Addr
 	selfLabels map[string]string
+	// selfUID is this node's UID ("" while the cache lacks the Node): the route-report Lease's
+	// owner, so that the garbage collector removes the report with the Node.
+	selfUID types.UID
 	// nodeAddrs are the node addresses outgoing NAT leaves alone: this node's InternalIPs and
 	// ExternalIPs, the holders' addresses of every range and the legacy nodes' addresses. The
 	// agent does not watch every Node (issue 37: that grows with the square of the cluster), so
@@ -293,6 +297,7 @@ func (v *view) snapshot(self string) (*snapshot, error) {
 		snap.ownReport = n.Annotations[ObservedAnnotation]
 		snap.selfLabels = n.Labels
 		snap.selfAddrs = internalIPs(n)
+		snap.selfUID = n.UID
 		selfNode = []*corev1.Node{n}
 	}
 	snap.nodeAddrs = natNodeAddresses(ranges, selfNode, legacyNodes)

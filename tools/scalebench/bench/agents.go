@@ -59,11 +59,26 @@ type Agents struct {
 	// leases is each node's route-report Lease as last written (nil: not known; read again).
 	leases map[string]*coordinationv1.Lease
 	mu     sync.Mutex
+	// inflight names the writes under way ("sync/<range>", "node/<node>", "lease/<node>"): a
+	// pass does not start one of a kind twice, and is not clean while any runs.
+	inflight map[string]bool
+	// syncSlots and reportSlots bound the writes under way. A pass does not wait for its writes:
+	// real agents act side by side, so one node's Synced never waits behind other nodes' reports
+	// (it did when a pass wrote 16 at a time and waited for all of them); the API server is the
+	// bound, as in a real cluster. The range owners' writes have slots of their own.
+	syncSlots, reportSlots chan struct{}
 	// seq counts the changes seen; clean is the seq a pass found nothing to write at.
 	seq, clean atomic.Int64
 	stop       context.CancelFunc
 	done       sync.WaitGroup
 }
+
+// How many of the simulated agents' writes may be under way at once: the range owners' status
+// writes, and the claims and route reports of every node.
+const (
+	agentSyncWriters   = 64
+	agentReportWriters = 512
+)
 
 // StartAgents starts the simulated agents; Stop ends them.
 func (c *Cluster) StartAgents(ctx context.Context) (*Agents, error) {
@@ -73,8 +88,11 @@ func (c *Cluster) StartAgents(ctx context.Context) (*Agents, error) {
 	}
 	c.proxies = append(c.proxies, p)
 	cfg := p.ClientConfig()
-	cfg.QPS, cfg.Burst = 500, 1000
-	a := &Agents{Proxy: p, dirty: make(chan struct{}, 1), written: map[string]string{}, leases: map[string]*coordinationv1.Lease{}}
+	// No client-side limit: each real agent has a client of its own (the API server's priority
+	// and fairness is the limit they meet, and this one meets it too).
+	cfg.QPS, cfg.Burst = -1, 0
+	a := &Agents{Proxy: p, dirty: make(chan struct{}, 1), written: map[string]string{}, leases: map[string]*coordinationv1.Lease{},
+		inflight: map[string]bool{}, syncSlots: make(chan struct{}, agentSyncWriters), reportSlots: make(chan struct{}, agentReportWriters)}
 	if a.kube, err = kubernetes.NewForConfig(cfg); err != nil {
 		return nil, err
 	}
@@ -234,7 +252,7 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 	reportOf, routesOf, marked := agent.ObservedReports(ranges), agent.RouteReports(ranges), agent.MarkedRanges(ranges)
 	ready := map[string]bool{}
 	address := map[string]string{}
-	reports, routes := map[string]string{}, map[string]string{}
+	reports, routes, uids := map[string]string{}, map[string]string{}, map[string]types.UID{}
 	var annotate, reportRoutes []string
 	for _, o := range a.nodes.List() {
 		n := o.(*corev1.Node)
@@ -242,6 +260,7 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 			continue
 		}
 		ready[n.Name] = true
+		uids[n.Name] = n.UID
 		for _, ad := range n.Status.Addresses {
 			if ad.Type == corev1.NodeInternalIP {
 				address[n.Name] = ad.Address
@@ -264,7 +283,7 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 		}
 		routes[n.Name] = r
 		a.mu.Lock()
-		_, changed := agent.RouteLease(a.leases[n.Name], n.Name, r, marked, time.Now())
+		_, changed := agent.RouteLease(a.leases[n.Name], n.Name, n.UID, r, marked, time.Now())
 		a.mu.Unlock()
 		if changed {
 			reportRoutes = append(reportRoutes, n.Name)
@@ -277,88 +296,120 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 		}
 	}
 	if len(annotate) == 0 && len(sync) == 0 && len(reportRoutes) == 0 {
-		return true, nil
+		a.mu.Lock()
+		idle := len(a.inflight) == 0
+		a.mu.Unlock()
+		return idle, nil // the last write's end pokes another pass
 	}
 	// The range owners' agents first: the failover controller waits for the target's Synced
 	// before it looks at the routes.
-	err := parallel(ctx, len(sync), 16, func(ctx context.Context, i int) error {
-		r := sync[i].DeepCopy() // never mutate the informer's object
-		r.Status.ObservedGeneration = r.Generation
-		meta.SetStatusCondition(&r.Status.Conditions, agent.ServingCondition(r.Spec.Node, r.Generation))
-		r.Status.Holders = agent.WithHolder(r.Status.Holders, r.Spec.Node, &jkev1.IPRangeHolder{Node: r.Spec.Node, Address: address[r.Spec.Node],
-			Generation: r.Spec.OwnerGeneration, State: jkev1.HolderServing})
-		start := time.Now()
-		if _, err := a.sip.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{}); err == nil { // a conflict: the next pass
-			if b, err := json.Marshal(r); err == nil {
-				a.wrote(r.Spec.Node, len(b), start)
+	for _, r := range sync {
+		r := r.DeepCopy() // never mutate the informer's object
+		a.start(ctx, "sync/"+r.Name, a.syncSlots, func(ctx context.Context) {
+			r.Status.ObservedGeneration = r.Generation
+			meta.SetStatusCondition(&r.Status.Conditions, agent.ServingCondition(r.Spec.Node, r.Generation))
+			r.Status.Holders = agent.WithHolder(r.Status.Holders, r.Spec.Node, &jkev1.IPRangeHolder{Node: r.Spec.Node, Address: address[r.Spec.Node],
+				Generation: r.Spec.OwnerGeneration, State: jkev1.HolderServing})
+			start := time.Now()
+			if _, err := a.sip.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{}); err == nil { // a conflict: the next pass
+				if b, err := json.Marshal(r); err == nil {
+					a.wrote(r.Spec.Node, len(b), start)
+				}
 			}
-		}
-		return nil
-	})
-	if err != nil {
-		return false, err
+		})
 	}
-	err = parallel(ctx, len(annotate), 16, func(ctx context.Context, i int) error {
-		report := reports[annotate[i]]
-		patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
-			"annotations": map[string]string{agent.ObservedAnnotation: report},
-			"labels":      map[string]string{jkev1.LabelClaimsInStatus: "true"}}})
-		if err != nil {
-			return err
-		}
-		start := time.Now()
-		if _, err := a.kube.CoreV1().Nodes().Patch(ctx, annotate[i], types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
-			a.AnnotationBytes.Add(int64(len(report)))
-			a.wrote(annotate[i], len(patch), start)
-			a.mu.Lock()
-			a.written[annotate[i]] = report
-			a.mu.Unlock()
-		}
-		return nil
-	})
-	if err != nil {
-		return false, err
+	for _, node := range annotate {
+		report := reports[node]
+		a.start(ctx, "node/"+node, a.reportSlots, func(ctx context.Context) {
+			patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
+				"annotations": map[string]string{agent.ObservedAnnotation: report},
+				"labels":      map[string]string{jkev1.LabelClaimsInStatus: "true"}}})
+			if err != nil {
+				return
+			}
+			start := time.Now()
+			if _, err := a.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
+				a.AnnotationBytes.Add(int64(len(report)))
+				a.wrote(node, len(patch), start)
+				a.mu.Lock()
+				a.written[node] = report
+				a.mu.Unlock()
+			}
+		})
 	}
 	// The route reports: each node's own Lease, created or updated as the agent does
 	// (cni/agent reportRoutes), only when it changed.
-	err = parallel(ctx, len(reportRoutes), 16, func(ctx context.Context, i int) error {
-		node := reportRoutes[i]
-		leases := a.kube.CoordinationV1().Leases(jkev1.NamespaceRouteReports)
-		a.mu.Lock()
-		current := a.leases[node]
+	for _, node := range reportRoutes {
+		routes, uid := routes[node], uids[node]
+		a.start(ctx, "lease/"+node, a.reportSlots, func(ctx context.Context) { a.reportRoutes(ctx, node, uid, routes) })
+	}
+	return false, nil
+}
+
+// start runs write in its own goroutine once one of slots is free, unless a write of the same
+// key is under way; its end pokes another pass (to retry a conflict, or to find all written).
+func (a *Agents) start(ctx context.Context, key string, slots chan struct{}, write func(context.Context)) {
+	a.mu.Lock()
+	if a.inflight[key] {
 		a.mu.Unlock()
-		want, _ := agent.RouteLease(current, node, routes[node], nil, time.Now())
-		start := time.Now()
-		var written *coordinationv1.Lease
-		var err error
-		if current == nil {
-			written, err = leases.Create(ctx, want, metav1.CreateOptions{})
-			if apierrors.IsAlreadyExists(err) { // left by an earlier run: read it, write on the next pass
-				written, err = leases.Get(ctx, node, metav1.GetOptions{})
-				if err == nil {
-					a.mu.Lock()
-					a.leases[node] = written
-					a.mu.Unlock()
-				}
-				return nil
+		return
+	}
+	a.inflight[key] = true
+	a.mu.Unlock()
+	a.done.Add(1)
+	go func() {
+		defer a.done.Done()
+		defer func() {
+			a.mu.Lock()
+			delete(a.inflight, key)
+			a.mu.Unlock()
+			a.poke()
+		}()
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return
+		}
+		defer func() { <-slots }()
+		write(ctx)
+	}()
+}
+
+// reportRoutes writes node's route report into its Lease.
+func (a *Agents) reportRoutes(ctx context.Context, node string, uid types.UID, routes string) {
+	leases := a.kube.CoordinationV1().Leases(jkev1.NamespaceRouteReports)
+	a.mu.Lock()
+	current := a.leases[node]
+	a.mu.Unlock()
+	want, _ := agent.RouteLease(current, node, uid, routes, nil, time.Now())
+	start := time.Now()
+	var written *coordinationv1.Lease
+	var err error
+	if current == nil {
+		written, err = leases.Create(ctx, want, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) { // left by an earlier run: read it, write on the next pass
+			written, err = leases.Get(ctx, node, metav1.GetOptions{})
+			if err == nil {
+				a.mu.Lock()
+				a.leases[node] = written
+				a.mu.Unlock()
 			}
-		} else {
-			written, err = leases.Update(ctx, want, metav1.UpdateOptions{})
+			return
 		}
-		a.mu.Lock()
-		defer a.mu.Unlock()
-		if err != nil { // a conflict: read it again on the next pass (create, then get)
-			delete(a.leases, node)
-			return nil
-		}
-		a.leases[node] = written
-		a.AnnotationBytes.Add(int64(len(routes[node])))
-		if b, err := json.Marshal(want); err == nil {
-			a.wrote(node, len(b), start)
-		}
-		return nil
-	})
-	return false, err
+	} else {
+		written, err = leases.Update(ctx, want, metav1.UpdateOptions{})
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	if err != nil { // a conflict: read it again on the next pass (create, then get)
+		delete(a.leases, node)
+		return
+	}
+	a.leases[node] = written
+	a.AnnotationBytes.Add(int64(len(routes)))
+	if b, err := json.Marshal(want); err == nil {
+		a.wrote(node, len(b), start)
+	}
 }
 
 // claimed says whether the range's owner claims it as a converged agent does: Serving at the
