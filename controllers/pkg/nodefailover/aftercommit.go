@@ -212,7 +212,7 @@ func (m *migration) waitForRoutes(ctx context.Context) (bool, time.Duration, err
 	if err != nil {
 		return false, 0, err
 	}
-	if lagging := RoutesLagging(nodes, m.c.routeReports(), m.failedName(), moved); len(lagging) > 0 {
+	if lagging := RoutesLagging(nodes, m.c.routeReports.of, m.failedName(), moved); len(lagging) > 0 {
 		m.waiting(ReasonWaitingForRoutes, fmt.Sprintf("waiting for the agents of %d Ready nodes to route the moved ranges to %s (their route-report Leases in %s; a node without one: its Node annotation %s): %s",
 			len(lagging), m.st().Target, jkev1.NamespaceRouteReports, jkev1alpha1.AnnotationIPRangesObserved, shortList(lagging)))
 		return false, 0, nil

@@ -129,6 +129,8 @@ type Controller struct {
 	podIndex      *podindex.Pods
 	// routeLeases: the agents' route-report Leases (routereports.go), run by Run.
 	routeLeases cache.SharedIndexInformer
+	// routeReports reads the route reports from routeLeases, each decoded once per version.
+	routeReports *routeReports
 
 	synced []cache.InformerSynced
 	queue  workqueue.TypedRateLimitingInterface[string]
@@ -203,9 +205,10 @@ func NewController(kube kubernetes.Interface, client versioned.Interface, nodeIn
 	c.activeRecords = recordInformer.Informer().GetIndexer()
 	// Route reports: a report's change concerns only the migrations waiting for routes.
 	c.routeLeases = newRouteReportInformer(kube)
+	c.routeReports = &routeReports{store: c.routeLeases.GetStore(), parsed: map[string]parsedRouteReport{}}
 	reportHandler := func(any) { c.enqueueWaitingForRoutes() }
 	if _, err := c.routeLeases.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: reportHandler,
-		UpdateFunc: func(_, cur any) { reportHandler(cur) }, DeleteFunc: reportHandler}); err != nil {
+		UpdateFunc: func(_, cur any) { reportHandler(cur) }, DeleteFunc: func(obj any) { c.routeReports.forget(obj); reportHandler(obj) }}); err != nil {
 		return nil, err
 	}
 	c.synced = append(c.synced, c.routeLeases.HasSynced)

@@ -521,17 +521,17 @@ type RouteReport struct {
 }
 
 // RoutesLagging names the Ready nodes other than failed whose agent has not yet reported
-// routes for every moved range at its new owner and generation. reports are the nodes' route
-// reports by node name (the route-report Leases); a node without one is read from its Node
+// routes for every moved range at its new owner and generation. reports gives a node's route
+// report (its route-report Lease) by node name; a node without one is read from its Node
 // annotation (an agent of the previous release during an upgrade). Nodes that are not Ready are
 // not waited for: their agent converges (or withdraws) when it comes back.
-func RoutesLagging(nodes []*corev1.Node, reports map[string]RouteReport, failed string, moved []jkev1alpha1.MovedRange) []string {
+func RoutesLagging(nodes []*corev1.Node, reports func(node string) (RouteReport, bool), failed string, moved []jkev1alpha1.MovedRange) []string {
 	var lagging []string
 	for _, n := range nodes {
 		if n.Name == failed || !NodeReady(n) {
 			continue
 		}
-		rep, ok := reports[n.Name]
+		rep, ok := reports(n.Name)
 		if !ok {
 			rep.Routes, rep.Err = ObservedRanges(n)
 		}

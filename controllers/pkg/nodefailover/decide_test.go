@@ -402,7 +402,8 @@ func TestRoutesLagging(t *testing.T) {
 		{"no moved range has nothing to wait for", nil, nil, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := RoutesLagging(tc.nodes, tc.reports, "n3", moved); !slices.Equal(got, tc.want) {
+			reports := func(node string) (RouteReport, bool) { r, ok := tc.reports[node]; return r, ok }
+			if got := RoutesLagging(tc.nodes, reports, "n3", moved); !slices.Equal(got, tc.want) {
 				t.Errorf("lagging %v, want %v", got, tc.want)
 			}
 		})
