@@ -305,50 +305,58 @@ func (a *Agents) pass(ctx context.Context) (bool, error) {
 	// before it looks at the routes.
 	for _, r := range sync {
 		r := r.DeepCopy() // never mutate the informer's object
-		a.start(ctx, "sync/"+r.Name, a.syncSlots, func(ctx context.Context) {
+		a.start(ctx, "sync/"+r.Name, a.syncSlots, func(ctx context.Context) bool {
 			r.Status.ObservedGeneration = r.Generation
 			meta.SetStatusCondition(&r.Status.Conditions, agent.ServingCondition(r.Spec.Node, r.Generation))
 			r.Status.Holders = agent.WithHolder(r.Status.Holders, r.Spec.Node, &jkev1.IPRangeHolder{Node: r.Spec.Node, Address: address[r.Spec.Node],
 				Generation: r.Spec.OwnerGeneration, State: jkev1.HolderServing})
 			start := time.Now()
-			if _, err := a.sip.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{}); err == nil { // a conflict: the next pass
-				if b, err := json.Marshal(r); err == nil {
-					a.wrote(r.Spec.Node, len(b), start)
-				}
+			if _, err := a.sip.JkeV1().IPRanges().UpdateStatus(ctx, r, metav1.UpdateOptions{}); err != nil {
+				return false // a conflict: the next pass
 			}
+			if b, err := json.Marshal(r); err == nil {
+				a.wrote(r.Spec.Node, len(b), start)
+			}
+			return true
 		})
 	}
 	for _, node := range annotate {
 		report := reports[node]
-		a.start(ctx, "node/"+node, a.reportSlots, func(ctx context.Context) {
+		a.start(ctx, "node/"+node, a.reportSlots, func(ctx context.Context) bool {
 			patch, err := json.Marshal(map[string]any{"metadata": map[string]any{
 				"annotations": map[string]string{agent.ObservedAnnotation: report},
 				"labels":      map[string]string{jkev1.LabelClaimsInStatus: "true"}}})
 			if err != nil {
-				return
+				return false
 			}
 			start := time.Now()
-			if _, err := a.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err == nil {
-				a.AnnotationBytes.Add(int64(len(report)))
-				a.wrote(node, len(patch), start)
-				a.mu.Lock()
-				a.written[node] = report
-				a.mu.Unlock()
+			if _, err := a.kube.CoreV1().Nodes().Patch(ctx, node, types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				return false
 			}
+			a.AnnotationBytes.Add(int64(len(report)))
+			a.wrote(node, len(patch), start)
+			a.mu.Lock()
+			a.written[node] = report
+			a.mu.Unlock()
+			return true
 		})
 	}
 	// The route reports: each node's own Lease, created or updated as the agent does
 	// (cni/agent reportRoutes), only when it changed.
 	for _, node := range reportRoutes {
 		routes, uid := routes[node], uids[node]
-		a.start(ctx, "lease/"+node, a.reportSlots, func(ctx context.Context) { a.reportRoutes(ctx, node, uid, routes) })
+		a.start(ctx, "lease/"+node, a.reportSlots, func(ctx context.Context) bool { return a.reportRoutes(ctx, node, uid, routes) })
 	}
 	return false, nil
 }
 
 // start runs write in its own goroutine once one of slots is free, unless a write of the same
-// key is under way; its end pokes another pass (to retry a conflict, or to find all written).
-func (a *Agents) start(ctx context.Context, key string, slots chan struct{}, write func(context.Context)) {
+// key is under way. A failed write (a conflict) pokes another pass to retry it, and so does the
+// last write's end (to find all written); a successful one does not: its node is done (the
+// owners' and claims' writes come back through the informers anyway), and a pass per write
+// would spend the harness's CPU — on the API server's machine — where real agents spend their
+// own nodes'.
+func (a *Agents) start(ctx context.Context, key string, slots chan struct{}, write func(context.Context) bool) {
 	a.mu.Lock()
 	if a.inflight[key] {
 		a.mu.Unlock()
@@ -359,11 +367,15 @@ func (a *Agents) start(ctx context.Context, key string, slots chan struct{}, wri
 	a.done.Add(1)
 	go func() {
 		defer a.done.Done()
+		ok := false
 		defer func() {
 			a.mu.Lock()
 			delete(a.inflight, key)
+			idle := len(a.inflight) == 0
 			a.mu.Unlock()
-			a.poke()
+			if !ok || idle {
+				a.poke()
+			}
 		}()
 		select {
 		case slots <- struct{}{}:
@@ -371,12 +383,12 @@ func (a *Agents) start(ctx context.Context, key string, slots chan struct{}, wri
 			return
 		}
 		defer func() { <-slots }()
-		write(ctx)
+		ok = write(ctx)
 	}()
 }
 
-// reportRoutes writes node's route report into its Lease.
-func (a *Agents) reportRoutes(ctx context.Context, node string, uid types.UID, routes string) {
+// reportRoutes writes node's route report into its Lease; false: to be tried again.
+func (a *Agents) reportRoutes(ctx context.Context, node string, uid types.UID, routes string) bool {
 	leases := a.kube.CoordinationV1().Leases(jkev1.NamespaceRouteReports)
 	a.mu.Lock()
 	current := a.leases[node]
@@ -394,7 +406,7 @@ func (a *Agents) reportRoutes(ctx context.Context, node string, uid types.UID, r
 				a.leases[node] = written
 				a.mu.Unlock()
 			}
-			return
+			return false
 		}
 	} else {
 		written, err = leases.Update(ctx, want, metav1.UpdateOptions{})
@@ -403,13 +415,14 @@ func (a *Agents) reportRoutes(ctx context.Context, node string, uid types.UID, r
 	defer a.mu.Unlock()
 	if err != nil { // a conflict: read it again on the next pass (create, then get)
 		delete(a.leases, node)
-		return
+		return false
 	}
 	a.leases[node] = written
 	a.AnnotationBytes.Add(int64(len(routes)))
 	if b, err := json.Marshal(want); err == nil {
 		a.wrote(node, len(b), start)
 	}
+	return true
 }
 
 // claimed says whether the range's owner claims it as a converged agent does: Serving at the
