@@ -11,12 +11,12 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/staticip/staticip/apis/generated/clientset/versioned"
 	"github.com/staticip/staticip/internal/app"
+	"github.com/staticip/staticip/internal/kubeclient"
 	"github.com/staticip/staticip/internal/serving"
 )
 
@@ -165,7 +165,7 @@ func Run(ctx context.Context, c *Completed) error {
 	if c.Cleanup {
 		return RunCleanup(ctx, c)
 	}
-	kube, err := kubernetes.NewForConfig(c.Rest)
+	kube, err := kubeclient.Kubernetes(c.Rest)
 	if err != nil {
 		return err
 	}

@@ -28,6 +28,7 @@ import (
 	"github.com/staticip/staticip/controllers/pkg/metrics"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 	"github.com/staticip/staticip/controllers/pkg/staticip"
+	"github.com/staticip/staticip/internal/kubeclient"
 )
 
 // controllerContext is what a controller's constructor gets: the clients, the shared informer
@@ -59,7 +60,7 @@ func controllerClients(cfg *rest.Config, name string, withDynamic bool) (kuberne
 	}
 	c.UserAgent += "/" + name
 	c.RateLimiter = nil // a limiter of its own from QPS and Burst
-	kube, err := kubernetes.NewForConfig(c)
+	kube, err := kubeclient.Kubernetes(c)
 	if err != nil {
 		return nil, nil, nil, err
 	}

@@ -128,9 +128,15 @@ func TestEnabledControllers(t *testing.T) {
 // a user agent naming it, on requests that reach the server.
 func TestEachControllerHasClientsOfItsOwn(t *testing.T) {
 	agents := make(chan string, 8)
+	accepts := make(chan string, 8)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		agents <- r.UserAgent()
+		accepts <- r.Header.Get("Accept")
 		w.Header().Set("Content-Type", "application/json")
+		if strings.HasPrefix(r.URL.Path, "/apis/jke.jdcloud.com/") {
+			_, _ = w.Write([]byte(`{"kind":"IPPool","apiVersion":"jke.jdcloud.com/v1","metadata":{"name":"p"}}`))
+			return
+		}
 		_, _ = w.Write([]byte(`{"kind":"Namespace","apiVersion":"v1","metadata":{"name":"default"}}`))
 	}))
 	defer srv.Close()
@@ -163,5 +169,17 @@ func TestEachControllerHasClientsOfItsOwn(t *testing.T) {
 		if got := <-agents; got != c.want {
 			t.Fatalf("user agent %q, want %q", got, c.want)
 		}
+		// Built-in APIs in protobuf, as kube-controller-manager's clients (the server's CPU at scale).
+		if got := <-accepts; !strings.HasPrefix(got, "application/vnd.kubernetes.protobuf") {
+			t.Fatalf("built-in API client accepts %q, want protobuf first", got)
+		}
+	}
+	// Custom resources have no protobuf: their client asks for JSON.
+	if _, err := clientA.JkeV1().IPPools().Get(context.Background(), "p", metav1.GetOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	<-agents
+	if got := <-accepts; strings.Contains(got, "protobuf") {
+		t.Fatalf("custom resource client accepts %q, want JSON", got)
 	}
 }

@@ -37,6 +37,7 @@ import (
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 	"github.com/staticip/staticip/controllers/pkg/nodegone"
 	"github.com/staticip/staticip/internal/app"
+	"github.com/staticip/staticip/internal/kubeclient"
 	"github.com/staticip/staticip/internal/serving"
 )
 
@@ -248,7 +249,7 @@ func RunConfig(ctx context.Context, c *Config) error {
 		return err
 	}
 	o.Serving.Complete(o.Client.Kubeconfig)
-	kubeClient, err := kubernetes.NewForConfig(cfg)
+	kubeClient, err := kubeclient.Kubernetes(cfg)
 	if err != nil {
 		return err
 	}

@@ -14,12 +14,12 @@ import (
 	"time"
 
 	"github.com/spf13/pflag"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	"k8s.io/klog/v2"
 
 	"github.com/staticip/staticip/internal/app"
+	"github.com/staticip/staticip/internal/kubeclient"
 	"github.com/staticip/staticip/internal/serving"
 )
 
@@ -109,9 +109,7 @@ func Run(ctx context.Context, c *Config) error {
 	o, cfg := c.Options, c.Rest
 	m := NewMetrics()
 	// The informers' client asks for protobuf like kube-proxy does.
-	informerCfg := rest.CopyConfig(cfg)
-	informerCfg.ContentType = "application/vnd.kubernetes.protobuf"
-	client, err := kubernetes.NewForConfig(informerCfg)
+	client, err := kubeclient.Kubernetes(cfg)
 	if err != nil {
 		return err
 	}

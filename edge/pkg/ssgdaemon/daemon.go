@@ -40,6 +40,7 @@ import (
 	"github.com/staticip/staticip/edge/pkg/gridhosts"
 	"github.com/staticip/staticip/edge/pkg/hostsfile"
 	"github.com/staticip/staticip/internal/app"
+	"github.com/staticip/staticip/internal/kubeclient"
 	"github.com/staticip/staticip/internal/serving"
 )
 
@@ -357,7 +358,7 @@ func nodeRef(n *corev1.Node) *corev1.ObjectReference {
 // Run runs the daemon and its status server until ctx ends.
 func Run(ctx context.Context, c *Config) error {
 	o := c.Options
-	client, err := kubernetes.NewForConfig(c.Rest)
+	client, err := kubeclient.Kubernetes(c.Rest)
 	if err != nil {
 		return err
 	}

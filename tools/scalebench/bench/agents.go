@@ -10,6 +10,7 @@ import (
 
 	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/equality"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,6 +25,7 @@ import (
 	jkev1 "github.com/staticip/staticip/apis/jke/v1"
 	"github.com/staticip/staticip/cni/agent"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
+	"github.com/staticip/staticip/internal/kubeclient"
 )
 
 // Agents plays the staticip-agent of every Ready kwok node in one goroutine (kwok nodes run
@@ -93,7 +95,7 @@ func (c *Cluster) StartAgents(ctx context.Context) (*Agents, error) {
 	cfg.QPS, cfg.Burst = -1, 0
 	a := &Agents{Proxy: p, dirty: make(chan struct{}, 1), written: map[string]string{}, leases: map[string]*coordinationv1.Lease{},
 		inflight: map[string]bool{}, syncSlots: make(chan struct{}, agentSyncWriters), reportSlots: make(chan struct{}, agentReportWriters)}
-	if a.kube, err = kubernetes.NewForConfig(cfg); err != nil {
+	if a.kube, err = kubeclient.Kubernetes(cfg); err != nil { // protobuf, as the agent's own client
 		return nil, err
 	}
 	// The route reports' namespace, as the install creates it (manifests/cni/node-routes.yaml).
@@ -134,8 +136,8 @@ func (c *Cluster) StartAgents(ctx context.Context) (*Agents, error) {
 
 // handler pokes the loop (when poke) and accounts the event while recording.
 func (a *Agents) handler(poke bool) cache.ResourceEventHandlerFuncs {
-	seen := func(o any) {
-		if poke {
+	seen := func(old, o any) {
+		if poke && passInputChanged(old, o) {
 			a.poke()
 		}
 		if t := a.traffic.Load(); t != nil {
@@ -149,7 +151,24 @@ func (a *Agents) handler(poke bool) cache.ResourceEventHandlerFuncs {
 			}
 		}
 	}
-	return cache.ResourceEventHandlerFuncs{AddFunc: seen, UpdateFunc: func(_, o any) { seen(o) }, DeleteFunc: seen}
+	return cache.ResourceEventHandlerFuncs{AddFunc: func(o any) { seen(nil, o) }, UpdateFunc: seen, DeleteFunc: func(o any) { seen(nil, o) }}
+}
+
+// passInputChanged says whether an update changes what a pass reads: for a Node its readiness,
+// addresses, claims annotation and label — not a status heartbeat, which 5,000 kwok nodes send
+// all the time and which made the harness recompute every node's reports for each (CPU taken from
+// the API server on the same machine; a real agent's informer of its own Node costs its own node's
+// CPU). Anything else (an add, a delete, an IPRange) always does.
+func passInputChanged(old, cur any) bool {
+	o, ok1 := old.(*corev1.Node)
+	n, ok2 := cur.(*corev1.Node)
+	if !ok1 || !ok2 {
+		return true
+	}
+	return nodefailover.NodeReady(o) != nodefailover.NodeReady(n) ||
+		o.Annotations[agent.ObservedAnnotation] != n.Annotations[agent.ObservedAnnotation] ||
+		o.Labels[jkev1.LabelClaimsInStatus] != n.Labels[jkev1.LabelClaimsInStatus] ||
+		!equality.Semantic.DeepEqual(o.Status.Addresses, n.Status.Addresses)
 }
 
 // watchEventOf is what a watcher receives for o: its kind and encoded size.
