@@ -28,7 +28,6 @@ import (
 	"github.com/staticip/staticip/controllers/pkg/metrics"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 	"github.com/staticip/staticip/controllers/pkg/staticip"
-	"github.com/staticip/staticip/internal/kubeclient"
 )
 
 // controllerContext is what a controller's constructor gets: the clients, the shared informer
@@ -60,7 +59,8 @@ func controllerClients(cfg *rest.Config, name string, withDynamic bool) (kuberne
 	}
 	c.UserAgent += "/" + name
 	c.RateLimiter = nil // a limiter of its own from QPS and Burst
-	kube, err := kubeclient.Kubernetes(c)
+	// JSON, also for built-in APIs: see internal/kubeclient.Kubernetes.
+	kube, err := kubernetes.NewForConfig(c)
 	if err != nil {
 		return nil, nil, nil, err
 	}

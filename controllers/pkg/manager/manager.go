@@ -37,7 +37,6 @@ import (
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 	"github.com/staticip/staticip/controllers/pkg/nodegone"
 	"github.com/staticip/staticip/internal/app"
-	"github.com/staticip/staticip/internal/kubeclient"
 	"github.com/staticip/staticip/internal/serving"
 )
 
@@ -249,7 +248,8 @@ func RunConfig(ctx context.Context, c *Config) error {
 		return err
 	}
 	o.Serving.Complete(o.Client.Kubeconfig)
-	kubeClient, err := kubeclient.Kubernetes(cfg)
+	// JSON, also for built-in APIs: see internal/kubeclient.Kubernetes.
+	kubeClient, err := kubernetes.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
