@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"encoding/json"
 	"net/netip"
 	"os"
 	"strconv"
@@ -125,6 +126,33 @@ func TestClaimIsWrittenDespiteARouteError(t *testing.T) {
 	_ = syncIgnoringErrors(m.ctx, m.b, m, false)
 	if got := addsNeverReturn(t, m.b.DBPath(), 100, y); got != 0 {
 		t.Errorf("%d ADDs on %s got an address of %s while %s's pod holds %s", got, m.nodeB, r2, m.nodeA, y)
+	}
+	// Nor does the route error keep A from reporting the routes a failover waits for: a range of B marked
+	// report-routes (as a failover marks a moved range) is routed and reported by A while its
+	// route to C still fails, so one such node does not stall every failover at RoutesConverged.
+	rb := m.rangeName + "-b"
+	createIPRange(m.ctx, t, m.sip, rb, jkev1.IPRangeSpec{CIDR: "10.164.3.0/29", Node: m.nodeB})
+	claimAs(m.ctx, t, m.sip, rb, m.nodeB, "192.168.87.2")
+	if _, err := m.sip.JkeV1().IPRanges().Patch(m.ctx, rb, types.MergePatchType,
+		[]byte(`{"metadata":{"annotations":{"`+jkev1.AnnotationReportRoutes+`":"some-failover"}}}`), metav1.PatchOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRangeCached(m.ctx, t, m.a, rb)
+	var report string
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		_ = syncIgnoringErrors(m.ctx, m.a, m, true)
+		l, err := m.kube.CoordinationV1().Leases(jkev1.NamespaceRouteReports).Get(m.ctx, m.nodeA, metav1.GetOptions{})
+		if err == nil {
+			report = l.Annotations[jkev1.AnnotationRoutesObserved]
+			var routes map[string]string
+			if json.Unmarshal([]byte(report), &routes) == nil && routes[rb] == m.nodeB+"/0" {
+				break
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s's route report %q does not report its route to the marked range %s via %s while its route to %s fails (%v)",
+				m.nodeA, report, rb, m.nodeB, m.rangeName+"-c", err)
+		}
 	}
 }
 
