@@ -57,11 +57,11 @@ func Config(kubeconfig string, qps float32, burst int, userAgent string) (*rest.
 // route-report Lease writes in one 5,000-node failover). JSON stays accepted for answers.
 // Custom resources have no protobuf: their clients (apis/generated) keep cfg as it is.
 //
-// staticip-controller-manager does not use it yet: with its built-in clients in protobuf, a
-// 1,000-node failover in tools/scalebench churned the moved EnhancedStatefulSet's pods for
-// minutes (created, bound, deleted again; fence → all Running 1.81 × instead of 0.83 × in an A/B of
-// the same build, and once not converging in 5 minutes) — a race between the manager's
-// controllers that faster pod writes expose; it stays on JSON until that is understood.
+// staticip-controller-manager does not use it yet. Tried: in a 1,000-node tools/scalebench failover
+// the moved EnhancedStatefulSet's pods churned after the rebind (created, bound, deleted again)
+// with protobuf (37 s, and once > 5 min without converging) — and then, in the same A/B, with JSON
+// too (51 s): a race between the manager's controllers under load, not the encoding. The manager
+// moves to protobuf once that race is fixed and an A/B can show what the encoding gives.
 func Kubernetes(cfg *rest.Config) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(Protobuf(cfg))
 }
