@@ -189,8 +189,9 @@ func (pl *PodFitsResources) PreFilter(_ context.Context, state fwk.CycleState, p
 	}
 	// Written when skipping too: a caller that runs Filter anyway gets the same answer.
 	state.Write(stateKey, s)
-	// A pod whose address must come from chosen pools is never skipped: only Filter knows
-	// which nodes have an address or a block of them left.
+	// A pod whose address must come from chosen pools is never skipped (only Filter knows
+	// which nodes have an address of them left), unless one of them can give any node a block
+	// (preFilterPools leaves s.pools empty then).
 	if len(s.pools) == 0 && pl.canSkipFilter(s.needsIP && pl.args.CheckIPs, nodes) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
@@ -202,6 +203,8 @@ func (pl *PodFitsResources) PreFilter(_ context.Context, state fwk.CycleState, p
 // pool; CheckPodAnnotationWithStaticIP places it), and — one atomic load — every pod while no
 // pool selects namespaces and no pod or namespace names pools. A choice the pod may not make
 // (a named pool gone, or no longer selecting its namespace) keeps it Pending with the reason.
+// Nothing either when the pools serve every node on the snapshot (poolfit.ServesEveryNode):
+// Filter's pool check could refuse no node.
 func (pl *PodFitsResources) preFilterPools(s *preFilterState, pod *v1.Pod) *fwk.Status {
 	if pl.pools == nil || !s.needsIP || !pl.args.CheckIPs || s.hasOwn || !pl.pools.Relevant(pod) ||
 		pod.Annotations[podip.AnnotationIPAddress] != "" {
@@ -214,6 +217,12 @@ func (pl *PodFitsResources) preFilterPools(s *preFilterState, pod *v1.Pod) *fwk.
 	ch, err := pl.pools.Choose(snap, pod)
 	if err != nil {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable, err.Error())
+	}
+	if snap.ServesEveryNode(ch.Pools) {
+		// Every node passes the pool check on this snapshot (a pool of each of the pod's
+		// families can give any node a block): the pod is decided as one naming no pool, and
+		// may skip Filter like one.
+		return nil
 	}
 	s.pools, s.poolSnap = ch.Pools, snap
 	return nil

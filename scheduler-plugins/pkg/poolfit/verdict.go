@@ -9,6 +9,7 @@ package poolfit
 import (
 	"fmt"
 	"net/netip"
+	"slices"
 	"strings"
 
 	"k8s.io/apimachinery/pkg/labels"
@@ -54,6 +55,32 @@ func Verdict(pools []string, node Node, known map[string]Pool) (bool, string) {
 		return false, strings.Join(why, "; ")
 	}
 	return true, ""
+}
+
+// ServesEveryNode reports whether Verdict admits every node for pools, whatever the node's
+// labels and free addresses: each family of pools has a pool that can give any node a block
+// (known, not being deleted, not NodePodCIDR, no nodeSelector or one selecting everything, a
+// block left). Verdict then returns true at that pool at the latest, on every node, so the
+// scheduler need not ask it per node (issue 39 Measure: with four namespace pools Filter ran on
+// every node for every pod, where the one-pool cluster skips it).
+func ServesEveryNode(pools []string, known map[string]Pool) bool {
+	if len(pools) == 0 {
+		return false
+	}
+	for _, group := range byFamily(pools, known) {
+		if !slices.ContainsFunc(group, func(name string) bool {
+			p, ok := known[name]
+			return ok && servesAnyNode(p)
+		}) {
+			return false
+		}
+	}
+	return true
+}
+
+// servesAnyNode: verdictOfFamily's last case holds for p on every node.
+func servesAnyNode(p Pool) bool {
+	return !p.Deleting && !p.NodePodCIDR && p.FreeBlocks > 0 && (p.NodeSelector == nil || p.NodeSelector.Empty())
 }
 
 // byFamily splits pools by IP family, keeping their order: one list when they are of one family,

@@ -88,3 +88,67 @@ func TestFree(t *testing.T) {
 		}
 	}
 }
+
+// ServesEveryNode holds only where Verdict admits every node whatever its labels and free
+// addresses: checked against Verdict on nodes with no free address, inside and outside the
+// zone-a nodeSelector, for every pair of the pools below.
+func TestServesEveryNodeAgreesWithVerdict(t *testing.T) {
+	known := map[string]Pool{
+		"blue":       {Name: "blue", FreeBlocks: 3},
+		"full":       {Name: "full"},
+		"going":      {Name: "going", Deleting: true, FreeBlocks: 5},
+		"mirror":     {Name: "mirror", NodePodCIDR: true, FreeBlocks: 5},
+		"zone-a":     {Name: "zone-a", NodeSelector: labels.SelectorFromSet(labels.Set{"zone": "a"}), FreeBlocks: 5},
+		"everywhere": {Name: "everywhere", NodeSelector: labels.Everything(), FreeBlocks: 1},
+		"v6":         {Name: "v6", V6: true, FreeBlocks: 2},
+		"v6-full":    {Name: "v6-full", V6: true},
+	}
+	nodes := []Node{{Name: "a", Labels: map[string]string{"zone": "a"}}, {Name: "b", Labels: map[string]string{"zone": "b"}},
+		{Name: "b0", Labels: map[string]string{"zone": "b"}, Free: map[string]int64{"full": 0, "v6-full": 0}}}
+	names := []string{"blue", "full", "going", "mirror", "zone-a", "everywhere", "v6", "v6-full", "nope"}
+	var lists [][]string
+	for _, a := range names {
+		lists = append(lists, []string{a})
+		for _, b := range names {
+			if a != b {
+				lists = append(lists, []string{a, b})
+			}
+		}
+	}
+	served := 0
+	for _, pools := range lists {
+		if !ServesEveryNode(pools, known) {
+			continue
+		}
+		served++
+		for _, n := range nodes {
+			if ok, why := Verdict(pools, n, known); !ok {
+				t.Errorf("ServesEveryNode(%v) but Verdict refuses node %s: %s", pools, n.Name, why)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		pools []string
+		want  bool
+	}{
+		{[]string{"blue"}, true},
+		{[]string{"everywhere"}, true},
+		{[]string{"full", "blue"}, true},
+		{[]string{"full"}, false},
+		{[]string{"going"}, false},
+		{[]string{"mirror"}, false},
+		{[]string{"zone-a"}, false},
+		{[]string{"nope"}, false},
+		{nil, false},
+		{[]string{"blue", "v6"}, true},
+		{[]string{"blue", "v6-full"}, false}, // dual-stack: the IPv6 family has no block to give
+		{[]string{"full", "v6"}, false},
+	} {
+		if got := ServesEveryNode(tc.pools, known); got != tc.want {
+			t.Errorf("ServesEveryNode(%v) = %v, want %v", tc.pools, got, tc.want)
+		}
+	}
+	if served == 0 {
+		t.Fatal("no pool list served every node: the agreement check checked nothing")
+	}
+}

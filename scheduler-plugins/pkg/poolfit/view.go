@@ -321,6 +321,10 @@ func (v *View) Snapshot() *Snapshot {
 	return s
 }
 
+// ServesEveryNode is ServesEveryNode on this snapshot's pools (their blocks left and
+// selectors as the snapshot was built).
+func (s *Snapshot) ServesEveryNode(pools []string) bool { return ServesEveryNode(pools, s.fit) }
+
 // Choose is the pod's pools (apis/poolchoice.Choose: the rule admission, the allocator and the
 // CNI apply), from the namespace as the scheduler's informer has it.
 func (v *View) Choose(s *Snapshot, pod *v1.Pod) (poolchoice.Choice, error) {

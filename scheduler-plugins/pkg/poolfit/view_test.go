@@ -106,3 +106,49 @@ func TestWaitBesideChangesIsRaceFree(t *testing.T) {
 		}
 	}
 }
+
+// The snapshot's ServesEveryNode follows the pools: PreFilter lets a pod skip the pool check
+// on its answer, so a snapshot kept after the pool ran out of blocks, got a nodeSelector or
+// began deleting would place pods on nodes without an address of their pool.
+func TestServesEveryNodeFollowsThePool(t *testing.T) {
+	v := &View{pools: map[string]*jkev1.IPPool{}, blocks: map[string]*jkev1.IPRange{}, annotated: map[string]bool{},
+		nsLabels: map[string]map[string]string{}, waiting: map[types.UID]*v1.Pod{}, logger: klog.Background()}
+	pool := func(mutate func(*jkev1.IPPool)) *jkev1.IPPool {
+		p := &jkev1.IPPool{ObjectMeta: metav1.ObjectMeta{Name: "blue"}, Spec: jkev1.IPPoolSpec{CIDRs: []string{"10.9.0.0/16"},
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"tenant": "blue"}}},
+			Status: jkev1.IPPoolStatus{BlocksFree: 3}}
+		if mutate != nil {
+			mutate(p)
+		}
+		return p
+	}
+	step := func(name string, p *jkev1.IPPool, want bool) {
+		t.Helper()
+		v.setPool("blue", p, true)
+		if got := v.Snapshot().ServesEveryNode([]string{"blue"}); got != want {
+			t.Fatalf("%s: ServesEveryNode = %v, want %v", name, got, want)
+		}
+	}
+	step("blocks left", pool(nil), true)
+	step("no block left", pool(func(p *jkev1.IPPool) { p.Status.BlocksFree = 0 }), false)
+	step("blocks again", pool(nil), true)
+	// A released block (an IPRange of the pool no node holds) is a block to give.
+	v.setPool("blue", pool(func(p *jkev1.IPPool) { p.Status.BlocksFree = 0 }), true)
+	v.setBlock("blue-0", &jkev1.IPRange{ObjectMeta: metav1.ObjectMeta{Name: "blue-0", Labels: map[string]string{jkev1.LabelIPPool: "blue"}},
+		Spec: jkev1.IPRangeSpec{CIDR: "10.9.0.0/26"}}, true)
+	if !v.Snapshot().ServesEveryNode([]string{"blue"}) {
+		t.Fatal("a released block: ServesEveryNode = false, want true")
+	}
+	v.setBlock("blue-0", nil, false)
+	if v.Snapshot().ServesEveryNode([]string{"blue"}) {
+		t.Fatal("the released block gone: ServesEveryNode = true, want false")
+	}
+	step("a nodeSelector", pool(func(p *jkev1.IPPool) {
+		p.Spec.NodeSelector = &metav1.LabelSelector{MatchLabels: map[string]string{"zone": "a"}}
+	}), false)
+	step("being deleted", pool(func(p *jkev1.IPPool) { now := metav1.Now(); p.DeletionTimestamp = &now }), false)
+	v.setPool("blue", nil, false)
+	if v.Snapshot().ServesEveryNode([]string{"blue"}) {
+		t.Fatal("the pool deleted: ServesEveryNode = true, want false")
+	}
+}

@@ -4,6 +4,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"os"
+	"path/filepath"
+	"runtime/pprof"
 	"slices"
 	"testing"
 	"time"
@@ -66,9 +69,11 @@ func BenchmarkSchedulingPools(b *testing.B) {
 					w.createPoolPods(b, pools)
 					b.StartTimer()
 					m := startMeasuring(b, *benchPods)
+					stopProfile := startPassProfile(b, fmt.Sprintf("round=%d-pools=%d", round, pools))
 					sched := StartScheduler(b, schedulerConfig, profiles)
 					w.waitAllBoundIn(b, w.poolNamespaces())
 					m.stop(b)
+					stopProfile()
 					b.StopTimer()
 					sched.Stop()
 					m.report(b)
@@ -187,5 +192,29 @@ func (w *workload) deletePoolPods(b *testing.B) {
 	b.Helper()
 	for _, ns := range w.poolNamespaces() {
 		w.deleteNamespace(b, ns)
+	}
+}
+
+// startPassProfile writes a CPU profile of one pass to $SCHED_BENCH_CPUPROFILE_DIR/<name>.pprof
+// when that variable is set (go tool pprof -top -diff_base=...pools=1.pprof ...pools=4.pprof
+// attributes pools=4's extra CPU); it returns the function that stops it.
+func startPassProfile(b *testing.B, name string) func() {
+	b.Helper()
+	dir := os.Getenv("SCHED_BENCH_CPUPROFILE_DIR")
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, name+".pprof"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		b.Fatal(err)
+	}
+	return func() {
+		pprof.StopCPUProfile()
+		if err := f.Close(); err != nil {
+			b.Fatal(err)
+		}
 	}
 }
