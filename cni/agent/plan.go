@@ -227,9 +227,9 @@ func (p *rangePlan) waitForPreviousOwners(held map[string][]heldBy, served map[s
 		}
 		if len(by) > 0 {
 			p.refuse(r, r.Spec.Node, refusal{ReasonWaitingForPreviousOwner, fmt.Sprintf(
-				"node %s still holds addresses of this range (its pods keep them while it drains; Node annotation %s): node %s allocates from it once they are released. "+
+				"node %s still holds addresses of this range (its pods keep them while it drains; its entry in this IPRange's status.holders): node %s allocates from it once they are released. "+
 					"Should that node be gone for good, fence it (the node.kubernetes.io/out-of-service taint) so that node failover moves the range with ownerGeneration+1, or move it so yourself (the node then drops the range when it returns); deleting its Node object does not release the range",
-				strings.Join(by, ", "), ObservedAnnotation, r.Spec.Node)})
+				strings.Join(by, ", "), r.Spec.Node)})
 			continue
 		}
 		mine = append(mine, r)

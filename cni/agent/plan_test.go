@@ -231,7 +231,11 @@ func TestWaitForPreviousOwners(t *testing.T) {
 			if refused != (c.waiting != "") {
 				t.Fatalf("refused %v (%+v), want waiting for %q", refused, why, c.waiting)
 			}
-			if refused && (why.Reason != ReasonWaitingForPreviousOwner || !strings.HasPrefix(why.Message, "node "+c.waiting+" still holds") || names(p.refusedMine) != "r") {
+			// The message names where the claim is and never advises deleting the Node (which
+			// does not release the range: issue 37, defect 5).
+			if refused && (why.Reason != ReasonWaitingForPreviousOwner || !strings.HasPrefix(why.Message, "node "+c.waiting+" still holds") ||
+				!strings.Contains(why.Message, "status.holders") || !strings.Contains(why.Message, "deleting its Node object does not release the range") ||
+				names(p.refusedMine) != "r") {
 				t.Fatalf("refusal %+v (refusedMine %q), want %s naming %s", why, names(p.refusedMine), ReasonWaitingForPreviousOwner, c.waiting)
 			}
 		})
