@@ -367,7 +367,7 @@ func MarkedRanges(ranges []*jkev1.IPRange) map[string]bool {
 // deleted nodes do not pile up (in an autoscaled cluster) for the failover controller to read.
 // current is never modified.
 func routeLease(current *coordinationv1.Lease, node string, nodeUID types.UID, value string, marked map[string]bool, now time.Time) (*coordinationv1.Lease, bool) {
-	if !routeReportDue(current, node, value, marked) && (nodeUID == "" || ownedByNode(current, node, nodeUID)) {
+	if !routeReportDue(current, node, nodeUID, value, marked) {
 		return current, false
 	}
 	l := &coordinationv1.Lease{ObjectMeta: metav1.ObjectMeta{Name: node, Namespace: jkev1.NamespaceRouteReports}}
@@ -402,14 +402,16 @@ func ownedByNode(l *coordinationv1.Lease, node string, uid types.UID) bool {
 }
 
 // routeReportDue says whether the Lease must be written for the report value: there is none
-// yet, its holder or label is not as admission wants it, or an entry of a marked range (marked;
+// yet, its holder, label or owner (nodeUID: its Node; "": unknown, not checked) is not as
+// admission and routeLease want it, or an entry of a marked range (marked;
 // nil: every entry) differs from the report's, present or absent. Entries of ranges no longer
 // marked are left as they are until the next write: the failover controller reads only the
 // entries of the ranges it moves, each qualified by the move's generation, so a stale one
 // never passes for a route of a later move — and a failover's marks going away costs no write
 // on every node (at 1,000 nodes, 1,004 Lease updates during the moved pods' start-up).
-func routeReportDue(current *coordinationv1.Lease, node, value string, marked map[string]bool) bool {
-	if current == nil || current.Labels[jkev1.LabelRouteReport] != "true" || ptr.Deref(current.Spec.HolderIdentity, "") != node {
+func routeReportDue(current *coordinationv1.Lease, node string, nodeUID types.UID, value string, marked map[string]bool) bool {
+	if current == nil || current.Labels[jkev1.LabelRouteReport] != "true" || ptr.Deref(current.Spec.HolderIdentity, "") != node ||
+		(nodeUID != "" && !ownedByNode(current, node, nodeUID)) {
 		return true
 	}
 	have := current.Annotations[jkev1.AnnotationRoutesObserved]
