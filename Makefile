@@ -63,11 +63,15 @@ E2E_UPGRADE ?= 1
 
 # build before the unit and integration tests: tools/scalebench's TestSmoke runs staticip's own
 # binaries and skipped in every CI run while they were built only for the e2e suites.
+# Each stage prints when it starts and ends, in seconds since make test started, so that a CI log
+# cut short (CI's 90-minute limit shows only the tail) still tells where the time went.
 test: deps build helm ## unit + integration tests (race), the e2e suite on the local cluster, then on kind (E2E_KIND=0: not on kind)
-	$(MAKE) test-unit-integration
-	@if $(MAKE) -n e2e >/dev/null 2>&1; then $(MAKE) e2e; fi
-	@if [ "$(E2E_KIND)" = 1 ]; then $(MAKE) e2e-kind E2E_KIND_CONFORMANCE=$(E2E_KIND_CONFORMANCE_IN_TEST); fi
-	@if [ "$(E2E_UPGRADE)" = 1 ]; then $(MAKE) e2e-upgrade; fi
+	@start=$$SECONDS; stage() { echo "test: +$$((SECONDS - start))s $$*"; }; \
+	  stage "unit+integration"; $(MAKE) test-unit-integration; \
+	  if $(MAKE) -n e2e >/dev/null 2>&1; then stage "e2e (local cluster)"; $(MAKE) e2e; fi; \
+	  if [ "$(E2E_KIND)" = 1 ]; then stage "e2e-kind"; $(MAKE) e2e-kind E2E_KIND_CONFORMANCE=$(E2E_KIND_CONFORMANCE_IN_TEST); fi; \
+	  if [ "$(E2E_UPGRADE)" = 1 ]; then stage "e2e-upgrade"; $(MAKE) e2e-upgrade; fi; \
+	  stage "done"
 
 # The Go modules whose tests test-unit-integration runs, in order: the product, the tools module
 # (tools/go.mod: the local cluster, benchmarks, image builder), tools/helm's chart tests. e2e/

@@ -108,6 +108,13 @@ var kubeletSysctls = map[string]string{
 	"kernel/keys/root_maxkeys": "1000000", "kernel/keys/root_maxbytes": "25000000",
 }
 
+// onRunningCluster is make e2e-kind's way of running the test: its own cluster and install
+// (kind.sh cluster, then the upgrade's kind.sh install: the steps of up) are the first up, the
+// test starts at "up again" on it and leaves it running for the caller's uninstall check,
+// down, leftover check and second down. Standalone (make e2e-kind-lifecycle) the test does
+// all of it itself, from no cluster to none.
+func onRunningCluster() bool { return os.Getenv("KIND_LIFECYCLE_ON_RUNNING_CLUSTER") == "1" }
+
 func TestKindLifecycle(t *testing.T) {
 	if os.Getuid() != 0 {
 		t.Skip("needs root (dockerd, kind nodes)")
@@ -116,7 +123,11 @@ func TestKindLifecycle(t *testing.T) {
 		t.Fatalf("iptables rules of docker/kind before the test:\n%s", rules)
 	}
 
-	kindSh(t, "up")
+	if onRunningCluster() {
+		t.Log("KIND_LIFECYCLE_ON_RUNNING_CLUSTER=1: the first up was the caller's (make e2e-kind); starting at up again")
+	} else {
+		kindSh(t, "up")
+	}
 	first := nodes(t)
 
 	// Up again: nothing is recreated or restarted.
@@ -171,6 +182,10 @@ func TestKindLifecycle(t *testing.T) {
 		t.Logf("the engine is not ours (no %s/dockerd.pid): not killing it", runDir())
 	}
 
+	if onRunningCluster() {
+		t.Log("KIND_LIFECYCLE_ON_RUNNING_CLUSTER=1: the cluster stays up for the caller's uninstall, down, leftover check and second down")
+		return
+	}
 	kindSh(t, "down")
 	kindSh(t, "leftovers")
 	if rules := ourRules(t); rules != "" {

@@ -212,7 +212,7 @@ func (c *Cluster) Unfence(ctx context.Context, node string) error {
 func (c *Cluster) KubeControllerManager(name, controllers string, extra ...string) (*Component, error) {
 	return c.StartComponent(name, "kube-controller-manager", func(kc string) []string {
 		args := append([]string{"--kubeconfig=" + kc, "--controllers=" + controllers, "--leader-elect=false", "--secure-port=0",
-			"--feature-gates=MaxUnavailableStatefulSet=true", "--v=1"}, c.controllerLimits()...)
+			"--feature-gates=MaxUnavailableStatefulSet=true", LogVerbosity()}, c.controllerLimits()...)
 		return append(args, extra...)
 	})
 }

@@ -17,7 +17,7 @@ import (
 func (c *Cluster) Manager(name string, controllers string, extra ...string) (*Component, error) {
 	return c.StartComponent(name, "staticip-controller-manager", func(kc string) []string {
 		args := append([]string{"--kubeconfig=" + kc, "--controllers=" + controllers, "--leader-elect=false",
-			"--metrics-bind-address=0", "--health-bind-address=0"}, c.controllerLimits()...)
+			"--metrics-bind-address=0", "--health-bind-address=0", LogVerbosity()}, c.controllerLimits()...)
 		return append(args, extra...)
 	})
 }
