@@ -60,8 +60,10 @@ func Config(kubeconfig string, qps float32, burst int, userAgent string) (*rest.
 // staticip-controller-manager does not use it yet. Tried: in a 1,000-node tools/scalebench failover
 // the moved EnhancedStatefulSet's pods churned after the rebind (created, bound, deleted again)
 // with protobuf (37 s, and once > 5 min without converging) — and then, in the same A/B, with JSON
-// too (51 s): a race between the manager's controllers under load, not the encoding. The manager
-// moves to protobuf once that race is fixed and an A/B can show what the encoding gives.
+// too (51 s): not the encoding but kube-controller-manager's taint-eviction workers deleting the
+// recreated pods by name (controllers/README.md, "Why EnhancedStatefulSet pods keep the taint
+// manager waiting"; fixed with the pods' out-of-service toleration). The manager moves to
+// protobuf once an A/B without that churn shows what the encoding gives.
 func Kubernetes(cfg *rest.Config) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(Protobuf(cfg))
 }

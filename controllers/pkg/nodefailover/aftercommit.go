@@ -342,8 +342,9 @@ func (m *migration) openSpare(ctx context.Context) (bool, time.Duration, error) 
 	return true, 0, nil
 }
 
-// waitForPods waits until the pod of every moved StaticIP runs on the target with its IP.
-func (m *migration) waitForPods(context.Context) (bool, time.Duration, error) {
+// waitForPods waits until the pod of every moved StaticIP runs on the target with its IP; a
+// pod created meanwhile still pinned to the failed node is deleted (deleteIfPinnedToFailed).
+func (m *migration) waitForPods(ctx context.Context) (bool, time.Duration, error) {
 	target := m.st().Target
 	var missing []string
 	var running []*corev1.Pod
@@ -355,6 +356,11 @@ func (m *migration) waitForPods(context.Context) (bool, time.Duration, error) {
 			return false, 0, err
 		}
 		pod, err := m.c.pods.Pods(s.Namespace).Get(podName(s))
+		if err == nil {
+			if err := m.deleteIfPinnedToFailed(ctx, pod); err != nil {
+				return false, 0, err
+			}
+		}
 		if err != nil || pod.DeletionTimestamp != nil || pod.Spec.NodeName != target || pod.Status.Phase != corev1.PodRunning ||
 			!RunsWithItsAddresses(pod, s) {
 			missing = append(missing, s.Namespace+"/"+podName(s))
@@ -494,16 +500,32 @@ func (m *migration) rebindStaticIPs(ctx context.Context, moved []jkev1alpha1.Mov
 		}
 		ms.Rebound = true
 		pod, err := m.c.pods.Pods(s.Namespace).Get(podName(s))
-		if err == nil && pod.Spec.NodeName == "" && pod.DeletionTimestamp == nil && staticip.NodeAffinityRequired(pod, m.failedName()) {
-			uid := pod.UID
-			err := m.c.kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
-			if err != nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err) {
-				return fmt.Errorf("delete pending pod %s/%s pinned to %s: %w", pod.Namespace, pod.Name, m.failedName(), err)
-			}
-			m.c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonPodRecreate, "pending pod pinned to failed node %s deleted: its workload recreates it on %s", m.failedName(), st.Target)
+		if err != nil {
+			return nil
 		}
-		return nil
+		return m.deleteIfPinnedToFailed(ctx, pod)
 	})
+}
+
+// deleteIfPinnedToFailed deletes pod (UID precondition) when it is pending and pinned to the
+// failed node by a required node affinity: it was created from its StaticIP before the record
+// named the target, and can never run. Its workload recreates it pinned to the target. The
+// rebind pass does it for the pods it finds; waitForPods for those created later by a workload
+// controller whose StaticIP cache had not seen the rebind yet (else such a pod stays Pending
+// and the failover waits for it forever).
+func (m *migration) deleteIfPinnedToFailed(ctx context.Context, pod *corev1.Pod) error {
+	if pod.Spec.NodeName != "" || pod.DeletionTimestamp != nil || !staticip.NodeAffinityRequired(pod, m.failedName()) {
+		return nil
+	}
+	uid := pod.UID
+	err := m.c.kube.CoreV1().Pods(pod.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}})
+	if apierrors.IsNotFound(err) || apierrors.IsConflict(err) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("delete pending pod %s/%s pinned to %s: %w", pod.Namespace, pod.Name, m.failedName(), err)
+	}
+	m.c.recorder.Eventf(pod, corev1.EventTypeNormal, ReasonPodRecreate, "pending pod pinned to failed node %s deleted: its workload recreates it on %s", m.failedName(), m.st().Target)
+	return nil
 }
 
 func podName(s *jkev1.StaticIP) string {

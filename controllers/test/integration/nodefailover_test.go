@@ -11,6 +11,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	jkev1alpha1 "github.com/staticip/staticip/apis/jke/v1alpha1"
+	"github.com/staticip/staticip/apis/podip"
 	"github.com/staticip/staticip/controllers/pkg/nodefailover"
 )
 
@@ -259,4 +260,43 @@ func TestNodeFailoverRecordDeletedMidMigration(t *testing.T) {
 		return apierrors.IsNotFound(err) || (err == nil && r.UID != old.UID), nil
 	})
 	e.assertRange(r4, "n4", 0)
+}
+
+// TestNodeFailoverDeletesAPodPinnedToTheFailedNodeAfterTheRebind: a workload controller whose
+// StaticIP cache has not seen the rebind yet creates the pod pinned (required node affinity)
+// to the failed node after the rebind pass looked for such pods. The failover must delete it
+// (so that it is recreated pinned to the target) while it waits for the pods, not leave it
+// Pending forever on a node that is off (issue 37: at 100 kwok nodes one such pod kept a
+// 110-pod failover waiting for 5 minutes).
+func TestNodeFailoverDeletesAPodPinnedToTheFailedNodeAfterTheRebind(t *testing.T) {
+	e := newFailoverEnv(t)
+	e.threeNodesAndSpare()
+	const window = 2 * time.Second
+	e.startFailover(window)
+	e.setReady("n3", false)
+	e.fence("n3")
+	e.podGC("n3")
+	e.waitRecord("n3", "waiting for pods", waitingOn(nodefailover.ReasonWaitingForPods))
+
+	// web-0 comes back on the target; web-1 is created from the stale record, pinned to n3.
+	e.runPod("web-0", "spare1", e.ip(1, 10))
+	pinned := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "web-1", Namespace: e.ns, Annotations: map[string]string{podip.AnnotationIPAddress: e.ip(2, 10)}},
+		Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: "app", Image: "app:v1"}},
+			Affinity: &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+				NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchFields: []corev1.NodeSelectorRequirement{
+					{Key: "metadata.name", Operator: corev1.NodeSelectorOpIn, Values: []string{e.name("n3")}}}}}}}}}}
+	created, err := e.kube.CoreV1().Pods(e.ns).Create(e.ctx, pinned, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	e.eventually(30*time.Second, "the pod pinned to the failed node deleted by the failover", func() (bool, error) {
+		p, err := e.kube.CoreV1().Pods(e.ns).Get(e.ctx, "web-1", metav1.GetOptions{})
+		if apierrors.IsNotFound(err) || (err == nil && (p.UID != created.UID || p.DeletionTimestamp != nil)) {
+			return true, nil
+		}
+		return false, fmt.Errorf("web-1 (uid %s) still pending, pinned to %s: %v", created.UID, e.name("n3"), err)
+	})
+	// Recreated pinned to the target, it runs there: the failover completes.
+	e.runPod("web-1", "spare1", e.ip(2, 10))
+	e.waitRecord("n3", "completed", phaseIs(jkev1alpha1.FailoverCompleted))
 }
