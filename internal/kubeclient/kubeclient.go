@@ -61,9 +61,9 @@ func Config(kubeconfig string, qps float32, burst int, userAgent string) (*rest.
 // the moved EnhancedStatefulSet's pods churned after the rebind (created, bound, deleted again)
 // with protobuf (37 s, and once > 5 min without converging) — and then, in the same A/B, with JSON
 // too (51 s): not the encoding but kube-controller-manager's taint-eviction workers deleting the
-// recreated pods by name (controllers/README.md, "Why EnhancedStatefulSet pods keep the taint
-// manager waiting"; fixed with the pods' out-of-service toleration). The manager moves to
-// protobuf once an A/B without that churn shows what the encoding gives.
+// recreated pods by name, and a pod left pinned to the failed node (controllers/README.md,
+// "Known: deletions by name after a failover"). The manager moves to protobuf once an A/B
+// without that churn shows what the encoding gives.
 func Kubernetes(cfg *rest.Config) (kubernetes.Interface, error) {
 	return kubernetes.NewForConfig(Protobuf(cfg))
 }

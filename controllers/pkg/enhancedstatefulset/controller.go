@@ -79,11 +79,6 @@ type Controller struct {
 	// InPlaceUpdateTimeout: an in-place update whose new containers the kubelet has not
 	// started after this long is given up and the pod recreated; 0 never gives up.
 	InPlaceUpdateTimeout time.Duration
-
-	// OutOfServiceToleration, when > 0, is how long the pods this controller creates tolerate
-	// the node.kubernetes.io/out-of-service taint (WithOutOfServiceToleration): the manager sets
-	// it when node failover runs beside it, which force-deletes a fenced node's pods itself.
-	OutOfServiceToleration time.Duration
 }
 
 // DefaultInPlaceUpdateTimeout is long enough for a large image pull.

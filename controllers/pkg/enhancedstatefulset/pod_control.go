@@ -10,7 +10,6 @@ import (
 	"fmt"
 	"slices"
 	"strconv"
-	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -78,41 +77,12 @@ func newPod(set *jkev1alpha1.EnhancedStatefulSet, template *corev1.PodTemplateSp
 	return pod
 }
 
-// WithOutOfServiceToleration gives pod a toleration of the out-of-service taint (NoExecute) for
-// d, unless d <= 0 or the pod tolerates that taint already (its template's own toleration wins).
-//
-// Why: on the out-of-service taint kube-controller-manager's taint-eviction controller deletes
-// every pod of the node that does not tolerate it at once, in workers that cannot be cancelled
-// once started, that wait for its client rate limiter (50/s: tens of seconds for a node of 100
-// pods) and that delete by name, without a UID precondition (kubernetes/kubernetes PR 141568,
-// open). Node failover force-deletes those pods 5 s after the fence and this controller
-// recreates them under the same names on the target: a worker still waiting then deletes the
-// new pod (seen at 1,000 kwok nodes: the moved set's pods deleted again up to 20 s after they
-// were bound, once not converging for 5 minutes). With a toleration for d the taint manager's
-// deletion is a timer, which the pod's deletion cancels; where failover does not act within d
-// the taint manager deletes the pod as it would have.
-func WithOutOfServiceToleration(pod *corev1.Pod, d time.Duration) {
-	if d <= 0 {
-		return
-	}
-	taint := corev1.Taint{Key: jkev1alpha1.TaintOutOfService, Effect: corev1.TaintEffectNoExecute}
-	for i := range pod.Spec.Tolerations {
-		if pod.Spec.Tolerations[i].ToleratesTaint(klog.Background(), &taint, false) {
-			return
-		}
-	}
-	seconds := int64(d.Round(time.Second) / time.Second)
-	pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{Key: jkev1alpha1.TaintOutOfService,
-		Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoExecute, TolerationSeconds: &seconds})
-}
-
 // createPod creates the PVCs and the StaticIP of an ordinal, then the pod itself.
 func (c *Controller) createPod(ctx context.Context, set *jkev1alpha1.EnhancedStatefulSet, a Action, template *corev1.PodTemplateSpec) error {
 	if template == nil {
 		return fmt.Errorf("no template for revision %s", a.Revision)
 	}
 	pod := newPod(set, template, a.Ordinal, a.Revision)
-	WithOutOfServiceToleration(pod, c.OutOfServiceToleration)
 	if ip, ok := template.Annotations[podip.AnnotationIPAddress]; ok {
 		c.recorder.Eventf(set, corev1.EventTypeWarning, ReasonTemplateIPAddressIgnored,
 			"pod %s: the template's %s=%s is not copied (a pod's IP comes from its StaticIP record; ask for an IP on a pod in a namespace labelled %s=true)",

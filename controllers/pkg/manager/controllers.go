@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 	"sync/atomic"
-	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -194,20 +193,7 @@ func newEnhancedStatefulSetController(cc controllerContext) (func(context.Contex
 		return nil, err
 	}
 	c.InPlaceUpdateTimeout = cc.opts.InPlaceUpdateTimeout
-	c.OutOfServiceToleration = estsOutOfServiceToleration(cc.opts)
 	return func(ctx context.Context) { c.Run(ctx, cc.opts.Workers) }, nil
-}
-
-// estsOutOfServiceToleration: node failover in this manager force-deletes a fenced node's pods
-// itself, so the EnhancedStatefulSet's pods ask the taint manager to wait for it
-// (enhancedstatefulset.WithOutOfServiceToleration); without it, 0: the pods are left to the
-// taint manager as any other.
-func estsOutOfServiceToleration(o *Options) time.Duration {
-	enabled, _ := o.EnabledControllers() // checked by Validate
-	if !slices.Contains(enabled, nodefailover.Name) {
-		return 0
-	}
-	return nodefailover.OutOfServiceToleration(o.NodeFailoverWindow, o.FencedPodDeletionGrace)
 }
 
 func newStaticIPController(cc controllerContext) (func(context.Context), error) {

@@ -123,28 +123,6 @@ func TestEnabledControllers(t *testing.T) {
 	}
 }
 
-// The EnhancedStatefulSet's pods tolerate the out-of-service taint for window + grace + 1 min
-// exactly when node failover runs in the same manager (it force-deletes a fenced node's pods).
-func TestESTSOutOfServiceTolerationFollowsNodeFailover(t *testing.T) {
-	for _, tc := range []struct {
-		flag          []string
-		window, grace time.Duration
-		want          time.Duration
-	}{
-		{[]string{"*"}, 2 * time.Minute, 5 * time.Second, 3*time.Minute + 5*time.Second},
-		{[]string{"*"}, 30 * time.Second, 0, 90 * time.Second},
-		{[]string{"enhancedstatefulset", "nodefailover"}, time.Minute, time.Second, 2*time.Minute + time.Second},
-		{[]string{"*", "-nodefailover"}, 2 * time.Minute, 5 * time.Second, 0},
-		{[]string{"enhancedstatefulset", "staticip"}, 2 * time.Minute, 5 * time.Second, 0},
-	} {
-		o := NewOptions()
-		o.Controllers, o.NodeFailoverWindow, o.FencedPodDeletionGrace = tc.flag, tc.window, tc.grace
-		if got := estsOutOfServiceToleration(o); got != tc.want {
-			t.Errorf("--controllers=%v window %v grace %v: toleration %v, want %v", tc.flag, tc.window, tc.grace, got, tc.want)
-		}
-	}
-}
-
 // Each controller gets API clients of its own, as kube-controller-manager's controllers do: its
 // own rate limiter (a burst of one controller's writes does not queue another's behind it) and
 // a user agent naming it, on requests that reach the server.

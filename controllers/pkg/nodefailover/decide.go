@@ -216,16 +216,6 @@ func NotReadySince(node *corev1.Node) time.Time {
 	return time.Time{}
 }
 
-// OutOfServiceToleration is how long the pods of a controller that leaves a fenced node's pods to
-// node failover (the EnhancedStatefulSet controller beside it) tolerate the out-of-service taint:
-// failover force-deletes them at most window + grace after the taint (window from NotReady,
-// grace from the fence), and a minute more covers a busy controller. Until then the taint
-// manager holds its deletion as a cancellable timer instead of a deletion by name already under
-// way, which could hit the pod recreated under that name (enhancedstatefulset.WithOutOfServiceToleration).
-func OutOfServiceToleration(window, grace time.Duration) time.Duration {
-	return window + grace + time.Minute
-}
-
 // FencedPodDeletion lists the pod objects still bound to a fenced node that hold, or may hold,
 // an IP of its ranges (HoldingPods without the pods on other nodes) and that the controller
 // force-deletes once the node has been fenced for grace: DaemonSet pods and others that
