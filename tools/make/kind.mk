@@ -108,7 +108,7 @@ e2e-kind-uninstall:
 	  $(GO) -C e2e test -tags e2e $(E2E_FLAGS) -run '^TestUninstallRelease$$' . -args -kubeconfig=$(KIND_KUBECONFIG) -uninstall-release 2>&1 | tee $(OUT)/e2e-kind-uninstall.log || rc=$$?; \
 	  echo "e2e-kind: uninstall and leftover check done in $$((SECONDS - start))s (exit $$rc)"; exit $$rc
 
-e2e-kind: deps build helm registry ## kind up, upgrade from the previous release, e2e suite, uninstall, down (always), leftover check, lifecycle test
+e2e-kind: deps build helm registry ## kind up, upgrade from the previous release, e2e suite (kind subset), lifecycle test on that cluster, uninstall, down (always), leftover check
 	@if [ "$(E2E_KIND_UPGRADE)" = 1 ] && ! git -C $(ROOT) cat-file -e '$(UPGRADE_FROM_RELEASE)^{commit}' 2>/dev/null; then \
 	  echo "e2e-kind: commit $(UPGRADE_FROM_RELEASE) (UPGRADE_FROM_RELEASE) is not in this clone (shallow: $$(git -C $(ROOT) rev-parse --is-shallow-repository)):" \
 	    "the upgrade e2e releases and installs that commit of main first; fetch the full history (git fetch --unshallow), set UPGRADE_FROM_RELEASE, or E2E_KIND_UPGRADE=0" >&2; exit 1; fi
