@@ -43,8 +43,9 @@ generate: ## regenerate deepcopy, clientset, listers, informers, apply configs a
 verify: helm ## fail when generated code or the chart's copies are stale, gofmt/go vet complain, go.mod is untidy or helm lint complains
 	@$(ROOT)/tools/verify.sh
 
-# After the local cluster's e2e, the same suite on kind (make e2e-kind: kind cluster, the
-# README's install, suite, down, leftover check, lifecycle test); E2E_KIND=0 leaves it out.
+# After the local cluster's e2e, the suite's kind subset on kind (make e2e-kind: kind cluster, the
+# upgrade and README install, suite subset E2E_KIND_RUN, lifecycle test on that cluster, uninstall,
+# down, leftover check); E2E_KIND=0 leaves it out.
 # A fresh-clone .ci/run with it took 2749 s on 2026-11-23 (kind part 1244 s, load 8-55;
 # tools/kind/README.md, "Times"). It was opt-in for a day: TestKindLifecycle's fresh `up`
 # timed out on the application-grid-wrapper DaemonSet, because the wrapper listened on
