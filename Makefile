@@ -64,7 +64,7 @@ E2E_UPGRADE ?= 1
 
 # build before the unit and integration tests: tools/scalebench's TestSmoke runs staticip's own
 # binaries and skipped in every CI run while they were built only for the e2e suites.
-# Each stage prints when it starts and ends, in seconds since make test started, so that a CI log
+# Each stage prints when it starts (and make test when it is done), in seconds since make test started, so that a CI log
 # cut short (CI's 90-minute limit shows only the tail) still tells where the time went.
 test: deps build helm ## unit + integration tests (race), the e2e suite on the local cluster, then on kind (E2E_KIND=0: not on kind)
 	@start=$$SECONDS; stage() { echo "test: +$$((SECONDS - start))s $$*"; }; \

@@ -345,6 +345,16 @@ func parallel(ctx context.Context, n, w int, f func(context.Context, int) error)
 	return first
 }
 
+// LogVerbosity is the --v of the schedulers and controller managers: 1, or SCALEBENCH_V to see
+// why something happened in a kept run (SCALEBENCH_KEEP=1; e.g. 4 for the schedulers' per-pod
+// decisions and the controllers' deletions). Figures measured with it are not comparable.
+func LogVerbosity() string {
+	if v := os.Getenv("SCALEBENCH_V"); v != "" {
+		return "--v=" + v
+	}
+	return "--v=1"
+}
+
 // controllerLimits are the client-limit flags both controller managers run with.
 func (c *Cluster) controllerLimits() []string {
 	return []string{"--kube-api-qps=" + strconv.FormatFloat(float64(c.controllerQPS), 'f', -1, 32), "--kube-api-burst=" + strconv.Itoa(c.controllerBurst)}

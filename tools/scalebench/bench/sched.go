@@ -49,16 +49,6 @@ func (c *Cluster) StartComponent(name, bin string, args func(kubeconfig string) 
 // serving /metrics and /debug/pprof (kube-scheduler's --profiling, on by default) to anyone
 // on a free loopback port: `go tool pprof https+insecure://127.0.0.1:PORT/debug/pprof/profile`
 // during a pass (the port is in the process's --secure-port).
-// LogVerbosity is the --v of the schedulers and controller managers: 1, or SCALEBENCH_V to see
-// why something happened in a kept run (SCALEBENCH_KEEP=1; e.g. 4 for the schedulers' per-pod
-// decisions and the controllers' deletions). Figures measured with it are not comparable.
-func LogVerbosity() string {
-	if v := os.Getenv("SCALEBENCH_V"); v != "" {
-		return "--v=" + v
-	}
-	return "--v=1"
-}
-
 func (c *Cluster) StartScheduler(name, bin, manifest string) (*Component, error) {
 	port, err := freePort()
 	if err != nil {
